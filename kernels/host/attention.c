@@ -1,0 +1,297 @@
+/* Host flash attention: see attention.h.
+ *
+ * Forward, per (b, h, query tile of BR rows): for each key tile of BC keys,
+ * S = Q K^T (K transposed into the tile workspace), the running row max m
+ * and sum l are updated (online softmax, O rescaled by exp(m_old - m_new)),
+ * O += P V. At the end o = O / l and lse = m + log l.
+ *
+ * Backward, per (b, kv head): delta_i = dout_i . o_i; then for each key
+ * tile j, for each query head of the group and each query tile i that can
+ * see it: P = exp(scale S - lse), dP = dout V^T, dS = P (dP - delta),
+ *   dq_i += dS K_j,  dV_j += P^T dout_i,  dK_j += dS^T q_i
+ * with dq and dK scaled by `scale` at the end. One work item owns its dq
+ * rows and its dk/dv rows, and walks tiles in a fixed order: no atomics, the
+ * same bits every run. (Parallelism is B*Hkv items; enough on a few cores.) */
+#include "kernels/host/attention.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/host/simd_exp.h"
+#include "kernels/host/tgemm.h"
+
+#define FWD_BR 64
+#define FWD_BC 128
+#define BWD_BR 64
+#define BWD_BC 64
+
+/* Keys visible to query s: [0, lim). */
+static inline int64_t key_limit(const gpa__attn_geom *g, int64_t kvlen, int64_t s) {
+  int64_t lim = kvlen;
+  if (g->causal && s + g->Sk - g->S + 1 < lim) lim = s + g->Sk - g->S + 1;
+  return lim < 0 ? 0 : lim;
+}
+
+static inline int64_t kv_len(const gpa__attn_geom *g, const int32_t *lens, int64_t b) {
+  if (!lens) return g->Sk;
+  int64_t n = lens[b];
+  return n < 0 ? 0 : (n > g->Sk ? g->Sk : n);
+}
+
+/* p[c] = exp(p[c] * scale - sub) for c < nv, 0 for nv <= c < n; returns the
+ * sum of the first nv (lanes then a fixed tree: deterministic). */
+static float exp_row_scalar(float *p, int64_t nv, int64_t n, float scale, float sub) {
+  float s = 0.0f;
+  for (int64_t c = 0; c < nv; c++) {
+    p[c] = expf(p[c] * scale - sub);
+    s += p[c];
+  }
+  for (int64_t c = nv; c < n; c++) p[c] = 0.0f;
+  return s;
+}
+
+static float row_max_scalar(const float *p, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t c = 0; c < n; c++) m = p[c] > m ? p[c] : m;
+  return m;
+}
+
+#ifdef GPA__HAVE_AVX2_PATH
+GPA__AVX2_ATTR static float exp_row_avx2(float *p, int64_t nv, int64_t n, float scale, float sub) {
+  const __m256 vs = _mm256_set1_ps(scale), vsub = _mm256_set1_ps(sub);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= nv; c += 8) {
+    __m256 e = gpa__exp8(_mm256_fmsub_ps(_mm256_loadu_ps(p + c), vs, vsub));
+    _mm256_storeu_ps(p + c, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  if (c < nv) {
+    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(nv - c)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 e = gpa__exp8(_mm256_fmsub_ps(_mm256_maskload_ps(p + c, m), vs, vsub));
+    e = _mm256_and_ps(e, _mm256_castsi256_ps(m));
+    _mm256_maskstore_ps(p + c, m, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  for (int64_t z = nv; z < n; z++) p[z] = 0.0f;
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+  return _mm_cvtss_f32(h);
+}
+#endif
+
+static float exp_row(float *p, int64_t nv, int64_t n, float scale, float sub) {
+#ifdef GPA__HAVE_AVX2_PATH
+  if (gpa__cpu_avx2()) return exp_row_avx2(p, nv, n, scale, sub);
+#endif
+  return exp_row_scalar(p, nv, n, scale, sub);
+}
+
+typedef struct attn_ctx {
+  const gpa__attn_geom *g;
+  const float *q, *k, *v, *o, *lse, *dout;
+  const int32_t *lens;
+  float *out_o, *out_lse, *dq, *dk, *dv;
+  atomic_int failed;
+} attn_ctx;
+
+/* ---- forward --------------------------------------------------------- */
+
+static void fwd_item(const attn_ctx *c, int64_t it, float *Kt, float *P, float *O, float *m, float *l,
+                     int64_t *lim) {
+  const gpa__attn_geom *g = c->g;
+  int64_t nq = (g->S + FWD_BR - 1) / FWD_BR, D = g->D, grp = g->H / g->Hkv;
+  int64_t b = it / (g->H * nq), h = (it / nq) % g->H, s0 = (it % nq) * FWD_BR, kh = h / grp;
+  int64_t mr = g->S - s0 < FWD_BR ? g->S - s0 : FWD_BR;
+  int64_t ldq = g->H * D, ldk = g->Hkv * D, kvlen = kv_len(g, c->lens, b);
+  const float *Q = c->q + ((b * g->S + s0) * g->H + h) * D;
+  const float *K = c->k + (b * g->Sk * g->Hkv + kh) * D;
+  const float *V = c->v + (b * g->Sk * g->Hkv + kh) * D;
+  int64_t jmax = 0;
+  for (int64_t r = 0; r < mr; r++) {
+    lim[r] = key_limit(g, kvlen, s0 + r);
+    if (lim[r] > jmax) jmax = lim[r];
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }
+  memset(O, 0, (size_t)(mr * D) * sizeof(float));
+  for (int64_t j0 = 0; j0 < jmax; j0 += FWD_BC) {
+    int64_t nc = jmax - j0 < FWD_BC ? jmax - j0 : FWD_BC;
+    gpa__transpose(nc, D, K + j0 * ldk, ldk, Kt, nc);
+    gpa__tgemm(mr, nc, D, Q, ldq, Kt, nc, P, nc, 0);
+    for (int64_t r = 0; r < mr; r++) {
+      float *p = P + r * nc;
+      int64_t nv = lim[r] - j0;
+      nv = nv < 0 ? 0 : (nv > nc ? nc : nv);
+      if (nv == 0) {
+        memset(p, 0, (size_t)nc * sizeof(float));
+        continue;
+      }
+      float mx = row_max_scalar(p, nv) * g->scale;
+      float mnew = mx > m[r] ? mx : m[r];
+      float corr = expf(m[r] - mnew); /* 0 when m was -inf */
+      l[r] = l[r] * corr + exp_row(p, nv, nc, g->scale, mnew);
+      m[r] = mnew;
+      if (corr != 1.0f) {
+        float *orow = O + r * D;
+        for (int64_t d = 0; d < D; d++) orow[d] *= corr;
+      }
+    }
+    gpa__tgemm(mr, D, nc, P, nc, V + j0 * ldk, ldk, O, D, 1);
+  }
+  for (int64_t r = 0; r < mr; r++) {
+    float *dst = c->out_o + ((b * g->S + s0 + r) * g->H + h) * D;
+    float *L = c->out_lse + (b * g->H + h) * g->S + s0 + r;
+    if (l[r] > 0.0f) {
+      float inv = 1.0f / l[r];
+      for (int64_t d = 0; d < D; d++) dst[d] = O[r * D + d] * inv;
+      *L = m[r] + logf(l[r]);
+    } else {
+      memset(dst, 0, (size_t)D * sizeof(float));
+      *L = -INFINITY;
+    }
+  }
+}
+
+static void *ws_alloc(size_t floats) {
+  size_t bytes = (floats * sizeof(float) + 63) & ~(size_t)63;
+  return aligned_alloc(64, bytes ? bytes : 64);
+}
+
+static void fwd_range(int64_t i0, int64_t i1, void *p) {
+  attn_ctx *c = p;
+  int64_t D = c->g->D;
+  size_t nKt = (size_t)(D * FWD_BC), nP = FWD_BR * FWD_BC, nO = (size_t)(FWD_BR * D);
+  float *ws = ws_alloc(nKt + nP + nO + 2 * FWD_BR);
+  int64_t *lim = malloc(FWD_BR * sizeof(int64_t));
+  if (!ws || !lim) {
+    atomic_store_explicit(&c->failed, 1, memory_order_relaxed);
+  } else {
+    float *Kt = ws, *P = Kt + nKt, *O = P + nP, *m = O + nO, *l = m + FWD_BR;
+    for (int64_t it = i0; it < i1; it++) fwd_item(c, it, Kt, P, O, m, l, lim);
+  }
+  free(ws);
+  free(lim);
+}
+
+gpa_status gpa__attention_fwd(const gpa__par *par, const gpa__attn_geom *g, const float *q, const float *k,
+                              const float *v, const int32_t *lens, float *o, float *lse) {
+  attn_ctx c = {.g = g, .q = q, .k = k, .v = v, .lens = lens, .out_o = o, .out_lse = lse};
+  atomic_init(&c.failed, 0);
+  int64_t nq = (g->S + FWD_BR - 1) / FWD_BR;
+  gpa__pfor(par, g->B * g->H * nq, 1, fwd_range, &c);
+  return atomic_load(&c.failed) ? GPA_ENOMEM : GPA_OK;
+}
+
+/* ---- backward -------------------------------------------------------- */
+
+typedef struct bwd_ws {
+  float *Kt, *Vt, *P, *dS, *T, *dKa, *dVa, *delta;
+} bwd_ws;
+
+static void bwd_item(const attn_ctx *c, int64_t it, const bwd_ws *w) {
+  const gpa__attn_geom *g = c->g;
+  int64_t D = g->D, grp = g->H / g->Hkv, b = it / g->Hkv, kh = it % g->Hkv;
+  int64_t ldq = g->H * D, ldk = g->Hkv * D, kvlen = kv_len(g, c->lens, b);
+  const float *K = c->k + (b * g->Sk * g->Hkv + kh) * D;
+  const float *V = c->v + (b * g->Sk * g->Hkv + kh) * D;
+  float *dK = c->dk + (b * g->Sk * g->Hkv + kh) * D;
+  float *dV = c->dv + (b * g->Sk * g->Hkv + kh) * D;
+  /* The group's query heads are adjacent: dq rows of G*D floats per s. */
+  int64_t h0 = kh * grp;
+  for (int64_t s = 0; s < g->S; s++) {
+    int64_t row = (b * g->S + s) * g->H + h0;
+    memset(c->dq + row * D, 0, (size_t)(grp * D) * sizeof(float));
+    for (int64_t gi = 0; gi < grp; gi++) {
+      const float *a = c->dout + (row + gi) * D, *bb = c->o + (row + gi) * D;
+      float acc = 0.0f;
+      for (int64_t d = 0; d < D; d++) acc += a[d] * bb[d];
+      w->delta[gi * g->S + s] = acc;
+    }
+  }
+  for (int64_t j0 = 0; j0 < g->Sk; j0 += BWD_BC) {
+    int64_t nc = g->Sk - j0 < BWD_BC ? g->Sk - j0 : BWD_BC;
+    memset(w->dKa, 0, (size_t)(nc * D) * sizeof(float));
+    memset(w->dVa, 0, (size_t)(nc * D) * sizeof(float));
+    int64_t qstart = g->causal ? j0 - (g->Sk - g->S) : 0;
+    if (qstart < 0) qstart = 0;
+    if (j0 < kvlen && qstart < g->S) {
+      gpa__transpose(nc, D, K + j0 * ldk, ldk, w->Kt, nc);
+      gpa__transpose(nc, D, V + j0 * ldk, ldk, w->Vt, nc);
+      for (int64_t gi = 0; gi < grp; gi++) {
+        int64_t h = h0 + gi;
+        const float *lse = c->lse + (b * g->H + h) * g->S;
+        for (int64_t s0 = qstart / BWD_BR * BWD_BR; s0 < g->S; s0 += BWD_BR) {
+          int64_t mr = g->S - s0 < BWD_BR ? g->S - s0 : BWD_BR;
+          const float *Q = c->q + ((b * g->S + s0) * g->H + h) * D;
+          const float *dO = c->dout + ((b * g->S + s0) * g->H + h) * D;
+          float *dq = c->dq + ((b * g->S + s0) * g->H + h) * D;
+          gpa__tgemm(mr, nc, D, Q, ldq, w->Kt, nc, w->P, nc, 0);
+          gpa__tgemm(mr, nc, D, dO, ldq, w->Vt, nc, w->dS, nc, 0);
+          for (int64_t r = 0; r < mr; r++) {
+            float *p = w->P + r * nc, *ds = w->dS + r * nc;
+            int64_t nv = key_limit(g, kvlen, s0 + r) - j0;
+            nv = nv < 0 ? 0 : (nv > nc ? nc : nv);
+            float L = lse[s0 + r];
+            if (nv == 0 || L == -INFINITY) nv = 0;
+            exp_row(p, nv, nc, g->scale, nv ? L : 0.0f);
+            float dl = w->delta[gi * g->S + s0 + r];
+            for (int64_t cc = 0; cc < nc; cc++) ds[cc] = p[cc] * (ds[cc] - dl);
+          }
+          gpa__tgemm(mr, D, nc, w->dS, nc, K + j0 * ldk, ldk, dq, ldq, 1);
+          gpa__transpose(mr, nc, w->P, nc, w->T, mr);
+          gpa__tgemm(nc, D, mr, w->T, mr, dO, ldq, w->dVa, D, 1);
+          gpa__transpose(mr, nc, w->dS, nc, w->T, mr);
+          gpa__tgemm(nc, D, mr, w->T, mr, Q, ldq, w->dKa, D, 1);
+        }
+      }
+    }
+    for (int64_t cc = 0; cc < nc; cc++) {
+      float *dk = dK + (j0 + cc) * ldk, *dv = dV + (j0 + cc) * ldk;
+      for (int64_t d = 0; d < D; d++) {
+        dk[d] = w->dKa[cc * D + d] * g->scale;
+        dv[d] = w->dVa[cc * D + d];
+      }
+    }
+  }
+  for (int64_t s = 0; s < g->S; s++) {
+    float *dq = c->dq + ((b * g->S + s) * g->H + h0) * D;
+    for (int64_t d = 0; d < grp * D; d++) dq[d] *= g->scale;
+  }
+}
+
+static void bwd_range(int64_t i0, int64_t i1, void *p) {
+  attn_ctx *c = p;
+  const gpa__attn_geom *g = c->g;
+  size_t D = (size_t)g->D, grp = (size_t)(g->H / g->Hkv);
+  size_t nt = D * BWD_BC, np = BWD_BR * BWD_BC, nacc = BWD_BC * D, nd = grp * (size_t)g->S;
+  float *ws = ws_alloc(2 * nt + 3 * np + 2 * nacc + nd);
+  if (!ws) {
+    atomic_store_explicit(&c->failed, 1, memory_order_relaxed);
+    return;
+  }
+  bwd_ws w;
+  w.Kt = ws;
+  w.Vt = w.Kt + nt;
+  w.P = w.Vt + nt;
+  w.dS = w.P + np;
+  w.T = w.dS + np;
+  w.dKa = w.T + np;
+  w.dVa = w.dKa + nacc;
+  w.delta = w.dVa + nacc;
+  for (int64_t it = i0; it < i1; it++) bwd_item(c, it, &w);
+  free(ws);
+}
+
+gpa_status gpa__attention_bwd(const gpa__par *par, const gpa__attn_geom *g, const float *dout, const float *q,
+                              const float *k, const float *v, const float *o, const float *lse,
+                              const int32_t *lens, float *dq, float *dk, float *dv) {
+  attn_ctx c = {.g = g, .q = q, .k = k, .v = v, .o = o, .lse = lse, .dout = dout, .lens = lens,
+                .dq = dq, .dk = dk, .dv = dv};
+  atomic_init(&c.failed, 0);
+  gpa__pfor(par, g->B * g->Hkv, 1, bwd_range, &c);
+  return atomic_load(&c.failed) ? GPA_ENOMEM : GPA_OK;
+}

@@ -1,0 +1,20 @@
+/* Small in-cache GEMM for tiles (attention): C[M,N] (+)= A[M,K] B[K,N],
+ * row-major with leading dimensions. Single-threaded, no allocation: meant
+ * to be called from inside a parallel loop, where a BLAS call would fight
+ * the backend's workers for the cores.
+ *
+ * Every C element is one FMA chain over k = 0..K-1 in order, starting from 0
+ * (acc == 0) or from C (acc != 0): the value of an element does not depend
+ * on M, N or where the element sits in a register block. AVX2+FMA register
+ * blocks of 6x16 when the CPU has them, plain C otherwise. */
+#ifndef GPA_KERNELS_HOST_TGEMM_H
+#define GPA_KERNELS_HOST_TGEMM_H
+#include <stdint.h>
+
+void gpa__tgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                float *C, int64_t ldc, int acc);
+
+/* dst[c*ldd + r] = src[r*lds + c] for r < rows, c < cols. */
+void gpa__transpose(int64_t rows, int64_t cols, const float *src, int64_t lds, float *dst, int64_t ldd);
+
+#endif
