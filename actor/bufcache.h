@@ -1,0 +1,68 @@
+/* The buffer cache: device memory owned by the actor.
+ *
+ * Ids are (generation << 32 | slot + 1). The actor thread owns everything;
+ * submitting threads only read each slot's published id and size (atomics) to
+ * reject stale or short buffers early. The authoritative check happens when
+ * the actor takes a message in (gpa__bufcache_pin): a message pins the
+ * buffers it names, so a release waits for them before the memory is reused.
+ */
+#ifndef GPA_ACTOR_BUFCACHE_H
+#define GPA_ACTOR_BUFCACHE_H
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "actor/internal.h"
+
+#define GPA__SLOT_CHUNK 256
+#define GPA__SLOT_CHUNKS 4096 /* 1M buffers at most */
+
+typedef enum gpa__slot_state { GPA__SLOT_FREE = 0, GPA__SLOT_LIVE, GPA__SLOT_RELEASING, GPA__SLOT_CACHED } gpa__slot_state;
+
+typedef struct gpa__slot {
+  _Atomic uint64_t id;   /* published live id; 0 when not live */
+  _Atomic uint64_t size; /* requested bytes of the live buffer */
+  /* actor thread only */
+  uint32_t gen;
+  uint8_t state;
+  uint32_t refs; /* acquisitions */
+  uint32_t pins; /* messages in flight that name it */
+  void *ptr;
+  uint64_t capacity;
+  uint64_t version;
+  uint64_t lru_tick;
+  char *label; /* NULL: anonymous */
+  struct gpa__slot *lru_prev, *lru_next;
+  uint32_t index;
+} gpa__slot;
+
+struct gpa__bufcache {
+  _Atomic(gpa__slot *) chunks[GPA__SLOT_CHUNKS];
+  /* actor thread only */
+  uint32_t n_slots;
+  uint32_t *free_slots; /* indices of FREE slots */
+  uint32_t n_free, cap_free;
+  gpa__slot lru;        /* sentinel: CACHED buffers, least recently released first */
+  char **label_keys;    /* open addressing: label -> slot index */
+  uint32_t *label_vals;
+  uint32_t label_cap, label_count, label_tombs;
+  uint64_t budget;
+  uint64_t bytes_allocated, bytes_cached, live;
+  uint64_t hits, misses, evictions;
+};
+
+gpa_status gpa__bufcache_init(gpa_actor *a);
+void gpa__bufcache_fini(gpa_actor *a);
+/* Any thread: the slot of a published live id, or NULL. */
+gpa__slot *gpa__bufcache_peek(gpa__bufcache *c, gpa_buffer_id id);
+/* Actor thread. */
+gpa_status gpa__bufcache_acquire(gpa_actor *a, const char *label, uint64_t size, gpa_buffer_id *out,
+                                 char *msg, size_t cap);
+gpa_status gpa__bufcache_release(gpa_actor *a, gpa_buffer_id id, char *msg, size_t cap);
+gpa__slot *gpa__bufcache_live(gpa__bufcache *c, gpa_buffer_id id);
+/* The slot an id names, whatever its generation: for pinned messages. */
+gpa__slot *gpa__bufcache_slot(gpa__bufcache *c, gpa_buffer_id id);
+void gpa__bufcache_pin(gpa__slot *s);
+void gpa__bufcache_unpin(gpa_actor *a, gpa__slot *s);
+uint64_t gpa__size_class(uint64_t size);
+
+#endif

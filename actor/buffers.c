@@ -1,0 +1,142 @@
+/* Public buffer calls: control messages to the actor's buffer cache. */
+#include <stdio.h>
+#include <string.h>
+
+#include "actor/bufcache.h"
+
+typedef struct buf_args {
+  char label[64];
+  bool has_label;
+  uint64_t size;
+  gpa_buffer_id id;
+  union {
+    gpa_buffer_info info;
+    gpa_actor_stats stats;
+  };
+} buf_args;
+_Static_assert(sizeof(buf_args) <= GPA_OP_PARAMS_MAX, "buffer call args fit the params block");
+
+static gpa_status acquire_fn(gpa_actor *a, gpa__msg *m) {
+  buf_args *b = (buf_args *)m->params;
+  return gpa__bufcache_acquire(a, b->has_label ? b->label : NULL, b->size, &b->id, m->err, sizeof m->err);
+}
+
+static gpa_status release_fn(gpa_actor *a, gpa__msg *m) {
+  buf_args *b = (buf_args *)m->params;
+  return gpa__bufcache_release(a, b->id, m->err, sizeof m->err);
+}
+
+static gpa_status query_fn(gpa_actor *a, gpa__msg *m) {
+  buf_args *b = (buf_args *)m->params;
+  gpa__slot *s = gpa__bufcache_live(a->cache, b->id);
+  if (!s) {
+    snprintf(m->err, sizeof m->err, "gpa_buffer_query: buffer 0x%llx is stale", (unsigned long long)b->id);
+    return GPA_ESTALE;
+  }
+  memset(&b->info, 0, sizeof b->info);
+  b->info.size_of = sizeof b->info;
+  b->info.size = atomic_load_explicit(&s->size, memory_order_relaxed);
+  b->info.capacity = s->capacity;
+  b->info.version = s->version;
+  b->info.refs = s->refs;
+  snprintf(b->info.label, sizeof b->info.label, "%s", s->label ? s->label : "");
+  return GPA_OK;
+}
+
+static gpa_status stats_fn(gpa_actor *a, gpa__msg *m) {
+  buf_args *b = (buf_args *)m->params;
+  gpa__bufcache *c = a->cache;
+  gpa_actor_stats *s = &b->stats;
+  memset(s, 0, sizeof *s);
+  s->size = sizeof *s;
+  s->messages = a->messages;
+  s->cache_hits = c->hits;
+  s->cache_misses = c->misses;
+  s->evictions = c->evictions;
+  s->bytes_allocated = c->bytes_allocated;
+  s->bytes_cached = c->bytes_cached;
+  s->live_buffers = c->live;
+  s->uploads_skipped = a->uploads_skipped;
+  s->bytes_uploaded = a->bytes_uploaded;
+  s->bytes_read_back = a->bytes_read_back;
+  s->producers = atomic_load(&a->producers);
+  return GPA_OK;
+}
+
+static gpa_status buf_call(gpa_actor *a, gpa__call_fn fn, gpa__msg **out) {
+  gpa__msg *m = gpa__msg_new(a, GPA__MSG_CALL);
+  if (!m) return GPA_ENOMEM;
+  m->fn = fn;
+  *out = m;
+  return GPA_OK;
+}
+
+gpa_status gpa_buffer_acquire(gpa_actor *a, const char *label, uint64_t size, gpa_buffer_id *out) {
+  if (!a || !out) return gpa__fail(GPA_EINVAL, "gpa_buffer_acquire: NULL argument");
+  *out = 0;
+  if (!size) return gpa__fail(GPA_EINVAL, "gpa_buffer_acquire: size is 0");
+  if (!gpa__size_class(size))
+    return gpa__fail(GPA_EOVERFLOW, "gpa_buffer_acquire: size %llu is beyond any device (max 2^48 bytes)",
+                     (unsigned long long)size);
+  if (label && (!label[0] || strlen(label) >= 64))
+    return gpa__fail(GPA_EINVAL, "gpa_buffer_acquire: label must be 1 to 63 bytes");
+  if (atomic_load_explicit(&a->closing, memory_order_acquire)) return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
+  gpa__msg *m;
+  gpa_status st = buf_call(a, acquire_fn, &m);
+  if (st != GPA_OK) return st;
+  buf_args *b = (buf_args *)m->params;
+  b->has_label = label != NULL;
+  if (label) snprintf(b->label, sizeof b->label, "%s", label);
+  b->size = size;
+  st = gpa__call(a, m);
+  if (st == GPA_OK) *out = b->id;
+  gpa__msg_unref(m);
+  return st;
+}
+
+gpa_status gpa_buffer_release(gpa_actor *a, gpa_buffer_id id) {
+  if (!a) return gpa__fail(GPA_EINVAL, "gpa_buffer_release: actor is NULL");
+  if (!gpa__bufcache_peek(a->cache, id))
+    return gpa__fail(GPA_ESTALE, "gpa_buffer_release: buffer 0x%llx is stale or was never acquired",
+                     (unsigned long long)id);
+  if (atomic_load_explicit(&a->closing, memory_order_acquire)) return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
+  gpa__msg *m;
+  gpa_status st = buf_call(a, release_fn, &m);
+  if (st != GPA_OK) return st;
+  ((buf_args *)m->params)->id = id;
+  /* Sent, not awaited: a release is ordered after this thread's earlier
+   * messages by the ring, and its outcome was checked above. */
+  st = gpa__send(a, m);
+  gpa__msg_unref(m);
+  return st;
+}
+
+gpa_status gpa_buffer_query(gpa_actor *a, gpa_buffer_id id, gpa_buffer_info *out) {
+  if (!a || !out) return gpa__fail(GPA_EINVAL, "gpa_buffer_query: NULL argument");
+  if (out->size_of && out->size_of < sizeof *out)
+    return gpa__fail(GPA_EINVAL, "gpa_buffer_query: info.size_of %u too small", out->size_of);
+  if (atomic_load_explicit(&a->closing, memory_order_acquire)) return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
+  gpa__msg *m;
+  gpa_status st = buf_call(a, query_fn, &m);
+  if (st != GPA_OK) return st;
+  buf_args *b = (buf_args *)m->params;
+  b->id = id;
+  st = gpa__call(a, m);
+  if (st == GPA_OK) *out = b->info;
+  gpa__msg_unref(m);
+  return st;
+}
+
+gpa_status gpa_actor_stats_get(gpa_actor *a, gpa_actor_stats *out) {
+  if (!a || !out) return gpa__fail(GPA_EINVAL, "gpa_actor_stats_get: NULL argument");
+  if (out->size && out->size < sizeof *out)
+    return gpa__fail(GPA_EINVAL, "gpa_actor_stats_get: stats.size %u too small", out->size);
+  if (atomic_load_explicit(&a->closing, memory_order_acquire)) return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
+  gpa__msg *m;
+  gpa_status st = buf_call(a, stats_fn, &m);
+  if (st != GPA_OK) return st;
+  st = gpa__call(a, m);
+  if (st == GPA_OK) *out = ((buf_args *)m->params)->stats;
+  gpa__msg_unref(m);
+  return st;
+}

@@ -1,0 +1,207 @@
+/* Messages (= handles): pooled allocation, completion and waiting. */
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "actor/ctx.h"
+
+#define GPA__SLAB_MSGS 32
+
+static void futex_wake_all(_Atomic uint32_t *addr) {
+  syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t expected, const struct timespec *rel) {
+  syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, expected, rel, NULL, 0);
+}
+
+static bool ctx_refill(gpa__ctx *c) {
+  gpa__msg *r = atomic_exchange_explicit(&c->returned, NULL, memory_order_acquire);
+  if (r) {
+    c->free_list = r;
+    return true;
+  }
+  if (c->n_slabs == c->cap_slabs) {
+    uint32_t cap = c->cap_slabs ? c->cap_slabs * 2 : 8;
+    void **s = realloc(c->slabs, cap * sizeof *s);
+    if (!s) return false;
+    c->slabs = s;
+    c->cap_slabs = cap;
+  }
+  gpa__msg *slab = aligned_alloc(64, GPA__SLAB_MSGS * sizeof(gpa__msg));
+  if (!slab) return false;
+  c->slabs[c->n_slabs++] = slab;
+  for (int i = 0; i < GPA__SLAB_MSGS; i++) {
+    slab[i].owner = c;
+    slab[i].next = i + 1 < GPA__SLAB_MSGS ? &slab[i + 1] : NULL;
+  }
+  c->free_list = slab;
+  return true;
+}
+
+gpa__msg *gpa__msg_new(gpa_actor *a, int kind) {
+  gpa__ctx *c = gpa__ctx_get(a);
+  if (!c) return NULL;
+  if (!c->free_list && !ctx_refill(c)) {
+    gpa__fail(GPA_ENOMEM, "out of memory allocating a message");
+    return NULL;
+  }
+  gpa__msg *m = c->free_list;
+  c->free_list = m->next;
+  atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+  /* Reset the header only: tensors, params and err are written before use. */
+  atomic_store_explicit(&m->state, 0, memory_order_relaxed);
+  atomic_store_explicit(&m->waiters, 0, memory_order_relaxed);
+  atomic_store_explicit(&m->refs, 1, memory_order_relaxed);
+  atomic_store_explicit(&m->synced, 0, memory_order_relaxed);
+  m->status = GPA_OK;
+  m->kind = (uint8_t)kind;
+  m->pinned = 0;
+  m->next = NULL;
+  m->q = NULL;
+  m->ticket = 0;
+  m->op = NULL;
+  m->fn = NULL;
+  m->n_in = m->n_out = 0;
+  m->t = m->t_inline;
+  m->payload = NULL;
+  m->payload_size = 0;
+  m->version = 0;
+  m->err[0] = 0;
+  return m;
+}
+
+void gpa__msg_ref(gpa__msg *m) { atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed); }
+
+void gpa__msg_unref(gpa__msg *m) {
+  if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
+  if (m->t != m->t_inline) free(m->t);
+  free(m->payload);
+  gpa__ctx *c = m->owner;
+  gpa__msg *head = atomic_load_explicit(&c->returned, memory_order_relaxed);
+  do {
+    m->next = head;
+  } while (!atomic_compare_exchange_weak_explicit(&c->returned, &head, m, memory_order_release,
+                                                  memory_order_relaxed));
+  gpa__ctx_unref(c);
+}
+
+gpa_status gpa__msg_set_tensors(gpa__msg *m, const gpa_tensor *in, uint32_t n_in, const gpa_tensor *out,
+                                uint32_t n_out) {
+  uint32_t n = n_in + n_out;
+  if (n > GPA__MSG_TENSORS) {
+    m->t = malloc(n * sizeof *m->t);
+    if (!m->t) {
+      m->t = m->t_inline;
+      return gpa__fail(GPA_ENOMEM, "out of memory copying %u tensors", n);
+    }
+  }
+  if (n_in) memcpy(m->t, in, n_in * sizeof *in);
+  if (n_out) memcpy(m->t + n_in, out, n_out * sizeof *out);
+  m->n_in = n_in;
+  m->n_out = n_out;
+  return GPA_OK;
+}
+
+void gpa__msg_complete(gpa__msg *m, gpa_status st, const char *msg) {
+  m->status = st;
+  if (st != GPA_OK) {
+    if (msg && msg != m->err) snprintf(m->err, sizeof m->err, "%s", msg);
+    else if (!msg || !msg[0]) snprintf(m->err, sizeof m->err, "%s", gpa_strerror(st));
+  }
+  /* seq_cst pairs with the waiter's increment of `waiters` (Dekker): either
+   * the waiter sees state 1 or we see its waiters count. */
+  atomic_store_explicit(&m->state, 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&m->waiters, memory_order_seq_cst)) futex_wake_all(&m->state);
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* Spin briefly first: waking a sleeper on another core costs ~25 us here. */
+static bool wait_done(gpa__msg *m, int64_t timeout_ns) {
+  if (atomic_load_explicit(&m->state, memory_order_acquire)) return true;
+  if (timeout_ns == 0) return false;
+  int64_t start = gpa__now_ns();
+  for (int i = 0; i < 4000; i++) {
+    if (atomic_load_explicit(&m->state, memory_order_acquire)) return true;
+    cpu_relax();
+  }
+  for (int i = 0; i < 20; i++) {
+    if (atomic_load_explicit(&m->state, memory_order_acquire)) return true;
+    sched_yield();
+  }
+  for (;;) {
+    struct timespec rel, *relp = NULL;
+    if (timeout_ns > 0) {
+      int64_t left = timeout_ns - (gpa__now_ns() - start);
+      if (left <= 0) return atomic_load_explicit(&m->state, memory_order_acquire) != 0;
+      rel.tv_sec = left / 1000000000;
+      rel.tv_nsec = left % 1000000000;
+      relp = &rel;
+    }
+    atomic_fetch_add_explicit(&m->waiters, 1, memory_order_seq_cst);
+    if (!atomic_load_explicit(&m->state, memory_order_seq_cst)) futex_wait(&m->state, 0, relp);
+    atomic_fetch_sub_explicit(&m->waiters, 1, memory_order_relaxed);
+    if (atomic_load_explicit(&m->state, memory_order_acquire)) return true;
+  }
+}
+
+gpa_status gpa_await(gpa_handle *h, int64_t timeout_ns) {
+  if (!h) return gpa__fail(GPA_EINVAL, "gpa_await: handle is NULL");
+  if (!wait_done(h, timeout_ns)) return gpa__fail(GPA_ETIMEDOUT, "gpa_await: handle still pending");
+  if (h->status != GPA_OK) return gpa__fail(h->status, "%s", h->err);
+  atomic_store_explicit(&h->synced, 1, memory_order_release);
+  return GPA_OK;
+}
+
+gpa_status gpa_handle_status(const gpa_handle *h) {
+  if (!h) return gpa__fail(GPA_EINVAL, "gpa_handle_status: handle is NULL");
+  if (!atomic_load_explicit(&h->state, memory_order_acquire)) return GPA_EPENDING;
+  return h->status;
+}
+
+const char *gpa_handle_error_message(const gpa_handle *h) {
+  if (!h || !atomic_load_explicit(&h->state, memory_order_acquire)) return "";
+  return h->status == GPA_OK ? "" : h->err;
+}
+
+void gpa_handle_retain(gpa_handle *h) {
+  if (h) gpa__msg_ref(h);
+}
+
+void gpa_handle_release(gpa_handle *h) {
+  if (h) gpa__msg_unref(h);
+}
+
+gpa_status gpa_handle_data(gpa_handle *h, const void **data, uint64_t *size) {
+  if (!h || !data || !size) return gpa__fail(GPA_EINVAL, "gpa_handle_data: NULL argument");
+  *data = NULL;
+  *size = 0;
+  if (h->kind != GPA__MSG_READBACK) return gpa__fail(GPA_EINVAL, "gpa_handle_data: not a readback handle");
+  if (!atomic_load_explicit(&h->synced, memory_order_acquire))
+    return gpa__fail(GPA_ENOTSYNCED, "readback not synced: await the handle or sync its batch first");
+  if (h->status != GPA_OK) return gpa__fail(h->status, "%s", h->err);
+  *data = h->payload;
+  *size = h->payload_size;
+  return GPA_OK;
+}
+
+gpa_status gpa__call(gpa_actor *a, gpa__msg *m) {
+  gpa_status st = gpa__send(a, m);
+  if (st != GPA_OK) return st;
+  wait_done(m, -1);
+  st = m->status;
+  if (st != GPA_OK) gpa__fail(st, "%s", m->err);
+  return st;
+}

@@ -1,0 +1,201 @@
+/* Internal structures of the actor runtime.
+ *
+ * Overview
+ * --------
+ * A message and its handle are one object (struct gpa_handle): the submit
+ * call fills it, the actor executes and completes it, the caller awaits and
+ * releases it. Messages come from per-producer pools (gpa__ctx) so the hot
+ * path does not call malloc; whoever drops the last reference returns the
+ * message to its owner's lock-free return stack.
+ *
+ * Each producer thread has its own SPSC ring into the actor (mailbox.c), so a
+ * preempted producer never stalls another one (ck_ring's MPSC enqueue does).
+ * Rings carry no order between producers, so every message bound for a queue
+ * takes a ticket from that queue (after its ring slot is reserved, so a ticket
+ * is never lost) and the actor runs each queue's messages in ticket order
+ * (queue.c). A thread that submits m1 and then causes another thread to
+ * submit m2 on the same queue therefore sees m1 run first.
+ *
+ * Ownership: everything under "actor thread only" is touched by the actor
+ * thread alone; submit-side fields are atomics or immutable after creation.
+ */
+#ifndef GPA_ACTOR_INTERNAL_H
+#define GPA_ACTOR_INTERNAL_H
+#include <ck_ec.h>
+#include <ck_ring.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpuactor.h"
+#include "ops/registry.h"
+
+typedef struct gpa__ctx gpa__ctx;
+typedef struct gpa__backend gpa__backend;
+typedef struct gpa__bufcache gpa__bufcache;
+
+typedef enum gpa__msg_kind {
+  GPA__MSG_OP = 1,   /* a registry op */
+  GPA__MSG_UPLOAD,   /* payload -> tensor t[0] */
+  GPA__MSG_READBACK, /* tensor t[0] -> payload */
+  GPA__MSG_CALL,     /* fn(actor, msg) on the actor thread: control requests */
+} gpa__msg_kind;
+
+#define GPA__MSG_TENSORS 8 /* inline; more go to a heap array */
+#define GPA__ERR_MAX 192
+
+typedef struct gpa_handle gpa__msg;
+typedef gpa_status (*gpa__call_fn)(gpa_actor *a, gpa__msg *m);
+
+struct gpa_handle {
+  /* completion: any thread */
+  _Atomic uint32_t state; /* 0 pending, 1 done: the futex word */
+  _Atomic uint32_t waiters;
+  _Atomic uint32_t refs;
+  _Atomic uint32_t synced; /* readback data may be read */
+  int32_t status;
+  /* message: written by the submitter, then owned by the actor */
+  uint8_t kind;
+  uint8_t pinned; /* holds pins on its buffers (actor thread) */
+  gpa__ctx *owner;
+  gpa__msg *next; /* free list, queue pending list, batch readback list */
+  gpa_queue *q;   /* NULL: not queue-ordered (control calls) */
+  uint64_t ticket;
+  const gpa__op *op;
+  gpa__call_fn fn;
+  uint32_t n_in, n_out;
+  gpa_tensor *t; /* inputs then outputs: t_inline or heap */
+  void *payload; /* upload source copy or readback destination (host) */
+  uint64_t payload_size;
+  uint64_t version;
+  _Alignas(16) unsigned char params[GPA_OP_PARAMS_MAX];
+  gpa_tensor t_inline[GPA__MSG_TENSORS];
+  char err[GPA__ERR_MAX];
+};
+
+/* Batch accounting of one queue (actor thread only). */
+typedef struct gpa__batch {
+  char label[64];
+  int64_t t0_ns;
+  uint64_t ops, errors, bytes, skipped;
+  int64_t device_ns;
+  int32_t first_error;
+  char first_msg[GPA__ERR_MAX];
+  gpa__msg *readbacks; /* held references, made readable at sync */
+} gpa__batch;
+
+struct gpa_queue {
+  gpa_actor *actor;
+  uint32_t id;
+  char name[32];
+  /* submit side */
+  _Atomic uint64_t next_ticket;
+  _Atomic int closed;
+  _Atomic int batch_open;
+  _Atomic int64_t batch_t0; /* set by begin/sync callers, read by the actor */
+  /* actor thread only */
+  uint64_t expect;  /* ticket to run next */
+  gpa__msg *held;   /* messages that arrived before their turn, by ticket */
+  uint32_t n_held;
+  bool dead;
+  gpa__batch batch;
+  void *bq; /* backend's queue (stream) */
+  gpa_queue *next_all;
+};
+
+typedef struct gpa__opts {
+  char device[32];
+  uint32_t mailbox_size;
+  int32_t full_policy;
+  int64_t full_timeout_ns;
+  int32_t shutdown_policy;
+  uint64_t mem_budget;
+  uint32_t threads;
+  uint32_t max_pending;
+  int32_t log_level;
+} gpa__opts;
+
+struct gpa_actor {
+  gpa__opts opts;
+  const gpa__backend *be;
+  void *bctx; /* backend context */
+  const char *backend_name;
+  gpa_registry registry;
+  gpa__bufcache *cache;
+  pthread_t thread;
+
+  /* mailbox */
+  _Atomic(gpa__ctx *) ctxs; /* producer contexts, newest first */
+  pthread_mutex_t ctx_lock; /* registration and adoption */
+  ck_ec32_t ec;             /* wakes the actor */
+  ck_ec32_t space_ec;       /* wakes producers waiting for ring space */
+  _Atomic int idle;         /* the actor is about to sleep */
+  _Atomic int closing;      /* intake stopped */
+  _Atomic int stopping;     /* the actor drains and exits */
+  _Atomic uint32_t producers;
+
+  /* queues */
+  pthread_mutex_t queue_lock; /* the list of all queues (freed at destroy) */
+  gpa_queue *queues;
+  gpa_queue *default_q;
+  uint32_t next_queue_id;
+
+  /* actor thread only */
+  uint32_t held_total;
+  bool cancelling; /* shutdown with GPA_SHUTDOWN_CANCEL: complete instead of run */
+  uint64_t messages;
+  uint64_t bytes_uploaded, bytes_read_back, uploads_skipped;
+  char scratch_err[GPA__ERR_MAX];
+};
+
+/* status.c */
+gpa_status gpa__fail(gpa_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void gpa__clear_error(void);
+/* log.c */
+void gpa__log(int level, int threshold, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int gpa__log_threshold(void);
+/* options.c */
+gpa_status gpa__options_resolve(const gpa_actor_options *user, gpa__opts *out);
+/* time */
+int64_t gpa__now_ns(void);
+
+/* handle.c: message pool and completion */
+gpa__msg *gpa__msg_new(gpa_actor *a, int kind); /* NULL + error set on failure */
+void gpa__msg_ref(gpa__msg *m);
+void gpa__msg_unref(gpa__msg *m);
+/* Sets status/message (fmt may be NULL) and wakes waiters. Exactly once. */
+void gpa__msg_complete(gpa__msg *m, gpa_status st, const char *msg);
+gpa_status gpa__msg_set_tensors(gpa__msg *m, const gpa_tensor *in, uint32_t n_in, const gpa_tensor *out,
+                                uint32_t n_out);
+/* Sends a control call and waits for it. Returns its status. */
+gpa_status gpa__call(gpa_actor *a, gpa__msg *m);
+
+/* mailbox.c */
+gpa_status gpa__send(gpa_actor *a, gpa__msg *m);
+/* Actor side: runs each queued message through gpa__intake. Returns count. */
+uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget);
+bool gpa__mailbox_empty(gpa_actor *a);
+/* Waits until no producer is inside gpa__send (after closing is set). */
+void gpa__mailbox_quiesce(gpa_actor *a);
+void gpa__mailbox_fini(gpa_actor *a);
+void gpa__ctx_free_pool(gpa__ctx *c);
+
+/* queue.c */
+void gpa__intake(gpa_actor *a, gpa__msg *m);
+gpa_status gpa__queue_init_default(gpa_actor *a);
+void gpa__queues_cancel_held(gpa_actor *a);
+void gpa__queues_free(gpa_actor *a);
+
+/* dispatch.c: executes one message on the actor thread */
+void gpa__dispatch(gpa_actor *a, gpa__msg *m);
+/* The queue's batch records a finished message. */
+void gpa__batch_account(gpa_queue *q, gpa__msg *m, int64_t device_ns, uint64_t bytes);
+
+/* Validation shared by submit paths (ops/validate.c). */
+gpa_status gpa__check_queue(gpa_queue *q);
+gpa_status gpa__tensor_bytes(const gpa_tensor *t, uint64_t *bytes, const char *what);
+gpa_status gpa__check_tensor(gpa_actor *a, const gpa_tensor *t, const char *what);
+
+#endif

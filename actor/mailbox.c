@@ -1,0 +1,265 @@
+/* The mailbox: one SPSC ring per producer thread, scanned by the actor.
+ *
+ * Why not one MPSC ring: ck_ring's multi-producer enqueue spins until earlier
+ * producers commit, so a preempted producer stalls all others for a time
+ * slice (shared/notes/messaging-facts.md). With a ring per producer, a
+ * preempted producer delays only its own messages.
+ *
+ * Wake-up: the actor sleeps on a ck_ec32 event count. Producers increment it
+ * only when the actor has announced it is going idle; the idle flag and the
+ * ring contents form a Dekker pair (seq_cst on both sides), so a message is
+ * never left unseen while the actor sleeps.
+ *
+ * Shutdown: destroy sets `closing`, then waits until no producer is inside
+ * gpa__send (`busy`, again a Dekker pair), so every message that was accepted
+ * is in a ring before the actor's final drain.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "actor/ctx.h"
+
+/* ck_ec platform layer: futex wait/wake and the monotonic clock. */
+static int ec_gettime(const struct ck_ec_ops *ops, struct timespec *out) {
+  (void)ops;
+  return clock_gettime(CLOCK_MONOTONIC, out);
+}
+static void ec_wait32(const struct ck_ec_wait_state *st, const uint32_t *addr, uint32_t expected,
+                      const struct timespec *deadline) {
+  (void)st;
+  syscall(SYS_futex, addr, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, deadline, NULL,
+          FUTEX_BITSET_MATCH_ANY);
+}
+static void ec_wake32(const struct ck_ec_ops *ops, const uint32_t *addr) {
+  (void)ops;
+  syscall(SYS_futex, addr, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, INT_MAX, NULL, NULL, 0);
+}
+const struct ck_ec_ops gpa__ec_ops = {
+    .gettime = ec_gettime, .wait32 = ec_wait32, .wake32 = ec_wake32, .busy_loop_iter = 200,
+    .initial_wait_ns = 1000000};
+const struct ck_ec_mode gpa__ec_mp = {.ops = &gpa__ec_ops, .single_producer = false};
+
+/* Per-thread list of this thread's contexts, one per actor it submitted to. */
+typedef struct tls_ctxs {
+  gpa__ctx **v;
+  uint32_t n, cap;
+} tls_ctxs;
+static _Thread_local tls_ctxs gpa__tls;
+static pthread_key_t gpa__tls_key;
+static pthread_once_t gpa__tls_once = PTHREAD_ONCE_INIT;
+void gpa__tls_drop_dead(void);
+
+static void ctx_free(gpa__ctx *c) {
+  for (uint32_t i = 0; i < c->n_slabs; i++) free(c->slabs[i]);
+  free(c->slabs);
+  free(c->slots);
+  free(c);
+}
+
+void gpa__ctx_unref(gpa__ctx *c) {
+  if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) ctx_free(c);
+}
+
+/* Thread exit: give up ownership so another thread can adopt the context. */
+static void tls_destructor(void *p) {
+  tls_ctxs *t = p;
+  for (uint32_t i = 0; i < t->n; i++) {
+    atomic_store_explicit(&t->v[i]->owned, 0, memory_order_release);
+    gpa__ctx_unref(t->v[i]);
+  }
+  free(t->v);
+  t->v = NULL;
+  t->n = t->cap = 0;
+}
+
+static void tls_key_init(void) { pthread_key_create(&gpa__tls_key, tls_destructor); }
+
+static gpa__ctx *ctx_register(gpa_actor *a) {
+  pthread_once(&gpa__tls_once, tls_key_init);
+  tls_ctxs *t = &gpa__tls;
+  gpa__tls_drop_dead(); /* contexts of destroyed actors hold pool memory */
+  if (t->n == t->cap) {
+    uint32_t cap = t->cap ? t->cap * 2 : 4;
+    gpa__ctx **v = realloc(t->v, cap * sizeof *v);
+    if (!v) {
+      gpa__fail(GPA_ENOMEM, "out of memory registering a producer thread");
+      return NULL;
+    }
+    t->v = v;
+    t->cap = cap;
+  }
+  pthread_mutex_lock(&a->ctx_lock);
+  gpa__ctx *c = NULL;
+  for (gpa__ctx *o = atomic_load(&a->ctxs); o; o = o->next) {
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&o->owned, &expect, 1)) {
+      c = o;
+      atomic_fetch_add(&c->refs, 1);
+      break;
+    }
+  }
+  if (!c) {
+    c = calloc(1, sizeof *c);
+    ck_ring_buffer_t *slots = calloc(a->opts.mailbox_size, sizeof *slots);
+    if (!c || !slots) {
+      free(c);
+      free(slots);
+      pthread_mutex_unlock(&a->ctx_lock);
+      gpa__fail(GPA_ENOMEM, "out of memory registering a producer thread");
+      return NULL;
+    }
+    c->actor = a;
+    c->slots = slots;
+    ck_ring_init(&c->ring, a->opts.mailbox_size);
+    atomic_store(&c->owned, 1);
+    atomic_store(&c->refs, 2); /* the actor and this thread */
+    c->next = atomic_load(&a->ctxs);
+    atomic_store_explicit(&a->ctxs, c, memory_order_release);
+    atomic_fetch_add(&a->producers, 1);
+  }
+  pthread_mutex_unlock(&a->ctx_lock);
+  t->v[t->n++] = c;
+  pthread_setspecific(gpa__tls_key, t);
+  return c;
+}
+
+gpa__ctx *gpa__ctx_get(gpa_actor *a) {
+  tls_ctxs *t = &gpa__tls;
+  for (uint32_t i = 0; i < t->n; i++) {
+    gpa__ctx *c = t->v[i];
+    /* A destroyed actor's address may be reused: `dead` tells them apart. */
+    if (c->actor == a && !atomic_load_explicit(&c->dead, memory_order_relaxed)) return c;
+  }
+  return ctx_register(a);
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* Waits for space in c's ring per the actor's full policy. */
+static gpa_status wait_space(gpa_actor *a, gpa__ctx *c) {
+  if (a->opts.full_policy == GPA_FULL_FAIL)
+    return gpa__fail(GPA_EAGAIN, "mailbox full (%u slots); message not accepted", a->opts.mailbox_size);
+  int64_t limit = a->opts.full_timeout_ns, start = gpa__now_ns();
+  for (int spin = 0;; spin++) {
+    if (ck_ring_size(&c->ring) < ck_ring_capacity(&c->ring) - 1) return GPA_OK;
+    if (atomic_load_explicit(&a->closing, memory_order_acquire))
+      return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
+    if (limit > 0 && gpa__now_ns() - start > limit)
+      return gpa__fail(GPA_ETIMEDOUT, "mailbox full for %lld ms; message not accepted",
+                       (long long)(limit / 1000000));
+    if (spin < 64) {
+      cpu_relax();
+      continue;
+    }
+    uint32_t snap = ck_ec32_value(&a->space_ec);
+    atomic_store_explicit(&c->want_space, 1, memory_order_seq_cst);
+    if (ck_ring_size(&c->ring) < ck_ring_capacity(&c->ring) - 1) return GPA_OK;
+    /* Wake the actor in case it sleeps, then wait for it to drain us. */
+    ck_ec32_inc(&a->ec, &gpa__ec_mp);
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_nsec += 2000000; /* re-check closing and the limit every 2 ms */
+    if (dl.tv_nsec >= 1000000000) { dl.tv_sec++; dl.tv_nsec -= 1000000000; }
+    ck_ec32_wait(&a->space_ec, &gpa__ec_mp, snap, &dl);
+  }
+}
+
+gpa_status gpa__send(gpa_actor *a, gpa__msg *m) {
+  gpa__ctx *c = m->owner;
+  atomic_store_explicit(&c->busy, 1, memory_order_seq_cst);
+  gpa_status st = GPA_OK;
+  if (atomic_load_explicit(&a->closing, memory_order_seq_cst)) {
+    st = gpa__fail(GPA_ESHUTDOWN, "actor is shutting down; message not accepted");
+    goto out;
+  }
+  void **slot;
+  while (!(slot = ck_ring_enqueue_reserve_spsc(&c->ring, c->slots))) {
+    /* Leave `busy` while waiting so that destroy is not blocked by us. */
+    atomic_store_explicit(&c->busy, 0, memory_order_seq_cst);
+    st = wait_space(a, c);
+    if (st != GPA_OK) return st;
+    atomic_store_explicit(&c->busy, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&a->closing, memory_order_seq_cst)) {
+      st = gpa__fail(GPA_ESHUTDOWN, "actor is shutting down; message not accepted");
+      goto out;
+    }
+  }
+  /* The slot is ours: from here on the message cannot fail to arrive, so the
+   * queue ticket is taken now and never skipped. */
+  if (m->q) m->ticket = atomic_fetch_add_explicit(&m->q->next_ticket, 1, memory_order_relaxed);
+  gpa__msg_ref(m); /* the actor's reference */
+  *slot = m;
+  ck_ring_enqueue_commit_spsc(&c->ring);
+out:
+  atomic_store_explicit(&c->busy, 0, memory_order_seq_cst);
+  if (st == GPA_OK && atomic_load_explicit(&a->idle, memory_order_seq_cst)) ck_ec32_inc(&a->ec, &gpa__ec_mp);
+  return st;
+}
+
+uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget) {
+  uint32_t total = 0;
+  for (gpa__ctx *c = atomic_load_explicit(&a->ctxs, memory_order_acquire); c; c = c->next) {
+    uint32_t got = 0;
+    void *p;
+    while (got < budget && ck_ring_dequeue_spsc(&c->ring, c->slots, &p)) {
+      got++;
+      gpa__intake(a, p);
+    }
+    if (got && atomic_load_explicit(&c->want_space, memory_order_seq_cst)) {
+      atomic_store_explicit(&c->want_space, 0, memory_order_relaxed);
+      ck_ec32_inc(&a->space_ec, &gpa__ec_mp);
+    }
+    total += got;
+  }
+  return total;
+}
+
+bool gpa__mailbox_empty(gpa_actor *a) {
+  for (gpa__ctx *c = atomic_load_explicit(&a->ctxs, memory_order_acquire); c; c = c->next)
+    if (ck_ring_size(&c->ring)) return false;
+  return true;
+}
+
+void gpa__mailbox_quiesce(gpa_actor *a) {
+  for (gpa__ctx *c = atomic_load_explicit(&a->ctxs, memory_order_acquire); c; c = c->next)
+    while (atomic_load_explicit(&c->busy, memory_order_seq_cst)) sched_yield();
+  /* Producers parked in wait_space re-check `closing` at least every 2 ms. */
+  ck_ec32_inc(&a->space_ec, &gpa__ec_mp);
+}
+
+void gpa__mailbox_fini(gpa_actor *a) {
+  gpa__ctx *c = atomic_load(&a->ctxs);
+  atomic_store(&a->ctxs, NULL);
+  while (c) {
+    gpa__ctx *next = c->next;
+    atomic_store_explicit(&c->dead, 1, memory_order_release);
+    gpa__ctx_unref(c);
+    c = next;
+  }
+}
+
+/* Drops the calling thread's contexts of destroyed actors now rather than at
+ * its next registration or exit. */
+void gpa__tls_drop_dead(void) {
+  tls_ctxs *t = &gpa__tls;
+  for (uint32_t i = 0; i < t->n;) {
+    if (atomic_load_explicit(&t->v[i]->dead, memory_order_acquire)) {
+      gpa__ctx_unref(t->v[i]);
+      t->v[i] = t->v[--t->n];
+    } else {
+      i++;
+    }
+  }
+}

@@ -1,0 +1,172 @@
+/* The options table. Precedence: environment (GPA_*) over the program's
+ * explicit options over built-in defaults. The environment is read once,
+ * lazily, and never written; a malformed value is ignored with a warning
+ * naming it. (A JSON file named by GPA_CONFIG slots in between environment
+ * and program options when configuration files land.) */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "actor/internal.h"
+
+typedef enum { OPT_DEVICE, OPT_U32, OPT_U64, OPT_I64_MS, OPT_ENUM } opt_kind;
+
+typedef struct opt_def {
+  const char *env;
+  opt_kind kind;
+  size_t offset; /* into gpa__opts */
+  const char *const *names; /* OPT_ENUM: names, value = index (+ enum_base) */
+  int enum_base;
+} opt_def;
+
+static const char *const full_names[] = {"wait", "fail", NULL};
+static const char *const shutdown_names[] = {"drain", "cancel", NULL};
+static const char *const log_names[] = {"error", "warn", "info", "debug", NULL};
+
+static const opt_def gpa__opt_table[] = {
+    {"GPA_DEVICE", OPT_DEVICE, offsetof(gpa__opts, device), NULL, 0},
+    {"GPA_MAILBOX_SIZE", OPT_U32, offsetof(gpa__opts, mailbox_size), NULL, 0},
+    {"GPA_FULL_POLICY", OPT_ENUM, offsetof(gpa__opts, full_policy), full_names, 0},
+    {"GPA_FULL_TIMEOUT_MS", OPT_I64_MS, offsetof(gpa__opts, full_timeout_ns), NULL, 0},
+    {"GPA_SHUTDOWN", OPT_ENUM, offsetof(gpa__opts, shutdown_policy), shutdown_names, 0},
+    {"GPA_MEM_BUDGET", OPT_U64, offsetof(gpa__opts, mem_budget), NULL, 0},
+    {"GPA_THREADS", OPT_U32, offsetof(gpa__opts, threads), NULL, 0},
+    {"GPA_MAX_PENDING", OPT_U32, offsetof(gpa__opts, max_pending), NULL, 0},
+    {"GPA_LOG", OPT_ENUM, offsetof(gpa__opts, log_level), log_names, GPA_LOG_ERROR},
+};
+#define N_OPTS (sizeof gpa__opt_table / sizeof gpa__opt_table[0])
+
+/* Environment snapshot: the parsed values of the variables that were set. */
+static struct {
+  pthread_once_t once;
+  gpa__opts vals;
+  bool set[N_OPTS];
+} gpa__env = {PTHREAD_ONCE_INIT};
+
+static bool parse_u64(const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  if (!isdigit((unsigned char)*s)) return false;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno) return false;
+  uint64_t mul = 1;
+  switch (*end) {
+    case 'k': case 'K': mul = 1ull << 10; end++; break;
+    case 'm': case 'M': mul = 1ull << 20; end++; break;
+    case 'g': case 'G': mul = 1ull << 30; end++; break;
+    default: break;
+  }
+  if (*end) return false;
+  if (v > UINT64_MAX / mul) return false;
+  *out = v * mul;
+  return true;
+}
+
+bool gpa__device_valid(const char *s) {
+  if (!strcmp(s, "auto") || !strcmp(s, "cpu") || !strcmp(s, "sim") || !strcmp(s, "cuda")) return true;
+  if (strncmp(s, "cuda:", 5)) return false;
+  const char *p = s + 5;
+  if (!*p) return false;
+  for (; *p; p++)
+    if (!isdigit((unsigned char)*p)) return false;
+  return strlen(s) < 16;
+}
+
+/* Parses text for option d into dst. Returns false if malformed. */
+static bool parse_opt(const opt_def *d, const char *text, gpa__opts *dst) {
+  char *field = (char *)dst + d->offset;
+  uint64_t v;
+  switch (d->kind) {
+    case OPT_DEVICE:
+      if (!gpa__device_valid(text)) return false;
+      snprintf(field, sizeof dst->device, "%s", text);
+      return true;
+    case OPT_U32:
+      if (!parse_u64(text, &v) || v > UINT32_MAX) return false;
+      *(uint32_t *)field = (uint32_t)v;
+      return true;
+    case OPT_U64:
+      if (!parse_u64(text, &v)) return false;
+      *(uint64_t *)field = v;
+      return true;
+    case OPT_I64_MS:
+      if (!strcmp(text, "-1")) { *(int64_t *)field = -1; return true; }
+      if (!parse_u64(text, &v) || v > INT64_MAX / 1000000) return false;
+      *(int64_t *)field = (int64_t)v * 1000000;
+      return true;
+    case OPT_ENUM:
+      for (int i = 0; d->names[i]; i++)
+        if (!strcmp(text, d->names[i])) { *(int32_t *)field = i + d->enum_base; return true; }
+      return false;
+  }
+  return false;
+}
+
+static void read_env(void) {
+  for (size_t i = 0; i < N_OPTS; i++) {
+    const char *s = getenv(gpa__opt_table[i].env);
+    if (!s || !*s) continue;
+    if (parse_opt(&gpa__opt_table[i], s, &gpa__env.vals))
+      gpa__env.set[i] = true;
+    else
+      gpa__log(GPA_LOG_WARN, GPA_LOG_WARN, "ignoring malformed %s='%s'", gpa__opt_table[i].env, s);
+  }
+}
+
+static bool pow2(uint32_t v) { return v && !(v & (v - 1)); }
+
+gpa_status gpa__options_resolve(const gpa_actor_options *u, gpa__opts *o) {
+  gpa_actor_options zero = {0};
+  if (!u) u = &zero;
+  if (u->size && u->size < offsetof(gpa_actor_options, log_level) + sizeof u->log_level)
+    return gpa__fail(GPA_EINVAL, "gpa_actor_options.size %u is smaller than any known version", u->size);
+  memset(o, 0, sizeof *o);
+  /* Program options, checked: a bad explicit value is the program's bug. */
+  snprintf(o->device, sizeof o->device, "%s", u->device ? u->device : "auto");
+  if (u->device && !gpa__device_valid(u->device))
+    return gpa__fail(GPA_EINVAL, "options.device '%s': expected auto, cpu, sim, cuda or cuda:N", u->device);
+  o->mailbox_size = u->mailbox_size;
+  o->full_policy = u->full_policy;
+  if (o->full_policy != GPA_FULL_WAIT && o->full_policy != GPA_FULL_FAIL)
+    return gpa__fail(GPA_EINVAL, "options.full_policy %d: expected GPA_FULL_WAIT or GPA_FULL_FAIL", u->full_policy);
+  o->full_timeout_ns = u->full_timeout_ns;
+  o->shutdown_policy = u->shutdown_policy;
+  if (o->shutdown_policy != GPA_SHUTDOWN_DRAIN && o->shutdown_policy != GPA_SHUTDOWN_CANCEL)
+    return gpa__fail(GPA_EINVAL, "options.shutdown_policy %d: expected DRAIN or CANCEL", u->shutdown_policy);
+  o->mem_budget = u->mem_budget;
+  o->threads = u->threads;
+  o->max_pending = u->max_pending;
+  o->log_level = u->log_level;
+  if (o->log_level < 0 || o->log_level > GPA_LOG_DEBUG)
+    return gpa__fail(GPA_EINVAL, "options.log_level %d out of range [0, 4]", u->log_level);
+
+  pthread_once(&gpa__env.once, read_env);
+  for (size_t i = 0; i < N_OPTS; i++) {
+    if (!gpa__env.set[i]) continue;
+    size_t off = gpa__opt_table[i].offset;
+    size_t len = gpa__opt_table[i].kind == OPT_DEVICE ? sizeof o->device
+                 : gpa__opt_table[i].kind == OPT_U32  ? 4
+                 : gpa__opt_table[i].kind == OPT_ENUM ? 4
+                                                      : 8;
+    memcpy((char *)o + off, (const char *)&gpa__env.vals + off, len);
+  }
+
+  /* Defaults for what is still zero. */
+  if (!o->mailbox_size) o->mailbox_size = 1024;
+  if (!pow2(o->mailbox_size) || o->mailbox_size < 4 || o->mailbox_size > (1u << 24))
+    return gpa__fail(GPA_EINVAL, "mailbox_size %u: expected a power of two in [4, 2^24]", o->mailbox_size);
+  if (!o->full_timeout_ns) o->full_timeout_ns = 10ll * 1000000000;
+  if (!o->threads) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    o->threads = n > 0 ? (uint32_t)n : 1;
+  }
+  if (o->threads > 256) return gpa__fail(GPA_EINVAL, "threads %u: at most 256", o->threads);
+  if (!o->max_pending) o->max_pending = 65536;
+  if (!o->log_level) o->log_level = GPA_LOG_WARN;
+  return GPA_OK;
+}

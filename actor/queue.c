@@ -1,0 +1,191 @@
+/* Queues: ticket order on the actor thread, creation and destruction.
+ *
+ * Messages reach the actor through per-producer rings, so two messages of
+ * one queue can arrive out of ticket order. A message whose ticket is not the
+ * queue's next is held in a list sorted by ticket until the gap fills; a gap
+ * always fills, because a ticket is taken only once its ring slot is reserved
+ * (mailbox.c). Arrivals are almost always in order, so the list is short and
+ * appends hit the tail check first. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actor/bufcache.h"
+#include "backends/backend.h"
+
+static void hold(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
+  gpa__msg **pp = &q->held;
+  while (*pp && (*pp)->ticket < m->ticket) pp = &(*pp)->next;
+  m->next = *pp;
+  *pp = m;
+  q->n_held++;
+  a->held_total++;
+}
+
+/* Authoritative buffer check, at intake: ids must be live now; the message
+ * then pins its buffers so that a later release waits for it. */
+static void pin_buffers(gpa_actor *a, gpa__msg *m) {
+  uint32_t n = m->n_in + m->n_out;
+  for (uint32_t i = 0; i < n; i++) {
+    if (!gpa__bufcache_live(a->cache, m->t[i].buffer)) {
+      for (uint32_t j = 0; j < i; j++) gpa__bufcache_unpin(a, gpa__bufcache_slot(a->cache, m->t[j].buffer));
+      m->status = GPA_ESTALE;
+      snprintf(m->err, sizeof m->err, "%s[%u]: buffer 0x%llx was released before the message ran",
+               i < m->n_in ? "inputs" : "outputs", i < m->n_in ? i : i - m->n_in,
+               (unsigned long long)m->t[i].buffer);
+      return;
+    }
+    gpa__bufcache_pin(gpa__bufcache_live(a->cache, m->t[i].buffer));
+  }
+  m->pinned = 1;
+}
+
+static void run(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
+  q->expect++;
+  if (q->dead && m->kind != GPA__MSG_CALL) {
+    if (m->status == GPA_OK) {
+      m->status = GPA_ECLOSED;
+      snprintf(m->err, sizeof m->err, "queue '%s' was destroyed before this message ran", q->name);
+    }
+  }
+  gpa__dispatch(a, m);
+}
+
+void gpa__intake(gpa_actor *a, gpa__msg *m) {
+  m->status = GPA_OK;
+  if (m->kind != GPA__MSG_CALL) pin_buffers(a, m);
+  gpa_queue *q = m->q;
+  if (!q) {
+    gpa__dispatch(a, m);
+    return;
+  }
+  if (m->ticket != q->expect) {
+    hold(a, q, m);
+    return;
+  }
+  run(a, q, m);
+  while (q->held && q->held->ticket == q->expect) {
+    gpa__msg *h = q->held;
+    q->held = h->next;
+    q->n_held--;
+    a->held_total--;
+    run(a, q, h);
+  }
+}
+
+static gpa_queue *queue_new(gpa_actor *a, const char *name, gpa_status *st) {
+  gpa_queue *q = calloc(1, sizeof *q);
+  if (!q) {
+    *st = GPA_ENOMEM;
+    return NULL;
+  }
+  q->actor = a;
+  if (a->be->queue_init) {
+    *st = a->be->queue_init(a->bctx, &q->bq);
+    if (*st != GPA_OK) {
+      free(q);
+      return NULL;
+    }
+  }
+  pthread_mutex_lock(&a->queue_lock);
+  q->id = a->next_queue_id++;
+  if (name && name[0]) snprintf(q->name, sizeof q->name, "%s", name);
+  else snprintf(q->name, sizeof q->name, "q%u", q->id);
+  q->next_all = a->queues;
+  a->queues = q;
+  pthread_mutex_unlock(&a->queue_lock);
+  q->batch.t0_ns = gpa__now_ns();
+  *st = GPA_OK;
+  return q;
+}
+
+gpa_status gpa__queue_init_default(gpa_actor *a) {
+  gpa_status st;
+  a->default_q = queue_new(a, "default", &st);
+  return st;
+}
+
+typedef struct create_args {
+  char name[32];
+  gpa_queue *out;
+} create_args;
+
+static gpa_status create_fn(gpa_actor *a, gpa__msg *m) {
+  create_args *args = (create_args *)m->params;
+  gpa_status st;
+  args->out = queue_new(a, args->name, &st);
+  if (st != GPA_OK) snprintf(m->err, sizeof m->err, "queue creation failed: %s", gpa_strerror(st));
+  return st;
+}
+
+gpa_status gpa_queue_create(gpa_actor *a, const char *name, gpa_queue **out) {
+  if (!a || !out) return gpa__fail(GPA_EINVAL, "gpa_queue_create: NULL argument");
+  *out = NULL;
+  gpa__msg *m = gpa__msg_new(a, GPA__MSG_CALL);
+  if (!m) return GPA_ENOMEM;
+  create_args *args = (create_args *)m->params;
+  snprintf(args->name, sizeof args->name, "%s", name ? name : "");
+  args->out = NULL;
+  m->fn = create_fn;
+  gpa_status st = gpa__call(a, m);
+  if (st == GPA_OK) *out = args->out;
+  gpa__msg_unref(m);
+  return st;
+}
+
+static gpa_status destroy_fn(gpa_actor *a, gpa__msg *m) {
+  (void)a;
+  m->q->dead = true;
+  return GPA_OK;
+}
+
+gpa_status gpa_queue_destroy(gpa_queue *q) {
+  if (!q) return gpa__fail(GPA_EINVAL, "gpa_queue_destroy: queue is NULL");
+  if (q == q->actor->default_q) return gpa__fail(GPA_EINVAL, "gpa_queue_destroy: the default queue lives with its actor");
+  int expect = 0;
+  if (!atomic_compare_exchange_strong(&q->closed, &expect, 1))
+    return gpa__fail(GPA_ECLOSED, "gpa_queue_destroy: queue '%s' was already destroyed", q->name);
+  gpa__msg *m = gpa__msg_new(q->actor, GPA__MSG_CALL);
+  if (!m) return GPA_ENOMEM;
+  m->fn = destroy_fn;
+  m->q = q;
+  gpa_status st = gpa__call(q->actor, m);
+  gpa__msg_unref(m);
+  return st;
+}
+
+gpa_queue *gpa_actor_default_queue(gpa_actor *a) { return a ? a->default_q : NULL; }
+gpa_actor *gpa_queue_actor(gpa_queue *q) { return q ? q->actor : NULL; }
+
+void gpa__queues_cancel_held(gpa_actor *a) {
+  for (gpa_queue *q = a->queues; q; q = q->next_all) {
+    while (q->held) {
+      gpa__msg *m = q->held;
+      q->held = m->next;
+      q->n_held--;
+      a->held_total--;
+      if (m->status == GPA_OK) {
+        m->status = GPA_ECANCELED;
+        snprintf(m->err, sizeof m->err, "cancelled: actor destroyed while the message waited for its turn");
+      }
+      q->expect = m->ticket; /* keep run()'s ticket bookkeeping consistent */
+      run(a, q, m);
+    }
+  }
+}
+
+void gpa__queues_free(gpa_actor *a) {
+  gpa_queue *q = a->queues;
+  while (q) {
+    gpa_queue *next = q->next_all;
+    for (gpa__msg *rb = q->batch.readbacks; rb;) {
+      gpa__msg *n = rb->next;
+      gpa__msg_unref(rb);
+      rb = n;
+    }
+    if (a->be->queue_fini) a->be->queue_fini(a->bctx, q->bq);
+    free(q);
+    q = next;
+  }
+  a->queues = NULL;
+}

@@ -1,0 +1,149 @@
+/* Batches: begin, sync (with stats and the readback guard), and accounting.
+ *
+ * A batch is a span of one queue. Begin and sync travel as queue-ordered
+ * control messages, so "everything submitted before the sync" means exactly
+ * the queue's earlier tickets, whichever thread submitted them. The actor
+ * accumulates stats as messages finish; the sync message carries them back
+ * together with the batch's readbacks, which the syncing thread marks
+ * readable before gpa_sync_batch returns: a readback becomes readable at a
+ * point the program chose, never by a race with the device. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actor/internal.h"
+
+typedef struct begin_args {
+  char label[64];
+  int64_t t0;
+} begin_args;
+
+typedef struct sync_result {
+  gpa_batch_stats stats;
+  gpa__msg *readbacks;
+} sync_result;
+
+static void batch_reset(gpa__batch *b, const char *label, int64_t t0) {
+  memset(b, 0, sizeof *b);
+  snprintf(b->label, sizeof b->label, "%s", label ? label : "");
+  b->t0_ns = t0;
+}
+
+void gpa__batch_account(gpa_queue *q, gpa__msg *m, int64_t device_ns, uint64_t bytes) {
+  gpa__batch *b = &q->batch;
+  b->ops++;
+  b->device_ns += device_ns;
+  b->bytes += bytes;
+  if (m->status != GPA_OK) {
+    b->errors++;
+    if (!b->first_error) {
+      b->first_error = m->status;
+      snprintf(b->first_msg, sizeof b->first_msg, "%s", m->err);
+    }
+  }
+  if (m->kind == GPA__MSG_READBACK) {
+    gpa__msg_ref(m);
+    m->next = b->readbacks;
+    b->readbacks = m;
+  }
+}
+
+static gpa_status begin_fn(gpa_actor *a, gpa__msg *m) {
+  (void)a;
+  const begin_args *args = (const begin_args *)m->params;
+  gpa_queue *q = m->q;
+  /* Work since the last sync that was not synced stays in the new batch:
+   * nothing is dropped, its readbacks too. */
+  gpa__batch old = q->batch;
+  batch_reset(&q->batch, args->label, args->t0);
+  q->batch.ops = old.ops;
+  q->batch.errors = old.errors;
+  q->batch.bytes = old.bytes;
+  q->batch.skipped = old.skipped;
+  q->batch.device_ns = old.device_ns;
+  q->batch.first_error = old.first_error;
+  memcpy(q->batch.first_msg, old.first_msg, sizeof old.first_msg);
+  q->batch.readbacks = old.readbacks;
+  return GPA_OK;
+}
+
+static gpa_status sync_fn(gpa_actor *a, gpa__msg *m) {
+  (void)a;
+  gpa_queue *q = m->q;
+  gpa__batch *b = &q->batch;
+  sync_result *r = m->payload; /* allocated by the syncing thread */
+  int64_t now = gpa__now_ns();
+  memset(&r->stats, 0, sizeof r->stats);
+  r->stats.size = sizeof r->stats;
+  r->stats.ops = b->ops;
+  r->stats.errors = b->errors;
+  r->stats.bytes_moved = b->bytes;
+  r->stats.uploads_skipped = b->skipped;
+  r->stats.host_ns = b->t0_ns ? now - b->t0_ns : 0;
+  r->stats.device_ns = b->device_ns;
+  r->stats.first_error = b->first_error;
+  snprintf(r->stats.first_error_message, sizeof r->stats.first_error_message, "%s", b->first_msg);
+  snprintf(r->stats.label, sizeof r->stats.label, "%s", b->label);
+  r->readbacks = b->readbacks;
+  batch_reset(b, NULL, now);
+  return GPA_OK;
+}
+
+gpa_status gpa_batch_begin(gpa_queue *q, const char *label) {
+  gpa_status st = gpa__check_queue(q);
+  if (st != GPA_OK) return st;
+  int expect = 0;
+  if (!atomic_compare_exchange_strong(&q->batch_open, &expect, 1))
+    return gpa__fail(GPA_EBUSY, "gpa_batch_begin: a batch is already open on queue '%s'", q->name);
+  gpa__msg *m = gpa__msg_new(q->actor, GPA__MSG_CALL);
+  if (!m) {
+    atomic_store(&q->batch_open, 0);
+    return GPA_ENOMEM;
+  }
+  begin_args *args = (begin_args *)m->params;
+  snprintf(args->label, sizeof args->label, "%s", label ? label : "");
+  args->t0 = gpa__now_ns();
+  m->fn = begin_fn;
+  m->q = q;
+  st = gpa__send(q->actor, m);
+  gpa__msg_unref(m);
+  if (st != GPA_OK) atomic_store(&q->batch_open, 0);
+  return st;
+}
+
+gpa_status gpa_sync_batch(gpa_queue *q, gpa_batch_stats *stats) {
+  if (!q) return gpa__fail(GPA_EINVAL, "gpa_sync_batch: queue is NULL");
+  if (stats && stats->size && stats->size < sizeof *stats)
+    return gpa__fail(GPA_EINVAL, "gpa_sync_batch: stats.size %u is smaller than this version's %zu", stats->size,
+                     sizeof *stats);
+  /* A destroyed queue can still be synced: its last batch is not lost. */
+  if (atomic_load_explicit(&q->actor->closing, memory_order_acquire))
+    return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
+  gpa__msg *m = gpa__msg_new(q->actor, GPA__MSG_CALL);
+  if (!m) return GPA_ENOMEM;
+  m->payload = malloc(sizeof(sync_result)); /* stats outgrow the params block */
+  if (!m->payload) {
+    gpa__msg_unref(m);
+    return gpa__fail(GPA_ENOMEM, "gpa_sync_batch: out of memory");
+  }
+  m->fn = sync_fn;
+  m->q = q;
+  gpa_status st = gpa__call(q->actor, m);
+  atomic_store(&q->batch_open, 0);
+  if (st != GPA_OK) {
+    gpa__msg_unref(m);
+    return st;
+  }
+  sync_result *r = m->payload;
+  for (gpa__msg *rb = r->readbacks; rb;) {
+    gpa__msg *next = rb->next;
+    atomic_store_explicit(&rb->synced, 1, memory_order_release);
+    gpa__msg_unref(rb);
+    rb = next;
+  }
+  if (stats) *stats = r->stats;
+  st = r->stats.first_error;
+  if (st != GPA_OK) gpa__fail(st, "%s", r->stats.first_error_message);
+  gpa__msg_unref(m);
+  return st;
+}

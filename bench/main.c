@@ -1,0 +1,96 @@
+#define _GNU_SOURCE
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench_list.h"
+
+double gpa_bench_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+int gpa_bench_reps(int dflt) {
+  const char *s = getenv("GPA_BENCH_REPS");
+  int v = s ? atoi(s) : 0;
+  return v > 0 ? v : dflt;
+}
+
+double gpa_bench_best_ns(int reps, void (*fn)(void *), void *ctx) {
+  fn(ctx);
+  double best = 1e300;
+  for (int i = 0; i < reps; i++) {
+    double t0 = gpa_bench_now_ns();
+    fn(ctx);
+    double t = gpa_bench_now_ns() - t0;
+    if (t < best) best = t;
+  }
+  return best;
+}
+
+typedef struct triad_ctx { float *a, *b, *c; size_t n; } triad_ctx;
+
+static void triad_run(void *p) {
+  triad_ctx *t = p;
+  float *restrict a = t->a;
+  const float *restrict b = t->b, *restrict c = t->c;
+  size_t n = t->n;
+  /* Two threads: the host backend uses both cores, so the reference does too. */
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
+}
+
+double gpa_bench_triad_ns(size_t n, int reps) {
+  triad_ctx t = {malloc(n * 4), malloc(n * 4), malloc(n * 4), n};
+  if (!t.a || !t.b || !t.c) { free(t.a); free(t.b); free(t.c); return 0; }
+  for (size_t i = 0; i < n; i++) { t.a[i] = 0; t.b[i] = 1; t.c[i] = 2; }
+  double ns = gpa_bench_best_ns(reps, triad_run, &t);
+  free(t.a); free(t.b); free(t.c);
+  return ns;
+}
+
+void gpa_bench_emit(const gpa_bench_result *r) {
+  double rb = r->ref_bytes > 0 ? r->ref_bytes : r->bytes;
+  double rf = r->ref_flops > 0 ? r->ref_flops : r->flops;
+  double ratio = 0;
+  printf("{\"name\":\"%s\",\"backend\":\"%s\",\"shape\":\"%s\",\"ns\":%.1f", r->name,
+         r->backend ? r->backend : "none", r->shape ? r->shape : "", r->ns);
+  if (r->bytes > 0) {
+    printf(",\"gbps\":%.3f", r->bytes / r->ns);
+    if (r->ref_ns > 0) ratio = (r->bytes / r->ns) / (rb / r->ref_ns);
+  }
+  if (r->flops > 0) {
+    printf(",\"gflops\":%.3f", r->flops / r->ns);
+    if (r->ref_ns > 0) ratio = (r->flops / r->ns) / (rf / r->ref_ns);
+  }
+  if (r->bytes <= 0 && r->flops <= 0 && r->ref_ns > 0 && r->ns > 0) ratio = r->ref_ns / r->ns;
+  printf(",\"ref\":\"%s\",\"ref_ns\":%.1f,\"ratio\":%.4f", r->ref ? r->ref : "", r->ref_ns, ratio);
+  if (r->extra && r->extra[0]) printf(",%s", r->extra);
+  printf("}\n");
+  fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+  const char *filter = argc > 1 ? argv[1] : NULL;
+  if (filter && (!strcmp(filter, "-h") || !strcmp(filter, "--help"))) {
+    printf("usage: gpa-bench [name-filter]\nbenchmarks:\n");
+    for (size_t i = 0; i < sizeof gpa_benches / sizeof gpa_benches[0]; i++)
+      printf("  %s\n", gpa_benches[i].name);
+    return 0;
+  }
+  int ran = 0;
+  for (size_t i = 0; i < sizeof gpa_benches / sizeof gpa_benches[0]; i++) {
+    if (filter && !strstr(gpa_benches[i].name, filter)) continue;
+    gpa_benches[i].fn();
+    ran++;
+  }
+  if (!ran) {
+    fprintf(stderr, "gpa-bench: no benchmark matches '%s' (try --help)\n", filter ? filter : "");
+    return 1;
+  }
+  return 0;
+}

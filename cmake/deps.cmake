@@ -1,0 +1,22 @@
+# Dependencies from Debian: libck (mailbox rings, event counts), OpenBLAS
+# (host GEMMs), pthreads, libdl. The CUDA toolkit is optional.
+find_package(Threads REQUIRED)
+find_path(CK_INCLUDE_DIR ck_ring.h REQUIRED)
+find_library(CK_LIBRARY ck REQUIRED)
+find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas REQUIRED)
+find_library(OPENBLAS_LIBRARY NAMES openblas REQUIRED)
+
+add_library(gpa_deps INTERFACE)
+target_include_directories(gpa_deps INTERFACE ${CK_INCLUDE_DIR} ${CBLAS_INCLUDE_DIR})
+target_link_libraries(gpa_deps INTERFACE ${CK_LIBRARY} ${OPENBLAS_LIBRARY} Threads::Threads ${CMAKE_DL_LIBS} m)
+
+set(GPA_CUDA_ROOT "/usr/local/cuda" CACHE PATH "CUDA toolkit location (optional)")
+if(EXISTS "${GPA_CUDA_ROOT}/include/cuda.h" AND EXISTS "${GPA_CUDA_ROOT}/bin/nvcc")
+  set(GPA_HAVE_CUDA_TOOLKIT ON)
+  set(GPA_NVCC "${GPA_CUDA_ROOT}/bin/nvcc")
+  set(GPA_CUDA_INCLUDE "${GPA_CUDA_ROOT}/include")
+  message(STATUS "gpuactor: CUDA toolkit found at ${GPA_CUDA_ROOT}: cuda backend, kernels and the simulated device are built")
+else()
+  set(GPA_HAVE_CUDA_TOOLKIT OFF)
+  message(STATUS "gpuactor: no CUDA toolkit at ${GPA_CUDA_ROOT} (cuda.h and nvcc not both found): building the host backend only")
+endif()

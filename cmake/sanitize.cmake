@@ -1,0 +1,12 @@
+# GPA_SANITIZE=address -> ASan+UBSan; thread -> TSan. Applied to every target.
+if(GPA_SANITIZE STREQUAL "address")
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+  add_compile_definitions(GPA_ASAN=1)
+elseif(GPA_SANITIZE STREQUAL "thread")
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+  add_compile_definitions(GPA_TSAN=1)
+elseif(NOT GPA_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "GPA_SANITIZE must be '', address or thread (got '${GPA_SANITIZE}')")
+endif()

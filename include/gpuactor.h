@@ -1,0 +1,10 @@
+/* gpuactor: an actor-model GPU scheduler. One header for everything. */
+#ifndef GPUACTOR_H
+#define GPUACTOR_H
+#include "gpuactor/version.h"
+#include "gpuactor/status.h"
+#include "gpuactor/tensor.h"
+#include "gpuactor/actor.h"
+#include "gpuactor/handle.h"
+#include "gpuactor/op.h"
+#endif

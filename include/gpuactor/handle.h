@@ -1,0 +1,77 @@
+#ifndef GPUACTOR_HANDLE_H
+#define GPUACTOR_HANDLE_H
+#include <stdint.h>
+
+#include "actor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Everything declared here is exported; the rest of the library is hidden. */
+#pragma GCC visibility push(default)
+
+/* A handle completes exactly once: OK, failed (status + message) or
+ * ECANCELED. Handles are refcounted; every gpa_ call that returns one gives
+ * the caller one reference. All calls here: any thread. */
+
+/* Waits until h completes or timeout_ns passes (< 0: no limit; 0: poll).
+ * Returns the handle's status, or ETIMEDOUT if it is still pending. Spins
+ * briefly, then sleeps. A successful await makes a readback's data readable. */
+gpa_status gpa_await(gpa_handle *h, int64_t timeout_ns);
+/* The status, or EPENDING while not complete. Does not mark a readback synced. */
+gpa_status gpa_handle_status(const gpa_handle *h);
+/* The error detail ("" when ok or pending). Valid while the reference is held. */
+const char *gpa_handle_error_message(const gpa_handle *h);
+void gpa_handle_retain(gpa_handle *h);
+/* Drops one reference; NULL is ignored. */
+void gpa_handle_release(gpa_handle *h);
+
+/* Readbacks --------------------------------------------------------------- */
+
+/* Copies tensor src to host memory owned by the returned handle. Validated
+ * at once (EINVAL, ESTALE, ESHAPE, EOVERFLOW, ECLOSED, ESHUTDOWN, EAGAIN). */
+gpa_status gpa_readback(gpa_queue *q, const gpa_tensor *src, gpa_handle **out);
+/* The data of a readback handle. ENOTSYNCED until the handle was awaited
+ * successfully or the batch it was submitted in was synced, even if the copy
+ * has landed; the handle's error if it failed; EINVAL for a handle that is not
+ * a readback. The data stays valid while the reference is held. */
+gpa_status gpa_handle_data(gpa_handle *h, const void **data, uint64_t *size);
+
+/* Uploads ----------------------------------------------------------------- */
+
+/* Copies `size` bytes from src (copied before the call returns: the caller may
+ * free it at once) into tensor dst; size must equal dst's byte size. A
+ * version > 0 equal to the buffer's current version skips the copy (counted
+ * in the batch and actor stats); a completed upload with version > 0 sets the
+ * buffer's version. out may be NULL (tracked by the batch only). */
+gpa_status gpa_upload(gpa_queue *q, const gpa_tensor *dst, const void *src, uint64_t size,
+                      uint64_t version, gpa_handle **out);
+
+/* Batches ----------------------------------------------------------------- */
+
+typedef struct gpa_batch_stats {
+  uint32_t size;             /* sizeof(gpa_batch_stats), or 0 */
+  uint64_t ops;              /* messages of the batch that ran (ok or failed) */
+  uint64_t errors;           /* of which failed or were cancelled */
+  uint64_t bytes_moved;      /* upload + readback + device copy bytes */
+  uint64_t uploads_skipped;
+  int64_t host_ns;           /* wall time, batch begin (or last sync) to sync completion */
+  int64_t device_ns;         /* time the device spent executing the batch's ops */
+  int32_t first_error;       /* gpa_status of the first failure, 0 if none */
+  char first_error_message[192];
+  char label[64];
+} gpa_batch_stats;
+
+/* Opens a batch on q. EBUSY if one is open on q. Any thread. */
+gpa_status gpa_batch_begin(gpa_queue *q, const char *label);
+/* Waits for every message submitted to q since the batch began (or since the
+ * last sync), makes the batch's readbacks readable, fills stats (nullable),
+ * closes the batch and returns its first error (GPA_OK if none). Blocks the
+ * calling thread; any thread but the actor's. */
+gpa_status gpa_sync_batch(gpa_queue *q, gpa_batch_stats *stats);
+
+#pragma GCC visibility pop
+#ifdef __cplusplus
+}
+#endif
+#endif

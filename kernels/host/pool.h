@@ -1,0 +1,22 @@
+/* A small thread pool for host parallel loops.
+ *
+ * The calling thread (the actor) takes part in every loop. Workers spin
+ * briefly after a loop, then sleep on a futex, so an idle actor burns no CPU.
+ * Chunks are handed out dynamically; which thread runs a chunk may vary, so
+ * an op that reduces must combine per-chunk partials in chunk order to stay
+ * deterministic. A loop started from inside a loop runs inline. */
+#ifndef GPA_KERNELS_HOST_POOL_H
+#define GPA_KERNELS_HOST_POOL_H
+#include <stdint.h>
+
+#include "gpuactor/op.h"
+
+typedef struct gpa__pool gpa__pool;
+
+gpa__pool *gpa__pool_create(uint32_t threads); /* threads includes the caller */
+void gpa__pool_destroy(gpa__pool *p);
+/* NULL pool: runs inline. */
+void gpa__pool_for(gpa__pool *p, int64_t n, int64_t grain, gpa_range_fn fn, void *ctx);
+uint32_t gpa__pool_threads(const gpa__pool *p);
+
+#endif

@@ -1,0 +1,131 @@
+/* Built-in core ops: noop (a fence; the unit of overhead measurements),
+ * copy (device to device) and fill. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "actor/internal.h"
+
+static gpa_status noop_host(const gpa_op_exec *x) {
+  (void)x;
+  return GPA_OK;
+}
+
+static gpa_status copy_shape(const gpa_op_sig *s, gpa_tensor *out, char *msg, size_t cap) {
+  const gpa_tensor *src = &s->inputs[0], *dst = &s->outputs[0];
+  if (gpa_tensor_numel(src) != gpa_tensor_numel(dst) || gpa_dtype_size(src->dtype) != gpa_dtype_size(dst->dtype)) {
+    snprintf(msg, cap, "copy: outputs[0] must hold as many elements as inputs[0] (%lld %s), has %lld %s",
+             (long long)gpa_tensor_numel(src), gpa_dtype_name(src->dtype), (long long)gpa_tensor_numel(dst),
+             gpa_dtype_name(dst->dtype));
+    return GPA_ESHAPE;
+  }
+  out[0] = *dst; /* any shape of the same element count: a reshape */
+  out[0].dtype = src->dtype;
+  return GPA_OK;
+}
+
+typedef struct span_job {
+  char *dst;
+  const char *src;
+} span_job;
+
+static void copy_range(int64_t b, int64_t e, void *ctx) {
+  span_job *j = ctx;
+  memmove(j->dst + b, j->src + b, (size_t)(e - b));
+}
+
+static gpa_status copy_host(const gpa_op_exec *x) {
+  uint64_t n = (uint64_t)gpa_tensor_numel(&x->inputs[0]) * gpa_dtype_size(x->inputs[0].dtype);
+  span_job j = {x->out[0], x->in[0]};
+  /* Overlapping views of one buffer must not be split across threads. */
+  const char *s = x->in[0], *d = x->out[0];
+  bool overlap = s < d + n && d < s + n;
+  if (overlap) memmove(x->out[0], x->in[0], n);
+  else gpa_exec_parallel_for(x->env, (int64_t)n, 1 << 20, copy_range, &j);
+  return GPA_OK;
+}
+
+static uint64_t copy_bytes(const gpa_op_sig *s) {
+  return 2 * (uint64_t)gpa_tensor_numel(&s->inputs[0]) * gpa_dtype_size(s->inputs[0].dtype);
+}
+
+typedef struct fill_params {
+  double value;
+} fill_params;
+
+static const gpa_attr_spec fill_attrs[] = {
+    {"value", GPA_ATTR_FLOAT, 1, offsetof(fill_params, value), 0, 0, 1, 0},
+};
+
+static gpa_status fill_shape(const gpa_op_sig *s, gpa_tensor *out, char *msg, size_t cap) {
+  const fill_params *p = s->params;
+  int dt = s->outputs[0].dtype;
+  if (dt == GPA_U8 && (p->value < 0 || p->value > 255 || p->value != floor(p->value))) {
+    snprintf(msg, cap, "fill: value %g is not a u8", p->value);
+    return GPA_ERANGE;
+  }
+  if ((dt == GPA_I32 && (p->value < INT32_MIN || p->value > INT32_MAX || p->value != floor(p->value))) ||
+      (dt == GPA_I64 && p->value != floor(p->value))) {
+    snprintf(msg, cap, "fill: value %g is not a %s", p->value, gpa_dtype_name(dt));
+    return GPA_ERANGE;
+  }
+  out[0] = s->outputs[0];
+  return GPA_OK;
+}
+
+static uint16_t f32_to_f16(float f) {
+  _Float16 h = (_Float16)f;
+  uint16_t u;
+  memcpy(&u, &h, 2);
+  return u;
+}
+
+static uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+  return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);                /* round to nearest even */
+}
+
+typedef struct fill_job {
+  unsigned char *dst;
+  unsigned char pattern[8];
+  uint32_t es;
+} fill_job;
+
+static void fill_range(int64_t b, int64_t e, void *ctx) {
+  fill_job *j = ctx;
+  for (int64_t i = b; i < e; i++) memcpy(j->dst + i * j->es, j->pattern, j->es);
+}
+
+static gpa_status fill_host(const gpa_op_exec *x) {
+  const fill_params *p = x->params;
+  fill_job j = {x->out[0], {0}, gpa_dtype_size(x->outputs[0].dtype)};
+  float f = (float)p->value;
+  int32_t i32 = (int32_t)p->value;
+  int64_t i64 = (int64_t)p->value;
+  uint16_t h;
+  switch (x->outputs[0].dtype) {
+    case GPA_F32: memcpy(j.pattern, &f, 4); break;
+    case GPA_F16: h = f32_to_f16(f); memcpy(j.pattern, &h, 2); break;
+    case GPA_BF16: h = f32_to_bf16(f); memcpy(j.pattern, &h, 2); break;
+    case GPA_I32: memcpy(j.pattern, &i32, 4); break;
+    case GPA_U8: j.pattern[0] = (unsigned char)p->value; break;
+    case GPA_I64: memcpy(j.pattern, &i64, 8); break;
+  }
+  gpa_exec_parallel_for(x->env, gpa_tensor_numel(&x->outputs[0]), 1 << 18, fill_range, &j);
+  return GPA_OK;
+}
+
+static uint64_t fill_bytes(const gpa_op_sig *s) {
+  return (uint64_t)gpa_tensor_numel(&s->outputs[0]) * gpa_dtype_size(s->outputs[0].dtype);
+}
+
+const gpa_op_desc gpa__ops_core[] = {
+    {.name = "noop", .min_inputs = 0, .max_inputs = 64, .n_outputs = 0, .host = noop_host},
+    {.name = "copy", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1, .shape = copy_shape, .host = copy_host,
+     .bytes_moved = copy_bytes},
+    {.name = "fill", .min_inputs = 0, .max_inputs = 0, .n_outputs = 1, .attrs = fill_attrs, .n_attrs = 1,
+     .params_size = sizeof(fill_params), .shape = fill_shape, .host = fill_host, .bytes_moved = fill_bytes},
+};
+const uint32_t gpa__ops_core_count = sizeof gpa__ops_core / sizeof gpa__ops_core[0];

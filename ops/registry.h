@@ -1,0 +1,35 @@
+/* The op registry: name -> chain of registrations (newest first).
+ *
+ * Reads (every submit) are lock-free: the table has a fixed number of slots,
+ * an entry is immutable once published with a release store, and entries are
+ * freed only with the registry. Writers serialize on a mutex. */
+#ifndef GPA_OPS_REGISTRY_H
+#define GPA_OPS_REGISTRY_H
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "gpuactor/op.h"
+
+typedef struct gpa__op {
+  gpa_op_desc d;        /* name points at name_buf */
+  struct gpa__op *next; /* the registration this one overrides */
+  char name_buf[64];
+  gpa_attr_spec *attrs; /* owned copy; names point into attr_names */
+  char *attr_names;
+} gpa__op;
+
+#define GPA__REG_SLOTS 1024 /* power of two; names registered per actor */
+
+struct gpa_registry {
+  _Atomic(gpa__op *) slot[GPA__REG_SLOTS];
+  pthread_mutex_t lock;
+  uint32_t count;
+};
+
+gpa_status gpa__registry_init(gpa_registry *reg);
+void gpa__registry_fini(gpa_registry *reg);
+/* The newest registration of name, or NULL. Any thread. */
+const gpa__op *gpa__registry_find(const gpa_registry *reg, const char *name);
+gpa_status gpa__register_builtins(gpa_registry *reg);
+
+#endif

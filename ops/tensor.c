@@ -1,0 +1,63 @@
+/* Dtypes and tensor checks shared by every submit path. */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "actor/bufcache.h"
+
+static const uint32_t dtype_sizes[GPA_DTYPE_COUNT_] = {0, 4, 2, 2, 4, 1, 8};
+static const char *const dtype_names[GPA_DTYPE_COUNT_] = {"invalid", "f32", "f16", "bf16", "i32", "u8", "i64"};
+
+uint32_t gpa_dtype_size(int dtype) {
+  return dtype > 0 && dtype < GPA_DTYPE_COUNT_ ? dtype_sizes[dtype] : 0;
+}
+
+const char *gpa_dtype_name(int dtype) {
+  return dtype > 0 && dtype < GPA_DTYPE_COUNT_ ? dtype_names[dtype] : "invalid";
+}
+
+int64_t gpa_tensor_numel(const gpa_tensor *t) {
+  if (!t || t->rank > GPA_MAX_RANK) return -1;
+  int64_t n = 1;
+  for (uint32_t i = 0; i < t->rank; i++) {
+    if (t->shape[i] < 0) return -1;
+    if (t->shape[i] && n > INT64_MAX / t->shape[i]) return -1;
+    n *= t->shape[i];
+  }
+  return n;
+}
+
+gpa_status gpa__tensor_bytes(const gpa_tensor *t, uint64_t *bytes, const char *what) {
+  uint32_t es = gpa_dtype_size(t->dtype);
+  if (!es) return gpa__fail(GPA_EDTYPE, "%s: invalid dtype %d", what, t->dtype);
+  if (t->rank > GPA_MAX_RANK) return gpa__fail(GPA_EINVAL, "%s: rank %u exceeds %d", what, t->rank, GPA_MAX_RANK);
+  for (uint32_t i = 0; i < t->rank; i++)
+    if (t->shape[i] < 0) return gpa__fail(GPA_ESHAPE, "%s: shape[%u] = %" PRId64 " is negative", what, i, t->shape[i]);
+  int64_t n = gpa_tensor_numel(t);
+  if (n < 0 || (uint64_t)n > UINT64_MAX / es)
+    return gpa__fail(GPA_EOVERFLOW, "%s: element count overflows", what);
+  *bytes = (uint64_t)n * es;
+  return GPA_OK;
+}
+
+gpa_status gpa__check_tensor(gpa_actor *a, const gpa_tensor *t, const char *what) {
+  uint64_t bytes;
+  gpa_status st = gpa__tensor_bytes(t, &bytes, what);
+  if (st != GPA_OK) return st;
+  if (!t->buffer) return gpa__fail(GPA_EINVAL, "%s: buffer id is 0 (no buffer)", what);
+  gpa__slot *s = gpa__bufcache_peek(a->cache, t->buffer);
+  if (!s) return gpa__fail(GPA_ESTALE, "%s: buffer 0x%" PRIx64 " is stale or was never acquired", what, t->buffer);
+  uint64_t size = atomic_load_explicit(&s->size, memory_order_relaxed);
+  if (t->offset > size || bytes > size - t->offset)
+    return gpa__fail(GPA_ERANGE, "%s: %" PRIu64 " bytes at offset %" PRIu64 " exceed buffer size %" PRIu64, what,
+                     bytes, t->offset, size);
+  return GPA_OK;
+}
+
+gpa_status gpa__check_queue(gpa_queue *q) {
+  if (!q) return gpa__fail(GPA_EINVAL, "queue is NULL");
+  if (atomic_load_explicit(&q->actor->closing, memory_order_acquire))
+    return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
+  if (atomic_load_explicit(&q->closed, memory_order_acquire))
+    return gpa__fail(GPA_ECLOSED, "queue '%s' was destroyed", q->name);
+  return GPA_OK;
+}
