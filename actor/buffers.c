@@ -104,9 +104,10 @@ gpa_status gpa_buffer_release(gpa_actor *a, gpa_buffer_id id) {
   gpa_status st = buf_call(a, release_fn, &m);
   if (st != GPA_OK) return st;
   ((buf_args *)m->params)->id = id;
-  /* Sent, not awaited: a release is ordered after this thread's earlier
-   * messages by the ring, and its outcome was checked above. */
-  st = gpa__send(a, m);
+  /* A round trip, so a double release is reported to the caller. It is
+   * ordered after this thread's earlier messages by the ring, and those have
+   * pinned the buffer by then. */
+  st = gpa__call(a, m);
   gpa__msg_unref(m);
   return st;
 }

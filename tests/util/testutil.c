@@ -1,0 +1,46 @@
+#include "util/testutil.h"
+
+gpa_actor *tu_actor(const gpa_actor_options *opts) {
+  gpa_actor *a = NULL;
+  gpa_status st = gpa_actor_create(opts, &a);
+  if (st == GPA_EUNSUPPORTED || st == GPA_ENODEVICE) {
+    fprintf(stderr, "skipped: %s\n", gpa_last_error_message());
+    exit(77);
+  }
+  CHECK_OK(st);
+  return a;
+}
+
+gpa_tensor tu_f32(gpa_actor *a, int64_t n) {
+  gpa_tensor t = {0};
+  CHECK_OK(gpa_buffer_acquire(a, NULL, (uint64_t)(n ? n : 1) * 4, &t.buffer));
+  t.dtype = GPA_F32;
+  t.rank = 1;
+  t.shape[0] = n;
+  return t;
+}
+
+void tu_put(gpa_queue *q, const gpa_tensor *t, const float *src, int64_t n) {
+  gpa_handle *h;
+  CHECK_OK(gpa_upload(q, t, src, (uint64_t)n * 4, 0, &h));
+  CHECK_OK(gpa_await(h, -1));
+  gpa_handle_release(h);
+}
+
+void tu_get(gpa_queue *q, const gpa_tensor *t, float *dst, int64_t n) {
+  gpa_handle *h;
+  CHECK_OK(gpa_readback(q, t, &h));
+  CHECK_OK(gpa_await(h, -1));
+  const void *d;
+  uint64_t sz;
+  CHECK_OK(gpa_handle_data(h, &d, &sz));
+  CHECK(sz == (uint64_t)n * 4);
+  memcpy(dst, d, sz);
+  gpa_handle_release(h);
+}
+
+gpa_status tu_fill(gpa_queue *q, const gpa_tensor *t, double v, gpa_handle **h) {
+  gpa_attr at = {"value", GPA_ATTR_FLOAT, 0, v};
+  gpa_op_call c = {"fill", NULL, 0, t, 1, &at, 1};
+  return gpa_submit(q, &c, h);
+}
