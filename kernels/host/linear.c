@@ -2,115 +2,20 @@
  *
  * Forward: the bias is broadcast into the output rows first and the GEMM
  * accumulates onto it (beta = 1), so a bias costs one streaming write of
- * the output and no extra read pass; GELU is one vectorized pass after the
- * GEMM (the pre-activation copy, when asked for, comes from the same pass).
+ * the output and no extra read pass. With GELU the GEMM writes into pre (or
+ * y) and one pass of the GELU kernel (kernels/host/gelu.c, the same code as
+ * the gelu_fwd op, so fused and unfused agree bitwise) writes y.
  * Backward: g (= dy, or dy * gelu'(pre)), then dx = g W and dW = g^T x as
  * two GEMMs, db as column sums in fixed row order. */
 #include "kernels/host/linear.h"
 
-#include <math.h>
 #include <string.h>
 
 #include "kernels/host/blas.h"
-#include "kernels/host/simd_exp.h"
+#include "kernels/host/gelu.h"
 
-#define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_A 0.044715f
-
-/* gelu(x) = x * s, s = 1 / (1 + exp(-2u)) = 0.5 (1 + tanh u),
- * gelu'(x) = s + x * 2 s (1 - s) * c (1 + 3 a x^2). */
-static inline float gelu_s(float x) {
-  float u = GELU_C * (x + GELU_A * x * x * x);
-  return 1.0f / (1.0f + expf(-2.0f * u));
-}
-
-#ifdef GPA__HAVE_AVX2_PATH
-GPA__AVX2_ATTR static inline __m256 gelu_s8(__m256 x) {
-  __m256 x2 = _mm256_mul_ps(x, x);
-  __m256 u = _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(-2.0f * GELU_C)),
-                           _mm256_fmadd_ps(x2, _mm256_set1_ps(GELU_A), _mm256_set1_ps(1.0f)));
-  return _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), gpa__exp8(u)));
-}
-GPA__AVX2_ATTR static void gelu_avx2(float *y, float *pre, const float *x, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 v = _mm256_loadu_ps(x + i);
-    if (pre) _mm256_storeu_ps(pre + i, v);
-    _mm256_storeu_ps(y + i, _mm256_mul_ps(v, gelu_s8(v)));
-  }
-  for (; i < n; i++) {
-    float v = x[i];
-    if (pre) pre[i] = v;
-    y[i] = v * gelu_s(v);
-  }
-}
-GPA__AVX2_ATTR static void gelu_grad_avx2(float *g, const float *dy, const float *x, int64_t n) {
-  int64_t i = 0;
-  const __m256 one = _mm256_set1_ps(1.0f);
-  for (; i + 8 <= n; i += 8) {
-    __m256 v = _mm256_loadu_ps(x + i), s = gelu_s8(v);
-    __m256 x2 = _mm256_mul_ps(v, v);
-    __m256 du = _mm256_mul_ps(_mm256_set1_ps(2.0f * GELU_C),
-                              _mm256_fmadd_ps(x2, _mm256_set1_ps(3.0f * GELU_A), one));
-    __m256 d = _mm256_fmadd_ps(_mm256_mul_ps(v, _mm256_mul_ps(s, _mm256_sub_ps(one, s))), du, s);
-    _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_loadu_ps(dy + i), d));
-  }
-  for (; i < n; i++) {
-    float v = x[i], s = gelu_s(v);
-    float d = s + v * s * (1.0f - s) * 2.0f * GELU_C * (1.0f + 3.0f * GELU_A * v * v);
-    g[i] = dy[i] * d;
-  }
-}
-#endif
-
-static void gelu_span(float *y, float *pre, const float *x, int64_t n) {
-#ifdef GPA__HAVE_AVX2_PATH
-  if (gpa__cpu_avx2()) { gelu_avx2(y, pre, x, n); return; }
-#endif
-  for (int64_t i = 0; i < n; i++) {
-    float v = x[i];
-    if (pre) pre[i] = v;
-    y[i] = v * gelu_s(v);
-  }
-}
-
-static void gelu_grad_span(float *g, const float *dy, const float *x, int64_t n) {
-#ifdef GPA__HAVE_AVX2_PATH
-  if (gpa__cpu_avx2()) { gelu_grad_avx2(g, dy, x, n); return; }
-#endif
-  for (int64_t i = 0; i < n; i++) {
-    float v = x[i], s = gelu_s(v);
-    float d = s + v * s * (1.0f - s) * 2.0f * GELU_C * (1.0f + 3.0f * GELU_A * v * v);
-    g[i] = dy[i] * d;
-  }
-}
-
-/* Elementwise passes split in blocks of this many floats. */
+/* Row passes split in blocks of about this many floats. */
 #define EW_GRAIN 16384
-
-typedef struct ew_ctx {
-  float *y, *pre;
-  const float *x, *dy;
-} ew_ctx;
-
-static void gelu_range(int64_t b, int64_t e, void *p) {
-  const ew_ctx *c = p;
-  gelu_span(c->y + b, c->pre ? c->pre + b : NULL, c->x + b, e - b);
-}
-static void gelu_grad_range(int64_t b, int64_t e, void *p) {
-  const ew_ctx *c = p;
-  gelu_grad_span(c->y + b, c->dy + b, c->x + b, e - b);
-}
-
-void gpa__gelu_tanh(const gpa__par *par, float *y, const float *x, int64_t n) {
-  ew_ctx c = {y, NULL, x, NULL};
-  gpa__pfor(par, n, EW_GRAIN, gelu_range, &c);
-}
-
-void gpa__gelu_tanh_grad(const gpa__par *par, float *g, const float *dy, const float *x, int64_t n) {
-  ew_ctx c = {g, NULL, x, dy};
-  gpa__pfor(par, n, EW_GRAIN, gelu_grad_range, &c);
-}
 
 typedef struct bias_ctx {
   float *y;
@@ -128,16 +33,13 @@ void gpa__linear_fwd(const gpa__par *par, const float *x, const float *W, const 
   if (N <= 0 || out <= 0) return;
   /* The GEMM writes the pre-activation where GELU can read it: into y
    * (GELU then runs in place and copies to pre) or straight into pre. */
-  float *acc = y;
+  float *acc = gelu && pre ? pre : y;
   if (b) {
     bias_ctx bc = {acc, b, out};
     gpa__pfor(par, N, EW_GRAIN / out + 1, bias_rows, &bc);
   }
   gpa__sgemm(0, 1, N, out, in, x, in, W, in, b ? 1.0f : 0.0f, acc, out);
-  if (gelu) {
-    ew_ctx c = {y, pre, acc, NULL};
-    gpa__pfor(par, N * out, EW_GRAIN, gelu_range, &c);
-  }
+  if (gelu) gpa__gelu_fwd_f32(par, y, acc, N * out, GPA__GELU_TANH);
 }
 
 /* db[j] = sum_r g[r, j], columns in blocks, rows in order. */
@@ -167,7 +69,7 @@ void gpa__linear_bwd(const gpa__par *par, const float *dy, const float *x, const
                      float *gscratch) {
   const float *g = dy;
   if (gelu && N > 0 && out > 0) {
-    gpa__gelu_tanh_grad(par, gscratch, dy, pre, N * out);
+    gpa__gelu_bwd_f32(par, gscratch, pre, dy, N * out, GPA__GELU_TANH);
     g = gscratch;
   }
   if (dx) gpa__sgemm(0, 0, N, in, out, g, out, W, in, 0.0f, dx, in);

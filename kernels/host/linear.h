@@ -24,9 +24,4 @@ void gpa__linear_bwd(const gpa__par *par, const float *dy, const float *x, const
                      float *dx, float *dW, float *db, int64_t N, int64_t in, int64_t out, int gelu,
                      float *gscratch);
 
-/* Elementwise helpers (also used by tests): y[i] = gelu(x[i]);
- * g[i] = dy[i] * gelu'(x[i]). */
-void gpa__gelu_tanh(const gpa__par *par, float *y, const float *x, int64_t n);
-void gpa__gelu_tanh_grad(const gpa__par *par, float *g, const float *dy, const float *x, int64_t n);
-
 #endif

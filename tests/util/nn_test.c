@@ -1,6 +1,7 @@
 /* See nn_test.h. */
 #include "nn_test.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,7 +109,8 @@ void gpa_nt_fill(float *p, int64_t n, double lo, double hi, uint64_t *seed) {
   }
 }
 
-int gpa_nt_close_to(gpa_nt *t, const char *what, const float *got, const double *ref, int64_t n, double rtol) {
+int gpa_nt_close_to(gpa_nt *t, const char *what, const float *got, const double *ref, const double *mag, int64_t n,
+                    double rtol) {
   double mx = 0;
   for (int64_t i = 0; i < n; i++)
     if (isfinite(ref[i]) && fabs(ref[i]) > mx) mx = fabs(ref[i]);
@@ -120,7 +122,7 @@ int gpa_nt_close_to(gpa_nt *t, const char *what, const float *got, const double 
       if (!(g == r)) { worst = i; wexc = INFINITY; break; }
       continue;
     }
-    double exc = fabs(g - r) - (rtol * fabs(r) + rtol * 1e-2 * mx);
+    double exc = fabs(g - r) - (rtol * fabs(r) + rtol * 1e-2 * mx + (mag ? FLT_EPSILON * mag[i] : 0.0));
     if (!(exc <= 0) && (worst < 0 || !(exc <= wexc))) { worst = i; wexc = exc; }
   }
   if (worst < 0) return 1;

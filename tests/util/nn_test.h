@@ -37,9 +37,12 @@ extern char gpa_nt_msg[512];
 /* Deterministic uniform values in [lo, hi). */
 void gpa_nt_fill(float *p, int64_t n, double lo, double hi, uint64_t *seed);
 /* Compares got (f32) with ref (double): |g - r| <= rtol*|r| + rtol*1e-2*max|r|
- * elementwise (the harness's rule); reports the worst element and counts a
- * failure. Returns 1 when it passed. */
-int gpa_nt_close_to(gpa_nt *t, const char *what, const float *got, const double *ref, int64_t n, double rtol);
+ * elementwise (the harness's rule), plus FLT_EPSILON*mag[i] when mag is not
+ * NULL: mag[i] = sum of |terms| of a dot product, the scale of an fp32
+ * summation error (a GEMM over K = 500 carries it even where the result is
+ * small). Reports the worst element and counts a failure; 1 when it passed. */
+int gpa_nt_close_to(gpa_nt *t, const char *what, const float *got, const double *ref, const double *mag, int64_t n,
+                    double rtol);
 /* Bitwise equality of two f32 arrays. */
 int gpa_nt_same_bits(gpa_nt *t, const char *what, const float *a, const float *b, int64_t n);
 /* Central difference of loss(ctx) in x[i] (double), step h. */

@@ -1,0 +1,140 @@
+/* Attention ops (host), flash style (kernels/host/attention.c). All f32
+ * except lengths (i32).
+ *   attention_fwd  in: q [B,S,H,D], k [B,Sk,Hkv,D], v [B,Sk,Hkv,D], lengths [B] (optional)
+ *                  out: o [B,S,H,D], lse [B,H,S]
+ *   attention_bwd  in: dout [B,S,H,D], q, k, v, o, lse (as the forward wrote them), lengths (optional)
+ *                  out: dq [B,S,H,D], dk [B,Sk,Hkv,D], dv [B,Sk,Hkv,D]
+ * attrs: scale (float; <= 0 or absent: 1/sqrt(D)), causal (int 0/1).
+ * H must be a multiple of Hkv (MHA: Hkv = H, GQA, MQA: Hkv = 1); query head
+ * h uses kv head h / (H/Hkv). 1 <= D <= 256.
+ * Masking: key j is visible to query i of batch b iff j < lengths[b] (when
+ * given; each value must lie in [0, Sk], checked when the op runs: ERANGE)
+ * and, with causal=1, j <= i + Sk - S (aligned bottom-right: the last query
+ * sees every key; when S > Sk the first S - Sk queries see none). A query
+ * that sees no key gets o = 0 and lse = -inf, and zero gradients.
+ * lse is the natural-log sum of exp(scale * q.k) over visible keys. The
+ * backward is deterministic (no atomics; fixed tile order). */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "kernels/host/attention.h"
+#include "ops/basic_check.h"
+#include "ops/nn_util.h"
+
+#define MAX_HEAD_DIM 256
+
+typedef struct attn_params {
+  double scale;
+  int64_t causal;
+} attn_params;
+
+static const gpa_attr_spec attn_attrs[] = {
+    {"scale", GPA_ATTR_FLOAT, 0, offsetof(attn_params, scale), 0, 0.0, 1, 0},
+    {"causal", GPA_ATTR_INT, 0, offsetof(attn_params, causal), 0, 0.0, 0, 1},
+};
+
+static gpa_status check_qkv(const char *op, const gpa_tensor *q, const gpa_tensor *k, const gpa_tensor *v,
+                            const gpa_tensor *lens, char *msg, size_t ms) {
+  GPA__CHK(gpa__chk_dtype(op, "q", q, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_rank(op, "q", q, 4, "([B,S,H,D])", msg, ms));
+  GPA__CHK(gpa__chk_dtype(op, "k", k, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_rank(op, "k", k, 4, "([B,Sk,Hkv,D])", msg, ms));
+  int64_t B = q->shape[0], H = q->shape[2], D = q->shape[3], Hkv = k->shape[2];
+  if (D < 1 || D > MAX_HEAD_DIM) {
+    snprintf(msg, ms, "%s: head dim D = %lld (q.shape[3]) is outside [1, %d]", op, (long long)D, MAX_HEAD_DIM);
+    return GPA_ESHAPE;
+  }
+  if (H < 1 || Hkv < 1 || H % Hkv) {
+    snprintf(msg, ms, "%s: k has %lld heads, not a divisor of q's %lld heads", op, (long long)Hkv, (long long)H);
+    return GPA_ESHAPE;
+  }
+  if (k->shape[0] != B || k->shape[3] != D) {
+    snprintf(msg, ms, "%s: k has shape [%lld,%lld,%lld,%lld], expected [%lld,Sk,Hkv,%lld] (B and D of q)", op,
+             (long long)k->shape[0], (long long)k->shape[1], (long long)k->shape[2], (long long)k->shape[3],
+             (long long)B, (long long)D);
+    return GPA_ESHAPE;
+  }
+  GPA__CHK(gpa__chk_f32_like(op, "v", v, k, "k", msg, ms));
+  if (lens) {
+    GPA__CHK(gpa__chk_dtype(op, "lengths", lens, GPA_I32, 0, msg, ms));
+    GPA__CHK(gpa__chk_shape(op, "lengths", lens, 1, &B, "B of q", msg, ms));
+  }
+  return GPA_OK;
+}
+
+static gpa_status fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  const gpa_tensor *q = &s->inputs[0];
+  GPA__CHK(check_qkv("attention_fwd", q, &s->inputs[1], &s->inputs[2], s->n_inputs > 3 ? &s->inputs[3] : NULL,
+                     msg, ms));
+  int64_t lse[3] = {q->shape[0], q->shape[2], q->shape[1]};
+  gpa__chk_set(&e[0], GPA_F32, 4, q->shape);
+  gpa__chk_set(&e[1], GPA_F32, 3, lse);
+  return GPA_OK;
+}
+
+static gpa_status bwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  const char *op = "attention_bwd";
+  const gpa_tensor *q = &s->inputs[1], *k = &s->inputs[2];
+  GPA__CHK(check_qkv(op, q, k, &s->inputs[3], s->n_inputs > 6 ? &s->inputs[6] : NULL, msg, ms));
+  GPA__CHK(gpa__chk_f32_like(op, "dout", &s->inputs[0], q, "q", msg, ms));
+  GPA__CHK(gpa__chk_f32_like(op, "o", &s->inputs[4], q, "q", msg, ms));
+  int64_t lse[3] = {q->shape[0], q->shape[2], q->shape[1]};
+  GPA__CHK(gpa__chk_dtype(op, "lse", &s->inputs[5], GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_shape(op, "lse", &s->inputs[5], 3, lse, "[B,H,S] of q", msg, ms));
+  gpa__chk_set(&e[0], GPA_F32, 4, q->shape);
+  gpa__chk_set(&e[1], GPA_F32, 4, k->shape);
+  gpa__chk_set(&e[2], GPA_F32, 4, k->shape);
+  return GPA_OK;
+}
+
+/* Geometry from q and k; the lengths' values checked (they are data). */
+static gpa_status exec_geom(const gpa_op_exec *x, const char *op, const gpa_tensor *q, const gpa_tensor *k,
+                            const int32_t *lens, gpa__attn_geom *g) {
+  const attn_params *p = x->params;
+  g->B = q->shape[0];
+  g->S = q->shape[1];
+  g->H = q->shape[2];
+  g->D = q->shape[3];
+  g->Sk = k->shape[1];
+  g->Hkv = k->shape[2];
+  g->scale = p->scale > 0 ? (float)p->scale : (float)(1.0 / sqrt((double)g->D));
+  g->causal = (int)p->causal;
+  if (lens)
+    for (int64_t b = 0; b < g->B; b++)
+      if (lens[b] < 0 || lens[b] > g->Sk) {
+        snprintf(x->msg, x->msg_size, "%s: lengths[%lld] = %d is outside [0, Sk = %lld]", op, (long long)b,
+                 (int)lens[b], (long long)g->Sk);
+        return GPA_ERANGE;
+      }
+  return GPA_OK;
+}
+
+static gpa_status fwd_host(const gpa_op_exec *x) {
+  gpa__attn_geom g;
+  const int32_t *lens = x->n_inputs > 3 ? x->in[3] : NULL;
+  GPA__CHK(exec_geom(x, "attention_fwd", &x->inputs[0], &x->inputs[1], lens, &g));
+  gpa__par par = gpa__ops_par(x->env);
+  gpa_status st = gpa__attention_fwd(&par, &g, x->in[0], x->in[1], x->in[2], lens, x->out[0], x->out[1]);
+  if (st != GPA_OK) snprintf(x->msg, x->msg_size, "attention_fwd: no memory for the tile workspace");
+  return st;
+}
+
+static gpa_status bwd_host(const gpa_op_exec *x) {
+  gpa__attn_geom g;
+  const int32_t *lens = x->n_inputs > 6 ? x->in[6] : NULL;
+  GPA__CHK(exec_geom(x, "attention_bwd", &x->inputs[1], &x->inputs[2], lens, &g));
+  gpa__par par = gpa__ops_par(x->env);
+  gpa_status st = gpa__attention_bwd(&par, &g, x->in[0], x->in[1], x->in[2], x->in[3], x->in[4], x->in[5], lens,
+                                     x->out[0], x->out[1], x->out[2]);
+  if (st != GPA_OK) snprintf(x->msg, x->msg_size, "attention_bwd: no memory for the tile workspace");
+  return st;
+}
+
+const gpa_op_desc gpa__ops_attention[] = {
+    {sizeof(gpa_op_desc), "attention_fwd", 3, 4, 2, attn_attrs, 2, sizeof(attn_params), fwd_shape, fwd_host, NULL,
+     gpa__nn_io_bytes, NULL},
+    {sizeof(gpa_op_desc), "attention_bwd", 6, 7, 3, attn_attrs, 2, sizeof(attn_params), bwd_shape, bwd_host, NULL,
+     gpa__nn_io_bytes, NULL},
+};
+const uint32_t gpa__ops_attention_count = 2;
