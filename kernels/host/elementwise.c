@@ -1,0 +1,176 @@
+/* Elementwise host kernels. Streaming loops split into fixed chunks; the
+ * sums over L accumulate in double, in order of l, per output element. */
+#include "kernels/host/elementwise.h"
+
+#include <string.h>
+
+#define EW_GRAIN 16384 /* elements per task: ~64 KB of each operand */
+
+typedef struct ew_ctx {
+  float *y;
+  const float *a, *b;
+  float alpha;
+  const void *mask;
+  int mask_type;
+  int64_t B, L, D;
+  int mean;
+} ew_ctx;
+
+static inline int mask_at(const void *mask, int type, int64_t i) {
+  return type == GPA__MASK_I32 ? ((const int32_t *)mask)[i] != 0 : ((const uint8_t *)mask)[i] != 0;
+}
+
+GPA__KCLONES static void add_range(int64_t s, int64_t e, void *p) {
+  const ew_ctx *c = p;
+  float *y = c->y;
+  const float *a = c->a, *b = c->b;
+  for (int64_t i = s; i < e; i++) y[i] = a[i] + b[i];
+}
+
+GPA__KCLONES static void scale_range(int64_t s, int64_t e, void *p) {
+  const ew_ctx *c = p;
+  float *y = c->y;
+  const float *x = c->a;
+  const float al = c->alpha;
+  for (int64_t i = s; i < e; i++) y[i] = al * x[i];
+}
+
+GPA__KCLONES static void axpy_range(int64_t s, int64_t e, void *p) {
+  const ew_ctx *c = p;
+  float *y = c->y;
+  const float *x = c->a, *y0 = c->b;
+  const float al = c->alpha;
+  for (int64_t i = s; i < e; i++) y[i] = al * x[i] + y0[i];
+}
+
+void gpa__add_f32(const gpa__par *par, float *y, const float *a, const float *b, int64_t n) {
+  ew_ctx c = {.y = y, .a = a, .b = b};
+  gpa__pfor(par, n, EW_GRAIN, add_range, &c);
+}
+
+void gpa__scale_f32(const gpa__par *par, float *y, const float *x, float alpha, int64_t n) {
+  ew_ctx c = {.y = y, .a = x, .alpha = alpha};
+  gpa__pfor(par, n, EW_GRAIN, scale_range, &c);
+}
+
+void gpa__axpy_f32(const gpa__par *par, float *y, const float *x, const float *y0, float alpha, int64_t n) {
+  ew_ctx c = {.y = y, .a = x, .b = y0, .alpha = alpha};
+  gpa__pfor(par, n, EW_GRAIN, axpy_range, &c);
+}
+
+/* Rows [s, e) of a [rows, D] tensor. */
+static void mask_zero_rows(int64_t s, int64_t e, void *p) {
+  const ew_ctx *c = p;
+  const int64_t d = c->D;
+  for (int64_t r = s; r < e; r++) {
+    float *y = c->y + r * d;
+    const float *x = c->a + r * d;
+    if (mask_at(c->mask, c->mask_type, r)) {
+      if (y != x) memcpy(y, x, (size_t)d * sizeof *y);
+    } else {
+      memset(y, 0, (size_t)d * sizeof *y);
+    }
+  }
+}
+
+static int64_t rows_grain(int64_t d) {
+  int64_t g = EW_GRAIN / (d > 0 ? d : 1);
+  return g < 1 ? 1 : g;
+}
+
+void gpa__mask_zero_f32(const gpa__par *par, float *y, const float *x, const void *mask, int mask_type,
+                        int64_t rows, int64_t d) {
+  if (d <= 0) return;
+  ew_ctx c = {.y = y, .a = x, .mask = mask, .mask_type = mask_type, .D = d};
+  gpa__pfor(par, rows, rows_grain(d), mask_zero_rows, &c);
+}
+
+/* One task = one (b, column chunk) pair; the chunk's sums live on the stack. */
+#define SUM_COLS 256
+
+GPA__KCLONES static void sum_cols(float *restrict y, const float *restrict x, const void *mask, int mask_type,
+                                  int64_t b, int64_t L, int64_t D, int64_t d0, int64_t nd, int mean) {
+  double acc[SUM_COLS];
+  for (int64_t j = 0; j < nd; j++) acc[j] = 0.0;
+  int64_t count = 0;
+  for (int64_t l = 0; l < L; l++) {
+    if (mask && !mask_at(mask, mask_type, b * L + l)) continue;
+    count++;
+    const float *restrict row = x + (b * L + l) * D + d0;
+    for (int64_t j = 0; j < nd; j++) acc[j] += (double)row[j];
+  }
+  float *restrict out = y + b * D + d0;
+  if (mean) {
+    if (count == 0) {
+      for (int64_t j = 0; j < nd; j++) out[j] = 0.0f;
+    } else {
+      const double inv = 1.0 / (double)count;
+      for (int64_t j = 0; j < nd; j++) out[j] = (float)(acc[j] * inv);
+    }
+  } else {
+    for (int64_t j = 0; j < nd; j++) out[j] = (float)acc[j];
+  }
+}
+
+static void sum_tasks(int64_t s, int64_t e, void *p) {
+  const ew_ctx *c = p;
+  const int64_t chunks = (c->D + SUM_COLS - 1) / SUM_COLS;
+  for (int64_t t = s; t < e; t++) {
+    int64_t b = t / chunks, d0 = (t % chunks) * SUM_COLS;
+    int64_t nd = c->D - d0 < SUM_COLS ? c->D - d0 : SUM_COLS;
+    sum_cols(c->y, c->a, c->mask, c->mask_type, b, c->L, c->D, d0, nd, c->mean);
+  }
+}
+
+void gpa__sum_over_l_f32(const gpa__par *par, float *y, const float *x, const void *mask, int mask_type,
+                         int64_t B, int64_t L, int64_t D, int mean) {
+  if (B <= 0 || D <= 0) return;
+  ew_ctx c = {.y = y, .a = x, .mask = mask, .mask_type = mask_type, .B = B, .L = L, .D = D, .mean = mean};
+  const int64_t chunks = (D + SUM_COLS - 1) / SUM_COLS;
+  int64_t per = L * SUM_COLS; /* elements read per task */
+  int64_t grain = EW_GRAIN / (per > 0 ? per : 1);
+  gpa__pfor(par, B * chunks, grain < 1 ? 1 : grain, sum_tasks, &c);
+}
+
+GPA__KCLONES static void mm_bwd_rows(int64_t s, int64_t e, void *p) {
+  const ew_ctx *c = p;
+  const int64_t L = c->L, D = c->D;
+  for (int64_t b = s; b < e; b++) {
+    int64_t count = 0;
+    for (int64_t l = 0; l < L; l++) count += mask_at(c->mask, c->mask_type, b * L + l);
+    const float inv = count ? (float)(1.0 / (double)count) : 0.0f;
+    const float *restrict dy = c->b + b * D;
+    for (int64_t l = 0; l < L; l++) {
+      float *restrict dx = c->y + (b * L + l) * D;
+      if (count && mask_at(c->mask, c->mask_type, b * L + l))
+        for (int64_t d = 0; d < D; d++) dx[d] = dy[d] * inv;
+      else
+        memset(dx, 0, (size_t)D * sizeof *dx);
+    }
+  }
+}
+
+void gpa__masked_mean_bwd_f32(const gpa__par *par, float *dx, const float *dy, const void *mask,
+                              int mask_type, int64_t B, int64_t L, int64_t D) {
+  if (L <= 0 || D <= 0) return;
+  ew_ctx c = {.y = dx, .b = dy, .mask = mask, .mask_type = mask_type, .B = B, .L = L, .D = D};
+  gpa__pfor(par, B, rows_grain(L * D), mm_bwd_rows, &c);
+}
+
+GPA__KCLONES static void bcast_rows(int64_t s, int64_t e, void *p) {
+  const ew_ctx *c = p;
+  const int64_t L = c->L, D = c->D;
+  for (int64_t r = s; r < e; r++) {
+    const float *restrict v = c->b + (r / L) * D;
+    const float *restrict x = c->a + r * D;
+    float *y = c->y + r * D;
+    for (int64_t d = 0; d < D; d++) y[d] = x[d] + v[d];
+  }
+}
+
+void gpa__add_broadcast_fwd_f32(const gpa__par *par, float *y, const float *x, const float *v, int64_t B,
+                                int64_t L, int64_t D) {
+  if (L <= 0 || D <= 0) return;
+  ew_ctx c = {.y = y, .a = x, .b = v, .B = B, .L = L, .D = D};
+  gpa__pfor(par, B * L, rows_grain(D), bcast_rows, &c);
+}

@@ -1,0 +1,73 @@
+/* Optimizer kernels; see optim.h. The scalar factors are formed once in
+ * double; the loops are streaming fp32 the compiler vectorizes. */
+#include "kernels/host/optim.h"
+
+#include <math.h>
+
+#define OPT_GRAIN 16384
+
+typedef struct opt_ctx {
+  float *po, *mo, *vo;
+  const float *p, *g, *m, *v;
+  float decay, b1, c1, b2, c2, step_size, inv_bc2_sqrt, eps, lr, mu, wd;
+  int nesterov;
+} opt_ctx;
+
+GPA__KCLONES static void adamw_range(int64_t s, int64_t e, void *ctx) {
+  const opt_ctx *c = ctx;
+  float *po = c->po, *mo = c->mo, *vo = c->vo;
+  const float *p = c->p, *g = c->g, *m = c->m, *v = c->v;
+  const float decay = c->decay, b1 = c->b1, c1 = c->c1, b2 = c->b2, c2 = c->c2;
+  const float ss = c->step_size, ib = c->inv_bc2_sqrt, eps = c->eps;
+  for (int64_t i = s; i < e; i++) {
+    float gi = g[i];
+    float mi = b1 * m[i] + c1 * gi;
+    float vi = b2 * v[i] + c2 * gi * gi;
+    float pi = p[i] * decay;
+    po[i] = pi - ss * mi / (sqrtf(vi) * ib + eps);
+    mo[i] = mi;
+    vo[i] = vi;
+  }
+}
+
+void gpa__adamw_f32(const gpa__par *par, float *p_out, float *m_out, float *v_out, const float *p,
+                    const float *g, const float *m, const float *v, int64_t n, const gpa__adamw_hp *hp) {
+  double bc1 = 1.0 - pow(hp->beta1, (double)hp->step);
+  double bc2 = 1.0 - pow(hp->beta2, (double)hp->step);
+  opt_ctx c = {.po = p_out, .mo = m_out, .vo = v_out, .p = p, .g = g, .m = m, .v = v,
+               .decay = (float)(1.0 - hp->lr * hp->weight_decay),
+               .b1 = (float)hp->beta1, .c1 = (float)(1.0 - hp->beta1),
+               .b2 = (float)hp->beta2, .c2 = (float)(1.0 - hp->beta2),
+               .step_size = (float)(hp->lr / bc1), .inv_bc2_sqrt = (float)(1.0 / sqrt(bc2)),
+               .eps = (float)hp->eps};
+  gpa__pfor(par, n, OPT_GRAIN, adamw_range, &c);
+}
+
+GPA__KCLONES static void sgd_range(int64_t s, int64_t e, void *ctx) {
+  const opt_ctx *c = ctx;
+  float *po = c->po, *bo = c->mo;
+  const float *p = c->p, *g = c->g, *b = c->m;
+  const float lr = c->lr, mu = c->mu, wd = c->wd;
+  if (c->nesterov) {
+    for (int64_t i = s; i < e; i++) {
+      float gi = g[i] + wd * p[i];
+      float bi = mu * b[i] + gi;
+      po[i] = p[i] - lr * (gi + mu * bi);
+      bo[i] = bi;
+    }
+  } else {
+    for (int64_t i = s; i < e; i++) {
+      float gi = g[i] + wd * p[i];
+      float bi = mu * b[i] + gi;
+      po[i] = p[i] - lr * bi;
+      bo[i] = bi;
+    }
+  }
+}
+
+void gpa__sgd_f32(const gpa__par *par, float *p_out, float *buf_out, const float *p, const float *g,
+                  const float *buf, int64_t n, const gpa__sgd_hp *hp) {
+  opt_ctx c = {.po = p_out, .mo = buf_out, .p = p, .g = g, .m = buf, .lr = (float)hp->lr,
+               .mu = (float)hp->momentum, .wd = (float)hp->weight_decay, .nesterov = hp->nesterov};
+  gpa__pfor(par, n, OPT_GRAIN, sgd_range, &c);
+}

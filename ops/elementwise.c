@@ -1,0 +1,193 @@
+/* Elementwise ops (host). Conventions (docs/ops.md, "elementwise"):
+ *   add               in: a, b (f32, same shape)            out: y = a + b
+ *   scale             in: x                                  out: y = alpha*x        attr alpha (1.0)
+ *   axpy              in: x, y0 (same shape)                 out: y = alpha*x + y0   attr alpha (1.0)
+ *                     (in place: pass the same tensor as y0 and y)
+ *   mask_zero         in: x [B,L,D] or [B,L], mask [B,L] u8|i32   out: y = x where mask != 0, else 0
+ *   masked_mean_fwd   in: x [B,L,D], mask [B,L]              out: y [B,D], mean over unmasked l;
+ *                                                                 a row with no unmasked l gives 0
+ *   masked_mean_bwd   in: dy [B,D], mask [B,L]               out: dx [B,L,D]
+ *   add_broadcast_fwd in: x [B,L,D], v [B,D]                 out: y = x + v[:, None, :]
+ *   add_broadcast_bwd in: dy [B,L,D]                          out: dv [B,D] = sum over L of dy
+ *                     (dx = dy: no op needed)
+ * Outputs may alias an input of the same shape exactly. */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "kernels/host/elementwise.h"
+#include "ops/basic_check.h"
+
+typedef struct ew_params {
+  double alpha;
+} ew_params;
+
+static const gpa_attr_spec alpha_attr[] = {
+    {"alpha", GPA_ATTR_FLOAT, 0, offsetof(ew_params, alpha), 0, 1.0, 1, 0},
+};
+
+static gpa_status same_f32(const char *op, const gpa_op_sig *s, const char *a0, const char *a1, gpa_tensor *e,
+                           char *msg, size_t ms) {
+  GPA__CHK(gpa__chk_dtype(op, a0, &s->inputs[0], GPA_F32, 0, msg, ms));
+  if (a1) GPA__CHK(gpa__chk_f32_like(op, a1, &s->inputs[1], &s->inputs[0], a0, msg, ms));
+  gpa__chk_set(e, GPA_F32, s->inputs[0].rank, s->inputs[0].shape);
+  return GPA_OK;
+}
+
+static gpa_status add_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  return same_f32("add", s, "a", "b", e, msg, ms);
+}
+static gpa_status scale_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  return same_f32("scale", s, "x", NULL, e, msg, ms);
+}
+static gpa_status axpy_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  return same_f32("axpy", s, "x", "y0", e, msg, ms);
+}
+
+/* mask [B,L] (u8|i32) matching the first two dims of t. */
+static gpa_status check_mask(const char *op, const gpa_tensor *mask, const gpa_tensor *t, const char *targ,
+                             char *msg, size_t ms) {
+  GPA__CHK(gpa__chk_dtype(op, "mask", mask, GPA_U8, GPA_I32, msg, ms));
+  char why[64];
+  snprintf(why, sizeof why, "[B,L] of %s", targ);
+  return gpa__chk_shape(op, "mask", mask, 2, t->shape, why, msg, ms);
+}
+
+static gpa_status mask_zero_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  const gpa_tensor *x = &s->inputs[0];
+  GPA__CHK(gpa__chk_dtype("mask_zero", "x", x, GPA_F32, 0, msg, ms));
+  if (x->rank != 2 && x->rank != 3) return gpa__chk_rank("mask_zero", "x", x, 3, "([B,L,D] or [B,L])", msg, ms);
+  GPA__CHK(check_mask("mask_zero", &s->inputs[1], x, "x", msg, ms));
+  gpa__chk_set(e, GPA_F32, x->rank, x->shape);
+  return GPA_OK;
+}
+
+static gpa_status mm_fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  const gpa_tensor *x = &s->inputs[0];
+  GPA__CHK(gpa__chk_dtype("masked_mean_fwd", "x", x, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_rank("masked_mean_fwd", "x", x, 3, "([B,L,D])", msg, ms));
+  GPA__CHK(check_mask("masked_mean_fwd", &s->inputs[1], x, "x", msg, ms));
+  int64_t sh[2] = {x->shape[0], x->shape[2]};
+  gpa__chk_set(e, GPA_F32, 2, sh);
+  return GPA_OK;
+}
+
+static gpa_status mm_bwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  const gpa_tensor *dy = &s->inputs[0], *mask = &s->inputs[1];
+  GPA__CHK(gpa__chk_dtype("masked_mean_bwd", "dy", dy, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_rank("masked_mean_bwd", "dy", dy, 2, "([B,D])", msg, ms));
+  GPA__CHK(gpa__chk_dtype("masked_mean_bwd", "mask", mask, GPA_U8, GPA_I32, msg, ms));
+  GPA__CHK(gpa__chk_rank("masked_mean_bwd", "mask", mask, 2, "([B,L])", msg, ms));
+  int64_t b[1] = {mask->shape[0]};
+  if (dy->shape[0] != b[0]) {
+    int64_t want[2] = {mask->shape[0], dy->shape[1]};
+    return gpa__chk_shape("masked_mean_bwd", "dy", dy, 2, want, "B of mask", msg, ms);
+  }
+  int64_t sh[3] = {dy->shape[0], mask->shape[1], dy->shape[1]};
+  gpa__chk_set(e, GPA_F32, 3, sh);
+  return GPA_OK;
+}
+
+static gpa_status bc_fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  const gpa_tensor *x = &s->inputs[0], *v = &s->inputs[1];
+  GPA__CHK(gpa__chk_dtype("add_broadcast_fwd", "x", x, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_rank("add_broadcast_fwd", "x", x, 3, "([B,L,D])", msg, ms));
+  GPA__CHK(gpa__chk_dtype("add_broadcast_fwd", "v", v, GPA_F32, 0, msg, ms));
+  int64_t want[2] = {x->shape[0], x->shape[2]};
+  GPA__CHK(gpa__chk_shape("add_broadcast_fwd", "v", v, 2, want, "[B,D] of x", msg, ms));
+  gpa__chk_set(e, GPA_F32, 3, x->shape);
+  return GPA_OK;
+}
+
+static gpa_status bc_bwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  const gpa_tensor *dy = &s->inputs[0];
+  GPA__CHK(gpa__chk_dtype("add_broadcast_bwd", "dy", dy, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_rank("add_broadcast_bwd", "dy", dy, 3, "([B,L,D])", msg, ms));
+  int64_t sh[2] = {dy->shape[0], dy->shape[2]};
+  gpa__chk_set(e, GPA_F32, 2, sh);
+  return GPA_OK;
+}
+
+static int mask_type(const gpa_tensor *m) { return m->dtype == GPA_I32 ? GPA__MASK_I32 : GPA__MASK_U8; }
+
+static gpa_status add_host(const gpa_op_exec *x) {
+  gpa__par par = gpa__ops_par(x->env);
+  gpa__add_f32(&par, x->out[0], x->in[0], x->in[1], gpa__chk_numel(&x->inputs[0]));
+  return GPA_OK;
+}
+
+static gpa_status scale_host(const gpa_op_exec *x) {
+  const ew_params *p = x->params;
+  gpa__par par = gpa__ops_par(x->env);
+  gpa__scale_f32(&par, x->out[0], x->in[0], (float)p->alpha, gpa__chk_numel(&x->inputs[0]));
+  return GPA_OK;
+}
+
+static gpa_status axpy_host(const gpa_op_exec *x) {
+  const ew_params *p = x->params;
+  gpa__par par = gpa__ops_par(x->env);
+  gpa__axpy_f32(&par, x->out[0], x->in[0], x->in[1], (float)p->alpha, gpa__chk_numel(&x->inputs[0]));
+  return GPA_OK;
+}
+
+static gpa_status mask_zero_host(const gpa_op_exec *x) {
+  const gpa_tensor *t = &x->inputs[0];
+  gpa__par par = gpa__ops_par(x->env);
+  gpa__mask_zero_f32(&par, x->out[0], x->in[0], x->in[1], mask_type(&x->inputs[1]), t->shape[0] * t->shape[1],
+                     t->rank == 3 ? t->shape[2] : 1);
+  return GPA_OK;
+}
+
+static gpa_status mm_fwd_host(const gpa_op_exec *x) {
+  const gpa_tensor *t = &x->inputs[0];
+  gpa__par par = gpa__ops_par(x->env);
+  gpa__sum_over_l_f32(&par, x->out[0], x->in[0], x->in[1], mask_type(&x->inputs[1]), t->shape[0], t->shape[1],
+                      t->shape[2], 1);
+  return GPA_OK;
+}
+
+static gpa_status mm_bwd_host(const gpa_op_exec *x) {
+  const gpa_tensor *dy = &x->inputs[0], *m = &x->inputs[1];
+  gpa__par par = gpa__ops_par(x->env);
+  gpa__masked_mean_bwd_f32(&par, x->out[0], x->in[0], x->in[1], mask_type(m), m->shape[0], m->shape[1],
+                           dy->shape[1]);
+  return GPA_OK;
+}
+
+static gpa_status bc_fwd_host(const gpa_op_exec *x) {
+  const gpa_tensor *t = &x->inputs[0];
+  gpa__par par = gpa__ops_par(x->env);
+  gpa__add_broadcast_fwd_f32(&par, x->out[0], x->in[0], x->in[1], t->shape[0], t->shape[1], t->shape[2]);
+  return GPA_OK;
+}
+
+static gpa_status bc_bwd_host(const gpa_op_exec *x) {
+  const gpa_tensor *t = &x->inputs[0];
+  gpa__par par = gpa__ops_par(x->env);
+  gpa__sum_over_l_f32(&par, x->out[0], x->in[0], NULL, 0, t->shape[0], t->shape[1], t->shape[2], 0);
+  return GPA_OK;
+}
+
+/* Bytes read and written, for stats. */
+static uint64_t ew_bytes(const gpa_op_sig *s) {
+  uint64_t b = 0;
+  for (uint32_t i = 0; i < s->n_inputs; i++)
+    b += (uint64_t)gpa__chk_numel(&s->inputs[i]) * gpa_dtype_size(s->inputs[i].dtype);
+  for (uint32_t i = 0; i < s->n_outputs; i++)
+    b += (uint64_t)gpa__chk_numel(&s->outputs[i]) * gpa_dtype_size(s->outputs[i].dtype);
+  return b;
+}
+
+#define EW(name_, nin_, attrs_, nattrs_, shape_, host_) \
+  {sizeof(gpa_op_desc), name_, nin_, nin_, 1, attrs_, nattrs_, sizeof(ew_params), shape_, host_, NULL, ew_bytes, NULL}
+
+const gpa_op_desc gpa__ops_elementwise[] = {
+    EW("add", 2, NULL, 0, add_shape, add_host),
+    EW("scale", 1, alpha_attr, 1, scale_shape, scale_host),
+    EW("axpy", 2, alpha_attr, 1, axpy_shape, axpy_host),
+    EW("mask_zero", 2, NULL, 0, mask_zero_shape, mask_zero_host),
+    EW("masked_mean_fwd", 2, NULL, 0, mm_fwd_shape, mm_fwd_host),
+    EW("masked_mean_bwd", 2, NULL, 0, mm_bwd_shape, mm_bwd_host),
+    EW("add_broadcast_fwd", 2, NULL, 0, bc_fwd_shape, bc_fwd_host),
+    EW("add_broadcast_bwd", 1, NULL, 0, bc_bwd_shape, bc_bwd_host),
+};
+const uint32_t gpa__ops_elementwise_count = sizeof gpa__ops_elementwise / sizeof gpa__ops_elementwise[0];

@@ -1,0 +1,55 @@
+/* GELU ops (host).
+ *   gelu_fwd  in: x (f32, any shape)            out: y (shape of x)
+ *   gelu_bwd  in: x, dy (f32, same shape)       out: dx = dy * gelu'(x)
+ *   attr approximate (int, 0..1, default 0): 0 = exact erf form, 1 = tanh form.
+ * y may alias x, dx may alias x or dy. */
+#include <stddef.h>
+
+#include "kernels/host/gelu.h"
+#include "ops/basic_check.h"
+
+typedef struct gelu_params {
+  int64_t approximate;
+} gelu_params;
+
+static const gpa_attr_spec gelu_attrs[] = {
+    {"approximate", GPA_ATTR_INT, 0, offsetof(gelu_params, approximate), 0, 0.0, 0, 1},
+};
+
+static gpa_status fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  GPA__CHK(gpa__chk_dtype("gelu_fwd", "x", &s->inputs[0], GPA_F32, 0, msg, ms));
+  gpa__chk_set(e, GPA_F32, s->inputs[0].rank, s->inputs[0].shape);
+  return GPA_OK;
+}
+
+static gpa_status bwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  GPA__CHK(gpa__chk_dtype("gelu_bwd", "x", &s->inputs[0], GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_f32_like("gelu_bwd", "dy", &s->inputs[1], &s->inputs[0], "x", msg, ms));
+  gpa__chk_set(e, GPA_F32, s->inputs[0].rank, s->inputs[0].shape);
+  return GPA_OK;
+}
+
+static gpa_status fwd_host(const gpa_op_exec *x) {
+  const gelu_params *p = x->params;
+  gpa__par par = gpa__ops_par(x->env);
+  gpa__gelu_fwd_f32(&par, x->out[0], x->in[0], gpa__chk_numel(&x->inputs[0]), (int)p->approximate);
+  return GPA_OK;
+}
+
+static gpa_status bwd_host(const gpa_op_exec *x) {
+  const gelu_params *p = x->params;
+  gpa__par par = gpa__ops_par(x->env);
+  gpa__gelu_bwd_f32(&par, x->out[0], x->in[0], x->in[1], gpa__chk_numel(&x->inputs[0]), (int)p->approximate);
+  return GPA_OK;
+}
+
+static uint64_t fwd_bytes(const gpa_op_sig *s) { return 8u * (uint64_t)gpa__chk_numel(&s->inputs[0]); }
+static uint64_t bwd_bytes(const gpa_op_sig *s) { return 12u * (uint64_t)gpa__chk_numel(&s->inputs[0]); }
+
+const gpa_op_desc gpa__ops_gelu[] = {
+    {sizeof(gpa_op_desc), "gelu_fwd", 1, 1, 1, gelu_attrs, 1, sizeof(gelu_params), fwd_shape, fwd_host, NULL,
+     fwd_bytes, NULL},
+    {sizeof(gpa_op_desc), "gelu_bwd", 2, 2, 1, gelu_attrs, 1, sizeof(gelu_params), bwd_shape, bwd_host, NULL,
+     bwd_bytes, NULL},
+};
+const uint32_t gpa__ops_gelu_count = 2;

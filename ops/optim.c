@@ -1,0 +1,83 @@
+/* Optimizer ops (host). In-place convention: the updated tensors are both
+ * inputs (read) and outputs (written); pass the same tensor in both places
+ * to update in place, or other tensors of the same shape to keep the old
+ * state (every output element depends only on the same element of the
+ * inputs, so exact aliasing is safe; partial overlap is not supported).
+ *   adamw  in: param, grad, m, v (f32, same shape)   out: param', m', v'
+ *          attrs lr (required), beta1 (0.9), beta2 (0.999), eps (1e-8),
+ *          weight_decay (0.01), step (int, required, >= 1: bias correction)
+ *   sgd    in: param, grad, buf (f32, same shape)     out: param', buf'
+ *          attrs lr (required), momentum (0), weight_decay (0), nesterov (int 0..1, 0)
+ * Formulas in kernels/host/optim.h (torch.optim.AdamW / SGD, dampening 0). */
+#include <stddef.h>
+
+#include "kernels/host/optim.h"
+#include "ops/basic_check.h"
+
+typedef struct opt_params {
+  double lr, beta1, beta2, eps, weight_decay, momentum;
+  int64_t step, nesterov;
+} opt_params;
+
+#define OFF(f) offsetof(opt_params, f)
+static const gpa_attr_spec adamw_attrs[] = {
+    {"lr", GPA_ATTR_FLOAT, 1, OFF(lr), 0, 0.0, 0.0, 1e6},
+    {"beta1", GPA_ATTR_FLOAT, 0, OFF(beta1), 0, 0.9, 0.0, 0.999999},
+    {"beta2", GPA_ATTR_FLOAT, 0, OFF(beta2), 0, 0.999, 0.0, 0.999999},
+    {"eps", GPA_ATTR_FLOAT, 0, OFF(eps), 0, 1e-8, 0.0, 1.0},
+    {"weight_decay", GPA_ATTR_FLOAT, 0, OFF(weight_decay), 0, 0.01, 0.0, 1e6},
+    {"step", GPA_ATTR_INT, 1, OFF(step), 0, 0.0, 1.0, 9.2e18},
+};
+static const gpa_attr_spec sgd_attrs[] = {
+    {"lr", GPA_ATTR_FLOAT, 1, OFF(lr), 0, 0.0, 0.0, 1e6},
+    {"momentum", GPA_ATTR_FLOAT, 0, OFF(momentum), 0, 0.0, 0.0, 1.0},
+    {"weight_decay", GPA_ATTR_FLOAT, 0, OFF(weight_decay), 0, 0.0, 0.0, 1e6},
+    {"nesterov", GPA_ATTR_INT, 0, OFF(nesterov), 0, 0.0, 0.0, 1.0},
+};
+
+static gpa_status like_param(const char *op, const gpa_op_sig *s, const char *const *names, gpa_tensor *e,
+                             uint32_t n_out, char *msg, size_t ms) {
+  GPA__CHK(gpa__chk_dtype(op, names[0], &s->inputs[0], GPA_F32, 0, msg, ms));
+  for (uint32_t i = 1; i < s->n_inputs; i++)
+    GPA__CHK(gpa__chk_f32_like(op, names[i], &s->inputs[i], &s->inputs[0], names[0], msg, ms));
+  for (uint32_t i = 0; i < n_out; i++) gpa__chk_set(&e[i], GPA_F32, s->inputs[0].rank, s->inputs[0].shape);
+  return GPA_OK;
+}
+
+static gpa_status adamw_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  static const char *const names[] = {"param", "grad", "m", "v"};
+  return like_param("adamw", s, names, e, 3, msg, ms);
+}
+
+static gpa_status sgd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  static const char *const names[] = {"param", "grad", "buf"};
+  return like_param("sgd", s, names, e, 2, msg, ms);
+}
+
+static gpa_status adamw_host(const gpa_op_exec *x) {
+  const opt_params *p = x->params;
+  gpa__adamw_hp hp = {p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, p->step};
+  gpa__par par = gpa__ops_par(x->env);
+  gpa__adamw_f32(&par, x->out[0], x->out[1], x->out[2], x->in[0], x->in[1], x->in[2], x->in[3],
+                 gpa__chk_numel(&x->inputs[0]), &hp);
+  return GPA_OK;
+}
+
+static gpa_status sgd_host(const gpa_op_exec *x) {
+  const opt_params *p = x->params;
+  gpa__sgd_hp hp = {p->lr, p->momentum, p->weight_decay, (int)p->nesterov};
+  gpa__par par = gpa__ops_par(x->env);
+  gpa__sgd_f32(&par, x->out[0], x->out[1], x->in[0], x->in[1], x->in[2], gpa__chk_numel(&x->inputs[0]), &hp);
+  return GPA_OK;
+}
+
+static uint64_t adamw_bytes(const gpa_op_sig *s) { return 28u * (uint64_t)gpa__chk_numel(&s->inputs[0]); }
+static uint64_t sgd_bytes(const gpa_op_sig *s) { return 20u * (uint64_t)gpa__chk_numel(&s->inputs[0]); }
+
+const gpa_op_desc gpa__ops_optim[] = {
+    {sizeof(gpa_op_desc), "adamw", 4, 4, 3, adamw_attrs, 6, sizeof(opt_params), adamw_shape, adamw_host, NULL,
+     adamw_bytes, NULL},
+    {sizeof(gpa_op_desc), "sgd", 3, 3, 2, sgd_attrs, 4, sizeof(opt_params), sgd_shape, sgd_host, NULL, sgd_bytes,
+     NULL},
+};
+const uint32_t gpa__ops_optim_count = 2;

@@ -1,0 +1,120 @@
+/* Parity of layernorm_fwd / layernorm_bwd against a double reference, the
+ * backward against finite differences, and validation messages. */
+#include <math.h>
+#include <stdio.h>
+
+#include "tests/parity/harness.h"
+
+static void ref_fwd(const gpa_pcase *c, gpa_parr *in, gpa_parr *out) {
+  const double eps = gpa_pcase_get_f(c, "eps", 1e-5);
+  const int64_t N = in[0].t->shape[0], D = in[0].t->shape[1];
+  for (int64_t n = 0; n < N; n++) {
+    const double *x = in[0].d + n * D;
+    double s = 0, v = 0;
+    for (int64_t d = 0; d < D; d++) s += x[d];
+    double m = D ? s / (double)D : 0;
+    for (int64_t d = 0; d < D; d++) v += (x[d] - m) * (x[d] - m);
+    double r = 1.0 / sqrt((D ? v / (double)D : 0) + eps);
+    for (int64_t d = 0; d < D; d++) out[0].d[n * D + d] = (x[d] - m) * r * in[1].d[d] + in[2].d[d];
+    out[1].d[n] = m;
+    out[2].d[n] = r;
+  }
+}
+
+/* in: x, dy, gamma, mean, rstd; out: dx, dgamma, dbeta */
+static void ref_bwd(const gpa_pcase *c, gpa_parr *in, gpa_parr *out) {
+  (void)c;
+  const int64_t N = in[0].t->shape[0], D = in[0].t->shape[1];
+  for (int64_t d = 0; d < D; d++) out[1].d[d] = out[2].d[d] = 0;
+  for (int64_t n = 0; n < N; n++) {
+    const double *x = in[0].d + n * D, *dy = in[1].d + n * D, m = in[3].d[n], r = in[4].d[n];
+    double a = 0, b = 0;
+    for (int64_t d = 0; d < D; d++) {
+      a += dy[d] * in[2].d[d];
+      b += dy[d] * in[2].d[d] * (x[d] - m) * r;
+    }
+    for (int64_t d = 0; d < D; d++) {
+      double xh = (x[d] - m) * r;
+      out[0].d[n * D + d] = r * (dy[d] * in[2].d[d] - a / (double)D - xh * b / (double)D);
+      out[1].d[d] += dy[d] * xh;
+      out[2].d[d] += dy[d];
+    }
+  }
+}
+
+static gpa_pcase fwd_case(int64_t N, int64_t D, double lo, double hi) {
+  gpa_pcase c = gpa_pcase_make("layernorm_fwd", ref_fwd);
+  gpa_pcase_in(&c, gpa_pt_f32(2, (int64_t[]){N, D}, lo, hi));
+  gpa_pcase_in(&c, gpa_pt_f32(1, (int64_t[]){D}, 0.5, 1.5));
+  gpa_pcase_in(&c, gpa_pt_f32(1, (int64_t[]){D}, -1, 1));
+  gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 2, (int64_t[]){N, D}));
+  gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 1, (int64_t[]){N}));
+  gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 1, (int64_t[]){N}));
+  return c;
+}
+
+int main(void) {
+  gpa_parity *p = gpa_parity_open("parity_layernorm");
+  const int64_t shapes[][2] = {{1, 1}, {1, 7}, {3, 5}, {7, 13}, {13, 1}, {2, 31}, {31, 97}, {0, 8}, {17, 256}, {33, 1000}, {64, 1024}};
+  const gpa_pgrad grad = {.op = "layernorm_bwd", .n_dy = 1, .n_in = 5,
+                          .in = {{GPA_PSRC_FWD_IN, 0}, {GPA_PSRC_DY, 0}, {GPA_PSRC_FWD_IN, 1}, {GPA_PSRC_FWD_OUT, 1}, {GPA_PSRC_FWD_OUT, 2}},
+                          .n_out = 3, .grad_of = {0, 1, 2}, .ref = ref_bwd};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    gpa_pcase c = fwd_case(shapes[i][0], shapes[i][1], -2, 2);
+    gpa_parity_check(p, &c);
+    gpa_parity_grad(p, &c, &grad);
+  }
+  /* eps attribute; a large mean (two-pass stability); D = 0 */
+  gpa_pcase c = fwd_case(9, 300, -3, 3);
+  gpa_pcase_attr_float(&c, "eps", 0.25);
+  gpa_parity_check(p, &c);
+  gpa_parity_grad(p, &c, &grad);
+  c = fwd_case(16, 512, 1e4 - 1, 1e4 + 1);
+  c.label = "mean 1e4, spread 1";
+  gpa_parity_check(p, &c);
+  c = fwd_case(4, 64, 3e6, 3e6 + 64);
+  c.label = "mean 3e6";
+  gpa_parity_check(p, &c);
+  c = fwd_case(3, 0, -1, 1);
+  gpa_parity_check(p, &c);
+  if (gpa_parity_large(p)) {
+    c = fwd_case(4096, 1024, -2, 2);
+    gpa_parity_check(p, &c);
+    c = fwd_case(1023, 769, -2, 2);
+    gpa_parity_grad(p, &c, &grad);
+  }
+  /* validation: the message names the offending argument */
+  c = fwd_case(4, 512, -1, 1);
+  c.in[1].shape[0] = 511;
+  gpa_parity_expect_error(p, &c, GPA_ESHAPE, "gamma has shape [511], expected [512] (D of x)");
+  c = fwd_case(4, 8, -1, 1);
+  c.in[2].shape[0] = 9;
+  gpa_parity_expect_error(p, &c, GPA_ESHAPE, "beta");
+  c = fwd_case(4, 8, -1, 1);
+  c.in[0].dtype = GPA_I32;
+  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "x has dtype i32, expected f32");
+  c = fwd_case(4, 8, -1, 1);
+  c.in[0].rank = 3;
+  c.in[0].shape[2] = 2;
+  gpa_parity_expect_error(p, &c, GPA_ESHAPE, "x has shape [4,8,2]");
+  c = fwd_case(4, 8, -1, 1);
+  gpa_pcase_attr_float(&c, "eps", -1.0);
+  gpa_parity_expect_error(p, &c, 0, "eps");
+  c = fwd_case(4, 8, -1, 1);
+  c.out[1].shape[0] = 5;
+  gpa_parity_expect_error(p, &c, 0, NULL);
+  gpa_pcase b = gpa_pcase_make("layernorm_bwd", ref_bwd);
+  gpa_pcase_in(&b, gpa_pt_f32(2, (int64_t[]){4, 8}, -1, 1));
+  gpa_pcase_in(&b, gpa_pt_f32(2, (int64_t[]){4, 8}, -1, 1));
+  gpa_pcase_in(&b, gpa_pt_f32(1, (int64_t[]){8}, -1, 1));
+  gpa_pcase_in(&b, gpa_pt_f32(1, (int64_t[]){3}, -1, 1));
+  gpa_pcase_in(&b, gpa_pt_f32(1, (int64_t[]){4}, 1, 2));
+  gpa_pcase_out(&b, gpa_pt_spec(GPA_F32, 2, (int64_t[]){4, 8}));
+  gpa_pcase_out(&b, gpa_pt_spec(GPA_F32, 1, (int64_t[]){8}));
+  gpa_pcase_out(&b, gpa_pt_spec(GPA_F32, 1, (int64_t[]){8}));
+  gpa_parity_expect_error(p, &b, GPA_ESHAPE, "mean has shape [3], expected [4] (N of x)");
+  b.in[3].shape[0] = 4;
+  b.in[1].shape[1] = 7;
+  gpa_parity_expect_error(p, &b, GPA_ESHAPE, "dy has shape [4,7], expected [4,8]");
+  return gpa_parity_close(p);
+}
