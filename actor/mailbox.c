@@ -147,9 +147,11 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Waits for space in c's ring per the actor's full policy. */
-static gpa_status wait_space(gpa_actor *a, gpa__ctx *c) {
-  if (a->opts.full_policy == GPA_FULL_FAIL)
+/* Waits for space in c's ring per the actor's full policy. Control calls
+ * (sync, acquire, ...) always wait: failing them fast would only make the
+ * caller spin on a round trip it cannot do without. */
+static gpa_status wait_space(gpa_actor *a, gpa__ctx *c, bool control) {
+  if (a->opts.full_policy == GPA_FULL_FAIL && !control)
     return gpa__fail(GPA_EAGAIN, "mailbox full (%u slots); message not accepted", a->opts.mailbox_size);
   int64_t limit = a->opts.full_timeout_ns, start = gpa__now_ns();
   for (int spin = 0;; spin++) {
@@ -188,7 +190,7 @@ gpa_status gpa__send(gpa_actor *a, gpa__msg *m) {
   while (!(slot = ck_ring_enqueue_reserve_spsc(&c->ring, c->slots))) {
     /* Leave `busy` while waiting so that destroy is not blocked by us. */
     atomic_store_explicit(&c->busy, 0, memory_order_seq_cst);
-    st = wait_space(a, c);
+    st = wait_space(a, c, m->kind == GPA__MSG_CALL);
     if (st != GPA_OK) return st;
     atomic_store_explicit(&c->busy, 1, memory_order_seq_cst);
     if (atomic_load_explicit(&a->closing, memory_order_seq_cst)) {
