@@ -1,0 +1,210 @@
+/* conv1d_fwd / conv1d_bwd / conv1d_bwd_nobias through the actor against a
+ * double reference: padding, causal, dilation, groups, stride, K = 1 (the
+ * direct path), size 1, primes, a column matrix past the 16 MiB chunk;
+ * finite differences, backward determinism, and the shape errors. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/nn_test.h"
+
+typedef struct ccase {
+  int64_t B, Cin, L, Cout, K, stride, padding, dilation, groups;
+  int causal, bias;
+} ccase;
+
+typedef struct cref {
+  const ccase *c;
+  int64_t Lout, pl;
+  double *x, *W, *b, *w;
+} cref;
+
+/* y (and mag, the sum of |terms|, nullable) */
+static void ref_fwd(const cref *r, double *y, double *mag) {
+  const ccase *c = r->c;
+  int64_t cg = c->Cin / c->groups, og = c->Cout / c->groups;
+  for (int64_t b = 0; b < c->B; b++)
+    for (int64_t co = 0; co < c->Cout; co++)
+      for (int64_t t = 0; t < r->Lout; t++) {
+        double s = c->bias ? r->b[co] : 0, m = fabs(s);
+        for (int64_t ci = 0; ci < cg; ci++)
+          for (int64_t k = 0; k < c->K; k++) {
+            int64_t pos = t * c->stride - r->pl + k * c->dilation;
+            if (pos < 0 || pos >= c->L) continue;
+            double v = r->W[(co * cg + ci) * c->K + k] * r->x[(b * c->Cin + co / og * cg + ci) * c->L + pos];
+            s += v;
+            m += fabs(v);
+          }
+        y[(b * c->Cout + co) * r->Lout + t] = s;
+        if (mag) mag[(b * c->Cout + co) * r->Lout + t] = 1.5 * m;
+      }
+}
+
+static double ref_loss(void *p) {
+  cref *r = p;
+  int64_t n = r->c->B * r->c->Cout * r->Lout;
+  double *y = malloc(sizeof(double) * (size_t)n), l = 0;
+  ref_fwd(r, y, NULL);
+  for (int64_t i = 0; i < n; i++) l += r->w[i] * y[i];
+  free(y);
+  return l;
+}
+
+static double *to_d(const float *f, int64_t n) {
+  double *d = malloc(sizeof(double) * (size_t)(n + 1));
+  for (int64_t i = 0; i < n; i++) d[i] = f[i];
+  return d;
+}
+
+static void run_case(gpa_nt *t, const ccase *c, uint64_t seed) {
+  cref r = {c, 0, c->causal ? (c->K - 1) * c->dilation : c->padding, 0, 0, 0, 0};
+  int64_t pr = c->causal ? 0 : c->padding;
+  r.Lout = (c->L + r.pl + pr - c->dilation * (c->K - 1) - 1) / c->stride + 1;
+  int64_t cg = c->Cin / c->groups, nx = c->B * c->Cin * c->L, nw = c->Cout * cg * c->K;
+  int64_t ny = c->B * c->Cout * r.Lout;
+  char what[256], w2[1024];
+  snprintf(what, sizeof what, "conv1d B=%lld Cin=%lld L=%lld Cout=%lld K=%lld stride=%lld pad=%lld dil=%lld g=%lld%s%s",
+           (long long)c->B, (long long)c->Cin, (long long)c->L, (long long)c->Cout, (long long)c->K,
+           (long long)c->stride, (long long)c->padding, (long long)c->dilation, (long long)c->groups,
+           c->causal ? " causal" : "", c->bias ? " bias" : "");
+  float *x = malloc(sizeof(float) * (size_t)nx), *W = malloc(sizeof(float) * (size_t)nw);
+  float *b = malloc(sizeof(float) * (size_t)c->Cout), *dy = malloc(sizeof(float) * (size_t)ny);
+  gpa_nt_fill(x, nx, -1, 1, &seed);
+  gpa_nt_fill(W, nw, -1, 1, &seed);
+  gpa_nt_fill(b, c->Cout, -1, 1, &seed);
+  gpa_nt_fill(dy, ny, -1, 1, &seed);
+  r.x = to_d(x, nx);
+  r.W = to_d(W, nw);
+  r.b = to_d(b, c->Cout);
+  r.w = to_d(dy, ny);
+  double *y = malloc(sizeof(double) * (size_t)ny), *mag = malloc(sizeof(double) * (size_t)ny);
+  ref_fwd(&r, y, mag);
+
+  int64_t xs[3] = {c->B, c->Cin, c->L}, ws[3] = {c->Cout, cg, c->K}, ys[3] = {c->B, c->Cout, r.Lout};
+  gpa_attr at[5] = {{"stride", GPA_ATTR_INT, c->stride, 0},
+                    {"padding", GPA_ATTR_INT, c->padding, 0},
+                    {"dilation", GPA_ATTR_INT, c->dilation, 0},
+                    {"groups", GPA_ATTR_INT, c->groups, 0},
+                    {"causal", GPA_ATTR_INT, c->causal, 0}};
+  gpa_tensor tin[3] = {gpa_nt_tensor(t, GPA_F32, 3, xs, x), gpa_nt_tensor(t, GPA_F32, 3, ws, W),
+                       gpa_nt_tensor(t, GPA_F32, 1, &c->Cout, b)};
+  gpa_tensor ty = gpa_nt_out(t, 3, ys);
+  float *got = malloc(sizeof(float) * (size_t)(ny + nx + nw + c->Cout));
+  float *got2 = malloc(sizeof(float) * (size_t)(ny + nx + nw + c->Cout));
+  gpa_status st = gpa_nt_run(t, "conv1d_fwd", tin, c->bias ? 3 : 2, &ty, 1, at, 5);
+  if (st != GPA_OK) {
+    snprintf(w2, sizeof w2, "%s: conv1d_fwd %s: %s", what, gpa_status_name(st), gpa_nt_msg);
+    gpa_nt_fail(t, w2);
+  }
+  gpa_nt_read(t, &ty, got);
+  snprintf(w2, sizeof w2, "%s: y", what);
+  gpa_nt_close_to(t, w2, got, y, mag, ny, 1e-5);
+
+  gpa_tensor bin[3] = {gpa_nt_tensor(t, GPA_F32, 3, ys, dy), tin[0], tin[1]};
+  const char *bop = c->bias ? "conv1d_bwd" : "conv1d_bwd_nobias";
+  float *runs[2] = {got, got2};
+  for (int rep = 0; rep < 2; rep++) {
+    gpa_tensor tout[3] = {gpa_nt_out(t, 3, xs), gpa_nt_out(t, 3, ws), gpa_nt_out(t, 1, &c->Cout)};
+    st = gpa_nt_run(t, bop, bin, 3, tout, c->bias ? 3 : 2, at, 5);
+    if (st != GPA_OK) {
+      snprintf(w2, sizeof w2, "%s: %s %s: %s", what, bop, gpa_status_name(st), gpa_nt_msg);
+      gpa_nt_fail(t, w2);
+    }
+    gpa_nt_read(t, &tout[0], runs[rep]);
+    gpa_nt_read(t, &tout[1], runs[rep] + nx);
+    if (c->bias) gpa_nt_read(t, &tout[2], runs[rep] + nx + nw);
+  }
+  int64_t ng = nx + nw + (c->bias ? c->Cout : 0);
+  snprintf(w2, sizeof w2, "%s: backward determinism", what);
+  gpa_nt_same_bits(t, w2, got, got2, ng);
+  /* analytic reference */
+  double *ref = calloc((size_t)(ng + 1), sizeof(double)), *rm = calloc((size_t)(ng + 1), sizeof(double));
+  int64_t og = c->Cout / c->groups;
+  for (int64_t bb = 0; bb < c->B; bb++)
+    for (int64_t co = 0; co < c->Cout; co++)
+      for (int64_t tt = 0; tt < r.Lout; tt++) {
+        double d = r.w[(bb * c->Cout + co) * r.Lout + tt];
+        for (int64_t ci = 0; ci < cg; ci++)
+          for (int64_t k = 0; k < c->K; k++) {
+            int64_t pos = tt * c->stride - r.pl + k * c->dilation;
+            if (pos < 0 || pos >= c->L) continue;
+            int64_t xi = (bb * c->Cin + co / og * cg + ci) * c->L + pos, wi = (co * cg + ci) * c->K + k;
+            ref[xi] += d * r.W[wi];
+            rm[xi] += fabs(d * r.W[wi]);
+            ref[nx + wi] += d * r.x[xi];
+            rm[nx + wi] += fabs(d * r.x[xi]);
+          }
+        if (c->bias) {
+          ref[nx + nw + co] += d;
+          rm[nx + nw + co] += fabs(d);
+        }
+      }
+  for (int64_t i = 0; i < ng; i++) rm[i] *= 1.5;
+  snprintf(w2, sizeof w2, "%s: dx", what);
+  gpa_nt_close_to(t, w2, got, ref, rm, nx, 1e-5);
+  snprintf(w2, sizeof w2, "%s: dW", what);
+  gpa_nt_close_to(t, w2, got + nx, ref + nx, rm + nx, nw, 1e-5);
+  if (c->bias) {
+    snprintf(w2, sizeof w2, "%s: db", what);
+    gpa_nt_close_to(t, w2, got + nx + nw, ref + nx + nw, rm + nx + nw, c->Cout, 1e-5);
+  }
+  if (ny * cg * c->K <= 100000) {
+    double *vars[3] = {r.x, r.W, r.b};
+    int64_t nv[3] = {nx, nw, c->bias ? c->Cout : 0}, off[3] = {0, nx, nx + nw};
+    for (int v = 0; v < 3; v++)
+      for (int64_t s = 0; s < 6 && nv[v]; s++) {
+        int64_t i = (s * 7919 + 3) % nv[v];
+        double fd = gpa_nt_fd(ref_loss, &r, vars[v], i, 1e-4), gg = got[off[v] + i];
+        if (fabs(gg - fd) > 1e-4 * fabs(fd) + 1e-4) {
+          snprintf(w2, sizeof w2, "%s: finite difference of input %d element %lld: %.8g vs fd %.8g", what, v,
+                   (long long)i, gg, fd);
+          gpa_nt_fail(t, w2);
+        }
+      }
+  }
+  free(ref); free(rm); free(y); free(mag); free(r.x); free(r.W); free(r.b); free(r.w);
+  free(x); free(W); free(b); free(dy); free(got); free(got2);
+}
+
+static void errors(gpa_nt *t) {
+  int64_t xs[3] = {2, 6, 10}, ws[3] = {4, 3, 3}, wbad[3] = {4, 6, 3}, ys[3] = {2, 4, 8}, yb[3] = {2, 4, 9};
+  gpa_tensor x = gpa_nt_out(t, 3, xs), w = gpa_nt_out(t, 3, ws), wb = gpa_nt_out(t, 3, wbad);
+  gpa_tensor y = gpa_nt_out(t, 3, ys), y9 = gpa_nt_out(t, 3, yb);
+  gpa_attr g2 = {"groups", GPA_ATTR_INT, 2, 0}, g4 = {"groups", GPA_ATTR_INT, 4, 0};
+  gpa_tensor in1[2] = {x, w};
+  gpa_nt_expect_error(t, "conv1d_fwd", in1, 2, &y, 1, NULL, 0, GPA_ESHAPE, "W has shape [4,3,3]");
+  gpa_nt_expect_error(t, "conv1d_fwd", in1, 2, &y, 1, &g4, 1, GPA_EINVAL, "groups = 4");
+  gpa_nt_expect_error(t, "conv1d_fwd", in1, 2, &y9, 1, &g2, 1, GPA_ESHAPE, "outputs[0]");
+  gpa_tensor in2[2] = {x, wb};
+  gpa_attr cp[2] = {{"causal", GPA_ATTR_INT, 1, 0}, {"padding", GPA_ATTR_INT, 1, 0}};
+  gpa_nt_expect_error(t, "conv1d_fwd", in2, 2, &y, 1, cp, 2, GPA_EINVAL, "padding must be 0");
+  gpa_attr dil = {"dilation", GPA_ATTR_INT, 5, 0};
+  gpa_nt_expect_error(t, "conv1d_fwd", in2, 2, &y, 1, &dil, 1, GPA_ESHAPE, "no output");
+  gpa_attr s0 = {"stride", GPA_ATTR_INT, 0, 0};
+  gpa_nt_expect_error(t, "conv1d_fwd", in2, 2, &y, 1, &s0, 1, GPA_ERANGE, "stride");
+  gpa_tensor bin[3] = {y9, x, wb}, bout[2] = {x, wb};
+  gpa_nt_expect_error(t, "conv1d_bwd_nobias", bin, 3, bout, 2, NULL, 0, GPA_ESHAPE, "dy has shape [2,4,9]");
+}
+
+int main(void) {
+  gpa_nt t;
+  int rc = gpa_nt_open(&t);
+  if (rc) return rc;
+  const ccase cases[] = {
+      /* B Cin L Cout K stride pad dil groups causal bias */
+      {1, 1, 1, 1, 1, 1, 0, 1, 1, 0, 1},   {2, 3, 17, 5, 3, 1, 1, 1, 1, 0, 1},  {3, 6, 31, 4, 5, 2, 3, 2, 2, 0, 0},
+      {2, 4, 19, 4, 3, 1, 0, 2, 4, 1, 1},  {2, 5, 7, 3, 1, 1, 0, 1, 1, 0, 1},   {1, 7, 13, 11, 2, 3, 2, 1, 1, 0, 1},
+      {2, 4, 50, 6, 7, 3, 0, 3, 2, 0, 0},  {1, 3, 23, 2, 4, 1, 0, 3, 1, 1, 0},  {3, 8, 29, 8, 3, 2, 1, 1, 8, 0, 1},
+      {2, 6, 11, 9, 11, 1, 5, 1, 3, 0, 1}, {1, 16, 64, 32, 3, 1, 1, 1, 1, 0, 1}, {2, 5, 9, 7, 1, 2, 0, 1, 1, 0, 1},
+  };
+  uint64_t seed = 777;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&t, &cases[i], seed + i);
+  if (!t.quick) {
+    /* Cin*K = 4608 rows: the 16 MiB column cap gives 910-column chunks */
+    const ccase big[] = {{2, 512, 2000, 4, 9, 1, 4, 1, 1, 0, 1}, {2, 64, 300, 48, 3, 1, 0, 4, 1, 1, 1}};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) run_case(&t, &big[i], seed + 100 + i);
+  }
+  errors(&t);
+  return gpa_nt_close(&t);
+}
