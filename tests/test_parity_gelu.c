@@ -1,0 +1,80 @@
+/* Parity of gelu_fwd / gelu_bwd (erf and tanh forms) against double
+ * references, the backward against finite differences, validation. */
+#include <math.h>
+#include <stdio.h>
+
+#include "tests/parity/harness.h"
+
+static double gelu(double x, int tanh_form) {
+  if (tanh_form) return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+  return 0.5 * x * erfc(-x / sqrt(2.0));
+}
+
+static double dgelu(double x, int tanh_form) {
+  if (tanh_form) {
+    double k = sqrt(2.0 / M_PI), u = k * (x + 0.044715 * x * x * x), t = tanh(u);
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+  }
+  return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+}
+
+static void ref_fwd(const gpa_pcase *c, gpa_parr *in, gpa_parr *out) {
+  int t = (int)gpa_pcase_get_i(c, "approximate", 0);
+  for (int64_t i = 0; i < in[0].n; i++) out[0].d[i] = gelu(in[0].d[i], t);
+}
+
+static void ref_bwd(const gpa_pcase *c, gpa_parr *in, gpa_parr *out) {
+  int t = (int)gpa_pcase_get_i(c, "approximate", 0);
+  for (int64_t i = 0; i < in[0].n; i++) out[0].d[i] = in[1].d[i] * dgelu(in[0].d[i], t);
+}
+
+static gpa_pcase fwd(uint32_t rank, const int64_t *shape, double lo, double hi, int form) {
+  gpa_pcase c = gpa_pcase_make("gelu_fwd", ref_fwd);
+  gpa_pcase_in(&c, gpa_pt_f32(rank, shape, lo, hi));
+  gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, rank, shape));
+  if (form >= 0) gpa_pcase_attr_int(&c, "approximate", form);
+  return c;
+}
+
+int main(void) {
+  gpa_parity *p = gpa_parity_open("parity_gelu");
+  const int64_t lens[] = {0, 1, 5, 16, 17, 1023, 1025, 4099, 65536 + 3};
+  for (int form = -1; form <= 1; form++) { /* -1: attribute left out (erf) */
+    gpa_pgrad g = {.op = "gelu_bwd", .n_dy = 1, .n_in = 2, .in = {{GPA_PSRC_FWD_IN, 0}, {GPA_PSRC_DY, 0}},
+                   .n_out = 1, .grad_of = {0}, .ref = ref_bwd};
+    if (form >= 0) {
+      g.attrs[0] = (gpa_attr){"approximate", GPA_ATTR_INT, form, 0};
+      g.n_attrs = 1;
+    }
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+      gpa_pcase c = fwd(1, &lens[i], -6, 6, form);
+      gpa_parity_check(p, &c);
+      gpa_parity_grad(p, &c, &g);
+    }
+    gpa_pcase c = fwd(3, (const int64_t[]){3, 7, 11}, -30, 30, form);
+    c.label = "tails";
+    gpa_parity_check(p, &c);
+    gpa_parity_grad(p, &c, &g);
+    c = fwd(2, (const int64_t[]){64, 100}, -1e-3, 1e-3, form);
+    c.label = "near 0";
+    gpa_parity_check(p, &c);
+    gpa_parity_grad(p, &c, &g);
+    if (gpa_parity_large(p)) {
+      int64_t n = (1 << 20) + 7;
+      c = fwd(1, &n, -8, 8, form);
+      gpa_parity_check(p, &c);
+      gpa_parity_grad(p, &c, &g);
+    }
+  }
+  gpa_pcase c = fwd(1, (const int64_t[]){8}, -1, 1, 2);
+  gpa_parity_expect_error(p, &c, 0, "approximate");
+  c = fwd(1, (const int64_t[]){8}, -1, 1, 0);
+  c.in[0].dtype = GPA_U8;
+  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "gelu_fwd: x has dtype u8, expected f32");
+  c = gpa_pcase_make("gelu_bwd", ref_bwd);
+  gpa_pcase_in(&c, gpa_pt_f32(2, (const int64_t[]){4, 5}, -1, 1));
+  gpa_pcase_in(&c, gpa_pt_f32(2, (const int64_t[]){5, 4}, -1, 1));
+  gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 2, (const int64_t[]){4, 5}));
+  gpa_parity_expect_error(p, &c, GPA_ESHAPE, "gelu_bwd: dy has shape [5,4], expected [4,5] (shape of x)");
+  return gpa_parity_close(p);
+}
