@@ -1,0 +1,302 @@
+/* attention_fwd / attention_bwd through the actor against a double
+ * reference: MHA/GQA/MQA (ratios 1, 2, 8), head dims 32/64/96/128 (and odd
+ * ones), odd S and Sk, S = 1, Sk = 1, causal with S != Sk, per-batch key
+ * lengths including 0, the default scale; finite differences, bitwise
+ * determinism of the backward, equality with the direct (inline, one
+ * thread) kernel run, and the shape/length errors. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/host/attention.h"
+#include "util/nn_test.h"
+
+typedef struct acase {
+  int64_t B, S, Sk, H, Hkv, D;
+  int causal, lens; /* lens: 0 none, 1 per-batch lengths (b=1 gets 0 when B > 1) */
+  double scale;     /* 0: default */
+} acase;
+
+typedef struct aref {
+  const acase *c;
+  double scale;
+  const int32_t *lens;
+  double *q, *k, *v, *w; /* w: weights of o in the loss (= dout) */
+} aref;
+
+/* Magnitudes of the fp32 rounding errors of each output (divided by
+ * FLT_EPSILON): sums of |terms|, with the softmax's sensitivity to score
+ * errors of size eps * sum |q||k| * scale. */
+typedef struct amag {
+  double *o, *lse, *dq, *dk, *dv;
+} amag;
+
+/* o [B,S,H,D], lse [B,H,S] (nullable); the gradients too when dq != NULL;
+ * error magnitudes when m != NULL (needs dq). */
+static void ref_attn(const aref *r, double *o, double *lse, double *dq, double *dk, double *dv, const amag *m) {
+  const acase *c = r->c;
+  int64_t S = c->S, Sk = c->Sk, H = c->H, Hk = c->Hkv, D = c->D, G = H / Hk;
+  double *p = malloc(sizeof(double) * (size_t)Sk), *dp = malloc(sizeof(double) * (size_t)Sk);
+  double *mdp = malloc(sizeof(double) * (size_t)Sk);
+  if (m) {
+    memset(m->o, 0, sizeof(double) * (size_t)(c->B * S * H * D));
+    memset(m->dq, 0, sizeof(double) * (size_t)(c->B * S * H * D));
+    memset(m->dk, 0, sizeof(double) * (size_t)(c->B * Sk * Hk * D));
+    memset(m->dv, 0, sizeof(double) * (size_t)(c->B * Sk * Hk * D));
+  }
+  if (dq) {
+    memset(dq, 0, sizeof(double) * (size_t)(c->B * S * H * D));
+    memset(dk, 0, sizeof(double) * (size_t)(c->B * Sk * Hk * D));
+    memset(dv, 0, sizeof(double) * (size_t)(c->B * Sk * Hk * D));
+  }
+  for (int64_t b = 0; b < c->B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t i = 0; i < S; i++) {
+        int64_t kh = h / G, lim = r->lens ? r->lens[b] : Sk;
+        if (c->causal && i + Sk - S + 1 < lim) lim = i + Sk - S + 1;
+        if (lim < 0) lim = 0;
+        const double *qi = r->q + ((b * S + i) * H + h) * D;
+        double *oi = o + ((b * S + i) * H + h) * D, mx = -INFINITY, sum = 0, E = 1;
+        for (int64_t j = 0; j < lim; j++) {
+          const double *kj = r->k + ((b * Sk + j) * Hk + kh) * D;
+          double s = 0, a = 0;
+          for (int64_t d = 0; d < D; d++) {
+            s += qi[d] * kj[d];
+            a += fabs(qi[d] * kj[d]);
+          }
+          p[j] = s * r->scale;
+          if (p[j] > mx) mx = p[j];
+          if (1 + 2 * a * r->scale > E) E = 1 + 2 * a * r->scale;
+        }
+        for (int64_t j = 0; j < lim; j++) sum += (p[j] = exp(p[j] - mx));
+        for (int64_t d = 0; d < D; d++) oi[d] = 0;
+        if (lse) lse[(b * H + h) * S + i] = lim ? mx + log(sum) : -INFINITY;
+        if (m) m->lse[(b * H + h) * S + i] = lim ? 4 * (E + fabs(mx + log(sum))) : 0;
+        if (!lim) continue;
+        double *mo = m ? m->o + ((b * S + i) * H + h) * D : NULL;
+        for (int64_t j = 0; j < lim; j++) {
+          p[j] /= sum;
+          const double *vj = r->v + ((b * Sk + j) * Hk + kh) * D;
+          for (int64_t d = 0; d < D; d++) oi[d] += p[j] * vj[d];
+          if (mo)
+            for (int64_t d = 0; d < D; d++) mo[d] += 4 * E * p[j] * fabs(vj[d]);
+        }
+        if (!dq) continue;
+        const double *doi = r->w + ((b * S + i) * H + h) * D;
+        double dl = 0, mdl = 0;
+        for (int64_t j = 0; j < lim; j++) {
+          const double *vj = r->v + ((b * Sk + j) * Hk + kh) * D;
+          double s = 0, a = 0;
+          for (int64_t d = 0; d < D; d++) {
+            s += doi[d] * vj[d];
+            a += fabs(doi[d] * vj[d]);
+          }
+          dp[j] = s;
+          mdp[j] = a;
+          dl += p[j] * s;
+          mdl += p[j] * a;
+        }
+        for (int64_t j = 0; j < lim; j++) {
+          double ds = p[j] * (dp[j] - dl) * r->scale;
+          if (m) {
+            double mds = 4 * r->scale * p[j] * (mdp[j] + mdl + E * fabs(dp[j] - dl));
+            const double *kj = r->k + ((b * Sk + j) * Hk + kh) * D;
+            double *a = m->dq + ((b * S + i) * H + h) * D, *bk = m->dk + ((b * Sk + j) * Hk + kh) * D;
+            double *bv = m->dv + ((b * Sk + j) * Hk + kh) * D;
+            for (int64_t d = 0; d < D; d++) {
+              a[d] += mds * fabs(kj[d]);
+              bk[d] += mds * fabs(qi[d]);
+              bv[d] += 4 * E * p[j] * fabs(doi[d]);
+            }
+          }
+          const double *kj = r->k + ((b * Sk + j) * Hk + kh) * D;
+          double *dqi = dq + ((b * S + i) * H + h) * D, *dkj = dk + ((b * Sk + j) * Hk + kh) * D;
+          double *dvj = dv + ((b * Sk + j) * Hk + kh) * D;
+          for (int64_t d = 0; d < D; d++) {
+            dqi[d] += ds * kj[d];
+            dkj[d] += ds * qi[d];
+            dvj[d] += p[j] * doi[d];
+          }
+        }
+      }
+  free(p);
+  free(dp);
+  free(mdp);
+}
+
+static double ref_loss(void *p) {
+  aref *r = p;
+  int64_t n = r->c->B * r->c->S * r->c->H * r->c->D;
+  double *o = malloc(sizeof(double) * (size_t)n), l = 0;
+  ref_attn(r, o, NULL, NULL, NULL, NULL, NULL);
+  for (int64_t i = 0; i < n; i++) l += r->w[i] * o[i];
+  free(o);
+  return l;
+}
+
+static double *to_d(const float *f, int64_t n) {
+  double *d = malloc(sizeof(double) * (size_t)(n + 1));
+  for (int64_t i = 0; i < n; i++) d[i] = f[i];
+  return d;
+}
+
+static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
+  int64_t B = c->B, S = c->S, Sk = c->Sk, H = c->H, Hk = c->Hkv, D = c->D;
+  int64_t nq = B * S * H * D, nk = B * Sk * Hk * D, nl = B * H * S;
+  char what[256], w2[1024];
+  snprintf(what, sizeof what, "attention B=%lld S=%lld Sk=%lld H=%lld Hkv=%lld D=%lld%s%s scale=%g", (long long)B,
+           (long long)S, (long long)Sk, (long long)H, (long long)Hk, (long long)D, c->causal ? " causal" : "",
+           c->lens ? " lengths" : "", c->scale);
+  float *q = malloc(sizeof(float) * (size_t)nq), *k = malloc(sizeof(float) * (size_t)nk);
+  float *v = malloc(sizeof(float) * (size_t)nk), *dout = malloc(sizeof(float) * (size_t)nq);
+  gpa_nt_fill(q, nq, -1.5, 1.5, &seed);
+  gpa_nt_fill(k, nk, -1.5, 1.5, &seed);
+  gpa_nt_fill(v, nk, -1, 1, &seed);
+  gpa_nt_fill(dout, nq, -1, 1, &seed);
+  int32_t *lens = malloc(sizeof(int32_t) * (size_t)B);
+  for (int64_t b = 0; b < B; b++) lens[b] = (int32_t)(b == 0 ? Sk : b == 1 ? 0 : (b * 7919 + 13) % (Sk + 1));
+  aref r = {c, c->scale > 0 ? c->scale : 1.0 / sqrt((double)D), c->lens ? lens : NULL,
+            to_d(q, nq), to_d(k, nk), to_d(v, nk), to_d(dout, nq)};
+  double *o = malloc(sizeof(double) * (size_t)nq), *lse = malloc(sizeof(double) * (size_t)nl);
+  double *dq = malloc(sizeof(double) * (size_t)nq), *dk = malloc(sizeof(double) * (size_t)nk);
+  double *dv = malloc(sizeof(double) * (size_t)nk);
+  amag mg = {malloc(sizeof(double) * (size_t)nq), malloc(sizeof(double) * (size_t)nl),
+             malloc(sizeof(double) * (size_t)nq), malloc(sizeof(double) * (size_t)nk),
+             malloc(sizeof(double) * (size_t)nk)};
+  ref_attn(&r, o, lse, dq, dk, dv, &mg);
+
+  int64_t qs[4] = {B, S, H, D}, ks[4] = {B, Sk, Hk, D}, ls[3] = {B, H, S};
+  gpa_attr at[2] = {{"scale", GPA_ATTR_FLOAT, 0, c->scale}, {"causal", GPA_ATTR_INT, c->causal, 0}};
+  gpa_tensor tq = gpa_nt_tensor(t, GPA_F32, 4, qs, q), tk = gpa_nt_tensor(t, GPA_F32, 4, ks, k);
+  gpa_tensor tv = gpa_nt_tensor(t, GPA_F32, 4, ks, v), tl = gpa_nt_tensor(t, GPA_I32, 1, &B, lens);
+  gpa_tensor fin[4] = {tq, tk, tv, tl}, fout[2] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 3, ls)};
+  gpa_status st = gpa_nt_run(t, "attention_fwd", fin, c->lens ? 4 : 3, fout, 2, at, c->scale > 0 ? 2 : 1 + 0 * 1);
+  if (c->scale <= 0) { /* default scale: the attribute absent */
+    gpa_attr ac = {"causal", GPA_ATTR_INT, c->causal, 0};
+    st = gpa_nt_run(t, "attention_fwd", fin, c->lens ? 4 : 3, fout, 2, &ac, 1);
+  }
+  if (st != GPA_OK) {
+    snprintf(w2, sizeof w2, "%s: attention_fwd %s: %s", what, gpa_status_name(st), gpa_nt_msg);
+    gpa_nt_fail(t, w2);
+  }
+  float *go = malloc(sizeof(float) * (size_t)nq), *gl = malloc(sizeof(float) * (size_t)nl);
+  gpa_nt_read(t, &fout[0], go);
+  gpa_nt_read(t, &fout[1], gl);
+  snprintf(w2, sizeof w2, "%s: o", what);
+  gpa_nt_close_to(t, w2, go, o, mg.o, nq, 1e-5);
+  snprintf(w2, sizeof w2, "%s: lse", what);
+  gpa_nt_close_to(t, w2, gl, lse, mg.lse, nl, 1e-5);
+
+  gpa_tensor bin[7] = {gpa_nt_tensor(t, GPA_F32, 4, qs, dout), tq, tk, tv, fout[0], fout[1], tl};
+  float *g1 = malloc(sizeof(float) * (size_t)(nq + 2 * nk)), *g2 = malloc(sizeof(float) * (size_t)(nq + 2 * nk));
+  float *runs[2] = {g1, g2};
+  for (int rep = 0; rep < 2; rep++) {
+    gpa_tensor bout[3] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 4, ks), gpa_nt_out(t, 4, ks)};
+    st = gpa_nt_run(t, "attention_bwd", bin, c->lens ? 7 : 6, bout, 3, at, 2);
+    if (st != GPA_OK) {
+      snprintf(w2, sizeof w2, "%s: attention_bwd %s: %s", what, gpa_status_name(st), gpa_nt_msg);
+      gpa_nt_fail(t, w2);
+    }
+    gpa_nt_read(t, &bout[0], runs[rep]);
+    gpa_nt_read(t, &bout[1], runs[rep] + nq);
+    gpa_nt_read(t, &bout[2], runs[rep] + nq + nk);
+  }
+  snprintf(w2, sizeof w2, "%s: backward determinism", what);
+  gpa_nt_same_bits(t, w2, g1, g2, nq + 2 * nk);
+  snprintf(w2, sizeof w2, "%s: dq", what);
+  gpa_nt_close_to(t, w2, g1, dq, mg.dq, nq, 1e-5);
+  snprintf(w2, sizeof w2, "%s: dk", what);
+  gpa_nt_close_to(t, w2, g1 + nq, dk, mg.dk, nk, 1e-5);
+  snprintf(w2, sizeof w2, "%s: dv", what);
+  gpa_nt_close_to(t, w2, g1 + nq + nk, dv, mg.dv, nk, 1e-5);
+
+  /* the actor (thread pool) and the kernel run inline agree bit for bit */
+  gpa__attn_geom g = {B, S, Sk, H, Hk, D, (float)r.scale, c->causal};
+  float *io = malloc(sizeof(float) * (size_t)nq), *il = malloc(sizeof(float) * (size_t)nl);
+  float *ig = malloc(sizeof(float) * (size_t)(nq + 2 * nk));
+  const int32_t *lp = c->lens ? lens : NULL;
+  gpa__attention_fwd(NULL, &g, q, k, v, lp, io, il);
+  gpa__attention_bwd(NULL, &g, dout, q, k, v, io, il, lp, ig, ig + nq, ig + nq + nk);
+  snprintf(w2, sizeof w2, "%s: o, actor vs inline", what);
+  gpa_nt_same_bits(t, w2, go, io, nq);
+  snprintf(w2, sizeof w2, "%s: grads, actor vs inline", what);
+  gpa_nt_same_bits(t, w2, g1, ig, nq + 2 * nk);
+
+  if (nq * Sk <= 60000) {
+    double *vars[3] = {r.q, r.k, r.v};
+    int64_t nv[3] = {nq, nk, nk}, off[3] = {0, nq, nq + nk};
+    for (int vi = 0; vi < 3; vi++)
+      for (int64_t s = 0; s < 6; s++) {
+        int64_t i = (s * 7919 + 5) % nv[vi];
+        double fd = gpa_nt_fd(ref_loss, &r, vars[vi], i, 1e-4), gg = g1[off[vi] + i];
+        if (fabs(gg - fd) > 1e-4 * fabs(fd) + 2e-5) {
+          snprintf(w2, sizeof w2, "%s: finite difference of input %d element %lld: %.8g vs fd %.8g", what, vi,
+                   (long long)i, gg, fd);
+          gpa_nt_fail(t, w2);
+        }
+      }
+  }
+  free(mg.o); free(mg.lse); free(mg.dq); free(mg.dk); free(mg.dv);
+  free(io); free(il); free(ig); free(g1); free(g2); free(go); free(gl);
+  free(o); free(lse); free(dq); free(dk); free(dv); free(r.q); free(r.k); free(r.v); free(r.w);
+  free(q); free(k); free(v); free(dout); free(lens);
+}
+
+static void errors(gpa_nt *t) {
+  int64_t qs[4] = {2, 5, 8, 32}, k3[4] = {2, 7, 3, 32}, kd[4] = {2, 7, 4, 64}, kb[4] = {3, 7, 4, 32};
+  int64_t k4[4] = {2, 7, 4, 32}, ls[3] = {2, 8, 5}, lbad[3] = {2, 5, 8}, q300[4] = {1, 2, 1, 300};
+  gpa_tensor q = gpa_nt_out(t, 4, qs), o = gpa_nt_out(t, 4, qs), lse = gpa_nt_out(t, 3, ls);
+  gpa_tensor kk3 = gpa_nt_out(t, 4, k3), kkd = gpa_nt_out(t, 4, kd), kkb = gpa_nt_out(t, 4, kb);
+  gpa_tensor k = gpa_nt_out(t, 4, k4);
+  gpa_tensor out[2] = {o, lse};
+  gpa_tensor a[3] = {q, kk3, kk3};
+  gpa_nt_expect_error(t, "attention_fwd", a, 3, out, 2, NULL, 0, GPA_ESHAPE,
+                      "k has 3 heads, not a divisor of q's 8 heads");
+  gpa_tensor b[3] = {q, kkd, kkd};
+  gpa_nt_expect_error(t, "attention_fwd", b, 3, out, 2, NULL, 0, GPA_ESHAPE, "k has shape [2,7,4,64]");
+  gpa_tensor c[3] = {q, kkb, kkb};
+  gpa_nt_expect_error(t, "attention_fwd", c, 3, out, 2, NULL, 0, GPA_ESHAPE, "B and D of q");
+  gpa_tensor d[3] = {q, k, kk3};
+  gpa_nt_expect_error(t, "attention_fwd", d, 3, out, 2, NULL, 0, GPA_ESHAPE, "v has shape");
+  gpa_tensor e[3] = {q, k, k}, out2[2] = {o, gpa_nt_out(t, 3, lbad)};
+  gpa_nt_expect_error(t, "attention_fwd", e, 3, out2, 2, NULL, 0, GPA_ESHAPE, "outputs[1]");
+  int64_t two = 2, three = 3;
+  int32_t badlen[2] = {3, 8};
+  gpa_tensor lf = gpa_nt_out(t, 1, &two), l3 = gpa_nt_tensor(t, GPA_I32, 1, &three, NULL);
+  gpa_tensor lb = gpa_nt_tensor(t, GPA_I32, 1, &two, badlen);
+  gpa_tensor f[4] = {q, k, k, lf};
+  gpa_nt_expect_error(t, "attention_fwd", f, 4, out, 2, NULL, 0, GPA_EDTYPE, "lengths has dtype f32");
+  gpa_tensor g[4] = {q, k, k, l3};
+  gpa_nt_expect_error(t, "attention_fwd", g, 4, out, 2, NULL, 0, GPA_ESHAPE, "lengths has shape [3]");
+  gpa_tensor h[4] = {q, k, k, lb};
+  gpa_nt_expect_error(t, "attention_fwd", h, 4, out, 2, NULL, 0, GPA_ERANGE, "lengths[1] = 8");
+  gpa_tensor qb = gpa_nt_out(t, 4, q300), ob[2] = {qb, gpa_nt_out(t, 3, (int64_t[]){1, 1, 2})};
+  gpa_tensor i[3] = {qb, qb, qb};
+  gpa_nt_expect_error(t, "attention_fwd", i, 3, ob, 2, NULL, 0, GPA_ESHAPE, "head dim D = 300");
+  gpa_tensor bo[3] = {q, k, k};
+  gpa_tensor j[6] = {q, q, k, k, o, gpa_nt_out(t, 3, lbad)};
+  gpa_nt_expect_error(t, "attention_bwd", j, 6, bo, 3, NULL, 0, GPA_ESHAPE, "lse has shape [2,5,8]");
+}
+
+int main(void) {
+  gpa_nt t;
+  int rc = gpa_nt_open(&t);
+  if (rc) return rc;
+  const acase cases[] = {
+      /* B S Sk H Hkv D causal lens scale */
+      {1, 1, 1, 1, 1, 32, 0, 0, 0},      {1, 1, 1, 2, 1, 64, 1, 0, 0},     {2, 1, 37, 4, 2, 32, 1, 1, 0},
+      {1, 37, 1, 2, 2, 32, 1, 0, 0},     {2, 37, 53, 4, 2, 64, 0, 1, 0},   {3, 70, 70, 8, 1, 96, 1, 1, 0},
+      {1, 130, 129, 2, 2, 128, 1, 0, 0}, {2, 90, 200, 8, 4, 40, 1, 1, 0},  {1, 200, 90, 8, 8, 33, 1, 0, 0},
+      {1, 5, 300, 8, 1, 32, 0, 1, 0.3},  {2, 67, 67, 8, 8, 128, 0, 0, 0},  {1, 3, 2, 2, 1, 256, 1, 1, 0},
+      {3, 17, 29, 6, 3, 7, 0, 1, 0.05},  {1, 131, 131, 2, 1, 64, 1, 0, 0},
+  };
+  uint64_t seed = 4242;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&t, &cases[i], seed + i);
+  if (!t.quick) {
+    const acase big[] = {{2, 300, 257, 8, 2, 64, 1, 1, 0}, {1, 256, 256, 4, 4, 128, 0, 0, 0}};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) run_case(&t, &big[i], seed + 100 + i);
+  }
+  errors(&t);
+  return gpa_nt_close(&t);
+}
