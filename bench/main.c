@@ -1,4 +1,3 @@
-#define _GNU_SOURCE
 #include "bench.h"
 
 #include <stdio.h>

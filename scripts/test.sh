@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The test command: set up, build, and run the whole suite with ctest on every
+# device this machine has (cpu; sim when the CUDA toolkit is present), then
+# the same suite in ASan+UBSan and TSan builds. Set GPA_QUICK=1 to skip the
+# sanitizer builds while iterating.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+start=$(date +%s)
+
+run_suite() { # build-dir device
+  echo "== ctest: $1 with GPA_DEVICE=$2"
+  GPA_DEVICE=$2 ctest --test-dir "$1" --output-on-failure -j"$jobs" --timeout 300
+}
+
+devices() { # build-dir -> the devices its suite runs on
+  echo cpu
+  # The simulated device joins once the cuda backend can drive it: the build
+  # then records GPA_CUDA_BACKEND=ON in its cache.
+  if grep -q "^GPA_CUDA_BACKEND:INTERNAL=ON" "$1/CMakeCache.txt" 2>/dev/null; then echo sim; fi
+}
+
+BUILD_DIR=build scripts/setup.sh
+for d in $(devices build); do run_suite build "$d"; done
+
+if [ "${GPA_QUICK:-0}" != 1 ]; then
+  BUILD_DIR=build-asan scripts/setup.sh -DGPA_SANITIZE=address
+  for d in $(devices build-asan); do
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      run_suite build-asan "$d"
+  done
+  BUILD_DIR=build-tsan scripts/setup.sh -DGPA_SANITIZE=thread
+  for d in $(devices build-tsan); do
+    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" run_suite build-tsan "$d"
+  done
+fi
+echo "test.sh: all suites passed in $(( $(date +%s) - start )) s"
