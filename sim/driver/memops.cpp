@@ -1,0 +1,219 @@
+/* gpa-sim driver: the memory API (allocation, pools, memset, copies).
+ *
+ * Synchronous calls first wait for the NULL stream and then act on the
+ * calling thread. Asynchronous calls check their arguments when called
+ * (bad pointers: CUDA_ERROR_INVALID_VALUE, as the driver does) and check the
+ * device range again when the stream runs them, where a failure (e.g. the
+ * memory was freed in between) becomes a sticky CUDA_ERROR_ILLEGAL_ADDRESS.
+ * An async copy whose host side is pageable memory is refused: the real
+ * driver silently makes it synchronous, which hides missing pinned staging
+ * (GPA_SIM_ALLOW_PAGEABLE_ASYNC=1 allows it). Async copies read host memory
+ * when the stream runs them, not when queued: stricter than a GPU. */
+#include <string.h>
+#include "internal.h"
+
+namespace {
+int g_pool_dummy;
+CUmemoryPool g_pool = (CUmemoryPool)&g_pool_dummy;
+cuuint64_t g_pool_threshold = 0;
+
+CUresult check_dev(const char *api, CUdeviceptr p, size_t n) {
+  std::string why;
+  if (n == 0) return CUDA_SUCCESS;
+  if (gpa_sim__mem_check(p, n, &why) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "%s: %s", api, why.c_str());
+}
+
+CUresult check_host(const char *api, const void *h, size_t n, bool async) {
+  if (!h && n) return CUDA_ERROR_INVALID_VALUE;
+  if (async && n && !gpa_sim__opts().pageable_async_ok && !gpa_sim__host_is_pinned(h, n))
+    return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE,
+                          "%s: host range [%p, +%zu) is pageable memory; async copies need pinned memory "
+                          "(cuMemAllocHost/cuMemHostRegister)", api, h, n);
+  return CUDA_SUCCESS;
+}
+
+/* Re-checks device ranges when the stream runs the operation. */
+CUresult recheck(const char *api, CUdeviceptr p, size_t n, std::string *why) {
+  if (n == 0 || gpa_sim__mem_check(p, n, why) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  *why = std::string(api) + ": " + *why;
+  return CUDA_ERROR_ILLEGAL_ADDRESS;
+}
+
+/* Runs op now (sync: after the NULL stream drained) or queues it on h. */
+CUresult submit(CUctx_st *ctx, CUstream h, bool async, std::function<CUresult(std::string *)> op) {
+  CUstream_st *s;
+  CUresult r = gpa_sim__stream_get(ctx, async ? h : nullptr, &s);
+  if (r) return r;
+  if (!async) {
+    gpa_sim__stream_wait_idle(s);
+    std::string why;
+    r = op(&why);
+    if (r) gpa_sim__ctx_set_sticky(ctx, r, why);
+    return r ? r : (CUresult)ctx->sticky.load();
+  }
+  gpa_sim__stream_push(s, [ctx, op] {
+    std::string why;
+    CUresult r2 = op(&why);
+    if (r2) gpa_sim__ctx_set_sticky(ctx, r2, why);
+    return r2;
+  });
+  return CUDA_SUCCESS;
+}
+
+CUresult copy(const char *api, CUdeviceptr dst, const void *hsrc, CUdeviceptr src, void *hdst, size_t n, CUstream h,
+              bool async) {
+  GPA_SIM_ENTER(ctx);
+  CUresult r;
+  if (hsrc) r = check_host(api, hsrc, n, async);
+  else r = check_dev(api, src, n);
+  if (r) return r;
+  if (hdst) r = check_host(api, hdst, n, async);
+  else r = check_dev(api, dst, n);
+  if (r) return r;
+  return submit(ctx, h, async, [=](std::string *why) {
+    CUresult r2 = hsrc ? CUDA_SUCCESS : recheck(api, src, n, why);
+    if (!r2 && !hdst) r2 = recheck(api, dst, n, why);
+    if (r2) return r2;
+    void *d = hdst ? hdst : (void *)dst;
+    const void *s = hsrc ? hsrc : (const void *)src;
+    if (n) memmove(d, s, n);
+    return CUDA_SUCCESS;
+  });
+}
+
+CUresult memset_n(const char *api, CUdeviceptr p, unsigned v, unsigned width, size_t count, CUstream h, bool async) {
+  GPA_SIM_ENTER(ctx);
+  size_t n = count * width;
+  if (width > 1 && (p % width)) return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "%s: misaligned pointer", api);
+  CUresult r = check_dev(api, p, n);
+  if (r) return r;
+  return submit(ctx, h, async, [=](std::string *why) {
+    CUresult r2 = recheck(api, p, n, why);
+    if (r2) return r2;
+    if (width == 1) memset((void *)p, (int)(v & 0xff), count);
+    else if (width == 2)
+      for (size_t i = 0; i < count; i++) ((uint16_t *)p)[i] = (uint16_t)v;
+    else
+      for (size_t i = 0; i < count; i++) ((uint32_t *)p)[i] = v;
+    return CUDA_SUCCESS;
+  });
+}
+} // namespace
+
+GPA_SIM_API CUresult cuMemAlloc(CUdeviceptr *p, size_t n) {
+  GPA_SIM_ENTER(ctx);
+  (void)ctx;
+  return gpa_sim__mem_alloc(p, n, "cuMemAlloc");
+}
+
+GPA_SIM_API CUresult cuMemFree(CUdeviceptr p) {
+  GPA_SIM_ENTER(ctx);
+  if (!p) return CUDA_SUCCESS;
+  gpa_sim__ctx_sync_all(ctx); /* cuMemFree synchronizes, as on a GPU */
+  CUresult r = gpa_sim__mem_free(p, "cuMemFree");
+  if (r == CUDA_ERROR_ILLEGAL_ADDRESS) gpa_sim__ctx_set_sticky(ctx, r, "guard zone damaged (see above)");
+  return r;
+}
+
+GPA_SIM_API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream h) {
+  GPA_SIM_ENTER(ctx);
+  CUstream_st *s;
+  CUresult r = gpa_sim__stream_get(ctx, h, &s);
+  if (r) return r;
+  return gpa_sim__mem_alloc(p, n, "cuMemAllocAsync");
+}
+
+GPA_SIM_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream h) {
+  if (pool != g_pool) return CUDA_ERROR_INVALID_VALUE;
+  return cuMemAllocAsync(p, n, h);
+}
+
+GPA_SIM_API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream h) {
+  GPA_SIM_ENTER(ctx);
+  std::string why;
+  if (!p) return CUDA_SUCCESS;
+  if (gpa_sim__mem_check(p, 1, &why) != CUDA_SUCCESS)
+    return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuMemFreeAsync: %s", why.c_str());
+  return submit(ctx, h, true, [p](std::string *w) {
+    CUresult r = gpa_sim__mem_free(p, "cuMemFreeAsync");
+    if (r) *w = "cuMemFreeAsync failed (see above)";
+    return r;
+  });
+}
+
+GPA_SIM_API CUresult cuMemGetInfo(size_t *free_b, size_t *total) {
+  GPA_SIM_ENTER(ctx);
+  (void)ctx;
+  if (!free_b || !total) return CUDA_ERROR_INVALID_VALUE;
+  *total = 80ull << 30;
+  *free_b = *total; /* host memory backs the device: not accounted per byte */
+  return CUDA_SUCCESS;
+}
+
+GPA_SIM_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
+  if (!pool) return CUDA_ERROR_INVALID_VALUE;
+  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *pool = g_pool;
+  return CUDA_SUCCESS;
+}
+
+GPA_SIM_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice d) { return cuDeviceGetDefaultMemPool(pool, d); }
+
+GPA_SIM_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
+  if (pool != g_pool || !v) return CUDA_ERROR_INVALID_VALUE;
+  if (a == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) g_pool_threshold = *(cuuint64_t *)v;
+  return CUDA_SUCCESS;
+}
+
+GPA_SIM_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
+  if (pool != g_pool || !v) return CUDA_ERROR_INVALID_VALUE;
+  if (a == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) *(cuuint64_t *)v = g_pool_threshold;
+  else if (a == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES || a == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
+           a == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES)
+    *(int *)v = 1;
+  else *(cuuint64_t *)v = 0;
+  return CUDA_SUCCESS;
+}
+
+GPA_SIM_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+  (void)keep;
+  return pool == g_pool ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+GPA_SIM_API CUresult cuMemcpyHtoD(CUdeviceptr d, const void *h, size_t n) {
+  return copy("cuMemcpyHtoD", d, h, 0, nullptr, n, nullptr, false);
+}
+GPA_SIM_API CUresult cuMemcpyDtoH(void *h, CUdeviceptr s, size_t n) {
+  return copy("cuMemcpyDtoH", 0, nullptr, s, h, n, nullptr, false);
+}
+GPA_SIM_API CUresult cuMemcpyDtoD(CUdeviceptr d, CUdeviceptr s, size_t n) {
+  return copy("cuMemcpyDtoD", d, nullptr, s, nullptr, n, nullptr, false);
+}
+GPA_SIM_API CUresult cuMemcpyHtoDAsync(CUdeviceptr d, const void *h, size_t n, CUstream st) {
+  return copy("cuMemcpyHtoDAsync", d, h, 0, nullptr, n, st, true);
+}
+GPA_SIM_API CUresult cuMemcpyDtoHAsync(void *h, CUdeviceptr s, size_t n, CUstream st) {
+  return copy("cuMemcpyDtoHAsync", 0, nullptr, s, h, n, st, true);
+}
+GPA_SIM_API CUresult cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
+  return copy("cuMemcpyDtoDAsync", d, nullptr, s, nullptr, n, st, true);
+}
+GPA_SIM_API CUresult cuMemsetD8(CUdeviceptr p, unsigned char v, size_t n) {
+  return memset_n("cuMemsetD8", p, v, 1, n, nullptr, false);
+}
+GPA_SIM_API CUresult cuMemsetD16(CUdeviceptr p, unsigned short v, size_t n) {
+  return memset_n("cuMemsetD16", p, v, 2, n, nullptr, false);
+}
+GPA_SIM_API CUresult cuMemsetD32(CUdeviceptr p, unsigned int v, size_t n) {
+  return memset_n("cuMemsetD32", p, v, 4, n, nullptr, false);
+}
+GPA_SIM_API CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
+  return memset_n("cuMemsetD8Async", p, v, 1, n, s, true);
+}
+GPA_SIM_API CUresult cuMemsetD16Async(CUdeviceptr p, unsigned short v, size_t n, CUstream s) {
+  return memset_n("cuMemsetD16Async", p, v, 2, n, s, true);
+}
+GPA_SIM_API CUresult cuMemsetD32Async(CUdeviceptr p, unsigned int v, size_t n, CUstream s) {
+  return memset_n("cuMemsetD32Async", p, v, 4, n, s, true);
+}

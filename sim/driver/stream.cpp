@@ -1,0 +1,296 @@
+/* gpa-sim driver: streams, events and host functions.
+ *
+ * A stream is an ordered work list run by its own OS thread, so streams
+ * overlap as on a GPU and host code never runs device work itself. After a
+ * sticky error, copies and kernels are skipped, but event records, event
+ * waits and host functions still run: whoever waits on them is woken (and
+ * sees the error at its next synchronizing call) instead of hanging.
+ * The legacy default stream's implicit synchronization is not modelled: the
+ * NULL stream behaves like one more non-blocking stream (see docs/sim.md).
+ * Event timestamps are host monotonic time when the stream reaches the
+ * record, so elapsed times are emulated times. */
+#include <time.h>
+#include <unistd.h>
+#include "internal.h"
+
+struct CUevent_st {
+  unsigned flags;
+  uint64_t recorded = 0;  /* records issued (under g_ev_mu) */
+  uint64_t completed = 0; /* records the stream has reached */
+  int64_t t_ns = 0;
+  unsigned waiters = 0;   /* queued cuStreamWaitEvent operations that refer to it */
+};
+
+namespace {
+std::mutex g_ev_mu;
+std::condition_variable g_ev_cv;
+std::mutex g_streams_mu;
+std::set<CUstream_st *> g_streams; /* live handles, for handle checks */
+
+int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void stream_main(CUstream_st *s) {
+  std::unique_lock<std::mutex> lk(s->mu);
+  for (;;) {
+    while (s->q.empty() && !s->stop) {
+      s->busy = false;
+      s->idle_cv.notify_all();
+      s->cv.wait(lk);
+    }
+    if (s->q.empty()) break;
+    s->busy = true;
+    gpa_sim_op op = std::move(s->q.front());
+    s->q.pop_front();
+    lk.unlock();
+    unsigned delay = s->delay_us.load() + gpa_sim__fault_delay_all();
+    if (delay) usleep(delay);
+    if (op.always || s->ctx->sticky.load() == 0) {
+      CUresult r = op.fn();
+      if (r != CUDA_SUCCESS) gpa_sim__ctx_set_sticky(s->ctx, r, "asynchronous operation failed");
+    }
+    lk.lock();
+  }
+  s->busy = false;
+  s->idle_cv.notify_all();
+}
+
+bool event_live(CUevent e) { return e != nullptr; }
+} // namespace
+
+CUresult gpa_sim__stream_create(CUctx_st *ctx, unsigned flags, CUstream_st **out) {
+  CUstream_st *s = new CUstream_st();
+  s->ctx = ctx;
+  s->flags = flags;
+  s->th = std::thread(stream_main, s);
+  {
+    std::lock_guard<std::mutex> lk(ctx->mu);
+    ctx->streams.insert(s);
+  }
+  {
+    std::lock_guard<std::mutex> lk(g_streams_mu);
+    g_streams.insert(s);
+  }
+  *out = s;
+  return CUDA_SUCCESS;
+}
+
+void gpa_sim__stream_destroy(CUstream_st *s) {
+  {
+    std::lock_guard<std::mutex> lk(g_streams_mu);
+    g_streams.erase(s);
+  }
+  {
+    std::lock_guard<std::mutex> lk(s->mu);
+    s->stop = true;
+  }
+  s->cv.notify_all();
+  s->th.join();
+  delete s;
+}
+
+CUresult gpa_sim__stream_get(CUctx_st *ctx, CUstream h, CUstream_st **out) {
+  if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+    *out = ctx->null_stream;
+    return CUDA_SUCCESS;
+  }
+  std::lock_guard<std::mutex> lk(g_streams_mu);
+  if (!g_streams.count(h))
+    return gpa_sim__failf(CUDA_ERROR_INVALID_HANDLE, "stream %p is not a live stream (destroyed?)", (void *)h);
+  *out = h;
+  return CUDA_SUCCESS;
+}
+
+void gpa_sim__stream_push(CUstream_st *s, std::function<CUresult()> fn, bool always) {
+  {
+    std::lock_guard<std::mutex> lk(s->mu);
+    s->q.push_back(gpa_sim_op{std::move(fn), always});
+    s->busy = true;
+  }
+  s->cv.notify_one();
+}
+
+void gpa_sim__stream_wait_idle(CUstream_st *s) {
+  std::unique_lock<std::mutex> lk(s->mu);
+  s->idle_cv.wait(lk, [s] { return !s->busy && s->q.empty(); });
+}
+
+void gpa_sim__ctx_sync_all(CUctx_st *ctx) {
+  std::vector<CUstream_st *> v;
+  {
+    std::lock_guard<std::mutex> lk(ctx->mu);
+    v.assign(ctx->streams.begin(), ctx->streams.end());
+  }
+  for (CUstream_st *s : v) gpa_sim__stream_wait_idle(s);
+}
+
+GPA_SIM_API CUresult cuStreamCreate(CUstream *out, unsigned int flags) {
+  GPA_SIM_ENTER(ctx);
+  if (!out || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
+  return gpa_sim__stream_create(ctx, flags, out);
+}
+
+GPA_SIM_API CUresult cuStreamCreateWithPriority(CUstream *out, unsigned int flags, int priority) {
+  (void)priority; /* priorities do not change the emulation's schedule */
+  return cuStreamCreate(out, flags);
+}
+
+GPA_SIM_API CUresult cuStreamDestroy(CUstream h) {
+  GPA_SIM_ENTER(ctx);
+  CUstream_st *s;
+  if (!h) return CUDA_ERROR_INVALID_HANDLE;
+  CUresult r = gpa_sim__stream_get(ctx, h, &s);
+  if (r) return r;
+  if (s == ctx->null_stream) return CUDA_ERROR_INVALID_HANDLE;
+  {
+    std::lock_guard<std::mutex> lk(ctx->mu);
+    ctx->streams.erase(s);
+  }
+  gpa_sim__stream_destroy(s); /* pending work completes first, as on a GPU */
+  return CUDA_SUCCESS;
+}
+
+GPA_SIM_API CUresult cuStreamSynchronize(CUstream h) {
+  GPA_SIM_ENTER(ctx);
+  CUstream_st *s;
+  CUresult r = gpa_sim__stream_get(ctx, h, &s);
+  if (r) return r;
+  gpa_sim__stream_wait_idle(s);
+  return (CUresult)ctx->sticky.load();
+}
+
+GPA_SIM_API CUresult cuStreamQuery(CUstream h) {
+  GPA_SIM_ENTER(ctx);
+  CUstream_st *s;
+  CUresult r = gpa_sim__stream_get(ctx, h, &s);
+  if (r) return r;
+  std::lock_guard<std::mutex> lk(s->mu);
+  return s->busy || !s->q.empty() ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
+
+GPA_SIM_API CUresult cuStreamGetFlags(CUstream h, unsigned int *flags) {
+  GPA_SIM_ENTER(ctx);
+  CUstream_st *s;
+  CUresult r = gpa_sim__stream_get(ctx, h, &s);
+  if (r) return r;
+  if (!flags) return CUDA_ERROR_INVALID_VALUE;
+  *flags = s->flags;
+  return CUDA_SUCCESS;
+}
+
+GPA_SIM_API CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *user_data) {
+  GPA_SIM_ENTER(ctx);
+  CUstream_st *s;
+  CUresult r = gpa_sim__stream_get(ctx, h, &s);
+  if (r) return r;
+  if (!fn) return CUDA_ERROR_INVALID_VALUE;
+  gpa_sim__stream_push(s, [fn, user_data] { fn(user_data); return CUDA_SUCCESS; }, true);
+  return CUDA_SUCCESS;
+}
+
+GPA_SIM_API CUresult cuEventCreate(CUevent *out, unsigned int flags) {
+  GPA_SIM_ENTER(ctx);
+  (void)ctx;
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  CUevent e = new CUevent_st();
+  e->flags = flags;
+  *out = e;
+  return CUDA_SUCCESS;
+}
+
+GPA_SIM_API CUresult cuEventDestroy(CUevent e) {
+  GPA_SIM_ENTER(ctx);
+  (void)ctx;
+  if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
+  /* a pending record still refers to the event: let it land first */
+  std::unique_lock<std::mutex> lk(g_ev_mu);
+  g_ev_cv.wait(lk, [e] { return e->completed >= e->recorded && e->waiters == 0; });
+  lk.unlock();
+  delete e;
+  return CUDA_SUCCESS;
+}
+
+GPA_SIM_API CUresult cuEventRecord(CUevent e, CUstream h) {
+  GPA_SIM_ENTER(ctx);
+  CUstream_st *s;
+  CUresult r = gpa_sim__stream_get(ctx, h, &s);
+  if (r) return r;
+  if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lk(g_ev_mu);
+    seq = ++e->recorded;
+  }
+  gpa_sim__stream_push(s, [e, seq] {
+    std::lock_guard<std::mutex> lk(g_ev_mu);
+    if (seq > e->completed) {
+      e->completed = seq;
+      e->t_ns = now_ns();
+    }
+    g_ev_cv.notify_all();
+    return CUDA_SUCCESS;
+  }, true);
+  return CUDA_SUCCESS;
+}
+
+GPA_SIM_API CUresult cuEventRecordWithFlags(CUevent e, CUstream h, unsigned int flags) {
+  (void)flags;
+  return cuEventRecord(e, h);
+}
+
+GPA_SIM_API CUresult cuEventQuery(CUevent e) {
+  GPA_SIM_ENTER(ctx);
+  (void)ctx;
+  if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard<std::mutex> lk(g_ev_mu);
+  return e->completed >= e->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+GPA_SIM_API CUresult cuEventSynchronize(CUevent e) {
+  GPA_SIM_ENTER(ctx);
+  if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
+  std::unique_lock<std::mutex> lk(g_ev_mu);
+  uint64_t target = e->recorded;
+  g_ev_cv.wait(lk, [e, target] { return e->completed >= target; });
+  return (CUresult)ctx->sticky.load();
+}
+
+GPA_SIM_API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
+  GPA_SIM_ENTER(ctx);
+  (void)ctx;
+  if (!ms) return CUDA_ERROR_INVALID_VALUE;
+  if (!event_live(a) || !event_live(b)) return CUDA_ERROR_INVALID_HANDLE;
+  if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard<std::mutex> lk(g_ev_mu);
+  if (!a->recorded || !b->recorded) return CUDA_ERROR_INVALID_HANDLE;
+  if (a->completed < a->recorded || b->completed < b->recorded) return CUDA_ERROR_NOT_READY;
+  *ms = (float)((double)(b->t_ns - a->t_ns) / 1e6);
+  return CUDA_SUCCESS;
+}
+
+GPA_SIM_API CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
+  GPA_SIM_ENTER(ctx);
+  (void)flags;
+  CUstream_st *s;
+  CUresult r = gpa_sim__stream_get(ctx, h, &s);
+  if (r) return r;
+  if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
+  uint64_t target;
+  {
+    std::lock_guard<std::mutex> lk(g_ev_mu);
+    target = e->recorded; /* the record issued before this call; none = no wait */
+    if (target == 0) return CUDA_SUCCESS;
+    e->waiters++;
+  }
+  gpa_sim__stream_push(s, [e, target] {
+    std::unique_lock<std::mutex> lk(g_ev_mu);
+    g_ev_cv.wait(lk, [e, target] { return e->completed >= target; });
+    e->waiters--;
+    g_ev_cv.notify_all();
+    return CUDA_SUCCESS;
+  }, true);
+  return CUDA_SUCCESS;
+}

@@ -1,0 +1,38 @@
+/* gpa-sim control API: fault injection and diagnostics of the simulated CUDA
+ * device. Exported by libgpa_sim_cuda.so next to the driver entry points;
+ * tests and benchmarks use it, the library never does (it only sees the
+ * driver API). All calls are safe from any thread. See docs/sim.md. */
+#ifndef GPA_SIM_H
+#define GPA_SIM_H
+#include <stddef.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The n-th device allocation from now (1 = the next one; cuMemAlloc,
+ * cuMemAllocAsync, cuMemAllocHost/HostAlloc) fails with
+ * CUDA_ERROR_OUT_OF_MEMORY. 0 disarms. */
+void gpa_sim_fault_alloc(unsigned n);
+/* The n-th cuLaunchKernel from now is refused with
+ * CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (not sticky). 0 disarms. */
+void gpa_sim_fault_launch(unsigned n);
+/* The n-th launch from now faults on the device: the context gets the sticky
+ * error CUDA_ERROR_ILLEGAL_ADDRESS, reported by the next synchronizing call
+ * and by every call after it until the primary context is reset. 0 disarms. */
+void gpa_sim_fault_sticky(unsigned n);
+/* Every operation of `stream` (a CUstream; NULL = every stream) waits `us`
+ * microseconds before it runs. 0 removes the delay. */
+void gpa_sim_fault_stream_delay(void *stream, unsigned us);
+/* Disarms every fault, including those read from GPA_SIM_FAULT. */
+void gpa_sim_fault_clear(void);
+
+/* Copies the text of the last failed check or injected fault into buf
+ * (always NUL-terminated when n > 0); returns its full length, 0 if none. */
+size_t gpa_sim_last_error_message(char *buf, size_t n);
+/* Number of live device allocations (leak checks in tests). */
+size_t gpa_sim_live_allocations(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

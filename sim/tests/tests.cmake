@@ -1,0 +1,22 @@
+# Tests of the simulator itself: ctest names start with sim_. Each case runs
+# in its own process: <binary> <case>. Exit 77 = skipped.
+set(GPA_SIM_TEST_TIMEOUT 60)
+
+function(gpa_sim_test binary source)
+  cmake_parse_arguments(T "" "" "CASES;LIBS;MODULES;ENV" ${ARGN})
+  add_executable(${binary} ${source})
+  target_link_libraries(${binary} PRIVATE gpa_sim_cuda ${T_LIBS})
+  target_include_directories(${binary} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/tests)
+  foreach(m IN LISTS T_MODULES)
+    target_link_libraries(${binary} PRIVATE ${m}_fatbin)
+    add_dependencies(${binary} ${m}_sim)
+  endforeach()
+  foreach(c IN LISTS T_CASES)
+    add_test(NAME ${binary}_${c} COMMAND ${binary} ${c})
+    set_tests_properties(${binary}_${c} PROPERTIES TIMEOUT ${GPA_SIM_TEST_TIMEOUT} SKIP_RETURN_CODE 77
+                         ENVIRONMENT "GPA_SIM_MODULE_PATH=${GPA_SIM_MODULE_DIR};${T_ENV}")
+  endforeach()
+endfunction()
+
+gpa_sim_test(sim_simt tests/test_simt.c MODULES sim_simt_kernels
+  CASES barrier shuffle atomics dynshared params)
