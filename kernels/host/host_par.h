@@ -31,7 +31,8 @@ static inline void gpa__pfor(const gpa__par *par, int64_t n, int64_t grain, gpa_
 /* Hot loops are written as plain C that the compiler vectorizes; this clones
  * them for AVX-512 and AVX2 with run-time dispatch (ifunc), as the build has
  * no -march. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(GPA_NO_CLONES)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(GPA_NO_CLONES) && \
+    !defined(GPA_TSAN) /* TSan instruments ifunc resolvers, which run before it is set up */
 #define GPA__KCLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define GPA__KCLONES
