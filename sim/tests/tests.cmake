@@ -20,3 +20,6 @@ endfunction()
 
 gpa_sim_test(sim_simt tests/test_simt.c MODULES sim_simt_kernels
   CASES barrier shuffle atomics dynshared params)
+gpa_sim_test(sim_check tests/test_checks.c MODULES sim_bug_kernels
+  CASES divergent_barrier deadlock exited_lane trap oob_global oob_dyn_shared oob_static_shared
+        launch_limits memcpy_bounds use_after_free bad_param_ptr pageable_async no_context)
