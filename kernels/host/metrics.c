@@ -123,14 +123,18 @@ static void ce_bwd_rows(int64_t s, int64_t e, void *p) {
     const float *x = c->a + n * V;
     float m = row_max(x, V);
     double k = c->scale / (double)c->N; /* N holds count here */
-    float f = (float)(k / row_sumexp(x, m, V));
+    double z = row_sumexp(x, m, V), et = 0.0;
+    float f = (float)(k / z);
     for (int64_t i = 0; i < V; i += CH) {
       int64_t cn = V - i < CH ? V - i : CH;
       sub_const(o + i, x + i, m, cn);
       gpa__vexpf(o + i, o + i, cn);
+      if (t >= i && t < i + cn) et = (double)o[t];
       softmax_fin(o + i, o + i, f, cn);
     }
-    o[t] -= (float)k;
+    /* softmax - 1 = -(sum of the other terms) / z: no cancellation when the
+     * target dominates (z sums these same exp values in double) */
+    o[t] = (float)(-k * (z - et) / z);
   }
 }
 
