@@ -39,6 +39,7 @@ void ctx_destroy(CUctx_st *c) {
   for (CUstream_st *s : streams) gpa_sim__stream_destroy(s);
   c->null_stream = nullptr;
   gpa_sim__mem_release_all();
+  gpa_sim__modules_release_all();
   c->alive = false;
   c->sticky = 0;
 }

@@ -34,15 +34,14 @@ struct CUmod_st {
   std::vector<CUfunc_st *> funcs;
 };
 
-struct CUlib_st {
-  CUmod_st *m;
-};
+/* A CUlibrary is its module (one device, one context): (CUmod_st *)lib. */
 
 namespace {
 std::mutex g_mods_mu;
-std::vector<gpa_sim_mod *> g_mods;
-std::set<std::string> g_seen;
-std::set<CUmod_st *> g_loaded;
+/* process-lifetime registry: never destroyed (modules stay loaded) */
+std::vector<gpa_sim_mod *> &g_mods = *new std::vector<gpa_sim_mod *>();
+std::set<std::string> &g_seen = *new std::set<std::string>();
+std::set<CUmod_st *> g_loaded; /* belong to the primary context */
 
 void scan_dir(const std::string &dir) {
   DIR *d = opendir(dir.c_str());
@@ -132,11 +131,15 @@ CUresult load(CUmod_st **out, const void *image) {
   return CUDA_SUCCESS;
 }
 
+void destroy(CUmod_st *m) {
+  for (CUfunc_st *f : m->funcs) delete f;
+  delete m;
+}
+
 CUresult unload(CUmod_st *m) {
   std::lock_guard<std::mutex> lk(g_mods_mu);
   if (!g_loaded.erase(m)) return CUDA_ERROR_INVALID_HANDLE;
-  for (CUfunc_st *f : m->funcs) delete f;
-  delete m;
+  destroy(m);
   return CUDA_SUCCESS;
 }
 
@@ -153,6 +156,13 @@ CUresult get_function(CUfunc_st **out, CUmod_st *m, const char *name) {
                         m->mod->m->name);
 }
 } // namespace
+
+/* The context is going away: its modules (and libraries' modules) with it. */
+void gpa_sim__modules_release_all(void) {
+  std::lock_guard<std::mutex> lk(g_mods_mu);
+  for (CUmod_st *m : g_loaded) destroy(m);
+  g_loaded.clear();
+}
 
 /* For launch.cpp */
 const gpa_sim_kernel *gpa_sim__func_kernel(CUfunc_st *f) { return f->k; }
@@ -197,28 +207,25 @@ GPA_SIM_API CUresult cuLibraryLoadData(CUlibrary *out, const void *code, CUjit_o
   CUmod_st *m;
   CUresult r = load(&m, code);
   if (r) return r;
-  *out = new CUlib_st{m};
+  *out = (CUlibrary)m;
   return CUDA_SUCCESS;
 }
 
 GPA_SIM_API CUresult cuLibraryUnload(CUlibrary lib) {
-  if (!lib) return CUDA_ERROR_INVALID_HANDLE;
-  CUresult r = unload(lib->m);
-  if (r == CUDA_SUCCESS) delete lib;
-  return r;
+  return unload((CUmod_st *)lib);
 }
 
 GPA_SIM_API CUresult cuLibraryGetKernel(CUkernel *out, CUlibrary lib, const char *name) {
   if (!lib) return CUDA_ERROR_INVALID_HANDLE;
   CUfunc_st *f;
-  CUresult r = get_function(&f, lib->m, name);
+  CUresult r = get_function(&f, (CUmod_st *)lib, name);
   if (r == CUDA_SUCCESS) *out = (CUkernel)f;
   return r;
 }
 
 GPA_SIM_API CUresult cuLibraryGetModule(CUmodule *out, CUlibrary lib) {
   if (!out || !lib) return CUDA_ERROR_INVALID_VALUE;
-  *out = lib->m;
+  *out = (CUmod_st *)lib;
   return CUDA_SUCCESS;
 }
 

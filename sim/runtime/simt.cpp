@@ -106,10 +106,13 @@ bool stacks_reserve(Exec *e, unsigned n) {
   return true;
 }
 
-std::string thread_name(const Fiber *f) {
-  char b[96];
-  snprintf(b, sizeof b, "thread (%u,%u,%u)", f->t.thread_idx.x, f->t.thread_idx.y, f->t.thread_idx.z);
-  return b;
+struct Name {
+  char s[48];
+};
+Name thread_name(const Fiber *f) {
+  Name n;
+  snprintf(n.s, sizeof n.s, "thread (%u,%u,%u)", f->t.thread_idx.x, f->t.thread_idx.y, f->t.thread_idx.z);
+  return n;
 }
 
 std::string block_prefix(Exec *e) {
@@ -140,8 +143,10 @@ void yield(Exec *e, Fiber *me, bool exits) {
   switch_to(e, me, nullptr, exits);
 }
 
-/* Fails the block; the calling fiber never resumes. */
-[[noreturn]] void fail(Exec *e, Fiber *me, const std::string &msg) {
+/* Fails the block; the calling fiber never resumes, so its frames are never
+ * unwound: callers pass a plain char buffer, never a std::string temporary
+ * (it would leak). */
+[[noreturn]] void fail(Exec *e, Fiber *me, const char *msg) {
   if (!e->failed) {
     e->failed = true;
     *e->error = block_prefix(e) + msg;
@@ -161,7 +166,7 @@ void release_barrier(Exec *e, Fiber *me) {
     else if (f->site != first->site) {
       char b[256];
       snprintf(b, sizeof b, "divergent __syncthreads: %s and %s wait at different barriers (lines %d and %d)",
-               thread_name(first).c_str(), thread_name(f).c_str(), first->site, f->site);
+               thread_name(first).s, thread_name(f).s, first->site, f->site);
       fail(e, me, b);
     }
     count += f->pred;
@@ -192,7 +197,10 @@ void release_warp(Exec *e, Fiber *me, unsigned warp, unsigned mask) {
   for (unsigned m = mask; m; m &= m - 1) {
     Fiber *f = &e->fibers[base + __builtin_ctz(m)];
     if (f->op != me->op) {
-      fail(e, me, thread_name(me) + " and " + thread_name(f) + " are in different warp collectives of one mask");
+      char b[160];
+      snprintf(b, sizeof b, "%s and %s are in different warp collectives of one mask", thread_name(me).s,
+               thread_name(f).s);
+      fail(e, me, b);
     }
     unsigned long long v = f->val;
     long long sv = (int)(unsigned)v;
@@ -250,7 +258,7 @@ void fiber_exit(Exec *e, Fiber *me) {
     if (f->mask & bit) {
       char b[200];
       snprintf(b, sizeof b, "%s exited while %s waits for it in a warp collective (mask 0x%08x)",
-               thread_name(me).c_str(), thread_name(f).c_str(), f->mask);
+               thread_name(me).s, thread_name(f).s, f->mask);
       fail(e, me, b);
     }
   }
@@ -325,16 +333,16 @@ extern "C" GPA_SIM_EXPORT unsigned long long gpa_sim_warp(int op, unsigned mask,
   unsigned warp = me->t.warp, bit = 1u << me->t.lane;
   char b[200];
   if (width <= 0 || width > 32 || (width & (width - 1))) {
-    snprintf(b, sizeof b, "%s: warp collective width %d is not a power of two <= 32", thread_name(me).c_str(), width);
+    snprintf(b, sizeof b, "%s: warp collective width %d is not a power of two <= 32", thread_name(me).s, width);
     fail(e, me, b);
   }
   mask &= e->w_exists[warp]; /* lanes past the end of the block do not exist */
   if (!(mask & bit)) {
-    snprintf(b, sizeof b, "%s calls a warp collective with mask 0x%08x that excludes itself", thread_name(me).c_str(), mask);
+    snprintf(b, sizeof b, "%s calls a warp collective with mask 0x%08x that excludes itself", thread_name(me).s, mask);
     fail(e, me, b);
   }
   if (mask & e->w_exited[warp]) {
-    snprintf(b, sizeof b, "%s: warp collective mask 0x%08x names exited lanes 0x%08x", thread_name(me).c_str(), mask,
+    snprintf(b, sizeof b, "%s: warp collective mask 0x%08x names exited lanes 0x%08x", thread_name(me).s, mask,
              mask & e->w_exited[warp]);
     fail(e, me, b);
   }
@@ -353,7 +361,9 @@ extern "C" GPA_SIM_EXPORT unsigned long long gpa_sim_warp(int op, unsigned mask,
 extern "C" GPA_SIM_EXPORT void gpa_sim_trap(const char *what) {
   Fiber *me = tl_cur;
   if (!me) abort();
-  fail(exec_get(), me, thread_name(me) + ": " + what);
+  char b[256];
+  snprintf(b, sizeof b, "%s: %s", thread_name(me).s, what);
+  fail(exec_get(), me, b);
 }
 
 int gpa_sim__block_run(gpa_sim_launch *L, uint3 bidx, std::string *error) {
