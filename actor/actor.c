@@ -68,10 +68,20 @@ static void *actor_main(void *arg) {
   return NULL;
 }
 
+/* Device-side resources: buffers' memory, streams, the backend. */
+static void release_device(gpa_actor *a) {
+  gpa__queues_release_device(a);
+  gpa__bufcache_release_memory(a);
+  if (a->bctx && a->be->fini) a->be->fini(a->bctx);
+  a->bctx = NULL;
+}
+
+/* Host-side structures that other threads may still read while a shutdown
+ * runs (flags, queue and slot tables, the registry). */
 static void actor_free(gpa_actor *a) {
+  release_device(a);
   gpa__queues_free(a);
   gpa__bufcache_fini(a);
-  if (a->bctx && a->be->fini) a->be->fini(a->bctx);
   gpa__registry_fini(&a->registry);
   gpa__mailbox_fini(a);
   gpa__tls_drop_dead();
@@ -124,17 +134,30 @@ gpa_status gpa_actor_create(const gpa_actor_options *opts, gpa_actor **out) {
   return GPA_OK;
 }
 
-gpa_status gpa_actor_destroy(gpa_actor *a) {
-  if (!a) return gpa__fail(GPA_EINVAL, "gpa_actor_destroy: actor is NULL");
+gpa_status gpa_actor_shutdown(gpa_actor *a) {
+  if (!a) return gpa__fail(GPA_EINVAL, "gpa_actor_shutdown: actor is NULL");
   if (pthread_equal(pthread_self(), a->thread))
-    return gpa__fail(GPA_EINVAL, "gpa_actor_destroy: called on the actor's own thread");
+    return gpa__fail(GPA_EINVAL, "gpa_actor_shutdown: called on the actor's own thread");
   int expect = 0;
-  if (!atomic_compare_exchange_strong(&a->closing, &expect, 1))
-    return gpa__fail(GPA_ESHUTDOWN, "gpa_actor_destroy: already being destroyed");
+  if (!atomic_compare_exchange_strong(&a->closing, &expect, 1)) {
+    if (atomic_load(&a->shut)) return GPA_OK;
+    return gpa__fail(GPA_ESHUTDOWN, "gpa_actor_shutdown: another thread is shutting the actor down");
+  }
   gpa__mailbox_quiesce(a);
   atomic_store_explicit(&a->stopping, 1, memory_order_seq_cst);
   ck_ec32_inc(&a->ec, &gpa__ec_mp);
   pthread_join(a->thread, NULL);
+  release_device(a);
+  atomic_store(&a->shut, 1);
+  return GPA_OK;
+}
+
+gpa_status gpa_actor_destroy(gpa_actor *a) {
+  if (!a) return gpa__fail(GPA_EINVAL, "gpa_actor_destroy: actor is NULL");
+  if (!atomic_load(&a->shut)) {
+    gpa_status st = gpa_actor_shutdown(a);
+    if (st != GPA_OK) return st;
+  }
   actor_free(a);
   return GPA_OK;
 }

@@ -300,14 +300,21 @@ gpa_status gpa__bufcache_init(gpa_actor *a) {
   return GPA_OK;
 }
 
-void gpa__bufcache_fini(gpa_actor *a) {
+void gpa__bufcache_release_memory(gpa_actor *a) {
   gpa__bufcache *c = a->cache;
   if (!c) return;
   for (uint32_t i = 0; i < c->n_slots; i++) {
     gpa__slot *s = slot_at(c, i);
+    atomic_store_explicit(&s->id, 0, memory_order_release);
     if (s->ptr) a->be->mem_free(a->bctx, s->ptr);
-    free(s->label);
+    s->ptr = NULL;
   }
+}
+
+void gpa__bufcache_fini(gpa_actor *a) {
+  gpa__bufcache *c = a->cache;
+  if (!c) return;
+  for (uint32_t i = 0; i < c->n_slots; i++) free(slot_at(c, i)->label);
   for (uint32_t i = 0; i < GPA__SLOT_CHUNKS; i++) free(atomic_load(&c->chunks[i]));
   free(c->free_slots);
   free(c->label_keys);

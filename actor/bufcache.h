@@ -51,6 +51,8 @@ struct gpa__bufcache {
 };
 
 gpa_status gpa__bufcache_init(gpa_actor *a);
+/* Shutdown frees the memory; destroy frees the tables. */
+void gpa__bufcache_release_memory(gpa_actor *a);
 void gpa__bufcache_fini(gpa_actor *a);
 /* Any thread: the slot of a published live id, or NULL. */
 gpa__slot *gpa__bufcache_peek(gpa__bufcache *c, gpa_buffer_id id);

@@ -96,10 +96,10 @@ gpa_status gpa_buffer_acquire(gpa_actor *a, const char *label, uint64_t size, gp
 
 gpa_status gpa_buffer_release(gpa_actor *a, gpa_buffer_id id) {
   if (!a) return gpa__fail(GPA_EINVAL, "gpa_buffer_release: actor is NULL");
+  if (atomic_load_explicit(&a->closing, memory_order_acquire)) return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
   if (!gpa__bufcache_peek(a->cache, id))
     return gpa__fail(GPA_ESTALE, "gpa_buffer_release: buffer 0x%llx is stale or was never acquired",
                      (unsigned long long)id);
-  if (atomic_load_explicit(&a->closing, memory_order_acquire)) return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
   gpa__msg *m;
   gpa_status st = buf_call(a, release_fn, &m);
   if (st != GPA_OK) return st;

@@ -134,6 +134,7 @@ struct gpa_actor {
   _Atomic int idle;         /* the actor is about to sleep */
   _Atomic int closing;      /* intake stopped */
   _Atomic int stopping;     /* the actor drains and exits */
+  _Atomic int shut;         /* shutdown finished: only host structures remain */
   _Atomic uint32_t producers;
 
   /* queues */
@@ -186,6 +187,7 @@ void gpa__ctx_free_pool(gpa__ctx *c);
 void gpa__intake(gpa_actor *a, gpa__msg *m);
 gpa_status gpa__queue_init_default(gpa_actor *a);
 void gpa__queues_cancel_held(gpa_actor *a);
+void gpa__queues_release_device(gpa_actor *a);
 void gpa__queues_free(gpa_actor *a);
 
 /* dispatch.c: executes one message on the actor thread */

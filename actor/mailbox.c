@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "actor/ctx.h"
+#include "actor/tsan.h"
 
 /* ck_ec platform layer: futex wait/wake and the monotonic clock. */
 static int ec_gettime(const struct ck_ec_ops *ops, struct timespec *out) {
@@ -202,8 +203,11 @@ gpa_status gpa__send(gpa_actor *a, gpa__msg *m) {
    * queue ticket is taken now and never skipped. */
   if (m->q) m->ticket = atomic_fetch_add_explicit(&m->q->next_ticket, 1, memory_order_relaxed);
   gpa__msg_ref(m); /* the actor's reference */
+  GPA_TSAN_RELEASE(m);
+  GPA_TSAN_IGNORE_BEGIN();
   *slot = m;
   ck_ring_enqueue_commit_spsc(&c->ring);
+  GPA_TSAN_IGNORE_END();
 out:
   atomic_store_explicit(&c->busy, 0, memory_order_seq_cst);
   if (st == GPA_OK && atomic_load_explicit(&a->idle, memory_order_seq_cst)) ck_ec32_inc(&a->ec, &gpa__ec_mp);
@@ -214,8 +218,13 @@ uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget) {
   uint32_t total = 0;
   for (gpa__ctx *c = atomic_load_explicit(&a->ctxs, memory_order_acquire); c; c = c->next) {
     uint32_t got = 0;
-    void *p;
-    while (got < budget && ck_ring_dequeue_spsc(&c->ring, c->slots, &p)) {
+    for (;;) {
+      void *p;
+      GPA_TSAN_IGNORE_BEGIN();
+      bool ok = got < budget && ck_ring_dequeue_spsc(&c->ring, c->slots, &p);
+      GPA_TSAN_IGNORE_END();
+      if (!ok) break;
+      GPA_TSAN_ACQUIRE(p);
       got++;
       gpa__intake(a, p);
     }

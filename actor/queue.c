@@ -174,16 +174,23 @@ void gpa__queues_cancel_held(gpa_actor *a) {
   }
 }
 
-void gpa__queues_free(gpa_actor *a) {
-  gpa_queue *q = a->queues;
-  while (q) {
-    gpa_queue *next = q->next_all;
+void gpa__queues_release_device(gpa_actor *a) {
+  for (gpa_queue *q = a->queues; q; q = q->next_all) {
     for (gpa__msg *rb = q->batch.readbacks; rb;) {
       gpa__msg *n = rb->next;
       gpa__msg_unref(rb);
       rb = n;
     }
-    if (a->be->queue_fini) a->be->queue_fini(a->bctx, q->bq);
+    q->batch.readbacks = NULL;
+    if (a->be->queue_fini && q->bq) a->be->queue_fini(a->bctx, q->bq);
+    q->bq = NULL;
+  }
+}
+
+void gpa__queues_free(gpa_actor *a) {
+  gpa_queue *q = a->queues;
+  while (q) {
+    gpa_queue *next = q->next_all;
     free(q);
     q = next;
   }

@@ -50,8 +50,13 @@ static void run(int policy) {
   }
   atomic_store(&go, 1);
   usleep(2000);
-  CHECK_OK(gpa_actor_destroy(a)); /* while producers are still submitting */
+  CHECK_OK(gpa_actor_shutdown(a)); /* while producers are still submitting */
   for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
+  CHECK_OK(gpa_actor_shutdown(a)); /* idempotent */
+  CHECK_ST(gpa_submit(gpa_actor_default_queue(a), &(gpa_op_call){.op = "noop"}, NULL), GPA_ESHUTDOWN);
+  CHECK_ST(gpa_buffer_acquire(a, NULL, 64, &(gpa_buffer_id){0}), GPA_ESHUTDOWN);
+  CHECK_ST(gpa_sync_batch(q2, NULL), GPA_ESHUTDOWN);
+  CHECK_OK(gpa_actor_destroy(a));
   long ok = 0, cancelled = 0, total = 0;
   for (int i = 0; i < THREADS; i++) {
     total += j[i].submitted;
@@ -82,7 +87,7 @@ int main(void) {
   /* destroy with nothing pending, twice in a row, and many actors in sequence */
   for (int i = 0; i < 20; i++) {
     gpa_actor *a = tu_actor(NULL);
-    CHECK_OK(tu_fill(gpa_actor_default_queue(a), &(gpa_tensor){0}, 0, NULL) == GPA_OK ? GPA_EINVAL : GPA_OK);
+    CHECK_ST(tu_fill(gpa_actor_default_queue(a), &(gpa_tensor){0}, 0, NULL), GPA_EDTYPE);
     CHECK_OK(gpa_actor_destroy(a));
   }
   printf("destroy: ok\n");

@@ -43,10 +43,16 @@ typedef struct gpa_actor_options {
  * Errors: EINVAL (bad option, message names it), EUNSUPPORTED (a device kind
  * not built in), ENODEVICE, ENOMEM. */
 gpa_status gpa_actor_create(const gpa_actor_options *opts, gpa_actor **out);
-/* Stops intake (later calls answer ESHUTDOWN), drains or cancels queued work
- * per shutdown_policy, joins the thread and frees every resource. Handles the
- * caller still holds stay valid until released. Must not be called from a
- * callback running on the actor thread, nor twice. */
+/* Stops intake (calls that have not enqueued yet answer ESHUTDOWN), drains or
+ * cancels queued work per shutdown_policy (every handle completes), joins the
+ * actor thread and frees every device resource. The actor and its queues stay
+ * valid objects that answer ESHUTDOWN, so other threads may still be calling
+ * into it while and after this runs; free it with gpa_actor_destroy once they
+ * are done. Idempotent. Any thread but the actor's own. */
+gpa_status gpa_actor_shutdown(gpa_actor *actor);
+/* gpa_actor_shutdown if not done yet, then frees the actor and its queues: no
+ * other thread may use them any more. Handles still held stay valid until
+ * released. Any thread but the actor's own; once. */
 gpa_status gpa_actor_destroy(gpa_actor *actor);
 /* The backend in use: "cpu", "cuda", "sim". Any thread. */
 const char *gpa_actor_backend(const gpa_actor *actor);
