@@ -27,3 +27,7 @@ gpa_sim_test(sim_driver tests/test_driver.c MODULES sim_simt_kernels
   CASES device procaddress stream_order events cross_stream_wait memory library)
 target_compile_definitions(sim_driver PRIVATE GPA_SIM_DRIVER_PATH="$<TARGET_FILE:gpa_sim_cuda>")
 target_link_libraries(sim_driver PRIVATE ${CMAKE_DL_LIBS})
+gpa_sim_test(sim_fault tests/test_faults.c MODULES sim_simt_kernels CASES alloc launch sticky delay)
+add_test(NAME sim_fault_env COMMAND sim_fault env)
+set_tests_properties(sim_fault_env PROPERTIES TIMEOUT ${GPA_SIM_TEST_TIMEOUT} SKIP_RETURN_CODE 77
+  ENVIRONMENT "GPA_SIM_MODULE_PATH=${GPA_SIM_MODULE_DIR};GPA_SIM_FAULT=alloc=2,launch=1,delay_us=2000")
