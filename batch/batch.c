@@ -25,7 +25,7 @@ typedef struct sync_result {
 
 static void batch_reset(gpa__batch *b, const char *label, int64_t t0) {
   memset(b, 0, sizeof *b);
-  snprintf(b->label, sizeof b->label, "%s", label ? label : "");
+  snprintf(b->label, sizeof b->label, "%.63s", label ? label : "");
   b->t0_ns = t0;
 }
 
