@@ -31,3 +31,9 @@ gpa_sim_test(sim_fault tests/test_faults.c MODULES sim_simt_kernels CASES alloc 
 add_test(NAME sim_fault_env COMMAND sim_fault env)
 set_tests_properties(sim_fault_env PROPERTIES TIMEOUT ${GPA_SIM_TEST_TIMEOUT} SKIP_RETURN_CODE 77
   ENVIRONMENT "GPA_SIM_MODULE_PATH=${GPA_SIM_MODULE_DIR};GPA_SIM_FAULT=alloc=2,launch=1,delay_us=2000")
+if(TARGET gpa_sim_cublas)
+  gpa_sim_test(sim_cublas tests/test_cublas.c CASES sgemm gemmex batched errors)
+  target_compile_definitions(sim_cublas PRIVATE GPA_SIM_CUBLAS_PATH="$<TARGET_FILE:gpa_sim_cublas>")
+  target_link_libraries(sim_cublas PRIVATE ${CMAKE_DL_LIBS} m)
+  add_dependencies(sim_cublas gpa_sim_cublas)
+endif()

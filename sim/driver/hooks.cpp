@@ -1,0 +1,27 @@
+/* gpa-sim driver: hooks for the cuBLAS subset (include/gpa_sim_hooks.h). */
+#include <stdio.h>
+#include "../include/gpa_sim_hooks.h"
+#include "internal.h"
+
+GPA_SIM_API CUresult gpa_sim__enqueue(CUstream h, int (*fn)(void *, char *, size_t), void *arg,
+                                      void (*free_arg)(void *)) {
+  GPA_SIM_ENTER(ctx);
+  CUstream_st *s;
+  CUresult r = gpa_sim__stream_get(ctx, h, &s);
+  if (r) return r;
+  gpa_sim__stream_push(s, [ctx, fn, arg, free_arg] {
+    char why[512] = "";
+    if (ctx->sticky.load() == 0 && fn(arg, why, sizeof why) != 0)
+      gpa_sim__ctx_set_sticky(ctx, CUDA_ERROR_ILLEGAL_ADDRESS, why);
+    if (free_arg) free_arg(arg);
+    return CUDA_SUCCESS;
+  }, true /* runs after a sticky error too, only to free its argument */);
+  return CUDA_SUCCESS;
+}
+
+GPA_SIM_API int gpa_sim__device_range_ok(CUdeviceptr p, size_t bytes, char *why, size_t n) {
+  std::string w;
+  if (bytes == 0 || gpa_sim__mem_check(p, bytes, &w) == CUDA_SUCCESS) return 1;
+  snprintf(why, n, "%s", w.c_str());
+  return 0;
+}
