@@ -115,7 +115,7 @@ static float half_round(float f, cudaDataType t) { return t == CUDA_R_32F ? f : 
 static void one(cublasHandle_t h, int ta, int tb, int m, int n, int k, int pad, cudaDataType it, cudaDataType ct,
                 int use_sgemm) {
   int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-  int lda = ar + pad, ldb = br + pad, ldc = m + pad;
+  int lda = (ar > 1 ? ar : 1) + pad, ldb = (br > 1 ? br : 1) + pad, ldc = m + pad; /* cuBLAS: ld >= max(1, rows) */
   size_t na = (size_t)lda * ac, nb = (size_t)ldb * bc, nc = (size_t)ldc * n;
   size_t is = it == CUDA_R_32F ? 4 : 2, cs = ct == CUDA_R_32F ? 4 : 2;
   float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4), *got = malloc(nc * 4);
