@@ -37,3 +37,5 @@ if(TARGET gpa_sim_cublas)
   target_link_libraries(sim_cublas PRIVATE ${CMAKE_DL_LIBS} m)
   add_dependencies(sim_cublas gpa_sim_cublas)
 endif()
+gpa_sim_test(sim_kernel tests/test_kernels.c MODULES gpa_sim_layernorm sim_wmma_kernels
+  CASES layernorm wmma half_math LIBS m)
