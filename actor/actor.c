@@ -28,23 +28,27 @@ static void actor_loop(gpa_actor *a) {
   for (;;) {
     if (atomic_load_explicit(&a->stopping, memory_order_acquire) && a->opts.shutdown_policy == GPA_SHUTDOWN_CANCEL)
       a->cancelling = true;
-    if (gpa__mailbox_drain(a, 64)) continue;
+    uint32_t did = gpa__drain_completions(a);
+    did += gpa__mailbox_drain(a, 64);
+    if (did) continue;
     if (atomic_load_explicit(&a->stopping, memory_order_acquire)) {
       /* closing + quiesce happened before stopping was set: every accepted
-       * message is in a ring, and the drain above found them all. */
-      if (gpa__mailbox_empty(a)) return;
-      continue;
+       * message is in a ring, and the drain above found them all. Device
+       * work still in flight completes before the actor leaves. */
+      if (gpa__mailbox_empty(a) && !a->inflight_total) return;
     }
     /* Spin a little before sleeping: a wake-up across cores costs ~25 us. */
     bool work = false;
     for (int i = 0; i < 2000 && !work; i++) {
       cpu_relax();
-      work = !gpa__mailbox_empty(a) || atomic_load_explicit(&a->stopping, memory_order_relaxed);
+      work = !gpa__mailbox_empty(a) || atomic_load_explicit(&a->done, memory_order_relaxed) ||
+             (atomic_load_explicit(&a->stopping, memory_order_relaxed) && !a->inflight_total);
     }
     if (work) continue;
     uint32_t snap = ck_ec32_value(&a->ec);
     atomic_store_explicit(&a->idle, 1, memory_order_seq_cst);
-    if (gpa__mailbox_empty(a) && !atomic_load_explicit(&a->stopping, memory_order_seq_cst))
+    if (gpa__mailbox_empty(a) && !atomic_load_explicit(&a->done, memory_order_seq_cst) &&
+        !(atomic_load_explicit(&a->stopping, memory_order_seq_cst) && !a->inflight_total))
       ck_ec32_wait(&a->ec, &gpa__ec_mp, snap, NULL);
     atomic_store_explicit(&a->idle, 0, memory_order_relaxed);
   }

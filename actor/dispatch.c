@@ -1,16 +1,18 @@
-/* Executing one message on the actor thread, and completing it. */
+/* Starting one message on the actor thread, and completing it. */
 #include <stdio.h>
 #include <string.h>
 
 #include "actor/bufcache.h"
 #include "backends/backend.h"
 
+extern const struct ck_ec_mode gpa__ec_mp;
+
 static void *tensor_ptr(gpa_actor *a, const gpa_tensor *t) {
   gpa__slot *s = gpa__bufcache_slot(a->cache, t->buffer);
   return (char *)s->ptr + t->offset;
 }
 
-static gpa_status run_op(gpa_actor *a, gpa__msg *m, uint64_t *bytes) {
+static gpa_status run_op(gpa_actor *a, gpa__msg *m) {
   void *ptrs[128];
   uint32_t n = m->n_in + m->n_out;
   for (uint32_t i = 0; i < n; i++) ptrs[i] = tensor_ptr(a, &m->t[i]);
@@ -22,11 +24,11 @@ static gpa_status run_op(gpa_actor *a, gpa__msg *m, uint64_t *bytes) {
     if (!impl) continue;
     x.user_data = op->d.user_data;
     m->err[0] = 0;
-    gpa_status st = impl(&x);
+    gpa_status st = a->be->run ? a->be->run(a->bctx, m, impl, &x) : impl(&x);
     if (st == GPA_SKIP) continue;
-    if (st == GPA_OK && op->d.bytes_moved) {
+    if ((st == GPA_OK || st == GPA__DEFERRED) && op->d.bytes_moved) {
       gpa_op_sig sig = {x.inputs, x.n_inputs, x.outputs, x.n_outputs, x.params, x.user_data};
-      *bytes = op->d.bytes_moved(&sig);
+      m->bytes = op->d.bytes_moved(&sig);
     }
     return st;
   }
@@ -35,52 +37,30 @@ static gpa_status run_op(gpa_actor *a, gpa__msg *m, uint64_t *bytes) {
   return GPA_EUNSUPPORTED;
 }
 
-static gpa_status run_transfer(gpa_actor *a, gpa__msg *m, uint64_t *bytes) {
+static gpa_status run_transfer(gpa_actor *a, gpa__msg *m) {
   gpa__slot *s = gpa__bufcache_slot(a->cache, m->t[0].buffer);
   void *dev = (char *)s->ptr + m->t[0].offset;
+  void *bq = m->q ? m->q->bq : NULL;
+  gpa_status st;
   if (m->kind == GPA__MSG_UPLOAD) {
     if (m->version && s->version == m->version) {
       a->uploads_skipped++;
       if (m->q) m->q->batch.skipped++;
       return GPA_OK;
     }
-    gpa_status st = a->be->upload(a->bctx, m->q ? m->q->bq : NULL, dev, m->payload, m->payload_size);
-    if (st != GPA_OK) return st;
-    s->version = m->version ? m->version : 0;
+    st = a->be->upload(a->bctx, bq, m, dev, m->payload, m->payload_size);
+    /* The version is the buffer's from here on, in stream order. */
+    if (st == GPA_OK || st == GPA__DEFERRED) s->version = m->version;
     a->bytes_uploaded += m->payload_size;
   } else {
-    gpa_status st = a->be->readback(a->bctx, m->q ? m->q->bq : NULL, m->payload, dev, m->payload_size);
-    if (st != GPA_OK) return st;
+    st = a->be->readback(a->bctx, bq, m, m->payload, dev, m->payload_size);
     a->bytes_read_back += m->payload_size;
   }
-  *bytes = m->payload_size;
-  return GPA_OK;
+  m->bytes = m->payload_size;
+  return st;
 }
 
-void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
-  gpa_status st = m->status;
-  if (st == GPA_OK && a->cancelling) {
-    st = GPA_ECANCELED;
-    snprintf(m->err, sizeof m->err, "cancelled: actor destroyed with GPA_SHUTDOWN_CANCEL");
-  }
-  int64_t t0 = 0, dev_ns = 0;
-  uint64_t bytes = 0;
-  if (st == GPA_OK) {
-    m->err[0] = 0;
-    switch (m->kind) {
-      case GPA__MSG_CALL: st = m->fn(a, m); break;
-      case GPA__MSG_OP:
-        t0 = gpa__now_ns();
-        st = run_op(a, m, &bytes);
-        dev_ns = gpa__now_ns() - t0;
-        break;
-      default:
-        t0 = gpa__now_ns();
-        st = run_transfer(a, m, &bytes);
-        dev_ns = gpa__now_ns() - t0;
-        break;
-    }
-  }
+static void finish(gpa_actor *a, gpa__msg *m, gpa_status st) {
   if (m->pinned) {
     for (uint32_t i = 0; i < m->n_in + m->n_out; i++)
       gpa__bufcache_unpin(a, gpa__bufcache_slot(a->cache, m->t[i].buffer));
@@ -89,7 +69,67 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
   a->messages++;
   m->status = st;
   if (st != GPA_OK && !m->err[0]) snprintf(m->err, sizeof m->err, "%s", gpa_strerror(st));
-  if (m->q && m->kind != GPA__MSG_CALL) gpa__batch_account(m->q, m, dev_ns, bytes);
+  gpa_queue *q = m->q;
+  if (q && m->kind != GPA__MSG_CALL) gpa__batch_account(q, m, m->device_ns, st == GPA_OK ? m->bytes : 0);
   gpa__msg_complete(m, st, m->err);
   gpa__msg_unref(m); /* the actor's reference */
+}
+
+void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
+  gpa_status st = m->status;
+  if (st == GPA_OK && a->cancelling) {
+    st = GPA_ECANCELED;
+    snprintf(m->err, sizeof m->err, "cancelled: actor shut down with GPA_SHUTDOWN_CANCEL");
+  }
+  if (st == GPA_OK) {
+    m->err[0] = 0;
+    int64_t t0 = gpa__now_ns();
+    switch (m->kind) {
+      case GPA__MSG_CALL: st = m->fn(a, m); break;
+      case GPA__MSG_OP: st = run_op(a, m); break;
+      default: st = run_transfer(a, m); break;
+    }
+    /* Synchronous backends: the time on the actor is the device time. An
+     * asynchronous one measures with events and sets device_ns itself. */
+    if (st != GPA__DEFERRED && m->kind != GPA__MSG_CALL) m->device_ns = gpa__now_ns() - t0;
+  }
+  if (st == GPA__DEFERRED) {
+    m->deferred = 1;
+    if (m->q) m->q->inflight++;
+    a->inflight_total++;
+    return;
+  }
+  finish(a, m, st);
+}
+
+void gpa__complete_async(gpa_actor *a, gpa__msg *m, gpa_status st) {
+  m->status = st;
+  gpa__msg *head = atomic_load_explicit(&a->done, memory_order_relaxed);
+  do {
+    m->next = head;
+  } while (!atomic_compare_exchange_weak_explicit(&a->done, &head, m, memory_order_release, memory_order_relaxed));
+  if (atomic_load_explicit(&a->idle, memory_order_seq_cst)) ck_ec32_inc(&a->ec, &gpa__ec_mp);
+}
+
+uint32_t gpa__drain_completions(gpa_actor *a) {
+  gpa__msg *m = atomic_exchange_explicit(&a->done, NULL, memory_order_acquire);
+  if (!m) return 0;
+  /* The stack is newest first: reverse it to finish in completion order. */
+  gpa__msg *fifo = NULL;
+  while (m) {
+    gpa__msg *next = m->next;
+    m->next = fifo;
+    fifo = m;
+    m = next;
+  }
+  uint32_t n = 0;
+  for (m = fifo; m; n++) {
+    gpa__msg *next = m->next;
+    gpa_queue *q = m->q;
+    a->inflight_total--;
+    finish(a, m, m->status);
+    if (q && --q->inflight == 0) gpa__queue_advance(a, q);
+    m = next;
+  }
+  return n;
 }

@@ -64,6 +64,10 @@ gpa__msg *gpa__msg_new(gpa_actor *a, int kind) {
   m->status = GPA_OK;
   m->kind = (uint8_t)kind;
   m->pinned = 0;
+  m->barrier = 0;
+  m->deferred = 0;
+  m->bytes = 0;
+  m->device_ns = 0;
   m->next = NULL;
   m->q = NULL;
   m->ticket = 0;

@@ -58,7 +58,9 @@ struct gpa_handle {
   int32_t status;
   /* message: written by the submitter, then owned by the actor */
   uint8_t kind;
-  uint8_t pinned; /* holds pins on its buffers (actor thread) */
+  uint8_t pinned;  /* holds pins on its buffers (actor thread) */
+  uint8_t barrier; /* a queue-ordered call that waits for the queue's device work */
+  uint8_t deferred; /* started on the device; completes through gpa__complete_async */
   gpa__ctx *owner;
   gpa__msg *next; /* free list, queue pending list, batch readback list */
   gpa_queue *q;   /* NULL: not queue-ordered (control calls) */
@@ -70,6 +72,8 @@ struct gpa_handle {
   void *payload; /* upload source copy or readback destination (host) */
   uint64_t payload_size;
   uint64_t version;
+  uint64_t bytes;    /* moved, for the batch (set when started) */
+  int64_t device_ns; /* set by the backend before completion */
   _Alignas(16) unsigned char params[GPA_OP_PARAMS_MAX];
   gpa_tensor t_inline[GPA__MSG_TENSORS];
   char err[GPA__ERR_MAX];
@@ -96,9 +100,10 @@ struct gpa_queue {
   _Atomic int batch_open;
   _Atomic int64_t batch_t0; /* set by begin/sync callers, read by the actor */
   /* actor thread only */
-  uint64_t expect;  /* ticket to run next */
-  gpa__msg *held;   /* messages that arrived before their turn, by ticket */
+  uint64_t expect;   /* ticket to run next */
+  gpa__msg *held;    /* messages not yet started, sorted by ticket */
   uint32_t n_held;
+  uint32_t inflight; /* started on the device, not yet completed */
   bool dead;
   gpa__batch batch;
   void *bq; /* backend's queue (stream) */
@@ -143,8 +148,11 @@ struct gpa_actor {
   gpa_queue *default_q;
   uint32_t next_queue_id;
 
+  _Atomic(gpa__msg *) done; /* device completions pushed by other threads */
+
   /* actor thread only */
   uint32_t held_total;
+  uint32_t inflight_total;
   bool cancelling; /* shutdown with GPA_SHUTDOWN_CANCEL: complete instead of run */
   uint64_t messages;
   uint64_t bytes_uploaded, bytes_read_back, uploads_skipped;
@@ -190,8 +198,16 @@ void gpa__queues_cancel_held(gpa_actor *a);
 void gpa__queues_release_device(gpa_actor *a);
 void gpa__queues_free(gpa_actor *a);
 
-/* dispatch.c: executes one message on the actor thread */
+/* dispatch.c: starts one message on the actor thread. A backend that runs
+ * it asynchronously returns GPA__DEFERRED from its method and later calls
+ * gpa__complete_async (any thread, no allocation, no driver call). */
+#define GPA__DEFERRED 2
 void gpa__dispatch(gpa_actor *a, gpa__msg *m);
+void gpa__complete_async(gpa_actor *a, gpa__msg *m, gpa_status st);
+/* Actor thread: finishes what gpa__complete_async pushed. Returns count. */
+uint32_t gpa__drain_completions(gpa_actor *a);
+/* queue.c: runs what is runnable on q (after a completion, an unpark). */
+void gpa__queue_advance(gpa_actor *a, gpa_queue *q);
 /* The queue's batch records a finished message. */
 void gpa__batch_account(gpa_queue *q, gpa__msg *m, int64_t device_ns, uint64_t bytes);
 

@@ -1,11 +1,15 @@
 /* Queues: ticket order on the actor thread, creation and destruction.
  *
  * Messages reach the actor through per-producer rings, so two messages of
- * one queue can arrive out of ticket order. A message whose ticket is not the
- * queue's next is held in a list sorted by ticket until the gap fills; a gap
- * always fills, because a ticket is taken only once its ring slot is reserved
- * (mailbox.c). Arrivals are almost always in order, so the list is short and
- * appends hit the tail check first. */
+ * one queue can arrive out of ticket order. Every message waits in a list
+ * sorted by ticket until it is the queue's next; a gap always fills, because
+ * a ticket is taken only once its ring slot is reserved (mailbox.c). Arrivals
+ * are almost always in order, so the list is short.
+ *
+ * A barrier (batch sync, queue destroy) also waits until the queue's device
+ * work has completed: on an asynchronous backend, sync must see every earlier
+ * message finished. Ops do not wait for each other here; the stream orders
+ * them on the device. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +20,7 @@
 static void hold(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
   gpa__msg **pp = &q->held;
   while (*pp && (*pp)->ticket < m->ticket) pp = &(*pp)->next;
+  /* pp is the tail in the common case: the list is usually empty. */
   m->next = *pp;
   *pp = m;
   q->n_held++;
@@ -51,6 +56,17 @@ static void run(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
   gpa__dispatch(a, m);
 }
 
+void gpa__queue_advance(gpa_actor *a, gpa_queue *q) {
+  while (q->held && q->held->ticket == q->expect) {
+    gpa__msg *m = q->held;
+    if (m->barrier && q->inflight) return; /* resumed by the last completion */
+    q->held = m->next;
+    q->n_held--;
+    a->held_total--;
+    run(a, q, m);
+  }
+}
+
 void gpa__intake(gpa_actor *a, gpa__msg *m) {
   m->status = GPA_OK;
   if (m->kind != GPA__MSG_CALL) pin_buffers(a, m);
@@ -59,18 +75,8 @@ void gpa__intake(gpa_actor *a, gpa__msg *m) {
     gpa__dispatch(a, m);
     return;
   }
-  if (m->ticket != q->expect) {
-    hold(a, q, m);
-    return;
-  }
-  run(a, q, m);
-  while (q->held && q->held->ticket == q->expect) {
-    gpa__msg *h = q->held;
-    q->held = h->next;
-    q->n_held--;
-    a->held_total--;
-    run(a, q, h);
-  }
+  hold(a, q, m);
+  gpa__queue_advance(a, q);
 }
 
 static gpa_queue *queue_new(gpa_actor *a, const char *name, gpa_status *st) {
@@ -149,6 +155,7 @@ gpa_status gpa_queue_destroy(gpa_queue *q) {
   if (!m) return GPA_ENOMEM;
   m->fn = destroy_fn;
   m->q = q;
+  m->barrier = 1;
   gpa_status st = gpa__call(q->actor, m);
   gpa__msg_unref(m);
   return st;

@@ -13,11 +13,17 @@ struct gpa__backend {
   void (*mem_free)(void *bctx, void *ptr);
   gpa_status (*queue_init)(void *bctx, void **bq);
   void (*queue_fini)(void *bctx, void *bq);
-  /* Copies; the host backend completes them before returning. */
-  gpa_status (*upload)(void *bctx, void *bq, void *dst, const void *src, uint64_t n);
-  gpa_status (*readback)(void *bctx, void *bq, void *dst_host, const void *src, uint64_t n);
-  /* Runs one implementation of an op (the registry chain walk is generic). */
+  /* Copies. Return GPA_OK when done, or GPA__DEFERRED when the copy was
+   * enqueued and gpa__complete_async(m) will follow (then also set
+   * m->device_ns). */
+  gpa_status (*upload)(void *bctx, void *bq, gpa__msg *m, void *dst, const void *src, uint64_t n);
+  gpa_status (*readback)(void *bctx, void *bq, gpa__msg *m, void *dst_host, const void *src, uint64_t n);
+  /* The implementation of an op for this backend (the chain walk is generic). */
   gpa_op_impl_fn (*impl_of)(const gpa__op *op);
+  /* Optional: runs impl for message m. An asynchronous backend enqueues the
+   * work and the completion and returns GPA__DEFERRED. NULL: impl(x) runs
+   * synchronously. */
+  gpa_status (*run)(void *bctx, gpa__msg *m, gpa_op_impl_fn impl, gpa_op_exec *x);
   gpa_exec_env *(*env)(void *bctx);
 };
 

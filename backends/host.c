@@ -62,14 +62,16 @@ static void host_copy(host_ctx *h, void *dst, const void *src, uint64_t n) {
   gpa__pool_for(h->env.pool, (int64_t)n, 1 << 20, copy_range, &j);
 }
 
-static gpa_status host_upload(void *bctx, void *bq, void *dst, const void *src, uint64_t n) {
+static gpa_status host_upload(void *bctx, void *bq, gpa__msg *m, void *dst, const void *src, uint64_t n) {
   (void)bq;
+  (void)m;
   host_copy(bctx, dst, src, n);
   return GPA_OK;
 }
 
-static gpa_status host_readback(void *bctx, void *bq, void *dst, const void *src, uint64_t n) {
+static gpa_status host_readback(void *bctx, void *bq, gpa__msg *m, void *dst, const void *src, uint64_t n) {
   (void)bq;
+  (void)m;
   host_copy(bctx, dst, src, n);
   return GPA_OK;
 }

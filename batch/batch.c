@@ -128,6 +128,7 @@ gpa_status gpa_sync_batch(gpa_queue *q, gpa_batch_stats *stats) {
   }
   m->fn = sync_fn;
   m->q = q;
+  m->barrier = 1; /* runs once the queue's earlier device work completed */
   gpa_status st = gpa__call(q->actor, m);
   atomic_store(&q->batch_open, 0);
   if (st != GPA_OK) {
