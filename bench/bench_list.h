@@ -7,6 +7,21 @@
 void gpa_bench_mailbox_async(void);
 void gpa_bench_mailbox_roundtrip(void);
 void gpa_bench_mailbox_memory(void);
+void gpa_bench_linear_fwd(void);
+void gpa_bench_linear_bwd(void);
+void gpa_bench_conv1d_fwd(void);
+void gpa_bench_conv1d_bwd(void);
+void gpa_bench_attention_fwd(void);
+void gpa_bench_attention_bwd(void);
+void gpa_bench_layernorm_fwd(void);
+void gpa_bench_layernorm_bwd(void);
+void gpa_bench_gelu_fwd(void);
+void gpa_bench_gelu_bwd(void);
+void gpa_bench_add(void);
+void gpa_bench_embedding_fwd(void);
+void gpa_bench_embedding_bwd(void);
+void gpa_bench_cross_entropy(void);
+void gpa_bench_adamw(void);
 #ifdef GPA_BENCH_SIM
 void gpa_bench_sim_layernorm(void);
 #endif
@@ -15,6 +30,21 @@ static const gpa_bench_entry gpa_benches[] = {
     {"mailbox_async", gpa_bench_mailbox_async},
     {"mailbox_roundtrip", gpa_bench_mailbox_roundtrip},
     {"mailbox_memory", gpa_bench_mailbox_memory},
+    {"linear_fwd", gpa_bench_linear_fwd},
+    {"linear_bwd", gpa_bench_linear_bwd},
+    {"conv1d_fwd", gpa_bench_conv1d_fwd},
+    {"conv1d_bwd", gpa_bench_conv1d_bwd},
+    {"attention_fwd", gpa_bench_attention_fwd},
+    {"attention_bwd", gpa_bench_attention_bwd},
+    {"layernorm_fwd", gpa_bench_layernorm_fwd},
+    {"layernorm_bwd", gpa_bench_layernorm_bwd},
+    {"gelu_fwd", gpa_bench_gelu_fwd},
+    {"gelu_bwd", gpa_bench_gelu_bwd},
+    {"add", gpa_bench_add},
+    {"embedding_fwd", gpa_bench_embedding_fwd},
+    {"embedding_bwd", gpa_bench_embedding_bwd},
+    {"cross_entropy", gpa_bench_cross_entropy},
+    {"adamw", gpa_bench_adamw},
 #ifdef GPA_BENCH_SIM
     {"sim_layernorm", gpa_bench_sim_layernorm},
 #endif

@@ -1,9 +1,11 @@
 /* Host flash attention: see attention.h.
  *
- * Forward, per (b, h, query tile of BR rows): for each key tile of BC keys,
- * S = Q K^T (K transposed into the tile workspace), the running row max m
- * and sum l are updated (online softmax, O rescaled by exp(m_old - m_new)),
- * O += P V. At the end o = O / l and lse = m + log l.
+ * Forward, per (b, h, query tile of BR rows): the tile's queries are
+ * transposed once (Qt); for each key tile of BC keys, S^T = K Qt (keys as
+ * rows, queries as contiguous columns, so the softmax statistics of 8
+ * queries sit in one vector), the running max m and sum l are updated
+ * (online softmax, O rescaled by exp(m_old - m_new)), O += P V with P read
+ * transposed out of S^T. At the end o = O / l and lse = m + log l.
  *
  * Backward, per (b, kv head): delta_i = dout_i . o_i; then for each key
  * tile j, for each query head of the group and each query tile i that can
@@ -52,12 +54,6 @@ static float exp_row_scalar(float *p, int64_t nv, int64_t n, float scale, float 
   return s;
 }
 
-static float row_max_scalar(const float *p, int64_t n) {
-  float m = -INFINITY;
-  for (int64_t c = 0; c < n; c++) m = p[c] > m ? p[c] : m;
-  return m;
-}
-
 #ifdef GPA__HAVE_AVX2_PATH
 GPA__AVX2_ATTR static float exp_row_avx2(float *p, int64_t nv, int64_t n, float scale, float sub) {
   const __m256 vs = _mm256_set1_ps(scale), vsub = _mm256_set1_ps(sub);
@@ -100,55 +96,121 @@ typedef struct attn_ctx {
 
 /* ---- forward --------------------------------------------------------- */
 
-static void fwd_item(const attn_ctx *c, int64_t it, float *Kt, float *P, float *O, float *m, float *l,
-                     int64_t *lim) {
+/* One key tile of the online softmax, in the transposed layout: St[j*ld + i]
+ * holds the raw score of key j and query i (ld = padded query count, a
+ * multiple of 8). Keys j >= nv[i] are masked. Updates the running max m and
+ * sum l of each query, writes corr = exp(m_old - m_new) and overwrites St
+ * with P^T = exp(scale*St - m_new) (0 where masked). */
+static void softmax_tile_scalar(float *St, int64_t nc, int64_t ld, const int32_t *nv, float scale, float *m,
+                                float *l, float *corr) {
+  for (int64_t i = 0; i < ld; i++) {
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < nc && j < nv[i]; j++) mx = St[j * ld + i] > mx ? St[j * ld + i] : mx;
+    float mnew = mx * scale > m[i] ? mx * scale : m[i];
+    float c = mnew == -INFINITY ? 1.0f : expf(m[i] - mnew), sum = 0.0f;
+    for (int64_t j = 0; j < nc; j++) {
+      float *p = &St[j * ld + i];
+      *p = j < nv[i] ? expf(*p * scale - mnew) : 0.0f;
+      sum += *p;
+    }
+    l[i] = l[i] * c + sum;
+    m[i] = mnew;
+    corr[i] = c;
+  }
+}
+
+#ifdef GPA__HAVE_AVX2_PATH
+GPA__AVX2_ATTR static void softmax_tile_avx2(float *St, int64_t nc, int64_t ld, const int32_t *nv, float scale,
+                                             float *m, float *l, float *corr) {
+  const __m256 vs = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < ld; i += 8) {
+    __m256i n = _mm256_loadu_si256((const __m256i *)(nv + i));
+    __m256 mx = ninf;
+    for (int64_t j = 0; j < nc; j++) {
+      __m256 vis = _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, _mm256_set1_epi32((int)j)));
+      __m256 row = _mm256_loadu_ps(St + j * ld + i);
+      mx = _mm256_blendv_ps(mx, _mm256_max_ps(mx, row), vis);
+    }
+    __m256 mold = _mm256_loadu_ps(m + i);
+    __m256 mnew = _mm256_max_ps(mold, _mm256_mul_ps(mx, vs));
+    /* no visible key yet: keep corr = 1 (m stays -inf, l and O stay 0) */
+    __m256 none = _mm256_cmp_ps(mnew, ninf, _CMP_EQ_OQ);
+    __m256 c = _mm256_blendv_ps(gpa__exp8(_mm256_sub_ps(mold, mnew)), _mm256_set1_ps(1.0f), none);
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nc; j++) {
+      __m256 vis = _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, _mm256_set1_epi32((int)j)));
+      float *p = St + j * ld + i;
+      __m256 e = _mm256_and_ps(gpa__exp8(_mm256_fmsub_ps(_mm256_loadu_ps(p), vs, mnew)), vis);
+      _mm256_storeu_ps(p, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    _mm256_storeu_ps(l + i, _mm256_fmadd_ps(_mm256_loadu_ps(l + i), c, sum));
+    _mm256_storeu_ps(m + i, mnew);
+    _mm256_storeu_ps(corr + i, c);
+  }
+}
+#endif
+
+static void softmax_tile(float *St, int64_t nc, int64_t ld, const int32_t *nv, float scale, float *m, float *l,
+                         float *corr) {
+#ifdef GPA__HAVE_AVX2_PATH
+  if (gpa__cpu_avx2()) { softmax_tile_avx2(St, nc, ld, nv, scale, m, l, corr); return; }
+#endif
+  softmax_tile_scalar(St, nc, ld, nv, scale, m, l, corr);
+}
+
+typedef struct fwd_ws {
+  float *Qt, *St, *O, *m, *l, *corr;
+  int32_t *nv, *lim;
+} fwd_ws;
+
+#define FWD_LD FWD_BR /* padded query count of a tile (a multiple of 8) */
+
+static void fwd_item(const attn_ctx *c, int64_t it, const fwd_ws *w) {
   const gpa__attn_geom *g = c->g;
   int64_t nq = (g->S + FWD_BR - 1) / FWD_BR, D = g->D, grp = g->H / g->Hkv;
   int64_t b = it / (g->H * nq), h = (it / nq) % g->H, s0 = (it % nq) * FWD_BR, kh = h / grp;
-  int64_t mr = g->S - s0 < FWD_BR ? g->S - s0 : FWD_BR;
+  int64_t mr = g->S - s0 < FWD_BR ? g->S - s0 : FWD_BR, ld = (mr + 7) / 8 * 8;
   int64_t ldq = g->H * D, ldk = g->Hkv * D, kvlen = kv_len(g, c->lens, b);
   const float *Q = c->q + ((b * g->S + s0) * g->H + h) * D;
   const float *K = c->k + (b * g->Sk * g->Hkv + kh) * D;
   const float *V = c->v + (b * g->Sk * g->Hkv + kh) * D;
   int64_t jmax = 0;
-  for (int64_t r = 0; r < mr; r++) {
-    lim[r] = key_limit(g, kvlen, s0 + r);
-    if (lim[r] > jmax) jmax = lim[r];
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
+  for (int64_t r = 0; r < ld; r++) {
+    w->lim[r] = r < mr ? (int32_t)key_limit(g, kvlen, s0 + r) : 0;
+    if (w->lim[r] > jmax) jmax = w->lim[r];
+    w->m[r] = -INFINITY;
+    w->l[r] = 0.0f;
   }
-  memset(O, 0, (size_t)(mr * D) * sizeof(float));
+  /* Qt [D, ld]: the tile's queries as columns, zero padded */
+  gpa__transpose(mr, D, Q, ldq, w->Qt, ld);
+  if (ld > mr)
+    for (int64_t d = 0; d < D; d++) memset(w->Qt + d * ld + mr, 0, (size_t)(ld - mr) * sizeof(float));
+  memset(w->O, 0, (size_t)(mr * D) * sizeof(float));
   for (int64_t j0 = 0; j0 < jmax; j0 += FWD_BC) {
     int64_t nc = jmax - j0 < FWD_BC ? jmax - j0 : FWD_BC;
-    gpa__transpose(nc, D, K + j0 * ldk, ldk, Kt, nc);
-    gpa__tgemm(mr, nc, D, Q, ldq, Kt, nc, P, nc, 0);
-    for (int64_t r = 0; r < mr; r++) {
-      float *p = P + r * nc;
-      int64_t nv = lim[r] - j0;
-      nv = nv < 0 ? 0 : (nv > nc ? nc : nv);
-      if (nv == 0) {
-        memset(p, 0, (size_t)nc * sizeof(float));
-        continue;
-      }
-      float mx = row_max_scalar(p, nv) * g->scale;
-      float mnew = mx > m[r] ? mx : m[r];
-      float corr = expf(m[r] - mnew); /* 0 when m was -inf */
-      l[r] = l[r] * corr + exp_row(p, nv, nc, g->scale, mnew);
-      m[r] = mnew;
-      if (corr != 1.0f) {
-        float *orow = O + r * D;
-        for (int64_t d = 0; d < D; d++) orow[d] *= corr;
-      }
+    for (int64_t r = 0; r < ld; r++) {
+      int64_t v = w->lim[r] - j0;
+      w->nv[r] = (int32_t)(v < 0 ? 0 : (v > nc ? nc : v));
     }
-    gpa__tgemm(mr, D, nc, P, nc, V + j0 * ldk, ldk, O, D, 1);
+    /* St [nc, ld] = K_j Q^T */
+    gpa__tgemm(nc, ld, D, K + j0 * ldk, ldk, 1, w->Qt, ld, w->St, ld, 0);
+    softmax_tile(w->St, nc, ld, w->nv, g->scale, w->m, w->l, w->corr);
+    for (int64_t r = 0; r < mr; r++)
+      if (w->corr[r] != 1.0f) {
+        float *orow = w->O + r * D, cr = w->corr[r];
+        for (int64_t d = 0; d < D; d++) orow[d] *= cr;
+      }
+    /* O += P V_j, P read transposed out of St */
+    gpa__tgemm(mr, D, nc, w->St, 1, ld, V + j0 * ldk, ldk, w->O, D, 1);
   }
   for (int64_t r = 0; r < mr; r++) {
     float *dst = c->out_o + ((b * g->S + s0 + r) * g->H + h) * D;
     float *L = c->out_lse + (b * g->H + h) * g->S + s0 + r;
-    if (l[r] > 0.0f) {
-      float inv = 1.0f / l[r];
-      for (int64_t d = 0; d < D; d++) dst[d] = O[r * D + d] * inv;
-      *L = m[r] + logf(l[r]);
+    if (w->l[r] > 0.0f) {
+      float inv = 1.0f / w->l[r];
+      for (int64_t d = 0; d < D; d++) dst[d] = w->O[r * D + d] * inv;
+      *L = w->m[r] + logf(w->l[r]);
     } else {
       memset(dst, 0, (size_t)D * sizeof(float));
       *L = -INFINITY;
@@ -163,18 +225,23 @@ static void *ws_alloc(size_t floats) {
 
 static void fwd_range(int64_t i0, int64_t i1, void *p) {
   attn_ctx *c = p;
-  int64_t D = c->g->D;
-  size_t nKt = (size_t)(D * FWD_BC), nP = FWD_BR * FWD_BC, nO = (size_t)(FWD_BR * D);
-  float *ws = ws_alloc(nKt + nP + nO + 2 * FWD_BR);
-  int64_t *lim = malloc(FWD_BR * sizeof(int64_t));
-  if (!ws || !lim) {
+  size_t D = (size_t)c->g->D, nQt = D * FWD_LD, nSt = (size_t)FWD_BC * FWD_LD, nO = FWD_BR * D;
+  float *ws = ws_alloc(nQt + nSt + nO + 6 * FWD_LD);
+  if (!ws) {
     atomic_store_explicit(&c->failed, 1, memory_order_relaxed);
-  } else {
-    float *Kt = ws, *P = Kt + nKt, *O = P + nP, *m = O + nO, *l = m + FWD_BR;
-    for (int64_t it = i0; it < i1; it++) fwd_item(c, it, Kt, P, O, m, l, lim);
+    return;
   }
+  fwd_ws w;
+  w.Qt = ws;
+  w.St = w.Qt + nQt;
+  w.O = w.St + nSt;
+  w.m = w.O + nO;
+  w.l = w.m + FWD_LD;
+  w.corr = w.l + FWD_LD;
+  w.nv = (int32_t *)(w.corr + FWD_LD);
+  w.lim = w.nv + FWD_LD;
+  for (int64_t it = i0; it < i1; it++) fwd_item(c, it, &w);
   free(ws);
-  free(lim);
 }
 
 gpa_status gpa__attention_fwd(const gpa__par *par, const gpa__attn_geom *g, const float *q, const float *k,
@@ -189,7 +256,7 @@ gpa_status gpa__attention_fwd(const gpa__par *par, const gpa__attn_geom *g, cons
 /* ---- backward -------------------------------------------------------- */
 
 typedef struct bwd_ws {
-  float *Kt, *Vt, *P, *dS, *T, *dKa, *dVa, *delta;
+  float *Kt, *Vt, *P, *dS, *dKa, *dVa, *delta;
 } bwd_ws;
 
 static void bwd_item(const attn_ctx *c, int64_t it, const bwd_ws *w) {
@@ -229,8 +296,8 @@ static void bwd_item(const attn_ctx *c, int64_t it, const bwd_ws *w) {
           const float *Q = c->q + ((b * g->S + s0) * g->H + h) * D;
           const float *dO = c->dout + ((b * g->S + s0) * g->H + h) * D;
           float *dq = c->dq + ((b * g->S + s0) * g->H + h) * D;
-          gpa__tgemm(mr, nc, D, Q, ldq, w->Kt, nc, w->P, nc, 0);
-          gpa__tgemm(mr, nc, D, dO, ldq, w->Vt, nc, w->dS, nc, 0);
+          gpa__tgemm(mr, nc, D, Q, ldq, 1, w->Kt, nc, w->P, nc, 0);
+          gpa__tgemm(mr, nc, D, dO, ldq, 1, w->Vt, nc, w->dS, nc, 0);
           for (int64_t r = 0; r < mr; r++) {
             float *p = w->P + r * nc, *ds = w->dS + r * nc;
             int64_t nv = key_limit(g, kvlen, s0 + r) - j0;
@@ -241,11 +308,10 @@ static void bwd_item(const attn_ctx *c, int64_t it, const bwd_ws *w) {
             float dl = w->delta[gi * g->S + s0 + r];
             for (int64_t cc = 0; cc < nc; cc++) ds[cc] = p[cc] * (ds[cc] - dl);
           }
-          gpa__tgemm(mr, D, nc, w->dS, nc, K + j0 * ldk, ldk, dq, ldq, 1);
-          gpa__transpose(mr, nc, w->P, nc, w->T, mr);
-          gpa__tgemm(nc, D, mr, w->T, mr, dO, ldq, w->dVa, D, 1);
-          gpa__transpose(mr, nc, w->dS, nc, w->T, mr);
-          gpa__tgemm(nc, D, mr, w->T, mr, Q, ldq, w->dKa, D, 1);
+          gpa__tgemm(mr, D, nc, w->dS, nc, 1, K + j0 * ldk, ldk, dq, ldq, 1);
+          /* P^T and dS^T read transposed in place */
+          gpa__tgemm(nc, D, mr, w->P, 1, nc, dO, ldq, w->dVa, D, 1);
+          gpa__tgemm(nc, D, mr, w->dS, 1, nc, Q, ldq, w->dKa, D, 1);
         }
       }
     }
@@ -268,7 +334,7 @@ static void bwd_range(int64_t i0, int64_t i1, void *p) {
   const gpa__attn_geom *g = c->g;
   size_t D = (size_t)g->D, grp = (size_t)(g->H / g->Hkv);
   size_t nt = D * BWD_BC, np = BWD_BR * BWD_BC, nacc = BWD_BC * D, nd = grp * (size_t)g->S;
-  float *ws = ws_alloc(2 * nt + 3 * np + 2 * nacc + nd);
+  float *ws = ws_alloc(2 * nt + 2 * np + 2 * nacc + nd);
   if (!ws) {
     atomic_store_explicit(&c->failed, 1, memory_order_relaxed);
     return;
@@ -278,8 +344,7 @@ static void bwd_range(int64_t i0, int64_t i1, void *p) {
   w.Vt = w.Kt + nt;
   w.P = w.Vt + nt;
   w.dS = w.P + np;
-  w.T = w.dS + np;
-  w.dKa = w.T + np;
+  w.dKa = w.dS + np;
   w.dVa = w.dKa + nacc;
   w.delta = w.dVa + nacc;
   for (int64_t it = i0; it < i1; it++) bwd_item(c, it, &w);

@@ -17,14 +17,14 @@ void gpa__transpose(int64_t rows, int64_t cols, const float *src, int64_t lds, f
     }
 }
 
-static void tgemm_scalar(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+static void tgemm_scalar(int64_t M, int64_t N, int64_t K, const float *A, int64_t ars, int64_t acs, const float *B,
                          int64_t ldb, float *C, int64_t ldc, int acc) {
   for (int64_t i = 0; i < M; i++) {
     float *c = C + i * ldc;
     if (!acc)
       for (int64_t j = 0; j < N; j++) c[j] = 0.0f;
     for (int64_t k = 0; k < K; k++) {
-      float a = A[i * lda + k];
+      float a = A[i * ars + k * acs];
       const float *b = B + k * ldb;
       for (int64_t j = 0; j < N; j++) c[j] = fmaf(a, b[j], c[j]);
     }
@@ -34,10 +34,12 @@ static void tgemm_scalar(int64_t M, int64_t N, int64_t K, const float *A, int64_
 #ifdef GPA__HAVE_AVX2_PATH
 /* One MR x 16 block; MR and MASKED are constants after inlining. */
 GPA__AVX2_ATTR static inline __attribute__((always_inline)) void block(const int MR, const int MASKED, int64_t K,
-                                                                       const float *A, int64_t lda, const float *B,
+                                                                       const float *A, int64_t ars, int64_t acs,
+                                                                       const float *B,
                                                                        int64_t ldb, float *C, int64_t ldc, int acc,
                                                                        __m256i m0, __m256i m1) {
   __m256 c0[6], c1[6];
+#pragma GCC unroll 6
   for (int r = 0; r < MR; r++) {
     if (acc) {
       c0[r] = MASKED ? _mm256_maskload_ps(C + r * ldc, m0) : _mm256_loadu_ps(C + r * ldc);
@@ -51,12 +53,14 @@ GPA__AVX2_ATTR static inline __attribute__((always_inline)) void block(const int
     const float *b = B + k * ldb;
     __m256 b0 = MASKED ? _mm256_maskload_ps(b, m0) : _mm256_loadu_ps(b);
     __m256 b1 = MASKED ? _mm256_maskload_ps(b + 8, m1) : _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 6
     for (int r = 0; r < MR; r++) {
-      __m256 a = _mm256_broadcast_ss(A + r * lda + k);
+      __m256 a = _mm256_broadcast_ss(A + r * ars + k * acs);
       c0[r] = _mm256_fmadd_ps(a, b0, c0[r]);
       c1[r] = _mm256_fmadd_ps(a, b1, c1[r]);
     }
   }
+#pragma GCC unroll 6
   for (int r = 0; r < MR; r++) {
     if (MASKED) {
       _mm256_maskstore_ps(C + r * ldc, m0, c0[r]);
@@ -70,16 +74,16 @@ GPA__AVX2_ATTR static inline __attribute__((always_inline)) void block(const int
 
 #define GPA__BLOCK_CASES(MASKED)                                                           \
   switch (mr) {                                                                            \
-    case 6: block(6, MASKED, K, a, lda, b, ldb, c, ldc, acc, m0, m1); break;               \
-    case 5: block(5, MASKED, K, a, lda, b, ldb, c, ldc, acc, m0, m1); break;               \
-    case 4: block(4, MASKED, K, a, lda, b, ldb, c, ldc, acc, m0, m1); break;               \
-    case 3: block(3, MASKED, K, a, lda, b, ldb, c, ldc, acc, m0, m1); break;               \
-    case 2: block(2, MASKED, K, a, lda, b, ldb, c, ldc, acc, m0, m1); break;               \
-    default: block(1, MASKED, K, a, lda, b, ldb, c, ldc, acc, m0, m1); break;              \
+    case 6: block(6, MASKED, K, a, ars, acs, b, ldb, c, ldc, acc, m0, m1); break;               \
+    case 5: block(5, MASKED, K, a, ars, acs, b, ldb, c, ldc, acc, m0, m1); break;               \
+    case 4: block(4, MASKED, K, a, ars, acs, b, ldb, c, ldc, acc, m0, m1); break;               \
+    case 3: block(3, MASKED, K, a, ars, acs, b, ldb, c, ldc, acc, m0, m1); break;               \
+    case 2: block(2, MASKED, K, a, ars, acs, b, ldb, c, ldc, acc, m0, m1); break;               \
+    default: block(1, MASKED, K, a, ars, acs, b, ldb, c, ldc, acc, m0, m1); break;              \
   }
 
-GPA__AVX2_ATTR static void tgemm_avx2(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                                      const float *B, int64_t ldb, float *C, int64_t ldc, int acc) {
+GPA__AVX2_ATTR static void tgemm_avx2(int64_t M, int64_t N, int64_t K, const float *A, int64_t ars,
+                                      int64_t acs, const float *B, int64_t ldb, float *C, int64_t ldc, int acc) {
   const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (int64_t j = 0; j < N; j += 16) {
     int64_t nc = N - j < 16 ? N - j : 16;
@@ -88,7 +92,7 @@ GPA__AVX2_ATTR static void tgemm_avx2(int64_t M, int64_t N, int64_t K, const flo
     const float *b = B + j;
     for (int64_t i = 0; i < M; i += 6) {
       int mr = M - i < 6 ? (int)(M - i) : 6;
-      const float *a = A + i * lda;
+      const float *a = A + i * ars;
       float *c = C + i * ldc + j;
       if (nc == 16) {
         GPA__BLOCK_CASES(0)
@@ -100,11 +104,11 @@ GPA__AVX2_ATTR static void tgemm_avx2(int64_t M, int64_t N, int64_t K, const flo
 }
 #endif
 
-void gpa__tgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
-                float *C, int64_t ldc, int acc) {
+void gpa__tgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t ars, int64_t acs, const float *B,
+                int64_t ldb, float *C, int64_t ldc, int acc) {
   if (M <= 0 || N <= 0) return;
 #ifdef GPA__HAVE_AVX2_PATH
-  if (gpa__cpu_avx2()) { tgemm_avx2(M, N, K, A, lda, B, ldb, C, ldc, acc); return; }
+  if (gpa__cpu_avx2()) { tgemm_avx2(M, N, K, A, ars, acs, B, ldb, C, ldc, acc); return; }
 #endif
-  tgemm_scalar(M, N, K, A, lda, B, ldb, C, ldc, acc);
+  tgemm_scalar(M, N, K, A, ars, acs, B, ldb, C, ldc, acc);
 }

@@ -1,5 +1,6 @@
-/* Small in-cache GEMM for tiles (attention): C[M,N] (+)= A[M,K] B[K,N],
- * row-major with leading dimensions. Single-threaded, no allocation: meant
+/* Small in-cache GEMM for tiles (attention): C[M,N] (+)= A[M,K] B[K,N].
+ * B and C row-major with leading dimensions; A(r, k) = A[r*ars + k*acs], so
+ * A may be read transposed (ars = 1, acs = ld) at no cost. Single-threaded, no allocation: meant
  * to be called from inside a parallel loop, where a BLAS call would fight
  * the backend's workers for the cores.
  *
@@ -11,8 +12,8 @@
 #define GPA_KERNELS_HOST_TGEMM_H
 #include <stdint.h>
 
-void gpa__tgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
-                float *C, int64_t ldc, int acc);
+void gpa__tgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t ars, int64_t acs, const float *B,
+                int64_t ldb, float *C, int64_t ldc, int acc);
 
 /* dst[c*ldd + r] = src[r*lds + c] for r < rows, c < cols. */
 void gpa__transpose(int64_t rows, int64_t cols, const float *src, int64_t lds, float *dst, int64_t ldd);

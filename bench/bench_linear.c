@@ -1,0 +1,140 @@
+/* linear and conv1d host kernels against cblas_sgemm of the same GEMM
+ * shapes, measured in the same run on the same OpenBLAS threads:
+ *   linear_fwd       y = x W^T + b, 1024^3 (bias broadcast + GEMM beta=1)
+ *   linear_fwd_gelu  the same with the fused tanh GELU
+ *   linear_bwd       dx, dW, db (ref: the two GEMMs)
+ *   conv1d_fwd       B=1, Cin=Cout=256, L=1024, K=3, pad 1 (im2col + GEMM; ref: the GEMM)
+ *   conv1d_bwd       dx (col2im), dW, db (ref: the two GEMMs) */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bench.h"
+#include "bench_nn_host.h"
+#include "kernels/host/conv1d.h"
+#include "kernels/host/linear.h"
+
+typedef struct lin_ctx {
+  int64_t N, in, out;
+  float *x, *W, *b, *y, *pre, *dy, *dx, *dW, *db, *g;
+  int gelu;
+} lin_ctx;
+
+static void run_lin_fwd(void *p) {
+  lin_ctx *c = p;
+  gpa__linear_fwd(gpa_bench_host_par(), c->x, c->W, c->b, c->y, c->gelu ? c->pre : NULL, c->N, c->in, c->out,
+                  c->gelu);
+}
+static void run_lin_bwd(void *p) {
+  lin_ctx *c = p;
+  gpa__linear_bwd(gpa_bench_host_par(), c->dy, c->x, c->W, NULL, c->dx, c->dW, c->db, c->N, c->in, c->out, 0,
+                  NULL);
+}
+static void ref_lin_fwd(void *p) {
+  lin_ctx *c = p;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)c->N, (int)c->out, (int)c->in, 1.0f, c->x, (int)c->in,
+              c->W, (int)c->in, 0.0f, c->y, (int)c->out);
+}
+static void ref_lin_bwd(void *p) {
+  lin_ctx *c = p;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c->N, (int)c->in, (int)c->out, 1.0f, c->dy,
+              (int)c->out, c->W, (int)c->in, 0.0f, c->dx, (int)c->in);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)c->out, (int)c->in, (int)c->N, 1.0f, c->dy,
+              (int)c->out, c->x, (int)c->in, 0.0f, c->dW, (int)c->in);
+}
+
+static char extra_buf[128];
+static const char *extra(void) {
+  snprintf(extra_buf, sizeof extra_buf, "\"threads\":%d,\"blas_threads\":%d", gpa_bench_host_threads(),
+           openblas_get_num_threads());
+  return extra_buf;
+}
+
+static void lin_bench(const char *name, int bwd, int gelu) {
+  lin_ctx c = {.N = 1024, .in = 1024, .out = 1024, .gelu = gelu};
+  size_t nx = (size_t)(c.N * c.in), nw = (size_t)(c.out * c.in), ny = (size_t)(c.N * c.out);
+  c.x = malloc(nx * 4); c.W = malloc(nw * 4); c.b = malloc((size_t)c.out * 4); c.y = malloc(ny * 4);
+  c.pre = malloc(ny * 4); c.dy = malloc(ny * 4); c.dx = malloc(nx * 4); c.dW = malloc(nw * 4);
+  c.db = malloc((size_t)c.out * 4);
+  if (!c.x || !c.W || !c.b || !c.y || !c.pre || !c.dy || !c.dx || !c.dW || !c.db) return;
+  gpa_bench_fill(c.x, (int64_t)nx, -1, 1, 1);
+  gpa_bench_fill(c.W, (int64_t)nw, -1, 1, 2);
+  gpa_bench_fill(c.b, c.out, -1, 1, 3);
+  gpa_bench_fill(c.dy, (int64_t)ny, -1, 1, 4);
+  double ns, rns;
+  gpa_bench_pair(1, gpa_bench_reps(15), bwd ? run_lin_bwd : run_lin_fwd, &c, bwd ? ref_lin_bwd : ref_lin_fwd, &c,
+                 &ns, &rns);
+  double fl = (bwd ? 4.0 : 2.0) * (double)c.N * (double)c.in * (double)c.out;
+  gpa_bench_result res = {.name = name, .backend = "cpu", .shape = "1024x1024x1024", .ref = "cblas_sgemm",
+                          .ns = ns, .ref_ns = rns, .flops = fl, .extra = extra()};
+  gpa_bench_emit(&res);
+  free(c.x); free(c.W); free(c.b); free(c.y); free(c.pre); free(c.dy); free(c.dx); free(c.dW); free(c.db);
+}
+
+void gpa_bench_linear_fwd(void) {
+  lin_bench("linear_fwd", 0, 0);
+  lin_bench("linear_fwd_gelu", 0, 1);
+}
+void gpa_bench_linear_bwd(void) { lin_bench("linear_bwd", 1, 0); }
+
+typedef struct conv_ctx {
+  gpa__conv1d_geom g;
+  float *x, *W, *b, *y, *dy, *dx, *dW, *db, *scratch;
+} conv_ctx;
+
+static void run_conv_fwd(void *p) {
+  conv_ctx *c = p;
+  gpa__conv1d_fwd(gpa_bench_host_par(), &c->g, c->x, c->W, c->b, c->y, c->scratch);
+}
+static void run_conv_bwd(void *p) {
+  conv_ctx *c = p;
+  gpa__conv1d_bwd(gpa_bench_host_par(), &c->g, c->dy, c->x, c->W, c->dx, c->dW, c->db, c->scratch);
+}
+/* The GEMMs of the same shapes (per batch): y = W col; dW = dy col^T; dcol = W^T dy. */
+static void ref_conv_fwd(void *p) {
+  conv_ctx *c = p;
+  int M = (int)c->g.Cout, N = (int)c->g.Lout, K = (int)(c->g.Cin * c->g.K);
+  for (int64_t b = 0; b < c->g.B; b++)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, c->W, K, c->scratch, N, 0.0f,
+                c->y + b * M * N, N);
+}
+static void ref_conv_bwd(void *p) {
+  conv_ctx *c = p;
+  int M = (int)c->g.Cout, N = (int)c->g.Lout, K = (int)(c->g.Cin * c->g.K);
+  for (int64_t b = 0; b < c->g.B; b++) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, K, N, 1.0f, c->dy + b * M * N, N, c->scratch, N,
+                b ? 1.0f : 0.0f, c->dW, K);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, M, 1.0f, c->W, K, c->dy + b * M * N, N, 0.0f,
+                c->scratch + (size_t)K * N, N);
+  }
+}
+
+static void conv_bench(int bwd) {
+  conv_ctx c = {.g = {.B = 1, .Cin = 256, .L = 1024, .Cout = 256, .K = 3, .stride = 1, .pad_l = 1, .pad_r = 1,
+                      .dilation = 1, .groups = 1}};
+  if (!gpa__conv1d_geom_init(&c.g)) return;
+  size_t nx = (size_t)(c.g.B * c.g.Cin * c.g.L), nw = (size_t)(c.g.Cout * c.g.Cin * c.g.K);
+  size_t ny = (size_t)(c.g.B * c.g.Cout * c.g.Lout);
+  size_t ns_ = (size_t)gpa__conv1d_scratch_bytes(&c.g, 1) + 2 * (size_t)(c.g.Cin * c.g.K * c.g.Lout) * 4;
+  c.x = malloc(nx * 4); c.W = malloc(nw * 4); c.b = malloc((size_t)c.g.Cout * 4); c.y = malloc(ny * 4);
+  c.dy = malloc(ny * 4); c.dx = malloc(nx * 4); c.dW = malloc(nw * 4); c.db = malloc((size_t)c.g.Cout * 4);
+  c.scratch = malloc(ns_);
+  if (!c.x || !c.W || !c.b || !c.y || !c.dy || !c.dx || !c.dW || !c.db || !c.scratch) return;
+  gpa_bench_fill(c.x, (int64_t)nx, -1, 1, 1);
+  gpa_bench_fill(c.W, (int64_t)nw, -1, 1, 2);
+  gpa_bench_fill(c.b, c.g.Cout, -1, 1, 3);
+  gpa_bench_fill(c.dy, (int64_t)ny, -1, 1, 4);
+  gpa_bench_fill(c.scratch, (int64_t)(ns_ / 4), -1, 1, 5);
+  double ns, rns;
+  gpa_bench_pair(1, gpa_bench_reps(40), bwd ? run_conv_bwd : run_conv_fwd, &c, bwd ? ref_conv_bwd : ref_conv_fwd,
+                 &c, &ns, &rns);
+  double fl = (bwd ? 4.0 : 2.0) * (double)c.g.B * (double)c.g.Cout * (double)(c.g.Cin * c.g.K) * (double)c.g.Lout;
+  gpa_bench_result res = {.name = bwd ? "conv1d_bwd" : "conv1d_fwd", .backend = "cpu",
+                          .shape = "B1_Cin256_Cout256_L1024_K3", .ref = "cblas_sgemm", .ns = ns, .ref_ns = rns,
+                          .flops = fl, .extra = extra()};
+  gpa_bench_emit(&res);
+  free(c.x); free(c.W); free(c.b); free(c.y); free(c.dy); free(c.dx); free(c.dW); free(c.db); free(c.scratch);
+}
+
+void gpa_bench_conv1d_fwd(void) { conv_bench(0); }
+void gpa_bench_conv1d_bwd(void) { conv_bench(1); }

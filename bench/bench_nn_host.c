@@ -1,0 +1,64 @@
+/* See bench_nn_host.h. */
+#include "bench_nn_host.h"
+
+#include "bench.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "kernels/host/pool.h"
+
+static gpa__pool *pool;
+static gpa__par par;
+static int threads;
+
+static void pool_pfor(void *self, int64_t n, int64_t grain, gpa__range_fn fn, void *ctx) {
+  gpa__pool_for(self, n, grain, fn, ctx);
+}
+
+const gpa__par *gpa_bench_host_par(void) {
+  if (!threads) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = n > 0 ? (int)n : 1;
+    pool = gpa__pool_create((uint32_t)threads); /* NULL for one thread: inline */
+    par.pfor = pool_pfor;
+    par.self = pool;
+  }
+  return pool ? &par : NULL;
+}
+
+int gpa_bench_host_threads(void) {
+  gpa_bench_host_par();
+  return threads;
+}
+
+void gpa_bench_fill(float *p, int64_t n, float lo, float hi, uint64_t seed) {
+  for (int64_t i = 0; i < n; i++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    p[i] = lo + (hi - lo) * (float)((double)(seed >> 11) / 9007199254740992.0);
+  }
+}
+
+int gpa_bench_full(void) {
+  const char *s = getenv("GPA_BENCH_FULL");
+  return s && s[0] && !(s[0] == '0' && !s[1]);
+}
+
+void gpa_bench_pair(int rounds, int reps, void (*fa)(void *), void *ca, void (*fb)(void *), void *cb, double *a_ns,
+                    double *b_ns) {
+  double a = 1e300, b = 1e300;
+  fa(ca);
+  fb(cb);
+  for (int r = 0; r < rounds; r++)
+    for (int i = 0; i < reps; i++) {
+      double t0 = gpa_bench_now_ns();
+      fa(ca);
+      double t1 = gpa_bench_now_ns();
+      fb(cb);
+      double t2 = gpa_bench_now_ns();
+      if (t1 - t0 < a) a = t1 - t0;
+      if (t2 - t1 < b) b = t2 - t1;
+    }
+  *a_ns = a;
+  *b_ns = b;
+}
