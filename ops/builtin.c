@@ -26,7 +26,7 @@ gpa_status gpa__register_builtins(gpa_registry *reg) {
 #define GPA__REGISTER(fam)                                          \
   if (gpa__ops_##fam && &gpa__ops_##fam##_count)                    \
     for (uint32_t i = 0; i < gpa__ops_##fam##_count; i++) {         \
-      gpa_status st = gpa_op_register(reg, &gpa__ops_##fam[i]);     \
+      gpa_status st = gpa__op_register_builtin(reg, &gpa__ops_##fam[i]);     \
       if (st != GPA_OK) return st;                                  \
     }
   GPA__OP_FAMILIES(GPA__REGISTER)

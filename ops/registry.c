@@ -82,7 +82,7 @@ static gpa_status check_desc(const gpa_op_desc *d) {
   return GPA_OK;
 }
 
-gpa_status gpa_op_register(gpa_registry *reg, const gpa_op_desc *desc) {
+static gpa_status op_register(gpa_registry *reg, const gpa_op_desc *desc, bool builtin) {
   if (!reg || !desc) return gpa__fail(GPA_EINVAL, "gpa_op_register: NULL argument");
   gpa_status st = check_desc(desc);
   if (st != GPA_OK) return st;
@@ -90,6 +90,7 @@ gpa_status gpa_op_register(gpa_registry *reg, const gpa_op_desc *desc) {
   if (!op) return gpa__fail(GPA_ENOMEM, "gpa_op_register: out of memory");
   op->d = *desc;
   op->d.size = sizeof op->d;
+  op->builtin = builtin;
   strcpy(op->name_buf, desc->name);
   op->d.name = op->name_buf;
   if (desc->n_attrs) {
@@ -128,4 +129,10 @@ gpa_status gpa_op_register(gpa_registry *reg, const gpa_op_desc *desc) {
   atomic_store_explicit(&reg->slot[i], op, memory_order_release);
   pthread_mutex_unlock(&reg->lock);
   return GPA_OK;
+}
+
+gpa_status gpa_op_register(gpa_registry *reg, const gpa_op_desc *desc) { return op_register(reg, desc, false); }
+
+gpa_status gpa__op_register_builtin(gpa_registry *reg, const gpa_op_desc *desc) {
+  return op_register(reg, desc, true);
 }

@@ -6,6 +6,7 @@
 #ifndef GPA_OPS_REGISTRY_H
 #define GPA_OPS_REGISTRY_H
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 
 #include "gpuactor/op.h"
@@ -16,6 +17,7 @@ typedef struct gpa__op {
   char name_buf[64];
   gpa_attr_spec *attrs; /* owned copy; names point into attr_names */
   char *attr_names;
+  bool builtin; /* registered by the library: backends may supply its impl by name */
 } gpa__op;
 
 #define GPA__REG_SLOTS 1024 /* power of two; names registered per actor */
@@ -31,5 +33,7 @@ void gpa__registry_fini(gpa_registry *reg);
 /* The newest registration of name, or NULL. Any thread. */
 const gpa__op *gpa__registry_find(const gpa_registry *reg, const char *name);
 gpa_status gpa__register_builtins(gpa_registry *reg);
+/* gpa_op_register that marks the entry as built-in. */
+gpa_status gpa__op_register_builtin(gpa_registry *reg, const gpa_op_desc *desc);
 
 #endif
