@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpuactor/ops_attention.h"
 #include "kernels/host/attention.h"
 #include "util/nn_test.h"
 
@@ -279,6 +280,40 @@ static void errors(gpa_nt *t) {
   gpa_nt_expect_error(t, "attention_bwd", j, 6, bo, 3, NULL, 0, GPA_ESHAPE, "lse has shape [2,5,8]");
 }
 
+/* The typed calls give the same bits as the generic path. */
+static void typed(gpa_nt *t) {
+  int64_t qs[4] = {2, 9, 4, 32}, ks[4] = {2, 11, 2, 32}, ls[3] = {2, 4, 9}, two = 2;
+  uint64_t seed = 5;
+  float q[2304], k[1408], v[1408], r1[2304], r2[2304];
+  int32_t lens[2] = {11, 4};
+  gpa_nt_fill(q, 2304, -1, 1, &seed);
+  gpa_nt_fill(k, 1408, -1, 1, &seed);
+  gpa_nt_fill(v, 1408, -1, 1, &seed);
+  gpa_tensor tq = gpa_nt_tensor(t, GPA_F32, 4, qs, q), tk = gpa_nt_tensor(t, GPA_F32, 4, ks, k);
+  gpa_tensor tv = gpa_nt_tensor(t, GPA_F32, 4, ks, v), tl = gpa_nt_tensor(t, GPA_I32, 1, &two, lens);
+  gpa_tensor o1 = gpa_nt_out(t, 4, qs), l1 = gpa_nt_out(t, 3, ls), o2 = gpa_nt_out(t, 4, qs), l2 = gpa_nt_out(t, 3, ls);
+  gpa_attention_fwd_args fa = {sizeof fa, tq, tk, tv, tl, o1, l1, 0.0, 1};
+  gpa_handle *h = NULL;
+  if (gpa_attention_fwd(t->q, &fa, &h) != GPA_OK || gpa_await(h, -1) != GPA_OK) gpa_nt_fail(t, "gpa_attention_fwd");
+  gpa_handle_release(h);
+  gpa_attr c1 = {"causal", GPA_ATTR_INT, 1, 0};
+  gpa_tensor in[4] = {tq, tk, tv, tl}, out[2] = {o2, l2};
+  if (gpa_nt_run(t, "attention_fwd", in, 4, out, 2, &c1, 1) != GPA_OK) gpa_nt_fail(t, "attention_fwd");
+  gpa_nt_read(t, &o1, r1);
+  gpa_nt_read(t, &o2, r2);
+  gpa_nt_same_bits(t, "typed gpa_attention_fwd o", r1, r2, 2304);
+  gpa_tensor dq1 = gpa_nt_out(t, 4, qs), dk1 = gpa_nt_out(t, 4, ks), dv1 = gpa_nt_out(t, 4, ks);
+  gpa_tensor dq2 = gpa_nt_out(t, 4, qs), dk2 = gpa_nt_out(t, 4, ks), dv2 = gpa_nt_out(t, 4, ks);
+  gpa_attention_bwd_args ba = {0, o1, tq, tk, tv, o1, l1, tl, dq1, dk1, dv1, 0.0, 1};
+  if (gpa_attention_bwd(t->q, &ba, NULL) != GPA_OK) gpa_nt_fail(t, "gpa_attention_bwd");
+  gpa_tensor bi[7] = {o1, tq, tk, tv, o1, l1, tl}, bo[3] = {dq2, dk2, dv2};
+  if (gpa_nt_run(t, "attention_bwd", bi, 7, bo, 3, &c1, 1) != GPA_OK) gpa_nt_fail(t, "attention_bwd");
+  gpa_nt_read(t, &dk1, r1);
+  gpa_nt_read(t, &dk2, r2);
+  gpa_nt_same_bits(t, "typed gpa_attention_bwd dk", r1, r2, 1408);
+  if (gpa_attention_bwd(t->q, NULL, NULL) != GPA_EINVAL) gpa_nt_fail(t, "gpa_attention_bwd(NULL args) is not EINVAL");
+}
+
 int main(void) {
   gpa_nt t;
   int rc = gpa_nt_open(&t);
@@ -298,5 +333,6 @@ int main(void) {
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) run_case(&t, &big[i], seed + 100 + i);
   }
   errors(&t);
+  typed(&t);
   return gpa_nt_close(&t);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpuactor/ops_linear.h"
 #include "util/nn_test.h"
 
 #define GC 0.7978845608028654
@@ -222,6 +223,65 @@ static void errors(gpa_nt *t) {
   gpa_nt_expect_error(t, "linear_fwd", in4, 2, &y, 1, NULL, 0, GPA_EDTYPE, "x has dtype i32");
 }
 
+/* The typed calls give the same bits as the generic path. */
+static void typed(gpa_nt *t) {
+  int64_t xs[2] = {9, 20}, ws[2] = {7, 20}, ys[2] = {9, 7}, b7 = 7;
+  uint64_t seed = 99;
+  float x[180], W[140], b[7], dy[63], r1[180], r2[180];
+  gpa_nt_fill(x, 180, -1, 1, &seed);
+  gpa_nt_fill(W, 140, -1, 1, &seed);
+  gpa_nt_fill(b, 7, -1, 1, &seed);
+  gpa_nt_fill(dy, 63, -1, 1, &seed);
+  gpa_tensor tx = gpa_nt_tensor(t, GPA_F32, 2, xs, x), tw = gpa_nt_tensor(t, GPA_F32, 2, ws, W);
+  gpa_tensor tb = gpa_nt_tensor(t, GPA_F32, 1, &b7, b), tdy = gpa_nt_tensor(t, GPA_F32, 2, ys, dy);
+  gpa_tensor y1 = gpa_nt_out(t, 2, ys), p1 = gpa_nt_out(t, 2, ys), y2 = gpa_nt_out(t, 2, ys), p2 = gpa_nt_out(t, 2, ys);
+  gpa_linear_fwd_args fa = {sizeof fa, tx, tw, tb, y1, p1, 1};
+  gpa_handle *h = NULL;
+  if (gpa_linear_fwd(t->q, &fa, &h) != GPA_OK || gpa_await(h, -1) != GPA_OK) gpa_nt_fail(t, "gpa_linear_fwd");
+  gpa_handle_release(h);
+  gpa_tensor in[3] = {tx, tw, tb}, o2[2] = {y2, p2};
+  if (gpa_nt_run(t, "linear_gelu_fwd", in, 3, o2, 2, NULL, 0) != GPA_OK) gpa_nt_fail(t, "linear_gelu_fwd");
+  gpa_nt_read(t, &y1, r1);
+  gpa_nt_read(t, &y2, r2);
+  gpa_nt_same_bits(t, "typed gpa_linear_fwd y", r1, r2, 63);
+  gpa_nt_read(t, &p1, r1);
+  gpa_nt_read(t, &p2, r2);
+  gpa_nt_same_bits(t, "typed gpa_linear_fwd pre", r1, r2, 63);
+  gpa_tensor dx1 = gpa_nt_out(t, 2, xs), dw1 = gpa_nt_out(t, 2, ws), dx2 = gpa_nt_out(t, 2, xs),
+             dw2 = gpa_nt_out(t, 2, ws);
+  gpa_linear_bwd_args ba = {0, tdy, tx, tw, p1, dx1, dw1, {0}, 1};
+  if (gpa_linear_bwd(t->q, &ba, NULL) != GPA_OK) gpa_nt_fail(t, "gpa_linear_bwd");
+  gpa_attr g1 = {"gelu", GPA_ATTR_INT, 1, 0};
+  gpa_tensor bi[4] = {tdy, tx, tw, p2}, bo[2] = {dx2, dw2};
+  if (gpa_nt_run(t, "linear_bwd_nobias", bi, 4, bo, 2, &g1, 1) != GPA_OK) gpa_nt_fail(t, "linear_bwd_nobias");
+  gpa_nt_read(t, &dx1, r1);
+  gpa_nt_read(t, &dx2, r2);
+  gpa_nt_same_bits(t, "typed gpa_linear_bwd dx", r1, r2, 180);
+  if (gpa_linear_fwd(t->q, NULL, NULL) != GPA_EINVAL) gpa_nt_fail(t, "gpa_linear_fwd(NULL args) is not EINVAL");
+  /* conv1d typed: causal, dilation 2, groups 1, K = 3 over x viewed as [1,9,20] */
+  int64_t cx[3] = {1, 9, 20}, cw[3] = {4, 9, 3}, cy[3] = {1, 4, 20}, c4 = 4;
+  float cwv[108], cb[4];
+  gpa_nt_fill(cwv, 108, -1, 1, &seed);
+  gpa_nt_fill(cb, 4, -1, 1, &seed);
+  gpa_tensor ttx = tx, tcw = gpa_nt_tensor(t, GPA_F32, 3, cw, cwv), tcb = gpa_nt_tensor(t, GPA_F32, 1, &c4, cb);
+  ttx.rank = 3;
+  for (int i = 0; i < 3; i++) ttx.shape[i] = cx[i];
+  gpa_tensor cy1 = gpa_nt_out(t, 3, cy), cy2 = gpa_nt_out(t, 3, cy);
+  gpa_conv1d_fwd_args ca = {sizeof ca, ttx, tcw, tcb, cy1, {0, 0, 2, 0, 1}};
+  if (gpa_conv1d_fwd(t->q, &ca, NULL) != GPA_OK) gpa_nt_fail(t, "gpa_conv1d_fwd");
+  gpa_attr cat[2] = {{"dilation", GPA_ATTR_INT, 2, 0}, {"causal", GPA_ATTR_INT, 1, 0}};
+  gpa_tensor ci[3] = {ttx, tcw, tcb};
+  if (gpa_nt_run(t, "conv1d_fwd", ci, 3, &cy2, 1, cat, 2) != GPA_OK) gpa_nt_fail(t, "conv1d_fwd");
+  gpa_nt_read(t, &cy1, r1);
+  gpa_nt_read(t, &cy2, r2);
+  gpa_nt_same_bits(t, "typed gpa_conv1d_fwd", r1, r2, 80);
+  gpa_tensor cdx = gpa_nt_out(t, 3, cx), cdw = gpa_nt_out(t, 3, cw), cdb = gpa_nt_out(t, 1, &c4);
+  gpa_conv1d_bwd_args cba = {0, cy1, ttx, tcw, cdx, cdw, cdb, {0, 0, 2, 0, 1}};
+  gpa_handle *h2 = NULL;
+  if (gpa_conv1d_bwd(t->q, &cba, &h2) != GPA_OK || gpa_await(h2, -1) != GPA_OK) gpa_nt_fail(t, "gpa_conv1d_bwd");
+  gpa_handle_release(h2);
+}
+
 int main(void) {
   gpa_nt t;
   int rc = gpa_nt_open(&t);
@@ -238,5 +298,6 @@ int main(void) {
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) run_case(&t, &big[i], seed + 100 + i);
   }
   errors(&t);
+  typed(&t);
   return gpa_nt_close(&t);
 }
