@@ -58,7 +58,7 @@ static int t_launch(void) {
 static int g_host_ran;
 static void host_fn(void *p) {
   (void)p;
-  g_host_ran = 1;
+  __atomic_store_n(&g_host_ran, 1, __ATOMIC_SEQ_CST); /* streams may run it concurrently */
 }
 
 static int t_sticky(void) {
@@ -68,12 +68,14 @@ static int t_sticky(void) {
   CUstream s;
   CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   gpa_sim_fault_sticky(1);
+  gpa_sim_fault_stream_delay(s, 20000); /* the host function is queued before the fault happens */
   void *args[] = {&g_in, &g_out};
   CK(cuLaunchKernel(g_rev, 1, 1, 1, 32, 1, 1, 0, s, args, NULL)); /* the fault shows later, as on a GPU */
   CK(cuLaunchHostFunc(s, host_fn, NULL));
   CHECK_RES(cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
   CHECK(sim_msg_has("injected device fault"));
-  CHECK(g_host_ran == 1); /* completion callbacks still run: nothing hangs */
+  CHECK(__atomic_load_n(&g_host_ran, __ATOMIC_SEQ_CST) == 1); /* completion callbacks still run: nothing hangs */
+  gpa_sim_fault_stream_delay(s, 0);
   CUdeviceptr p;
   CHECK_RES(cuMemAlloc(&p, 16), CUDA_ERROR_ILLEGAL_ADDRESS);
   CHECK_RES(launch(), CUDA_ERROR_ILLEGAL_ADDRESS);
