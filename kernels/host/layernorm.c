@@ -1,6 +1,6 @@
 /* LayerNorm kernels; see layernorm.h for the math and the determinism rule.
- * Row sums use eight double accumulators (a fixed order the compiler can
- * vectorize without reassociating). */
+ * Row sums use 32 float accumulators (a fixed order the compiler vectorizes
+ * without reassociating); the statistics are finished in double. */
 #include "kernels/host/layernorm.h"
 
 #include <math.h>
@@ -13,47 +13,71 @@ typedef struct ln_ctx {
   const float *x, *dy, *gamma, *beta, *mean_in, *rstd_in;
   int64_t N, D;
   double eps;
-  double *part; /* [blocks][2][D]: dgamma, dbeta partials */
+  float *part; /* [blocks][2][D]: dgamma, dbeta partials */
 } ln_ctx;
 
-GPA__KCLONES static double row_sum(const float *restrict x, int64_t D) {
-  double a[8] = {0};
+/* Sum of (x - p) over the row; 32 float lanes (four AVX2 vectors, two
+ * AVX-512 ones) so the adds do not wait on each other. */
+GPA__KCLONES static float row_sum_shift(const float *restrict x, float p, int64_t D) {
+  float a[32] = {0};
   int64_t i = 0;
-  for (; i + 8 <= D; i += 8)
-    for (int j = 0; j < 8; j++) a[j] += (double)x[i + j];
-  double s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-  for (; i < D; i++) s += (double)x[i];
+  for (; i + 32 <= D; i += 32)
+    for (int j = 0; j < 32; j++) a[j] += x[i + j] - p;
+  float s = 0.0f;
+  for (; i < D; i++) s += x[i] - p;
+  for (int j = 0; j < 32; j++) s += a[j];
   return s;
 }
 
-GPA__KCLONES static double row_sqdev(const float *restrict x, double m, int64_t D) {
-  double a[8] = {0};
+/* Sums of d = x - m and of d^2, in double (d too: x - m in float would round
+ * every x of one binade the same way, a bias in the mean). */
+GPA__KCLONES static void row_dev(const float *restrict x, float m, int64_t D, double *sum, double *sq) {
+  double a[8] = {0}, b[8] = {0};
   int64_t i = 0;
   for (; i + 8 <= D; i += 8)
     for (int j = 0; j < 8; j++) {
-      double d = (double)x[i + j] - m;
-      a[j] += d * d;
+      double d = (double)x[i + j] - (double)m;
+      a[j] += d;
+      b[j] += d * d;
     }
-  double s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-  for (; i < D; i++) s += ((double)x[i] - m) * ((double)x[i] - m);
-  return s;
+  double sa = 0.0, sb = 0.0;
+  for (; i < D; i++) {
+    double d = (double)x[i] - (double)m;
+    sa += d;
+    sb += d * d;
+  }
+  for (int j = 0; j < 8; j++) sa += a[j], sb += b[j];
+  *sum = sa;
+  *sq = sb;
 }
 
 GPA__KCLONES static void row_norm(float *restrict y, const float *restrict x, const float *restrict g,
-                                  const float *restrict b, double m, double r, int64_t D) {
-  for (int64_t i = 0; i < D; i++) y[i] = (float)(((double)x[i] - m) * r) * g[i] + b[i];
+                                  const float *restrict b, float m, float c, float r, int64_t D) {
+  for (int64_t i = 0; i < D; i++) y[i] = ((x[i] - m) - c) * r * g[i] + b[i];
 }
 
+/* Corrected two-pass (Chan, Golub & LeVeque): m1 = a first estimate of the
+ * mean (shifted by the row's first element, so a large mean costs nothing);
+ * d = x - m1 is exact when x is near m1, and the second pass's sum of d
+ * corrects m1: mean = m1 + c, var = (sum d^2 - D c^2) / D with c = sum d / D.
+ * The first and last passes run in float lanes, the second sums in double. */
 static void fwd_rows(int64_t s, int64_t e, void *p) {
   const ln_ctx *c = p;
   const int64_t D = c->D;
   for (int64_t n = s; n < e; n++) {
     const float *x = c->x + n * D;
-    double m = D ? row_sum(x, D) / (double)D : 0.0;
-    double var = D ? row_sqdev(x, m, D) / (double)D : 0.0;
+    float m1 = 0.0f;
+    double sd = 0.0, sq = 0.0;
+    if (D) {
+      m1 = x[0] + row_sum_shift(x, x[0], D) / (float)D;
+      row_dev(x, m1, D, &sd, &sq);
+    }
+    double cor = D ? sd / (double)D : 0.0;
+    double var = D ? (sq - (double)D * cor * cor) / (double)D : 0.0;
+    if (var < 0.0) var = 0.0;
     double r = 1.0 / sqrt(var + c->eps);
-    row_norm(c->y + n * D, x, c->gamma, c->beta, m, r, D);
-    c->mean[n] = (float)m;
+    row_norm(c->y + n * D, x, c->gamma, c->beta, m1, (float)cor, (float)r, D);
+    c->mean[n] = (float)((double)m1 + cor);
     c->rstd[n] = (float)r;
   }
 }
@@ -66,34 +90,34 @@ void gpa__layernorm_fwd_f32(const gpa__par *par, float *y, float *mean, float *r
   gpa__pfor(par, N, grain < 1 ? 1 : grain, fwd_rows, &c);
 }
 
-/* One row of the backward: dx, and the row's share of the column partials. */
-GPA__KCLONES static void bwd_row(float *restrict dx, double *restrict pg, double *restrict pb,
+/* One row of the backward: dx, and the row's share of the column partials
+ * (float partials of one block of rows; the blocks are added in double). */
+GPA__KCLONES static void bwd_row(float *restrict dx, float *restrict pg, float *restrict pb,
                                  const float *restrict x, const float *restrict dy,
-                                 const float *restrict gamma, double m, double r, int64_t D) {
-  double a[8] = {0}, b[8] = {0};
+                                 const float *restrict gamma, float m, float r, int64_t D) {
+  float a[32] = {0}, b[32] = {0};
   int64_t i = 0;
-  for (; i + 8 <= D; i += 8)
-    for (int j = 0; j < 8; j++) {
-      double xh = ((double)x[i + j] - m) * r;
-      double g = (double)dy[i + j] * (double)gamma[i + j];
+  for (; i + 32 <= D; i += 32)
+    for (int j = 0; j < 32; j++) {
+      float xh = (x[i + j] - m) * r;
+      float g = dy[i + j] * gamma[i + j];
       a[j] += g;
       b[j] += g * xh;
     }
-  double sa = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-  double sb = ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]));
+  float sa = 0.0f, sb = 0.0f;
   for (; i < D; i++) {
-    double xh = ((double)x[i] - m) * r;
-    double g = (double)dy[i] * (double)gamma[i];
+    float xh = (x[i] - m) * r;
+    float g = dy[i] * gamma[i];
     sa += g;
     sb += g * xh;
   }
-  const double ma = sa / (double)D, mb = sb / (double)D;
+  for (int j = 0; j < 32; j++) sa += a[j], sb += b[j];
+  const float ma = sa / (float)D, mb = sb / (float)D;
   for (i = 0; i < D; i++) {
-    double xh = ((double)x[i] - m) * r;
-    double g = (double)dy[i] * (double)gamma[i];
-    dx[i] = (float)(r * (g - ma - xh * mb));
-    pg[i] += (double)dy[i] * xh;
-    pb[i] += (double)dy[i];
+    float xh = (x[i] - m) * r;
+    dx[i] = r * ((dy[i] * gamma[i] - ma) - xh * mb);
+    pg[i] += dy[i] * xh;
+    pb[i] += dy[i];
   }
 }
 
@@ -101,13 +125,12 @@ static void bwd_blocks(int64_t s, int64_t e, void *p) {
   const ln_ctx *c = p;
   const int64_t D = c->D;
   for (int64_t blk = s; blk < e; blk++) {
-    double *pg = c->part + blk * 2 * D, *pb = pg + D;
+    float *pg = c->part + blk * 2 * D, *pb = pg + D;
     memset(pg, 0, (size_t)(2 * D) * sizeof *pg);
     int64_t r1 = (blk + 1) * GPA__LN_BLOCK_ROWS;
     if (r1 > c->N) r1 = c->N;
     for (int64_t n = blk * GPA__LN_BLOCK_ROWS; n < r1; n++)
-      bwd_row(c->y + n * D, pg, pb, c->x + n * D, c->dy + n * D, c->gamma,
-              (double)c->mean_in[n], (double)c->rstd_in[n], D);
+      bwd_row(c->y + n * D, pg, pb, c->x + n * D, c->dy + n * D, c->gamma, c->mean_in[n], c->rstd_in[n], D);
   }
 }
 
@@ -118,8 +141,8 @@ GPA__KCLONES static void bwd_cols(int64_t s, int64_t e, void *p) {
   for (int64_t j = s; j < e; j++) {
     double g = 0.0, b = 0.0;
     for (int64_t blk = 0; blk < nb; blk++) {
-      g += c->part[blk * 2 * D + j];
-      b += c->part[blk * 2 * D + D + j];
+      g += (double)c->part[blk * 2 * D + j];
+      b += (double)c->part[blk * 2 * D + D + j];
     }
     c->dgamma[j] = (float)g;
     c->dbeta[j] = (float)b;
@@ -129,7 +152,7 @@ GPA__KCLONES static void bwd_cols(int64_t s, int64_t e, void *p) {
 size_t gpa__layernorm_bwd_scratch(int64_t N, int64_t D) {
   if (N <= 0 || D <= 0) return 0;
   int64_t nb = (N + GPA__LN_BLOCK_ROWS - 1) / GPA__LN_BLOCK_ROWS;
-  return (size_t)nb * 2 * (size_t)D * sizeof(double);
+  return (size_t)nb * 2 * (size_t)D * sizeof(float);
 }
 
 void gpa__layernorm_bwd_f32(const gpa__par *par, float *dx, float *dgamma, float *dbeta, const float *x,

@@ -1,6 +1,6 @@
-/* LayerNorm host kernels (fp32 in and out, double accumulation).
- *   forward:  mean = sum(x)/D; var = sum((x - mean)^2)/D (two passes, so rows
- *             with a large mean stay accurate); rstd = 1/sqrt(var + eps);
+/* LayerNorm host kernels (fp32).
+ *   forward:  mean = sum(x)/D; var = sum((x - mean)^2)/D (corrected two-pass,
+ *             so rows with a large mean stay accurate); rstd = 1/sqrt(var + eps);
  *             y = (x - mean) * rstd * gamma + beta.
  *   backward: xhat = (x - mean) * rstd with the given mean and rstd;
  *             g = dy * gamma; dx = rstd * (g - mean(g) - xhat * mean(g * xhat));

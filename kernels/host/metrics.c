@@ -40,27 +40,41 @@ GPA__KCLONES static void sub_const(float *restrict t, const float *restrict x, f
   for (int64_t i = 0; i < n; i++) t[i] = x[i] - c;
 }
 
+/* Sum of one chunk (<= CH values of exp, all in [0, 1]): 32 float lanes;
+ * the chunks are added in double. */
 GPA__KCLONES static double sum_f32(const float *restrict t, int64_t n) {
-  double a[8] = {0};
+  float a[32] = {0};
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; j++) a[j] += (double)t[i + j];
-  double s = sum8(a);
-  for (; i < n; i++) s += (double)t[i];
-  return s;
+  for (; i + 32 <= n; i += 32)
+    for (int j = 0; j < 32; j++) a[j] += t[i + j];
+  float s = 0.0f;
+  for (; i < n; i++) s += t[i];
+  for (int j = 0; j < 32; j++) s += a[j];
+  return (double)s;
 }
 
-/* sum over the row of exp(x - m), in double */
-static double row_sumexp(const float *x, float m, int64_t V) {
-  float t[CH];
-  double s = 0.0;
+/* exp(x - m) over the row into buf (one chunk at a time when buf is a CH
+ * scratch, the whole row when buf_is_row); returns the sum of all terms but
+ * the target's, which goes to *et. Keeping the target apart keeps its
+ * complement exact when the target dominates (loss and softmax - 1 near 0). */
+static double row_exp_rest(const float *x, float m, int64_t V, int64_t t, float *buf, int buf_is_row, double *et) {
+  double rest = 0.0;
   for (int64_t i = 0; i < V; i += CH) {
     int64_t n = V - i < CH ? V - i : CH;
-    sub_const(t, x + i, m, n);
-    gpa__vexpf(t, t, n);
-    s += sum_f32(t, n);
+    float *o = buf_is_row ? buf + i : buf;
+    sub_const(o, x + i, m, n);
+    gpa__vexpf(o, o, n);
+    if (t >= i && t < i + n) {
+      float keep = o[t - i];
+      *et = (double)keep;
+      o[t - i] = 0.0f;
+      rest += sum_f32(o, n);
+      o[t - i] = keep;
+    } else {
+      rest += sum_f32(o, n);
+    }
   }
-  return s;
+  return rest;
 }
 
 int64_t gpa__ce_first_bad_target(const int32_t *targets, int64_t N, int64_t V, int64_t ignore_index,
@@ -82,9 +96,9 @@ static void ce_fwd_rows(int64_t s, int64_t e, void *p) {
     int64_t t = c->t[n];
     if (t == c->ignore) { c->part[n] = 0.0; continue; }
     const float *x = c->a + n * c->V;
-    float m = row_max(x, c->V);
-    double lse = (double)m + log(row_sumexp(x, m, c->V));
-    c->part[n] = lse - (double)x[t];
+    float m = row_max(x, c->V), buf[CH];
+    double et = 0.0, rest = row_exp_rest(x, m, c->V, t, buf, 0, &et);
+    c->part[n] = log(et + rest) - ((double)x[t] - (double)m);
   }
 }
 
@@ -123,18 +137,10 @@ static void ce_bwd_rows(int64_t s, int64_t e, void *p) {
     const float *x = c->a + n * V;
     float m = row_max(x, V);
     double k = c->scale / (double)c->N; /* N holds count here */
-    double z = row_sumexp(x, m, V), et = 0.0;
-    float f = (float)(k / z);
-    for (int64_t i = 0; i < V; i += CH) {
-      int64_t cn = V - i < CH ? V - i : CH;
-      sub_const(o + i, x + i, m, cn);
-      gpa__vexpf(o + i, o + i, cn);
-      if (t >= i && t < i + cn) et = (double)o[t];
-      softmax_fin(o + i, o + i, f, cn);
-    }
-    /* softmax - 1 = -(sum of the other terms) / z: no cancellation when the
-     * target dominates (z sums these same exp values in double) */
-    o[t] = (float)(-k * (z - et) / z);
+    double et = 0.0, rest = row_exp_rest(x, m, V, t, o, 1, &et), z = et + rest;
+    softmax_fin(o, o, (float)(k / z), V);
+    /* softmax - 1 = -(sum of the other terms) / z, exact when the target dominates */
+    o[t] = (float)(-k * rest / z);
   }
 }
 
