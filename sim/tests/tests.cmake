@@ -39,3 +39,12 @@ if(TARGET gpa_sim_cublas)
 endif()
 gpa_sim_test(sim_kernel tests/test_kernels.c MODULES gpa_sim_layernorm sim_wmma_kernels
   CASES layernorm wmma half_math LIBS m)
+# The backend's path: driver dlopened (not linked), entry points from cuGetProcAddress.
+add_executable(sim_dlopen tests/test_dlopen.c)
+target_include_directories(sim_dlopen PRIVATE ${GPA_CUDA_INCLUDE})
+target_link_libraries(sim_dlopen PRIVATE sim_simt_kernels_fatbin ${CMAKE_DL_LIBS})
+target_compile_definitions(sim_dlopen PRIVATE GPA_SIM_DRIVER_PATH="$<TARGET_FILE:gpa_sim_cuda>")
+add_dependencies(sim_dlopen gpa_sim_cuda sim_simt_kernels_sim)
+add_test(NAME sim_driver_dlopen COMMAND sim_dlopen)
+set_tests_properties(sim_driver_dlopen PROPERTIES TIMEOUT ${GPA_SIM_TEST_TIMEOUT} SKIP_RETURN_CODE 77
+  ENVIRONMENT "GPA_SIM_MODULE_PATH=${GPA_SIM_MODULE_DIR}")
