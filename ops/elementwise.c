@@ -77,8 +77,7 @@ static gpa_status mm_bwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, si
   GPA__CHK(gpa__chk_rank("masked_mean_bwd", "dy", dy, 2, "([B,D])", msg, ms));
   GPA__CHK(gpa__chk_dtype("masked_mean_bwd", "mask", mask, GPA_U8, GPA_I32, msg, ms));
   GPA__CHK(gpa__chk_rank("masked_mean_bwd", "mask", mask, 2, "([B,L])", msg, ms));
-  int64_t b[1] = {mask->shape[0]};
-  if (dy->shape[0] != b[0]) {
+  if (dy->shape[0] != mask->shape[0]) {
     int64_t want[2] = {mask->shape[0], dy->shape[1]};
     return gpa__chk_shape("masked_mean_bwd", "dy", dy, 2, want, "B of mask", msg, ms);
   }
