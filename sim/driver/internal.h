@@ -81,6 +81,8 @@ CUresult gpa_sim__stream_get(CUctx_st *ctx, CUstream h, CUstream_st **out);
 void gpa_sim__stream_push(CUstream_st *s, std::function<CUresult()> fn, bool always = false);
 void gpa_sim__stream_wait_idle(CUstream_st *s);
 void gpa_sim__ctx_sync_all(CUctx_st *ctx);
+/* Waits for the NULL stream and every blocking stream (synchronous copies). */
+void gpa_sim__ctx_sync_legacy(CUctx_st *ctx);
 
 /* ---- memory (memory.cpp) */
 enum { GPA_SIM_HOST_PAGEABLE, GPA_SIM_HOST_PINNED };

@@ -1,7 +1,7 @@
 /* gpa-sim driver: the memory API (allocation, pools, memset, copies).
  *
- * Synchronous calls first wait for the NULL stream and then act on the
- * calling thread. Asynchronous calls check their arguments when called
+ * Synchronous calls first wait for the NULL stream and every blocking stream
+ * (created without CU_STREAM_NON_BLOCKING), then act on the calling thread. Asynchronous calls check their arguments when called
  * (bad pointers: CUDA_ERROR_INVALID_VALUE, as the driver does) and check the
  * device range again when the stream runs them, where a failure (e.g. the
  * memory was freed in between) becomes a sticky CUDA_ERROR_ILLEGAL_ADDRESS.
@@ -46,7 +46,7 @@ CUresult submit(CUctx_st *ctx, CUstream h, bool async, std::function<CUresult(st
   CUresult r = gpa_sim__stream_get(ctx, async ? h : nullptr, &s);
   if (r) return r;
   if (!async) {
-    gpa_sim__stream_wait_idle(s);
+    gpa_sim__ctx_sync_legacy(ctx); /* the NULL stream and every blocking stream, as the legacy stream would */
     std::string why;
     r = op(&why);
     if (r) gpa_sim__ctx_set_sticky(ctx, r, why);

@@ -5,8 +5,10 @@
  * sticky error, copies and kernels are skipped, but event records, event
  * waits and host functions still run: whoever waits on them is woken (and
  * sees the error at its next synchronizing call) instead of hanging.
- * The legacy default stream's implicit synchronization is not modelled: the
- * NULL stream behaves like one more non-blocking stream (see docs/sim.md).
+ * The legacy default stream's implicit synchronization is modelled only for
+ * synchronous copies and memsets (they wait for the NULL stream and every
+ * blocking stream); work queued on the NULL stream does not wait for other
+ * streams (see docs/sim.md).
  * Event timestamps are host monotonic time when the stream reaches the
  * record, so elapsed times are emulated times. */
 #include <time.h>
@@ -123,6 +125,16 @@ void gpa_sim__ctx_sync_all(CUctx_st *ctx) {
   {
     std::lock_guard<std::mutex> lk(ctx->mu);
     v.assign(ctx->streams.begin(), ctx->streams.end());
+  }
+  for (CUstream_st *s : v) gpa_sim__stream_wait_idle(s);
+}
+
+void gpa_sim__ctx_sync_legacy(CUctx_st *ctx) {
+  std::vector<CUstream_st *> v;
+  {
+    std::lock_guard<std::mutex> lk(ctx->mu);
+    for (CUstream_st *s : ctx->streams)
+      if (s == ctx->null_stream || !(s->flags & CU_STREAM_NON_BLOCKING)) v.push_back(s);
   }
   for (CUstream_st *s : v) gpa_sim__stream_wait_idle(s);
 }

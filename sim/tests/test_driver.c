@@ -127,6 +127,41 @@ static int t_stream_order(void) {
   return 0;
 }
 
+/* Synchronous copies wait for blocking streams (legacy default stream), not
+ * for non-blocking ones. */
+static int t_legacy_sync(void) {
+  sim_setup();
+  CUstream blocking, nonblocking;
+  CUdeviceptr d;
+  int *pin, out = 0;
+  CK(cuStreamCreate(&blocking, 0));
+  CK(cuStreamCreate(&nonblocking, CU_STREAM_NON_BLOCKING));
+  CK(cuMemAlloc(&d, 2 * sizeof(int)));
+  CK(cuMemAllocHost((void **)&pin, 2 * sizeof(int)));
+  CK(cuMemsetD32(d, 0, 2));
+  pin[0] = 42;
+  pin[1] = 43;
+  gpa_sim_fault_stream_delay(blocking, 20000);
+  CK(cuMemcpyHtoDAsync(d, pin, sizeof(int), blocking));
+  CK(cuMemcpyDtoH(&out, d, sizeof(int)));
+  CHECK(out == 42);
+  gpa_sim_fault_stream_delay(blocking, 0);
+  gpa_sim_fault_stream_delay(nonblocking, 30000);
+  CK(cuMemcpyHtoDAsync(d + sizeof(int), pin + 1, sizeof(int), nonblocking));
+  CK(cuMemcpyDtoH(&out, d + sizeof(int), sizeof(int)));
+  CHECK(out == 0); /* not ordered with a non-blocking stream */
+  CK(cuStreamSynchronize(nonblocking));
+  CK(cuMemcpyDtoH(&out, d + sizeof(int), sizeof(int)));
+  CHECK(out == 43);
+  gpa_sim_fault_stream_delay(nonblocking, 0);
+  CK(cuStreamDestroy(blocking));
+  CK(cuStreamDestroy(nonblocking));
+  CK(cuMemFreeHost(pin));
+  CK(cuMemFree(d));
+  sim_teardown();
+  return 0;
+}
+
 static int t_events(void) {
   sim_setup();
   CUstream s;
@@ -278,7 +313,7 @@ static int t_library(void) {
 int main(int argc, char **argv) {
   static const sim_case cases[] = {
       {"device", t_device},         {"procaddress", t_procaddress}, {"stream_order", t_stream_order},
-      {"events", t_events},         {"cross_stream_wait", t_cross_stream_wait},
+      {"events", t_events},         {"cross_stream_wait", t_cross_stream_wait}, {"legacy_sync", t_legacy_sync},
       {"memory", t_memory},         {"library", t_library},
   };
   return sim_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);

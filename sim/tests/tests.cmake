@@ -24,7 +24,7 @@ gpa_sim_test(sim_check tests/test_checks.c MODULES sim_bug_kernels
   CASES divergent_barrier deadlock exited_lane trap oob_global oob_dyn_shared oob_static_shared
         launch_limits memcpy_bounds use_after_free bad_param_ptr pageable_async no_context)
 gpa_sim_test(sim_driver tests/test_driver.c MODULES sim_simt_kernels
-  CASES device procaddress stream_order events cross_stream_wait memory library)
+  CASES device procaddress stream_order events cross_stream_wait legacy_sync memory library)
 target_compile_definitions(sim_driver PRIVATE GPA_SIM_DRIVER_PATH="$<TARGET_FILE:gpa_sim_cuda>")
 target_link_libraries(sim_driver PRIVATE ${CMAKE_DL_LIBS})
 gpa_sim_test(sim_fault tests/test_faults.c MODULES sim_simt_kernels CASES alloc launch sticky delay)
