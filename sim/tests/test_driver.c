@@ -146,7 +146,7 @@ static int t_legacy_sync(void) {
   CK(cuMemcpyDtoH(&out, d, sizeof(int)));
   CHECK(out == 42);
   gpa_sim_fault_stream_delay(blocking, 0);
-  gpa_sim_fault_stream_delay(nonblocking, 30000);
+  gpa_sim_fault_stream_delay(nonblocking, 200000); /* long: the check below must not race it */
   CK(cuMemcpyHtoDAsync(d + sizeof(int), pin + 1, sizeof(int), nonblocking));
   CK(cuMemcpyDtoH(&out, d + sizeof(int), sizeof(int)));
   CHECK(out == 0); /* not ordered with a non-blocking stream */
