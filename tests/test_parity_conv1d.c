@@ -201,8 +201,8 @@ int main(void) {
   uint64_t seed = 777;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&t, &cases[i], seed + i);
   if (!t.quick) {
-    /* Cin*K = 4608 rows: the 16 MiB column cap gives 910-column chunks */
-    const ccase big[] = {{2, 512, 2000, 4, 9, 1, 4, 1, 1, 0, 1}, {2, 64, 300, 48, 3, 1, 0, 4, 1, 1, 1}};
+    /* stride 2, Cin*K = 4608 rows: the 16 MiB column cap gives 910-column chunks */
+    const ccase big[] = {{2, 512, 2000, 4, 9, 2, 4, 1, 1, 0, 1}, {2, 64, 300, 48, 3, 1, 0, 4, 1, 1, 1}};
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) run_case(&t, &big[i], seed + 100 + i);
   }
   errors(&t);

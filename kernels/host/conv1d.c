@@ -1,7 +1,17 @@
-/* Host conv1d: im2col + GEMM per (batch, group, chunk of output positions).
- * See conv1d.h. The chunk width is fixed by the sizes alone, so the
- * summation order (and so every bit of the result) never depends on the
- * thread count. */
+/* Host conv1d. See conv1d.h. Two paths, chosen by the geometry alone:
+ *
+ * shift (stride 1, weights repacked into <= 8 MiB): with W_k = W[:, :, k]
+ *   repacked as [K][Cout][Cin/groups], y[:, t] += W_k x[:, t + k*dilation -
+ *   pad_left] is one GEMM per (batch, group, k) whose B operand is x itself
+ *   (shifted, leading dimension L) over the range of t that stays inside x:
+ *   no column matrix, no im2col pass. The backward is the same GEMMs
+ *   transposed: dW_k += dy x_shift^T, dx_shift += W_k^T dy.
+ * im2col (stride > 1): the column matrix of one (batch, group) in chunks of
+ *   output positions (at most GPA__CONV1D_SCRATCH_CAP bytes), one GEMM per
+ *   chunk; the backward forms dcol = W^T dy and adds it back (col2im).
+ *
+ * Sums run in an order fixed by the sizes (k, batch, chunk), never by the
+ * thread count: the same bits every run. */
 #include "kernels/host/conv1d.h"
 
 #include <string.h>
@@ -23,6 +33,14 @@ static int is_direct(const gpa__conv1d_geom *g) {
   return g->K == 1 && g->stride == 1 && g->pad_l == 0 && g->pad_r == 0;
 }
 
+static uint64_t w_bytes(const gpa__conv1d_geom *g) {
+  return (uint64_t)g->Cout * (uint64_t)(g->Cin / g->groups) * (uint64_t)g->K * sizeof(float);
+}
+
+static int use_shift(const gpa__conv1d_geom *g) {
+  return g->stride == 1 && (g->K == 1 || w_bytes(g) <= GPA__CONV1D_SCRATCH_CAP / 2);
+}
+
 static int64_t chunk_len(const gpa__conv1d_geom *g) {
   int64_t rows = g->Cin / g->groups * g->K;
   int64_t lc = (int64_t)(GPA__CONV1D_SCRATCH_CAP / ((uint64_t)rows * sizeof(float)));
@@ -31,7 +49,7 @@ static int64_t chunk_len(const gpa__conv1d_geom *g) {
 }
 
 uint64_t gpa__conv1d_scratch_bytes(const gpa__conv1d_geom *g, int bwd) {
-  if (is_direct(g)) return 0;
+  if (use_shift(g)) return g->K == 1 ? 0 : (bwd ? 2 : 1) * w_bytes(g);
   uint64_t one = (uint64_t)(g->Cin / g->groups * g->K) * (uint64_t)chunk_len(g) * sizeof(float);
   return bwd ? 2 * one : one;
 }
@@ -113,16 +131,84 @@ static void bias_fill_rows(int64_t r0, int64_t r1, void *p) {
 
 static int64_t row_grain(int64_t row_len) { return ROW_GRAIN_FLOATS / (row_len > 0 ? row_len : 1) + 1; }
 
+/* ---- shift path (stride 1) ---- */
+
+/* Output positions t whose input t + off lies in [0, L): [*lo, *hi). */
+static void shift_range(const gpa__conv1d_geom *g, int64_t off, int64_t *lo, int64_t *hi) {
+  int64_t a = off < 0 ? -off : 0, b = g->L - off < g->Lout ? g->L - off : g->Lout;
+  *lo = a;
+  *hi = b > a ? b : a;
+}
+
+/* Wk[(k*Cout + co)*cin_g + ci] = W[(co*cin_g + ci)*K + k] (to = 1), or back. */
+static void repack(const gpa__conv1d_geom *g, float *dst, const float *src, int to) {
+  int64_t cin_g = g->Cin / g->groups, K = g->K;
+  for (int64_t co = 0; co < g->Cout; co++)
+    for (int64_t ci = 0; ci < cin_g; ci++)
+      for (int64_t k = 0; k < K; k++) {
+        int64_t w = (co * cin_g + ci) * K + k, p = (k * g->Cout + co) * cin_g + ci;
+        if (to) dst[p] = src[w];
+        else dst[w] = src[p];
+      }
+}
+
+static void shift_fwd(const gpa__conv1d_geom *g, const float *x, const float *Wk, float *y, int beta1) {
+  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, Lout = g->Lout;
+  for (int64_t b = 0; b < g->B; b++)
+    for (int64_t gi = 0; gi < G; gi++)
+      for (int64_t k = 0; k < g->K; k++) {
+        int64_t off = k * g->dilation - g->pad_l, lo, hi;
+        shift_range(g, off, &lo, &hi);
+        if (hi <= lo) continue;
+        gpa__sgemm(0, 0, cout_g, hi - lo, cin_g, Wk + (k * g->Cout + gi * cout_g) * cin_g, cin_g,
+                   x + (b * g->Cin + gi * cin_g) * g->L + lo + off, g->L, beta1 ? 1.0f : 0.0f,
+                   y + (b * g->Cout + gi * cout_g) * Lout + lo, Lout);
+      }
+}
+
+static void shift_bwd(const gpa__conv1d_geom *g, const float *dy, const float *x, const float *Wk, float *dx,
+                      float *dWk, int dx_beta1) {
+  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, Lout = g->Lout;
+  for (int64_t b = 0; b < g->B; b++)
+    for (int64_t gi = 0; gi < G; gi++)
+      for (int64_t k = 0; k < g->K; k++) {
+        int64_t off = k * g->dilation - g->pad_l, lo, hi;
+        shift_range(g, off, &lo, &hi);
+        float *dwk = dWk + (k * g->Cout + gi * cout_g) * cin_g;
+        if (hi <= lo) { /* this tap never touches x: its gradient is 0 */
+          if (b == 0) memset(dwk, 0, (size_t)(cout_g * cin_g) * sizeof(float));
+          continue;
+        }
+        const float *dyg = dy + (b * g->Cout + gi * cout_g) * Lout + lo;
+        int64_t xo = (b * g->Cin + gi * cin_g) * g->L + lo + off;
+        gpa__sgemm(0, 1, cout_g, cin_g, hi - lo, dyg, Lout, x + xo, g->L, b ? 1.0f : 0.0f, dwk, cin_g);
+        if (dx)
+          gpa__sgemm(1, 0, cin_g, hi - lo, cout_g, Wk + (k * g->Cout + gi * cout_g) * cin_g, cin_g, dyg, Lout,
+                     dx_beta1 ? 1.0f : 0.0f, dx + xo, g->L);
+      }
+}
+
 void gpa__conv1d_fwd(const gpa__par *par, const gpa__conv1d_geom *g, const float *x, const float *W,
                      const float *b, float *y, float *scratch) {
   int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, rows = cin_g * g->K;
   int64_t Lout = g->Lout, lcmax = chunk_len(g);
   if (g->B <= 0 || Lout <= 0) return;
+  int direct = is_direct(g), shift = use_shift(g);
   if (b) {
     fill_ctx fc = {y, b, g->Cout, Lout};
     gpa__pfor(par, g->B * g->Cout, row_grain(Lout), bias_fill_rows, &fc);
+  } else if (shift && !direct) {
+    memset(y, 0, (size_t)(g->B * g->Cout * Lout) * sizeof(float)); /* taps add into y */
   }
-  int direct = is_direct(g);
+  if (shift) {
+    const float *Wk = W;
+    if (g->K > 1) {
+      repack(g, scratch, W, 1);
+      Wk = scratch;
+    }
+    shift_fwd(g, x, Wk, y, b || !direct);
+    return;
+  }
   for (int64_t bi = 0; bi < g->B; bi++)
     for (int64_t gi = 0; gi < G; gi++) {
       const float *xg = x + (bi * g->Cin + gi * cin_g) * g->L;
@@ -176,6 +262,17 @@ void gpa__conv1d_bwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
   }
   int direct = is_direct(g);
   if (dx && !direct) memset(dx, 0, (size_t)(g->B * g->Cin * g->L) * sizeof(float));
+  if (use_shift(g)) {
+    if (g->K == 1) {
+      shift_bwd(g, dy, x, W, dx, dW, !direct);
+      return;
+    }
+    float *Wk = scratch, *dWk = scratch + g->Cout * rows;
+    repack(g, Wk, W, 1);
+    shift_bwd(g, dy, x, Wk, dx, dWk, 1);
+    repack(g, dW, dWk, 0);
+    return;
+  }
   float *col = scratch, *dcol = direct ? NULL : scratch + rows * lcmax;
   for (int64_t bi = 0; bi < g->B; bi++)
     for (int64_t gi = 0; gi < G; gi++) {
