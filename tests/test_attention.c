@@ -11,6 +11,7 @@
 
 #include "gpuactor/ops_attention.h"
 #include "kernels/host/attention.h"
+#include "tests/parity/harness.h"
 #include "util/nn_test.h"
 
 typedef struct acase {
@@ -314,6 +315,46 @@ static void typed(gpa_nt *t) {
   if (gpa_attention_bwd(t->q, NULL, NULL) != GPA_EINVAL) gpa_nt_fail(t, "gpa_attention_bwd(NULL args) is not EINVAL");
 }
 
+/* ---- the same ops through the parity harness (cross-backend runs) ---- */
+
+/* in: q, k, v, lengths (optional, i32); out: o, lse */
+static void h_ref_fwd(const gpa_pcase *c, gpa_parr *in, gpa_parr *out) {
+  const gpa_pt *q = in[0].t, *k = in[1].t;
+  acase ac = {q->shape[0], q->shape[1], k->shape[1], q->shape[2], k->shape[2], q->shape[3],
+              (int)gpa_pcase_get_i(c, "causal", 0), c->n_in > 3, gpa_pcase_get_f(c, "scale", 0)};
+  int32_t lens[16];
+  for (int64_t b = 0; b < ac.B && c->n_in > 3; b++) lens[b] = (int32_t)in[3].d[b];
+  aref r = {&ac, ac.scale > 0 ? ac.scale : 1.0 / sqrt((double)ac.D), c->n_in > 3 ? lens : NULL,
+            in[0].d, in[1].d, in[2].d, NULL};
+  ref_attn(&r, out[0].d, out[1].d, NULL, NULL, NULL, NULL);
+}
+
+static int harness_cases(void) {
+  gpa_parity *p = gpa_parity_open("attention");
+  /* B S Sk H Hkv D causal lengths */
+  const int64_t cs[][8] = {{1, 1, 1, 1, 1, 32, 0, 0},  {2, 5, 9, 4, 2, 32, 1, 1}, {1, 9, 4, 2, 1, 40, 1, 0},
+                           {3, 7, 7, 8, 8, 16, 0, 1},  {1, 3, 11, 8, 1, 64, 1, 1}};
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    const int64_t *v = cs[i];
+    gpa_pcase c = gpa_pcase_make("attention_fwd", h_ref_fwd);
+    gpa_pcase_in(&c, gpa_pt_f32(4, (int64_t[]){v[0], v[1], v[3], v[5]}, -1.5, 1.5));
+    gpa_pcase_in(&c, gpa_pt_f32(4, (int64_t[]){v[0], v[2], v[4], v[5]}, -1.5, 1.5));
+    gpa_pcase_in(&c, gpa_pt_f32(4, (int64_t[]){v[0], v[2], v[4], v[5]}, -1, 1));
+    if (v[7]) gpa_pcase_in(&c, gpa_pt_int(GPA_I32, 1, (int64_t[]){v[0]}, 0, v[2]));
+    gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 4, (int64_t[]){v[0], v[1], v[3], v[5]}));
+    gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 3, (int64_t[]){v[0], v[3], v[1]}));
+    gpa_pcase_attr_int(&c, "causal", v[6]);
+    c.atol = 1e-6; /* o, lse of size 1: fp32 sums of D products of size ~2 */
+    gpa_parity_check(p, &c);
+    gpa_pgrad g = {.op = "attention_bwd", .n_dy = 1, .n_in = v[7] ? 7 : 6,
+                   .in = {{GPA_PSRC_DY, 0}, {GPA_PSRC_FWD_IN, 0}, {GPA_PSRC_FWD_IN, 1}, {GPA_PSRC_FWD_IN, 2},
+                          {GPA_PSRC_FWD_OUT, 0}, {GPA_PSRC_FWD_OUT, 1}, {GPA_PSRC_FWD_IN, 3}},
+                   .n_out = 3, .grad_of = {0, 1, 2}, .attrs = {{"causal", GPA_ATTR_INT, v[6], 0}}, .n_attrs = 1};
+    gpa_parity_grad(p, &c, &g);
+  }
+  return gpa_parity_close(p);
+}
+
 int main(void) {
   gpa_nt t;
   int rc = gpa_nt_open(&t);
@@ -334,5 +375,7 @@ int main(void) {
   }
   errors(&t);
   typed(&t);
-  return gpa_nt_close(&t);
+  int hrc = harness_cases();
+  rc = gpa_nt_close(&t);
+  return rc ? rc : (hrc == 1 ? 1 : 0);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/parity/harness.h"
 #include "util/nn_test.h"
 
 typedef struct ccase {
@@ -187,6 +188,61 @@ static void errors(gpa_nt *t) {
   gpa_nt_expect_error(t, "conv1d_bwd_nobias", bin, 3, bout, 2, NULL, 0, GPA_ESHAPE, "dy has shape [2,4,9]");
 }
 
+/* ---- the same ops through the parity harness (cross-backend runs) ---- */
+
+/* in: x [B,Cin,L], W [Cout,Cin/g,K], b [Cout] (optional); out: y */
+static void h_ref_fwd(const gpa_pcase *c, gpa_parr *in, gpa_parr *out) {
+  int64_t B = in[0].t->shape[0], Cin = in[0].t->shape[1], L = in[0].t->shape[2];
+  int64_t Cout = in[1].t->shape[0], cg = in[1].t->shape[1], K = in[1].t->shape[2];
+  int64_t s = gpa_pcase_get_i(c, "stride", 1), pad = gpa_pcase_get_i(c, "padding", 0);
+  int64_t dil = gpa_pcase_get_i(c, "dilation", 1), G = gpa_pcase_get_i(c, "groups", 1);
+  int causal = (int)gpa_pcase_get_i(c, "causal", 0);
+  int64_t pl = causal ? (K - 1) * dil : pad, pr = causal ? 0 : pad, og = Cout / G;
+  int64_t Lout = (L + pl + pr - dil * (K - 1) - 1) / s + 1;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t co = 0; co < Cout; co++)
+      for (int64_t t = 0; t < Lout; t++) {
+        double acc = c->n_in > 2 ? in[2].d[co] : 0;
+        for (int64_t ci = 0; ci < cg; ci++)
+          for (int64_t k = 0; k < K; k++) {
+            int64_t pos = t * s - pl + k * dil;
+            if (pos >= 0 && pos < L) acc += in[1].d[(co * cg + ci) * K + k] * in[0].d[(b * Cin + co / og * cg + ci) * L + pos];
+          }
+        out[0].d[(b * Cout + co) * Lout + t] = acc;
+      }
+  (void)Cin;
+}
+
+static int harness_cases(void) {
+  gpa_parity *p = gpa_parity_open("parity_conv1d");
+  /* B Cin L Cout K stride pad dil groups causal */
+  const int64_t cs[][10] = {{1, 1, 1, 1, 1, 1, 0, 1, 1, 0},  {2, 3, 17, 5, 3, 1, 1, 1, 1, 0}, {3, 6, 31, 4, 5, 2, 3, 2, 2, 0},
+                            {2, 4, 19, 4, 3, 1, 0, 2, 4, 1}, {2, 5, 7, 3, 1, 1, 0, 1, 1, 0},  {1, 7, 13, 11, 2, 3, 2, 1, 1, 0}};
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    const int64_t *v = cs[i];
+    int64_t pl = v[9] ? (v[4] - 1) * v[7] : v[6], pr = v[9] ? 0 : v[6];
+    int64_t Lout = (v[2] + pl + pr - v[7] * (v[4] - 1) - 1) / v[5] + 1;
+    gpa_pcase c = gpa_pcase_make("conv1d_fwd", h_ref_fwd);
+    gpa_pcase_in(&c, gpa_pt_f32(3, (int64_t[]){v[0], v[1], v[2]}, -1, 1));
+    gpa_pcase_in(&c, gpa_pt_f32(3, (int64_t[]){v[3], v[1] / v[8], v[4]}, -1, 1));
+    gpa_pcase_in(&c, gpa_pt_f32(1, (int64_t[]){v[3]}, -1, 1));
+    gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 3, (int64_t[]){v[0], v[3], Lout}));
+    gpa_pcase_attr_int(&c, "stride", v[5]);
+    gpa_pcase_attr_int(&c, "padding", v[6]);
+    gpa_pcase_attr_int(&c, "dilation", v[7]);
+    gpa_pcase_attr_int(&c, "groups", v[8]);
+    gpa_pcase_attr_int(&c, "causal", v[9]);
+    c.atol = 2e-7 * (double)(v[1] / v[8] * v[4] + 1);
+    gpa_parity_check(p, &c);
+    gpa_pgrad g = {.op = "conv1d_bwd", .n_dy = 1, .n_in = 3,
+                   .in = {{GPA_PSRC_DY, 0}, {GPA_PSRC_FWD_IN, 0}, {GPA_PSRC_FWD_IN, 1}},
+                   .n_out = 3, .grad_of = {0, 1, 2}, .n_attrs = 5};
+    for (int a = 0; a < 5; a++) g.attrs[a] = c.attrs[a];
+    gpa_parity_grad(p, &c, &g);
+  }
+  return gpa_parity_close(p);
+}
+
 int main(void) {
   gpa_nt t;
   int rc = gpa_nt_open(&t);
@@ -206,5 +262,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) run_case(&t, &big[i], seed + 100 + i);
   }
   errors(&t);
-  return gpa_nt_close(&t);
+  int hrc = harness_cases();
+  rc = gpa_nt_close(&t);
+  return rc ? rc : (hrc == 1 ? 1 : 0);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gpuactor/ops_linear.h"
+#include "tests/parity/harness.h"
 #include "util/nn_test.h"
 
 #define GC 0.7978845608028654
@@ -282,6 +283,65 @@ static void typed(gpa_nt *t) {
   gpa_handle_release(h2);
 }
 
+/* ---- the same ops through the parity harness (cross-backend runs) ---- */
+
+/* in: x [N,in], W [out,in], b [out] (optional); out: y (and pre for
+ * linear_gelu_fwd); attr gelu */
+static void h_ref_fwd(const gpa_pcase *c, gpa_parr *in, gpa_parr *out) {
+  int gelu = c->n_out == 2 || gpa_pcase_get_i(c, "gelu", 0);
+  int64_t N = in[0].t->shape[0], K = in[0].t->shape[1], M = in[1].t->shape[0];
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t j = 0; j < M; j++) {
+      double s = c->n_in > 2 ? in[2].d[j] : 0;
+      for (int64_t k = 0; k < K; k++) s += in[0].d[i * K + k] * in[1].d[j * K + k];
+      out[0].d[i * M + j] = gelu ? gelu_d(s) : s;
+      if (c->n_out == 2) out[1].d[i * M + j] = s;
+    }
+}
+
+static gpa_pcase h_fwd_case(int64_t N, int64_t K, int64_t M, int bias, int gelu_train) {
+  gpa_pcase c = gpa_pcase_make(gelu_train ? "linear_gelu_fwd" : "linear_fwd", h_ref_fwd);
+  gpa_pcase_in(&c, gpa_pt_f32(2, (int64_t[]){N, K}, -1, 1));
+  gpa_pcase_in(&c, gpa_pt_f32(2, (int64_t[]){M, K}, -1, 1));
+  if (bias) gpa_pcase_in(&c, gpa_pt_f32(1, (int64_t[]){M}, -1, 1));
+  gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 2, (int64_t[]){N, M}));
+  if (gelu_train) gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 2, (int64_t[]){N, M}));
+  /* fp32 sums over K terms of size <= 1: allow their rounding */
+  c.atol = 2e-7 * (double)K;
+  return c;
+}
+
+/* Returns the harness's exit code (0, 1, or 77). */
+static int harness_cases(void) {
+  gpa_parity *p = gpa_parity_open("parity_linear");
+  const int64_t shapes[][3] = {{1, 1, 1}, {7, 13, 5}, {3, 17, 11}, {13, 1, 7}, {2, 31, 37}, {64, 100, 37}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    int64_t N = shapes[i][0], K = shapes[i][1], M = shapes[i][2];
+    /* plain: dx, dW, db */
+    gpa_pcase c = h_fwd_case(N, K, M, 1, 0);
+    gpa_parity_check(p, &c);
+    gpa_pgrad g = {.op = "linear_bwd", .n_dy = 1, .n_in = 3,
+                   .in = {{GPA_PSRC_DY, 0}, {GPA_PSRC_FWD_IN, 0}, {GPA_PSRC_FWD_IN, 1}},
+                   .n_out = 3, .grad_of = {0, 1, 2}};
+    gpa_parity_grad(p, &c, &g);
+    /* fused GELU, training form: the backward takes pre (forward output 1) */
+    c = h_fwd_case(N, K, M, 1, 1);
+    gpa_parity_check(p, &c);
+    gpa_pgrad gg = {.op = "linear_bwd", .n_dy = 1, .n_in = 4,
+                    .in = {{GPA_PSRC_DY, 0}, {GPA_PSRC_FWD_IN, 0}, {GPA_PSRC_FWD_IN, 1}, {GPA_PSRC_FWD_OUT, 1}},
+                    .n_out = 3, .grad_of = {0, 1, 2}, .attrs = {{"gelu", GPA_ATTR_INT, 1, 0}}, .n_attrs = 1};
+    gpa_parity_grad(p, &c, &gg);
+    /* no bias */
+    c = h_fwd_case(N, K, M, 0, 0);
+    gpa_pcase_attr_int(&c, "gelu", 1);
+    gpa_parity_check(p, &c);
+  }
+  gpa_pcase c = h_fwd_case(4, 6, 3, 1, 0);
+  c.in[1].shape[1] = 7;
+  gpa_parity_expect_error(p, &c, GPA_ESHAPE, "W has shape [3,7], expected [out,6]");
+  return gpa_parity_close(p);
+}
+
 int main(void) {
   gpa_nt t;
   int rc = gpa_nt_open(&t);
@@ -299,5 +359,7 @@ int main(void) {
   }
   errors(&t);
   typed(&t);
-  return gpa_nt_close(&t);
+  int hrc = harness_cases();
+  rc = gpa_nt_close(&t);
+  return rc ? rc : (hrc == 1 ? 1 : 0);
 }
