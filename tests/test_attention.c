@@ -229,7 +229,7 @@ static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
     double *vars[3] = {r.q, r.k, r.v};
     int64_t nv[3] = {nq, nk, nk}, off[3] = {0, nq, nq + nk};
     for (int vi = 0; vi < 3; vi++)
-      for (int64_t s = 0; s < 6; s++) {
+      for (int64_t s = 0; s < 6 && nv[vi] > 0; s++) {
         int64_t i = (s * 7919 + 5) % nv[vi];
         double fd = gpa_nt_fd(ref_loss, &r, vars[vi], i, 1e-4), gg = g1[off[vi] + i];
         if (fabs(gg - fd) > 1e-4 * fabs(fd) + 2e-5) {
@@ -365,7 +365,8 @@ int main(void) {
       {1, 37, 1, 2, 2, 32, 1, 0, 0},     {2, 37, 53, 4, 2, 64, 0, 1, 0},   {3, 70, 70, 8, 1, 96, 1, 1, 0},
       {1, 130, 129, 2, 2, 128, 1, 0, 0}, {2, 90, 200, 8, 4, 40, 1, 1, 0},  {1, 200, 90, 8, 8, 33, 1, 0, 0},
       {1, 5, 300, 8, 1, 32, 0, 1, 0.3},  {2, 67, 67, 8, 8, 128, 0, 0, 0},  {1, 3, 2, 2, 1, 256, 1, 1, 0},
-      {3, 17, 29, 6, 3, 7, 0, 1, 0.05},  {1, 131, 131, 2, 1, 64, 1, 0, 0},
+      {3, 17, 29, 6, 3, 7, 0, 1, 0.05},  {1, 131, 131, 2, 1, 64, 1, 0, 0}, {2, 3, 0, 2, 2, 32, 0, 1, 0},
+      {1, 0, 5, 2, 1, 32, 1, 0, 0},
   };
   uint64_t seed = 4242;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&t, &cases[i], seed + i);

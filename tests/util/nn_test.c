@@ -44,7 +44,7 @@ gpa_tensor gpa_nt_tensor(gpa_nt *t, int dtype, uint32_t rank, const int64_t *sha
   for (uint32_t i = 0; i < rank; i++) x.shape[i] = shape[i];
   uint64_t bytes = (uint64_t)gpa_tensor_numel(&x) * gpa_dtype_size(dtype);
   gpa_status st = gpa_buffer_acquire(t->a, NULL, bytes ? bytes : 4, &x.buffer);
-  if (st != GPA_OK || t->n_bufs == 256) {
+  if (st != GPA_OK || t->n_bufs == 4096) {
     gpa_nt_fail(t, "gpa_buffer_acquire");
     return x;
   }

@@ -10,7 +10,7 @@
 typedef struct gpa_nt {
   gpa_actor *a;
   gpa_queue *q;
-  gpa_buffer_id bufs[256];
+  gpa_buffer_id bufs[4096];
   uint32_t n_bufs;
   int failures;
   int quick; /* sanitizer build: smaller shapes */
