@@ -1,6 +1,6 @@
-/* Vectorized float math over arrays, for the host kernels: AVX-512 through
- * glibc's libmvec (max 4 ulp) when the CPU has it, libm otherwise. dst may
- * equal src. Any thread. */
+/* Vectorized float math over arrays, for the host kernels (AVX2 when the CPU
+ * has it, libm otherwise; see vmath.c for the accuracy). dst may equal src.
+ * Any thread. */
 #ifndef GPA_KERNELS_HOST_VMATH_H
 #define GPA_KERNELS_HOST_VMATH_H
 #include <stdint.h>
