@@ -24,6 +24,9 @@
 #include "kernels/host/simd_exp.h"
 #include "kernels/host/tgemm.h"
 
+/* Tile sizes (FWD_BR a multiple of 8: one vector of queries in the
+ * forward's softmax). Multiples of 6 (the tile GEMM's block rows) measured
+ * no faster. */
 #define FWD_BR 64
 #define FWD_BC 128
 #define BWD_BR 64
