@@ -39,13 +39,18 @@
  * central finite differences of the loss (double, forward reference) at
  * sampled elements of each differentiated input: |g - fd| <= fd_rtol*|fd| +
  * fd_rtol*0.1*max|g| (fd_rtol 1e-4: g is fp32, fd is O(h^2) accurate).
+ * The FD check uses the direct run; without grad.ref the backward is not run
+ * through the actor.
  *
  * Errors: gpa_parity_expect_error(p, &case, status, "substring") checks that
  * validation (submit) or execution fails with that status (0: any error) and
  * a message that contains the substring (e.g. the argument's name).
  *
  * On the cpu backend the actor's result (thread pool) must also equal the
- * direct, single-threaded result bit for bit (determinism). */
+ * direct, single-threaded result bit for bit (determinism). An op the
+ * backend has no implementation of (EUNSUPPORTED "no implementation for
+ * backend ...") is reported as skipped there, not failed; a test none of
+ * whose cases could run on the backend exits 77. */
 #ifndef GPA_TESTS_PARITY_HARNESS_H
 #define GPA_TESTS_PARITY_HARNESS_H
 #include <stdint.h>
@@ -132,7 +137,7 @@ typedef struct gpa_parity gpa_parity;
 
 /* Opens the harness: an actor on the backend GPA_DEVICE selects (NULL
  * options). If none can be created, only the direct runs happen and close
- * answers 77 (skip) when nothing failed. */
+ * answers 77 (skip) when nothing failed. Main thread of a test only. */
 gpa_parity *gpa_parity_open(const char *suite);
 /* 1 when large shapes should run (not a sanitizer build, GPA_PARITY_QUICK unset). */
 int gpa_parity_large(const gpa_parity *p);
