@@ -30,6 +30,7 @@ static void actor_loop(gpa_actor *a) {
       a->cancelling = true;
     uint32_t did = gpa__drain_completions(a);
     did += gpa__mailbox_drain(a, 64);
+    if (a->parked) did += gpa__feed_expire(a, gpa__now_ns());
     if (did) continue;
     if (atomic_load_explicit(&a->stopping, memory_order_acquire)) {
       /* closing + quiesce happened before stopping was set: every accepted
@@ -48,8 +49,12 @@ static void actor_loop(gpa_actor *a) {
     uint32_t snap = ck_ec32_value(&a->ec);
     atomic_store_explicit(&a->idle, 1, memory_order_seq_cst);
     if (gpa__mailbox_empty(a) && !atomic_load_explicit(&a->done, memory_order_seq_cst) &&
-        !(atomic_load_explicit(&a->stopping, memory_order_seq_cst) && !a->inflight_total))
-      ck_ec32_wait(&a->ec, &gpa__ec_mp, snap, NULL);
+        !(atomic_load_explicit(&a->stopping, memory_order_seq_cst) && !a->inflight_total)) {
+      /* A parked infeed with a timeout bounds the sleep. */
+      int64_t dl = gpa__feed_next_deadline(a);
+      struct timespec ts = {dl / 1000000000, dl % 1000000000};
+      ck_ec32_wait(&a->ec, &gpa__ec_mp, snap, dl ? &ts : NULL);
+    }
     atomic_store_explicit(&a->idle, 0, memory_order_relaxed);
   }
 }
@@ -69,6 +74,7 @@ static void *actor_main(void *arg) {
   if (st != GPA_OK) return NULL;
   actor_loop(a);
   gpa__queues_cancel_held(a);
+  gpa__feeds_shutdown(a);
   return NULL;
 }
 
@@ -84,6 +90,7 @@ static void release_device(gpa_actor *a) {
  * runs (flags, queue and slot tables, the registry). */
 static void actor_free(gpa_actor *a) {
   release_device(a);
+  gpa__feeds_free(a);
   gpa__queues_free(a);
   gpa__bufcache_fini(a);
   gpa__registry_fini(&a->registry);
@@ -91,6 +98,7 @@ static void actor_free(gpa_actor *a) {
   gpa__tls_drop_dead();
   pthread_mutex_destroy(&a->ctx_lock);
   pthread_mutex_destroy(&a->queue_lock);
+  pthread_mutex_destroy(&a->feed_lock);
   free(a);
 }
 
@@ -108,6 +116,7 @@ gpa_status gpa_actor_create(const gpa_actor_options *opts, gpa_actor **out) {
   a->backend_name = a->be->name;
   pthread_mutex_init(&a->ctx_lock, NULL);
   pthread_mutex_init(&a->queue_lock, NULL);
+  pthread_mutex_init(&a->feed_lock, NULL);
   ck_ec32_init(&a->ec, 0);
   ck_ec32_init(&a->space_ec, 0);
   st = gpa__registry_init(&a->registry);

@@ -41,6 +41,8 @@ typedef enum gpa__msg_kind {
   GPA__MSG_UPLOAD,   /* payload -> tensor t[0] */
   GPA__MSG_READBACK, /* tensor t[0] -> payload */
   GPA__MSG_CALL,     /* fn(actor, msg) on the actor thread: control requests */
+  GPA__MSG_INFEED,   /* next item of a feed session -> outputs (feed/) */
+  GPA__MSG_OUTFEED,  /* inputs -> a feed session's sink (feed/) */
 } gpa__msg_kind;
 
 #define GPA__MSG_TENSORS 8 /* inline; more go to a heap array */
@@ -104,6 +106,13 @@ struct gpa_queue {
   gpa__msg *held;    /* messages not yet started, sorted by ticket */
   uint32_t n_held;
   uint32_t inflight; /* started on the device, not yet completed */
+  /* parking (feed/): the head message waits for data or room */
+  bool parked;
+  struct gpa_feed *park_feed;
+  int64_t park_deadline; /* CLOCK_MONOTONIC ns; 0 = none */
+  gpa_queue *parked_next; /* the actor's list of parked queues */
+  /* after an infeed timeout, later messages of the batch fail with this */
+  int32_t poison;
   bool dead;
   gpa__batch batch;
   void *bq; /* backend's queue (stream) */
@@ -150,7 +159,12 @@ struct gpa_actor {
 
   _Atomic(gpa__msg *) done; /* device completions pushed by other threads */
 
+  pthread_mutex_t feed_lock; /* the list of open feed sessions */
+  struct gpa_feed *feeds;
+  uint64_t next_feed_id;
+
   /* actor thread only */
+  gpa_queue *parked;
   uint32_t held_total;
   uint32_t inflight_total;
   bool cancelling; /* shutdown with GPA_SHUTDOWN_CANCEL: complete instead of run */
@@ -210,6 +224,20 @@ uint32_t gpa__drain_completions(gpa_actor *a);
 void gpa__queue_advance(gpa_actor *a, gpa_queue *q);
 /* The queue's batch records a finished message. */
 void gpa__batch_account(gpa_queue *q, gpa__msg *m, int64_t device_ns, uint64_t bytes);
+
+/* feed/feed_exec.c: the actor side of feed sessions. */
+bool gpa__feed_must_park(gpa_actor *a, gpa_queue *q, gpa__msg *m);
+gpa_status gpa__feed_run(gpa_actor *a, gpa__msg *m);
+/* finish() of an outfeed op that succeeded: hand it to delivery. */
+void gpa__feed_landed(gpa_actor *a, gpa__msg *m);
+/* A feed op finished with st: gives back what it holds and returns false,
+ * or returns true if it is an outfeed that must go through gpa__feed_landed. */
+bool gpa__feed_release(gpa__msg *m, gpa_status st);
+int64_t gpa__feed_next_deadline(gpa_actor *a);
+uint32_t gpa__feed_expire(gpa_actor *a, int64_t now);
+void gpa__queue_unpark(gpa_actor *a, gpa_queue *q);
+void gpa__feeds_shutdown(gpa_actor *a); /* actor thread, at exit */
+void gpa__feeds_free(gpa_actor *a);     /* destroy */
 
 /* Validation shared by submit paths (ops/validate.c). */
 gpa_status gpa__check_queue(gpa_queue *q);

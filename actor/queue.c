@@ -47,10 +47,13 @@ static void pin_buffers(gpa_actor *a, gpa__msg *m) {
 
 static void run(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
   q->expect++;
-  if (q->dead && m->kind != GPA__MSG_CALL) {
-    if (m->status == GPA_OK) {
+  if (m->kind != GPA__MSG_CALL && m->status == GPA_OK) {
+    if (q->dead) {
       m->status = GPA_ECLOSED;
       snprintf(m->err, sizeof m->err, "queue '%s' was destroyed before this message ran", q->name);
+    } else if (q->poison) {
+      m->status = q->poison;
+      snprintf(m->err, sizeof m->err, "skipped: an infeed earlier in this batch of queue '%s' timed out", q->name);
     }
   }
   gpa__dispatch(a, m);
@@ -60,11 +63,32 @@ void gpa__queue_advance(gpa_actor *a, gpa_queue *q) {
   while (q->held && q->held->ticket == q->expect) {
     gpa__msg *m = q->held;
     if (m->barrier && q->inflight) return; /* resumed by the last completion */
+    if (q->parked) return;                  /* resumed by gpa__queue_unpark */
+    if ((m->kind == GPA__MSG_INFEED || m->kind == GPA__MSG_OUTFEED) && gpa__feed_must_park(a, q, m)) {
+      q->parked = true;
+      q->parked_next = a->parked;
+      a->parked = q;
+      return;
+    }
     q->held = m->next;
     q->n_held--;
     a->held_total--;
     run(a, q, m);
   }
+}
+
+void gpa__queue_unpark(gpa_actor *a, gpa_queue *q) {
+  if (!q->parked) return;
+  for (gpa_queue **pp = &a->parked; *pp; pp = &(*pp)->parked_next)
+    if (*pp == q) {
+      *pp = q->parked_next;
+      break;
+    }
+  q->parked = false;
+  q->park_feed = NULL;
+  q->park_deadline = 0;
+  q->parked_next = NULL;
+  gpa__queue_advance(a, q);
 }
 
 void gpa__intake(gpa_actor *a, gpa__msg *m) {
@@ -165,7 +189,9 @@ gpa_queue *gpa_actor_default_queue(gpa_actor *a) { return a ? a->default_q : NUL
 gpa_actor *gpa_queue_actor(gpa_queue *q) { return q ? q->actor : NULL; }
 
 void gpa__queues_cancel_held(gpa_actor *a) {
+  a->parked = NULL;
   for (gpa_queue *q = a->queues; q; q = q->next_all) {
+    q->parked = false;
     while (q->held) {
       gpa__msg *m = q->held;
       q->held = m->next;

@@ -15,7 +15,8 @@ struct gpa__backend {
   void (*queue_fini)(void *bctx, void *bq);
   /* Copies. Return GPA_OK when done, or GPA__DEFERRED when the copy was
    * enqueued and gpa__complete_async(m) will follow (then also set
-   * m->device_ns). */
+   * m->device_ns). With m == NULL: enqueue only, no completion (src stays
+   * valid until a later fence completes); return GPA_OK. */
   gpa_status (*upload)(void *bctx, void *bq, gpa__msg *m, void *dst, const void *src, uint64_t n);
   gpa_status (*readback)(void *bctx, void *bq, gpa__msg *m, void *dst_host, const void *src, uint64_t n);
   /* The implementation of an op for this backend (the chain walk is generic). */
@@ -24,10 +25,24 @@ struct gpa__backend {
    * work and the completion and returns GPA__DEFERRED. NULL: impl(x) runs
    * synchronously. */
   gpa_status (*run)(void *bctx, gpa__msg *m, gpa_op_impl_fn impl, gpa_op_exec *x);
+  /* Optional (asynchronous backends): completes m once the work already
+   * enqueued on bq has finished; returns GPA__DEFERRED. Used after copies
+   * issued with m == NULL (several copies, one completion: feed ops). */
+  gpa_status (*fence)(void *bctx, void *bq, gpa__msg *m);
   gpa_exec_env *(*env)(void *bctx);
+  /* Optional: called on the actor thread for each message that
+   * gpa__complete_async pushed, in completion order, before it is finished;
+   * returns its final status (a device backend turns a sticky device error
+   * into GPA_EDEVICE here and recycles its per-message resources). */
+  gpa_status (*complete)(void *bctx, gpa__msg *m, gpa_status st);
 };
 
 extern const gpa__backend gpa__backend_host;
+/* backends/cuda (only in builds with the CUDA toolkit; weak elsewhere). */
+extern const gpa__backend gpa__backend_cuda __attribute__((weak));
+extern const gpa__backend gpa__backend_sim __attribute__((weak));
+/* A CUDA driver with at least one device can be opened ("auto"). */
+bool gpa__cuda_probe(void) __attribute__((weak));
 /* Picks the backend for a device string ("auto", "cpu", "cuda:N", "sim"). */
 gpa_status gpa__backend_select(const char *device, const gpa__backend **out);
 

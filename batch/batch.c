@@ -55,6 +55,7 @@ static gpa_status begin_fn(gpa_actor *a, gpa__msg *m) {
   /* Work since the last sync that was not synced stays in the new batch:
    * nothing is dropped, its readbacks too. */
   gpa__batch old = q->batch;
+  q->poison = 0; /* an infeed timeout taints its batch only */
   batch_reset(&q->batch, args->label, args->t0);
   q->batch.ops = old.ops;
   q->batch.errors = old.errors;
@@ -85,6 +86,7 @@ static gpa_status sync_fn(gpa_actor *a, gpa__msg *m) {
   snprintf(r->stats.first_error_message, sizeof r->stats.first_error_message, "%s", b->first_msg);
   snprintf(r->stats.label, sizeof r->stats.label, "%s", b->label);
   r->readbacks = b->readbacks;
+  q->poison = 0;
   batch_reset(b, NULL, now);
   return GPA_OK;
 }

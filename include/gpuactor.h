@@ -7,4 +7,5 @@
 #include "gpuactor/actor.h"
 #include "gpuactor/handle.h"
 #include "gpuactor/op.h"
+#include "gpuactor/feed.h"
 #endif

@@ -1,0 +1,220 @@
+/* Feed sessions on the actor thread: parking, running feed ops, putting
+ * landed outfeed items in order, timeouts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actor/bufcache.h"
+#include "backends/backend.h"
+#include "feed/feed_internal.h"
+
+void gpa__feed_delivered(gpa_feed *s, gpa__msg *m, gpa_status st, bool keep_ref);
+
+static gpa__feed_params *params(gpa__msg *m) { return (gpa__feed_params *)m->params; }
+
+bool gpa__feed_must_park(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
+  (void)a;
+  gpa__feed_params *p = params(m);
+  gpa_feed *s = p->s;
+  if (m->status != GPA_OK || q->poison || q->dead || atomic_load(&s->closed)) return false; /* runs to fail */
+  if (m->kind == GPA__MSG_INFEED) {
+    if (s->in_head) return false;
+    q->park_feed = s;
+    if (p->timeout_ns >= 0 && !q->park_deadline) q->park_deadline = gpa__now_ns() + p->timeout_ns;
+    return true;
+  }
+  if (p->reserved) return false;
+  /* Only this thread adds to out_pending, so a check then add is exact. */
+  for (int tries = 0; tries < 2; tries++) {
+    if (atomic_load(&s->out_pending) < s->out_cap) {
+      atomic_fetch_add(&s->out_pending, 1);
+      p->reserved = 1;
+      return false;
+    }
+    if (s->policy == GPA_OUTFEED_FAIL) {
+      m->status = GPA_EAGAIN;
+      snprintf(m->err, sizeof m->err, "outfeed full: %u items of session %llu wait for delivery", s->out_cap,
+               (unsigned long long)s->id);
+      return false;
+    }
+    /* Announce, then look again: the delivering side exchanges the flag
+     * after giving room back, so one of us sees the other. */
+    atomic_store(&s->out_waiters, 1);
+  }
+  q->park_feed = s;
+  return true;
+}
+
+static gpa_status cancelled(gpa__msg *m, gpa_feed *s) {
+  snprintf(m->err, sizeof m->err, "cancelled: feed session %llu was closed", (unsigned long long)s->id);
+  return GPA_ECANCELED;
+}
+
+static bool same_layout(const gpa_host_tensor *h, const gpa_tensor *t) {
+  if (h->rank != t->rank) return false;
+  for (uint32_t k = 0; k < t->rank; k++)
+    if (h->shape[k] != t->shape[k]) return false;
+  return true;
+}
+
+static gpa_status run_infeed(gpa_actor *a, gpa__msg *m, gpa_feed *s) {
+  gpa__feed_item *it = s->in_head;
+  if (!it) {
+    snprintf(m->err, sizeof m->err, "infeed: no item (internal error)");
+    return GPA_EINTERNAL;
+  }
+  s->in_head = it->next;
+  if (!s->in_head) s->in_tail = NULL;
+  atomic_fetch_sub(&s->in_count, 1);
+  m->payload = it; /* a mismatching item is consumed too: it is this op's */
+  if (it->n != m->n_out) {
+    snprintf(m->err, sizeof m->err, "infeed: the item has %u tensors, the op has %u outputs", it->n, m->n_out);
+    return GPA_ESHAPE;
+  }
+  for (uint32_t i = 0; i < it->n; i++) {
+    const gpa_tensor *t = &m->t[i];
+    if (it->t[i].dtype != t->dtype) {
+      snprintf(m->err, sizeof m->err, "infeed: item tensor %u is %s, outputs[%u] is %s", i,
+               gpa_dtype_name(it->t[i].dtype), i, gpa_dtype_name(t->dtype));
+      return GPA_EDTYPE;
+    }
+    if (!same_layout(&it->t[i], t)) {
+      snprintf(m->err, sizeof m->err, "infeed: item tensor %u's shape differs from outputs[%u]'s", i, i);
+      return GPA_ESHAPE;
+    }
+  }
+  for (uint32_t i = 0; i < it->n; i++) {
+    gpa__slot *sl = gpa__bufcache_slot(a->cache, m->t[i].buffer);
+    gpa_status st = a->be->upload(a->bctx, m->q->bq, NULL, (char *)sl->ptr + m->t[i].offset, it->t[i].data,
+                                  it->t[i].bytes);
+    if (st != GPA_OK) return st;
+    m->bytes += it->t[i].bytes;
+  }
+  return a->be->fence ? a->be->fence(a->bctx, m->q->bq, m) : GPA_OK;
+}
+
+static gpa_status run_outfeed(gpa_actor *a, gpa__msg *m, gpa_feed *s) {
+  gpa__feed_params *p = params(m);
+  uint64_t bytes[64];
+  for (uint32_t i = 0; i < m->n_in; i++) gpa__tensor_bytes(&m->t[i], &bytes[i], "outfeed");
+  gpa__feed_item *it = gpa__feed_item_new(m->n_in, bytes);
+  if (!it) {
+    snprintf(m->err, sizeof m->err, "outfeed: out of host memory for the item");
+    return GPA_ENOMEM;
+  }
+  m->payload = it;
+  for (uint32_t i = 0; i < m->n_in; i++) {
+    it->t[i].dtype = m->t[i].dtype;
+    it->t[i].rank = m->t[i].rank;
+    memcpy(it->t[i].shape, m->t[i].shape, sizeof it->t[i].shape);
+    gpa__slot *sl = gpa__bufcache_slot(a->cache, m->t[i].buffer);
+    gpa_status st =
+        a->be->readback(a->bctx, m->q->bq, NULL, (void *)it->t[i].data, (char *)sl->ptr + m->t[i].offset, bytes[i]);
+    if (st != GPA_OK) return st;
+    m->bytes += bytes[i];
+  }
+  p->seq = s->out_seq++;
+  p->placed = 1;
+  return a->be->fence ? a->be->fence(a->bctx, m->q->bq, m) : GPA_OK;
+}
+
+gpa_status gpa__feed_run(gpa_actor *a, gpa__msg *m) {
+  gpa_feed *s = params(m)->s;
+  if (atomic_load(&s->closed)) return cancelled(m, s);
+  return m->kind == GPA__MSG_INFEED ? run_infeed(a, m, s) : run_outfeed(a, m, s);
+}
+
+/* Hands in-order items to delivery; failed ones complete in their turn. */
+static void flush(gpa_feed *s) {
+  while (s->reorder && params(s->reorder)->seq == s->landed_seq) {
+    gpa__msg *m = s->reorder;
+    s->reorder = m->next;
+    m->next = NULL;
+    s->landed_seq++;
+    if (m->status != GPA_OK || atomic_load(&s->closed)) {
+      gpa_status st = m->status != GPA_OK ? m->status : GPA_ECANCELED;
+      if (m->status == GPA_OK) cancelled(m, s);
+      gpa__feed_delivered(s, m, st, false);
+      continue;
+    }
+    pthread_mutex_lock(&s->lock);
+    if (s->dq_tail) s->dq_tail->next = m;
+    else s->dq_head = m;
+    s->dq_tail = m;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+  }
+}
+
+static void place(gpa_feed *s, gpa__msg *m) {
+  gpa__msg **pp = &s->reorder;
+  while (*pp && params(*pp)->seq < params(m)->seq) pp = &(*pp)->next;
+  m->next = *pp;
+  *pp = m;
+  flush(s);
+}
+
+void gpa__feed_landed(gpa_actor *a, gpa__msg *m) {
+  (void)a;
+  place(params(m)->s, m);
+}
+
+bool gpa__feed_release(gpa__msg *m, gpa_status st) {
+  gpa__feed_params *p = params(m);
+  gpa_feed *s = p->s;
+  if (m->kind == GPA__MSG_OUTFEED && (st == GPA_OK || p->placed)) {
+    m->status = st;
+    return true;
+  }
+  if (m->kind == GPA__MSG_OUTFEED && p->reserved) gpa__feed_room(s);
+  gpa__feed_unref(s);
+  return false;
+}
+
+int64_t gpa__feed_next_deadline(gpa_actor *a) {
+  int64_t dl = 0;
+  for (gpa_queue *q = a->parked; q; q = q->parked_next)
+    if (q->park_deadline && (!dl || q->park_deadline < dl)) dl = q->park_deadline;
+  return dl;
+}
+
+/* Timeouts, and outfeed room given back on the actor thread itself. */
+uint32_t gpa__feed_expire(gpa_actor *a, int64_t now) {
+  uint32_t n = 0;
+  for (gpa_queue *q = a->parked, *next; q; q = next) {
+    next = q->parked_next;
+    gpa__msg *head = q->held;
+    if (head && head->kind == GPA__MSG_OUTFEED && atomic_load(&q->park_feed->out_pending) < q->park_feed->out_cap) {
+      gpa__queue_unpark(a, q);
+      n++;
+      continue;
+    }
+    if (!q->park_deadline || q->park_deadline > now) continue;
+    gpa__msg *m = q->held; /* the parked head */
+    m->status = GPA_ETIMEDOUT;
+    snprintf(m->err, sizeof m->err, "infeed: no item arrived in session %llu within %lld ms",
+             (unsigned long long)params(m)->s->id, (long long)(params(m)->timeout_ns / 1000000));
+    q->poison = GPA_ETIMEDOUT;
+    gpa__queue_unpark(a, q);
+    n++;
+  }
+  return n;
+}
+
+void gpa__feeds_shutdown(gpa_actor *a) {
+  pthread_mutex_lock(&a->feed_lock);
+  for (gpa_feed *s = a->feeds; s; s = s->next) {
+    while (s->in_head) {
+      gpa__feed_item *it = s->in_head;
+      s->in_head = it->next;
+      free(it);
+    }
+    s->in_tail = NULL;
+    while (s->reorder) {
+      gpa__msg *r = s->reorder;
+      s->reorder = r->next;
+      gpa__feed_delivered(s, r, r->status != GPA_OK ? r->status : GPA_ECANCELED, false);
+    }
+  }
+  pthread_mutex_unlock(&a->feed_lock);
+}
