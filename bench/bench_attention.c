@@ -117,7 +117,7 @@ static void naive_bwd(void *p) {
 static void one(int64_t B, int64_t S, int64_t H, int64_t D, int causal, int bwd) {
   att_ctx c;
   memset(&c, 0, sizeof c);
-  c.g = (gpa__attn_geom){B, S, S, H, H, D, (float)(1.0 / sqrt((double)D)), causal};
+  c.g = (gpa__attn_geom){B, S, S, H, H, D, (float)(1.0 / sqrt((double)D)), causal, 0};
   size_t nq = (size_t)(B * S * H * D), nl = (size_t)(B * H * S), np = (size_t)(S * S);
   c.q = malloc(nq * 4); c.k = malloc(nq * 4); c.v = malloc(nq * 4); c.o = malloc(nq * 4);
   c.lse = malloc(nl * 4); c.dout = malloc(nq * 4); c.dq = malloc(nq * 4); c.dk = malloc(nq * 4);

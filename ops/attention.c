@@ -100,6 +100,7 @@ static gpa_status exec_geom(const gpa_op_exec *x, const char *op, const gpa_tens
   g->Hkv = k->shape[2];
   g->scale = p->scale > 0 ? (float)p->scale : (float)(1.0 / sqrt((double)g->D));
   g->causal = (int)p->causal;
+  g->bwd_path = 0;
   if (lens)
     for (int64_t b = 0; b < g->B; b++)
       if (lens[b] < 0 || lens[b] > g->Sk) {

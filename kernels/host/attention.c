@@ -13,7 +13,9 @@
  *   dq_i += dS K_j,  dV_j += P^T dout_i,  dK_j += dS^T q_i
  * with dq and dK scaled by `scale` at the end. One work item owns its dq
  * rows and its dk/dv rows, and walks tiles in a fixed order: no atomics, the
- * same bits every run. (Parallelism is B*Hkv items; enough on a few cores.) */
+ * same bits every run. With fewer than 4 (b, kv head) pairs the work splits
+ * into dk/dv items per key tile and dq items per query tile (see dkv_item),
+ * with the same sums in the same order. */
 #include "kernels/host/attention.h"
 
 #include <math.h>
@@ -94,6 +96,8 @@ typedef struct attn_ctx {
   const float *q, *k, *v, *o, *lse, *dout;
   const int32_t *lens;
   float *out_o, *out_lse, *dq, *dk, *dv;
+  float *delta; /* split backward: [B,H,S] */
+  int stage;    /* backward: BWD_FUSED, BWD_DKV or BWD_DQ */
   atomic_int failed;
 } attn_ctx;
 
@@ -262,81 +266,163 @@ typedef struct bwd_ws {
   float *Kt, *Vt, *P, *dS, *dKa, *dVa, *delta;
 } bwd_ws;
 
-static void bwd_item(const attn_ctx *c, int64_t it, const bwd_ws *w) {
+/* First query that can see key j0 (causal), else 0. */
+static int64_t first_query(const gpa__attn_geom *g, int64_t j0) {
+  int64_t q0 = g->causal ? j0 - (g->Sk - g->S) : 0;
+  return q0 < 0 ? 0 : q0;
+}
+
+/* One (query tile, key tile) pair of head h: P and dS from the transposed
+ * K and V tile in w, then dq += dS K_j (with_dq) and dVa += P^T dO,
+ * dKa += dS^T Q (with_dkv). delta: the head's rows. */
+static void bwd_tile(const attn_ctx *c, const bwd_ws *w, int64_t b, int64_t h, const float *delta, int64_t s0,
+                     int64_t mr, int64_t j0, int64_t nc, int64_t kvlen, int with_dq, int with_dkv) {
   const gpa__attn_geom *g = c->g;
-  int64_t D = g->D, grp = g->H / g->Hkv, b = it / g->Hkv, kh = it % g->Hkv;
-  int64_t ldq = g->H * D, ldk = g->Hkv * D, kvlen = kv_len(g, c->lens, b);
-  const float *K = c->k + (b * g->Sk * g->Hkv + kh) * D;
-  const float *V = c->v + (b * g->Sk * g->Hkv + kh) * D;
-  float *dK = c->dk + (b * g->Sk * g->Hkv + kh) * D;
-  float *dV = c->dv + (b * g->Sk * g->Hkv + kh) * D;
-  /* The group's query heads are adjacent: dq rows of G*D floats per s. */
-  int64_t h0 = kh * grp;
-  for (int64_t s = 0; s < g->S; s++) {
-    int64_t row = (b * g->S + s) * g->H + h0;
-    memset(c->dq + row * D, 0, (size_t)(grp * D) * sizeof(float));
-    for (int64_t gi = 0; gi < grp; gi++) {
-      const float *a = c->dout + (row + gi) * D, *bb = c->o + (row + gi) * D;
-      float acc = 0.0f;
-      for (int64_t d = 0; d < D; d++) acc += a[d] * bb[d];
-      w->delta[gi * g->S + s] = acc;
-    }
+  int64_t D = g->D, ldq = g->H * D, ldk = g->Hkv * D, kh = h / (g->H / g->Hkv);
+  const float *lse = c->lse + (b * g->H + h) * g->S;
+  const float *Q = c->q + ((b * g->S + s0) * g->H + h) * D;
+  const float *dO = c->dout + ((b * g->S + s0) * g->H + h) * D;
+  gpa__tgemm(mr, nc, D, Q, ldq, 1, w->Kt, nc, w->P, nc, 0);
+  gpa__tgemm(mr, nc, D, dO, ldq, 1, w->Vt, nc, w->dS, nc, 0);
+  for (int64_t r = 0; r < mr; r++) {
+    float *p = w->P + r * nc, *ds = w->dS + r * nc;
+    int64_t nv = key_limit(g, kvlen, s0 + r) - j0;
+    nv = nv < 0 ? 0 : (nv > nc ? nc : nv);
+    float L = lse[s0 + r];
+    if (nv == 0 || L == -INFINITY) nv = 0;
+    exp_row(p, nv, nc, g->scale, nv ? L : 0.0f);
+    float dl = delta[s0 + r];
+    for (int64_t cc = 0; cc < nc; cc++) ds[cc] = p[cc] * (ds[cc] - dl);
   }
-  for (int64_t j0 = 0; j0 < g->Sk; j0 += BWD_BC) {
-    int64_t nc = g->Sk - j0 < BWD_BC ? g->Sk - j0 : BWD_BC;
-    memset(w->dKa, 0, (size_t)(nc * D) * sizeof(float));
-    memset(w->dVa, 0, (size_t)(nc * D) * sizeof(float));
-    int64_t qstart = g->causal ? j0 - (g->Sk - g->S) : 0;
-    if (qstart < 0) qstart = 0;
-    if (j0 < kvlen && qstart < g->S) {
-      gpa__transpose(nc, D, K + j0 * ldk, ldk, w->Kt, nc);
-      gpa__transpose(nc, D, V + j0 * ldk, ldk, w->Vt, nc);
-      for (int64_t gi = 0; gi < grp; gi++) {
-        int64_t h = h0 + gi;
-        const float *lse = c->lse + (b * g->H + h) * g->S;
-        for (int64_t s0 = qstart / BWD_BR * BWD_BR; s0 < g->S; s0 += BWD_BR) {
-          int64_t mr = g->S - s0 < BWD_BR ? g->S - s0 : BWD_BR;
-          const float *Q = c->q + ((b * g->S + s0) * g->H + h) * D;
-          const float *dO = c->dout + ((b * g->S + s0) * g->H + h) * D;
-          float *dq = c->dq + ((b * g->S + s0) * g->H + h) * D;
-          gpa__tgemm(mr, nc, D, Q, ldq, 1, w->Kt, nc, w->P, nc, 0);
-          gpa__tgemm(mr, nc, D, dO, ldq, 1, w->Vt, nc, w->dS, nc, 0);
-          for (int64_t r = 0; r < mr; r++) {
-            float *p = w->P + r * nc, *ds = w->dS + r * nc;
-            int64_t nv = key_limit(g, kvlen, s0 + r) - j0;
-            nv = nv < 0 ? 0 : (nv > nc ? nc : nv);
-            float L = lse[s0 + r];
-            if (nv == 0 || L == -INFINITY) nv = 0;
-            exp_row(p, nv, nc, g->scale, nv ? L : 0.0f);
-            float dl = w->delta[gi * g->S + s0 + r];
-            for (int64_t cc = 0; cc < nc; cc++) ds[cc] = p[cc] * (ds[cc] - dl);
-          }
-          gpa__tgemm(mr, D, nc, w->dS, nc, 1, K + j0 * ldk, ldk, dq, ldq, 1);
-          /* P^T and dS^T read transposed in place */
-          gpa__tgemm(nc, D, mr, w->P, 1, nc, dO, ldq, w->dVa, D, 1);
-          gpa__tgemm(nc, D, mr, w->dS, 1, nc, Q, ldq, w->dKa, D, 1);
-        }
-      }
-    }
-    for (int64_t cc = 0; cc < nc; cc++) {
-      float *dk = dK + (j0 + cc) * ldk, *dv = dV + (j0 + cc) * ldk;
-      for (int64_t d = 0; d < D; d++) {
-        dk[d] = w->dKa[cc * D + d] * g->scale;
-        dv[d] = w->dVa[cc * D + d];
-      }
-    }
+  if (with_dq) {
+    const float *K = c->k + ((b * g->Sk + j0) * g->Hkv + kh) * D;
+    gpa__tgemm(mr, D, nc, w->dS, nc, 1, K, ldk, c->dq + ((b * g->S + s0) * g->H + h) * D, ldq, 1);
   }
-  for (int64_t s = 0; s < g->S; s++) {
-    float *dq = c->dq + ((b * g->S + s) * g->H + h0) * D;
-    for (int64_t d = 0; d < grp * D; d++) dq[d] *= g->scale;
+  if (with_dkv) { /* P^T and dS^T read transposed in place */
+    gpa__tgemm(nc, D, mr, w->P, 1, nc, dO, ldq, w->dVa, D, 1);
+    gpa__tgemm(nc, D, mr, w->dS, 1, nc, Q, ldq, w->dKa, D, 1);
   }
 }
+
+/* K and V rows [j0, j0+nc) of (b, kh), transposed into w. */
+static void load_kv(const attn_ctx *c, const bwd_ws *w, int64_t b, int64_t kh, int64_t j0, int64_t nc) {
+  const gpa__attn_geom *g = c->g;
+  int64_t D = g->D, ldk = g->Hkv * D, off = ((b * g->Sk + j0) * g->Hkv + kh) * D;
+  gpa__transpose(nc, D, c->k + off, ldk, w->Kt, nc);
+  gpa__transpose(nc, D, c->v + off, ldk, w->Vt, nc);
+}
+
+/* dk, dv rows of key tile j0 of (b, kh) from the accumulators. */
+static void store_dkv(const attn_ctx *c, const bwd_ws *w, int64_t b, int64_t kh, int64_t j0, int64_t nc) {
+  const gpa__attn_geom *g = c->g;
+  int64_t D = g->D;
+  for (int64_t cc = 0; cc < nc; cc++) {
+    int64_t off = ((b * g->Sk + j0 + cc) * g->Hkv + kh) * D;
+    for (int64_t d = 0; d < D; d++) {
+      c->dk[off + d] = w->dKa[cc * D + d] * g->scale;
+      c->dv[off + d] = w->dVa[cc * D + d];
+    }
+  }
+}
+
+/* delta[s] = dout[b,s,h] . o[b,s,h] for the S rows of one head. */
+static void head_delta(const attn_ctx *c, int64_t b, int64_t h, float *delta) {
+  const gpa__attn_geom *g = c->g;
+  for (int64_t s = 0; s < g->S; s++) {
+    const float *a = c->dout + ((b * g->S + s) * g->H + h) * g->D, *o = c->o + ((b * g->S + s) * g->H + h) * g->D;
+    float acc = 0.0f;
+    for (int64_t d = 0; d < g->D; d++) acc += a[d] * o[d];
+    delta[s] = acc;
+  }
+}
+
+/* The group's dq rows (adjacent heads h0..h0+grp) of batch b: zero or scale. */
+static void group_dq(const attn_ctx *c, int64_t b, int64_t h0, int64_t grp, int64_t s0, int64_t s1, int zero) {
+  const gpa__attn_geom *g = c->g;
+  for (int64_t s = s0; s < s1; s++) {
+    float *dq = c->dq + ((b * g->S + s) * g->H + h0) * g->D;
+    if (zero)
+      memset(dq, 0, (size_t)(grp * g->D) * sizeof(float));
+    else
+      for (int64_t d = 0; d < grp * g->D; d++) dq[d] *= g->scale;
+  }
+}
+
+/* Fused path: one item per (b, kv head) does everything. */
+static void bwd_item(const attn_ctx *c, int64_t it, const bwd_ws *w) {
+  const gpa__attn_geom *g = c->g;
+  int64_t grp = g->H / g->Hkv, b = it / g->Hkv, kh = it % g->Hkv, h0 = kh * grp;
+  int64_t kvlen = kv_len(g, c->lens, b);
+  group_dq(c, b, h0, grp, 0, g->S, 1);
+  for (int64_t gi = 0; gi < grp; gi++) head_delta(c, b, h0 + gi, w->delta + gi * g->S);
+  for (int64_t j0 = 0; j0 < g->Sk; j0 += BWD_BC) {
+    int64_t nc = g->Sk - j0 < BWD_BC ? g->Sk - j0 : BWD_BC, qstart = first_query(g, j0);
+    memset(w->dKa, 0, (size_t)(nc * g->D) * sizeof(float));
+    memset(w->dVa, 0, (size_t)(nc * g->D) * sizeof(float));
+    if (j0 < kvlen && qstart < g->S) {
+      load_kv(c, w, b, kh, j0, nc);
+      for (int64_t gi = 0; gi < grp; gi++)
+        for (int64_t s0 = qstart / BWD_BR * BWD_BR; s0 < g->S; s0 += BWD_BR)
+          bwd_tile(c, w, b, h0 + gi, w->delta + gi * g->S, s0, g->S - s0 < BWD_BR ? g->S - s0 : BWD_BR, j0, nc,
+                   kvlen, 1, 1);
+    }
+    store_dkv(c, w, b, kh, j0, nc);
+  }
+  group_dq(c, b, h0, grp, 0, g->S, 0);
+}
+
+/* Split path, for few (b, kv head) pairs: dk/dv per (b, kv head, key tile),
+ * then dq per (b, head, query tile). It recomputes S and dP once more (7
+ * tile GEMMs per pair instead of 5) but keeps every core busy. Each sum runs
+ * in the fused path's order (key tiles ascending for dq; heads, then query
+ * tiles for dk/dv), so both paths give the same bits. */
+static void dkv_item(const attn_ctx *c, int64_t it, const bwd_ws *w) {
+  const gpa__attn_geom *g = c->g;
+  int64_t nkt = (g->Sk + BWD_BC - 1) / BWD_BC, grp = g->H / g->Hkv;
+  int64_t b = it / (g->Hkv * nkt), kh = (it / nkt) % g->Hkv, j0 = (it % nkt) * BWD_BC;
+  int64_t nc = g->Sk - j0 < BWD_BC ? g->Sk - j0 : BWD_BC, qstart = first_query(g, j0), kvlen = kv_len(g, c->lens, b);
+  memset(w->dKa, 0, (size_t)(nc * g->D) * sizeof(float));
+  memset(w->dVa, 0, (size_t)(nc * g->D) * sizeof(float));
+  if (j0 < kvlen && qstart < g->S) {
+    load_kv(c, w, b, kh, j0, nc);
+    for (int64_t gi = 0; gi < grp; gi++) {
+      int64_t h = kh * grp + gi;
+      for (int64_t s0 = qstart / BWD_BR * BWD_BR; s0 < g->S; s0 += BWD_BR)
+        bwd_tile(c, w, b, h, c->delta + (b * g->H + h) * g->S, s0, g->S - s0 < BWD_BR ? g->S - s0 : BWD_BR, j0, nc,
+                 kvlen, 0, 1);
+    }
+  }
+  store_dkv(c, w, b, kh, j0, nc);
+}
+
+static void dq_item(const attn_ctx *c, int64_t it, const bwd_ws *w) {
+  const gpa__attn_geom *g = c->g;
+  int64_t nqt = (g->S + BWD_BR - 1) / BWD_BR, grp = g->H / g->Hkv;
+  int64_t b = it / (g->H * nqt), h = (it / nqt) % g->H, s0 = (it % nqt) * BWD_BR, kh = h / grp;
+  int64_t mr = g->S - s0 < BWD_BR ? g->S - s0 : BWD_BR, kvlen = kv_len(g, c->lens, b);
+  group_dq(c, b, h, 1, s0, s0 + mr, 1);
+  for (int64_t j0 = 0; j0 < g->Sk && j0 < kvlen; j0 += BWD_BC) {
+    if (first_query(g, j0) >= s0 + mr) break; /* later key tiles are later still */
+    int64_t nc = g->Sk - j0 < BWD_BC ? g->Sk - j0 : BWD_BC;
+    load_kv(c, w, b, kh, j0, nc);
+    bwd_tile(c, w, b, h, c->delta + (b * g->H + h) * g->S, s0, mr, j0, nc, kvlen, 1, 0);
+  }
+  group_dq(c, b, h, 1, s0, s0 + mr, 0);
+}
+
+static void delta_range(int64_t i0, int64_t i1, void *p) {
+  attn_ctx *c = p;
+  for (int64_t it = i0; it < i1; it++) head_delta(c, it / c->g->H, it % c->g->H, c->delta + it * c->g->S);
+}
+
+enum { BWD_FUSED = 0, BWD_DKV = 1, BWD_DQ = 2 };
 
 static void bwd_range(int64_t i0, int64_t i1, void *p) {
   attn_ctx *c = p;
   const gpa__attn_geom *g = c->g;
   size_t D = (size_t)g->D, grp = (size_t)(g->H / g->Hkv);
-  size_t nt = D * BWD_BC, np = BWD_BR * BWD_BC, nacc = BWD_BC * D, nd = grp * (size_t)g->S;
+  size_t nt = D * BWD_BC, np = BWD_BR * BWD_BC, nacc = BWD_BC * D;
+  size_t nd = c->stage == BWD_FUSED ? grp * (size_t)g->S : 0;
   float *ws = ws_alloc(2 * nt + 2 * np + 2 * nacc + nd);
   if (!ws) {
     atomic_store_explicit(&c->failed, 1, memory_order_relaxed);
@@ -350,9 +436,17 @@ static void bwd_range(int64_t i0, int64_t i1, void *p) {
   w.dKa = w.dS + np;
   w.dVa = w.dKa + nacc;
   w.delta = w.dVa + nacc;
-  for (int64_t it = i0; it < i1; it++) bwd_item(c, it, &w);
+  for (int64_t it = i0; it < i1; it++) {
+    if (c->stage == BWD_FUSED) bwd_item(c, it, &w);
+    else if (c->stage == BWD_DKV) dkv_item(c, it, &w);
+    else dq_item(c, it, &w);
+  }
   free(ws);
 }
+
+/* Fewer (b, kv head) pairs than this take the split path. A rule on the
+ * shape only; both paths give the same bits anyway. */
+#define BWD_SPLIT_BELOW 4
 
 gpa_status gpa__attention_bwd(const gpa__par *par, const gpa__attn_geom *g, const float *dout, const float *q,
                               const float *k, const float *v, const float *o, const float *lse,
@@ -360,6 +454,19 @@ gpa_status gpa__attention_bwd(const gpa__par *par, const gpa__attn_geom *g, cons
   attn_ctx c = {.g = g, .q = q, .k = k, .v = v, .o = o, .lse = lse, .dout = dout, .lens = lens,
                 .dq = dq, .dk = dk, .dv = dv};
   atomic_init(&c.failed, 0);
-  gpa__pfor(par, g->B * g->Hkv, 1, bwd_range, &c);
+  int split = g->bwd_path ? g->bwd_path == 2 : g->B * g->Hkv < BWD_SPLIT_BELOW;
+  if (!split) {
+    c.stage = BWD_FUSED;
+    gpa__pfor(par, g->B * g->Hkv, 1, bwd_range, &c);
+    return atomic_load(&c.failed) ? GPA_ENOMEM : GPA_OK;
+  }
+  c.delta = ws_alloc((size_t)(g->B * g->H * g->S));
+  if (!c.delta) return GPA_ENOMEM;
+  gpa__pfor(par, g->B * g->H, 1, delta_range, &c);
+  c.stage = BWD_DKV;
+  gpa__pfor(par, g->B * g->Hkv * ((g->Sk + BWD_BC - 1) / BWD_BC), 1, bwd_range, &c);
+  c.stage = BWD_DQ;
+  gpa__pfor(par, g->B * g->H * ((g->S + BWD_BR - 1) / BWD_BR), 1, bwd_range, &c);
+  free(c.delta);
   return atomic_load(&c.failed) ? GPA_ENOMEM : GPA_OK;
 }

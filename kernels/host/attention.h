@@ -8,8 +8,10 @@
  * A query with no visible key gets o = 0 and lse = -inf; its gradients are 0.
  *
  * Threads: the forward splits over (batch, head, 64-query tile), the
- * backward over (batch, kv head); each work item runs serially with tile
- * GEMMs (tgemm.h), so results are bitwise identical for any thread count.
+ * backward over (batch, kv head), or, for fewer than 4 of those, over key
+ * tiles (dk, dv) then query tiles (dq); each work item runs serially with
+ * tile GEMMs (tgemm.h), so results are bitwise identical for any thread
+ * count and either backward split.
  * Workspace: per work-range tiles allocated by the kernel (a few hundred KB,
  * plus G*S floats in the backward, G = H/Hkv). */
 #ifndef GPA_KERNELS_HOST_ATTENTION_H
@@ -23,6 +25,7 @@ typedef struct gpa__attn_geom {
   int64_t B, S, Sk, H, Hkv, D;
   float scale; /* > 0 */
   int causal;
+  int bwd_path; /* backward work split: 0 by shape, 1 per (b, kv head), 2 per tile (tests) */
 } gpa__attn_geom;
 
 /* lens values must lie in [0, Sk] (callers validate; the kernel clamps).
