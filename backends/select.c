@@ -5,13 +5,25 @@
 
 gpa_status gpa__backend_select(const char *device, const gpa__backend **out) {
   *out = NULL;
-  if (!strcmp(device, "cpu") || !strcmp(device, "auto")) {
-    /* auto = CUDA when a driver and a device are present: until the cuda
-     * backend lands, no driver is ever present to this library. */
+  /* The cuda backend is linked only in builds with the CUDA toolkit. */
+  bool have_cuda = &gpa__backend_cuda && &gpa__backend_sim && gpa__cuda_probe;
+  if (!strcmp(device, "cpu")) {
     *out = &gpa__backend_host;
     return GPA_OK;
   }
-  if (!strcmp(device, "sim") || !strncmp(device, "cuda", 4))
-    return gpa__fail(GPA_EUNSUPPORTED, "device '%s': the cuda backend is not built yet; use cpu or auto", device);
+  if (!strcmp(device, "auto")) {
+    /* auto = CUDA when a driver and a device are present (opening the driver
+     * costs little; cuBLAS is loaded lazily). */
+    *out = have_cuda && gpa__cuda_probe() ? &gpa__backend_cuda : &gpa__backend_host;
+    return GPA_OK;
+  }
+  bool sim = !strcmp(device, "sim");
+  if (sim || !strcmp(device, "cuda") || !strncmp(device, "cuda:", 5)) {
+    if (!have_cuda)
+      return gpa__fail(GPA_EUNSUPPORTED, "device '%s': this build has no cuda backend (no CUDA toolkit at build time)",
+                       device);
+    *out = sim ? &gpa__backend_sim : &gpa__backend_cuda;
+    return GPA_OK;
+  }
   return gpa__fail(GPA_EINVAL, "device '%s': expected auto, cpu, sim, cuda or cuda:N", device);
 }

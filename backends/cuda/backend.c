@@ -1,0 +1,546 @@
+/* The CUDA backend: the actor on a GPU through the driver API (or on the
+ * simulated device, GPA_DEVICE=sim). Design notes in docs/cuda.md.
+ *
+ * Completion path
+ * ---------------
+ * Every deferred message gets a record: an event before and after its work
+ * on the queue's stream, then cuLaunchHostFunc(stream, done, rec). `done`
+ * runs on the driver's callback thread: it copies a readback's pinned
+ * staging into the message's payload (memcpy only: no CUDA call, no
+ * allocation) and pushes the message onto the actor's lock-free completion
+ * stack (gpa__complete_async), which wakes the actor if it sleeps. The actor
+ * then calls our `complete` method in completion order: it pops the record
+ * (records of a stream complete in FIFO order), reads the device time from
+ * the events, recycles staging and record, and turns the status into
+ * GPA_EDEVICE if the context has a sticky error (every driver call reports it
+ * once it happened). Nobody polls: the actor sleeps on its event count and
+ * waiters on their handle's futex.
+ *
+ * Staging: an upload's data was copied by gpa_upload into a malloc'ed
+ * payload (the caller may free at once); the actor copies it into a pinned
+ * block from the staging pool and enqueues an async H2D copy from there. A
+ * readback lands in a pinned block by async D2H. Blocks are recycled (at most
+ * GPA__CU_STAGE_CACHE bytes kept).
+ *
+ * Memory: the core's buffer cache (its own size classes, LRU of released
+ * buffers, evict-and-retry-once on out-of-memory) sits on cuMemAlloc /
+ * cuMemFree; cuMemFree only ever sees buffers no in-flight work names (pins). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "actor/bufcache.h"
+#include "backends/cuda/cuda_internal.h"
+
+#define GPA__CU_STAGE_MIN (64u << 10)
+#define GPA__CU_STAGE_CACHE (256ull << 20)
+
+#ifndef GPA_SIM_DRIVER_DEFAULT
+#define GPA_SIM_DRIVER_DEFAULT "libgpa_sim_cuda.so"
+#endif
+
+static bool is_sticky(CUresult r) {
+  switch ((int)r) {
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+    case CUDA_ERROR_UNKNOWN: return true;
+    default: return false;
+  }
+}
+
+gpa_status gpa__cu_check(gpa__cu_ctx *C, CUresult r, const char *what, char *msg, size_t cap) {
+  if (r == CUDA_SUCCESS) return GPA_OK;
+  char e[160];
+  gpa__cu_errstr(&C->cu, r, e, sizeof e);
+  if (is_sticky(r) && !C->failed) {
+    C->failed = r;
+    snprintf(C->fail_msg, sizeof C->fail_msg, "%s", e);
+    gpa__log(GPA_LOG_ERROR, C->a->opts.log_level, "cuda: sticky device error (%s): every pending and later op fails",
+             e);
+  }
+  if (msg) {
+    if (C->failed) snprintf(msg, cap, "%s: device failed: %s", what, C->fail_msg);
+    else snprintf(msg, cap, "%s: %s", what, e);
+  }
+  return r == CUDA_ERROR_OUT_OF_MEMORY ? GPA_ENOMEM : GPA_EDEVICE;
+}
+
+static gpa_status failed_state(gpa__cu_ctx *C, char *msg, size_t cap) {
+  snprintf(msg, cap, "device failed earlier: %s", C->fail_msg);
+  return GPA_EDEVICE;
+}
+
+/* ---- init / fini ---------------------------------------------------------------------------------- */
+
+static gpa_status parse_device(const char *dev, bool *sim, int *ordinal, char *msg, size_t cap) {
+  *sim = !strcmp(dev, "sim");
+  *ordinal = 0;
+  if (!strncmp(dev, "cuda:", 5)) {
+    char *end;
+    long v = strtol(dev + 5, &end, 10);
+    if (!dev[5] || *end || v < 0 || v > 1024) {
+      snprintf(msg, cap, "device '%s': expected cuda:N with N a device ordinal", dev);
+      return GPA_EINVAL;
+    }
+    *ordinal = (int)v;
+  }
+  return GPA_OK;
+}
+
+static const char *driver_path(bool sim) {
+  const char *p = gpa__cu_env_driver();
+  if (p) return p;
+  return sim ? GPA_SIM_DRIVER_DEFAULT : NULL;
+}
+
+static gpa_status cu_init(gpa_actor *a, void **bctx, char *msg, size_t cap) {
+  gpa__cu_ctx *C = calloc(1, sizeof *C);
+  if (!C) return GPA_ENOMEM;
+  C->a = a;
+  C->env.C = C;
+  gpa_status st = parse_device(a->opts.device, &C->sim, &C->ordinal, msg, cap);
+  if (st == GPA_OK) st = gpa__cu_open(&C->cu, driver_path(C->sim), msg, cap);
+  if (st != GPA_OK) {
+    free(C);
+    return st;
+  }
+  int n = 0;
+  C->cu.cuDeviceGetCount(&n);
+  CUresult r = CUDA_SUCCESS;
+  if (C->ordinal >= n) {
+    snprintf(msg, cap, "no CUDA device %d: the driver reports %d device%s", C->ordinal, n, n == 1 ? "" : "s");
+    st = GPA_ENODEVICE;
+  } else if ((r = C->cu.cuDeviceGet(&C->dev, C->ordinal)) != CUDA_SUCCESS ||
+             (r = C->cu.cuDevicePrimaryCtxRetain(&C->ctx, C->dev)) != CUDA_SUCCESS ||
+             (r = C->cu.cuCtxSetCurrent(C->ctx)) != CUDA_SUCCESS) {
+    char e[160];
+    snprintf(msg, cap, "CUDA device %d: cannot make its primary context current: %s", C->ordinal,
+             gpa__cu_errstr(&C->cu, r, e, sizeof e));
+    if (C->ctx) C->cu.cuDevicePrimaryCtxRelease(C->dev);
+    st = GPA_ENODEVICE;
+  }
+  if (st != GPA_OK) {
+    gpa__cu_close(&C->cu);
+    free(C);
+    return st;
+  }
+  C->cu.cuDeviceGetAttribute(&C->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, C->dev);
+  C->cu.cuDeviceGetAttribute(&C->max_smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, C->dev);
+  if (C->sm_count <= 0) C->sm_count = 1;
+  C->grid_cap = C->sim ? 8 : C->sm_count * 8; /* the emulator pays per thread: fewer, longer threads */
+  char name[128] = "";
+  C->cu.cuDeviceGetName(name, sizeof name, C->dev);
+  gpa__log(GPA_LOG_INFO, a->opts.log_level, "cuda: device %d (%s), %d SMs%s", C->ordinal, name, C->sm_count,
+           C->sim ? ", simulated" : "");
+  *bctx = C;
+  return GPA_OK;
+}
+
+/* Device teardown runs on the thread that shuts the actor down: make the
+ * context current there first. */
+static void enter(gpa__cu_ctx *C) { C->cu.cuCtxSetCurrent(C->ctx); }
+
+static void cu_fini(void *bctx) {
+  gpa__cu_ctx *C = bctx;
+  enter(C);
+  C->cu.cuCtxSynchronize();
+  gpa__cu_blas_release(C);
+  gpa__cu_kernels_release(C);
+  while (C->free_queues) {
+    gpa__cu_queue *q = C->free_queues;
+    C->free_queues = q->next_free;
+    C->cu.cuStreamDestroy(q->s);
+    free(q);
+  }
+  while (C->free_recs) {
+    gpa__cu_rec *r = C->free_recs;
+    C->free_recs = r->next;
+    C->cu.cuEventDestroy(r->ev0);
+    C->cu.cuEventDestroy(r->ev1);
+    free(r);
+  }
+  while (C->free_stages) {
+    gpa__cu_stage *s = C->free_stages;
+    C->free_stages = s->next;
+    C->cu.cuMemFreeHost(s->p);
+    free(s);
+  }
+  C->cu.cuCtxSetCurrent(NULL);
+  C->cu.cuDevicePrimaryCtxRelease(C->dev);
+  gpa__cu_close(&C->cu);
+  free(C->env.host_scratch);
+  free(C);
+}
+
+/* ---- memory ---------------------------------------------------------------------------------------- */
+
+static gpa_status cu_alloc(void *bctx, uint64_t size, void **ptr) {
+  gpa__cu_ctx *C = bctx;
+  CUdeviceptr p = 0;
+  CUresult r = C->cu.cuMemAlloc(&p, size);
+  if (r != CUDA_SUCCESS) {
+    gpa__cu_check(C, r, "cuMemAlloc", NULL, 0);
+    *ptr = NULL;
+    return GPA_ENOMEM;
+  }
+  *ptr = (void *)(uintptr_t)p;
+  return GPA_OK;
+}
+
+static void cu_free(void *bctx, void *ptr) {
+  gpa__cu_ctx *C = bctx;
+  enter(C);
+  C->cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr);
+}
+
+gpa__cu_stage *gpa__cu_stage_get(gpa__cu_ctx *C, uint64_t n) {
+  /* Best fit among cached blocks no more than 4x too large. */
+  gpa__cu_stage **best = NULL;
+  for (gpa__cu_stage **pp = &C->free_stages; *pp; pp = &(*pp)->next)
+    if ((*pp)->cap >= n && (*pp)->cap / 4 <= n + GPA__CU_STAGE_MIN && (!best || (*pp)->cap < (*best)->cap)) best = pp;
+  if (best) {
+    gpa__cu_stage *s = *best;
+    *best = s->next;
+    C->staged_cached -= s->cap;
+    s->next = NULL;
+    return s;
+  }
+  gpa__cu_stage *s = malloc(sizeof *s);
+  if (!s) return NULL;
+  uint64_t cap = GPA__CU_STAGE_MIN;
+  while (cap < n) cap *= 2;
+  CUresult r = C->cu.cuMemAllocHost(&s->p, cap);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY && C->free_stages) {
+    /* Give the cached blocks back and retry once. */
+    while (C->free_stages) {
+      gpa__cu_stage *f = C->free_stages;
+      C->free_stages = f->next;
+      C->cu.cuMemFreeHost(f->p);
+      free(f);
+    }
+    C->staged_cached = 0;
+    r = C->cu.cuMemAllocHost(&s->p, cap);
+  }
+  if (r != CUDA_SUCCESS) {
+    gpa__cu_check(C, r, "cuMemAllocHost", NULL, 0);
+    free(s);
+    return NULL;
+  }
+  s->cap = cap;
+  s->rb_dst = NULL;
+  s->rb_n = 0;
+  s->next = NULL;
+  return s;
+}
+
+void gpa__cu_stage_put(gpa__cu_ctx *C, gpa__cu_stage *s) {
+  if (!s) return;
+  if (C->staged_cached + s->cap > GPA__CU_STAGE_CACHE) {
+    C->cu.cuMemFreeHost(s->p);
+    free(s);
+    return;
+  }
+  s->rb_dst = NULL;
+  s->rb_n = 0;
+  s->next = C->free_stages;
+  C->free_stages = s;
+  C->staged_cached += s->cap;
+}
+
+static void stages_put(gpa__cu_ctx *C, gpa__cu_stage *s) {
+  while (s) {
+    gpa__cu_stage *n = s->next;
+    gpa__cu_stage_put(C, s);
+    s = n;
+  }
+}
+
+/* ---- queues ---------------------------------------------------------------------------------------- */
+
+static gpa_status cu_queue_init(void *bctx, void **bq) {
+  gpa__cu_ctx *C = bctx;
+  gpa__cu_queue *q = C->free_queues;
+  if (q) {
+    C->free_queues = q->next_free;
+  } else {
+    q = calloc(1, sizeof *q);
+    if (!q) return GPA_ENOMEM;
+    CUresult r = C->cu.cuStreamCreate(&q->s, CU_STREAM_NON_BLOCKING);
+    if (r != CUDA_SUCCESS) {
+      free(q);
+      return gpa__cu_check(C, r, "cuStreamCreate", NULL, 0);
+    }
+  }
+  q->head = q->tail = NULL;
+  *bq = q;
+  return GPA_OK;
+}
+
+/* Called with nothing in flight (the actor drained its completions). The
+ * stream goes back to the pool; fini destroys it. */
+static void cu_queue_fini(void *bctx, void *bq) {
+  gpa__cu_ctx *C = bctx;
+  gpa__cu_queue *q = bq;
+  enter(C);
+  C->cu.cuStreamSynchronize(q->s);
+  stages_put(C, q->unfenced);
+  q->unfenced = NULL;
+  if (q->scratch) C->cu.cuMemFree(q->scratch);
+  q->scratch = 0;
+  q->scratch_cap = 0;
+  q->next_free = C->free_queues;
+  C->free_queues = q;
+}
+
+CUdeviceptr gpa__cu_scratch(const gpa_op_exec *x, uint64_t bytes) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  gpa__cu_queue *q = C->cur_q;
+  if (!bytes) bytes = 256;
+  if (q->scratch_cap >= bytes) return q->scratch;
+  if (q->scratch) {
+    /* Earlier ops of this stream may still use it. */
+    C->cu.cuStreamSynchronize(q->s);
+    C->cu.cuMemFree(q->scratch);
+    q->scratch = 0;
+    q->scratch_cap = 0;
+  }
+  uint64_t cap = gpa__size_class(bytes);
+  CUresult r = C->cu.cuMemAlloc(&q->scratch, cap);
+  if (r != CUDA_SUCCESS) {
+    gpa__cu_check(C, r, "scratch: cuMemAlloc", x->msg, x->msg_size);
+    q->scratch = 0;
+    return 0;
+  }
+  q->scratch_cap = cap;
+  return q->scratch;
+}
+
+gpa_status gpa__cu_sync(const gpa_op_exec *x) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  return gpa__cu_check(C, C->cu.cuStreamSynchronize(C->cur_q->s), "cuStreamSynchronize", x->msg, x->msg_size);
+}
+
+/* ---- completion ------------------------------------------------------------------------------------ */
+
+static gpa__cu_rec *rec_get(gpa__cu_ctx *C, gpa__msg *m, char *msg, size_t cap) {
+  gpa__cu_rec *r = C->free_recs;
+  if (r) {
+    C->free_recs = r->next;
+  } else {
+    r = calloc(1, sizeof *r);
+    if (!r) {
+      snprintf(msg, cap, "out of host memory for a completion record");
+      return NULL;
+    }
+    CUresult e = C->cu.cuEventCreate(&r->ev0, CU_EVENT_DEFAULT);
+    if (e == CUDA_SUCCESS) e = C->cu.cuEventCreate(&r->ev1, CU_EVENT_DEFAULT);
+    if (e != CUDA_SUCCESS) {
+      if (r->ev0) C->cu.cuEventDestroy(r->ev0);
+      free(r);
+      gpa__cu_check(C, e, "cuEventCreate", msg, cap);
+      return NULL;
+    }
+    r->C = C;
+  }
+  r->m = m;
+  r->stages = NULL;
+  r->next = NULL;
+  return r;
+}
+
+static void rec_put(gpa__cu_ctx *C, gpa__cu_rec *r) {
+  stages_put(C, r->stages);
+  r->stages = NULL;
+  r->m = NULL;
+  r->next = C->free_recs;
+  C->free_recs = r;
+}
+
+/* The host function: driver's callback thread. No CUDA call, no allocation. */
+static void CUDA_CB done(void *arg) {
+  gpa__cu_rec *r = arg;
+  for (gpa__cu_stage *s = r->stages; s; s = s->next)
+    if (s->rb_n) memcpy(s->rb_dst, s->p, s->rb_n);
+  gpa__complete_async(r->C->a, r->m, GPA_OK);
+}
+
+/* After the message's work was enqueued on q: the end event and the host
+ * function. Returns GPA__DEFERRED, or the error (record released). */
+static gpa_status enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r, char *msg, size_t cap) {
+  CUresult e = C->cu.cuEventRecord(r->ev1, q->s);
+  if (e == CUDA_SUCCESS) e = C->cu.cuLaunchHostFunc(q->s, done, r);
+  if (e != CUDA_SUCCESS) {
+    gpa_status st = gpa__cu_check(C, e, "cuLaunchHostFunc", msg, cap);
+    /* Nothing runs after a failed enqueue of this kind but a sticky error;
+     * the stream may still read the staging block, so let it drain. */
+    C->cu.cuStreamSynchronize(q->s);
+    rec_put(C, r);
+    return st;
+  }
+  if (q->tail) q->tail->next = r;
+  else q->head = r;
+  q->tail = r;
+  return GPA__DEFERRED;
+}
+
+static gpa_status cu_complete(void *bctx, gpa__msg *m, gpa_status st) {
+  gpa__cu_ctx *C = bctx;
+  gpa__cu_queue *q = m->q->bq;
+  gpa__cu_rec *r = q->head;
+  if (!r || r->m != m) {
+    snprintf(m->err, sizeof m->err, "cuda: completion out of order (internal error)");
+    return GPA_EINTERNAL;
+  }
+  q->head = r->next;
+  if (!q->head) q->tail = NULL;
+  float ms = 0;
+  CUresult e = C->cu.cuEventElapsedTime(&ms, r->ev0, r->ev1);
+  if (e == CUDA_SUCCESS) m->device_ns = (int64_t)((double)ms * 1e6);
+  else if (is_sticky(e)) gpa__cu_check(C, e, "cuEventElapsedTime", NULL, 0);
+  rec_put(C, r);
+  if (C->failed && st == GPA_OK) {
+    snprintf(m->err, sizeof m->err, "device failed: %s", C->fail_msg);
+    return GPA_EDEVICE;
+  }
+  return st;
+}
+
+/* ---- copies ---------------------------------------------------------------------------------------- */
+
+/* m == NULL (feed ops): enqueue only; the staging waits on q->unfenced for
+ * the fence that completes the message. */
+static gpa_status copy(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__msg *m, bool up, void *host, CUdeviceptr dev,
+                       uint64_t n) {
+  char scratch[GPA__ERR_MAX];
+  char *msg = m ? m->err : scratch;
+  size_t cap = m ? sizeof m->err : sizeof scratch;
+  if (C->failed) return failed_state(C, msg, cap);
+  if (!n) return GPA_OK;
+  gpa__cu_rec *r = NULL;
+  if (m) {
+    r = rec_get(C, m, msg, cap);
+    if (!r) return C->failed ? GPA_EDEVICE : GPA_ENOMEM;
+  }
+  gpa__cu_stage *s = gpa__cu_stage_get(C, n);
+  if (!s) {
+    if (r) rec_put(C, r);
+    if (C->failed) return failed_state(C, msg, cap);
+    snprintf(msg, cap, "out of pinned host memory staging %" PRIu64 " bytes", n);
+    return GPA_ENOMEM;
+  }
+  CUresult e = r ? C->cu.cuEventRecord(r->ev0, q->s) : CUDA_SUCCESS;
+  if (up) {
+    memcpy(s->p, host, n);
+    if (e == CUDA_SUCCESS) e = C->cu.cuMemcpyHtoDAsync(dev, s->p, n, q->s);
+  } else {
+    s->rb_dst = host;
+    s->rb_n = n;
+    if (e == CUDA_SUCCESS) e = C->cu.cuMemcpyDtoHAsync(s->p, dev, n, q->s);
+  }
+  if (e != CUDA_SUCCESS) {
+    gpa__cu_stage_put(C, s);
+    if (r) rec_put(C, r);
+    return gpa__cu_check(C, e, up ? "upload: cuMemcpyHtoDAsync" : "readback: cuMemcpyDtoHAsync", msg, cap);
+  }
+  if (!r) {
+    s->next = q->unfenced;
+    q->unfenced = s;
+    return GPA_OK;
+  }
+  r->stages = s;
+  return enqueue_done(C, q, r, msg, cap);
+}
+
+static gpa_status cu_upload(void *bctx, void *bq, gpa__msg *m, void *dst, const void *src, uint64_t n) {
+  return copy(bctx, bq, m, true, (void *)src, (CUdeviceptr)(uintptr_t)dst, n);
+}
+
+static gpa_status cu_readback(void *bctx, void *bq, gpa__msg *m, void *dst, const void *src, uint64_t n) {
+  return copy(bctx, bq, m, false, dst, (CUdeviceptr)(uintptr_t)src, n);
+}
+
+/* The backend's `fence` method (feed ops: several copies, one completion);
+ * wired into the method table once backend.h has the slot. */
+__attribute__((unused)) static gpa_status cu_fence(void *bctx, void *bq, gpa__msg *m) {
+  gpa__cu_ctx *C = bctx;
+  gpa__cu_queue *q = bq;
+  if (C->failed) return failed_state(C, m->err, sizeof m->err);
+  gpa__cu_rec *r = rec_get(C, m, m->err, sizeof m->err);
+  if (!r) return C->failed ? GPA_EDEVICE : GPA_ENOMEM;
+  CUresult e = C->cu.cuEventRecord(r->ev0, q->s);
+  if (e != CUDA_SUCCESS) {
+    rec_put(C, r);
+    return gpa__cu_check(C, e, "cuEventRecord", m->err, sizeof m->err);
+  }
+  r->stages = q->unfenced;
+  q->unfenced = NULL;
+  return enqueue_done(C, q, r, m->err, sizeof m->err);
+}
+
+/* ---- ops ------------------------------------------------------------------------------------------- */
+
+static gpa_op_impl_fn cu_impl_of(const gpa__op *op) {
+  if (!op->builtin) return op->d.cuda;
+  gpa_op_impl_fn f = gpa__cu_builtin(op->d.name);
+  if (f) return f;
+  return op->d.host ? gpa__cu_fallback : NULL;
+}
+
+static gpa_status cu_run(void *bctx, gpa__msg *m, gpa_op_impl_fn impl, gpa_op_exec *x) {
+  gpa__cu_ctx *C = bctx;
+  if (C->failed) return failed_state(C, m->err, sizeof m->err);
+  gpa__cu_queue *q = m->q->bq;
+  /* Which registration's impl this is: dispatch walks the chain in order. */
+  if (C->cur_msg != m) {
+    C->cur_msg = m;
+    C->walk = m->op;
+  }
+  while (C->walk && cu_impl_of(C->walk) != impl) C->walk = C->walk->next;
+  C->cur_op = C->walk ? C->walk : m->op;
+  if (C->walk) C->walk = C->walk->next;
+  C->cur_q = q;
+  x->stream = q->s;
+  gpa__cu_rec *r = rec_get(C, m, m->err, sizeof m->err);
+  if (!r) return C->failed ? GPA_EDEVICE : GPA_ENOMEM;
+  CUresult e = C->cu.cuEventRecord(r->ev0, q->s);
+  if (e != CUDA_SUCCESS) {
+    rec_put(C, r);
+    return gpa__cu_check(C, e, "cuEventRecord", m->err, sizeof m->err);
+  }
+  gpa_status st = impl(x);
+  if (st != GPA_OK || impl == gpa__cu_fallback) {
+    /* Declined, failed, or ran synchronously (the host fallback). */
+    rec_put(C, r);
+    if (st != GPA_OK && st != GPA_SKIP && C->failed && !m->err[0]) failed_state(C, m->err, sizeof m->err);
+    return st;
+  }
+  return enqueue_done(C, q, r, m->err, sizeof m->err);
+}
+
+static gpa_exec_env *cu_env(void *bctx) { return &((gpa__cu_ctx *)bctx)->env; }
+
+#define GPA__CU_METHODS                                                                                      \
+  .init = cu_init, .fini = cu_fini, .mem_alloc = cu_alloc, .mem_free = cu_free, .queue_init = cu_queue_init, \
+  .queue_fini = cu_queue_fini, .upload = cu_upload, .readback = cu_readback, .impl_of = cu_impl_of,          \
+  .run = cu_run, .env = cu_env, .complete = cu_complete
+
+const gpa__backend gpa__backend_cuda = {.name = "cuda", GPA__CU_METHODS};
+const gpa__backend gpa__backend_sim = {.name = "sim", GPA__CU_METHODS};
+
+/* "auto": a driver with a device is present (GPA_CUDA_DRIVER or libcuda.so.1). */
+bool gpa__cuda_probe(void) {
+  gpa__cu_api api;
+  char msg[256];
+  if (gpa__cu_open(&api, gpa__cu_env_driver(), msg, sizeof msg) != GPA_OK) return false;
+  gpa__cu_close(&api);
+  return true;
+}

@@ -1,0 +1,116 @@
+/* Internals of the CUDA backend (docs/cuda.md), shared by the files in backends/cuda/.
+ *
+ * Ownership: everything in gpa__cu_ctx belongs to the actor thread, except
+ * what a completion record's host-function callback touches (its own record,
+ * the message it completes, and the actor's lock-free completion stack). */
+#ifndef GPA_BACKENDS_CUDA_INTERNAL_H
+#define GPA_BACKENDS_CUDA_INTERNAL_H
+#include "backends/backend.h"
+#include "backends/cuda/cu.h"
+
+/* A pinned host staging block. */
+typedef struct gpa__cu_stage {
+  void *p;
+  uint64_t cap;
+  void *rb_dst; /* a readback's destination: the completion copies rb_n bytes there */
+  uint64_t rb_n;
+  struct gpa__cu_stage *next;
+} gpa__cu_stage;
+
+typedef struct gpa__cu_ctx gpa__cu_ctx;
+
+/* One message in flight on a stream: events around its work, the staging it
+ * holds, and the host function that completes it. */
+typedef struct gpa__cu_rec {
+  gpa__cu_ctx *C;
+  gpa__msg *m;
+  CUevent ev0, ev1;
+  gpa__cu_stage *stages; /* held until the work is done; readbacks land from here */
+  struct gpa__cu_rec *next;
+} gpa__cu_rec;
+
+/* The backend's queue: a stream and its records in completion order. */
+typedef struct gpa__cu_queue {
+  CUstream s;
+  gpa__cu_rec *head, *tail;
+  gpa__cu_stage *unfenced; /* staging of copies enqueued without a message (fence() takes it) */
+  CUdeviceptr scratch; /* per stream: ops of one stream never overlap */
+  uint64_t scratch_cap;
+  struct gpa__cu_queue *next_free;
+} gpa__cu_queue;
+
+/* What op implementations reach through x->env. The first three members
+ * mirror the host backend's env so that gpa_exec_parallel_for/_threads work
+ * (inline) for user ops; see docs/cuda.md about gpa_exec_scratch. */
+struct gpa_exec_env {
+  void *host_pool;       /* NULL: parallel loops run inline */
+  void *host_scratch;    /* owned by host.c's gpa_exec_scratch if a user op calls it */
+  uint64_t host_scratch_size;
+  gpa__cu_ctx *C;
+};
+
+#define GPA__CU_MODULES_MAX 16
+#define GPA__CU_FUNCS_MAX 128
+
+struct gpa__cu_ctx {
+  gpa_actor *a;
+  gpa__cu_api cu;
+  bool sim;
+  int ordinal;
+  CUdevice dev;
+  CUcontext ctx;
+  int sm_count, max_smem_optin;
+  int grid_cap; /* blocks of a grid-stride launch */
+  gpa_exec_env env;
+  /* the message being run and the registration whose impl runs (run()) */
+  gpa__msg *cur_msg;
+  const gpa__op *walk;
+  const gpa__op *cur_op;
+  gpa__cu_queue *cur_q;
+  /* sticky device error: every later op fails with it */
+  CUresult failed;
+  char fail_msg[160];
+  /* pools */
+  gpa__cu_rec *free_recs;
+  gpa__cu_stage *free_stages;
+  uint64_t staged_cached;
+  gpa__cu_queue *free_queues;
+  /* kernels: modules loaded lazily, functions cached by id */
+  CUmodule mods[GPA__CU_MODULES_MAX];
+  CUfunction fns[GPA__CU_FUNCS_MAX];
+  /* cuBLAS, loaded by the first op that needs it */
+  int blas_state; /* 0 not tried, 1 ready, -1 failed */
+  gpa__cublas_api blas;
+  cublasHandle_t blas_h;
+  char blas_msg[160];
+};
+
+static inline gpa__cu_ctx *gpa__cu_of(const gpa_op_exec *x) { return x->env->C; }
+
+/* backend.c */
+/* Records a driver failure: sticky errors put the backend in the failed
+ * state. Writes "what: error" into msg; returns GPA_EDEVICE (GPA_ENOMEM for
+ * out-of-memory). */
+gpa_status gpa__cu_check(gpa__cu_ctx *C, CUresult r, const char *what, char *msg, size_t cap);
+/* Device scratch of the current queue, valid for the running op (stream
+ * ordered). 0 on failure (message in x->msg). */
+CUdeviceptr gpa__cu_scratch(const gpa_op_exec *x, uint64_t bytes);
+/* Synchronizes the current queue's stream (host fallbacks). */
+gpa_status gpa__cu_sync(const gpa_op_exec *x);
+gpa__cu_stage *gpa__cu_stage_get(gpa__cu_ctx *C, uint64_t n);
+void gpa__cu_stage_put(gpa__cu_ctx *C, gpa__cu_stage *s);
+
+/* fallback.c: runs the op's host implementation on staged copies of its
+ * tensors (synchronously). For built-in ops without a CUDA kernel, and for
+ * the cases a kernel declines. */
+gpa_status gpa__cu_fallback(const gpa_op_exec *x);
+
+/* ops.c: the built-in CUDA implementations by op name. */
+gpa_op_impl_fn gpa__cu_builtin(const char *name);
+void gpa__cu_kernels_release(gpa__cu_ctx *C);
+
+/* blas.c */
+gpa_status gpa__cu_blas(const gpa_op_exec *x, cublasHandle_t *h);
+void gpa__cu_blas_release(gpa__cu_ctx *C);
+
+#endif

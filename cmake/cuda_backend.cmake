@@ -1,0 +1,37 @@
+# The CUDA backend (docs/cuda.md): backends/cuda/*.c into the library, and
+# the kernels of kernels/cuda/*.cu as embedded fatbins (plus their emulated
+# modules for the simulated device). Included by the root CMakeLists.txt
+# after gpa_obj is defined, only when the CUDA toolkit was found.
+include(${CMAKE_CURRENT_LIST_DIR}/cuda.cmake)
+
+file(GLOB GPA_CUDA_BACKEND_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/backends/cuda/*.c)
+target_sources(gpa_obj PRIVATE ${GPA_CUDA_BACKEND_SOURCES})
+target_include_directories(gpa_obj PRIVATE ${GPA_CUDA_INCLUDE})
+
+# Kernel modules: gpa_cu_<mod> (backends/cuda/kernel_list.h names them).
+set(GPA_CUDA_KERNEL_MODULES
+  "ew:elementwise.cu")
+foreach(entry IN LISTS GPA_CUDA_KERNEL_MODULES)
+  string(REPLACE ":" ";" parts "${entry}")
+  list(GET parts 0 mod)
+  list(GET parts 1 src)
+  gpa_cuda_kernels(gpa_cu_${mod} SOURCES ${PROJECT_SOURCE_DIR}/kernels/cuda/${src})
+  # The fatbin's embedding source goes into the library itself.
+  set(embed ${CMAKE_CURRENT_BINARY_DIR}/gpa_cu_${mod}_cuda/gpa_cu_${mod}_fatbin.c)
+  target_sources(gpa_obj PRIVATE ${embed})
+  set_source_files_properties(${embed} PROPERTIES OBJECT_DEPENDS
+    ${CMAKE_CURRENT_BINARY_DIR}/gpa_cu_${mod}_cuda/gpa_cu_${mod}.fatbin)
+  if(TARGET gpa_sim_cuda OR EXISTS ${PROJECT_SOURCE_DIR}/sim/CMakeLists.txt)
+    add_dependencies(gpa_obj gpa_cu_${mod}_sim)
+  endif()
+endforeach()
+
+# GPA_DEVICE=sim: the simulator's driver and cuBLAS subset from this build
+# (GPA_CUDA_DRIVER / GPA_CUBLAS override them at run time).
+if(EXISTS ${PROJECT_SOURCE_DIR}/sim/CMakeLists.txt)
+  set_property(SOURCE ${PROJECT_SOURCE_DIR}/backends/cuda/backend.c APPEND PROPERTY COMPILE_DEFINITIONS
+    GPA_SIM_DRIVER_DEFAULT="${CMAKE_BINARY_DIR}/sim/libgpa_sim_cuda.so")
+  set_property(SOURCE ${PROJECT_SOURCE_DIR}/backends/cuda/blas.c APPEND PROPERTY COMPILE_DEFINITIONS
+    GPA_SIM_CUBLAS_DEFAULT="${CMAKE_BINARY_DIR}/sim/libgpa_sim_cublas.so")
+  add_dependencies(gpa_obj gpa_sim_cuda gpa_sim_cublas)
+endif()

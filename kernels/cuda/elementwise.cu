@@ -1,0 +1,134 @@
+/* Memory-bound kernels of the CUDA backend: elementwise ops, GELU and the
+ * optimizers (fp32; bf16 storage variants of add/scale/GELU with fp32
+ * math). Grid-stride loops over 64-bit indices; the host side caps the grid
+ * (backends/cuda/kernels.c). Semantics and formulas follow kernels/host/. */
+#include "gpa_kernel.h"
+
+#define GS_LOOP(i, n) \
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+
+/* ---- basic elementwise ---------------------------------------------------------------------------- */
+
+extern "C" __global__ void gpa_ew_add_f32(float *y, const float *a, const float *b, long long n) {
+  GS_LOOP(i, n) y[i] = a[i] + b[i];
+}
+
+/* y = alpha * x (+ y0 when y0 != NULL) */
+extern "C" __global__ void gpa_ew_axpy_f32(float *y, const float *x, const float *y0, float alpha, long long n) {
+  if (y0) {
+    GS_LOOP(i, n) y[i] = alpha * x[i] + y0[i];
+  } else {
+    GS_LOOP(i, n) y[i] = alpha * x[i];
+  }
+}
+
+static __device__ __forceinline__ int mask_at(const void *mask, int i32, long long i) {
+  return i32 ? ((const int *)mask)[i] != 0 : ((const unsigned char *)mask)[i] != 0;
+}
+
+/* rows x d: y = x where mask[row] != 0, else 0 */
+extern "C" __global__ void gpa_ew_mask_zero_f32(float *y, const float *x, const void *mask, int mask_i32,
+                                                long long rows, long long d) {
+  GS_LOOP(i, rows * d) y[i] = mask_at(mask, mask_i32, i / d) ? x[i] : 0.0f;
+}
+
+/* One thread per (b, column): y[b,d] = sum (or mean) over l of x[b,l,d],
+ * masked when mask != NULL. Double accumulation in l order (deterministic,
+ * as the host). */
+extern "C" __global__ void gpa_ew_sum_over_l_f32(float *y, const float *x, const void *mask, int mask_i32,
+                                                 long long B, long long L, long long D, int mean) {
+  GS_LOOP(i, B * D) {
+    const long long b = i / D, d = i % D;
+    double acc = 0.0;
+    long long count = 0;
+    for (long long l = 0; l < L; l++) {
+      if (mask && !mask_at(mask, mask_i32, b * L + l)) continue;
+      count++;
+      acc += (double)x[(b * L + l) * D + d];
+    }
+    if (mean) y[i] = count ? (float)(acc * (1.0 / (double)count)) : 0.0f;
+    else y[i] = (float)acc;
+  }
+}
+
+/* One thread per (b, column): dx[b,l,d] = dy[b,d] / count(b) where masked in */
+extern "C" __global__ void gpa_ew_masked_mean_bwd_f32(float *dx, const float *dy, const void *mask, int mask_i32,
+                                                      long long B, long long L, long long D) {
+  GS_LOOP(i, B * D) {
+    const long long b = i / D, d = i % D;
+    long long count = 0;
+    for (long long l = 0; l < L; l++) count += mask_at(mask, mask_i32, b * L + l);
+    const float inv = count ? (float)(1.0 / (double)count) : 0.0f;
+    const float g = dy[i] * inv;
+    for (long long l = 0; l < L; l++) dx[(b * L + l) * D + d] = count && mask_at(mask, mask_i32, b * L + l) ? g : 0.0f;
+  }
+}
+
+extern "C" __global__ void gpa_ew_add_broadcast_f32(float *y, const float *x, const float *v, long long L,
+                                                    long long D, long long n) {
+  GS_LOOP(i, n) {
+    const long long r = i / D;
+    y[i] = x[i] + v[(r / L) * D + (i % D)];
+  }
+}
+
+/* ---- GELU ------------------------------------------------------------------------------------------ */
+
+#define K_TANH 0.7978845608028654f /* sqrt(2/pi) */
+#define C_TANH 0.044715f
+#define INV_SQRT2 0.7071067811865476f
+#define INV_SQRT2PI 0.3989422804014327f
+
+static __device__ __forceinline__ float gelu_f(float v, int approximate) {
+  if (approximate) return v / (1.0f + expf(-2.0f * K_TANH * (v + C_TANH * v * v * v)));
+  return 0.5f * v * erfcf(-v * INV_SQRT2);
+}
+
+static __device__ __forceinline__ float gelu_grad(float v, int approximate) {
+  if (approximate) {
+    float a = -2.0f * K_TANH * (v + C_TANH * v * v * v);
+    a = fminf(fmaxf(a, -80.0f), 80.0f);
+    const float e = expf(a);
+    const float s = 1.0f / (1.0f + e), s1 = e * s;
+    const float du = K_TANH * (1.0f + 3.0f * C_TANH * v * v);
+    return s + 2.0f * v * s * s1 * du;
+  }
+  return 0.5f * erfcf(-v * INV_SQRT2) + v * INV_SQRT2PI * expf(-0.5f * v * v);
+}
+
+extern "C" __global__ void gpa_gelu_fwd_f32(float *y, const float *x, long long n, int approximate) {
+  GS_LOOP(i, n) y[i] = gelu_f(x[i], approximate);
+}
+
+extern "C" __global__ void gpa_gelu_bwd_f32(float *dx, const float *x, const float *dy, long long n,
+                                            int approximate) {
+  GS_LOOP(i, n) dx[i] = dy[i] * gelu_grad(x[i], approximate);
+}
+
+/* ---- optimizers ------------------------------------------------------------------------------------ */
+
+/* AdamW; scalars formed on the host in double, as the host kernel does. */
+extern "C" __global__ void gpa_adamw_f32(float *po, float *mo, float *vo, const float *p, const float *g,
+                                         const float *m, const float *v, long long n, float decay, float b1,
+                                         float c1, float b2, float c2, float step_size, float inv_bc2_sqrt,
+                                         float eps) {
+  GS_LOOP(i, n) {
+    const float gi = g[i];
+    const float mi = b1 * m[i] + c1 * gi;
+    const float vi = b2 * v[i] + c2 * gi * gi;
+    const float pi = p[i] * decay;
+    po[i] = pi - step_size * mi / (sqrtf(vi) * inv_bc2_sqrt + eps);
+    mo[i] = mi;
+    vo[i] = vi;
+  }
+}
+
+extern "C" __global__ void gpa_sgd_f32(float *po, float *bo, const float *p, const float *g, const float *b,
+                                       long long n, float lr, float mu, float wd, int nesterov) {
+  GS_LOOP(i, n) {
+    const float gi = g[i] + wd * p[i];
+    const float bi = mu * b[i] + gi;
+    po[i] = p[i] - lr * (nesterov ? gi + mu * bi : bi);
+    bo[i] = bi;
+  }
+}
