@@ -71,6 +71,14 @@ static void finish(gpa_actor *a, gpa__msg *m, gpa_status st) {
   if (st != GPA_OK && !m->err[0]) snprintf(m->err, sizeof m->err, "%s", gpa_strerror(st));
   gpa_queue *q = m->q;
   if (q && m->kind != GPA__MSG_CALL) gpa__batch_account(q, m, m->device_ns, st == GPA_OK ? m->bytes : 0);
+  if (m->kind == GPA__MSG_OUTFEED || m->kind == GPA__MSG_INFEED) {
+    /* An outfeed's handle completes at delivery, in the session's order
+     * (failures too, once they have a place in it). */
+    if (gpa__feed_release(m, st)) {
+      gpa__feed_landed(a, m);
+      return;
+    }
+  }
   gpa__msg_complete(m, st, m->err);
   gpa__msg_unref(m); /* the actor's reference */
 }
@@ -87,6 +95,8 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
     switch (m->kind) {
       case GPA__MSG_CALL: st = m->fn(a, m); break;
       case GPA__MSG_OP: st = run_op(a, m); break;
+      case GPA__MSG_INFEED:
+      case GPA__MSG_OUTFEED: st = gpa__feed_run(a, m); break;
       default: st = run_transfer(a, m); break;
     }
     /* Synchronous backends: the time on the actor is the device time. An

@@ -15,7 +15,8 @@ struct gpa__backend {
   void (*queue_fini)(void *bctx, void *bq);
   /* Copies. Return GPA_OK when done, or GPA__DEFERRED when the copy was
    * enqueued and gpa__complete_async(m) will follow (then also set
-   * m->device_ns). */
+   * m->device_ns). With m == NULL: enqueue only, no completion (src stays
+   * valid until a later fence completes); return GPA_OK. */
   gpa_status (*upload)(void *bctx, void *bq, gpa__msg *m, void *dst, const void *src, uint64_t n);
   gpa_status (*readback)(void *bctx, void *bq, gpa__msg *m, void *dst_host, const void *src, uint64_t n);
   /* The implementation of an op for this backend (the chain walk is generic). */
@@ -24,6 +25,10 @@ struct gpa__backend {
    * work and the completion and returns GPA__DEFERRED. NULL: impl(x) runs
    * synchronously. */
   gpa_status (*run)(void *bctx, gpa__msg *m, gpa_op_impl_fn impl, gpa_op_exec *x);
+  /* Optional (asynchronous backends): completes m once the work already
+   * enqueued on bq has finished; returns GPA__DEFERRED. Used after copies
+   * issued with m == NULL (several copies, one completion: feed ops). */
+  gpa_status (*fence)(void *bctx, void *bq, gpa__msg *m);
   gpa_exec_env *(*env)(void *bctx);
   /* Optional: called on the actor thread for each message that
    * gpa__complete_async pushed, in completion order, before it is finished;
