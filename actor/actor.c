@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "actor/bufcache.h"
+#include "actor/spin.h"
 #include "backends/backend.h"
 
 extern const struct ck_ec_mode gpa__ec_mp;
@@ -17,12 +18,6 @@ typedef struct startup {
   gpa_status st;
   char msg[256];
 } startup;
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 static void actor_loop(gpa_actor *a) {
   for (;;) {
@@ -41,7 +36,7 @@ static void actor_loop(gpa_actor *a) {
     /* Spin a little before sleeping: a wake-up across cores costs ~25 us. */
     bool work = false;
     for (int i = 0; i < 2000 && !work; i++) {
-      cpu_relax();
+      gpa__cpu_relax();
       work = !gpa__mailbox_empty(a) || atomic_load_explicit(&a->done, memory_order_relaxed) ||
              (atomic_load_explicit(&a->stopping, memory_order_relaxed) && !a->inflight_total);
     }

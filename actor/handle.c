@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "actor/ctx.h"
+#include "actor/spin.h"
 
 #define GPA__SLAB_MSGS 32
 
@@ -126,12 +127,6 @@ void gpa__msg_complete(gpa__msg *m, gpa_status st, const char *msg) {
   if (atomic_load_explicit(&m->waiters, memory_order_seq_cst)) futex_wake_all(&m->state);
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 /* Spin briefly first: waking a sleeper on another core costs ~25 us here. */
 static bool wait_done(gpa__msg *m, int64_t timeout_ns) {
   if (atomic_load_explicit(&m->state, memory_order_acquire)) return true;
@@ -139,7 +134,7 @@ static bool wait_done(gpa__msg *m, int64_t timeout_ns) {
   int64_t start = gpa__now_ns();
   for (int i = 0; i < 4000; i++) {
     if (atomic_load_explicit(&m->state, memory_order_acquire)) return true;
-    cpu_relax();
+    gpa__cpu_relax();
   }
   for (int i = 0; i < 20; i++) {
     if (atomic_load_explicit(&m->state, memory_order_acquire)) return true;

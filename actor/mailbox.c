@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "actor/ctx.h"
+#include "actor/spin.h"
 #include "actor/tsan.h"
 
 /* ck_ec platform layer: futex wait/wake and the monotonic clock. */
@@ -142,12 +143,6 @@ gpa__ctx *gpa__ctx_get(gpa_actor *a) {
   return ctx_register(a);
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 /* Waits for space in c's ring per the actor's full policy. Control calls
  * (sync, acquire, ...) always wait: failing them fast would only make the
  * caller spin on a round trip it cannot do without. */
@@ -163,7 +158,7 @@ static gpa_status wait_space(gpa_actor *a, gpa__ctx *c, bool control) {
       return gpa__fail(GPA_ETIMEDOUT, "mailbox full for %lld ms; message not accepted",
                        (long long)(limit / 1000000));
     if (spin < 64) {
-      cpu_relax();
+      gpa__cpu_relax();
       continue;
     }
     uint32_t snap = ck_ec32_value(&a->space_ec);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "actor/spin.h"
 #include "bench.h"
 
 extern const struct ck_ec_mode gpa__ec_mp; /* the library's futex ops */
@@ -58,7 +59,7 @@ static void *bare_consumer(void *arg) {
     if (atomic_load(&b->stop)) return NULL;
     bool work = false;
     for (int i = 0; i < 2000 && !work; i++) {
-      __builtin_ia32_pause();
+      gpa__cpu_relax();
       work = !bare_empty(b) || atomic_load_explicit(&b->stop, memory_order_relaxed);
     }
     if (work) continue;
@@ -70,7 +71,7 @@ static void *bare_consumer(void *arg) {
 }
 
 static void bare_send(bare *b, int i, void *p) {
-  while (!ck_ring_enqueue_spsc(&b->ring[i], b->buf[i], p)) __builtin_ia32_pause();
+  while (!ck_ring_enqueue_spsc(&b->ring[i], b->buf[i], p)) gpa__cpu_relax();
   if (atomic_load_explicit(&b->idle, memory_order_seq_cst)) ck_ec32_inc(&b->ec, &gpa__ec_mp);
 }
 
@@ -97,7 +98,7 @@ static double bare_async_ns(int nprod, long per) {
     pthread_create(&prod[i], NULL, bare_producer, &pp[i]);
   }
   for (int i = 0; i < nprod; i++) pthread_join(prod[i], NULL);
-  while (atomic_load_explicit(&b->consumed, memory_order_acquire) < per * nprod) __builtin_ia32_pause();
+  while (atomic_load_explicit(&b->consumed, memory_order_acquire) < per * nprod) gpa__cpu_relax();
   double ns = (gpa_bench_now_ns() - t0) / (double)(per * nprod);
   atomic_store(&b->stop, 1);
   ck_ec32_inc(&b->ec, &gpa__ec_mp);
@@ -178,7 +179,7 @@ static void *pp_recv(pp_side *s) {
   for (;;) {
     for (int i = 0; i < 4000; i++) {
       if (ck_ring_dequeue_spsc(&s->ring, s->buf, &p)) return p;
-      __builtin_ia32_pause();
+      gpa__cpu_relax();
     }
     uint32_t snap = ck_ec32_value(&s->ec);
     atomic_store(&s->idle, 1);
@@ -191,7 +192,7 @@ static void *pp_recv(pp_side *s) {
   }
 }
 static void pp_send(pp_side *s, void *p) {
-  while (!ck_ring_enqueue_spsc(&s->ring, s->buf, p)) __builtin_ia32_pause();
+  while (!ck_ring_enqueue_spsc(&s->ring, s->buf, p)) gpa__cpu_relax();
   if (atomic_load_explicit(&s->idle, memory_order_seq_cst)) ck_ec32_inc(&s->ec, &gpa__ec_mp);
 }
 static void *pp_server(void *arg) {

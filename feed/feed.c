@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "actor/spin.h"
 #include "feed/feed_internal.h"
 
 #define ITEM_ALIGN 64
@@ -48,6 +49,7 @@ static gpa__msg *take_locked(gpa_feed *s) {
     s->dq_head = m->next;
     if (!s->dq_head) s->dq_tail = NULL;
     m->next = NULL;
+    atomic_fetch_sub_explicit(&s->dq_len, 1, memory_order_relaxed);
   }
   return m;
 }
@@ -364,6 +366,9 @@ gpa_status gpa_outfeed_pop(gpa_feed *s, int64_t timeout_ns, gpa_handle **item) {
       dl.tv_nsec -= 1000000000;
     }
   }
+  /* A wake-up across cores costs tens of microseconds: spin a little first. */
+  for (int i = 0; i < 4000 && timeout_ns && !atomic_load_explicit(&s->dq_len, memory_order_acquire); i++)
+    gpa__cpu_relax();
   pthread_mutex_lock(&s->lock);
   gpa__msg *m;
   while (!(m = take_locked(s))) {

@@ -141,6 +141,7 @@ static void flush(gpa_feed *s) {
     if (s->dq_tail) s->dq_tail->next = m;
     else s->dq_head = m;
     s->dq_tail = m;
+    atomic_fetch_add_explicit(&s->dq_len, 1, memory_order_release);
     pthread_cond_broadcast(&s->cond);
     pthread_mutex_unlock(&s->lock);
   }

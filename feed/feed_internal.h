@@ -45,6 +45,7 @@ struct gpa_feed {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   gpa__msg *dq_head, *dq_tail;
+  _Atomic uint32_t dq_len; /* lets gpa_outfeed_pop spin before it sleeps */
   bool stop;
   bool has_thread;
   pthread_t thread;

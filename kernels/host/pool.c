@@ -1,4 +1,5 @@
 #include "kernels/host/pool.h"
+#include "actor/spin.h"
 
 #include <limits.h>
 #include <linux/futex.h>
@@ -26,12 +27,6 @@ struct gpa__pool {
 
 static _Thread_local bool in_loop;
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 static void run_chunks(gpa__pool *p) {
   int64_t c;
   while ((c = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < p->chunks) {
@@ -50,7 +45,7 @@ static void *worker_main(void *arg) {
     while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
       if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
       if (++spins < 20000) {
-        cpu_relax();
+        gpa__cpu_relax();
         continue;
       }
       atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
@@ -119,7 +114,7 @@ void gpa__pool_for(gpa__pool *p, int64_t n, int64_t grain, gpa_range_fn fn, void
   in_loop = false;
   /* Workers that wake late find no chunk and leave at once. */
   for (int spins = 0; atomic_load_explicit(&p->busy, memory_order_acquire); spins++) {
-    if (spins < 4000) cpu_relax();
+    if (spins < 4000) gpa__cpu_relax();
     else sched_yield(); /* a worker may be preempted: give it the core */
   }
 }
