@@ -1,9 +1,11 @@
 # Per-file flags of the basic op library's host kernels (kernels/host/):
-# -O3. Their loops are written for the vectorizer's full cost model; at -O2
-# gcc's "very cheap" model leaves most of them scalar (about 2x slower on
-# layernorm, gelu and cross-entropy). Included from the root CMakeLists.txt;
+# -O3 and -fno-math-errno. Their loops are written for the vectorizer's full
+# cost model; at -O2 gcc's "very cheap" model leaves most of them scalar
+# (about 2x slower on layernorm, gelu and cross-entropy). Without
+# -fno-math-errno a sqrtf in a loop (AdamW) cannot be vectorized (errno on a
+# negative input); the kernels never read errno. Included from the root CMakeLists.txt;
 # only sets source properties, so it may be included before or after the
 # targets are defined (same directory).
 foreach(gpa_k elementwise gelu layernorm embedding metrics optim vmath)
-  set_source_files_properties(${CMAKE_SOURCE_DIR}/kernels/host/${gpa_k}.c PROPERTIES COMPILE_OPTIONS "-O3")
+  set_source_files_properties(${CMAKE_SOURCE_DIR}/kernels/host/${gpa_k}.c PROPERTIES COMPILE_OPTIONS "-O3;-fno-math-errno")
 endforeach()

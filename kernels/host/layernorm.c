@@ -32,21 +32,29 @@ GPA__KCLONES static float row_sum_shift(const float *restrict x, float p, int64_
 /* Sums of d = x - m and of d^2, in double (d too: x - m in float would round
  * every x of one binade the same way, a bias in the mean). */
 GPA__KCLONES static void row_dev(const float *restrict x, float m, int64_t D, double *sum, double *sq) {
-  double a[8] = {0}, b[8] = {0};
+  /* 2 x 4 lanes of each sum: groups of 4 doubles map onto whole vectors */
+  double a0[4] = {0}, a1[4] = {0}, b0[4] = {0}, b1[4] = {0};
+  const double md = (double)m;
   int64_t i = 0;
-  for (; i + 8 <= D; i += 8)
-    for (int j = 0; j < 8; j++) {
-      double d = (double)x[i + j] - (double)m;
-      a[j] += d;
-      b[j] += d * d;
+  for (; i + 8 <= D; i += 8) {
+    for (int j = 0; j < 4; j++) {
+      double d = (double)x[i + j] - md;
+      a0[j] += d;
+      b0[j] += d * d;
     }
+    for (int j = 0; j < 4; j++) {
+      double d = (double)x[i + 4 + j] - md;
+      a1[j] += d;
+      b1[j] += d * d;
+    }
+  }
   double sa = 0.0, sb = 0.0;
   for (; i < D; i++) {
-    double d = (double)x[i] - (double)m;
+    double d = (double)x[i] - md;
     sa += d;
     sb += d * d;
   }
-  for (int j = 0; j < 8; j++) sa += a[j], sb += b[j];
+  for (int j = 0; j < 4; j++) sa += a0[j] + a1[j], sb += b0[j] + b1[j];
   *sum = sa;
   *sq = sb;
 }

@@ -20,9 +20,6 @@ typedef struct met_ctx {
   double *part;
 } met_ctx;
 
-static double sum8(const double *a) {
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
 
 GPA__KCLONES static float row_max(const float *restrict x, int64_t V) {
   float m[16];
@@ -153,15 +150,22 @@ void gpa__cross_entropy_bwd_f32(const gpa__par *par, float *dlogits, const float
   gpa__pfor(par, N, rows_grain(V), ce_bwd_rows, &c);
 }
 
+/* Double sums in 2 x 4 lanes: groups of 4 doubles map onto whole vectors. */
 GPA__KCLONES static double row_sqdiff(const float *restrict y, const float *restrict t, int64_t D) {
-  double a[8] = {0};
+  double a0[4] = {0}, a1[4] = {0};
   int64_t i = 0;
-  for (; i + 8 <= D; i += 8)
-    for (int j = 0; j < 8; j++) {
+  for (; i + 8 <= D; i += 8) {
+    for (int j = 0; j < 4; j++) {
       double d = (double)y[i + j] - (double)t[i + j];
-      a[j] += d * d;
+      a0[j] += d * d;
     }
-  double s = sum8(a);
+    for (int j = 0; j < 4; j++) {
+      double d = (double)y[i + 4 + j] - (double)t[i + 4 + j];
+      a1[j] += d * d;
+    }
+  }
+  double s = 0.0;
+  for (int j = 0; j < 4; j++) s += a0[j] + a1[j];
   for (; i < D; i++) s += ((double)y[i] - (double)t[i]) * ((double)y[i] - (double)t[i]);
   return s;
 }
@@ -180,23 +184,26 @@ void gpa__mse_f32(const gpa__par *par, float *out, const float *y, const float *
 }
 
 GPA__KCLONES static void row_dots(const float *restrict y, const float *restrict t, int64_t D, double *r) {
-  double a[8] = {0}, b[8] = {0}, d[8] = {0};
+  double a[4] = {0}, b[4] = {0}, d[4] = {0};
   int64_t i = 0;
-  for (; i + 8 <= D; i += 8)
-    for (int j = 0; j < 8; j++) {
+  for (; i + 4 <= D; i += 4)
+    for (int j = 0; j < 4; j++) {
       double u = y[i + j], v = t[i + j];
       a[j] += u * v;
       b[j] += u * u;
       d[j] += v * v;
     }
-  double sa = sum8(a), sb = sum8(b), sd = sum8(d);
+  double sa = 0.0, sb = 0.0, sd = 0.0;
+  for (int j = 0; j < 4; j++) sa += a[j], sb += b[j], sd += d[j];
   for (; i < D; i++) {
     double u = y[i], v = t[i];
     sa += u * v;
     sb += u * u;
     sd += v * v;
   }
-  r[0] = sa; r[1] = sb; r[2] = sd;
+  r[0] = sa;
+  r[1] = sb;
+  r[2] = sd;
 }
 
 static void cos_rows(int64_t s, int64_t e, void *p) {
