@@ -127,7 +127,11 @@ static void bias_fill_rows(int64_t r0, int64_t r1, void *p) {
   }
 }
 
-#define ROW_GRAIN_FLOATS 16384
+/* Row passes go parallel only in chunks of at least this many floats (1 MiB):
+ * a smaller pass is faster on one thread than the pool's hand-off, and a
+ * pool worker still spinning after the pass would take a core from the
+ * OpenBLAS threads of the GEMM that follows. */
+#define ROW_GRAIN_FLOATS (1 << 18)
 
 static int64_t row_grain(int64_t row_len) { return ROW_GRAIN_FLOATS / (row_len > 0 ? row_len : 1) + 1; }
 
@@ -143,9 +147,9 @@ static void shift_range(const gpa__conv1d_geom *g, int64_t off, int64_t *lo, int
 /* Wk[(k*Cout + co)*cin_g + ci] = W[(co*cin_g + ci)*K + k] (to = 1), or back. */
 static void repack(const gpa__conv1d_geom *g, float *dst, const float *src, int to) {
   int64_t cin_g = g->Cin / g->groups, K = g->K;
-  for (int64_t co = 0; co < g->Cout; co++)
-    for (int64_t ci = 0; ci < cin_g; ci++)
-      for (int64_t k = 0; k < K; k++) {
+  for (int64_t k = 0; k < K; k++) /* the packed side contiguous */
+    for (int64_t co = 0; co < g->Cout; co++)
+      for (int64_t ci = 0; ci < cin_g; ci++) {
         int64_t w = (co * cin_g + ci) * K + k, p = (k * g->Cout + co) * cin_g + ci;
         if (to) dst[p] = src[w];
         else dst[w] = src[p];

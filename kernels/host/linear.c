@@ -14,8 +14,10 @@
 #include "kernels/host/blas.h"
 #include "kernels/host/gelu.h"
 
-/* Row passes split in blocks of about this many floats. */
-#define EW_GRAIN 16384
+/* Row passes split in blocks of at least this many floats (1 MiB): smaller
+ * passes run on one thread (a pool worker still spinning after a pass would
+ * take a core from the OpenBLAS threads of the next GEMM). */
+#define EW_GRAIN (1 << 18)
 
 typedef struct bias_ctx {
   float *y;
