@@ -176,8 +176,10 @@ static uint64_t ew_bytes(const gpa_op_sig *s) {
   return b;
 }
 
-#define EW(name_, nin_, attrs_, nattrs_, shape_, host_) \
-  {sizeof(gpa_op_desc), name_, nin_, nin_, 1, attrs_, nattrs_, sizeof(ew_params), shape_, host_, NULL, ew_bytes, NULL}
+#define EW(name_, nin_, attrs_, nattrs_, shape_, host_)                                                     \
+  {.size = sizeof(gpa_op_desc), .name = name_, .min_inputs = nin_, .max_inputs = nin_, .n_outputs = 1,       \
+   .attrs = attrs_, .n_attrs = nattrs_, .params_size = sizeof(ew_params), .shape = shape_, .host = host_, \
+   .bytes_moved = ew_bytes}
 
 const gpa_op_desc gpa__ops_elementwise[] = {
     EW("add", 2, NULL, 0, add_shape, add_host),

@@ -108,9 +108,12 @@ static uint64_t bwd_bytes(const gpa_op_sig *s) {
 }
 
 const gpa_op_desc gpa__ops_embedding[] = {
-    {sizeof(gpa_op_desc), "embedding_fwd", 2, 2, 1, NULL, 0, sizeof(emb_params), fwd_shape, fwd_host, NULL,
-     fwd_bytes, NULL},
-    {sizeof(gpa_op_desc), "embedding_bwd", 2, 2, 1, bwd_attrs, 1, sizeof(emb_params), bwd_shape, bwd_host, NULL,
-     bwd_bytes, NULL},
+    {.size = sizeof(gpa_op_desc), .name = "embedding_fwd", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
+     .params_size = sizeof(emb_params),
+     .shape = fwd_shape, .host = fwd_host, .bytes_moved = fwd_bytes},
+    {.size = sizeof(gpa_op_desc), .name = "embedding_bwd", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
+     .attrs = bwd_attrs, .n_attrs = 1,
+     .params_size = sizeof(emb_params),
+     .shape = bwd_shape, .host = bwd_host, .bytes_moved = bwd_bytes},
 };
 const uint32_t gpa__ops_embedding_count = 2;

@@ -47,9 +47,13 @@ static uint64_t fwd_bytes(const gpa_op_sig *s) { return 8u * (uint64_t)gpa__chk_
 static uint64_t bwd_bytes(const gpa_op_sig *s) { return 12u * (uint64_t)gpa__chk_numel(&s->inputs[0]); }
 
 const gpa_op_desc gpa__ops_gelu[] = {
-    {sizeof(gpa_op_desc), "gelu_fwd", 1, 1, 1, gelu_attrs, 1, sizeof(gelu_params), fwd_shape, fwd_host, NULL,
-     fwd_bytes, NULL},
-    {sizeof(gpa_op_desc), "gelu_bwd", 2, 2, 1, gelu_attrs, 1, sizeof(gelu_params), bwd_shape, bwd_host, NULL,
-     bwd_bytes, NULL},
+    {.size = sizeof(gpa_op_desc), .name = "gelu_fwd", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
+     .attrs = gelu_attrs, .n_attrs = 1,
+     .params_size = sizeof(gelu_params),
+     .shape = fwd_shape, .host = fwd_host, .bytes_moved = fwd_bytes},
+    {.size = sizeof(gpa_op_desc), .name = "gelu_bwd", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
+     .attrs = gelu_attrs, .n_attrs = 1,
+     .params_size = sizeof(gelu_params),
+     .shape = bwd_shape, .host = bwd_host, .bytes_moved = bwd_bytes},
 };
 const uint32_t gpa__ops_gelu_count = 2;

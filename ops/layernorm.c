@@ -88,9 +88,12 @@ static uint64_t bwd_bytes(const gpa_op_sig *s) {
 }
 
 const gpa_op_desc gpa__ops_layernorm[] = {
-    {sizeof(gpa_op_desc), "layernorm_fwd", 3, 3, 3, ln_attrs, 1, sizeof(ln_params), fwd_shape, fwd_host, NULL,
-     fwd_bytes, NULL},
-    {sizeof(gpa_op_desc), "layernorm_bwd", 5, 5, 3, NULL, 0, sizeof(ln_params), bwd_shape, bwd_host, NULL,
-     bwd_bytes, NULL},
+    {.size = sizeof(gpa_op_desc), .name = "layernorm_fwd", .min_inputs = 3, .max_inputs = 3, .n_outputs = 3,
+     .attrs = ln_attrs, .n_attrs = 1,
+     .params_size = sizeof(ln_params),
+     .shape = fwd_shape, .host = fwd_host, .bytes_moved = fwd_bytes},
+    {.size = sizeof(gpa_op_desc), .name = "layernorm_bwd", .min_inputs = 5, .max_inputs = 5, .n_outputs = 3,
+     .params_size = sizeof(ln_params),
+     .shape = bwd_shape, .host = bwd_host, .bytes_moved = bwd_bytes},
 };
 const uint32_t gpa__ops_layernorm_count = 2;

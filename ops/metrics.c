@@ -134,10 +134,14 @@ static gpa_status cos_host(const gpa_op_exec *x) { return pair_host(x, 1); }
 static uint64_t in_bytes(const gpa_op_sig *s) {
   return 4u * (uint64_t)(gpa__chk_numel(&s->inputs[0]) + gpa__chk_numel(&s->inputs[1]));
 }
-static uint64_t ce_bwd_bytes(const gpa_op_sig *s) { return in_bytes(s) + 4u * (uint64_t)gpa__chk_numel(&s->inputs[0]); }
+static uint64_t ce_bwd_bytes(const gpa_op_sig *s) {
+  return in_bytes(s) + 4u * (uint64_t)gpa__chk_numel(&s->inputs[0]);
+}
 
-#define MET(name_, nin_, attrs_, nattrs_, shape_, host_, bytes_) \
-  {sizeof(gpa_op_desc), name_, nin_, nin_, 1, attrs_, nattrs_, sizeof(met_params), shape_, host_, NULL, bytes_, NULL}
+#define MET(name_, nin_, attrs_, nattrs_, shape_, host_, bytes_)                                             \
+  {.size = sizeof(gpa_op_desc), .name = name_, .min_inputs = nin_, .max_inputs = nin_, .n_outputs = 1,        \
+   .attrs = attrs_, .n_attrs = nattrs_, .params_size = sizeof(met_params), .shape = shape_, .host = host_, \
+   .bytes_moved = bytes_}
 
 const gpa_op_desc gpa__ops_metrics[] = {
     MET("cross_entropy_fwd", 2, ce_fwd_attrs, 1, ce_fwd_shape, ce_fwd_host, in_bytes),

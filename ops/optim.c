@@ -75,9 +75,13 @@ static uint64_t adamw_bytes(const gpa_op_sig *s) { return 28u * (uint64_t)gpa__c
 static uint64_t sgd_bytes(const gpa_op_sig *s) { return 20u * (uint64_t)gpa__chk_numel(&s->inputs[0]); }
 
 const gpa_op_desc gpa__ops_optim[] = {
-    {sizeof(gpa_op_desc), "adamw", 4, 4, 3, adamw_attrs, 6, sizeof(opt_params), adamw_shape, adamw_host, NULL,
-     adamw_bytes, NULL},
-    {sizeof(gpa_op_desc), "sgd", 3, 3, 2, sgd_attrs, 4, sizeof(opt_params), sgd_shape, sgd_host, NULL, sgd_bytes,
-     NULL},
+    {.size = sizeof(gpa_op_desc), .name = "adamw", .min_inputs = 4, .max_inputs = 4, .n_outputs = 3,
+     .attrs = adamw_attrs, .n_attrs = 6,
+     .params_size = sizeof(opt_params),
+     .shape = adamw_shape, .host = adamw_host, .bytes_moved = adamw_bytes},
+    {.size = sizeof(gpa_op_desc), .name = "sgd", .min_inputs = 3, .max_inputs = 3, .n_outputs = 2,
+     .attrs = sgd_attrs, .n_attrs = 4,
+     .params_size = sizeof(opt_params),
+     .shape = sgd_shape, .host = sgd_host, .bytes_moved = sgd_bytes},
 };
 const uint32_t gpa__ops_optim_count = 2;
