@@ -10,7 +10,10 @@ target_include_directories(gpa_obj PRIVATE ${GPA_CUDA_INCLUDE})
 
 # Kernel modules: gpa_cu_<mod> (backends/cuda/kernel_list.h names them).
 set(GPA_CUDA_KERNEL_MODULES
-  "ew:elementwise.cu")
+  "ew:elementwise.cu"
+  "norm:norm.cu"
+  "emb:embedding.cu"
+  "met:metrics.cu")
 foreach(entry IN LISTS GPA_CUDA_KERNEL_MODULES)
   string(REPLACE ":" ";" parts "${entry}")
   list(GET parts 0 mod)

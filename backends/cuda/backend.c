@@ -353,6 +353,7 @@ static gpa__cu_rec *rec_get(gpa__cu_ctx *C, gpa__msg *m, char *msg, size_t cap) 
   }
   r->m = m;
   r->stages = NULL;
+  r->post = (gpa__cu_post){0};
   r->next = NULL;
   return r;
 }
@@ -360,6 +361,8 @@ static gpa__cu_rec *rec_get(gpa__cu_ctx *C, gpa__msg *m, char *msg, size_t cap) 
 static void rec_put(gpa__cu_ctx *C, gpa__cu_rec *r) {
   stages_put(C, r->stages);
   r->stages = NULL;
+  gpa__cu_stage_put(C, r->post.stage);
+  r->post = (gpa__cu_post){0};
   r->m = NULL;
   r->next = C->free_recs;
   C->free_recs = r;
@@ -392,6 +395,38 @@ static gpa_status enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r,
   return GPA__DEFERRED;
 }
 
+static gpa_status post_status(const gpa__cu_rec *r, gpa__msg *m) {
+  unsigned long long res[2];
+  memcpy(res, r->post.stage->p, sizeof res);
+  if (res[0] == ~0ull) return GPA_OK;
+  long long pos = (long long)res[0], val = (long long)res[1];
+  if (r->post.kind == GPA__CU_POST_IDS2D)
+    snprintf(m->err, sizeof m->err, "%s: ids[%lld,%lld] = %lld out of range [0, %lld)", r->post.op,
+             pos / r->post.a, pos % r->post.a, val, r->post.b);
+  else
+    snprintf(m->err, sizeof m->err, "%s: targets[%lld] = %lld out of range [0, %lld) (ignore_index %lld)",
+             r->post.op, pos, val, r->post.a, r->post.b);
+  return GPA_ERANGE;
+}
+
+gpa_status gpa__cu_post_check(const gpa_op_exec *x, int kind, const char *op, CUdeviceptr res, long long a,
+                              long long b) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  gpa__cu_stage *s = gpa__cu_stage_get(C, 16);
+  if (!s) {
+    snprintf(x->msg, x->msg_size, "%s: out of pinned host memory", op);
+    return GPA_ENOMEM;
+  }
+  CUresult e = C->cu.cuMemcpyDtoHAsync(s->p, res, 16, C->cur_q->s);
+  if (e != CUDA_SUCCESS) {
+    gpa__cu_stage_put(C, s);
+    return gpa__cu_check(C, e, "cuMemcpyDtoHAsync", x->msg, x->msg_size);
+  }
+  gpa__cu_stage_put(C, C->post.stage); /* a second check of one op replaces the first */
+  C->post = (gpa__cu_post){kind, op, a, b, s};
+  return GPA_OK;
+}
+
 static gpa_status cu_complete(void *bctx, gpa__msg *m, gpa_status st) {
   gpa__cu_ctx *C = bctx;
   gpa__cu_queue *q = m->q->bq;
@@ -406,6 +441,7 @@ static gpa_status cu_complete(void *bctx, gpa__msg *m, gpa_status st) {
   CUresult e = C->cu.cuEventElapsedTime(&ms, r->ev0, r->ev1);
   if (e == CUDA_SUCCESS) m->device_ns = (int64_t)((double)ms * 1e6);
   else if (is_sticky(e)) gpa__cu_check(C, e, "cuEventElapsedTime", NULL, 0);
+  if (r->post.kind && st == GPA_OK && !C->failed) st = post_status(r, m);
   rec_put(C, r);
   if (C->failed && st == GPA_OK) {
     snprintf(m->err, sizeof m->err, "device failed: %s", C->fail_msg);
@@ -468,9 +504,8 @@ static gpa_status cu_readback(void *bctx, void *bq, gpa__msg *m, void *dst, cons
   return copy(bctx, bq, m, false, dst, (CUdeviceptr)(uintptr_t)src, n);
 }
 
-/* The backend's `fence` method (feed ops: several copies, one completion);
- * wired into the method table once backend.h has the slot. */
-__attribute__((unused)) static gpa_status cu_fence(void *bctx, void *bq, gpa__msg *m) {
+/* Feed ops: several copies enqueued with m == NULL, then one completion. */
+static gpa_status cu_fence(void *bctx, void *bq, gpa__msg *m) {
   gpa__cu_ctx *C = bctx;
   gpa__cu_queue *q = bq;
   if (C->failed) return failed_state(C, m->err, sizeof m->err);
@@ -516,7 +551,17 @@ static gpa_status cu_run(void *bctx, gpa__msg *m, gpa_op_impl_fn impl, gpa_op_ex
     rec_put(C, r);
     return gpa__cu_check(C, e, "cuEventRecord", m->err, sizeof m->err);
   }
+  C->post = (gpa__cu_post){0};
   gpa_status st = impl(x);
+  if (C->post.stage) {
+    if (st == GPA_OK) {
+      r->post = C->post;
+    } else {
+      C->cu.cuStreamSynchronize(q->s); /* the check's copy may still be in flight */
+      gpa__cu_stage_put(C, C->post.stage);
+    }
+    C->post = (gpa__cu_post){0};
+  }
   if (st != GPA_OK || impl == gpa__cu_fallback) {
     /* Declined, failed, or ran synchronously (the host fallback). */
     rec_put(C, r);
@@ -531,7 +576,7 @@ static gpa_exec_env *cu_env(void *bctx) { return &((gpa__cu_ctx *)bctx)->env; }
 #define GPA__CU_METHODS                                                                                      \
   .init = cu_init, .fini = cu_fini, .mem_alloc = cu_alloc, .mem_free = cu_free, .queue_init = cu_queue_init, \
   .queue_fini = cu_queue_fini, .upload = cu_upload, .readback = cu_readback, .impl_of = cu_impl_of,          \
-  .run = cu_run, .env = cu_env, .complete = cu_complete
+  .run = cu_run, .fence = cu_fence, .env = cu_env, .complete = cu_complete
 
 const gpa__backend gpa__backend_cuda = {.name = "cuda", GPA__CU_METHODS};
 const gpa__backend gpa__backend_sim = {.name = "sim", GPA__CU_METHODS};

@@ -19,6 +19,16 @@ typedef struct gpa__cu_stage {
 
 typedef struct gpa__cu_ctx gpa__cu_ctx;
 
+/* A check whose outcome the device computes (an index out of range): its
+ * two 64-bit results land in `stage` and are read when the op completes. */
+enum { GPA__CU_POST_NONE = 0, GPA__CU_POST_IDS2D, GPA__CU_POST_TARGETS };
+typedef struct gpa__cu_post {
+  int kind;
+  const char *op;
+  long long a, b; /* IDS2D: L, V; TARGETS: V, ignore_index */
+  gpa__cu_stage *stage;
+} gpa__cu_post;
+
 /* One message in flight on a stream: events around its work, the staging it
  * holds, and the host function that completes it. */
 typedef struct gpa__cu_rec {
@@ -26,6 +36,7 @@ typedef struct gpa__cu_rec {
   gpa__msg *m;
   CUevent ev0, ev1;
   gpa__cu_stage *stages; /* held until the work is done; readbacks land from here */
+  gpa__cu_post post;
   struct gpa__cu_rec *next;
 } gpa__cu_rec;
 
@@ -67,6 +78,7 @@ struct gpa__cu_ctx {
   const gpa__op *walk;
   const gpa__op *cur_op;
   gpa__cu_queue *cur_q;
+  gpa__cu_post post; /* set by the running op, moved into its record */
   /* sticky device error: every later op fails with it */
   CUresult failed;
   char fail_msg[160];
@@ -95,6 +107,10 @@ gpa_status gpa__cu_check(gpa__cu_ctx *C, CUresult r, const char *what, char *msg
 /* Device scratch of the current queue, valid for the running op (stream
  * ordered). 0 on failure (message in x->msg). */
 CUdeviceptr gpa__cu_scratch(const gpa_op_exec *x, uint64_t bytes);
+/* Reads back res[0..2) (first bad position or ~0, its value) when the op's
+ * work is done; the op then fails with GPA_ERANGE and the host's message. */
+gpa_status gpa__cu_post_check(const gpa_op_exec *x, int kind, const char *op, CUdeviceptr res, long long a,
+                              long long b);
 /* Synchronizes the current queue's stream (host fallbacks). */
 gpa_status gpa__cu_sync(const gpa_op_exec *x);
 gpa__cu_stage *gpa__cu_stage_get(gpa__cu_ctx *C, uint64_t n);

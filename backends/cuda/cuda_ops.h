@@ -5,6 +5,13 @@
 
 #define GPA__DP(p) ((CUdeviceptr)(uintptr_t)(p))
 
+/* Returns the status of e when it is not GPA_OK. */
+#define GPA__CU_TRY(e)                      \
+  do {                                      \
+    gpa_status cu_try_st_ = (e);            \
+    if (cu_try_st_ != GPA_OK) return cu_try_st_; \
+  } while (0)
+
 typedef struct gpa__cu_impl {
   const char *name;
   gpa_op_impl_fn fn;

@@ -3,7 +3,7 @@
 #ifndef GPA_BACKENDS_CUDA_KERNEL_LIST_H
 #define GPA_BACKENDS_CUDA_KERNEL_LIST_H
 
-#define GPA__CU_MODULES(M) M(ew)
+#define GPA__CU_MODULES(M) M(ew) M(norm) M(emb) M(met)
 
 /* K(id, module, kernel name) */
 #define GPA__CU_KERNELS(K)                       \
@@ -16,7 +16,22 @@
   K(GELU_FWD, ew, gpa_gelu_fwd_f32)              \
   K(GELU_BWD, ew, gpa_gelu_bwd_f32)              \
   K(ADAMW, ew, gpa_adamw_f32)                    \
-  K(SGD, ew, gpa_sgd_f32)
+  K(SGD, ew, gpa_sgd_f32)                        \
+  K(LN_FWD, norm, gpa_ln_fwd_f32)                \
+  K(LN_BWD_DX, norm, gpa_ln_bwd_dx_f32)          \
+  K(LN_BWD_PART, norm, gpa_ln_bwd_part_f32)      \
+  K(LN_BWD_COLS, norm, gpa_ln_bwd_cols_f32)      \
+  K(IDX_CHECK, emb, gpa_idx_check)               \
+  K(IDX_FETCH, emb, gpa_idx_fetch)               \
+  K(EMB_FWD, emb, gpa_emb_fwd_f32)               \
+  K(EMB_KEYS, emb, gpa_emb_keys)                 \
+  K(EMB_BITONIC, emb, gpa_emb_bitonic)           \
+  K(EMB_BWD, emb, gpa_emb_bwd_f32)               \
+  K(CE_ROWS, met, gpa_ce_rows)                   \
+  K(SUM_FINAL, met, gpa_sum_final)               \
+  K(CE_COUNT, met, gpa_ce_count)                 \
+  K(CE_BWD, met, gpa_ce_bwd)                     \
+  K(PAIR_ROWS, met, gpa_pair_rows)
 
 enum {
 #define GPA__CU_MENUM(mod) GPA__CU_MOD_##mod,

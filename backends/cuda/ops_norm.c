@@ -1,0 +1,61 @@
+/* LayerNorm on CUDA (kernels/cuda/norm.cu). */
+#include <stdio.h>
+
+#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/kernel_list.h"
+
+#define ROWS_PER_BLOCK 4 /* warps (rows) per forward/dx block */
+#define PART_ROWS 64     /* rows per dgamma/dbeta partial */
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+static gpa_status ln_fwd_cu(const gpa_op_exec *x) {
+  const gpa_tensor *t = &x->inputs[0];
+  long long n = t->shape[0];
+  int d = (int)t->shape[1];
+  if (t->shape[1] > 0x7fffffff) return gpa__cu_fallback(x);
+  float eps = (float)gpa__cu_attr_f(x, "eps", 1e-5);
+  int vec4 = d % 4 == 0 && aligned16(x->in[0]) && aligned16(x->in[1]) && aligned16(x->in[2]) &&
+             aligned16(x->out[0]);
+  void *xx = x->in[0], *g = x->in[1], *b = x->in[2], *y = x->out[0], *m = x->out[1], *r = x->out[2];
+  void *args[] = {&xx, &g, &b, &y, &m, &r, &n, &d, &eps, &vec4};
+  if (n <= 0) return GPA_OK;
+  unsigned grid = (unsigned)((n + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+  return gpa__cu_launch(x, GPA__K_LN_FWD, grid, 1, 1, 32, ROWS_PER_BLOCK, 0, args);
+}
+
+static gpa_status ln_bwd_cu(const gpa_op_exec *x) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  const gpa_tensor *t = &x->inputs[0];
+  long long n = t->shape[0];
+  int d = (int)t->shape[1];
+  if (t->shape[1] > 0x7fffffff) return gpa__cu_fallback(x);
+  if (d == 0) return GPA_OK;
+  void *dx = x->out[0], *dg = x->out[1], *db = x->out[2];
+  void *xx = x->in[0], *dy = x->in[1], *g = x->in[2], *m = x->in[3], *r = x->in[4];
+  if (n == 0) {
+    gpa_status st = gpa__cu_check(C, C->cu.cuMemsetD32Async(GPA__DP(dg), 0, (size_t)d, (CUstream)x->stream),
+                                  "cuMemsetD32Async", x->msg, x->msg_size);
+    if (st != GPA_OK) return st;
+    return gpa__cu_check(C, C->cu.cuMemsetD32Async(GPA__DP(db), 0, (size_t)d, (CUstream)x->stream),
+                         "cuMemsetD32Async", x->msg, x->msg_size);
+  }
+  void *a1[] = {&xx, &dy, &g, &m, &r, &dx, &n, &d};
+  unsigned grid = (unsigned)((n + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
+  gpa_status st = gpa__cu_launch(x, GPA__K_LN_BWD_DX, grid, 1, 1, 32, ROWS_PER_BLOCK, 0, a1);
+  if (st != GPA_OK) return st;
+  int rows = PART_ROWS, nblk = (int)((n + rows - 1) / rows);
+  CUdeviceptr part = gpa__cu_scratch(x, (uint64_t)nblk * 2 * (uint64_t)d * sizeof(float));
+  if (!part) return GPA_ENOMEM;
+  void *a2[] = {&xx, &dy, &m, &r, &part, &n, &d, &rows};
+  st = gpa__cu_launch(x, GPA__K_LN_BWD_PART, (unsigned)((d + 127) / 128), (unsigned)nblk, 1, 128, 1, 0, a2);
+  if (st != GPA_OK) return st;
+  void *a3[] = {&part, &dg, &db, &d, &nblk};
+  return gpa__cu_launch(x, GPA__K_LN_BWD_COLS, (unsigned)((d + 127) / 128), 1, 1, 128, 1, 0, a3);
+}
+
+const gpa__cu_impl gpa__cu_ops_norm[] = {
+    {"layernorm_fwd", ln_fwd_cu},
+    {"layernorm_bwd", ln_bwd_cu},
+    {NULL, NULL},
+};
