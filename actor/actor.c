@@ -61,6 +61,7 @@ static void *actor_main(void *arg) {
   gpa_status st = a->be->init(a, &a->bctx, su->msg, sizeof su->msg);
   if (st == GPA_OK) st = gpa__bufcache_init(a);
   if (st == GPA_OK) st = gpa__queue_init_default(a);
+  if (st == GPA_OK) st = gpa__profilers_start(a, su->msg, sizeof su->msg);
   pthread_mutex_lock(&su->lock);
   su->st = st;
   su->done = 1;
@@ -70,6 +71,7 @@ static void *actor_main(void *arg) {
   actor_loop(a);
   gpa__queues_cancel_held(a);
   gpa__feeds_shutdown(a);
+  gpa__profilers_stop(a);
   return NULL;
 }
 

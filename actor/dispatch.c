@@ -71,6 +71,7 @@ static void finish(gpa_actor *a, gpa__msg *m, gpa_status st) {
   if (st != GPA_OK && !m->err[0]) snprintf(m->err, sizeof m->err, "%s", gpa_strerror(st));
   gpa_queue *q = m->q;
   if (q && m->kind != GPA__MSG_CALL) gpa__batch_account(q, m, m->device_ns, st == GPA_OK ? m->bytes : 0);
+  if (GPA__PROFILING(a) && m->kind != GPA__MSG_CALL) gpa__prof_op(a, m, st, gpa__now_ns());
   if (m->kind == GPA__MSG_OUTFEED || m->kind == GPA__MSG_INFEED) {
     /* An outfeed's handle completes at delivery, in the session's order
      * (failures too, once they have a place in it). */
@@ -92,6 +93,12 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
   if (st == GPA_OK) {
     m->err[0] = 0;
     int64_t t0 = gpa__now_ns();
+    bool prof = GPA__PROFILING(a) && m->kind != GPA__MSG_CALL;
+    if (prof) {
+      m->t_start = t0;
+      m->depth = m->q ? m->q->n_held : 0;
+      gpa__nvtx_push(m->kind == GPA__MSG_OP ? m->op->d.name : "transfer");
+    }
     switch (m->kind) {
       case GPA__MSG_CALL: st = m->fn(a, m); break;
       case GPA__MSG_OP: st = run_op(a, m); break;
@@ -99,9 +106,12 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
       case GPA__MSG_OUTFEED: st = gpa__feed_run(a, m); break;
       default: st = run_transfer(a, m); break;
     }
+    if (prof) gpa__nvtx_pop();
     /* Synchronous backends: the time on the actor is the device time. An
      * asynchronous one measures with events and sets device_ns itself. */
     if (st != GPA__DEFERRED && m->kind != GPA__MSG_CALL) m->device_ns = gpa__now_ns() - t0;
+  } else {
+    m->t_start = gpa__now_ns();
   }
   if (st == GPA__DEFERRED) {
     m->deferred = 1;

@@ -75,6 +75,8 @@ struct gpa_handle {
   uint64_t payload_size;
   uint64_t version;
   uint64_t bytes;    /* moved, for the batch (set when started) */
+  int64_t t_start;   /* when the actor started it (profiling) */
+  uint32_t depth;    /* queue depth behind it when it started (profiling) */
   int64_t device_ns; /* set by the backend before completion */
   _Alignas(16) unsigned char params[GPA_OP_PARAMS_MAX];
   gpa_tensor t_inline[GPA__MSG_TENSORS];
@@ -129,6 +131,8 @@ typedef struct gpa__opts {
   uint32_t threads;
   uint32_t max_pending;
   int32_t log_level;
+  char trace_path[256];
+  int32_t profile;
 } gpa__opts;
 
 struct gpa_actor {
@@ -164,6 +168,8 @@ struct gpa_actor {
   uint64_t next_feed_id;
 
   /* actor thread only */
+  gpa_profiler profilers[8];
+  uint32_t n_profilers;
   gpa_queue *parked;
   uint32_t held_total;
   uint32_t inflight_total;
@@ -238,6 +244,24 @@ uint32_t gpa__feed_expire(gpa_actor *a, int64_t now);
 void gpa__queue_unpark(gpa_actor *a, gpa_queue *q);
 void gpa__feeds_shutdown(gpa_actor *a); /* actor thread, at exit */
 void gpa__feeds_free(gpa_actor *a);     /* destroy */
+
+/* profile.c: profiling hooks, all on the actor thread. GPA_NO_PROFILING
+ * compiles them out (for measuring what the idle check costs). */
+#ifdef GPA_NO_PROFILING
+#define GPA__PROFILING(a) 0
+#else
+#define GPA__PROFILING(a) ((a)->n_profilers != 0)
+#endif
+void gpa__prof_op(gpa_actor *a, gpa__msg *m, gpa_status st, int64_t end_ns);
+void gpa__prof_batch(gpa_actor *a, gpa_queue *q, const gpa_batch_stats *st, int64_t start_ns, int64_t end_ns);
+gpa_status gpa__profilers_start(gpa_actor *a, char *msg, size_t cap); /* built-ins from options */
+void gpa__profilers_stop(gpa_actor *a);
+/* trace.c, summary.c: the built-in profilers */
+gpa_status gpa__trace_profiler(const char *path, gpa_profiler *out, char *msg, size_t cap);
+gpa_status gpa__summary_profiler(gpa_profiler *out);
+/* nvtx.c: ranges around ops on the actor thread; no-ops without a tool. */
+void gpa__nvtx_push(const char *name);
+void gpa__nvtx_pop(void);
 
 /* Validation shared by submit paths (ops/validate.c). */
 gpa_status gpa__check_queue(gpa_queue *q);

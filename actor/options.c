@@ -1,8 +1,7 @@
-/* The options table. Precedence: environment (GPA_*) over the program's
- * explicit options over built-in defaults. The environment is read once,
- * lazily, and never written; a malformed value is ignored with a warning
- * naming it. (A JSON file named by GPA_CONFIG slots in between environment
- * and program options when configuration files land.) */
+/* The options table. Precedence: environment (GPA_*) over the JSON file
+ * named by GPA_CONFIG over the program's explicit options over built-in
+ * defaults. Environment and file are read once, lazily, and never written;
+ * an unknown key or a malformed value is ignored with a warning naming it. */
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -14,10 +13,13 @@
 
 #include "actor/internal.h"
 
-typedef enum { OPT_DEVICE, OPT_U32, OPT_U64, OPT_I64_MS, OPT_ENUM } opt_kind;
+void gpa__config_read(const char *path, gpa__opts *vals, bool *set);
+
+typedef enum { OPT_DEVICE, OPT_U32, OPT_U64, OPT_I64_MS, OPT_ENUM, OPT_PATH, OPT_BOOL } opt_kind;
 
 typedef struct opt_def {
   const char *env;
+  const char *key; /* in the GPA_CONFIG JSON file */
   opt_kind kind;
   size_t offset; /* into gpa__opts */
   const char *const *names; /* OPT_ENUM: names, value = index (+ enum_base) */
@@ -29,24 +31,30 @@ static const char *const shutdown_names[] = {"drain", "cancel", NULL};
 static const char *const log_names[] = {"error", "warn", "info", "debug", NULL};
 
 static const opt_def gpa__opt_table[] = {
-    {"GPA_DEVICE", OPT_DEVICE, offsetof(gpa__opts, device), NULL, 0},
-    {"GPA_MAILBOX_SIZE", OPT_U32, offsetof(gpa__opts, mailbox_size), NULL, 0},
-    {"GPA_FULL_POLICY", OPT_ENUM, offsetof(gpa__opts, full_policy), full_names, 0},
-    {"GPA_FULL_TIMEOUT_MS", OPT_I64_MS, offsetof(gpa__opts, full_timeout_ns), NULL, 0},
-    {"GPA_SHUTDOWN", OPT_ENUM, offsetof(gpa__opts, shutdown_policy), shutdown_names, 0},
-    {"GPA_MEM_BUDGET", OPT_U64, offsetof(gpa__opts, mem_budget), NULL, 0},
-    {"GPA_THREADS", OPT_U32, offsetof(gpa__opts, threads), NULL, 0},
-    {"GPA_MAX_PENDING", OPT_U32, offsetof(gpa__opts, max_pending), NULL, 0},
-    {"GPA_LOG", OPT_ENUM, offsetof(gpa__opts, log_level), log_names, GPA_LOG_ERROR},
+    {"GPA_DEVICE", "device", OPT_DEVICE, offsetof(gpa__opts, device), NULL, 0},
+    {"GPA_MAILBOX_SIZE", "mailbox_size", OPT_U32, offsetof(gpa__opts, mailbox_size), NULL, 0},
+    {"GPA_FULL_POLICY", "full_policy", OPT_ENUM, offsetof(gpa__opts, full_policy), full_names, 0},
+    {"GPA_FULL_TIMEOUT_MS", "full_timeout_ms", OPT_I64_MS, offsetof(gpa__opts, full_timeout_ns), NULL, 0},
+    {"GPA_SHUTDOWN", "shutdown", OPT_ENUM, offsetof(gpa__opts, shutdown_policy), shutdown_names, 0},
+    {"GPA_MEM_BUDGET", "mem_budget", OPT_U64, offsetof(gpa__opts, mem_budget), NULL, 0},
+    {"GPA_THREADS", "threads", OPT_U32, offsetof(gpa__opts, threads), NULL, 0},
+    {"GPA_MAX_PENDING", "max_pending", OPT_U32, offsetof(gpa__opts, max_pending), NULL, 0},
+    {"GPA_LOG", "log", OPT_ENUM, offsetof(gpa__opts, log_level), log_names, GPA_LOG_ERROR},
+    {"GPA_TRACE", "trace", OPT_PATH, offsetof(gpa__opts, trace_path), NULL, 0},
+    {"GPA_PROFILE", "profile", OPT_BOOL, offsetof(gpa__opts, profile), NULL, 0},
 };
 #define N_OPTS (sizeof gpa__opt_table / sizeof gpa__opt_table[0])
 
-/* Environment snapshot: the parsed values of the variables that were set. */
-static struct {
-  pthread_once_t once;
+/* Snapshots of the environment and the config file: parsed values and
+ * which options each one set. Written once under pthread_once. */
+typedef struct opt_layer {
   gpa__opts vals;
   bool set[N_OPTS];
-} gpa__env = {PTHREAD_ONCE_INIT};
+} opt_layer;
+static struct {
+  pthread_once_t once;
+  opt_layer file, env;
+} gpa__layers = {PTHREAD_ONCE_INIT};
 
 static bool parse_u64(const char *s, uint64_t *out) {
   char *end;
@@ -77,6 +85,15 @@ bool gpa__device_valid(const char *s) {
   return strlen(s) < 16;
 }
 
+static size_t opt_size(const opt_def *d) {
+  switch (d->kind) {
+    case OPT_DEVICE: return sizeof(((gpa__opts *)0)->device);
+    case OPT_PATH: return sizeof(((gpa__opts *)0)->trace_path);
+    case OPT_U64: case OPT_I64_MS: return 8;
+    default: return 4;
+  }
+}
+
 /* Parses text for option d into dst. Returns false if malformed. */
 static bool parse_opt(const opt_def *d, const char *text, gpa__opts *dst) {
   char *field = (char *)dst + d->offset;
@@ -84,7 +101,16 @@ static bool parse_opt(const opt_def *d, const char *text, gpa__opts *dst) {
   switch (d->kind) {
     case OPT_DEVICE:
       if (!gpa__device_valid(text)) return false;
-      snprintf(field, sizeof dst->device, "%s", text);
+      snprintf(field, opt_size(d), "%s", text);
+      return true;
+    case OPT_PATH:
+      if (strlen(text) >= opt_size(d)) return false;
+      snprintf(field, opt_size(d), "%s", text);
+      return true;
+    case OPT_BOOL:
+      if (!strcmp(text, "1") || !strcmp(text, "true") || !strcmp(text, "yes")) *(int32_t *)field = 1;
+      else if (!strcmp(text, "0") || !strcmp(text, "false") || !strcmp(text, "no")) *(int32_t *)field = 0;
+      else return false;
       return true;
     case OPT_U32:
       if (!parse_u64(text, &v) || v > UINT32_MAX) return false;
@@ -107,15 +133,42 @@ static bool parse_opt(const opt_def *d, const char *text, gpa__opts *dst) {
   return false;
 }
 
-static void read_env(void) {
+static void read_env(opt_layer *l) {
   for (size_t i = 0; i < N_OPTS; i++) {
     const char *s = getenv(gpa__opt_table[i].env);
     if (!s || !*s) continue;
-    if (parse_opt(&gpa__opt_table[i], s, &gpa__env.vals))
-      gpa__env.set[i] = true;
-    else
-      gpa__log(GPA_LOG_WARN, GPA_LOG_WARN, "ignoring malformed %s='%s'", gpa__opt_table[i].env, s);
+    if (parse_opt(&gpa__opt_table[i], s, &l->vals)) l->set[i] = true;
+    else gpa__log(GPA_LOG_WARN, GPA_LOG_WARN, "ignoring malformed %s='%s'", gpa__opt_table[i].env, s);
   }
+}
+
+static void read_layers(void) {
+  const char *cfg = getenv("GPA_CONFIG");
+  if (cfg && *cfg) gpa__config_read(cfg, &gpa__layers.file.vals, gpa__layers.file.set);
+  read_env(&gpa__layers.env);
+}
+
+/* The config file (config.c) hands each key's value here as text. */
+bool gpa__config_apply(const char *file, const char *key, const char *text, gpa__opts *vals, bool *set) {
+  for (size_t i = 0; i < N_OPTS; i++) {
+    if (strcmp(gpa__opt_table[i].key, key)) continue;
+    if (parse_opt(&gpa__opt_table[i], text, vals)) {
+      set[i] = true;
+      return true;
+    }
+    gpa__log(GPA_LOG_WARN, GPA_LOG_WARN, "%s: ignoring malformed value '%s' of \"%s\"", file, text, key);
+    return false;
+  }
+  gpa__log(GPA_LOG_WARN, GPA_LOG_WARN, "%s: ignoring unknown key \"%s\"", file, key);
+  return false;
+}
+
+static void apply_layer(gpa__opts *o, const opt_layer *l) {
+  for (size_t i = 0; i < N_OPTS; i++)
+    if (l->set[i]) {
+      size_t off = gpa__opt_table[i].offset;
+      memcpy((char *)o + off, (const char *)&l->vals + off, opt_size(&gpa__opt_table[i]));
+    }
 }
 
 static bool pow2(uint32_t v) { return v && !(v & (v - 1)); }
@@ -123,7 +176,7 @@ static bool pow2(uint32_t v) { return v && !(v & (v - 1)); }
 gpa_status gpa__options_resolve(const gpa_actor_options *u, gpa__opts *o) {
   gpa_actor_options zero = {0};
   if (!u) u = &zero;
-  if (u->size && u->size < offsetof(gpa_actor_options, log_level) + sizeof u->log_level)
+  if (u->size && u->size < offsetof(gpa_actor_options, profile) + sizeof u->profile)
     return gpa__fail(GPA_EINVAL, "gpa_actor_options.size %u is smaller than any known version", u->size);
   memset(o, 0, sizeof *o);
   /* Program options, checked: a bad explicit value is the program's bug. */
@@ -144,17 +197,16 @@ gpa_status gpa__options_resolve(const gpa_actor_options *u, gpa__opts *o) {
   o->log_level = u->log_level;
   if (o->log_level < 0 || o->log_level > GPA_LOG_DEBUG)
     return gpa__fail(GPA_EINVAL, "options.log_level %d out of range [0, 4]", u->log_level);
-
-  pthread_once(&gpa__env.once, read_env);
-  for (size_t i = 0; i < N_OPTS; i++) {
-    if (!gpa__env.set[i]) continue;
-    size_t off = gpa__opt_table[i].offset;
-    size_t len = gpa__opt_table[i].kind == OPT_DEVICE ? sizeof o->device
-                 : gpa__opt_table[i].kind == OPT_U32  ? 4
-                 : gpa__opt_table[i].kind == OPT_ENUM ? 4
-                                                      : 8;
-    memcpy((char *)o + off, (const char *)&gpa__env.vals + off, len);
+  if (u->trace_path) {
+    if (strlen(u->trace_path) >= sizeof o->trace_path)
+      return gpa__fail(GPA_EINVAL, "options.trace_path is longer than %zu bytes", sizeof o->trace_path - 1);
+    snprintf(o->trace_path, sizeof o->trace_path, "%s", u->trace_path);
   }
+  o->profile = u->profile != 0;
+
+  pthread_once(&gpa__layers.once, read_layers);
+  apply_layer(o, &gpa__layers.file);
+  apply_layer(o, &gpa__layers.env);
 
   /* Defaults for what is still zero. */
   if (!o->mailbox_size) o->mailbox_size = 1024;

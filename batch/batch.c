@@ -69,7 +69,6 @@ static gpa_status begin_fn(gpa_actor *a, gpa__msg *m) {
 }
 
 static gpa_status sync_fn(gpa_actor *a, gpa__msg *m) {
-  (void)a;
   gpa_queue *q = m->q;
   gpa__batch *b = &q->batch;
   sync_result *r = m->payload; /* allocated by the syncing thread */
@@ -86,6 +85,7 @@ static gpa_status sync_fn(gpa_actor *a, gpa__msg *m) {
   snprintf(r->stats.first_error_message, sizeof r->stats.first_error_message, "%s", b->first_msg);
   snprintf(r->stats.label, sizeof r->stats.label, "%s", b->label);
   r->readbacks = b->readbacks;
+  if (GPA__PROFILING(a)) gpa__prof_batch(a, q, &r->stats, b->t0_ns, now);
   q->poison = 0;
   batch_reset(b, NULL, now);
   return GPA_OK;

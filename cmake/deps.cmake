@@ -6,7 +6,18 @@ find_library(CK_LIBRARY ck REQUIRED)
 find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas REQUIRED)
 find_library(OPENBLAS_LIBRARY NAMES openblas REQUIRED)
 
+# jansson parses the GPA_CONFIG file; without it the file is ignored with a warning.
+find_path(JANSSON_INCLUDE_DIR jansson.h)
+find_library(JANSSON_LIBRARY jansson)
+
 add_library(gpa_deps INTERFACE)
+if(JANSSON_INCLUDE_DIR AND JANSSON_LIBRARY)
+  target_link_libraries(gpa_deps INTERFACE ${JANSSON_LIBRARY})
+  target_compile_definitions(gpa_deps INTERFACE GPA_HAVE_JANSSON=1)
+  set(GPA_HAVE_JANSSON ON)
+else()
+  message(STATUS "gpuactor: libjansson not found: GPA_CONFIG files are ignored (install libjansson-dev)")
+endif()
 target_include_directories(gpa_deps INTERFACE ${CK_INCLUDE_DIR} ${CBLAS_INCLUDE_DIR})
 target_link_libraries(gpa_deps INTERFACE ${CK_LIBRARY} ${OPENBLAS_LIBRARY} Threads::Threads ${CMAKE_DL_LIBS} m)
 

@@ -8,4 +8,9 @@
 #include "gpuactor/handle.h"
 #include "gpuactor/op.h"
 #include "gpuactor/feed.h"
+#include "gpuactor/plugin.h"
+#include "gpuactor/profile.h"
+#include "gpuactor/ops_basic.h"
+#include "gpuactor/ops_linear.h"
+#include "gpuactor/ops_attention.h"
 #endif

@@ -134,8 +134,8 @@ static gpa_status bwd_host(const gpa_op_exec *x) {
 
 const gpa_op_desc gpa__ops_attention[] = {
     {sizeof(gpa_op_desc), "attention_fwd", 3, 4, 2, attn_attrs, 2, sizeof(attn_params), fwd_shape, fwd_host, NULL,
-     gpa__nn_io_bytes, NULL},
+     gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
     {sizeof(gpa_op_desc), "attention_bwd", 6, 7, 3, attn_attrs, 2, sizeof(attn_params), bwd_shape, bwd_host, NULL,
-     gpa__nn_io_bytes, NULL},
+     gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
 };
 const uint32_t gpa__ops_attention_count = 2;

@@ -156,10 +156,10 @@ static gpa_status bwd_host(const gpa_op_exec *x) { return run(x, 1); }
 
 const gpa_op_desc gpa__ops_conv1d[] = {
     {sizeof(gpa_op_desc), "conv1d_fwd", 2, 3, 1, conv_attrs, N_CONV_ATTRS, sizeof(conv_params), fwd_shape,
-     fwd_host, NULL, gpa__nn_io_bytes, NULL},
+     fwd_host, NULL, gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
     {sizeof(gpa_op_desc), "conv1d_bwd", 3, 3, 3, conv_attrs, N_CONV_ATTRS, sizeof(conv_params), bwd_shape,
-     bwd_host, NULL, gpa__nn_io_bytes, NULL},
+     bwd_host, NULL, gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
     {sizeof(gpa_op_desc), "conv1d_bwd_nobias", 3, 3, 2, conv_attrs, N_CONV_ATTRS, sizeof(conv_params),
-     bwd_nb_shape, bwd_host, NULL, gpa__nn_io_bytes, NULL},
+     bwd_nb_shape, bwd_host, NULL, gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
 };
 const uint32_t gpa__ops_conv1d_count = 3;

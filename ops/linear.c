@@ -166,12 +166,12 @@ static gpa_status bwd_host(const gpa_op_exec *x) {
 
 const gpa_op_desc gpa__ops_linear[] = {
     {sizeof(gpa_op_desc), "linear_fwd", 2, 3, 1, linear_attrs, 1, sizeof(linear_params), fwd_shape, fwd_host,
-     NULL, gpa__nn_io_bytes, NULL},
+     NULL, gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
     {sizeof(gpa_op_desc), "linear_gelu_fwd", 2, 3, 2, NULL, 0, sizeof(linear_params), gelu_fwd_shape,
-     gelu_fwd_host, NULL, gpa__nn_io_bytes, NULL},
+     gelu_fwd_host, NULL, gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
     {sizeof(gpa_op_desc), "linear_bwd", 3, 4, 3, linear_attrs, 1, sizeof(linear_params), bwd_shape, bwd_host,
-     NULL, gpa__nn_io_bytes, NULL},
+     NULL, gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
     {sizeof(gpa_op_desc), "linear_bwd_nobias", 3, 4, 2, linear_attrs, 1, sizeof(linear_params), bwd_nb_shape,
-     bwd_host, NULL, gpa__nn_io_bytes, NULL},
+     bwd_host, NULL, gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
 };
 const uint32_t gpa__ops_linear_count = 4;

@@ -1,4 +1,6 @@
 /* The op registry (see registry.h for the concurrency design). */
+#include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +29,9 @@ void gpa__registry_fini(gpa_registry *reg) {
       op = next;
     }
   }
+  /* Last: the ops above may have pointed into these libraries. */
+  for (uint32_t i = 0; i < reg->n_plugins; i++) dlclose(reg->plugins[i]);
+  reg->n_plugins = 0;
   pthread_mutex_destroy(&reg->lock);
 }
 
@@ -55,7 +60,7 @@ static gpa_status check_desc(const gpa_op_desc *d) {
   if (!d->name || !d->name[0]) return gpa__fail(GPA_EINVAL, "gpa_op_register: name is empty");
   if (strlen(d->name) >= sizeof(((gpa__op *)0)->name_buf))
     return gpa__fail(GPA_EINVAL, "gpa_op_register: name '%s' is longer than 63 bytes", d->name);
-  if (d->size && d->size < offsetof(gpa_op_desc, user_data) + sizeof(void *))
+  if (d->size && d->size < offsetof(gpa_op_desc, cuda_launch_shape) + sizeof(void *))
     return gpa__fail(GPA_EINVAL, "gpa_op_register('%s'): desc.size %u is too small", d->name, d->size);
   if (d->min_inputs > d->max_inputs || d->max_inputs > 64 || d->n_outputs > 64)
     return gpa__fail(GPA_EINVAL, "gpa_op_register('%s'): arity must satisfy min_inputs <= max_inputs <= 64, n_outputs <= 64",
@@ -63,8 +68,13 @@ static gpa_status check_desc(const gpa_op_desc *d) {
   if (d->params_size > GPA_OP_PARAMS_MAX)
     return gpa__fail(GPA_EINVAL, "gpa_op_register('%s'): params_size %u exceeds %d", d->name, d->params_size,
                      GPA_OP_PARAMS_MAX);
-  if (!d->host && !d->cuda)
-    return gpa__fail(GPA_EINVAL, "gpa_op_register('%s'): no implementation (host and cuda are NULL)", d->name);
+  bool kernel = d->cuda_image || d->cuda_kernel || d->cuda_launch_shape;
+  if (kernel && !(d->cuda_image && d->cuda_kernel && d->cuda_launch_shape))
+    return gpa__fail(GPA_EINVAL, "gpa_op_register('%s'): cuda_image, cuda_kernel and cuda_launch_shape go together",
+                     d->name);
+  if (!d->host && !d->cuda && !kernel)
+    return gpa__fail(GPA_EINVAL, "gpa_op_register('%s'): no implementation (host, cuda and cuda_image are NULL)",
+                     d->name);
   if (d->n_attrs && !d->attrs)
     return gpa__fail(GPA_EINVAL, "gpa_op_register('%s'): n_attrs %u but attrs is NULL", d->name, d->n_attrs);
   for (uint32_t i = 0; i < d->n_attrs; i++) {
@@ -90,6 +100,10 @@ static gpa_status op_register(gpa_registry *reg, const gpa_op_desc *desc, bool b
   if (!op) return gpa__fail(GPA_ENOMEM, "gpa_op_register: out of memory");
   op->d = *desc;
   op->d.size = sizeof op->d;
+  if (desc->cuda_kernel) {
+    snprintf(op->kernel_buf, sizeof op->kernel_buf, "%s", desc->cuda_kernel);
+    op->d.cuda_kernel = op->kernel_buf;
+  }
   op->builtin = builtin;
   strcpy(op->name_buf, desc->name);
   op->d.name = op->name_buf;

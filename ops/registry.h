@@ -18,14 +18,19 @@ typedef struct gpa__op {
   gpa_attr_spec *attrs; /* owned copy; names point into attr_names */
   char *attr_names;
   bool builtin; /* registered by the library: backends may supply its impl by name */
+  char kernel_buf[128];
 } gpa__op;
 
 #define GPA__REG_SLOTS 1024 /* power of two; names registered per actor */
+
+#define GPA__MAX_PLUGINS 64
 
 struct gpa_registry {
   _Atomic(gpa__op *) slot[GPA__REG_SLOTS];
   pthread_mutex_t lock;
   uint32_t count;
+  void *plugins[GPA__MAX_PLUGINS]; /* dlopen handles, closed with the registry */
+  uint32_t n_plugins;
 };
 
 gpa_status gpa__registry_init(gpa_registry *reg);

@@ -37,6 +37,8 @@ typedef struct gpa_actor_options {
   uint32_t threads;         /* host backend threads incl. the actor; 0 = online CPUs */
   uint32_t max_pending;     /* messages the actor holds before it stops draining; 0 = 65536 */
   int32_t log_level;        /* gpa_log_level */
+  const char *trace_path;   /* Chrome/Perfetto trace JSON written here; NULL = none */
+  int32_t profile;          /* 1: print a per-op summary table at destroy */
 } gpa_actor_options;
 
 /* Creates an actor and its thread. opts may be NULL. Any thread.

@@ -108,6 +108,15 @@ typedef struct gpa_op_desc {
   gpa_op_impl_fn cuda;         /* NULL: not on cuda */
   uint64_t (*bytes_moved)(const gpa_op_sig *sig); /* for stats; NULL = 0 */
   void *user_data;
+  /* CUDA as a kernel from the caller's image instead of a function: the
+   * fatbin/cubin/PTX image (kept alive by the caller while the actor lives),
+   * the kernel's name, and the launch shape for a call. The kernel receives
+   * the input then output device pointers, then the params block by value
+   * if params_size > 0. Used when cuda is NULL. */
+  const void *cuda_image;
+  const char *cuda_kernel;
+  gpa_status (*cuda_launch_shape)(const gpa_op_sig *sig, uint32_t grid[3], uint32_t block[3],
+                                  uint32_t *shared_bytes);
 } gpa_op_desc;
 
 #define GPA_OP_PARAMS_MAX 256
