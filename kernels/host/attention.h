@@ -13,7 +13,8 @@
  * tile GEMMs (tgemm.h), so results are bitwise identical for any thread
  * count and either backward split.
  * Workspace: per work-range tiles allocated by the kernel (a few hundred KB,
- * plus G*S floats in the backward, G = H/Hkv). */
+ * plus G*S floats per backward item, G = H/Hkv, or B*H*S floats once in the
+ * split backward). */
 #ifndef GPA_KERNELS_HOST_ATTENTION_H
 #define GPA_KERNELS_HOST_ATTENTION_H
 #include <stdint.h>
