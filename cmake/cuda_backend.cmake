@@ -13,7 +13,8 @@ set(GPA_CUDA_KERNEL_MODULES
   "ew:elementwise.cu"
   "norm:norm.cu"
   "emb:embedding.cu"
-  "met:metrics.cu")
+  "met:metrics.cu"
+  "lin:linear.cu")
 foreach(entry IN LISTS GPA_CUDA_KERNEL_MODULES)
   string(REPLACE ":" ";" parts "${entry}")
   list(GET parts 0 mod)

@@ -3,7 +3,7 @@
 #ifndef GPA_BACKENDS_CUDA_KERNEL_LIST_H
 #define GPA_BACKENDS_CUDA_KERNEL_LIST_H
 
-#define GPA__CU_MODULES(M) M(ew) M(norm) M(emb) M(met)
+#define GPA__CU_MODULES(M) M(ew) M(norm) M(emb) M(met) M(lin)
 
 /* K(id, module, kernel name) */
 #define GPA__CU_KERNELS(K)                       \
@@ -31,7 +31,12 @@
   K(SUM_FINAL, met, gpa_sum_final)               \
   K(CE_COUNT, met, gpa_ce_count)                 \
   K(CE_BWD, met, gpa_ce_bwd)                     \
-  K(PAIR_ROWS, met, gpa_pair_rows)
+  K(PAIR_ROWS, met, gpa_pair_rows)               \
+  K(LIN_EPI, lin, gpa_lin_epilogue_f32)          \
+  K(CONV_IM2COL, lin, gpa_conv_im2col_f32)       \
+  K(CONV_COL2IM, lin, gpa_conv_col2im_f32)       \
+  K(CONV_BIAS, lin, gpa_conv_bias_f32)           \
+  K(CONV_DB, lin, gpa_conv_db_f32)
 
 enum {
 #define GPA__CU_MENUM(mod) GPA__CU_MOD_##mod,

@@ -1,0 +1,257 @@
+/* linear and conv1d on CUDA: GEMMs through cuBLAS (loaded on first use),
+ * the rest in kernels/cuda/linear.cu. Row-major operands are handed to
+ * column-major cuBLAS as their transposes (a row-major A[m,n] is a
+ * column-major [n,m] with leading dimension n).
+ *
+ * cuBLASLt epilogues (bias/GELU fused into the GEMM) are not used yet: the
+ * simulated device has no cuBLASLt, so the epilogue is one elementwise pass
+ * after the GEMM on every device (docs/cuda.md). */
+#include <limits.h>
+#include <stdio.h>
+
+#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/kernel_list.h"
+
+#define THREADS 256
+#define CONV_SCRATCH_CAP ((uint64_t)256 << 20)
+
+static const float one = 1.0f, zero = 0.0f;
+
+static gpa_status blas_st(const gpa_op_exec *x, cublasStatus_t s, const char *what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return GPA_OK;
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  snprintf(x->msg, x->msg_size, "%s: %s", what, C->blas.cublasGetStatusString(s));
+  return s == CUBLAS_STATUS_ALLOC_FAILED ? GPA_ENOMEM : GPA_EDEVICE;
+}
+
+static gpa_status launch1d(const gpa_op_exec *x, int id, long long n, void **args) {
+  if (n <= 0) return GPA_OK;
+  return gpa__cu_launch(x, id, gpa__cu_blocks(x, n, THREADS), 1, 1, THREADS, 1, 0, args);
+}
+
+static gpa_status zero_f32(const gpa_op_exec *x, void *p, long long n) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  if (n <= 0) return GPA_OK;
+  return gpa__cu_check(C, C->cu.cuMemsetD32Async(GPA__DP(p), 0, (size_t)n, (CUstream)x->stream),
+                       "cuMemsetD32Async", x->msg, x->msg_size);
+}
+
+static int fits(long long v) { return v >= 0 && v <= INT_MAX; }
+
+static long long rows_of(const gpa_tensor *t) {
+  long long n = 1;
+  for (uint32_t i = 0; i + 1 < t->rank; i++) n *= t->shape[i];
+  return n;
+}
+
+/* ---- linear ---------------------------------------------------------------------------------------- */
+
+static gpa_status lin_fwd(const gpa_op_exec *x, int gelu, void *pre) {
+  const gpa_tensor *xt = &x->inputs[0], *W = &x->inputs[1];
+  long long N = rows_of(xt), in = xt->shape[xt->rank - 1], out = W->shape[0];
+  if (!fits(N) || !fits(in) || !fits(out)) return gpa__cu_fallback(x);
+  if (N == 0 || out == 0) return GPA_OK;
+  void *y = x->out[0], *b = x->n_inputs > 2 ? x->in[2] : NULL;
+  void *acc = pre ? pre : y;
+  if (in == 0) {
+    GPA__CU_TRY(zero_f32(x, acc, N * out));
+  } else {
+    cublasHandle_t h;
+    GPA__CU_TRY(gpa__cu_blas(x, &h));
+    gpa__cu_ctx *C = gpa__cu_of(x);
+    GPA__CU_TRY(blas_st(x, C->blas.cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)N, (int)in, &one,
+                                               x->in[1], (int)in, x->in[0], (int)in, &zero, acc, (int)out),
+                        "linear: cublasSgemm"));
+  }
+  if (!b && !gelu && !pre) return GPA_OK;
+  void *args[] = {&y, &pre, &acc, &b, &N, &out, &gelu};
+  return launch1d(x, GPA__K_LIN_EPI, N * out, args);
+}
+
+static gpa_status lin_fwd_cu(const gpa_op_exec *x) {
+  return lin_fwd(x, (int)gpa__cu_attr_i(x, "gelu", 0), NULL);
+}
+static gpa_status lin_gelu_fwd_cu(const gpa_op_exec *x) { return lin_fwd(x, 1, x->out[1]); }
+
+static gpa_status lin_bwd_cu(const gpa_op_exec *x) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  const gpa_tensor *xt = &x->inputs[1], *W = &x->inputs[2];
+  long long N = rows_of(xt), in = xt->shape[xt->rank - 1], out = W->shape[0];
+  int gelu = (int)gpa__cu_attr_i(x, "gelu", 0);
+  if (!fits(N) || !fits(in) || !fits(out)) return gpa__cu_fallback(x);
+  void *dx = x->out[0], *dW = x->out[1], *db = x->n_outputs > 2 ? x->out[2] : NULL;
+  void *g = x->in[0];
+  if (gelu && N * out > 0) {
+    CUdeviceptr s = gpa__cu_scratch(x, (uint64_t)(N * out) * sizeof(float));
+    if (!s) return GPA_ENOMEM;
+    void *pre = x->in[3], *dy = x->in[0];
+    g = (void *)(uintptr_t)s;
+    long long n = N * out;
+    int approx = 1;
+    void *args[] = {&g, &pre, &dy, &n, &approx};
+    GPA__CU_TRY(launch1d(x, GPA__K_GELU_BWD, n, args));
+  }
+  if (N == 0 || in == 0 || out == 0) {
+    GPA__CU_TRY(zero_f32(x, dW, out * in));
+    if (N == 0 && db) GPA__CU_TRY(zero_f32(x, db, out));
+    if (N == 0 || out == 0 || !db) return out == 0 ? zero_f32(x, dx, N * in) : GPA_OK;
+  } else {
+    cublasHandle_t h;
+    GPA__CU_TRY(gpa__cu_blas(x, &h));
+    /* dx[N,in] = g[N,out] W[out,in] */
+    GPA__CU_TRY(blas_st(x, C->blas.cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, (int)N, (int)out, &one,
+                                               x->in[2], (int)in, g, (int)out, &zero, dx, (int)in),
+                        "linear_bwd: cublasSgemm (dx)"));
+    /* dW[out,in] = g^T x */
+    GPA__CU_TRY(blas_st(x, C->blas.cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, (int)N, &one,
+                                               x->in[1], (int)in, g, (int)out, &zero, dW, (int)in),
+                        "linear_bwd: cublasSgemm (dW)"));
+  }
+  if (!db) return GPA_OK;
+  /* db = column sums of g, in row order (the masked-mean kernel with B = 1) */
+  long long B = 1;
+  void *mask = NULL;
+  int i32 = 0, mean = 0;
+  void *args[] = {&db, &g, &mask, &i32, &B, &N, &out, &mean};
+  return launch1d(x, GPA__K_SUM_OVER_L, out, args);
+}
+
+/* ---- conv1d ---------------------------------------------------------------------------------------- */
+
+typedef struct geom {
+  long long B, Cin, L, Cout, K, stride, pad_l, dil, G, Lout, cin_g, cout_g, R;
+} geom;
+
+static void conv_geom(const gpa_op_exec *x, const gpa_tensor *xt, const gpa_tensor *W, long long lout, geom *g) {
+  g->B = xt->shape[0];
+  g->Cin = xt->shape[1];
+  g->L = xt->shape[2];
+  g->Cout = W->shape[0];
+  g->K = W->shape[2];
+  g->stride = gpa__cu_attr_i(x, "stride", 1);
+  g->dil = gpa__cu_attr_i(x, "dilation", 1);
+  g->G = gpa__cu_attr_i(x, "groups", 1);
+  g->pad_l = gpa__cu_attr_i(x, "causal", 0) ? g->dil * (g->K - 1) : gpa__cu_attr_i(x, "padding", 0);
+  g->Lout = lout;
+  g->cin_g = g->Cin / g->G;
+  g->cout_g = g->Cout / g->G;
+  g->R = g->cin_g * g->K;
+}
+
+static int conv_fits(const geom *g) {
+  return fits(g->B) && fits(g->Lout) && fits(g->R) && fits(g->cout_g) && fits(g->R * g->Lout) &&
+         fits(g->Cout * g->Lout);
+}
+
+/* Batches per chunk so that `bufs` column matrices fit the cap. */
+static long long chunk_of(const geom *g, int bufs) {
+  uint64_t per = (uint64_t)g->R * (uint64_t)g->Lout * sizeof(float) * (uint64_t)bufs;
+  long long c = per ? (long long)(CONV_SCRATCH_CAP / per) : g->B;
+  if (c < 1) c = 1;
+  return c < g->B ? c : g->B;
+}
+
+static gpa_status im2col(const gpa_op_exec *x, const geom *g, void *col, const float *xb, long long nb,
+                         long long c0, int back) {
+  long long cin = g->Cin, cin_g = g->cin_g, l = g->L, k = g->K, lout = g->Lout, st = g->stride, pl = g->pad_l,
+            dil = g->dil;
+  void *xp = (void *)xb;
+  void *args[] = {back ? &xp : &col, back ? &col : &xp, &nb, &cin, &c0, &cin_g, &l, &k, &lout, &st, &pl, &dil};
+  return launch1d(x, back ? GPA__K_CONV_COL2IM : GPA__K_CONV_IM2COL, back ? nb * cin_g * l : nb * g->R * lout,
+                  args);
+}
+
+static gpa_status conv_fwd_cu(const gpa_op_exec *x) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  geom g;
+  conv_geom(x, &x->inputs[0], &x->inputs[1], x->outputs[0].shape[2], &g);
+  if (!conv_fits(&g)) return gpa__cu_fallback(x);
+  if (g.B == 0) return GPA_OK;
+  cublasHandle_t h;
+  GPA__CU_TRY(gpa__cu_blas(x, &h));
+  long long nbc = chunk_of(&g, 1);
+  CUdeviceptr col = gpa__cu_scratch(x, (uint64_t)nbc * (uint64_t)(g.R * g.Lout) * sizeof(float));
+  if (!col) return GPA_ENOMEM;
+  const float *xs = x->in[0], *W = x->in[1];
+  float *y = x->out[0];
+  for (long long b0 = 0; b0 < g.B; b0 += nbc) {
+    long long nb = g.B - b0 < nbc ? g.B - b0 : nbc;
+    for (long long gi = 0; gi < g.G; gi++) {
+      GPA__CU_TRY(im2col(x, &g, (void *)(uintptr_t)col, xs + b0 * g.Cin * g.L, nb, gi * g.cin_g, 0));
+      GPA__CU_TRY(blas_st(x,
+                          C->blas.cublasSgemmStridedBatched(
+                              h, CUBLAS_OP_N, CUBLAS_OP_N, (int)g.Lout, (int)g.cout_g, (int)g.R, &one,
+                              (const float *)(uintptr_t)col, (int)g.Lout, g.R * g.Lout, W + gi * g.cout_g * g.R,
+                              (int)g.R, 0, &zero, y + (b0 * g.Cout + gi * g.cout_g) * g.Lout, (int)g.Lout,
+                              g.Cout * g.Lout, (int)nb),
+                          "conv1d_fwd: cublasSgemmStridedBatched"));
+    }
+  }
+  if (x->n_inputs < 3) return GPA_OK;
+  long long n = g.B * g.Cout * g.Lout, cout = g.Cout, lout = g.Lout;
+  void *bp = x->in[2], *yp = y;
+  void *args[] = {&yp, &bp, &n, &cout, &lout};
+  return launch1d(x, GPA__K_CONV_BIAS, n, args);
+}
+
+static gpa_status conv_bwd_cu(const gpa_op_exec *x) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  geom g;
+  conv_geom(x, &x->inputs[1], &x->inputs[2], x->inputs[0].shape[2], &g);
+  if (!conv_fits(&g)) return gpa__cu_fallback(x);
+  const float *dy = x->in[0], *xs = x->in[1], *W = x->in[2];
+  float *dx = x->out[0], *dW = x->out[1];
+  void *db = x->n_outputs > 2 ? x->out[2] : NULL;
+  if (db) {
+    long long nb = g.B, cout = g.Cout, lout = g.Lout;
+    void *dyp = (void *)dy;
+    void *args[] = {&db, &dyp, &nb, &cout, &lout};
+    GPA__CU_TRY(launch1d(x, GPA__K_CONV_DB, cout, args));
+  }
+  if (g.B == 0) return zero_f32(x, dW, g.Cout * g.R);
+  cublasHandle_t h;
+  GPA__CU_TRY(gpa__cu_blas(x, &h));
+  long long nbc = chunk_of(&g, 2);
+  uint64_t cb = (uint64_t)nbc * (uint64_t)(g.R * g.Lout) * sizeof(float);
+  CUdeviceptr scr = gpa__cu_scratch(x, 2 * cb);
+  if (!scr) return GPA_ENOMEM;
+  float *col = (float *)(uintptr_t)scr, *dcol = (float *)(uintptr_t)(scr + cb);
+  for (long long b0 = 0; b0 < g.B; b0 += nbc) {
+    long long nb = g.B - b0 < nbc ? g.B - b0 : nbc;
+    for (long long gi = 0; gi < g.G; gi++) {
+      const float *Wg = W + gi * g.cout_g * g.R;
+      float *dWg = dW + gi * g.cout_g * g.R;
+      GPA__CU_TRY(im2col(x, &g, col, xs + b0 * g.Cin * g.L, nb, gi * g.cin_g, 0));
+      /* dW_g += dy_bg col_b^T, batch by batch in order (deterministic) */
+      for (long long b = 0; b < nb; b++) {
+        const float *dyb = dy + ((b0 + b) * g.Cout + gi * g.cout_g) * g.Lout;
+        const float *beta = (b0 + b == 0) ? &zero : &one;
+        GPA__CU_TRY(blas_st(x,
+                            C->blas.cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)g.R, (int)g.cout_g, (int)g.Lout,
+                                                &one, col + b * g.R * g.Lout, (int)g.Lout, dyb, (int)g.Lout, beta,
+                                                dWg, (int)g.R),
+                            "conv1d_bwd: cublasSgemm (dW)"));
+      }
+      /* dcol_b = W_g^T dy_bg */
+      GPA__CU_TRY(blas_st(x,
+                          C->blas.cublasSgemmStridedBatched(
+                              h, CUBLAS_OP_N, CUBLAS_OP_T, (int)g.Lout, (int)g.R, (int)g.cout_g, &one,
+                              dy + (b0 * g.Cout + gi * g.cout_g) * g.Lout, (int)g.Lout, g.Cout * g.Lout, Wg, (int)g.R,
+                              0, &zero, dcol, (int)g.Lout, g.R * g.Lout, (int)nb),
+                          "conv1d_bwd: cublasSgemmStridedBatched (dx)"));
+      GPA__CU_TRY(im2col(x, &g, dcol, dx + b0 * g.Cin * g.L, nb, gi * g.cin_g, 1));
+    }
+  }
+  return GPA_OK;
+}
+
+const gpa__cu_impl gpa__cu_ops_blas[] = {
+    {"linear_fwd", lin_fwd_cu},
+    {"linear_gelu_fwd", lin_gelu_fwd_cu},
+    {"linear_bwd", lin_bwd_cu},
+    {"linear_bwd_nobias", lin_bwd_cu},
+    {"conv1d_fwd", conv_fwd_cu},
+    {"conv1d_bwd", conv_bwd_cu},
+    {"conv1d_bwd_nobias", conv_bwd_cu},
+    {NULL, NULL},
+};

@@ -1,0 +1,69 @@
+/* Kernels around the cuBLAS GEMMs of linear and conv1d (CUDA backend):
+ * the bias/GELU epilogue of linear, im2col / col2im and the bias passes of
+ * conv1d. Every sum runs in a fixed order (deterministic, no atomics). */
+#include "gpa_kernel.h"
+
+#define GS_LOOP(i, n) \
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+
+#define K_TANH 0.7978845608028654f
+#define C_TANH 0.044715f
+
+/* v = acc + b[col]; pre = v (when pre != NULL); y = gelu ? gelu_tanh(v) : v.
+ * acc may be y or pre (elementwise in place). */
+extern "C" __global__ void gpa_lin_epilogue_f32(float *y, float *pre, const float *acc, const float *b, long long rows,
+                                                long long cols, int gelu) {
+  GS_LOOP(i, rows * cols) {
+    float v = acc[i];
+    if (b) v += b[i % cols];
+    if (pre) pre[i] = v;
+    y[i] = gelu ? v / (1.0f + expf(-2.0f * K_TANH * (v + C_TANH * v * v * v))) : v;
+  }
+}
+
+/* col[b][ci*K + k][t] = x[b, c0 + ci, t*stride - pad_l + k*dil] (0 outside [0, L)),
+ * for nb batches starting at x's batch b0 (x points at that batch). */
+extern "C" __global__ void gpa_conv_im2col_f32(float *col, const float *x, long long nb, long long cin,
+                                               long long c0, long long cin_g, long long l, long long k,
+                                               long long lout, long long stride, long long pad_l, long long dil) {
+  const long long r = cin_g * k;
+  GS_LOOP(i, nb * r * lout) {
+    const long long t = i % lout, rr = (i / lout) % r, b = i / (lout * r);
+    const long long ci = rr / k, kk = rr % k;
+    const long long pos = t * stride - pad_l + kk * dil;
+    col[i] = pos >= 0 && pos < l ? x[(b * cin + c0 + ci) * l + pos] : 0.0f;
+  }
+}
+
+/* dx[b, c0 + ci, p] = sum over (k, t) with t*stride - pad_l + k*dil == p of
+ * dcol[b][ci*K + k][t], k ascending. */
+extern "C" __global__ void gpa_conv_col2im_f32(float *dx, const float *dcol, long long nb, long long cin,
+                                               long long c0, long long cin_g, long long l, long long k,
+                                               long long lout, long long stride, long long pad_l, long long dil) {
+  GS_LOOP(i, nb * cin_g * l) {
+    const long long p = i % l, ci = (i / l) % cin_g, b = i / (l * cin_g);
+    float acc = 0.0f;
+    for (long long kk = 0; kk < k; kk++) {
+      const long long q = p + pad_l - kk * dil;
+      if (q < 0 || q % stride) continue;
+      const long long t = q / stride;
+      if (t < lout) acc += dcol[((b * cin_g + ci) * k + kk) * lout + t];
+    }
+    dx[(b * cin + c0 + ci) * l + p] = acc;
+  }
+}
+
+/* y[b, co, t] += bias[co] */
+extern "C" __global__ void gpa_conv_bias_f32(float *y, const float *bias, long long n, long long cout, long long lout) {
+  GS_LOOP(i, n) y[i] += bias[(i / lout) % cout];
+}
+
+/* db[co] = sum over b, t of dy[b, co, t] (double, b then t order) */
+extern "C" __global__ void gpa_conv_db_f32(float *db, const float *dy, long long nb, long long cout, long long lout) {
+  GS_LOOP(co, cout) {
+    double acc = 0.0;
+    for (long long b = 0; b < nb; b++)
+      for (long long t = 0; t < lout; t++) acc += (double)dy[(b * cout + co) * lout + t];
+    db[co] = (float)acc;
+  }
+}
