@@ -1,0 +1,112 @@
+/* The pieces of gpa-train-lm (examples/train_lm.c): a byte-level language
+ * model whose every forward, backward and optimizer op runs through one
+ * gpuactor queue. See docs/training.md for the model and the op sequence. */
+#ifndef GPA_EXAMPLES_LM_H
+#define GPA_EXAMPLES_LM_H
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gpuactor.h"
+
+/* ---- text (data.c) -------------------------------------------------------- */
+
+typedef struct lm_text {
+  uint8_t *bytes;   /* the file */
+  int64_t n;        /* its length */
+  int32_t *tok;     /* token of each byte */
+  int64_t n_train;  /* tokens [0, n_train) train, [n_train, n) evaluation */
+  int vocab;        /* distinct bytes */
+  uint8_t byte_of[256];
+  double unigram_nats; /* entropy of the byte distribution of the whole text */
+} lm_text;
+
+int lm_text_load(const char *path, double eval_fraction, lm_text *t);
+void lm_text_free(lm_text *t);
+
+/* A fixed-seed generator (splitmix64), one per purpose. */
+typedef struct lm_rng { uint64_t s; } lm_rng;
+uint64_t lm_rng_next(lm_rng *r);
+double lm_rng_uniform(lm_rng *r); /* [0, 1) */
+double lm_rng_normal(lm_rng *r);
+
+/* B windows of L+1 tokens from [lo, hi): ids = window[0..L), targets =
+ * window[1..L]. Random starts from rng, or (rng NULL) evenly spaced ones
+ * shifted by `shift` windows (the evaluation batches). */
+void lm_sample(const lm_text *t, int64_t lo, int64_t hi, int B, int L, lm_rng *rng, int shift, int32_t *ids,
+               int32_t *targets);
+
+/* ---- model (model.c) ------------------------------------------------------ */
+
+typedef struct lm_config {
+  int vocab;    /* tokens */
+  int dim;      /* model width D */
+  int heads;    /* attention heads (D / heads = head dim) */
+  int blocks;   /* causal conv blocks, dilations 1, 2, 4, ... */
+  int kernel;   /* conv taps */
+  int ctx;      /* sequence length L */
+  int batch;    /* sequences per step B */
+} lm_config;
+
+enum { LM_MAX_BLOCKS = 8, LM_MAX_PARAMS = 8 * LM_MAX_BLOCKS + 16, LM_MAX_BUFS = 512 };
+
+typedef struct lm_param {
+  char name[40];
+  gpa_tensor p, g, m, v; /* value, gradient, AdamW moments */
+  int64_t n;
+  int decay;             /* 1: weight decay applies (matrices) */
+  float *host;           /* the initial values (also used by --gradcheck) */
+} lm_param;
+
+typedef struct lm_conv_block {
+  lm_param *ln_g, *ln_b, *W, *b;
+  int dilation;
+  gpa_tensor x;        /* block input [B,L,D] (the previous block's output) */
+  gpa_tensor mean, rstd;
+  gpa_tensor u;        /* layernorm(x) [B,L,D] */
+  gpa_tensor uT;       /* u transposed [B,D,L] */
+  gpa_tensor cT;       /* conv1d(uT) [B,D,L] */
+  gpa_tensor c;        /* cT transposed back [B,L,D]: the GELU input */
+} lm_conv_block;
+
+typedef struct lm_model {
+  lm_config cfg;
+  gpa_actor *a;
+  gpa_queue *q;
+  gpa_status err;      /* first failed submit, sticky */
+  char err_msg[256];
+  gpa_buffer_id bufs[LM_MAX_BUFS];
+  int n_bufs;
+  lm_param params[LM_MAX_PARAMS];
+  int n_params;
+  int64_t n_weights;
+  /* inputs */
+  gpa_tensor ids, targets, perm_cf, perm_lf;
+  /* embedding, conv blocks, attention block, head */
+  lm_param *emb;
+  lm_conv_block blk[LM_MAX_BLOCKS];
+  lm_param *a_ln_g, *a_ln_b, *Wq, *Wk, *Wv, *Wo, *bo;
+  gpa_tensor xa, a_mean, a_rstd, ua, q4, k4, v4, o4, lse, xb;
+  lm_param *f_ln_g, *f_ln_b, *Wh, *bh;
+  gpa_tensor f_mean, f_rstd, uf, logits, loss;
+  /* gradients of activations and scratch */
+  gpa_tensor dlogits, dx, d1, d2, d3, dq4, dk4, dv4, do4, tmp, tmpT;
+} lm_model;
+
+/* Creates the buffers and uploads the initial parameters (seeded). */
+int lm_model_init(lm_model *m, gpa_actor *a, const lm_config *cfg, uint64_t seed);
+void lm_model_free(lm_model *m);
+/* Submits (without waiting) the uploads of one batch's ids and targets. */
+void lm_upload_batch(lm_model *m, const int32_t *ids, const int32_t *targets);
+/* Submits the forward pass up to the loss (a scalar in m->loss). */
+void lm_forward(lm_model *m);
+/* Submits the backward pass: every parameter's gradient into its .g. */
+void lm_backward(lm_model *m);
+/* Submits one AdamW step over every parameter (step is 1-based). */
+void lm_adamw(lm_model *m, double lr, double weight_decay, int step);
+/* Reports the first submit error, if any (returns nonzero then). */
+int lm_failed(const lm_model *m, const char *prog);
+
+/* Monotonic clock, ns. */
+int64_t lm_now_ns(void);
+
+#endif

@@ -1,0 +1,378 @@
+/* The language model as a sequence of op messages on one queue.
+ *
+ *   x0 = embedding(ids)                                   embedding_fwd
+ *   for each conv block (dilation 1, 2, 4, ...):
+ *     u  = layernorm(x)                                   layernorm_fwd   [N,D]
+ *     uT = transpose(u)  [B,L,D] -> [B,D,L]               embedding_fwd as a gather
+ *     cT = causal dilated conv1d(uT)                       conv1d_fwd
+ *     c  = transpose(cT) [B,D,L] -> [B,L,D]               embedding_fwd as a gather
+ *     x' = x + gelu(c)                                    gelu_fwd, add
+ *   attention block:
+ *     u = layernorm(x); q, k, v = u Wq^T, u Wk^T, u Wv^T  layernorm_fwd, linear_fwd x3
+ *     o = causal attention(q, k, v)  (heads of D/H)       attention_fwd
+ *     x' = x + o Wo^T + bo                                linear_fwd, add
+ *   logits = layernorm(x) Wh^T + bh                       layernorm_fwd, linear_fwd
+ *   loss = cross_entropy(logits, targets)                 cross_entropy_fwd
+ *
+ * The op set has no transpose; a transpose is a fixed permutation of
+ * elements, so it is an embedding gather with D = 1 over the tensor viewed
+ * as [numel, 1] rows, with precomputed index tables (uploaded once). Being a
+ * permutation, its backward is the gather by the inverse permutation: the
+ * other table.
+ *
+ * The backward runs the chain in reverse with the ops' _bwd forms; the
+ * residual stream's gradient lives in dx and each branch's gradient is added
+ * into it (add, in place). The three projections' input gradients are summed
+ * the same way. Every submit is checked; the first failure is kept in
+ * m->err and later submits are skipped. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lm.h"
+
+static void fail(lm_model *m, gpa_status st, const char *what) {
+  if (m->err) return;
+  m->err = st;
+  snprintf(m->err_msg, sizeof m->err_msg, "%s: %s (%s)", what, gpa_status_name(st), gpa_last_error_message());
+}
+
+int lm_failed(const lm_model *m, const char *prog) {
+  if (!m->err) return 0;
+  fprintf(stderr, "%s: %s\n", prog, m->err_msg);
+  return 1;
+}
+
+static gpa_tensor view(gpa_tensor t, uint32_t rank, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+  int64_t d[4] = {d0, d1, d2, d3};
+  t.rank = rank;
+  memset(t.shape, 0, sizeof t.shape);
+  for (uint32_t i = 0; i < rank; i++) t.shape[i] = d[i];
+  return t;
+}
+
+static gpa_tensor tensor(lm_model *m, const char *label, int dtype, uint32_t rank, int64_t d0, int64_t d1,
+                         int64_t d2) {
+  gpa_tensor t;
+  memset(&t, 0, sizeof t);
+  t = view(t, rank, d0, d1, d2, 0);
+  t.dtype = dtype;
+  int64_t n = gpa_tensor_numel(&t);
+  if (m->err || n <= 0 || m->n_bufs == LM_MAX_BUFS) {
+    if (!m->err) fail(m, GPA_EINVAL, label);
+    return t;
+  }
+  gpa_status st = gpa_buffer_acquire(m->a, label, (uint64_t)n * gpa_dtype_size(dtype), &t.buffer);
+  if (st) fail(m, st, label);
+  else m->bufs[m->n_bufs++] = t.buffer;
+  return t;
+}
+
+static void op(lm_model *m, const char *name, const gpa_tensor *in, uint32_t n_in, const gpa_tensor *out,
+               uint32_t n_out, const gpa_attr *attrs, uint32_t n_attrs) {
+  if (m->err) return;
+  gpa_op_call c = {name, in, n_in, out, n_out, attrs, n_attrs};
+  gpa_status st = gpa_submit(m->q, &c, NULL);
+  if (st) fail(m, st, name);
+}
+
+static void upload(lm_model *m, const gpa_tensor *t, const void *src, uint64_t version) {
+  if (m->err) return;
+  uint64_t bytes = (uint64_t)gpa_tensor_numel(t) * gpa_dtype_size(t->dtype);
+  gpa_status st = gpa_upload(m->q, t, src, bytes, version, NULL);
+  if (st) fail(m, st, "gpa_upload");
+}
+
+/* A parameter of the given shape, initialised N(0, std^2) (std 0: `fill`). */
+static lm_param *param(lm_model *m, lm_rng *rng, const char *name, uint32_t rank, int64_t d0, int64_t d1,
+                       int64_t d2, double std, float fill, int decay) {
+  if (m->n_params == LM_MAX_PARAMS) {
+    fail(m, GPA_EINVAL, "too many parameters");
+    return &m->params[0];
+  }
+  lm_param *p = &m->params[m->n_params++];
+  snprintf(p->name, sizeof p->name, "%s", name);
+  char label[64];
+  snprintf(label, sizeof label, "lm.%s", name);
+  p->p = tensor(m, label, GPA_F32, rank, d0, d1, d2);
+  snprintf(label, sizeof label, "lm.%s.grad", name);
+  p->g = tensor(m, label, GPA_F32, rank, d0, d1, d2);
+  snprintf(label, sizeof label, "lm.%s.adam_m", name);
+  p->m = tensor(m, label, GPA_F32, rank, d0, d1, d2);
+  snprintf(label, sizeof label, "lm.%s.adam_v", name);
+  p->v = tensor(m, label, GPA_F32, rank, d0, d1, d2);
+  p->n = gpa_tensor_numel(&p->p);
+  p->decay = decay;
+  m->n_weights += p->n;
+  p->host = malloc(sizeof(float) * (size_t)p->n);
+  float *zero = calloc((size_t)p->n, sizeof(float));
+  if (!p->host || !zero) {
+    free(zero);
+    fail(m, GPA_ENOMEM, name);
+    return p;
+  }
+  for (int64_t i = 0; i < p->n; i++) p->host[i] = std > 0 ? (float)(std * lm_rng_normal(rng)) : fill;
+  upload(m, &p->p, p->host, 0);
+  upload(m, &p->m, zero, 0);
+  upload(m, &p->v, zero, 0);
+  free(zero);
+  return p;
+}
+
+int lm_model_init(lm_model *m, gpa_actor *a, const lm_config *cfg, uint64_t seed) {
+  memset(m, 0, sizeof *m);
+  m->cfg = *cfg;
+  m->a = a;
+  m->q = gpa_actor_default_queue(a);
+  const int64_t B = cfg->batch, L = cfg->ctx, D = cfg->dim, V = cfg->vocab, H = cfg->heads, K = cfg->kernel;
+  const int64_t N = B * L, ND = N * D;
+  if (cfg->blocks < 0 || cfg->blocks > LM_MAX_BLOCKS || H < 1 || D % H || K < 1 || ND > INT32_MAX) {
+    fail(m, GPA_EINVAL, "lm_model_init: bad configuration");
+    return -1;
+  }
+  lm_rng rng = {seed};
+  /* Scaled init: residual branches' output layers get 1/sqrt(2 * depth). */
+  double branch = 1.0 / sqrt(2.0 * (cfg->blocks + 1));
+  m->emb = param(m, &rng, "emb", 2, V, D, 0, 1.0, 0, 0);
+  char name[40];
+  for (int i = 0; i < cfg->blocks; i++) {
+    lm_conv_block *k = &m->blk[i];
+    snprintf(name, sizeof name, "conv%d.ln_g", i);
+    k->ln_g = param(m, &rng, name, 1, D, 0, 0, 0, 1.0f, 0);
+    snprintf(name, sizeof name, "conv%d.ln_b", i);
+    k->ln_b = param(m, &rng, name, 1, D, 0, 0, 0, 0.0f, 0);
+    snprintf(name, sizeof name, "conv%d.W", i);
+    k->W = param(m, &rng, name, 3, D, D, K, branch * sqrt(2.0 / (double)(D * K)), 0, 1);
+    snprintf(name, sizeof name, "conv%d.b", i);
+    k->b = param(m, &rng, name, 1, D, 0, 0, 0, 0.0f, 0);
+    k->dilation = 1 << i;
+  }
+  double sd = 1.0 / sqrt((double)D);
+  m->a_ln_g = param(m, &rng, "attn.ln_g", 1, D, 0, 0, 0, 1.0f, 0);
+  m->a_ln_b = param(m, &rng, "attn.ln_b", 1, D, 0, 0, 0, 0.0f, 0);
+  m->Wq = param(m, &rng, "attn.Wq", 2, D, D, 0, sd, 0, 1);
+  m->Wk = param(m, &rng, "attn.Wk", 2, D, D, 0, sd, 0, 1);
+  m->Wv = param(m, &rng, "attn.Wv", 2, D, D, 0, sd, 0, 1);
+  m->Wo = param(m, &rng, "attn.Wo", 2, D, D, 0, sd * branch, 0, 1);
+  m->bo = param(m, &rng, "attn.bo", 1, D, 0, 0, 0, 0.0f, 0);
+  m->f_ln_g = param(m, &rng, "head.ln_g", 1, D, 0, 0, 0, 1.0f, 0);
+  m->f_ln_b = param(m, &rng, "head.ln_b", 1, D, 0, 0, 0, 0.0f, 0);
+  m->Wh = param(m, &rng, "head.W", 2, V, D, 0, sd, 0, 1);
+  m->bh = param(m, &rng, "head.b", 1, V, 0, 0, 0, 0.0f, 0);
+
+  m->ids = tensor(m, "lm.in.ids", GPA_I32, 2, B, L, 0);
+  m->targets = tensor(m, "lm.in.targets", GPA_I32, 1, N, 0, 0);
+  /* transpose tables: [B,L,D] -> [B,D,L] and back, as gathers */
+  m->perm_cf = tensor(m, "lm.in.perm_cf", GPA_I32, 2, 1, ND, 0);
+  m->perm_lf = tensor(m, "lm.in.perm_lf", GPA_I32, 2, 1, ND, 0);
+  int32_t *pc = malloc(sizeof(int32_t) * (size_t)ND), *pl = malloc(sizeof(int32_t) * (size_t)ND);
+  if (!pc || !pl) fail(m, GPA_ENOMEM, "perm");
+  for (int64_t b = 0; pc && pl && b < B; b++)
+    for (int64_t l = 0; l < L; l++)
+      for (int64_t d = 0; d < D; d++) {
+        int64_t lf = (b * L + l) * D + d, cf = (b * D + d) * L + l;
+        pc[cf] = (int32_t)lf; /* uT[b,d,l] = u[b,l,d] */
+        pl[lf] = (int32_t)cf; /* c[b,l,d] = cT[b,d,l] */
+      }
+  if (pc && pl) {
+    upload(m, &m->perm_cf, pc, 1);
+    upload(m, &m->perm_lf, pl, 1);
+  }
+  free(pc);
+  free(pl);
+
+  char label[64];
+  for (int i = 0; i <= cfg->blocks; i++) {
+    snprintf(label, sizeof label, "lm.act.x%d", i);
+    gpa_tensor x = tensor(m, label, GPA_F32, 3, B, L, D);
+    if (i < cfg->blocks) m->blk[i].x = x;
+    else m->xa = x;
+  }
+  for (int i = 0; i < cfg->blocks; i++) {
+    lm_conv_block *k = &m->blk[i];
+    snprintf(label, sizeof label, "lm.act.conv%d.mean", i);
+    k->mean = tensor(m, label, GPA_F32, 1, N, 0, 0);
+    snprintf(label, sizeof label, "lm.act.conv%d.rstd", i);
+    k->rstd = tensor(m, label, GPA_F32, 1, N, 0, 0);
+    snprintf(label, sizeof label, "lm.act.conv%d.u", i);
+    k->u = tensor(m, label, GPA_F32, 3, B, L, D);
+    snprintf(label, sizeof label, "lm.act.conv%d.uT", i);
+    k->uT = tensor(m, label, GPA_F32, 3, B, D, L);
+    snprintf(label, sizeof label, "lm.act.conv%d.cT", i);
+    k->cT = tensor(m, label, GPA_F32, 3, B, D, L);
+    snprintf(label, sizeof label, "lm.act.conv%d.c", i);
+    k->c = tensor(m, label, GPA_F32, 3, B, L, D);
+  }
+  m->a_mean = tensor(m, "lm.act.attn.mean", GPA_F32, 1, N, 0, 0);
+  m->a_rstd = tensor(m, "lm.act.attn.rstd", GPA_F32, 1, N, 0, 0);
+  m->ua = tensor(m, "lm.act.attn.u", GPA_F32, 3, B, L, D);
+  m->q4 = view(tensor(m, "lm.act.attn.q", GPA_F32, 3, B, L, D), 4, B, L, H, D / H);
+  m->k4 = view(tensor(m, "lm.act.attn.k", GPA_F32, 3, B, L, D), 4, B, L, H, D / H);
+  m->v4 = view(tensor(m, "lm.act.attn.v", GPA_F32, 3, B, L, D), 4, B, L, H, D / H);
+  m->o4 = view(tensor(m, "lm.act.attn.o", GPA_F32, 3, B, L, D), 4, B, L, H, D / H);
+  m->lse = tensor(m, "lm.act.attn.lse", GPA_F32, 3, B, H, L);
+  m->xb = tensor(m, "lm.act.xb", GPA_F32, 3, B, L, D);
+  m->f_mean = tensor(m, "lm.act.head.mean", GPA_F32, 1, N, 0, 0);
+  m->f_rstd = tensor(m, "lm.act.head.rstd", GPA_F32, 1, N, 0, 0);
+  m->uf = tensor(m, "lm.act.head.u", GPA_F32, 3, B, L, D);
+  m->logits = tensor(m, "lm.act.logits", GPA_F32, 2, N, V, 0);
+  m->loss = tensor(m, "lm.act.loss", GPA_F32, 0, 0, 0, 0);
+
+  m->dlogits = tensor(m, "lm.grad.logits", GPA_F32, 2, N, V, 0);
+  m->dx = tensor(m, "lm.grad.x", GPA_F32, 3, B, L, D);
+  m->d1 = tensor(m, "lm.grad.d1", GPA_F32, 3, B, L, D);
+  m->d2 = tensor(m, "lm.grad.d2", GPA_F32, 3, B, L, D);
+  m->d3 = tensor(m, "lm.grad.d3", GPA_F32, 3, B, L, D);
+  m->dq4 = view(tensor(m, "lm.grad.q", GPA_F32, 3, B, L, D), 4, B, L, H, D / H);
+  m->dk4 = view(tensor(m, "lm.grad.k", GPA_F32, 3, B, L, D), 4, B, L, H, D / H);
+  m->dv4 = view(tensor(m, "lm.grad.v", GPA_F32, 3, B, L, D), 4, B, L, H, D / H);
+  m->do4 = view(tensor(m, "lm.grad.o", GPA_F32, 3, B, L, D), 4, B, L, H, D / H);
+  m->tmp = tensor(m, "lm.tmp.bld", GPA_F32, 3, B, L, D);
+  m->tmpT = tensor(m, "lm.tmp.bdl", GPA_F32, 3, B, D, L);
+  return m->err ? -1 : 0;
+}
+
+void lm_model_free(lm_model *m) {
+  for (int i = 0; i < m->n_bufs; i++) gpa_buffer_release(m->a, m->bufs[i]);
+  for (int i = 0; i < m->n_params; i++) free(m->params[i].host);
+  m->n_bufs = m->n_params = 0;
+}
+
+void lm_upload_batch(lm_model *m, const int32_t *ids, const int32_t *targets) {
+  upload(m, &m->ids, ids, 0);
+  upload(m, &m->targets, targets, 0);
+}
+
+/* ---- shapes of the same buffers ------------------------------------------- */
+
+static gpa_tensor rows(const lm_model *m, gpa_tensor t) { /* [N, D] */
+  return view(t, 2, (int64_t)m->cfg.batch * m->cfg.ctx, m->cfg.dim, 0, 0);
+}
+static gpa_tensor flat3(const lm_model *m, gpa_tensor t) { /* [B, L, D] */
+  return view(t, 3, m->cfg.batch, m->cfg.ctx, m->cfg.dim, 0);
+}
+
+/* dst = src with its [B,L,D] <-> [B,D,L] axes swapped; perm names the table. */
+static void transpose(lm_model *m, const gpa_tensor *perm, gpa_tensor src, gpa_tensor dst) {
+  int64_t n = (int64_t)m->cfg.batch * m->cfg.ctx * m->cfg.dim;
+  gpa_tensor in[2] = {*perm, view(src, 2, n, 1, 0, 0)};
+  gpa_tensor out = view(dst, 3, 1, n, 1, 0);
+  op(m, "embedding_fwd", in, 2, &out, 1, NULL, 0);
+}
+
+static void layernorm(lm_model *m, gpa_tensor x, lm_param *g, lm_param *b, gpa_tensor y, gpa_tensor mean,
+                      gpa_tensor rstd) {
+  gpa_tensor in[3] = {rows(m, x), g->p, b->p}, out[3] = {rows(m, y), mean, rstd};
+  op(m, "layernorm_fwd", in, 3, out, 3, NULL, 0);
+}
+
+static void layernorm_bwd(lm_model *m, gpa_tensor x, gpa_tensor dy, lm_param *g, lm_param *b, gpa_tensor mean,
+                          gpa_tensor rstd, gpa_tensor dx) {
+  gpa_tensor in[5] = {rows(m, x), rows(m, dy), g->p, mean, rstd}, out[3] = {rows(m, dx), g->g, b->g};
+  op(m, "layernorm_bwd", in, 5, out, 3, NULL, 0);
+}
+
+static void add_into(lm_model *m, gpa_tensor acc, gpa_tensor t) { /* acc += t */
+  gpa_tensor in[2] = {flat3(m, acc), flat3(m, t)}, out = flat3(m, acc);
+  op(m, "add", in, 2, &out, 1, NULL, 0);
+}
+
+static void conv_geometry(const lm_conv_block *k, gpa_attr at[2]) {
+  at[0] = (gpa_attr){"causal", GPA_ATTR_INT, 1, 0};
+  at[1] = (gpa_attr){"dilation", GPA_ATTR_INT, k->dilation, 0};
+}
+
+void lm_forward(lm_model *m) {
+  const lm_config *c = &m->cfg;
+  gpa_tensor x0 = c->blocks ? m->blk[0].x : m->xa;
+  gpa_tensor ein[2] = {m->ids, m->emb->p};
+  op(m, "embedding_fwd", ein, 2, &x0, 1, NULL, 0);
+  for (int i = 0; i < c->blocks; i++) {
+    lm_conv_block *k = &m->blk[i];
+    gpa_tensor next = i + 1 < c->blocks ? m->blk[i + 1].x : m->xa;
+    layernorm(m, k->x, k->ln_g, k->ln_b, k->u, k->mean, k->rstd);
+    transpose(m, &m->perm_cf, k->u, k->uT);
+    gpa_attr at[2];
+    conv_geometry(k, at);
+    gpa_tensor cin[3] = {k->uT, k->W->p, k->b->p};
+    op(m, "conv1d_fwd", cin, 3, &k->cT, 1, at, 2);
+    transpose(m, &m->perm_lf, k->cT, k->c);
+    op(m, "gelu_fwd", &k->c, 1, &m->tmp, 1, NULL, 0);
+    gpa_tensor ain[2] = {k->x, m->tmp};
+    op(m, "add", ain, 2, &next, 1, NULL, 0);
+  }
+  /* attention block */
+  layernorm(m, m->xa, m->a_ln_g, m->a_ln_b, m->ua, m->a_mean, m->a_rstd);
+  lm_param *W[3] = {m->Wq, m->Wk, m->Wv};
+  gpa_tensor qkv[3] = {m->q4, m->k4, m->v4};
+  for (int j = 0; j < 3; j++) {
+    gpa_tensor in[2] = {m->ua, W[j]->p}, out = flat3(m, qkv[j]);
+    op(m, "linear_fwd", in, 2, &out, 1, NULL, 0);
+  }
+  gpa_attr causal = {"causal", GPA_ATTR_INT, 1, 0};
+  gpa_tensor ain[3] = {m->q4, m->k4, m->v4}, aout[2] = {m->o4, m->lse};
+  op(m, "attention_fwd", ain, 3, aout, 2, &causal, 1);
+  gpa_tensor pin[3] = {flat3(m, m->o4), m->Wo->p, m->bo->p};
+  op(m, "linear_fwd", pin, 3, &m->tmp, 1, NULL, 0);
+  gpa_tensor rin[2] = {m->xa, m->tmp};
+  op(m, "add", rin, 2, &m->xb, 1, NULL, 0);
+  /* head */
+  layernorm(m, m->xb, m->f_ln_g, m->f_ln_b, m->uf, m->f_mean, m->f_rstd);
+  gpa_tensor hin[3] = {rows(m, m->uf), m->Wh->p, m->bh->p};
+  op(m, "linear_fwd", hin, 3, &m->logits, 1, NULL, 0);
+  gpa_tensor lin[2] = {m->logits, m->targets};
+  op(m, "cross_entropy_fwd", lin, 2, &m->loss, 1, NULL, 0);
+}
+
+void lm_backward(lm_model *m) {
+  const lm_config *c = &m->cfg;
+  gpa_tensor lin[2] = {m->logits, m->targets};
+  op(m, "cross_entropy_bwd", lin, 2, &m->dlogits, 1, NULL, 0);
+  /* head: dlogits -> d(uf) -> dx (gradient of xb) */
+  gpa_tensor hin[3] = {m->dlogits, rows(m, m->uf), m->Wh->p}, hout[3] = {rows(m, m->d1), m->Wh->g, m->bh->g};
+  op(m, "linear_bwd", hin, 3, hout, 3, NULL, 0);
+  layernorm_bwd(m, m->xb, m->d1, m->f_ln_g, m->f_ln_b, m->f_mean, m->f_rstd, m->dx);
+  /* attention block: xb = xa + (o Wo^T + bo) */
+  gpa_tensor pin[3] = {m->dx, flat3(m, m->o4), m->Wo->p}, pout[3] = {flat3(m, m->do4), m->Wo->g, m->bo->g};
+  op(m, "linear_bwd", pin, 3, pout, 3, NULL, 0);
+  gpa_attr causal = {"causal", GPA_ATTR_INT, 1, 0};
+  gpa_tensor ain[6] = {m->do4, m->q4, m->k4, m->v4, m->o4, m->lse}, aout[3] = {m->dq4, m->dk4, m->dv4};
+  op(m, "attention_bwd", ain, 6, aout, 3, &causal, 1);
+  lm_param *W[3] = {m->Wq, m->Wk, m->Wv};
+  gpa_tensor dqkv[3] = {m->dq4, m->dk4, m->dv4}, du[3] = {m->d1, m->d2, m->d2};
+  for (int j = 0; j < 3; j++) {
+    gpa_tensor in[3] = {flat3(m, dqkv[j]), m->ua, W[j]->p}, out[2] = {du[j], W[j]->g};
+    op(m, "linear_bwd_nobias", in, 3, out, 2, NULL, 0);
+    if (j) add_into(m, m->d1, m->d2);
+  }
+  layernorm_bwd(m, m->xa, m->d1, m->a_ln_g, m->a_ln_b, m->a_mean, m->a_rstd, m->d3);
+  add_into(m, m->dx, m->d3); /* dx: gradient of xa */
+  /* conv blocks, last first: x' = x + gelu(c) */
+  for (int i = c->blocks - 1; i >= 0; i--) {
+    lm_conv_block *k = &m->blk[i];
+    gpa_tensor gin[2] = {k->c, m->dx};
+    op(m, "gelu_bwd", gin, 2, &m->d1, 1, NULL, 0); /* d1 = dc */
+    transpose(m, &m->perm_cf, m->d1, m->tmpT);     /* dcT */
+    gpa_attr at[2];
+    conv_geometry(k, at);
+    gpa_tensor cin[3] = {m->tmpT, k->uT, k->W->p};
+    gpa_tensor cout[3] = {view(k->cT, 3, c->batch, c->dim, c->ctx, 0), k->W->g, k->b->g}; /* duT into cT's buffer */
+    op(m, "conv1d_bwd", cin, 3, cout, 3, at, 2);
+    transpose(m, &m->perm_lf, k->cT, m->d2); /* du */
+    layernorm_bwd(m, k->x, m->d2, k->ln_g, k->ln_b, k->mean, k->rstd, m->d3);
+    add_into(m, m->dx, m->d3); /* dx: gradient of the block's input */
+  }
+  gpa_tensor ein[2] = {m->dx, m->ids};
+  op(m, "embedding_bwd", ein, 2, &m->emb->g, 1, NULL, 0);
+}
+
+void lm_adamw(lm_model *m, double lr, double weight_decay, int step) {
+  for (int i = 0; i < m->n_params; i++) {
+    lm_param *p = &m->params[i];
+    gpa_attr hp[3] = {{"lr", GPA_ATTR_FLOAT, 0, lr},
+                      {"step", GPA_ATTR_INT, step, 0},
+                      {"weight_decay", GPA_ATTR_FLOAT, 0, p->decay ? weight_decay : 0.0}};
+    gpa_tensor in[4] = {p->p, p->g, p->m, p->v}, out[3] = {p->p, p->m, p->v};
+    op(m, "adamw", in, 4, out, 3, hp, 3);
+  }
+}
