@@ -8,6 +8,7 @@ void gpa_bench_mailbox_async(void);
 void gpa_bench_mailbox_roundtrip(void);
 void gpa_bench_mailbox_memory(void);
 void gpa_bench_feed(void);
+void gpa_bench_profile_overhead(void);
 void gpa_bench_linear_fwd(void);
 void gpa_bench_linear_bwd(void);
 void gpa_bench_conv1d_fwd(void);
@@ -32,6 +33,7 @@ static const gpa_bench_entry gpa_benches[] = {
     {"mailbox_roundtrip", gpa_bench_mailbox_roundtrip},
     {"mailbox_memory", gpa_bench_mailbox_memory},
     {"feed", gpa_bench_feed},
+    {"profile_overhead", gpa_bench_profile_overhead},
     {"linear_fwd", gpa_bench_linear_fwd},
     {"linear_bwd", gpa_bench_linear_bwd},
     {"conv1d_fwd", gpa_bench_conv1d_fwd},

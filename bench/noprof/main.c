@@ -1,0 +1,21 @@
+/* gpa-bench-noprof: the profile step against a library built with
+ * GPA_NO_PROFILING. Prints the best ns per step; gpa-bench's
+ * profile_overhead runs it and compares. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../profile_step.h"
+
+int main(int argc, char **argv) {
+  int steps = argc > 1 ? atoi(argv[1]) : 20, reps = argc > 2 ? atoi(argv[2]) : 5;
+  gpa_actor *a;
+  if (gpa_actor_create(NULL, &a) != GPA_OK) {
+    fprintf(stderr, "gpa-bench-noprof: %s\n", gpa_last_error_message());
+    return 1;
+  }
+  gpa_pstep *p = gpa_pstep_new(a);
+  printf("%.1f\n", gpa_pstep_best_ns(p, steps, reps));
+  gpa_pstep_free(p);
+  gpa_actor_destroy(a);
+  return 0;
+}
