@@ -5,7 +5,7 @@
  * the attributes parsed here) and "actor" (buffers, uploads, gpa_submit,
  * readbacks and a batch sync on the backend GPA_DEVICE selects). Both are
  * compared with the reference; on the cpu backend they must also agree bit
- * for bit. */
+ * for bit. Gradients are in harness_grad.c. */
 #define _GNU_SOURCE
 #include "tests/parity/harness.h"
 
@@ -15,18 +15,7 @@
 #include <string.h>
 
 #include "ops/registry.h"
-
-struct gpa_parity {
-  const char *suite;
-  gpa_actor *actor;
-  gpa_queue *q;
-  const char *backend;
-  gpa_registry reg;
-  int reg_ok;
-  int failures, passes;
-  int actor_ok, unsupported; /* actor runs that ran / that the backend lacks */
-  char skip_reason[256];
-};
+#include "tests/parity/harness_internal.h"
 
 /* ---- specs ---------------------------------------------------------------- */
 
@@ -113,13 +102,13 @@ int64_t gpa_pcase_get_i(const gpa_pcase *c, const char *name, int64_t dflt) {
 
 /* ---- data ---------------------------------------------------------------- */
 
-static int64_t pt_numel(const gpa_pt *t) {
+int64_t gpa_pi_pt_numel(const gpa_pt *t) {
   int64_t n = 1;
   for (uint32_t i = 0; i < t->rank; i++) n *= t->shape[i];
   return n;
 }
 
-static uint64_t pt_bytes(const gpa_pt *t) { return (uint64_t)pt_numel(t) * gpa_dtype_size(t->dtype); }
+uint64_t gpa_pi_pt_bytes(const gpa_pt *t) { return (uint64_t)gpa_pi_pt_numel(t) * gpa_dtype_size(t->dtype); }
 
 static gpa_tensor pt_tensor(const gpa_pt *t, gpa_buffer_id buf) {
   gpa_tensor x;
@@ -131,7 +120,7 @@ static gpa_tensor pt_tensor(const gpa_pt *t, gpa_buffer_id buf) {
   return x;
 }
 
-static uint64_t rng_next(uint64_t *s) {
+uint64_t gpa_pi_rng_next(uint64_t *s) {
   uint64_t x = *s;
   x ^= x << 13;
   x ^= x >> 7;
@@ -139,9 +128,9 @@ static uint64_t rng_next(uint64_t *s) {
   return *s = x;
 }
 
-static double rng_unit(uint64_t *s) { return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0); }
+double gpa_pi_rng_unit(uint64_t *s) { return (double)(gpa_pi_rng_next(s) >> 11) * (1.0 / 9007199254740992.0); }
 
-static double raw_get(const void *raw, int dtype, int64_t i) {
+double gpa_pi_raw_get(const void *raw, int dtype, int64_t i) {
   switch (dtype) {
     case GPA_F32: return (double)((const float *)raw)[i];
     case GPA_I32: return (double)((const int32_t *)raw)[i];
@@ -151,7 +140,7 @@ static double raw_get(const void *raw, int dtype, int64_t i) {
   }
 }
 
-static void raw_set(void *raw, int dtype, int64_t i, double v) {
+void gpa_pi_raw_set(void *raw, int dtype, int64_t i, double v) {
   switch (dtype) {
     case GPA_F32: ((float *)raw)[i] = (float)v; break;
     case GPA_I32: ((int32_t *)raw)[i] = (int32_t)v; break;
@@ -161,41 +150,35 @@ static void raw_set(void *raw, int dtype, int64_t i, double v) {
   }
 }
 
-/* raw (the op's bytes) + d (the same values in double) */
-typedef struct pdata {
-  void *raw;
-  double *d;
-  int64_t n;
-} pdata;
 
-static void pdata_alloc(pdata *x, const gpa_pt *t) {
-  x->n = pt_numel(t);
-  x->raw = calloc(1, pt_bytes(t) + 16);
+void gpa_pi_pdata_alloc(pdata *x, const gpa_pt *t) {
+  x->n = gpa_pi_pt_numel(t);
+  x->raw = calloc(1, gpa_pi_pt_bytes(t) + 16);
   x->d = calloc((size_t)x->n + 1, sizeof(double));
 }
 
-static void pdata_free(pdata *x) {
+void gpa_pi_pdata_free(pdata *x) {
   free(x->raw);
   free(x->d);
   x->raw = x->d = NULL;
 }
 
-static void fill(pdata *x, const gpa_pt *t, uint64_t *rng) {
+void gpa_pi_fill(pdata *x, const gpa_pt *t, uint64_t *rng) {
   int64_t row = t->rank ? t->shape[t->rank - 1] : 1;
   for (int64_t i = 0; i < x->n; i++) {
     double v;
     switch (t->fill) {
-      case GPA_PFILL_UNIFORM: v = t->lo + (t->hi - t->lo) * rng_unit(rng); break;
-      case GPA_PFILL_INT: v = t->lo + floor(rng_unit(rng) * (t->hi - t->lo + 1.0)); break;
-      case GPA_PFILL_MASK: v = (rng_unit(rng) < t->lo || (t->hi >= 0 && row && i % row == 0)) ? 1.0 : 0.0; break;
+      case GPA_PFILL_UNIFORM: v = t->lo + (t->hi - t->lo) * gpa_pi_rng_unit(rng); break;
+      case GPA_PFILL_INT: v = t->lo + floor(gpa_pi_rng_unit(rng) * (t->hi - t->lo + 1.0)); break;
+      case GPA_PFILL_MASK: v = (gpa_pi_rng_unit(rng) < t->lo || (t->hi >= 0 && row && i % row == 0)) ? 1.0 : 0.0; break;
       default: v = NAN; break;
     }
-    raw_set(x->raw, t->dtype, i, v);
-    x->d[i] = raw_get(x->raw, t->dtype, i); /* the rounded value the op sees */
+    gpa_pi_raw_set(x->raw, t->dtype, i, v);
+    x->d[i] = gpa_pi_raw_get(x->raw, t->dtype, i); /* the rounded value the op sees */
   }
 }
 
-static uint64_t case_seed(const gpa_pcase *c) {
+uint64_t gpa_pi_case_seed(const gpa_pcase *c) {
   if (c->seed) return c->seed;
   uint64_t h = 1469598103934665603ull;
   for (const char *s = c->op; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
@@ -204,7 +187,7 @@ static uint64_t case_seed(const gpa_pcase *c) {
   return h ? h : 1;
 }
 
-static void fmt_case(char *buf, size_t size, const gpa_pcase *c) {
+void gpa_pi_fmt_case(char *buf, size_t size, const gpa_pcase *c) {
   size_t k = (size_t)snprintf(buf, size, "%s", c->op);
   for (uint32_t i = 0; i < c->n_in && k < size; i++) {
     k += (size_t)snprintf(buf + k, size - k, "%s%s[", i ? " " : " ", gpa_dtype_name(c->in[i].dtype));
@@ -262,7 +245,7 @@ static gpa_status parse_attrs(const gpa__op *op, const gpa_pcase *c, unsigned ch
 
 /* Direct run: outs[i] hold the outputs' initial bytes and get the results.
  * ins are not modified (aliased outputs work on outs[i]). */
-static gpa_status run_direct(gpa_parity *p, const gpa_pcase *c, pdata *ins, pdata *outs, char *msg, size_t ms) {
+gpa_status gpa_pi_run_direct(gpa_parity *p, const gpa_pcase *c, pdata *ins, pdata *outs, char *msg, size_t ms) {
   msg[0] = 0;
   if (!p->reg_ok) {
     snprintf(msg, ms, "%s: no registry", c->op);
@@ -325,12 +308,12 @@ static gpa_status run_actor(gpa_parity *p, const gpa_pcase *c, pdata *ins, pdata
   gpa_status st = GPA_OK;
   msg[0] = 0;
   for (uint32_t i = 0; i < c->n_in && st == GPA_OK; i++) {
-    uint64_t bytes = pt_bytes(&c->in[i]);
+    uint64_t bytes = gpa_pi_pt_bytes(&c->in[i]);
     st = gpa_buffer_acquire(p->actor, NULL, bytes ? bytes : 4, &bi[i]);
     ti[i] = pt_tensor(&c->in[i], bi[i]);
   }
   for (uint32_t i = 0; i < c->n_out && st == GPA_OK; i++) {
-    uint64_t bytes = pt_bytes(&c->out[i]);
+    uint64_t bytes = gpa_pi_pt_bytes(&c->out[i]);
     if (c->alias[i]) {
       to[i] = ti[c->alias[i] - 1];
     } else {
@@ -348,9 +331,9 @@ static gpa_status run_actor(gpa_parity *p, const gpa_pcase *c, pdata *ins, pdata
     goto done;
   }
   for (uint32_t i = 0; i < c->n_in && st == GPA_OK; i++)
-    if (pt_bytes(&c->in[i])) st = gpa_upload(p->q, &ti[i], ins[i].raw, pt_bytes(&c->in[i]), 0, NULL);
+    if (gpa_pi_pt_bytes(&c->in[i])) st = gpa_upload(p->q, &ti[i], ins[i].raw, gpa_pi_pt_bytes(&c->in[i]), 0, NULL);
   for (uint32_t i = 0; i < c->n_out && st == GPA_OK; i++)
-    if (pt_bytes(&c->out[i]) && !c->alias[i]) st = gpa_upload(p->q, &to[i], outs[i].raw, pt_bytes(&c->out[i]), 0, NULL);
+    if (gpa_pi_pt_bytes(&c->out[i]) && !c->alias[i]) st = gpa_upload(p->q, &to[i], outs[i].raw, gpa_pi_pt_bytes(&c->out[i]), 0, NULL);
   if (st != GPA_OK) {
     snprintf(msg, ms, "upload: %s %s", gpa_status_name(st), gpa_last_error_message());
     gpa_sync_batch(p->q, NULL);
@@ -364,7 +347,7 @@ static gpa_status run_actor(gpa_parity *p, const gpa_pcase *c, pdata *ins, pdata
     goto done;
   }
   for (uint32_t i = 0; read_back && i < c->n_out && st == GPA_OK; i++)
-    if (pt_bytes(&c->out[i])) st = gpa_readback(p->q, &to[i], &rb[i]);
+    if (gpa_pi_pt_bytes(&c->out[i])) st = gpa_readback(p->q, &to[i], &rb[i]);
   gpa_batch_stats bs;
   memset(&bs, 0, sizeof bs);
   bs.size = sizeof bs;
@@ -388,7 +371,7 @@ static gpa_status run_actor(gpa_parity *p, const gpa_pcase *c, pdata *ins, pdata
     const void *data;
     uint64_t size;
     st = gpa_handle_data(rb[i], &data, &size);
-    if (st != GPA_OK || size != pt_bytes(&c->out[i])) {
+    if (st != GPA_OK || size != gpa_pi_pt_bytes(&c->out[i])) {
       snprintf(msg, ms, "readback of output %u: %s, %llu bytes", i, gpa_status_name(st), (unsigned long long)size);
       if (st == GPA_OK) st = GPA_EINTERNAL;
       break;
@@ -466,48 +449,45 @@ int gpa_parity_close(gpa_parity *p) {
   return fails ? 1 : (skipped ? 77 : 0);
 }
 
-typedef struct pset {
-  pdata in[GPA_PMAX], out[GPA_PMAX], ref[GPA_PMAX];
-} pset;
 
-static void pset_free(pset *s) {
+void gpa_pi_pset_free(pset *s) {
   for (int i = 0; i < GPA_PMAX; i++) {
-    pdata_free(&s->in[i]);
-    pdata_free(&s->out[i]);
-    pdata_free(&s->ref[i]);
+    gpa_pi_pdata_free(&s->in[i]);
+    gpa_pi_pdata_free(&s->out[i]);
+    gpa_pi_pdata_free(&s->ref[i]);
   }
 }
 
 /* Outputs' initial bytes: NaN poison, generated data, or the aliased input. */
-static void init_outputs(const gpa_pcase *c, pset *s, uint64_t *rng) {
+void gpa_pi_init_outputs(const gpa_pcase *c, pset *s, uint64_t *rng) {
   for (uint32_t i = 0; i < c->n_out; i++) {
     pdata *o = &s->out[i];
-    pdata_alloc(o, &c->out[i]);
+    gpa_pi_pdata_alloc(o, &c->out[i]);
     if (c->alias[i]) {
-      memcpy(o->raw, s->in[c->alias[i] - 1].raw, pt_bytes(&c->out[i]));
+      memcpy(o->raw, s->in[c->alias[i] - 1].raw, gpa_pi_pt_bytes(&c->out[i]));
       memcpy(o->d, s->in[c->alias[i] - 1].d, (size_t)o->n * sizeof(double));
     } else if (c->out[i].fill) {
-      fill(o, &c->out[i], rng);
+      gpa_pi_fill(o, &c->out[i], rng);
     } else {
       for (int64_t k = 0; k < o->n; k++) {
-        raw_set(o->raw, c->out[i].dtype, k, NAN);
+        gpa_pi_raw_set(o->raw, c->out[i].dtype, k, NAN);
         o->d[k] = NAN;
       }
     }
   }
 }
 
-static void copy_pdata(pdata *dst, const pdata *src, const gpa_pt *t) {
-  pdata_alloc(dst, t);
-  memcpy(dst->raw, src->raw, pt_bytes(t));
+void gpa_pi_copy_pdata(pdata *dst, const pdata *src, const gpa_pt *t) {
+  gpa_pi_pdata_alloc(dst, t);
+  memcpy(dst->raw, src->raw, gpa_pi_pt_bytes(t));
   memcpy(dst->d, src->d, (size_t)src->n * sizeof(double));
 }
 
-static void run_ref(const gpa_pcase *c, pset *s, pdata *ref) {
+void gpa_pi_run_ref(const gpa_pcase *c, pset *s, pdata *ref) {
   gpa_parr in[GPA_PMAX], out[GPA_PMAX];
   for (uint32_t i = 0; i < c->n_in; i++) in[i] = (gpa_parr){s->in[i].d, s->in[i].n, &c->in[i]};
   for (uint32_t i = 0; i < c->n_out; i++) {
-    pdata_alloc(&ref[i], &c->out[i]);
+    gpa_pi_pdata_alloc(&ref[i], &c->out[i]);
     memcpy(ref[i].d, s->out[i].d, (size_t)ref[i].n * sizeof(double));
     out[i] = (gpa_parr){ref[i].d, ref[i].n, &c->out[i]};
   }
@@ -518,7 +498,7 @@ static void run_ref(const gpa_pcase *c, pset *s, pdata *ref) {
 static int compare(gpa_parity *p, const gpa_pcase *c, const char *mode, pdata *got, pdata *ref) {
   int ok = 1;
   char name[512];
-  fmt_case(name, sizeof name, c);
+  gpa_pi_fmt_case(name, sizeof name, c);
   for (uint32_t i = 0; i < c->n_out; i++) {
     double maxref = 0;
     int64_t wi = 0, bad = 0;
@@ -527,7 +507,7 @@ static int compare(gpa_parity *p, const gpa_pcase *c, const char *mode, pdata *g
     double rtol = c->rtol > 0 ? c->rtol : 1e-5;
     double atol = c->atol > 0 ? c->atol : rtol * 1e-2 * maxref;
     for (int64_t k = 0; k < ref[i].n; k++) {
-      double g = raw_get(got[i].raw, c->out[i].dtype, k), r = ref[i].d[k];
+      double g = gpa_pi_raw_get(got[i].raw, c->out[i].dtype, k), r = ref[i].d[k];
       int pass = fabs(g - r) <= rtol * fabs(r) + atol || g == r;
       if (isnan(g) != isnan(r)) pass = 0;
       if (!pass && bad++ == 0) wi = k;
@@ -537,7 +517,7 @@ static int compare(gpa_parity *p, const gpa_pcase *c, const char *mode, pdata *g
       char w[900];
       snprintf(w, sizeof w, "%s [%s] output %u: %lld of %lld elements off; e.g. [%lld] got %.9g ref %.9g (rtol %g atol %g)",
                name, mode, i, (long long)bad, (long long)ref[i].n, (long long)wi,
-               raw_get(got[i].raw, c->out[i].dtype, wi), ref[i].d[wi], rtol, atol);
+               gpa_pi_raw_get(got[i].raw, c->out[i].dtype, wi), ref[i].d[wi], rtol, atol);
       gpa_parity_fail(p, w);
     }
   }
@@ -546,21 +526,21 @@ static int compare(gpa_parity *p, const gpa_pcase *c, const char *mode, pdata *g
 
 static int bitwise_same(const gpa_pcase *c, pdata *a, pdata *b) {
   for (uint32_t i = 0; i < c->n_out; i++)
-    if (memcmp(a[i].raw, b[i].raw, pt_bytes(&c->out[i]))) return 0;
+    if (memcmp(a[i].raw, b[i].raw, gpa_pi_pt_bytes(&c->out[i]))) return 0;
   return 1;
 }
 
 /* Runs the case directly and through the actor on the inputs of s; compares
  * both with the reference in s->ref. */
-static int run_and_compare(gpa_parity *p, const gpa_pcase *c, pset *s) {
+int gpa_pi_run_and_compare(gpa_parity *p, const gpa_pcase *c, pset *s) {
   char msg[512], name[512];
-  fmt_case(name, sizeof name, c);
+  gpa_pi_fmt_case(name, sizeof name, c);
   pdata dir[GPA_PMAX], act[GPA_PMAX];
   memset(dir, 0, sizeof dir);
   memset(act, 0, sizeof act);
-  for (uint32_t i = 0; i < c->n_out; i++) copy_pdata(&dir[i], &s->out[i], &c->out[i]);
+  for (uint32_t i = 0; i < c->n_out; i++) gpa_pi_copy_pdata(&dir[i], &s->out[i], &c->out[i]);
   int ok = 1;
-  gpa_status st = run_direct(p, c, s->in, dir, msg, sizeof msg);
+  gpa_status st = gpa_pi_run_direct(p, c, s->in, dir, msg, sizeof msg);
   if (st != GPA_OK) {
     char w[1100];
     snprintf(w, sizeof w, "%s [direct]: %s: %s", name, gpa_status_name(st), msg);
@@ -570,7 +550,7 @@ static int run_and_compare(gpa_parity *p, const gpa_pcase *c, pset *s) {
     ok &= compare(p, c, "direct", dir, s->ref);
   }
   if (p->actor) {
-    for (uint32_t i = 0; i < c->n_out; i++) copy_pdata(&act[i], &s->out[i], &c->out[i]);
+    for (uint32_t i = 0; i < c->n_out; i++) gpa_pi_copy_pdata(&act[i], &s->out[i], &c->out[i]);
     st = run_actor(p, c, s->in, act, 1, msg, sizeof msg);
     if (st == GPA_OK) p->actor_ok++;
     if (st != GPA_OK && backend_lacks(p, name, st, msg)) {
@@ -591,8 +571,8 @@ static int run_and_compare(gpa_parity *p, const gpa_pcase *c, pset *s) {
     }
   }
   for (uint32_t i = 0; i < GPA_PMAX; i++) {
-    pdata_free(&dir[i]);
-    pdata_free(&act[i]);
+    gpa_pi_pdata_free(&dir[i]);
+    gpa_pi_pdata_free(&act[i]);
   }
   return ok;
 }
@@ -600,39 +580,39 @@ static int run_and_compare(gpa_parity *p, const gpa_pcase *c, pset *s) {
 int gpa_parity_check(gpa_parity *p, const gpa_pcase *c) {
   pset s;
   memset(&s, 0, sizeof s);
-  uint64_t rng = case_seed(c);
+  uint64_t rng = gpa_pi_case_seed(c);
   for (uint32_t i = 0; i < c->n_in; i++) {
-    pdata_alloc(&s.in[i], &c->in[i]);
-    fill(&s.in[i], &c->in[i], &rng);
+    gpa_pi_pdata_alloc(&s.in[i], &c->in[i]);
+    gpa_pi_fill(&s.in[i], &c->in[i], &rng);
   }
-  init_outputs(c, &s, &rng);
-  run_ref(c, &s, s.ref);
-  int ok = run_and_compare(p, c, &s);
+  gpa_pi_init_outputs(c, &s, &rng);
+  gpa_pi_run_ref(c, &s, s.ref);
+  int ok = gpa_pi_run_and_compare(p, c, &s);
   if (ok) {
     char name[512];
-    fmt_case(name, sizeof name, c);
+    gpa_pi_fmt_case(name, sizeof name, c);
     printf("[%s] ok   %s\n", p->suite, name);
     p->passes++;
   }
-  pset_free(&s);
+  gpa_pi_pset_free(&s);
   return ok;
 }
 
 int gpa_parity_expect_error(gpa_parity *p, const gpa_pcase *c, int status, const char *substring) {
   pset s;
   memset(&s, 0, sizeof s);
-  uint64_t rng = case_seed(c);
+  uint64_t rng = gpa_pi_case_seed(c);
   for (uint32_t i = 0; i < c->n_in; i++) {
-    pdata_alloc(&s.in[i], &c->in[i]);
-    fill(&s.in[i], &c->in[i], &rng);
+    gpa_pi_pdata_alloc(&s.in[i], &c->in[i]);
+    gpa_pi_fill(&s.in[i], &c->in[i], &rng);
   }
-  init_outputs(c, &s, &rng);
+  gpa_pi_init_outputs(c, &s, &rng);
   char msg[512], name[512], w[1400];
-  fmt_case(name, sizeof name, c);
+  gpa_pi_fmt_case(name, sizeof name, c);
   int ok = 1;
   for (int mode = 0; mode < 2; mode++) {
     if (mode == 1 && !p->actor) break;
-    gpa_status st = mode ? run_actor(p, c, s.in, s.out, 0, msg, sizeof msg) : run_direct(p, c, s.in, s.out, msg, sizeof msg);
+    gpa_status st = mode ? run_actor(p, c, s.in, s.out, 0, msg, sizeof msg) : gpa_pi_run_direct(p, c, s.in, s.out, msg, sizeof msg);
     const char *m = mode ? p->backend : "direct";
     if (mode && status != GPA_EUNSUPPORTED && backend_lacks(p, name, st, msg)) continue;
     if (mode && st != GPA_OK) p->actor_ok++;
@@ -646,152 +626,7 @@ int gpa_parity_expect_error(gpa_parity *p, const gpa_pcase *c, int status, const
     }
   }
   if (ok) p->passes++;
-  pset_free(&s);
+  gpa_pi_pset_free(&s);
   return ok;
 }
 
-/* ---- gradients ----------------------------------------------------------- */
-
-/* loss = sum over the first n_dy outputs of w * out, forward reference in double */
-static double fd_loss(const gpa_pcase *f, gpa_parr *in, pdata *w, uint32_t n_dy) {
-  pdata out[GPA_PMAX];
-  gpa_parr po[GPA_PMAX];
-  memset(out, 0, sizeof out);
-  for (uint32_t i = 0; i < f->n_out; i++) {
-    pdata_alloc(&out[i], &f->out[i]);
-    for (int64_t k = 0; k < out[i].n; k++) out[i].d[k] = NAN;
-    po[i] = (gpa_parr){out[i].d, out[i].n, &f->out[i]};
-  }
-  f->ref(f, in, po);
-  double L = 0;
-  for (uint32_t i = 0; i < n_dy; i++)
-    for (int64_t k = 0; k < out[i].n; k++) L += w[i].d[k] * out[i].d[k];
-  for (uint32_t i = 0; i < f->n_out; i++) pdata_free(&out[i]);
-  return L;
-}
-
-int gpa_parity_grad(gpa_parity *p, const gpa_pcase *f, const gpa_pgrad *g) {
-  pset fs, bs;
-  memset(&fs, 0, sizeof fs);
-  memset(&bs, 0, sizeof bs);
-  uint64_t rng = case_seed(f) ^ 0x9e3779b97f4a7c15ull;
-  for (uint32_t i = 0; i < f->n_in; i++) {
-    pdata_alloc(&fs.in[i], &f->in[i]);
-    fill(&fs.in[i], &f->in[i], &rng);
-  }
-  init_outputs(f, &fs, &rng);
-  run_ref(f, &fs, fs.ref);
-  /* loss weights (dy), fp32-rounded; a scalar dy may go in an attribute */
-  pdata w[GPA_PMAX];
-  memset(w, 0, sizeof w);
-  for (uint32_t i = 0; i < g->n_dy; i++) {
-    gpa_pt t = f->out[i];
-    t.fill = GPA_PFILL_UNIFORM;
-    t.lo = -1;
-    t.hi = 1;
-    pdata_alloc(&w[i], &t);
-    fill(&w[i], &t, &rng);
-  }
-  gpa_pcase b = gpa_pcase_make(g->op, g->ref);
-  for (uint32_t i = 0; i < g->n_attrs; i++) b.attrs[b.n_attrs++] = g->attrs[i];
-  if (g->dy_attr) gpa_pcase_attr_float(&b, g->dy_attr, w[0].d[0]);
-  for (uint32_t i = 0; i < g->n_in; i++) {
-    const gpa_psrc *src = &g->in[i];
-    gpa_pt t;
-    pdata *from;
-    if (src->kind == GPA_PSRC_FWD_IN) {
-      t = f->in[src->index];
-      from = &fs.in[src->index];
-    } else if (src->kind == GPA_PSRC_FWD_OUT) {
-      t = f->out[src->index];
-      from = &fs.ref[src->index];
-    } else {
-      t = f->out[src->index];
-      from = &w[src->index];
-    }
-    t.fill = GPA_PFILL_NONE;
-    gpa_pcase_in(&b, t);
-    pdata_alloc(&bs.in[i], &t);
-    for (int64_t k = 0; k < from->n; k++) {
-      raw_set(bs.in[i].raw, t.dtype, k, from->d[k]);
-      bs.in[i].d[k] = raw_get(bs.in[i].raw, t.dtype, k);
-    }
-  }
-  for (uint32_t i = 0; i < g->n_out; i++) {
-    gpa_pt t = f->in[g->grad_of[i]];
-    t.fill = GPA_PFILL_NONE;
-    t.dtype = GPA_F32;
-    gpa_pcase_out(&b, t);
-  }
-  init_outputs(&b, &bs, &rng);
-  char name[512];
-  fmt_case(name, sizeof name, f);
-  int ok = 1;
-  /* analytic reference: parity of the backward op */
-  pdata got[GPA_PMAX];
-  memset(got, 0, sizeof got);
-  if (g->ref) {
-    run_ref(&b, &bs, bs.ref);
-    ok &= run_and_compare(p, &b, &bs);
-  }
-  char msg[512];
-  for (uint32_t i = 0; i < b.n_out; i++) copy_pdata(&got[i], &bs.out[i], &b.out[i]);
-  gpa_status st = run_direct(p, &b, bs.in, got, msg, sizeof msg);
-  if (st != GPA_OK) {
-    char wmsg[1100];
-    snprintf(wmsg, sizeof wmsg, "%s backward %s [direct]: %s: %s", name, g->op, gpa_status_name(st), msg);
-    gpa_parity_fail(p, wmsg);
-    ok = 0;
-  }
-  /* finite differences of the double forward reference */
-  int64_t maxn = g->fd_max_numel > 0 ? g->fd_max_numel : 65536;
-  double rtol = g->fd_rtol > 0 ? g->fd_rtol : 1e-4;
-  int fd_done = 0;
-  for (uint32_t i = 0; ok && i < g->n_out; i++) {
-    uint32_t xi = (uint32_t)g->grad_of[i];
-    pdata *x = &fs.in[xi];
-    if (x->n == 0 || x->n > maxn) continue;
-    double gmax = 0;
-    for (int64_t k = 0; k < got[i].n; k++) {
-      double v = fabs(raw_get(got[i].raw, GPA_F32, k));
-      if (v > gmax) gmax = v;
-    }
-    gpa_parr in[GPA_PMAX];
-    double *xd = malloc((size_t)x->n * sizeof(double));
-    memcpy(xd, x->d, (size_t)x->n * sizeof(double));
-    for (uint32_t k = 0; k < f->n_in; k++) in[k] = (gpa_parr){k == xi ? xd : fs.in[k].d, fs.in[k].n, &f->in[k]};
-    int samples = x->n < 24 ? (int)x->n : 24;
-    for (int s = 0; s < samples; s++) {
-      int64_t e = x->n < 24 ? s : (s == 0 ? 0 : s == 1 ? x->n - 1 : (int64_t)(rng_next(&rng) % (uint64_t)x->n));
-      double x0 = xd[e], h = 1e-4 * (fabs(x0) > 1 ? fabs(x0) : 1);
-      xd[e] = x0 + h;
-      double lp = fd_loss(f, in, w, g->n_dy);
-      xd[e] = x0 - h;
-      double lm = fd_loss(f, in, w, g->n_dy);
-      xd[e] = x0;
-      double fd = (lp - lm) / (2 * h), gv = raw_get(got[i].raw, GPA_F32, e);
-      if (!(fabs(gv - fd) <= rtol * fabs(fd) + rtol * 0.1 * gmax + 1e-9)) {
-        char wmsg[1100];
-        snprintf(wmsg, sizeof wmsg, "%s: %s output %u (d/d input %u) [%lld] = %.9g, finite difference %.9g", name,
-                 g->op, i, xi, (long long)e, gv, fd);
-        gpa_parity_fail(p, wmsg);
-        ok = 0;
-        break;
-      }
-    }
-    fd_done = 1;
-    free(xd);
-  }
-  if (ok) {
-    printf("[%s] ok   %s: %s%s\n", p->suite, name, g->op,
-           fd_done ? " matches finite differences" : (g->ref ? " matches its reference (too large for FD)" : ""));
-    p->passes++;
-  }
-  for (uint32_t i = 0; i < GPA_PMAX; i++) {
-    pdata_free(&got[i]);
-    pdata_free(&w[i]);
-  }
-  pset_free(&fs);
-  pset_free(&bs);
-  return ok;
-}
