@@ -39,3 +39,11 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/sim/CMakeLists.txt)
     GPA_SIM_CUBLAS_DEFAULT="${CMAKE_BINARY_DIR}/sim/libgpa_sim_cublas.so")
   add_dependencies(gpa_obj gpa_sim_cuda gpa_sim_cublas)
 endif()
+
+# Test helper: a driver that reports no device (tests/test_cuda_driver.c
+# finds it next to itself).
+add_library(gpa_cuda_nodev MODULE ${PROJECT_SOURCE_DIR}/backends/cuda/testing/nodev_driver.c)
+target_include_directories(gpa_cuda_nodev PRIVATE ${GPA_CUDA_INCLUDE})
+set_target_properties(gpa_cuda_nodev PROPERTIES PREFIX "lib" OUTPUT_NAME gpa_cuda_nodev
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+add_dependencies(gpa_obj gpa_cuda_nodev)

@@ -523,9 +523,11 @@ static gpa_status cu_fence(void *bctx, void *bq, gpa__msg *m) {
 
 /* ---- ops ------------------------------------------------------------------------------------------- */
 
+/* Built-in ops: our kernels by name. User ops: their CUDA implementation.
+ * Either way, an op with only a host implementation runs on the host
+ * fallback (staged copies), the last resort of DESIGN.md section 8. */
 static gpa_op_impl_fn cu_impl_of(const gpa__op *op) {
-  if (!op->builtin) return op->d.cuda;
-  gpa_op_impl_fn f = gpa__cu_builtin(op->d.name);
+  gpa_op_impl_fn f = op->builtin ? gpa__cu_builtin(op->d.name) : op->d.cuda;
   if (f) return f;
   return op->d.host ? gpa__cu_fallback : NULL;
 }
