@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
+#include "kernels/host/copy.h"
 #include "kernels/host/pool.h"
 
 struct gpa_exec_env {
@@ -46,33 +47,17 @@ static void host_free(void *bctx, void *ptr) {
   free(ptr);
 }
 
-typedef struct copy_job {
-  char *dst;
-  const char *src;
-} copy_job;
-
-static void copy_range(int64_t b, int64_t e, void *ctx) {
-  copy_job *j = ctx;
-  memcpy(j->dst + b, j->src + b, (size_t)(e - b));
-}
-
-/* Large copies use both cores: one core does not saturate memory here. */
-static void host_copy(host_ctx *h, void *dst, const void *src, uint64_t n) {
-  copy_job j = {dst, src};
-  gpa__pool_for(h->env.pool, (int64_t)n, 1 << 20, copy_range, &j);
-}
-
 static gpa_status host_upload(void *bctx, void *bq, gpa__msg *m, void *dst, const void *src, uint64_t n) {
   (void)bq;
   (void)m;
-  host_copy(bctx, dst, src, n);
+  gpa__host_copy(&((host_ctx *)bctx)->env, dst, src, n);
   return GPA_OK;
 }
 
 static gpa_status host_readback(void *bctx, void *bq, gpa__msg *m, void *dst, const void *src, uint64_t n) {
   (void)bq;
   (void)m;
-  host_copy(bctx, dst, src, n);
+  gpa__host_copy(&((host_ctx *)bctx)->env, dst, src, n);
   return GPA_OK;
 }
 

@@ -80,7 +80,6 @@ void gpa__feed_room(gpa_feed *s) {
 }
 
 /* Completes a delivered outfeed op. The caller keeps no reference. */
-void gpa__feed_delivered(gpa_feed *s, gpa__msg *m, gpa_status st, bool keep_ref);
 void gpa__feed_delivered(gpa_feed *s, gpa__msg *m, gpa_status st, bool keep_ref) {
   const char *why = m->err[0] ? m->err : "cancelled: the feed session was closed before delivery";
   gpa__msg_complete(m, st, st == GPA_OK ? NULL : why);
@@ -159,18 +158,7 @@ uint64_t gpa_feed_id(const gpa_feed *s) { return s ? s->id : 0; }
 
 static gpa_status close_fn(gpa_actor *a, gpa__msg *m) {
   gpa_feed *s = ((gpa__feed_params *)m->params)->s;
-  while (s->in_head) {
-    gpa__feed_item *it = s->in_head;
-    s->in_head = it->next;
-    free(it);
-  }
-  s->in_tail = NULL;
-  /* Landed out of order and never to be delivered now. */
-  while (s->reorder) {
-    gpa__msg *r = s->reorder;
-    s->reorder = r->next;
-    gpa__feed_delivered(s, r, GPA_ECANCELED, false);
-  }
+  gpa__feed_drop_pending(s);
   /* Parked infeed/outfeed ops see `closed` and complete with ECANCELED. */
   for (gpa_queue *q = a->parked, *next; q; q = next) {
     next = q->parked_next;

@@ -8,7 +8,6 @@
 #include "backends/backend.h"
 #include "feed/feed_internal.h"
 
-void gpa__feed_delivered(gpa_feed *s, gpa__msg *m, gpa_status st, bool keep_ref);
 
 static gpa__feed_params *params(gpa__msg *m) { return (gpa__feed_params *)m->params; }
 
@@ -202,20 +201,23 @@ uint32_t gpa__feed_expire(gpa_actor *a, int64_t now) {
   return n;
 }
 
+void gpa__feed_drop_pending(gpa_feed *s) {
+  while (s->in_head) {
+    gpa__feed_item *it = s->in_head;
+    s->in_head = it->next;
+    free(it);
+  }
+  s->in_tail = NULL;
+  /* Landed out of order and never to be delivered now. */
+  while (s->reorder) {
+    gpa__msg *r = s->reorder;
+    s->reorder = r->next;
+    gpa__feed_delivered(s, r, r->status != GPA_OK ? r->status : GPA_ECANCELED, false);
+  }
+}
+
 void gpa__feeds_shutdown(gpa_actor *a) {
   pthread_mutex_lock(&a->feed_lock);
-  for (gpa_feed *s = a->feeds; s; s = s->next) {
-    while (s->in_head) {
-      gpa__feed_item *it = s->in_head;
-      s->in_head = it->next;
-      free(it);
-    }
-    s->in_tail = NULL;
-    while (s->reorder) {
-      gpa__msg *r = s->reorder;
-      s->reorder = r->next;
-      gpa__feed_delivered(s, r, r->status != GPA_OK ? r->status : GPA_ECANCELED, false);
-    }
-  }
+  for (gpa_feed *s = a->feeds; s; s = s->next) gpa__feed_drop_pending(s);
   pthread_mutex_unlock(&a->feed_lock);
 }

@@ -65,6 +65,10 @@ void gpa__feed_unref(gpa_feed *s);
 /* An item block for n tensors of bytes[i] bytes each: t[i].data and
  * t[i].bytes are set, the rest is the caller's. NULL on overflow or OOM. */
 gpa__feed_item *gpa__feed_item_new(uint32_t n, const uint64_t *bytes);
+/* Actor thread: frees items nobody took and cancels landed items waiting
+ * for their turn (close, shutdown). */
+void gpa__feed_drop_pending(gpa_feed *s);
+void gpa__feed_delivered(gpa_feed *s, gpa__msg *m, gpa_status st, bool keep_ref);
 /* Delivery side: an item was delivered (or dropped); give back its room. */
 void gpa__feed_room(gpa_feed *s);
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "actor/internal.h"
+#include "kernels/host/copy.h"
 
 static gpa_status noop_host(const gpa_op_exec *x) {
   (void)x;
@@ -24,24 +25,9 @@ static gpa_status copy_shape(const gpa_op_sig *s, gpa_tensor *out, char *msg, si
   return GPA_OK;
 }
 
-typedef struct span_job {
-  char *dst;
-  const char *src;
-} span_job;
-
-static void copy_range(int64_t b, int64_t e, void *ctx) {
-  span_job *j = ctx;
-  memmove(j->dst + b, j->src + b, (size_t)(e - b));
-}
-
 static gpa_status copy_host(const gpa_op_exec *x) {
   uint64_t n = (uint64_t)gpa_tensor_numel(&x->inputs[0]) * gpa_dtype_size(x->inputs[0].dtype);
-  span_job j = {x->out[0], x->in[0]};
-  /* Overlapping views of one buffer must not be split across threads. */
-  const char *s = x->in[0], *d = x->out[0];
-  bool overlap = s < d + n && d < s + n;
-  if (overlap) memmove(x->out[0], x->in[0], n);
-  else gpa_exec_parallel_for(x->env, (int64_t)n, 1 << 20, copy_range, &j);
+  gpa__host_copy(x->env, x->out[0], x->in[0], n); /* views of one buffer may overlap */
   return GPA_OK;
 }
 
