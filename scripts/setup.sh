@@ -6,19 +6,29 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(cmake make gcc g++ libck-dev libopenblas-dev libjansson-dev)
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
+# The bindings' tests (bindings/python, bindings/erlang) use these; without
+# them those tests are skipped, so they are installed when possible but not
+# required.
+optional=(python3-numpy python3-pytest erlang-dev erlang-eunit elixir)
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+missing=() missing_opt=()
+for p in "${pkgs[@]}"; do installed "$p" || missing+=("$p"); done
+for p in "${optional[@]}"; do installed "$p" || missing_opt+=("$p"); done
+if ((${#missing[@]} + ${#missing_opt[@]})); then
   if [ "$(id -u)" = 0 ]; then
-    echo "setup: installing ${missing[*]}"
+    echo "setup: installing ${missing[*]} ${missing_opt[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq "${missing[@]}" >/dev/null
-  else
+    if ((${#missing_opt[@]})); then
+      apt-get install -y -qq "${missing_opt[@]}" >/dev/null ||
+        echo "setup: could not install ${missing_opt[*]}: the binding tests will be skipped" >&2
+    fi
+  elif ((${#missing[@]})); then
     echo "setup: missing Debian packages: ${missing[*]} (run as root to install them)" >&2
     exit 1
+  else
+    echo "setup: optional packages missing (binding tests skipped): ${missing_opt[*]}" >&2
   fi
 fi
 
