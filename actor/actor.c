@@ -25,7 +25,10 @@ static void actor_loop(gpa_actor *a) {
       a->cancelling = true;
     uint32_t did = gpa__drain_completions(a);
     did += gpa__mailbox_drain(a, 64);
-    if (a->parked) did += gpa__feed_expire(a, gpa__now_ns());
+    if (a->parked) {
+      did += gpa__feed_expire(a, gpa__now_ns());
+      gpa__msg_return_flush(a);
+    }
     if (did) continue;
     if (atomic_load_explicit(&a->stopping, memory_order_acquire)) {
       /* closing + quiesce happened before stopping was set: every accepted
@@ -72,6 +75,7 @@ static void *actor_main(void *arg) {
   gpa__queues_cancel_held(a);
   gpa__feeds_shutdown(a);
   gpa__profilers_stop(a);
+  gpa__msg_return_flush(a);
   return NULL;
 }
 
@@ -102,6 +106,7 @@ static void actor_free(gpa_actor *a) {
 gpa_status gpa_actor_create(const gpa_actor_options *opts, gpa_actor **out) {
   if (!out) return gpa__fail(GPA_EINVAL, "gpa_actor_create: out is NULL");
   *out = NULL;
+  gpa__clock_init();
   gpa_actor *a = calloc(1, sizeof *a);
   if (!a) return gpa__fail(GPA_ENOMEM, "gpa_actor_create: out of memory");
   gpa_status st = gpa__options_resolve(opts, &a->opts);

@@ -33,5 +33,6 @@ struct gpa__ctx {
 /* The calling thread's context for actor a, registering one on first use. */
 gpa__ctx *gpa__ctx_get(gpa_actor *a);
 void gpa__ctx_unref(gpa__ctx *c);
+void gpa__ctx_free(gpa__ctx *c);
 
 #endif

@@ -71,7 +71,7 @@ static void finish(gpa_actor *a, gpa__msg *m, gpa_status st) {
   if (st != GPA_OK && !m->err[0]) snprintf(m->err, sizeof m->err, "%s", gpa_strerror(st));
   gpa_queue *q = m->q;
   if (q && m->kind != GPA__MSG_CALL) gpa__batch_account(q, m, m->device_ns, st == GPA_OK ? m->bytes : 0);
-  if (GPA__PROFILING(a) && m->kind != GPA__MSG_CALL) gpa__prof_op(a, m, st, gpa__now_ns());
+  if (GPA__PROFILING(a) && m->kind != GPA__MSG_CALL) gpa__prof_op(a, m, st, gpa__clock_ns());
   if (m->kind == GPA__MSG_OUTFEED || m->kind == GPA__MSG_INFEED) {
     /* An outfeed's handle completes at delivery, in the session's order
      * (failures too, once they have a place in it). */
@@ -80,8 +80,10 @@ static void finish(gpa_actor *a, gpa__msg *m, gpa_status st) {
       return;
     }
   }
-  gpa__msg_complete(m, st, m->err);
-  gpa__msg_unref(m); /* the actor's reference */
+  /* Nobody else holds it: no one can wait or look, skip the wake-up. */
+  if (atomic_load_explicit(&m->refs, memory_order_relaxed) == 1) m->status = st;
+  else gpa__msg_complete(m, st, m->err);
+  gpa__msg_unref_actor(a, m); /* the actor's reference */
 }
 
 void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
@@ -92,7 +94,7 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
   }
   if (st == GPA_OK) {
     m->err[0] = 0;
-    int64_t t0 = gpa__now_ns();
+    int64_t t0 = gpa__clock_ns();
     bool prof = GPA__PROFILING(a) && m->kind != GPA__MSG_CALL;
     if (prof) {
       m->t_start = t0;
@@ -109,9 +111,9 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
     if (prof) gpa__nvtx_pop();
     /* Synchronous backends: the time on the actor is the device time. An
      * asynchronous one measures with events and sets device_ns itself. */
-    if (st != GPA__DEFERRED && m->kind != GPA__MSG_CALL) m->device_ns = gpa__now_ns() - t0;
+    if (st != GPA__DEFERRED && m->kind != GPA__MSG_CALL) m->device_ns = gpa__clock_ns() - t0;
   } else {
-    m->t_start = gpa__now_ns();
+    m->t_start = gpa__clock_ns();
   }
   if (st == GPA__DEFERRED) {
     m->deferred = 1;
@@ -153,5 +155,6 @@ uint32_t gpa__drain_completions(gpa_actor *a) {
     if (q && --q->inflight == 0) gpa__queue_advance(a, q);
     m = next;
   }
+  gpa__msg_return_flush(a);
   return n;
 }

@@ -85,17 +85,55 @@ gpa__msg *gpa__msg_new(gpa_actor *a, int kind) {
 
 void gpa__msg_ref(gpa__msg *m) { atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed); }
 
-void gpa__msg_unref(gpa__msg *m) {
-  if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
-  if (m->t != m->t_inline) free(m->t);
-  free(m->payload);
-  gpa__ctx *c = m->owner;
+/* Gives a chain of messages (first..last, n of them) back to their owner. */
+static void give_back(gpa__ctx *c, gpa__msg *first, gpa__msg *last, uint64_t n) {
   gpa__msg *head = atomic_load_explicit(&c->returned, memory_order_relaxed);
   do {
-    m->next = head;
-  } while (!atomic_compare_exchange_weak_explicit(&c->returned, &head, m, memory_order_release,
+    last->next = head;
+  } while (!atomic_compare_exchange_weak_explicit(&c->returned, &head, first, memory_order_release,
                                                   memory_order_relaxed));
-  gpa__ctx_unref(c);
+  if (atomic_fetch_sub_explicit(&c->refs, n, memory_order_acq_rel) == n) gpa__ctx_free(c);
+}
+
+static bool drop_ref(gpa__msg *m) {
+  if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return false;
+  if (m->t != m->t_inline) free(m->t);
+  free(m->payload);
+  m->payload = NULL;
+  return true;
+}
+
+void gpa__msg_unref(gpa__msg *m) {
+  if (drop_ref(m)) give_back(m->owner, m, m, 1);
+}
+
+/* The actor frees most messages: it gathers them per owner and gives each
+ * chain back with one CAS instead of one per message. */
+void gpa__msg_unref_actor(gpa_actor *a, gpa__msg *m) {
+  if (!drop_ref(m)) return;
+  gpa__ret_cache *rc = a->ret;
+  uint32_t i = 0;
+  while (i < GPA__RET_SLOTS && rc[i].n && rc[i].c != m->owner) i++;
+  if (i == GPA__RET_SLOTS) {
+    gpa__msg_return_flush(a);
+    i = 0;
+  }
+  if (!rc[i].n) {
+    rc[i].c = m->owner;
+    rc[i].last = m;
+    m->next = NULL;
+  } else {
+    m->next = rc[i].first;
+  }
+  rc[i].first = m;
+  rc[i].n++;
+}
+
+void gpa__msg_return_flush(gpa_actor *a) {
+  for (uint32_t i = 0; i < GPA__RET_SLOTS && a->ret[i].n; i++) {
+    give_back(a->ret[i].c, a->ret[i].first, a->ret[i].last, a->ret[i].n);
+    a->ret[i].n = 0;
+  }
 }
 
 gpa_status gpa__msg_set_tensors(gpa__msg *m, const gpa_tensor *in, uint32_t n_in, const gpa_tensor *out,

@@ -121,6 +121,14 @@ struct gpa_queue {
   gpa_queue *next_all;
 };
 
+/* Messages the actor freed, per owner, not yet given back (handle.c). */
+#define GPA__RET_SLOTS 8
+typedef struct gpa__ret_cache {
+  gpa__ctx *c;
+  gpa__msg *first, *last;
+  uint64_t n;
+} gpa__ret_cache;
+
 typedef struct gpa__opts {
   char device[32];
   uint32_t mailbox_size;
@@ -168,6 +176,7 @@ struct gpa_actor {
   uint64_t next_feed_id;
 
   /* actor thread only */
+  gpa__ret_cache ret[GPA__RET_SLOTS];
   gpa_profiler profilers[8];
   uint32_t n_profilers;
   gpa_queue *parked;
@@ -187,13 +196,20 @@ void gpa__log(int level, int threshold, const char *fmt, ...) __attribute__((for
 int gpa__log_threshold(void);
 /* options.c */
 gpa_status gpa__options_resolve(const gpa_actor_options *user, gpa__opts *out);
-/* time */
+/* time: gpa__now_ns is CLOCK_MONOTONIC (deadlines); gpa__clock_ns a cheap
+ * duration clock on the same scale (TSC where invariant), set up by
+ * gpa__clock_init before the first actor runs. */
 int64_t gpa__now_ns(void);
+int64_t gpa__clock_ns(void);
+void gpa__clock_init(void);
 
 /* handle.c: message pool and completion */
 gpa__msg *gpa__msg_new(gpa_actor *a, int kind); /* NULL + error set on failure */
 void gpa__msg_ref(gpa__msg *m);
 void gpa__msg_unref(gpa__msg *m);
+/* On the actor thread: batched; gpa__msg_return_flush gives them back. */
+void gpa__msg_unref_actor(gpa_actor *a, gpa__msg *m);
+void gpa__msg_return_flush(gpa_actor *a);
 /* Sets status/message (fmt may be NULL) and wakes waiters. Exactly once. */
 void gpa__msg_complete(gpa__msg *m, gpa_status st, const char *msg);
 gpa_status gpa__msg_set_tensors(gpa__msg *m, const gpa_tensor *in, uint32_t n_in, const gpa_tensor *out,
@@ -201,8 +217,10 @@ gpa_status gpa__msg_set_tensors(gpa__msg *m, const gpa_tensor *in, uint32_t n_in
 /* Sends a control call and waits for it. Returns its status. */
 gpa_status gpa__call(gpa_actor *a, gpa__msg *m);
 
-/* mailbox.c */
+/* mailbox.c: gpa__send adds the actor's reference; gpa__send_owned hands
+ * the caller's to the actor on success (on failure the caller keeps it). */
 gpa_status gpa__send(gpa_actor *a, gpa__msg *m);
+gpa_status gpa__send_owned(gpa_actor *a, gpa__msg *m);
 /* Actor side: runs each queued message through gpa__intake. Returns count. */
 uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget);
 bool gpa__mailbox_empty(gpa_actor *a);

@@ -59,7 +59,7 @@ static pthread_key_t gpa__tls_key;
 static pthread_once_t gpa__tls_once = PTHREAD_ONCE_INIT;
 void gpa__tls_drop_dead(void);
 
-static void ctx_free(gpa__ctx *c) {
+void gpa__ctx_free(gpa__ctx *c) {
   for (uint32_t i = 0; i < c->n_slabs; i++) free(c->slabs[i]);
   free(c->slabs);
   free(c->slots);
@@ -67,7 +67,7 @@ static void ctx_free(gpa__ctx *c) {
 }
 
 void gpa__ctx_unref(gpa__ctx *c) {
-  if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) ctx_free(c);
+  if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) gpa__ctx_free(c);
 }
 
 /* Thread exit: give up ownership so another thread can adopt the context. */
@@ -174,7 +174,7 @@ static gpa_status wait_space(gpa_actor *a, gpa__ctx *c, bool control) {
   }
 }
 
-gpa_status gpa__send(gpa_actor *a, gpa__msg *m) {
+static gpa_status send(gpa_actor *a, gpa__msg *m, bool keep) {
   gpa__ctx *c = m->owner;
   atomic_store_explicit(&c->busy, 1, memory_order_seq_cst);
   gpa_status st = GPA_OK;
@@ -197,7 +197,7 @@ gpa_status gpa__send(gpa_actor *a, gpa__msg *m) {
   /* The slot is ours: from here on the message cannot fail to arrive, so the
    * queue ticket is taken now and never skipped. */
   if (m->q) m->ticket = atomic_fetch_add_explicit(&m->q->next_ticket, 1, memory_order_relaxed);
-  gpa__msg_ref(m); /* the actor's reference */
+  if (keep) gpa__msg_ref(m); /* else the caller's reference becomes the actor's */
   GPA_TSAN_RELEASE(m);
   GPA_TSAN_IGNORE_BEGIN();
   *slot = m;
@@ -208,6 +208,9 @@ out:
   if (st == GPA_OK && atomic_load_explicit(&a->idle, memory_order_seq_cst)) ck_ec32_inc(&a->ec, &gpa__ec_mp);
   return st;
 }
+
+gpa_status gpa__send(gpa_actor *a, gpa__msg *m) { return send(a, m, true); }
+gpa_status gpa__send_owned(gpa_actor *a, gpa__msg *m) { return send(a, m, false); }
 
 uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget) {
   uint32_t total = 0;
@@ -229,6 +232,7 @@ uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget) {
     }
     total += got;
   }
+  gpa__msg_return_flush(a);
   return total;
 }
 

@@ -124,7 +124,7 @@ static gpa_queue *queue_new(gpa_actor *a, const char *name, gpa_status *st) {
   q->next_all = a->queues;
   a->queues = q;
   pthread_mutex_unlock(&a->queue_lock);
-  q->batch.t0_ns = gpa__now_ns();
+  q->batch.t0_ns = gpa__clock_ns();
   *st = GPA_OK;
   return q;
 }

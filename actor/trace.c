@@ -96,7 +96,7 @@ gpa_status gpa__trace_profiler(const char *path, gpa_profiler *out, char *msg, s
     return GPA_EINVAL;
   }
   setvbuf(t->f, NULL, _IOFBF, 1 << 20);
-  t->t0 = gpa__now_ns();
+  t->t0 = gpa__clock_ns();
   t->first = true;
   fputc('[', t->f);
   *out = (gpa_profiler){sizeof *out, on_op, on_batch, flush, destroy, t};

@@ -72,7 +72,7 @@ static gpa_status sync_fn(gpa_actor *a, gpa__msg *m) {
   gpa_queue *q = m->q;
   gpa__batch *b = &q->batch;
   sync_result *r = m->payload; /* allocated by the syncing thread */
-  int64_t now = gpa__now_ns();
+  int64_t now = gpa__clock_ns();
   memset(&r->stats, 0, sizeof r->stats);
   r->stats.size = sizeof r->stats;
   r->stats.ops = b->ops;
@@ -104,12 +104,14 @@ gpa_status gpa_batch_begin(gpa_queue *q, const char *label) {
   }
   begin_args *args = (begin_args *)m->params;
   snprintf(args->label, sizeof args->label, "%s", label ? label : "");
-  args->t0 = gpa__now_ns();
+  args->t0 = gpa__clock_ns();
   m->fn = begin_fn;
   m->q = q;
-  st = gpa__send(q->actor, m);
-  gpa__msg_unref(m);
-  if (st != GPA_OK) atomic_store(&q->batch_open, 0);
+  st = gpa__send_owned(q->actor, m);
+  if (st != GPA_OK) {
+    gpa__msg_unref(m);
+    atomic_store(&q->batch_open, 0);
+  }
   return st;
 }
 

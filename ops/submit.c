@@ -134,9 +134,9 @@ gpa_status gpa_submit(gpa_queue *q, const gpa_op_call *call, gpa_handle **out) {
     memcpy(m->params, params, op->d.params_size);
     m->op = op;
     m->q = q;
-    st = gpa__send(a, m);
+    st = out ? gpa__send(a, m) : gpa__send_owned(a, m);
   }
-  if (st != GPA_OK || !out) gpa__msg_unref(m);
-  else *out = m;
+  if (st != GPA_OK) gpa__msg_unref(m);
+  else if (out) *out = m;
   return st;
 }

@@ -20,7 +20,7 @@ typedef struct gpa_prof_op {
   const char *queue;         /* queue name */
   uint32_t queue_id;         /* one trace track per queue */
   int32_t status;
-  int64_t start_ns, end_ns;  /* CLOCK_MONOTONIC: started by the actor, seen complete */
+  int64_t start_ns, end_ns;  /* monotonic ns (TSC-based where invariant): started, seen complete */
   int64_t device_ns;         /* time on the device (events on CUDA) */
   uint64_t bytes;            /* bytes moved, if the op reports them */
   const gpa_tensor *tensors; /* inputs then outputs */
