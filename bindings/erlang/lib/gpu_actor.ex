@@ -20,6 +20,9 @@ defmodule GpuActor do
   session's process as `{:gpuactor_outfeed, feed_id, user_tag, [{dtype, shape, binary}]}`.
   """
 
+  # :gpuactor_nif is compiled separately (src/gpuactor_nif.erl)
+  @compile {:no_warn_undefined, :gpuactor_nif}
+
   defmodule Error do
     defexception [:status, :message]
   end
