@@ -167,7 +167,7 @@ static void softmax_tile(float *St, int64_t nc, int64_t ld, const int32_t *nv, f
 }
 
 typedef struct fwd_ws {
-  float *Qt, *St, *O, *m, *l, *corr;
+  float *Qt, *St, *O, *Vp, *m, *l, *corr;
   int32_t *nv, *lim;
 } fwd_ws;
 
@@ -208,8 +208,11 @@ static void fwd_item(const attn_ctx *c, int64_t it, const fwd_ws *w) {
         float *orow = w->O + r * D, cr = w->corr[r];
         for (int64_t d = 0; d < D; d++) orow[d] *= cr;
       }
-    /* O += P V_j, P read transposed out of St */
-    gpa__tgemm(mr, D, nc, w->St, 1, ld, V + j0 * ldk, ldk, w->O, D, 1);
+    /* O += P V_j, P read transposed out of St; V_j packed contiguous first
+     * (its rows lie Hkv*D floats apart, often a multiple of 4 KiB: strided,
+     * they would all fall into one L1 set) */
+    for (int64_t j = 0; j < nc; j++) memcpy(w->Vp + j * D, V + (j0 + j) * ldk, (size_t)D * sizeof(float));
+    gpa__tgemm(mr, D, nc, w->St, 1, ld, w->Vp, D, w->O, D, 1);
   }
   for (int64_t r = 0; r < mr; r++) {
     float *dst = c->out_o + ((b * g->S + s0 + r) * g->H + h) * D;
@@ -232,8 +235,8 @@ static void *ws_alloc(size_t floats) {
 
 static void fwd_range(int64_t i0, int64_t i1, void *p) {
   attn_ctx *c = p;
-  size_t D = (size_t)c->g->D, nQt = D * FWD_LD, nSt = (size_t)FWD_BC * FWD_LD, nO = FWD_BR * D;
-  float *ws = ws_alloc(nQt + nSt + nO + 6 * FWD_LD);
+  size_t D = (size_t)c->g->D, nQt = D * FWD_LD, nSt = (size_t)FWD_BC * FWD_LD, nO = FWD_BR * D, nV = FWD_BC * D;
+  float *ws = ws_alloc(nQt + nSt + nO + nV + 6 * FWD_LD);
   if (!ws) {
     atomic_store_explicit(&c->failed, 1, memory_order_relaxed);
     return;
@@ -242,7 +245,8 @@ static void fwd_range(int64_t i0, int64_t i1, void *p) {
   w.Qt = ws;
   w.St = w.Qt + nQt;
   w.O = w.St + nSt;
-  w.m = w.O + nO;
+  w.Vp = w.O + nO;
+  w.m = w.Vp + nV;
   w.l = w.m + FWD_LD;
   w.corr = w.l + FWD_LD;
   w.nv = (int32_t *)(w.corr + FWD_LD);
@@ -263,8 +267,14 @@ gpa_status gpa__attention_fwd(const gpa__par *par, const gpa__attn_geom *g, cons
 /* ---- backward -------------------------------------------------------- */
 
 typedef struct bwd_ws {
-  float *Kt, *Vt, *P, *dS, *dKa, *dVa, *delta;
+  float *Kt, *Vt, *Kp, *Qp, *dOp, *P, *dS, *dKa, *dVa, *delta;
 } bwd_ws;
+
+/* rows [r0, r0+n) of a [.., ld] tensor into dst [n, D] (contiguous: strided
+ * rows Hkv*D or H*D floats apart often share one L1 set) */
+static void pack_rows(float *dst, const float *src, int64_t n, int64_t D, int64_t ld) {
+  for (int64_t r = 0; r < n; r++) memcpy(dst + r * D, src + r * ld, (size_t)D * sizeof(float));
+}
 
 /* First query that can see key j0 (causal), else 0. */
 static int64_t first_query(const gpa__attn_geom *g, int64_t j0) {
@@ -278,12 +288,12 @@ static int64_t first_query(const gpa__attn_geom *g, int64_t j0) {
 static void bwd_tile(const attn_ctx *c, const bwd_ws *w, int64_t b, int64_t h, const float *delta, int64_t s0,
                      int64_t mr, int64_t j0, int64_t nc, int64_t kvlen, int with_dq, int with_dkv) {
   const gpa__attn_geom *g = c->g;
-  int64_t D = g->D, ldq = g->H * D, ldk = g->Hkv * D, kh = h / (g->H / g->Hkv);
+  int64_t D = g->D, ldq = g->H * D;
   const float *lse = c->lse + (b * g->H + h) * g->S;
-  const float *Q = c->q + ((b * g->S + s0) * g->H + h) * D;
-  const float *dO = c->dout + ((b * g->S + s0) * g->H + h) * D;
-  gpa__tgemm(mr, nc, D, Q, ldq, 1, w->Kt, nc, w->P, nc, 0);
-  gpa__tgemm(mr, nc, D, dO, ldq, 1, w->Vt, nc, w->dS, nc, 0);
+  pack_rows(w->Qp, c->q + ((b * g->S + s0) * g->H + h) * D, mr, D, ldq);
+  pack_rows(w->dOp, c->dout + ((b * g->S + s0) * g->H + h) * D, mr, D, ldq);
+  gpa__tgemm(mr, nc, D, w->Qp, D, 1, w->Kt, nc, w->P, nc, 0);
+  gpa__tgemm(mr, nc, D, w->dOp, D, 1, w->Vt, nc, w->dS, nc, 0);
   for (int64_t r = 0; r < mr; r++) {
     float *p = w->P + r * nc, *ds = w->dS + r * nc;
     int64_t nv = key_limit(g, kvlen, s0 + r) - j0;
@@ -294,13 +304,10 @@ static void bwd_tile(const attn_ctx *c, const bwd_ws *w, int64_t b, int64_t h, c
     float dl = delta[s0 + r];
     for (int64_t cc = 0; cc < nc; cc++) ds[cc] = p[cc] * (ds[cc] - dl);
   }
-  if (with_dq) {
-    const float *K = c->k + ((b * g->Sk + j0) * g->Hkv + kh) * D;
-    gpa__tgemm(mr, D, nc, w->dS, nc, 1, K, ldk, c->dq + ((b * g->S + s0) * g->H + h) * D, ldq, 1);
-  }
+  if (with_dq) gpa__tgemm(mr, D, nc, w->dS, nc, 1, w->Kp, D, c->dq + ((b * g->S + s0) * g->H + h) * D, ldq, 1);
   if (with_dkv) { /* P^T and dS^T read transposed in place */
-    gpa__tgemm(nc, D, mr, w->P, 1, nc, dO, ldq, w->dVa, D, 1);
-    gpa__tgemm(nc, D, mr, w->dS, 1, nc, Q, ldq, w->dKa, D, 1);
+    gpa__tgemm(nc, D, mr, w->P, 1, nc, w->dOp, D, w->dVa, D, 1);
+    gpa__tgemm(nc, D, mr, w->dS, 1, nc, w->Qp, D, w->dKa, D, 1);
   }
 }
 
@@ -310,6 +317,7 @@ static void load_kv(const attn_ctx *c, const bwd_ws *w, int64_t b, int64_t kh, i
   int64_t D = g->D, ldk = g->Hkv * D, off = ((b * g->Sk + j0) * g->Hkv + kh) * D;
   gpa__transpose(nc, D, c->k + off, ldk, w->Kt, nc);
   gpa__transpose(nc, D, c->v + off, ldk, w->Vt, nc);
+  pack_rows(w->Kp, c->k + off, nc, D, ldk);
 }
 
 /* dk, dv rows of key tile j0 of (b, kh) from the accumulators. */
@@ -421,9 +429,9 @@ static void bwd_range(int64_t i0, int64_t i1, void *p) {
   attn_ctx *c = p;
   const gpa__attn_geom *g = c->g;
   size_t D = (size_t)g->D, grp = (size_t)(g->H / g->Hkv);
-  size_t nt = D * BWD_BC, np = BWD_BR * BWD_BC, nacc = BWD_BC * D;
+  size_t nt = D * BWD_BC, np = BWD_BR * BWD_BC, nacc = BWD_BC * D, nq = BWD_BR * D;
   size_t nd = c->stage == BWD_FUSED ? grp * (size_t)g->S : 0;
-  float *ws = ws_alloc(2 * nt + 2 * np + 2 * nacc + nd);
+  float *ws = ws_alloc(3 * nt + 2 * nq + 2 * np + 2 * nacc + nd);
   if (!ws) {
     atomic_store_explicit(&c->failed, 1, memory_order_relaxed);
     return;
@@ -431,7 +439,10 @@ static void bwd_range(int64_t i0, int64_t i1, void *p) {
   bwd_ws w;
   w.Kt = ws;
   w.Vt = w.Kt + nt;
-  w.P = w.Vt + nt;
+  w.Kp = w.Vt + nt;
+  w.Qp = w.Kp + nt;
+  w.dOp = w.Qp + nq;
+  w.P = w.dOp + nq;
   w.dS = w.P + np;
   w.dKa = w.dS + np;
   w.dVa = w.dKa + nacc;
