@@ -12,11 +12,15 @@
  * dirty CPU scheduler, since copying them takes longer than a NIF may run.
  *
  * Resources. Actor, queue, buffer, handle and feed are resources with
- * destructors. Queues, buffers and feeds keep their actor's resource alive;
+ * destructors; what a destructor would wait for (destroying an actor,
+ * releasing a buffer, closing a feed) is done by one reaper thread, since
+ * the GC may run destructors on a normal scheduler. Queues, buffers and feeds keep their actor's resource alive;
  * an actor destroyed explicitly stays a resource whose users answer
  * {error, {eshutdown, _}}: a per-actor rwlock orders every call that touches
  * the C actor (read side) against the destroy (write side), after a
  * gpa_actor_shutdown that fails parked work so that no reader waits forever.
+ * Normal-scheduler NIFs only try the read side (a busy lock means a destroy
+ * is under way: ESHUTDOWN), so they never wait for it.
  * Handles outlive actors (the C API allows it).
  *
  * Feed sessions. The session's tag is the external term format of the
@@ -56,13 +60,19 @@ typedef struct nif_handle {
   gpa_handle *h;
 } nif_handle;
 
-typedef struct nif_feed {
-  nif_actor *actor;
-  gpa_feed *f;
+/* What the sink reads: apart from the resource, so that it lives until the
+ * session is closed (by the reaper, after the resource is gone). */
+typedef struct feed_ctx {
   uint64_t id;
   ErlNifEnv *tag_env; /* holds the user tag term */
   ERL_NIF_TERM user_tag;
-  ErlNifMutex *mu;
+} feed_ctx;
+
+typedef struct nif_feed {
+  nif_actor *actor;
+  gpa_feed *f;
+  feed_ctx *ctx;
+  ErlNifMutex *mu; /* held only around non-blocking calls into the session */
   bool closed;
 } nif_feed;
 
@@ -229,6 +239,17 @@ static bool actor_enter(nif_actor *a) {
   return true;
 }
 static void actor_leave(nif_actor *a) { enif_rwlock_runlock(a->lock); }
+/* The same for normal schedulers, which must not wait: the write side is
+ * only taken by a destroy, after its shutdown, so a busy lock means that the
+ * actor is going away (ESHUTDOWN either way). */
+static bool actor_try(nif_actor *a) {
+  if (enif_rwlock_tryrlock(a->lock) != 0) return false;
+  if (a->closed) {
+    enif_rwlock_runlock(a->lock);
+    return false;
+  }
+  return true;
+}
 
 /* ---- destructors ---------------------------------------------------------- */
 
@@ -248,61 +269,143 @@ static void actor_close(nif_actor *a) {
   enif_rwlock_rwunlock(a->lock);
 }
 
+/* Destructors run wherever the GC runs them, often on a normal scheduler.
+ * What may wait (an actor's destroy joins its thread; a buffer release and a
+ * queue destroy are round trips to the actor; a feed close waits for its
+ * sink) goes to one reaper thread, in order. An item carries the actor
+ * reference its object held; the reaper releases it when done. */
+enum { REAP_ACTOR, REAP_QUEUE, REAP_BUFFER, REAP_FEED };
+typedef struct reap_item {
+  struct reap_item *next;
+  int kind;
+  nif_actor *actor;   /* QUEUE/BUFFER/FEED: the reference to release */
+  gpa_actor *a;       /* ACTOR: NULL if destroyed already */
+  ErlNifRWLock *lock; /* ACTOR */
+  gpa_queue *q;
+  gpa_buffer_id id;
+  gpa_feed *f;
+  feed_ctx *ctx;
+} reap_item;
+
+static struct {
+  ErlNifMutex *mu;
+  ErlNifCond *cv;
+  reap_item *head, *tail;
+  ErlNifTid tid;
+  bool stop, started;
+} reaper;
+
+static void feed_ctx_free(feed_ctx *c) {
+  if (!c) return;
+  if (c->tag_env) enif_free_env(c->tag_env);
+  enif_free(c);
+}
+
+static void reap_do(reap_item *it) {
+  switch (it->kind) {
+  case REAP_ACTOR:
+    if (it->a) gpa_actor_destroy(it->a);
+    enif_rwlock_destroy(it->lock);
+    break;
+  case REAP_QUEUE:
+    if (actor_enter(it->actor)) {
+      gpa_queue_destroy(it->q);
+      actor_leave(it->actor);
+    }
+    break;
+  case REAP_BUFFER:
+    if (actor_enter(it->actor)) {
+      gpa_buffer_release(it->actor->a, it->id);
+      actor_leave(it->actor);
+    }
+    break;
+  case REAP_FEED:
+    if (actor_enter(it->actor)) {
+      gpa_feed_close(it->f);
+      actor_leave(it->actor);
+    } /* else the actor's destroy closed it */
+    feed_ctx_free(it->ctx);
+    break;
+  }
+  if (it->actor) enif_release_resource(it->actor); /* may queue the actor itself */
+  enif_free(it);
+}
+
+static void *reaper_main(void *arg) {
+  (void)arg;
+  enif_mutex_lock(reaper.mu);
+  for (;;) {
+    while (!reaper.head && !reaper.stop) enif_cond_wait(reaper.cv, reaper.mu);
+    if (!reaper.head) break; /* stopping and nothing left */
+    reap_item *it = reaper.head;
+    reaper.head = it->next;
+    if (!reaper.head) reaper.tail = NULL;
+    enif_mutex_unlock(reaper.mu);
+    reap_do(it);
+    enif_mutex_lock(reaper.mu);
+  }
+  enif_mutex_unlock(reaper.mu);
+  return NULL;
+}
+
+static void reap(reap_item tmpl) {
+  reap_item *it = enif_alloc(sizeof *it);
+  if (!it) return; /* out of memory: leak the object rather than block or crash */
+  *it = tmpl;
+  it->next = NULL;
+  if (!reaper.started) { /* no thread: do it here */
+    reap_do(it);
+    return;
+  }
+  enif_mutex_lock(reaper.mu);
+  if (reaper.tail) reaper.tail->next = it;
+  else reaper.head = it;
+  reaper.tail = it;
+  enif_cond_signal(reaper.cv);
+  enif_mutex_unlock(reaper.mu);
+}
+
 static void actor_dtor(ErlNifEnv *env, void *obj) {
   (void)env;
-  nif_actor *a = obj;
-  if (a->lock) {
-    actor_close(a);
-    enif_rwlock_destroy(a->lock);
-  }
+  nif_actor *a = obj; /* no references left: nobody else is using it */
+  if (a->lock) reap((reap_item){.kind = REAP_ACTOR, .a = a->closed ? NULL : a->a, .lock = a->lock});
 }
 
 static void queue_dtor(ErlNifEnv *env, void *obj) {
   (void)env;
   nif_queue *q = obj;
   if (!q->actor) return;
-  if (q->owned && !q->destroyed && actor_enter(q->actor)) {
-    gpa_queue_destroy(q->q);
-    actor_leave(q->actor);
-  }
-  enif_release_resource(q->actor);
+  if (q->owned && !q->destroyed) reap((reap_item){.kind = REAP_QUEUE, .actor = q->actor, .q = q->q});
+  else enif_release_resource(q->actor);
 }
 
 static void buffer_dtor(ErlNifEnv *env, void *obj) {
   (void)env;
   nif_buffer *b = obj;
   if (!b->actor) return;
-  if (!b->released && actor_enter(b->actor)) {
-    gpa_buffer_release(b->actor->a, b->id);
-    actor_leave(b->actor);
-  }
-  enif_release_resource(b->actor);
+  if (!b->released) reap((reap_item){.kind = REAP_BUFFER, .actor = b->actor, .id = b->id});
+  else enif_release_resource(b->actor);
 }
 
 static void handle_dtor(ErlNifEnv *env, void *obj) {
   (void)env;
-  gpa_handle_release(((nif_handle *)obj)->h);
-}
-
-static void feed_close_locked(nif_feed *f) {
-  if (!f->closed && f->f && actor_enter(f->actor)) {
-    gpa_feed_close(f->f);
-    actor_leave(f->actor);
-  }
-  f->closed = true;
+  gpa_handle_release(((nif_handle *)obj)->h); /* a reference count: never waits */
 }
 
 static void feed_dtor(ErlNifEnv *env, void *obj) {
   (void)env;
   nif_feed *f = obj;
-  if (f->mu) {
-    enif_mutex_lock(f->mu);
-    if (f->actor) feed_close_locked(f);
-    enif_mutex_unlock(f->mu);
-    enif_mutex_destroy(f->mu);
+  if (f->mu) enif_mutex_destroy(f->mu);
+  if (!f->actor) { /* never opened: no session refers to ctx */
+    feed_ctx_free(f->ctx);
+    return;
   }
-  if (f->tag_env) enif_free_env(f->tag_env);
-  if (f->actor) enif_release_resource(f->actor);
+  if (!f->closed) {
+    reap((reap_item){.kind = REAP_FEED, .actor = f->actor, .f = f->f, .ctx = f->ctx});
+  } else {
+    feed_ctx_free(f->ctx);
+    enif_release_resource(f->actor);
+  }
 }
 
 /* ---- actors, queues, buffers ---------------------------------------------- */
@@ -364,7 +467,7 @@ static ERL_NIF_TERM nif_actor_backend(ErlNifEnv *env, int argc, const ERL_NIF_TE
   (void)argc;
   nif_actor *a;
   if (!enif_get_resource(env, argv[0], R_ACTOR, (void **)&a)) return badarg(env, "not_an_actor");
-  if (!actor_enter(a)) return shut(env);
+  if (!actor_try(a)) return shut(env);
   ERL_NIF_TERM r = enif_make_atom(env, gpa_actor_backend(a->a));
   actor_leave(a);
   return r;
@@ -384,7 +487,7 @@ static ERL_NIF_TERM nif_default_queue(ErlNifEnv *env, int argc, const ERL_NIF_TE
   (void)argc;
   nif_actor *a;
   if (!enif_get_resource(env, argv[0], R_ACTOR, (void **)&a)) return badarg(env, "not_an_actor");
-  if (!actor_enter(a)) return shut(env);
+  if (!actor_try(a)) return shut(env);
   gpa_queue *q = gpa_actor_default_queue(a->a);
   actor_leave(a);
   return new_queue(env, a, q, false);
@@ -490,7 +593,7 @@ static ERL_NIF_TERM nif_submit(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
   if ((e = get_tensors(env, argv[2], q->actor, in, &n_in)) || (e = get_tensors(env, argv[3], q->actor, out, &n_out)) ||
       (e = get_attrs(env, argv[4], at, names, &n_at)))
     return badarg(env, e);
-  if (!actor_enter(q->actor)) return shut(env);
+  if (!actor_try(q->actor)) return shut(env);
   gpa_op_call c = {opname, in, n_in, out, n_out, at, n_at};
   gpa_handle *h = NULL;
   gpa_status st = gpa_submit(q->q, &c, &h);
@@ -510,7 +613,7 @@ static ERL_NIF_TERM upload_run(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv
   if ((e = get_tensor(env, argv[1], q->actor, &t))) return badarg(env, e);
   if (!enif_inspect_binary(env, argv[2], &data)) return badarg(env, "data_not_a_binary");
   if (!enif_get_uint64(env, argv[3], &version)) return badarg(env, "version");
-  if (!actor_enter(q->actor)) return shut(env);
+  if (!actor_try(q->actor)) return shut(env);
   gpa_handle *h = NULL;
   gpa_status st = gpa_upload(q->q, &t, data.data, data.size, version, &h);
   actor_leave(q->actor);
@@ -531,7 +634,7 @@ static ERL_NIF_TERM nif_readback(ErlNifEnv *env, int argc, const ERL_NIF_TERM ar
   const char *e;
   if (!enif_get_resource(env, argv[0], R_QUEUE, (void **)&q)) return badarg(env, "not_a_queue");
   if ((e = get_tensor(env, argv[1], q->actor, &t))) return badarg(env, e);
-  if (!actor_enter(q->actor)) return shut(env);
+  if (!actor_try(q->actor)) return shut(env);
   gpa_handle *h = NULL;
   gpa_status st = gpa_readback(q->q, &t, &h);
   actor_leave(q->actor);
@@ -582,7 +685,7 @@ static ERL_NIF_TERM nif_batch_begin(ErlNifEnv *env, int argc, const ERL_NIF_TERM
   if (!enif_inspect_binary(env, argv[1], &lb) || lb.size >= sizeof label) return badarg(env, "label");
   memcpy(label, lb.data, lb.size);
   label[lb.size] = 0;
-  if (!actor_enter(q->actor)) return shut(env);
+  if (!actor_try(q->actor)) return shut(env);
   gpa_status st = gpa_batch_begin(q->q, label);
   actor_leave(q->actor);
   return st ? error_last(env, st) : A_OK;
@@ -617,7 +720,7 @@ static ERL_NIF_TERM nif_sync_batch(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
 static void sink(gpa_feed *session, const void *tag, uint32_t tag_len, const gpa_host_tensor *ts, uint32_t n,
                  void *user_data) {
   (void)session;
-  nif_feed *f = user_data;
+  feed_ctx *f = user_data;
   ErlNifEnv *env = enif_alloc_env();
   ERL_NIF_TERM pid_term;
   ErlNifPid pid;
@@ -679,12 +782,18 @@ static ERL_NIF_TERM nif_feed_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM a
   nif_feed *f = enif_alloc_resource(R_FEED, sizeof *f);
   memset(f, 0, sizeof *f);
   f->mu = enif_mutex_create("gpuactor_feed");
-  f->tag_env = enif_alloc_env();
-  f->user_tag = enif_make_copy(f->tag_env, argv[1]);
+  f->ctx = enif_alloc(sizeof *f->ctx);
+  if (f->ctx) memset(f->ctx, 0, sizeof *f->ctx);
+  if (!f->mu || !f->ctx || !(f->ctx->tag_env = enif_alloc_env())) {
+    enif_release_binary(&tag);
+    enif_release_resource(f);
+    return error_msg(env, GPA_ENOMEM, "feed_open: out of memory");
+  }
+  f->ctx->user_tag = enif_make_copy(f->ctx->tag_env, argv[1]);
   o.tag = tag.data;
   o.tag_len = (uint32_t)tag.size;
   o.sink = sink;
-  o.user_data = f;
+  o.user_data = f->ctx;
   if (!actor_enter(a)) {
     enif_release_binary(&tag);
     enif_release_resource(f);
@@ -701,7 +810,7 @@ static ERL_NIF_TERM nif_feed_open(ErlNifEnv *env, int argc, const ERL_NIF_TERM a
   }
   f->actor = a;
   enif_keep_resource(a);
-  f->id = gpa_feed_id(f->f);
+  f->ctx->id = gpa_feed_id(f->f);
   return ok_res(env, f);
 }
 
@@ -716,16 +825,21 @@ static ERL_NIF_TERM nif_feed_close(ErlNifEnv *env, int argc, const ERL_NIF_TERM 
   if (!f) return badarg(env, "not_a_feed");
   enif_mutex_lock(f->mu);
   bool was = f->closed;
-  feed_close_locked(f);
+  f->closed = true; /* later calls stop here; none is inside the session now */
   enif_mutex_unlock(f->mu);
-  return was ? error_msg(env, GPA_ECLOSED, "feed already closed") : A_OK;
+  if (was) return error_msg(env, GPA_ECLOSED, "feed already closed");
+  if (actor_enter(f->actor)) {
+    gpa_feed_close(f->f); /* waits for a sink call in progress */
+    actor_leave(f->actor);
+  } /* else the actor's destroy closed it */
+  return A_OK;
 }
 
 static ERL_NIF_TERM nif_feed_id(ErlNifEnv *env, int argc, const ERL_NIF_TERM argv[]) {
   (void)argc;
   nif_feed *f = get_feed(env, argv[0]);
   if (!f) return badarg(env, "not_a_feed");
-  return enif_make_uint64(env, f->id);
+  return enif_make_uint64(env, f->ctx->id);
 }
 
 /* Runs fn with the session open and the actor alive (else an error term). */
@@ -736,7 +850,7 @@ static ERL_NIF_TERM nif_feed_id(ErlNifEnv *env, int argc, const ERL_NIF_TERM arg
       enif_mutex_unlock((f)->mu);                                                          \
       return error_msg(env, GPA_ECLOSED, "feed closed");                                   \
     }                                                                                      \
-    if (!actor_enter((f)->actor)) {                                                        \
+    if (!actor_try((f)->actor)) {                                                          \
       enif_mutex_unlock((f)->mu);                                                          \
       return shut(env);                                                                    \
     }                                                                                      \
@@ -841,6 +955,10 @@ static int load(ErlNifEnv *env, void **priv, ERL_NIF_TERM info) {
   R_HANDLE = enif_open_resource_type(env, NULL, "gpuactor_handle", handle_dtor, fl, NULL);
   R_FEED = enif_open_resource_type(env, NULL, "gpuactor_feed", feed_dtor, fl, NULL);
   if (!R_ACTOR || !R_QUEUE || !R_BUFFER || !R_HANDLE || !R_FEED) return 1;
+  reaper.mu = enif_mutex_create("gpuactor_reaper");
+  reaper.cv = enif_cond_create("gpuactor_reaper");
+  if (!reaper.mu || !reaper.cv) return 1;
+  reaper.started = enif_thread_create("gpuactor_reaper", &reaper.tid, reaper_main, NULL, NULL) == 0;
   A_OK = enif_make_atom(env, "ok");
   A_ERROR = enif_make_atom(env, "error");
   A_PENDING = enif_make_atom(env, "pending");
@@ -881,4 +999,19 @@ static ErlNifFunc funcs[] = {
     {"version", 0, nif_version, 0},
 };
 
-ERL_NIF_INIT(gpuactor_nif, funcs, load, NULL, NULL, NULL)
+static void unload(ErlNifEnv *env, void *priv) {
+  (void)env;
+  (void)priv;
+  if (reaper.started) {
+    enif_mutex_lock(reaper.mu);
+    reaper.stop = true;
+    enif_cond_signal(reaper.cv);
+    enif_mutex_unlock(reaper.mu);
+    enif_thread_join(reaper.tid, NULL);
+    reaper.started = false;
+  }
+  enif_cond_destroy(reaper.cv);
+  enif_mutex_destroy(reaper.mu);
+}
+
+ERL_NIF_INIT(gpuactor_nif, funcs, load, NULL, NULL, unload)

@@ -171,3 +171,30 @@ resources_after_destroy_test() ->
      end || _ <- lists:seq(1, 5)],
     erlang:garbage_collect(),
     ok.
+
+%% A buffer whose last reference dies with its process is released by the
+%% GC (through the NIF's reaper thread): its label becomes free again.
+gc_releases_buffers_test() ->
+    A = actor(),
+    Self = self(),
+    P = spawn(fun() -> {ok, _B} = ?N:buffer_acquire(A, <<"gc.lbl">>, 64), Self ! held,
+                       receive stop -> ok end end),
+    receive held -> ok after 5000 -> error(not_held) end,
+    ?assertMatch({error, {emismatch, _}}, ?N:buffer_acquire(A, <<"gc.lbl">>, 128)),
+    exit(P, kill),
+    ?assert(wait_until(fun() -> not is_live(A) end)),
+    {ok, B2} = ?N:buffer_acquire(A, <<"gc.lbl">>, 128),
+    ok = ?N:buffer_release(B2),
+    ok = ?N:actor_destroy(A).
+
+is_live(A) ->
+    case ?N:buffer_acquire(A, <<"gc.lbl">>, 128) of
+        {error, {emismatch, _}} -> true;
+        {ok, B} -> ok = ?N:buffer_release(B), false
+    end.
+
+wait_until(F) -> wait_until(F, 200).
+wait_until(_, 0) -> false;
+wait_until(F, K) ->
+    erlang:garbage_collect(),
+    case F() of true -> true; false -> timer:sleep(10), wait_until(F, K - 1) end.
