@@ -14,12 +14,12 @@
 
 /* Whether the CPU runs the AVX2+FMA paths. Any thread. */
 static inline int gpa__cpu_avx2(void) {
-  static volatile int cached = -1; /* benign race: every writer stores the same value */
-  int c = cached;
+  static int cached = -1; /* every writer stores the same value; relaxed atomics keep TSan quiet */
+  int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (c < 0) {
     __builtin_cpu_init();
     c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    cached = c;
+    __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
   }
   return c;
 }
