@@ -3,6 +3,7 @@
  * before the call returns. It is the numerical reference for every backend. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backends/backend.h"
 #include "kernels/host/copy.h"
@@ -37,6 +38,10 @@ static void host_fini(void *bctx) {
 
 static gpa_status host_alloc(void *bctx, uint64_t size, void **ptr) {
   (void)bctx;
+  *ptr = NULL;
+  /* Overcommit would grant what the machine cannot back; refuse it here. */
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0 && size > (uint64_t)pages * (uint64_t)page) return GPA_ENOMEM;
   /* Sizes are size classes (multiples of 64 from 256 up). */
   *ptr = aligned_alloc(64, (size + 63) & ~(uint64_t)63);
   return *ptr ? GPA_OK : GPA_ENOMEM;

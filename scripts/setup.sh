@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(cmake make gcc g++ libck-dev libopenblas-dev libjansson-dev)
+pkgs=(cmake make gcc g++ libck-dev libopenblas-dev libjansson-dev valgrind clang libclang-rt-14-dev)
 # The bindings' tests (bindings/python, bindings/erlang) use these; without
 # them those tests are skipped, so they are installed when possible but not
 # required.

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: set up, build, and run the whole suite with ctest on every
 # device this machine has (cpu; sim when the CUDA toolkit is present), then
-# the same suite in ASan+UBSan and TSan builds. Set GPA_QUICK=1 to skip the
-# sanitizer builds while iterating.
+# valgrind memcheck of the core tests, the same suite in ASan+UBSan and TSan
+# builds, and the libFuzzer targets for a bounded time (clang). Set
+# GPA_QUICK=1 to skip everything after the first suite while iterating.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -24,6 +25,14 @@ BUILD_DIR=build scripts/setup.sh
 for d in $(devices build); do run_suite build "$d"; done
 
 if [ "${GPA_QUICK:-0}" != 1 ]; then
+  # valgrind: the core runtime's tests, leak-checked (stress scaled down).
+  if command -v valgrind >/dev/null; then
+    for t in status submit_await batch fifo backpressure buffers destroy misuse options feed custom_ops stress; do
+      echo "== valgrind: $t"
+      GPA_DEVICE=cpu GPA_STRESS_PER=20000 valgrind -q --error-exitcode=1 --leak-check=full \
+        --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect "build/tests/test_$t" >/dev/null
+    done
+  fi
   BUILD_DIR=build-asan scripts/setup.sh -DGPA_SANITIZE=address
   for d in $(devices build-asan); do
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -33,5 +42,13 @@ if [ "${GPA_QUICK:-0}" != 1 ]; then
   for d in $(devices build-tsan); do
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" run_suite build-tsan "$d"
   done
+  # libFuzzer over the API's validation: GPA_FUZZ_SECONDS per target, then
+  # every saved regression input.
+  if command -v clang >/dev/null; then
+    CC=clang BUILD_DIR=build-fuzz scripts/setup.sh -DGPA_SANITIZE=fuzz -DGPA_WITH_CUDA=OFF \
+      -DGPA_FUZZ_SECONDS="${GPA_FUZZ_SECONDS:-60}"
+    echo "== ctest: build-fuzz"
+    ctest --test-dir build-fuzz --output-on-failure
+  fi
 fi
 echo "test.sh: all suites passed in $(( $(date +%s) - start )) s"

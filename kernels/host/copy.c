@@ -13,6 +13,7 @@ static void copy_range(int64_t b, int64_t e, void *ctx) {
 }
 
 void gpa__host_copy(gpa_exec_env *env, void *dst, const void *src, uint64_t n) {
+  if (!n) return; /* src may be NULL then (an empty upload) */
   const char *s = src, *d = dst;
   if (s < d + n && d < s + n) {
     memmove(dst, src, n);

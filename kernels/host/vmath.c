@@ -12,7 +12,8 @@
 
 #include <math.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(GPA_NO_VMATH)
+/* GCC only: clang rejects the libmvec call below without an AVX ABI. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(GPA_NO_VMATH)
 #define GPA__HAVE_VMATH 1
 #include <immintrin.h>
 #include <stdatomic.h>
