@@ -1,32 +1,24 @@
 #!/usr/bin/env python3
 """The ctest entry of the Python binding: runs the pytest suite with Debian's
-interpreter (python3-numpy, python3-pytest). Exits 77 (skipped) when they are
-missing, or in sanitizer builds (argument --sanitize NAME): an ASan/TSan-built
-libgpuactor.so loaded by an uninstrumented CPython needs the sanitizer runtime
-preloaded, and then LSan reports CPython's own arena allocations and TSan
-sees the interpreter's unannotated threads; those reports are not about
-gpuactor, so the binding suite runs in the normal build only.
+interpreter (python3-numpy, python3-pytest); exits 77 (skipped) when they are
+missing. In sanitizer builds the test command preloads the sanitizer runtime
+(bindings/python/CMakeLists.txt).
 
-usage: run_tests.py --library PATH [--sanitize NAME] [pytest args...]
+usage: run_tests.py --library PATH [pytest args...]
 """
 import os
 import sys
 
 
 def main(argv):
-    lib, sanitize, rest = None, "", []
+    lib, rest = None, []
     i = 0
     while i < len(argv):
         if argv[i] == "--library" and i + 1 < len(argv):
             lib, i = argv[i + 1], i + 2
-        elif argv[i] == "--sanitize" and i + 1 < len(argv):
-            sanitize, i = argv[i + 1], i + 2
         else:
             rest.append(argv[i])
             i += 1
-    if sanitize:
-        print("skipped: sanitizer build (GPA_SANITIZE=%s); see run_tests.py" % sanitize)
-        return 77
     try:
         import numpy  # noqa: F401
         import pytest
