@@ -99,6 +99,12 @@ void gpa__intake(gpa_actor *a, gpa__msg *m) {
     gpa__dispatch(a, m);
     return;
   }
+  /* The common case: its turn, nothing waiting, a plain op. */
+  if (!q->held && m->ticket == q->expect && !q->parked && m->kind != GPA__MSG_INFEED &&
+      m->kind != GPA__MSG_OUTFEED && !(m->barrier && q->inflight)) {
+    run(a, q, m);
+    return;
+  }
   hold(a, q, m);
   gpa__queue_advance(a, q);
 }
