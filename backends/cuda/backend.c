@@ -149,16 +149,26 @@ static gpa_status cu_init(gpa_actor *a, void **bctx, char *msg, size_t cap) {
  * context current there first. */
 static void enter(gpa__cu_ctx *C) { C->cu.cuCtxSetCurrent(C->ctx); }
 
+/* After a sticky error every driver call fails: the only way to give the
+ * device resources back is to reset the primary context (it frees streams,
+ * memory and modules; other actors on this device in this process have lost
+ * the context already). Events are destroyed in the fresh context. */
 static void cu_fini(void *bctx) {
   gpa__cu_ctx *C = bctx;
   enter(C);
-  C->cu.cuCtxSynchronize();
+  bool reset = C->failed != CUDA_SUCCESS;
+  if (!reset && C->cu.cuCtxSynchronize() != CUDA_SUCCESS) reset = true;
   gpa__cu_blas_release(C);
+  if (reset) {
+    C->cu.cuDevicePrimaryCtxReset(C->dev);
+    memset(C->mods, 0, sizeof C->mods);
+    enter(C);
+  }
   gpa__cu_kernels_release(C);
   while (C->free_queues) {
     gpa__cu_queue *q = C->free_queues;
     C->free_queues = q->next_free;
-    C->cu.cuStreamDestroy(q->s);
+    if (!reset) C->cu.cuStreamDestroy(q->s);
     free(q);
   }
   while (C->free_recs) {
@@ -171,7 +181,7 @@ static void cu_fini(void *bctx) {
   while (C->free_stages) {
     gpa__cu_stage *s = C->free_stages;
     C->free_stages = s->next;
-    C->cu.cuMemFreeHost(s->p);
+    if (!reset) C->cu.cuMemFreeHost(s->p);
     free(s);
   }
   C->cu.cuCtxSetCurrent(NULL);

@@ -22,7 +22,7 @@
  * wherever it is expanded, which is also the member's name. */
 #define GPA__CU_API(X)                                                                                            \
   X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceTotalMem)     \
-  X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)           \
+  X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxReset) X(cuCtxSetCurrent)           \
   X(cuCtxGetCurrent) X(cuCtxSynchronize) X(cuGetErrorName) X(cuGetErrorString) X(cuStreamCreate)                \
   X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery) X(cuLaunchHostFunc) X(cuEventCreate)               \
   X(cuEventDestroy) X(cuEventRecord) X(cuEventElapsedTime) X(cuEventSynchronize) X(cuMemAlloc) X(cuMemFree)     \

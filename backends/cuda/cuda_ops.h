@@ -28,6 +28,11 @@ CUfunction gpa__cu_fn(const gpa_op_exec *x, int id);
 /* Launches kernel id on the op's stream; args as cuLaunchKernel's kernelParams. */
 gpa_status gpa__cu_launch(const gpa_op_exec *x, int id, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                           unsigned by, unsigned smem, void **args);
+/* Row kernels (kernels/cuda/gpa_rows.h): lanes per row for rows of len
+ * elements (a power of two, 1..32), and blocks of (32, warps) threads for n
+ * rows. */
+int gpa__cu_row_group(long long len);
+unsigned gpa__cu_row_blocks(const gpa_op_exec *x, long long n, int group, int warps);
 /* Blocks for a grid-stride elementwise launch over n items. */
 unsigned gpa__cu_blocks(const gpa_op_exec *x, int64_t n, unsigned threads);
 

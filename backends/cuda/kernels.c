@@ -72,6 +72,18 @@ unsigned gpa__cu_blocks(const gpa_op_exec *x, int64_t n, unsigned threads) {
   return b < 1 ? 1 : (unsigned)b;
 }
 
+int gpa__cu_row_group(long long len) {
+  int g = 1;
+  while (g < 32 && (long long)g * 16 < len) g *= 2;
+  return g;
+}
+
+unsigned gpa__cu_row_blocks(const gpa_op_exec *x, long long n, int group, int warps) {
+  long long rows_per_block = (long long)warps * (32 / group);
+  long long b = (n + rows_per_block - 1) / rows_per_block, cap = (long long)gpa__cu_of(x)->grid_cap * 8;
+  return (unsigned)(b < 1 ? 1 : b < cap ? b : cap);
+}
+
 void gpa__cu_kernels_release(gpa__cu_ctx *C) {
   for (int i = 0; i < GPA__CU_MODULES_MAX; i++)
     if (C->mods[i]) C->cu.cuModuleUnload(C->mods[i]);
@@ -116,7 +128,7 @@ int64_t gpa__cu_attr_i(const gpa_op_exec *x, const char *name, int64_t dflt) {
 }
 
 /* Built-in implementations, by op name. */
-#define GPA__CU_FAMILIES(X) X(core) X(ew) X(norm) X(emb_met) X(blas)
+#define GPA__CU_FAMILIES(X) X(core) X(ew) X(norm) X(emb_met) X(blas) X(attn)
 #define GPA__CU_FAM_DECL(f) extern const gpa__cu_impl gpa__cu_ops_##f[];
 GPA__CU_FAMILIES(GPA__CU_FAM_DECL)
 #undef GPA__CU_FAM_DECL

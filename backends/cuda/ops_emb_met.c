@@ -68,10 +68,7 @@ static gpa_status emb_bwd_cu(const gpa_op_exec *x) {
   return gpa__cu_launch(x, GPA__K_EMB_BWD, gpa__cu_blocks(x, v * d, THREADS), 1, 1, THREADS, 1, 0, args);
 }
 
-static unsigned row_blocks(const gpa_op_exec *x, long long rows) {
-  long long cap = (long long)gpa__cu_of(x)->grid_cap * 16;
-  return (unsigned)(rows < 1 ? 1 : rows < cap ? rows : cap);
-}
+#define WARPS 8 /* per block of the row kernels */
 
 static gpa_status ce_fwd_cu(const gpa_op_exec *x) {
   long long n = x->inputs[0].shape[0], v = x->inputs[0].shape[1];
@@ -82,8 +79,9 @@ static gpa_status ce_fwd_cu(const gpa_op_exec *x) {
   GPA__CU_TRY(check_idx(x, res, x->in[1], n, v, ign, 1, GPA__CU_POST_TARGETS, "cross_entropy_fwd", v, ign));
   void *lg = x->in[0], *tg = x->in[1], *out = x->out[0];
   if (n > 0) {
-    void *a1[] = {&part, &lg, &tg, &n, &v, &ign};
-    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_CE_ROWS, row_blocks(x, n), 1, 1, THREADS, 1, 0, a1));
+    int grp = gpa__cu_row_group(v);
+    void *a1[] = {&part, &lg, &tg, &n, &v, &ign, &grp};
+    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_CE_ROWS, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32, WARPS, 0, a1));
   }
   double div = 0;
   void *a2[] = {&out, &part, &n, &div, &tg, &ign};
@@ -102,8 +100,9 @@ static gpa_status ce_bwd_cu(const gpa_op_exec *x) {
   void *lg = x->in[0], *tg = x->in[1], *out = x->out[0];
   void *a1[] = {&cnt, &tg, &n, &ign};
   GPA__CU_TRY(gpa__cu_launch(x, GPA__K_CE_COUNT, 1, 1, 1, THREADS, 1, 0, a1));
-  void *a2[] = {&out, &lg, &tg, &cnt, &n, &v, &ign, &scale};
-  return gpa__cu_launch(x, GPA__K_CE_BWD, row_blocks(x, n), 1, 1, THREADS, 1, 0, a2);
+  int grp = gpa__cu_row_group(v);
+  void *a2[] = {&out, &lg, &tg, &cnt, &n, &v, &ign, &scale, &grp};
+  return gpa__cu_launch(x, GPA__K_CE_BWD, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32, WARPS, 0, a2);
 }
 
 static gpa_status pair_cu(const gpa_op_exec *x, int cosine) {
@@ -115,8 +114,10 @@ static gpa_status pair_cu(const gpa_op_exec *x, int cosine) {
   if (!part) return GPA_ENOMEM;
   void *yp = x->in[0], *tp = x->in[1], *out = x->out[0];
   if (rows > 0) {
-    void *a1[] = {&part, &yp, &tp, &rows, &d, &eps, &cosine};
-    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_PAIR_ROWS, row_blocks(x, rows), 1, 1, THREADS, 1, 0, a1));
+    int grp = gpa__cu_row_group(d);
+    void *a1[] = {&part, &yp, &tp, &rows, &d, &eps, &cosine, &grp};
+    GPA__CU_TRY(
+        gpa__cu_launch(x, GPA__K_PAIR_ROWS, gpa__cu_row_blocks(x, rows, grp, WARPS), 1, 1, 32, WARPS, 0, a1));
   }
   double div = cosine ? (double)rows : (double)rows * (double)(d > 0 ? d : 0);
   void *tg = NULL;

@@ -4,7 +4,7 @@
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/kernel_list.h"
 
-#define ROWS_PER_BLOCK 4 /* warps (rows) per forward/dx block */
+#define WARPS 4 /* per forward/dx block */
 #define PART_ROWS 64     /* rows per dgamma/dbeta partial */
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
@@ -18,10 +18,10 @@ static gpa_status ln_fwd_cu(const gpa_op_exec *x) {
   int vec4 = d % 4 == 0 && aligned16(x->in[0]) && aligned16(x->in[1]) && aligned16(x->in[2]) &&
              aligned16(x->out[0]);
   void *xx = x->in[0], *g = x->in[1], *b = x->in[2], *y = x->out[0], *m = x->out[1], *r = x->out[2];
-  void *args[] = {&xx, &g, &b, &y, &m, &r, &n, &d, &eps, &vec4};
+  int grp = gpa__cu_row_group(d);
+  void *args[] = {&xx, &g, &b, &y, &m, &r, &n, &d, &eps, &vec4, &grp};
   if (n <= 0) return GPA_OK;
-  unsigned grid = (unsigned)((n + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
-  return gpa__cu_launch(x, GPA__K_LN_FWD, grid, 1, 1, 32, ROWS_PER_BLOCK, 0, args);
+  return gpa__cu_launch(x, GPA__K_LN_FWD, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32, WARPS, 0, args);
 }
 
 static gpa_status ln_bwd_cu(const gpa_op_exec *x) {
@@ -40,9 +40,10 @@ static gpa_status ln_bwd_cu(const gpa_op_exec *x) {
     return gpa__cu_check(C, C->cu.cuMemsetD32Async(GPA__DP(db), 0, (size_t)d, (CUstream)x->stream),
                          "cuMemsetD32Async", x->msg, x->msg_size);
   }
-  void *a1[] = {&xx, &dy, &g, &m, &r, &dx, &n, &d};
-  unsigned grid = (unsigned)((n + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK);
-  gpa_status st = gpa__cu_launch(x, GPA__K_LN_BWD_DX, grid, 1, 1, 32, ROWS_PER_BLOCK, 0, a1);
+  int grp = gpa__cu_row_group(d);
+  void *a1[] = {&xx, &dy, &g, &m, &r, &dx, &n, &d, &grp};
+  gpa_status st =
+      gpa__cu_launch(x, GPA__K_LN_BWD_DX, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32, WARPS, 0, a1);
   if (st != GPA_OK) return st;
   int rows = PART_ROWS, nblk = (int)((n + rows - 1) / rows);
   CUdeviceptr part = gpa__cu_scratch(x, (uint64_t)nblk * 2 * (uint64_t)d * sizeof(float));

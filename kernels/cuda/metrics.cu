@@ -1,12 +1,12 @@
 /* Metrics of the CUDA backend: cross-entropy (loss and gradient), MSE and
  * cosine, reduced on the device; only the scalar result is ever read back.
- * Per-row partials in double (one block per row), then one block adds them
- * in a fixed order (deterministic). Formulas follow kernels/host/metrics.c:
+ * Per-row partials in double (a lane group per row, gpa_rows.h: shuffle
+ * trees, no block barriers), then one block adds them in a fixed order (deterministic). Formulas follow kernels/host/metrics.c:
  * the target's exp term is kept apart so softmax - 1 stays exact when the
  * target dominates. */
-#include "gpa_kernel.h"
+#include "gpa_rows.h"
 
-#define THREADS 256
+#define THREADS 256 /* gpa_sum_final, gpa_ce_count: one block */
 
 /* Block sums (blockDim.x == THREADS); every thread gets the total. */
 static __device__ double block_sum_d(double v, double *sh) {
@@ -21,52 +21,34 @@ static __device__ double block_sum_d(double v, double *sh) {
   return sh[0];
 }
 
-static __device__ float block_max_f(float v, float *sh) {
-  const int t = threadIdx.x;
-  __syncthreads();
-  sh[t] = v;
-  __syncthreads();
-  for (int s = THREADS / 2; s > 0; s >>= 1) {
-    if (t < s) sh[t] = fmaxf(sh[t], sh[t + s]);
-    __syncthreads();
-  }
-  return sh[0];
-}
-
-/* Row statistics: m = max, et = exp(x[t] - m), rest = sum of the others. */
-static __device__ void row_stats(const float *x, long long v, long long t, float *m_out, double *et, double *rest,
-                                 double *shd, float *shf) {
+/* Row statistics of one lane group (len 0: a row it skips): m = max,
+ * et = exp(x[t] - m), rest = the sum of the other terms. */
+static __device__ void row_stats(const float *x, long long len, long long t, int sub, int g, float *m_out,
+                                 double *et, double *rest) {
   float m = -INFINITY;
-  for (long long i = threadIdx.x; i < v; i += THREADS) m = fmaxf(m, x[i]);
-  m = block_max_f(m, shf);
+  for (long long i = sub; i < len; i += g) m = fmaxf(m, x[i]);
+  m = gpa_group_max(m, g);
   double s = 0.0;
-  for (long long i = threadIdx.x; i < v; i += THREADS)
+  for (long long i = sub; i < len; i += g)
     if (i != t) s += (double)expf(x[i] - m);
-  *rest = block_sum_d(s, shd);
-  *et = (t >= 0 && t < v) ? (double)expf(x[t] - m) : 0.0;
+  *rest = gpa_group_sum_d(s, g);
+  *et = (len && t >= 0 && t < len) ? (double)expf(x[t] - m) : 0.0;
   *m_out = m;
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) gpa_ce_rows(double *part, const float *logits, const int *tg,
-                                                                  long long n, long long v, long long ignore) {
-  __shared__ double shd[THREADS];
-  __shared__ float shf[THREADS];
-  for (long long r = blockIdx.x; r < n; r += gridDim.x) {
-    const long long t = tg[r];
-    if (t == ignore || t < 0 || t >= v) {
-      if (threadIdx.x == 0) part[r] = 0.0;
-      continue;
-    }
-    const float *x = logits + r * v;
+extern "C" __global__ void gpa_ce_rows(double *part, const float *logits, const int *tg, long long n, long long v,
+                                       long long ignore, int g) {
+  GPA_ROW_LOOP(n, g, row, sub, ok) {
+    const long long t = ok ? tg[row] : -1;
+    const bool use = ok && t != ignore && t >= 0 && t < v;
+    const float *x = logits + (use ? row : 0) * v;
     float m;
     double et, rest;
-    row_stats(x, v, t, &m, &et, &rest, shd, shf);
-    if (threadIdx.x == 0) part[r] = log(et + rest) - ((double)x[t] - (double)m);
+    row_stats(x, use ? v : 0, t, sub, g, &m, &et, &rest);
+    if (ok && sub == 0) part[row] = use ? log(et + rest) - ((double)x[t] - (double)m) : 0.0;
   }
 }
 
-/* out = sum(part[0..n)) / div, or 0 when div == 0; with tg != NULL, div is
- * the number of targets that are not ignore_index. One block. */
 extern "C" __global__ void __launch_bounds__(THREADS) gpa_sum_final(float *out, const double *part, long long n,
                                                                     double div, const int *tg, long long ignore) {
   __shared__ double sh[THREADS];
@@ -90,39 +72,37 @@ extern "C" __global__ void __launch_bounds__(THREADS) gpa_ce_count(long long *cn
   if (threadIdx.x == 0) *cnt = (long long)c;
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) gpa_ce_bwd(float *dl, const float *logits, const int *tg,
-                                                                 const long long *cnt, long long n, long long v,
-                                                                 long long ignore, double scale) {
-  __shared__ double shd[THREADS];
-  __shared__ float shf[THREADS];
+extern "C" __global__ void gpa_ce_bwd(float *dl, const float *logits, const int *tg, const long long *cnt,
+                                      long long n, long long v, long long ignore, double scale, int g) {
   const long long count = *cnt > 0 ? *cnt : 1;
   const double k = scale / (double)count;
-  for (long long r = blockIdx.x; r < n; r += gridDim.x) {
-    const long long t = tg[r];
-    float *o = dl + r * v;
-    if (t == ignore || t < 0 || t >= v) {
-      for (long long i = threadIdx.x; i < v; i += THREADS) o[i] = 0.0f;
-      continue;
-    }
-    const float *x = logits + r * v;
+  GPA_ROW_LOOP(n, g, row, sub, ok) {
+    const long long t = ok ? tg[row] : -1;
+    const bool use = ok && t != ignore && t >= 0 && t < v;
+    const float *x = logits + (use ? row : 0) * v;
+    float *o = dl + (ok ? row : 0) * v;
     float m;
     double et, rest;
-    row_stats(x, v, t, &m, &et, &rest, shd, shf);
+    row_stats(x, use ? v : 0, t, sub, g, &m, &et, &rest);
+    if (!ok) continue; /* after the group's last shuffle: no collective follows in this iteration */
+    if (!use) {
+      for (long long i = sub; i < v; i += g) o[i] = 0.0f;
+      continue;
+    }
     const double z = et + rest;
     const float f = (float)(k / z);
-    for (long long i = threadIdx.x; i < v; i += THREADS) o[i] = i == t ? (float)(-k * rest / z) : expf(x[i] - m) * f;
+    for (long long i = sub; i < v; i += g) o[i] = i == t ? (float)(-k * rest / z) : expf(x[i] - m) * f;
   }
 }
 
 /* part[r] = sum (y - t)^2 (cosine == 0) or dot / max(|y||t|, eps). */
-extern "C" __global__ void __launch_bounds__(THREADS) gpa_pair_rows(double *part, const float *y, const float *t,
-                                                                    long long rows, long long d, double eps,
-                                                                    int cosine) {
-  __shared__ double sh[THREADS];
-  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float *a = y + r * d, *b = t + r * d;
+extern "C" __global__ void gpa_pair_rows(double *part, const float *y, const float *t, long long rows, long long d,
+                                         double eps, int cosine, int g) {
+  GPA_ROW_LOOP(rows, g, row, sub, ok) {
+    const long long len = ok ? d : 0;
+    const float *a = y + (ok ? row : 0) * d, *b = t + (ok ? row : 0) * d;
     double s0 = 0.0, s1 = 0.0, s2 = 0.0;
-    for (long long i = threadIdx.x; i < d; i += THREADS) {
+    for (long long i = sub; i < len; i += g) {
       const double u = a[i], w = b[i];
       if (cosine) {
         s0 += u * w;
@@ -132,17 +112,17 @@ extern "C" __global__ void __launch_bounds__(THREADS) gpa_pair_rows(double *part
         s0 += (u - w) * (u - w);
       }
     }
-    s0 = block_sum_d(s0, sh);
+    s0 = gpa_group_sum_d(s0, g);
     if (cosine) {
-      s1 = block_sum_d(s1, sh);
-      s2 = block_sum_d(s2, sh);
+      s1 = gpa_group_sum_d(s1, g);
+      s2 = gpa_group_sum_d(s2, g);
     }
-    if (threadIdx.x == 0) {
+    if (ok && sub == 0) {
       if (cosine) {
         const double den = sqrt(s1 * s2);
-        part[r] = s0 / (den > eps ? den : eps);
+        part[row] = s0 / (den > eps ? den : eps);
       } else {
-        part[r] = s0;
+        part[row] = s0;
       }
     }
   }

@@ -2,114 +2,112 @@
  * storage variant of the forward). The sim engineer's layernorm.cu is a
  * separate, simpler forward used by the simulator's own benchmark.
  *
- * Forward: one warp per row (blockDim = (32, rows per block)); float4 loads
- * when the row and the pointers allow. Statistics as the host computes them
+ * Forward: a group of G lanes per row (gpa_rows.h: a warp per row for long
+ * rows, several rows per warp for short ones); float4 loads when the row and
+ * the pointers allow. Statistics as the host computes them
  * (kernels/host/layernorm.c): a shifted first pass for the mean estimate m1,
  * then sums of d = x - m1 and d^2 in double, so a large row mean costs no
  * accuracy; y = ((x - m1) - c) * rstd * gamma + beta.
  *
- * Backward: dx with one warp per row (fp32 sums of dy*gamma and dy*gamma*xh,
+ * Backward: dx with a group of lanes per row (fp32 sums of dy*gamma and dy*gamma*xh,
  * as the host); dgamma/dbeta deterministic: per-block-of-rows partials
  * (fixed rows, fixed order), then one thread per column adds the partials in
  * block order in double. No atomics. */
-#include "gpa_kernel.h"
-
-static __device__ __forceinline__ double warp_sum_d(double v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(GPA_FULL_MASK, v, o);
-  return v;
-}
+#include "gpa_rows.h"
 
 /* vec4: D % 4 == 0 and x, y, gamma, beta 16-byte aligned (checked by the host). */
 extern "C" __global__ void gpa_ln_fwd_f32(const float *__restrict__ x, const float *__restrict__ gamma,
                                           const float *__restrict__ beta, float *__restrict__ y,
                                           float *__restrict__ mean_out, float *__restrict__ rstd_out, long long n,
-                                          int d, float eps, int vec4) {
-  const long long row = (long long)blockIdx.x * blockDim.y + threadIdx.y;
-  if (row >= n) return; /* whole warps leave together */
-  const int lane = threadIdx.x;
-  const float *xr = x + row * d;
-  float *yr = y + row * d;
-  const float x0 = d ? xr[0] : 0.0f;
-  /* pass 1: m1 = x0 + sum(x - x0) / d */
-  float s = 0.0f;
-  if (vec4) {
-    for (int i = lane * 4; i < d; i += 128) {
-      const float4 v = *reinterpret_cast<const float4 *>(xr + i);
-      s += (v.x - x0) + (v.y - x0) + (v.z - x0) + (v.w - x0);
+                                          int d, float eps, int vec4, int g) {
+  GPA_ROW_LOOP(n, g, row, sub, ok) {
+    const int len = ok ? d : 0;
+    const float *xr = x + (ok ? row : 0) * d;
+    float *yr = y + (ok ? row : 0) * d;
+    const float x0 = len ? xr[0] : 0.0f;
+    /* pass 1: m1 = x0 + sum(x - x0) / d */
+    float s = 0.0f;
+    if (vec4) {
+      for (int i = sub * 4; i < len; i += 4 * g) {
+        const float4 v = *reinterpret_cast<const float4 *>(xr + i);
+        s += (v.x - x0) + (v.y - x0) + (v.z - x0) + (v.w - x0);
+      }
+    } else {
+      for (int i = sub; i < len; i += g) s += xr[i] - x0;
     }
-  } else {
-    for (int i = lane; i < d; i += 32) s += xr[i] - x0;
-  }
-  const float m1 = d ? x0 + gpa_warp_sum(s) / (float)d : 0.0f;
-  /* pass 2: sums of d and d^2 in double */
-  double sd = 0.0, sq = 0.0;
-  const double md = (double)m1;
-  if (vec4) {
-    for (int i = lane * 4; i < d; i += 128) {
-      const float4 v = *reinterpret_cast<const float4 *>(xr + i);
-      const double a = (double)v.x - md, b = (double)v.y - md, c = (double)v.z - md, e = (double)v.w - md;
-      sd += (a + b) + (c + e);
-      sq += (a * a + b * b) + (c * c + e * e);
+    s = gpa_group_sum(s, g);
+    const float m1 = d ? x0 + s / (float)d : 0.0f;
+    /* pass 2: sums of d = x - m1 and d^2 in double */
+    double sd = 0.0, sq = 0.0;
+    const double md = (double)m1;
+    if (vec4) {
+      for (int i = sub * 4; i < len; i += 4 * g) {
+        const float4 v = *reinterpret_cast<const float4 *>(xr + i);
+        const double a = (double)v.x - md, b = (double)v.y - md, c = (double)v.z - md, e = (double)v.w - md;
+        sd += (a + b) + (c + e);
+        sq += (a * a + b * b) + (c * c + e * e);
+      }
+    } else {
+      for (int i = sub; i < len; i += g) {
+        const double a = (double)xr[i] - md;
+        sd += a;
+        sq += a * a;
+      }
     }
-  } else {
-    for (int i = lane; i < d; i += 32) {
-      const double a = (double)xr[i] - md;
-      sd += a;
-      sq += a * a;
+    sd = gpa_group_sum_d(sd, g);
+    sq = gpa_group_sum_d(sq, g);
+    const double cor = d ? sd / (double)d : 0.0;
+    double var = d ? (sq - (double)d * cor * cor) / (double)d : 0.0;
+    if (var < 0.0) var = 0.0;
+    const double rd = 1.0 / sqrt(var + (double)eps);
+    const float r = (float)rd, c = (float)cor;
+    if (vec4) {
+      for (int i = sub * 4; i < len; i += 4 * g) {
+        const float4 v = *reinterpret_cast<const float4 *>(xr + i);
+        const float4 gm = *reinterpret_cast<const float4 *>(gamma + i);
+        const float4 b = *reinterpret_cast<const float4 *>(beta + i);
+        float4 o;
+        o.x = ((v.x - m1) - c) * r * gm.x + b.x;
+        o.y = ((v.y - m1) - c) * r * gm.y + b.y;
+        o.z = ((v.z - m1) - c) * r * gm.z + b.z;
+        o.w = ((v.w - m1) - c) * r * gm.w + b.w;
+        *reinterpret_cast<float4 *>(yr + i) = o;
+      }
+    } else {
+      for (int i = sub; i < len; i += g) yr[i] = ((xr[i] - m1) - c) * r * gamma[i] + beta[i];
     }
-  }
-  sd = warp_sum_d(sd);
-  sq = warp_sum_d(sq);
-  const double cor = d ? sd / (double)d : 0.0;
-  double var = d ? (sq - (double)d * cor * cor) / (double)d : 0.0;
-  if (var < 0.0) var = 0.0;
-  const double rd = 1.0 / sqrt(var + (double)eps);
-  const float r = (float)rd, c = (float)cor;
-  if (vec4) {
-    for (int i = lane * 4; i < d; i += 128) {
-      const float4 v = *reinterpret_cast<const float4 *>(xr + i);
-      const float4 g = *reinterpret_cast<const float4 *>(gamma + i);
-      const float4 b = *reinterpret_cast<const float4 *>(beta + i);
-      float4 o;
-      o.x = ((v.x - m1) - c) * r * g.x + b.x;
-      o.y = ((v.y - m1) - c) * r * g.y + b.y;
-      o.z = ((v.z - m1) - c) * r * g.z + b.z;
-      o.w = ((v.w - m1) - c) * r * g.w + b.w;
-      *reinterpret_cast<float4 *>(yr + i) = o;
+    if (ok && sub == 0) {
+      if (mean_out) mean_out[row] = (float)(md + cor);
+      if (rstd_out) rstd_out[row] = r;
     }
-  } else {
-    for (int i = lane; i < d; i += 32) yr[i] = ((xr[i] - m1) - c) * r * gamma[i] + beta[i];
-  }
-  if (lane == 0) {
-    if (mean_out) mean_out[row] = (float)(md + cor);
-    if (rstd_out) rstd_out[row] = r;
   }
 }
 
-/* dx, one warp per row. */
+/* dx, a group of g lanes per row. */
 extern "C" __global__ void gpa_ln_bwd_dx_f32(const float *__restrict__ x, const float *__restrict__ dy,
                                              const float *__restrict__ gamma, const float *__restrict__ mean,
                                              const float *__restrict__ rstd, float *__restrict__ dx, long long n,
-                                             int d) {
-  const long long row = (long long)blockIdx.x * blockDim.y + threadIdx.y;
-  if (row >= n) return;
-  const int lane = threadIdx.x;
-  const float *xr = x + row * d, *dyr = dy + row * d;
-  float *dxr = dx + row * d;
-  const float m = mean[row], r = rstd[row];
-  float sa = 0.0f, sb = 0.0f;
-  for (int i = lane; i < d; i += 32) {
-    const float xh = (xr[i] - m) * r;
-    const float g = dyr[i] * gamma[i];
-    sa += g;
-    sb += g * xh;
-  }
-  sa = gpa_warp_sum(sa);
-  sb = gpa_warp_sum(sb);
-  const float ma = sa / (float)d, mb = sb / (float)d;
-  for (int i = lane; i < d; i += 32) {
-    const float xh = (xr[i] - m) * r;
-    dxr[i] = r * ((dyr[i] * gamma[i] - ma) - xh * mb);
+                                             int d, int g) {
+  GPA_ROW_LOOP(n, g, row, sub, ok) {
+    const int len = ok ? d : 0;
+    const long long r0 = ok ? row : 0;
+    const float *xr = x + r0 * d, *dyr = dy + r0 * d;
+    float *dxr = dx + r0 * d;
+    const float m = ok ? mean[row] : 0.0f, r = ok ? rstd[row] : 0.0f;
+    float sa = 0.0f, sb = 0.0f;
+    for (int i = sub; i < len; i += g) {
+      const float xh = (xr[i] - m) * r;
+      const float gg = dyr[i] * gamma[i];
+      sa += gg;
+      sb += gg * xh;
+    }
+    sa = gpa_group_sum(sa, g);
+    sb = gpa_group_sum(sb, g);
+    const float ma = sa / (float)d, mb = sb / (float)d;
+    for (int i = sub; i < len; i += g) {
+      const float xh = (xr[i] - m) * r;
+      dxr[i] = r * ((dyr[i] * gamma[i] - ma) - xh * mb);
+    }
   }
 }
 
