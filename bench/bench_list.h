@@ -24,6 +24,8 @@ void gpa_bench_embedding_fwd(void);
 void gpa_bench_embedding_bwd(void);
 void gpa_bench_cross_entropy(void);
 void gpa_bench_adamw(void);
+void gpa_bench_cuda_membound(void);
+void gpa_bench_cuda_linear(void);
 #ifdef GPA_BENCH_SIM
 void gpa_bench_sim_layernorm(void);
 #endif
@@ -49,6 +51,8 @@ static const gpa_bench_entry gpa_benches[] = {
     {"embedding_bwd", gpa_bench_embedding_bwd},
     {"cross_entropy", gpa_bench_cross_entropy},
     {"adamw", gpa_bench_adamw},
+    {"cuda_membound", gpa_bench_cuda_membound},
+    {"cuda_linear", gpa_bench_cuda_linear},
 #ifdef GPA_BENCH_SIM
     {"sim_layernorm", gpa_bench_sim_layernorm},
 #endif

@@ -7,6 +7,10 @@ include(${CMAKE_CURRENT_LIST_DIR}/cuda.cmake)
 file(GLOB GPA_CUDA_BACKEND_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/backends/cuda/*.c)
 target_sources(gpa_obj PRIVATE ${GPA_CUDA_BACKEND_SOURCES})
 target_include_directories(gpa_obj PRIVATE ${GPA_CUDA_INCLUDE})
+# Code linked with the library's objects (bench/bench_cuda.c) may use the
+# backend's internals when it is built.
+target_include_directories(gpa_obj INTERFACE ${GPA_CUDA_INCLUDE})
+target_compile_definitions(gpa_obj INTERFACE GPA_HAVE_CUDA_BACKEND=1)
 
 # Kernel modules: gpa_cu_<mod> (backends/cuda/kernel_list.h names them).
 set(GPA_CUDA_KERNEL_MODULES

@@ -1,0 +1,169 @@
+/* gpa-bench cuda_*: the CUDA backend's kernels timed on the device (CUDA
+ * events around each op, the batch's device time), through the actor.
+ *   cuda_membound: add, gelu_fwd, layernorm_fwd, adamw as GB/s, against the
+ *     built-in copy op of the same bytes, which is one cuMemcpyDtoDAsync:
+ *     the device-to-device copy bandwidth measured in the same run.
+ *   cuda_linear: linear_fwd (sgemm + bias epilogue) against a bare
+ *     cublasSgemm of the same shape, issued by a user op on the same stream.
+ * Runs when GPA_DEVICE selects cuda or sim; on sim only the plumbing is
+ * exercised: emulated times mean nothing, and every line says so. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "gpuactor.h"
+
+#ifdef GPA_HAVE_CUDA_BACKEND
+#include "backends/cuda/cuda_ops.h"
+#endif
+
+typedef struct cb {
+  gpa_actor *a;
+  gpa_queue *q;
+  int sim;
+  const char *note;
+} cb;
+
+static int cb_open(cb *c) {
+  memset(c, 0, sizeof *c);
+  if (gpa_actor_create(NULL, &c->a) != GPA_OK) {
+    fprintf(stderr, "gpa-bench cuda_*: no actor: %s\n", gpa_last_error_message());
+    return 0;
+  }
+  const char *be = gpa_actor_backend(c->a);
+  if (strcmp(be, "cuda") && strcmp(be, "sim")) {
+    fprintf(stderr, "gpa-bench cuda_*: skipped on backend %s (set GPA_DEVICE=cuda or sim)\n", be);
+    gpa_actor_destroy(c->a);
+    return 0;
+  }
+  c->sim = !strcmp(be, "sim");
+  c->q = gpa_actor_default_queue(c->a);
+  c->note = c->sim ? "\"note\":\"simulated device: emulated times, plumbing check only; the numbers mean nothing\""
+                   : "\"note\":\"device time from CUDA events\"";
+  return 1;
+}
+
+static gpa_tensor f32(cb *c, int rank, const int64_t *shape) {
+  gpa_tensor t = {0};
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= shape[i], t.shape[i] = shape[i];
+  t.rank = (uint32_t)rank;
+  t.dtype = GPA_F32;
+  if (gpa_buffer_acquire(c->a, NULL, (uint64_t)(n ? n : 1) * 4, &t.buffer) != GPA_OK) {
+    fprintf(stderr, "gpa-bench cuda_*: %s\n", gpa_last_error_message());
+    exit(1);
+  }
+  gpa_attr v = {"value", GPA_ATTR_FLOAT, 0, 0.25};
+  gpa_op_call f = {"fill", NULL, 0, &t, 1, &v, 1};
+  gpa_submit(c->q, &f, NULL);
+  return t;
+}
+
+/* Best over reps of the device time per op, k ops per batch. */
+static double op_ns(cb *c, const gpa_op_call *call, int k, int reps) {
+  double best = 1e300;
+  for (int r = 0; r <= reps; r++) {
+    gpa_sync_batch(c->q, NULL);
+    for (int i = 0; i < k; i++) gpa_submit(c->q, call, NULL);
+    gpa_batch_stats st = {.size = sizeof st};
+    if (gpa_sync_batch(c->q, &st) != GPA_OK) {
+      fprintf(stderr, "gpa-bench cuda_*: %s failed: %s\n", call->op, st.first_error_message);
+      return 0;
+    }
+    double ns = (double)st.device_ns / k;
+    if (r && ns < best) best = ns; /* r == 0: warm-up (module load) */
+  }
+  return best;
+}
+
+static void emit(cb *c, const char *name, const char *shape, double ns, double ref_ns, double bytes,
+                 double flops, const char *ref) {
+  gpa_bench_result r = {.name = name, .backend = c->sim ? "sim" : "cuda", .shape = shape, .ref = ref,
+                        .ns = ns, .ref_ns = ref_ns, .bytes = bytes, .flops = flops, .extra = c->note};
+  gpa_bench_emit(&r);
+}
+
+void gpa_bench_cuda_membound(void) {
+  cb c;
+  if (!cb_open(&c)) return;
+  const int reps = gpa_bench_reps(5), k = c.sim ? 2 : 20;
+  const int64_t N = c.sim ? 256 : 16384, D = c.sim ? 1024 : 4096, n = N * D;
+  int64_t sh[2] = {N, D}, vec[1] = {D}, rows[1] = {N}, flat[1] = {n};
+  gpa_tensor x = f32(&c, 2, sh), y = f32(&c, 2, sh), z = f32(&c, 2, sh), w = f32(&c, 2, sh);
+  gpa_tensor g = f32(&c, 1, vec), b = f32(&c, 1, vec), mu = f32(&c, 1, rows), rs = f32(&c, 1, rows);
+  char shape[64];
+  snprintf(shape, sizeof shape, "%lldx%lld", (long long)N, (long long)D);
+  /* the reference: one device-to-device copy of n floats (8n bytes moved) */
+  gpa_tensor xf = x, yf = y;
+  xf.rank = yf.rank = 1;
+  xf.shape[0] = yf.shape[0] = flat[0];
+  gpa_op_call copy = {"copy", &xf, 1, &yf, 1, NULL, 0};
+  double ref = op_ns(&c, &copy, k, reps), ref_bytes = 8.0 * (double)n;
+  struct {
+    const char *name, *op;
+    gpa_tensor in[4];
+    uint32_t nin;
+    gpa_tensor out[3];
+    uint32_t nout;
+    gpa_attr attr[2];
+    uint32_t nattr;
+    double bytes;
+  } cases[] = {
+      {"cuda_add", "add", {x, z}, 2, {y}, 1, {{0}}, 0, 12.0 * n},
+      {"cuda_gelu_fwd", "gelu_fwd", {x}, 1, {y}, 1, {{0}}, 0, 8.0 * n},
+      {"cuda_layernorm_fwd", "layernorm_fwd", {x, g, b}, 3, {y, mu, rs}, 3, {{0}}, 0, 8.0 * n},
+      {"cuda_adamw", "adamw", {x, y, z, w}, 4, {x, z, w}, 3,
+       {{"lr", GPA_ATTR_FLOAT, 0, 1e-3}, {"step", GPA_ATTR_INT, 1, 0}}, 2, 28.0 * n},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    gpa_op_call call = {cases[i].op, cases[i].in, cases[i].nin, cases[i].out, cases[i].nout, cases[i].attr,
+                        cases[i].nattr};
+    double ns = op_ns(&c, &call, k, reps);
+    if (ns <= 0) continue;
+    gpa_bench_result r = {.name = cases[i].name, .backend = c.sim ? "sim" : "cuda", .shape = shape,
+                          .ref = "cuMemcpyDtoD", .ns = ns, .ref_ns = ref, .bytes = cases[i].bytes,
+                          .ref_bytes = ref_bytes, .extra = c.note};
+    gpa_bench_emit(&r);
+  }
+  gpa_actor_destroy(c.a);
+}
+
+#ifdef GPA_HAVE_CUDA_BACKEND
+/* The reference GEMM: y[N,out] = x W^T by one cublasSgemm on the op's stream. */
+static gpa_status bare_sgemm(const gpa_op_exec *x) {
+  cublasHandle_t h;
+  gpa_status st = gpa__cu_blas(x, &h);
+  if (st != GPA_OK) return st;
+  int n = (int)x->inputs[0].shape[0], in = (int)x->inputs[0].shape[1], out = (int)x->inputs[1].shape[0];
+  const float one = 1.0f, zero = 0.0f;
+  cublasStatus_t s = gpa__cu_of(x)->blas.cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, x->in[1], in,
+                                                      x->in[0], in, &zero, x->out[0], out);
+  return s == CUBLAS_STATUS_SUCCESS ? GPA_OK : GPA_EDEVICE;
+}
+#endif
+
+void gpa_bench_cuda_linear(void) {
+#ifdef GPA_HAVE_CUDA_BACKEND
+  cb c;
+  if (!cb_open(&c)) return;
+  gpa_op_desc d = {.size = sizeof d, .name = "bench_bare_sgemm", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
+                   .cuda = bare_sgemm};
+  if (gpa_op_register(gpa_actor_registry(c.a), &d) != GPA_OK) {
+    gpa_actor_destroy(c.a);
+    return;
+  }
+  const int reps = gpa_bench_reps(5), k = c.sim ? 1 : 10;
+  const int64_t N = c.sim ? 256 : 8192, IN = c.sim ? 256 : 4096, OUT = c.sim ? 256 : 4096;
+  int64_t xs[2] = {N, IN}, ws[2] = {OUT, IN}, ys[2] = {N, OUT}, bs[1] = {OUT};
+  gpa_tensor x = f32(&c, 2, xs), w = f32(&c, 2, ws), y = f32(&c, 2, ys), b = f32(&c, 1, bs);
+  gpa_tensor in3[3] = {x, w, b};
+  gpa_op_call lin = {"linear_fwd", in3, 3, &y, 1, NULL, 0};
+  gpa_op_call ref = {"bench_bare_sgemm", in3, 2, &y, 1, NULL, 0};
+  double ref_ns = op_ns(&c, &ref, k, reps), ns = op_ns(&c, &lin, k, reps);
+  char shape[64];
+  snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)N, (long long)IN, (long long)OUT);
+  if (ns > 0 && ref_ns > 0) emit(&c, "cuda_linear_fwd", shape, ns, ref_ns, 0, 2.0 * N * IN * OUT, "cublasSgemm");
+  gpa_actor_destroy(c.a);
+#endif
+}
