@@ -18,7 +18,8 @@ set(GPA_CUDA_KERNEL_MODULES
   "norm:norm.cu"
   "emb:embedding.cu"
   "met:metrics.cu"
-  "lin:linear.cu")
+  "lin:linear.cu"
+  "attn:attention.cu")
 foreach(entry IN LISTS GPA_CUDA_KERNEL_MODULES)
   string(REPLACE ":" ";" parts "${entry}")
   list(GET parts 0 mod)

@@ -3,7 +3,7 @@
 #ifndef GPA_BACKENDS_CUDA_KERNEL_LIST_H
 #define GPA_BACKENDS_CUDA_KERNEL_LIST_H
 
-#define GPA__CU_MODULES(M) M(ew) M(norm) M(emb) M(met) M(lin)
+#define GPA__CU_MODULES(M) M(ew) M(norm) M(emb) M(met) M(lin) M(attn)
 
 /* K(id, module, kernel name) */
 #define GPA__CU_KERNELS(K)                       \
@@ -36,7 +36,24 @@
   K(CONV_IM2COL, lin, gpa_conv_im2col_f32)       \
   K(CONV_COL2IM, lin, gpa_conv_col2im_f32)       \
   K(CONV_BIAS, lin, gpa_conv_bias_f32)           \
-  K(CONV_DB, lin, gpa_conv_db_f32)
+  K(CONV_DB, lin, gpa_conv_db_f32)              \
+  /* attention: per head-dim class 32, 64, 96, 128, 256, in this order */ \
+  K(ATT_FWD32, attn, gpa_attn_fwd_d32)           \
+  K(ATT_FWD64, attn, gpa_attn_fwd_d64)           \
+  K(ATT_FWD96, attn, gpa_attn_fwd_d96)           \
+  K(ATT_FWD128, attn, gpa_attn_fwd_d128)         \
+  K(ATT_FWD256, attn, gpa_attn_fwd_d256)         \
+  K(ATT_DKV32, attn, gpa_attn_dkv_d32)           \
+  K(ATT_DKV64, attn, gpa_attn_dkv_d64)           \
+  K(ATT_DKV96, attn, gpa_attn_dkv_d96)           \
+  K(ATT_DKV128, attn, gpa_attn_dkv_d128)         \
+  K(ATT_DKV256, attn, gpa_attn_dkv_d256)         \
+  K(ATT_DQ32, attn, gpa_attn_dq_d32)             \
+  K(ATT_DQ64, attn, gpa_attn_dq_d64)             \
+  K(ATT_DQ96, attn, gpa_attn_dq_d96)             \
+  K(ATT_DQ128, attn, gpa_attn_dq_d128)           \
+  K(ATT_DQ256, attn, gpa_attn_dq_d256)           \
+  K(ATT_DELTA, attn, gpa_attn_bwd_delta)
 
 enum {
 #define GPA__CU_MENUM(mod) GPA__CU_MOD_##mod,

@@ -128,7 +128,7 @@ int64_t gpa__cu_attr_i(const gpa_op_exec *x, const char *name, int64_t dflt) {
 }
 
 /* Built-in implementations, by op name. */
-#define GPA__CU_FAMILIES(X) X(core) X(ew) X(norm) X(emb_met) X(blas)
+#define GPA__CU_FAMILIES(X) X(core) X(ew) X(norm) X(emb_met) X(blas) X(attn)
 #define GPA__CU_FAM_DECL(f) extern const gpa__cu_impl gpa__cu_ops_##f[];
 GPA__CU_FAMILIES(GPA__CU_FAM_DECL)
 #undef GPA__CU_FAM_DECL

@@ -1,0 +1,128 @@
+/* Attention on CUDA (kernels/cuda/attention.cu): fp32 flash attention,
+ * forward and deterministic backward, head dims up to 256.
+ *
+ * Lengths: each value must lie in [0, Sk] (GPA_ERANGE otherwise, with the
+ * host's message). They are data on the device, so they are read back here
+ * with a synchronous copy before the launch (B int32s: the op waits for the
+ * queue's earlier work; the kernels clamp them anyway). Shapes the kernels
+ * do not take (grid dimensions over the limits, shared memory over the
+ * device's opt-in maximum) run on the host fallback. */
+#include <math.h>
+#include <stdio.h>
+
+#include "backends/cuda/cuda_ops.h"
+#include "backends/cuda/kernel_list.h"
+
+#define BC 32 /* keys per tile (attention.cu) */
+#define FWD_BR 16
+#define BQ 32
+
+/* Head-dim class: index of the kernel variant (32, 64, 96, 128, 256). */
+static int dclass(int64_t D) { return D <= 32 ? 0 : D <= 64 ? 1 : D <= 96 ? 2 : D <= 128 ? 3 : 4; }
+
+typedef struct attn_geom {
+  int B, S, Sk, H, Hkv, D, causal;
+  float scale;
+} attn_geom;
+
+static gpa_status geom(const gpa_op_exec *x, const gpa_tensor *q, const gpa_tensor *k, attn_geom *g) {
+  for (int i = 0; i < 4; i++)
+    if (q->shape[i] > 0x7fffffff || k->shape[i] > 0x7fffffff) return GPA_SKIP;
+  g->B = (int)q->shape[0];
+  g->S = (int)q->shape[1];
+  g->H = (int)q->shape[2];
+  g->D = (int)q->shape[3];
+  g->Sk = (int)k->shape[1];
+  g->Hkv = (int)k->shape[2];
+  double sc = gpa__cu_attr_f(x, "scale", 0.0);
+  g->scale = sc > 0 ? (float)sc : (float)(1.0 / sqrt((double)g->D));
+  g->causal = (int)gpa__cu_attr_i(x, "causal", 0);
+  if (g->B > 65535 || g->H > 65535) return GPA_SKIP; /* grid y, z */
+  return GPA_OK;
+}
+
+/* Reads the lengths back (after the queue's earlier work) and checks them
+ * against [0, Sk]. */
+static gpa_status check_lengths(const gpa_op_exec *x, const char *op, const void *lens, const attn_geom *g) {
+  if (!lens || g->B == 0) return GPA_OK;
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  size_t n = sizeof(int32_t) * (size_t)g->B;
+  gpa__cu_stage *s = gpa__cu_stage_get(C, n);
+  if (!s) {
+    snprintf(x->msg, x->msg_size, "%s: out of pinned host memory for the lengths", op);
+    return GPA_ENOMEM;
+  }
+  CUresult e = C->cu.cuMemcpyDtoHAsync(s->p, GPA__DP(lens), n, (CUstream)x->stream);
+  if (e == CUDA_SUCCESS) e = C->cu.cuStreamSynchronize((CUstream)x->stream);
+  gpa_status st = gpa__cu_check(C, e, "reading the lengths", x->msg, x->msg_size);
+  const int32_t *h = s->p;
+  for (int b = 0; st == GPA_OK && b < g->B; b++)
+    if (h[b] < 0 || h[b] > g->Sk) {
+      snprintf(x->msg, x->msg_size, "%s: lengths[%d] = %d is outside [0, Sk = %d]", op, b, (int)h[b], g->Sk);
+      st = GPA_ERANGE;
+    }
+  gpa__cu_stage_put(C, s);
+  return st;
+}
+
+/* Allows kernel id `smem` bytes of dynamic shared memory; 0 if it cannot. */
+static int allow_smem(const gpa_op_exec *x, int id, unsigned smem) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  if (smem <= 48 * 1024) return 1;
+  if ((int)smem > C->max_smem_optin) return 0;
+  CUfunction f = gpa__cu_fn(x, id);
+  return f && C->cu.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem) ==
+                  CUDA_SUCCESS;
+}
+
+static unsigned fwd_smem(int D) { return (unsigned)(sizeof(float) * (size_t)(BC * (D | 1) + BC * D + FWD_BR * D + 4 * 32)); }
+static unsigned bwd_smem(int D) {
+  return (unsigned)(sizeof(float) * (size_t)(2 * BC * (D | 1) + 2 * BQ * D + 2 * BQ * (BC + 1) + 2 * BQ));
+}
+
+static gpa_status fwd_cu(const gpa_op_exec *x) {
+  attn_geom g;
+  gpa_status st = geom(x, &x->inputs[0], &x->inputs[1], &g);
+  if (st == GPA_SKIP) return gpa__cu_fallback(x);
+  void *lens = x->n_inputs > 3 ? x->in[3] : NULL;
+  GPA__CU_TRY(check_lengths(x, "attention_fwd", lens, &g));
+  int id = GPA__K_ATT_FWD32 + dclass(g.D);
+  unsigned smem = fwd_smem(g.D);
+  if (!allow_smem(x, id, smem)) return gpa__cu_fallback(x);
+  void *q = x->in[0], *k = x->in[1], *v = x->in[2], *o = x->out[0], *lse = x->out[1];
+  void *args[] = {&q, &k, &v, &lens, &o, &lse, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale, &g.causal};
+  return gpa__cu_launch(x, id, (unsigned)((g.S + FWD_BR - 1) / FWD_BR), (unsigned)g.H, (unsigned)g.B, 32, 4, smem,
+                        args);
+}
+
+static gpa_status bwd_cu(const gpa_op_exec *x) {
+  attn_geom g;
+  gpa_status st = geom(x, &x->inputs[1], &x->inputs[2], &g);
+  if (st == GPA_SKIP) return gpa__cu_fallback(x);
+  void *lens = x->n_inputs > 6 ? x->in[6] : NULL;
+  GPA__CU_TRY(check_lengths(x, "attention_bwd", lens, &g));
+  int cls = dclass(g.D), warps = cls == 4 ? 8 : 4;
+  unsigned smem = bwd_smem(g.D);
+  if (!allow_smem(x, GPA__K_ATT_DKV32 + cls, smem) || !allow_smem(x, GPA__K_ATT_DQ32 + cls, smem))
+    return gpa__cu_fallback(x);
+  long long rows = (long long)g.B * g.S * g.H;
+  CUdeviceptr delta = gpa__cu_scratch(x, (uint64_t)(rows > 0 ? rows : 1) * sizeof(float));
+  if (!delta) return GPA_ENOMEM;
+  void *dout = x->in[0], *q = x->in[1], *k = x->in[2], *v = x->in[3], *o = x->in[4], *lse = x->in[5];
+  void *dq = x->out[0], *dk = x->out[1], *dv = x->out[2], *dl = (void *)(uintptr_t)delta;
+  void *a0[] = {&dout, &o, &dl, &rows, &g.S, &g.H, &g.D};
+  if (rows > 0)
+    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_ATT_DELTA, gpa__cu_blocks(x, (rows + 7) / 8, 1), 1, 1, 32, 8, 0, a0));
+  void *a1[] = {&dout, &q, &k, &v, &lse, &dl, &lens, &dq, &dk, &dv, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale,
+                &g.causal};
+  GPA__CU_TRY(gpa__cu_launch(x, GPA__K_ATT_DKV32 + cls, (unsigned)((g.Sk + BC - 1) / BC), (unsigned)g.Hkv,
+                             (unsigned)g.B, 32, (unsigned)warps, smem, a1));
+  return gpa__cu_launch(x, GPA__K_ATT_DQ32 + cls, (unsigned)((g.S + BQ - 1) / BQ), (unsigned)g.H, (unsigned)g.B, 32,
+                        (unsigned)warps, smem, a1);
+}
+
+const gpa__cu_impl gpa__cu_ops_attn[] = {
+    {"attention_fwd", fwd_cu},
+    {"attention_bwd", bwd_cu},
+    {NULL, NULL},
+};
