@@ -35,6 +35,15 @@ foreach(entry IN LISTS GPA_CUDA_KERNEL_MODULES)
   endif()
 endforeach()
 
+# The attention kernels keep their accumulators in registers: ptxas must
+# report no spills for sm_80 and sm_90 (cmake/check_no_spills.cmake).
+if(BUILD_TESTING OR NOT DEFINED BUILD_TESTING)
+  add_test(NAME attention_no_spills COMMAND ${CMAKE_COMMAND} -DNVCC=${GPA_NVCC}
+    -DSRC=${PROJECT_SOURCE_DIR}/kernels/cuda/attention.cu -DINC=${PROJECT_SOURCE_DIR}/kernels/cuda
+    -DOUT=${CMAKE_BINARY_DIR}/check_no_spills -P ${CMAKE_CURRENT_LIST_DIR}/check_no_spills.cmake)
+  set_tests_properties(attention_no_spills PROPERTIES TIMEOUT 900)
+endif()
+
 # GPA_DEVICE=sim: the simulator's driver and cuBLAS subset from this build
 # (GPA_CUDA_DRIVER / GPA_CUBLAS override them at run time).
 if(EXISTS ${PROJECT_SOURCE_DIR}/sim/CMakeLists.txt)
