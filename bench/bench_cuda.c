@@ -167,3 +167,33 @@ void gpa_bench_cuda_linear(void) {
   gpa_actor_destroy(c.a);
 #endif
 }
+
+/* attention_fwd / attention_bwd (fp32 flash kernels, kernels/cuda/attention.cu),
+ * causal and not. FLOPs: 4 B H S Sk D forward (two GEMMs), halved when
+ * causal (S = Sk); the backward counts 2.5x the forward (five GEMMs, the
+ * recomputed scores included). No reference run: ref_ns is the op's own. */
+void gpa_bench_cuda_attention(void) {
+  cb c;
+  if (!cb_open(&c)) return;
+  const int reps = gpa_bench_reps(3), k = c.sim ? 1 : 10;
+  const int64_t B = c.sim ? 1 : 4, S = c.sim ? 128 : 2048, H = c.sim ? 2 : 16, D = 64;
+  int64_t qs[4] = {B, S, H, D}, ls[3] = {B, H, S};
+  gpa_tensor q = f32(&c, 4, qs), kk = f32(&c, 4, qs), v = f32(&c, 4, qs), o = f32(&c, 4, qs), lse = f32(&c, 3, ls);
+  gpa_tensor dq = f32(&c, 4, qs), dk = f32(&c, 4, qs), dv = f32(&c, 4, qs), dout = f32(&c, 4, qs);
+  char shape[96];
+  for (int causal = 0; causal <= 1; causal++) {
+    gpa_attr at = {"causal", GPA_ATTR_INT, causal, 0};
+    double flops = 4.0 * (double)(B * H * S * S * D) * (causal ? 0.5 : 1.0);
+    snprintf(shape, sizeof shape, "B%lldxS%lldxH%lldxD%lld%s", (long long)B, (long long)S, (long long)H,
+             (long long)D, causal ? " causal" : "");
+    gpa_tensor fin[3] = {q, kk, v}, fout[2] = {o, lse};
+    gpa_op_call fwd = {"attention_fwd", fin, 3, fout, 2, &at, 1};
+    double ns = op_ns(&c, &fwd, k, reps);
+    if (ns > 0) emit(&c, "cuda_attention_fwd", shape, ns, ns, 0, flops, "itself");
+    gpa_tensor bin[6] = {dout, q, kk, v, o, lse}, bout[3] = {dq, dk, dv};
+    gpa_op_call bwd = {"attention_bwd", bin, 6, bout, 3, &at, 1};
+    ns = op_ns(&c, &bwd, k, reps);
+    if (ns > 0) emit(&c, "cuda_attention_bwd", shape, ns, ns, 0, 2.5 * flops, "itself");
+  }
+  gpa_actor_destroy(c.a);
+}

@@ -26,6 +26,7 @@ void gpa_bench_cross_entropy(void);
 void gpa_bench_adamw(void);
 void gpa_bench_cuda_membound(void);
 void gpa_bench_cuda_linear(void);
+void gpa_bench_cuda_attention(void);
 #ifdef GPA_BENCH_SIM
 void gpa_bench_sim_layernorm(void);
 #endif
@@ -53,6 +54,7 @@ static const gpa_bench_entry gpa_benches[] = {
     {"adamw", gpa_bench_adamw},
     {"cuda_membound", gpa_bench_cuda_membound},
     {"cuda_linear", gpa_bench_cuda_linear},
+    {"cuda_attention", gpa_bench_cuda_attention},
 #ifdef GPA_BENCH_SIM
     {"sim_layernorm", gpa_bench_sim_layernorm},
 #endif
