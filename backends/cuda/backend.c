@@ -136,7 +136,10 @@ static gpa_status cu_init(gpa_actor *a, void **bctx, char *msg, size_t cap) {
   C->cu.cuDeviceGetAttribute(&C->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, C->dev);
   C->cu.cuDeviceGetAttribute(&C->max_smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, C->dev);
   if (C->sm_count <= 0) C->sm_count = 1;
-  C->grid_cap = C->sim ? 8 : C->sm_count * 8; /* the emulator pays per thread: fewer, longer threads */
+  /* Grid caps of grid-stride launches. The emulator pays per emulated thread
+   * (and far more under TSan): there, few threads that loop longer. */
+  C->grid_cap = C->sim ? 2 : C->sm_count * 8;
+  C->row_cap = C->sim ? 4 : C->sm_count * 16;
   char name[128] = "";
   C->cu.cuDeviceGetName(name, sizeof name, C->dev);
   gpa__log(GPA_LOG_INFO, a->opts.log_level, "cuda: device %d (%s), %d SMs%s", C->ordinal, name, C->sm_count,

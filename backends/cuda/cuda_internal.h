@@ -71,7 +71,8 @@ struct gpa__cu_ctx {
   CUdevice dev;
   CUcontext ctx;
   int sm_count, max_smem_optin;
-  int grid_cap; /* blocks of a grid-stride launch */
+  int grid_cap; /* blocks of a grid-stride elementwise launch */
+  int row_cap;  /* blocks of a row-kernel launch */
   gpa_exec_env env;
   /* the message being run and the registration whose impl runs (run()) */
   gpa__msg *cur_msg;

@@ -74,13 +74,13 @@ unsigned gpa__cu_blocks(const gpa_op_exec *x, int64_t n, unsigned threads) {
 
 int gpa__cu_row_group(long long len) {
   int g = 1;
-  while (g < 32 && (long long)g * 16 < len) g *= 2;
+  while (g < 32 && (long long)g * 32 < len) g *= 2; /* up to 32 elements a lane */
   return g;
 }
 
 unsigned gpa__cu_row_blocks(const gpa_op_exec *x, long long n, int group, int warps) {
   long long rows_per_block = (long long)warps * (32 / group);
-  long long b = (n + rows_per_block - 1) / rows_per_block, cap = (long long)gpa__cu_of(x)->grid_cap * 8;
+  long long b = (n + rows_per_block - 1) / rows_per_block, cap = gpa__cu_of(x)->row_cap;
   return (unsigned)(b < 1 ? 1 : b < cap ? b : cap);
 }
 

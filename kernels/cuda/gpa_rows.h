@@ -1,5 +1,5 @@
 /* Row kernels of the CUDA backend: a row is reduced by a group of G lanes
- * (G a power of two, 1..32), so one warp handles 32/G rows. Small rows then
+ * (G a power of two, 1..32, about one lane per 32 elements), so one warp handles 32/G rows. Small rows then
  * keep every lane busy and need log2(G) shuffle rounds per reduction instead
  * of 5 (the host picks G from the row length: gpa__cu_row_group). Every lane
  * of a warp runs the same number of row iterations and joins every shuffle:

@@ -4,10 +4,11 @@
  *
  * Forward: a group of G lanes per row (gpa_rows.h: a warp per row for long
  * rows, several rows per warp for short ones); float4 loads when the row and
- * the pointers allow. Statistics as the host computes them
- * (kernels/host/layernorm.c): a shifted first pass for the mean estimate m1,
- * then sums of d = x - m1 and d^2 in double, so a large row mean costs no
- * accuracy; y = ((x - m1) - c) * rstd * gamma + beta.
+ * the pointers allow. One pass of statistics: sums of d = x - x0 and d^2 in
+ * double, x0 the row's first element (a shift inside the data, so a large
+ * row mean costs no accuracy; the host's corrected two-pass form gives the
+ * same values to fp32 rounding); y = ((x - m1) - c) * rstd * gamma + beta
+ * with m1 the mean rounded to fp32 and c the rest.
  *
  * Backward: dx with a group of lanes per row (fp32 sums of dy*gamma and dy*gamma*xh,
  * as the host); dgamma/dbeta deterministic: per-block-of-rows partials
@@ -24,22 +25,11 @@ extern "C" __global__ void gpa_ln_fwd_f32(const float *__restrict__ x, const flo
     const int len = ok ? d : 0;
     const float *xr = x + (ok ? row : 0) * d;
     float *yr = y + (ok ? row : 0) * d;
+    /* sums of d = x - x0 and d^2 in double, x0 the row's first element (a
+     * shift inside the data: no cancellation even for a large mean) */
     const float x0 = len ? xr[0] : 0.0f;
-    /* pass 1: m1 = x0 + sum(x - x0) / d */
-    float s = 0.0f;
-    if (vec4) {
-      for (int i = sub * 4; i < len; i += 4 * g) {
-        const float4 v = *reinterpret_cast<const float4 *>(xr + i);
-        s += (v.x - x0) + (v.y - x0) + (v.z - x0) + (v.w - x0);
-      }
-    } else {
-      for (int i = sub; i < len; i += g) s += xr[i] - x0;
-    }
-    s = gpa_group_sum(s, g);
-    const float m1 = d ? x0 + s / (float)d : 0.0f;
-    /* pass 2: sums of d = x - m1 and d^2 in double */
     double sd = 0.0, sq = 0.0;
-    const double md = (double)m1;
+    const double md = (double)x0;
     if (vec4) {
       for (int i = sub * 4; i < len; i += 4 * g) {
         const float4 v = *reinterpret_cast<const float4 *>(xr + i);
@@ -56,11 +46,12 @@ extern "C" __global__ void gpa_ln_fwd_f32(const float *__restrict__ x, const flo
     }
     sd = gpa_group_sum_d(sd, g);
     sq = gpa_group_sum_d(sq, g);
-    const double cor = d ? sd / (double)d : 0.0;
+    const double cor = d ? sd / (double)d : 0.0; /* mean - x0 */
     double var = d ? (sq - (double)d * cor * cor) / (double)d : 0.0;
     if (var < 0.0) var = 0.0;
     const double rd = 1.0 / sqrt(var + (double)eps);
-    const float r = (float)rd, c = (float)cor;
+    /* the mean as m1 (float) + c (the tiny rest), as the host's form */
+    const float m1 = (float)(md + cor), c = (float)((md + cor) - (double)m1), r = (float)rd;
     if (vec4) {
       for (int i = sub * 4; i < len; i += 4 * g) {
         const float4 v = *reinterpret_cast<const float4 *>(xr + i);
@@ -77,7 +68,7 @@ extern "C" __global__ void gpa_ln_fwd_f32(const float *__restrict__ x, const flo
       for (int i = sub; i < len; i += g) yr[i] = ((xr[i] - m1) - c) * r * gamma[i] + beta[i];
     }
     if (ok && sub == 0) {
-      if (mean_out) mean_out[row] = (float)(md + cor);
+      if (mean_out) mean_out[row] = m1;
       if (rstd_out) rstd_out[row] = r;
     }
   }
