@@ -45,7 +45,12 @@ gpa_status gpa__check_tensor(gpa_actor *a, const gpa_tensor *t, const char *what
   if (st != GPA_OK) return st;
   if (!t->buffer) return gpa__fail(GPA_EINVAL, "%s: buffer id is 0 (no buffer)", what);
   gpa__slot *s = gpa__bufcache_peek(a->cache, t->buffer);
-  if (!s) return gpa__fail(GPA_ESTALE, "%s: buffer 0x%" PRIx64 " is stale or was never acquired", what, t->buffer);
+  if (!s) {
+    /* A shutdown unpublishes every buffer: say what really happened. */
+    if (atomic_load_explicit(&a->closing, memory_order_acquire))
+      return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
+    return gpa__fail(GPA_ESTALE, "%s: buffer 0x%" PRIx64 " is stale or was never acquired", what, t->buffer);
+  }
   uint64_t size = atomic_load_explicit(&s->size, memory_order_relaxed);
   if (t->offset > size || bytes > size - t->offset)
     return gpa__fail(GPA_ERANGE, "%s: %" PRIu64 " bytes at offset %" PRIu64 " exceed buffer size %" PRIu64, what,

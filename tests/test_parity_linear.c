@@ -62,8 +62,9 @@ static void run_case(gpa_nt *t, const lcase *c, uint64_t seed) {
            (long long)out, c->bias, c->gelu, c->lead0 ? " (rank-3 x)" : "");
   float *x = malloc(sizeof(float) * (size_t)(N * in + 1)), *W = malloc(sizeof(float) * (size_t)(out * in + 1));
   float *b = malloc(sizeof(float) * (size_t)(out + 1)), *dy = malloc(sizeof(float) * (size_t)(N * out + 1));
-  float *got = malloc(sizeof(float) * (size_t)(N * out + N * in + out * in + 1));
-  float *got2 = malloc(sizeof(float) * (size_t)(N * out + N * in + out * in + 1));
+  /* room for the forward (N*out) or the backward (dx, dW, db) */
+  float *got = malloc(sizeof(float) * (size_t)(N * out + N * in + out * in + out + 1));
+  float *got2 = malloc(sizeof(float) * (size_t)(N * out + N * in + out * in + out + 1));
   gpa_nt_fill(x, N * in, -1, 1, &seed);
   gpa_nt_fill(W, out * in, -1, 1, &seed);
   gpa_nt_fill(b, out, -1, 1, &seed);
