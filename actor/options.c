@@ -173,11 +173,19 @@ static void apply_layer(gpa__opts *o, const opt_layer *l) {
 
 static bool pow2(uint32_t v) { return v && !(v & (v - 1)); }
 
-gpa_status gpa__options_resolve(const gpa_actor_options *u, gpa__opts *o) {
-  gpa_actor_options zero = {0};
-  if (!u) u = &zero;
-  if (u->size && u->size < offsetof(gpa_actor_options, profile) + sizeof u->profile)
-    return gpa__fail(GPA_EINVAL, "gpa_actor_options.size %u is smaller than any known version", u->size);
+/* The first published layout ended at log_level; fields added since read as
+ * zero (their defaults) for a program that passes that size. */
+#define GPA__OPTIONS_V1_SIZE (offsetof(gpa_actor_options, log_level) + sizeof(int32_t))
+
+gpa_status gpa__options_resolve(const gpa_actor_options *user, gpa__opts *o) {
+  gpa_actor_options local = {0};
+  if (user) {
+    size_t n = user->size ? user->size : sizeof local;
+    if (n < GPA__OPTIONS_V1_SIZE)
+      return gpa__fail(GPA_EINVAL, "gpa_actor_options.size %u is smaller than any known version", user->size);
+    memcpy(&local, user, n < sizeof local ? n : sizeof local);
+  }
+  const gpa_actor_options *u = &local;
   memset(o, 0, sizeof *o);
   /* Program options, checked: a bad explicit value is the program's bug. */
   snprintf(o->device, sizeof o->device, "%s", u->device ? u->device : "auto");

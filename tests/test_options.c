@@ -1,5 +1,6 @@
 /* Options: device strings, the environment over program options, malformed
  * environment values ignored with a warning. */
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "util/testutil.h"
@@ -32,6 +33,13 @@ int main(void) {
     CHECK(!strcmp(gpa_actor_backend(b), "cpu"));
     CHECK_OK(gpa_actor_destroy(b));
   }
+  /* A program built against the first layout (no trace fields) still works:
+   * the fields it does not know are read as zero. */
+  gpa_actor_options v1 = {.size = offsetof(gpa_actor_options, trace_path), .trace_path = "/nonexistent/x.json"};
+  CHECK_OK(gpa_actor_create(&v1, &b));
+  CHECK_OK(gpa_actor_destroy(b));
+  v1.size = offsetof(gpa_actor_options, log_level);
+  CHECK_ST(gpa_actor_create(&v1, &b), GPA_EINVAL);
   CHECK_ST(gpa_actor_create(&(gpa_actor_options){.device = "cuda:x"}, &b), GPA_EINVAL);
   CHECK_MSG("cuda:x");
   CHECK_ST(gpa_actor_create(&(gpa_actor_options){.device = "gpu"}, &b), GPA_EINVAL);
