@@ -10,7 +10,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 start=$(date +%s)
 
 run_suite() { # build-dir device
-  echo "== ctest: $1 with GPA_DEVICE=$2"
+  echo "== ctest: $1 with GPA_DEVICE=$2 ($(( $(date +%s) - start )) s in)"
   GPA_DEVICE=$2 ctest --test-dir "$1" --output-on-failure -j"$jobs" --timeout 300
 }
 
@@ -28,7 +28,7 @@ if [ "${GPA_QUICK:-0}" != 1 ]; then
   # valgrind: the core runtime's tests, leak-checked (stress scaled down).
   if command -v valgrind >/dev/null; then
     for t in status submit_await batch fifo backpressure buffers destroy misuse options feed custom_ops stress; do
-      echo "== valgrind: $t"
+      echo "== valgrind: $t ($(( $(date +%s) - start )) s in)"
       GPA_DEVICE=cpu GPA_STRESS_PER=20000 valgrind -q --error-exitcode=1 --leak-check=full \
         --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect "build/tests/test_$t" >/dev/null
     done
@@ -47,7 +47,7 @@ if [ "${GPA_QUICK:-0}" != 1 ]; then
   if command -v clang >/dev/null; then
     CC=clang BUILD_DIR=build-fuzz scripts/setup.sh -DGPA_SANITIZE=fuzz -DGPA_WITH_CUDA=OFF \
       -DGPA_FUZZ_SECONDS="${GPA_FUZZ_SECONDS:-60}"
-    echo "== ctest: build-fuzz"
+    echo "== ctest: build-fuzz ($(( $(date +%s) - start )) s in)"
     ctest --test-dir build-fuzz --output-on-failure
   fi
 fi
