@@ -4,6 +4,8 @@
  *                  out: o [B,S,H,D], lse [B,H,S]
  *   attention_bwd  in: dout [B,S,H,D], q, k, v, o, lse (as the forward wrote them), lengths (optional)
  *                  out: dq [B,S,H,D], dk [B,Sk,Hkv,D], dv [B,Sk,Hkv,D]
+ * attention_fwd also takes q, k, v in bf16 (all three; o and lse stay f32;
+ * the host widens them to f32 and computes as for f32 inputs).
  * attrs: scale (float; <= 0 or absent: 1/sqrt(D)), causal (int 0/1).
  * H must be a multiple of Hkv (MHA: Hkv = H, GQA, MQA: Hkv = 1); query head
  * h uses kv head h / (H/Hkv). 1 <= D <= 256.
@@ -17,6 +19,8 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/host/attention.h"
 #include "ops/basic_check.h"
@@ -34,11 +38,12 @@ static const gpa_attr_spec attn_attrs[] = {
     {"causal", GPA_ATTR_INT, 0, offsetof(attn_params, causal), 0, 0.0, 0, 1},
 };
 
+/* bf16: q, k, v may be bf16 (all three alike; the forward only). */
 static gpa_status check_qkv(const char *op, const gpa_tensor *q, const gpa_tensor *k, const gpa_tensor *v,
-                            const gpa_tensor *lens, char *msg, size_t ms) {
-  GPA__CHK(gpa__chk_dtype(op, "q", q, GPA_F32, 0, msg, ms));
+                            const gpa_tensor *lens, int bf16, char *msg, size_t ms) {
+  GPA__CHK(gpa__chk_dtype(op, "q", q, GPA_F32, bf16 ? GPA_BF16 : 0, msg, ms));
   GPA__CHK(gpa__chk_rank(op, "q", q, 4, "([B,S,H,D])", msg, ms));
-  GPA__CHK(gpa__chk_dtype(op, "k", k, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_dtype(op, "k", k, q->dtype, 0, msg, ms));
   GPA__CHK(gpa__chk_rank(op, "k", k, 4, "([B,Sk,Hkv,D])", msg, ms));
   int64_t B = q->shape[0], H = q->shape[2], D = q->shape[3], Hkv = k->shape[2];
   if (D < 1 || D > MAX_HEAD_DIM) {
@@ -55,7 +60,12 @@ static gpa_status check_qkv(const char *op, const gpa_tensor *q, const gpa_tenso
              (long long)B, (long long)D);
     return GPA_ESHAPE;
   }
-  GPA__CHK(gpa__chk_f32_like(op, "v", v, k, "k", msg, ms));
+  if (q->dtype == GPA_F32) {
+    GPA__CHK(gpa__chk_f32_like(op, "v", v, k, "k", msg, ms));
+  } else {
+    GPA__CHK(gpa__chk_dtype(op, "v", v, q->dtype, 0, msg, ms));
+    GPA__CHK(gpa__chk_shape(op, "v", v, 4, k->shape, "the shape of k", msg, ms));
+  }
   if (lens) {
     GPA__CHK(gpa__chk_dtype(op, "lengths", lens, GPA_I32, 0, msg, ms));
     GPA__CHK(gpa__chk_shape(op, "lengths", lens, 1, &B, "B of q", msg, ms));
@@ -65,7 +75,7 @@ static gpa_status check_qkv(const char *op, const gpa_tensor *q, const gpa_tenso
 
 static gpa_status fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   const gpa_tensor *q = &s->inputs[0];
-  GPA__CHK(check_qkv("attention_fwd", q, &s->inputs[1], &s->inputs[2], s->n_inputs > 3 ? &s->inputs[3] : NULL,
+  GPA__CHK(check_qkv("attention_fwd", q, &s->inputs[1], &s->inputs[2], s->n_inputs > 3 ? &s->inputs[3] : NULL, 1,
                      msg, ms));
   int64_t lse[3] = {q->shape[0], q->shape[2], q->shape[1]};
   gpa__chk_set(&e[0], GPA_F32, 4, q->shape);
@@ -76,7 +86,7 @@ static gpa_status fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_
 static gpa_status bwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   const char *op = "attention_bwd";
   const gpa_tensor *q = &s->inputs[1], *k = &s->inputs[2];
-  GPA__CHK(check_qkv(op, q, k, &s->inputs[3], s->n_inputs > 6 ? &s->inputs[6] : NULL, msg, ms));
+  GPA__CHK(check_qkv(op, q, k, &s->inputs[3], s->n_inputs > 6 ? &s->inputs[6] : NULL, 0, msg, ms));
   GPA__CHK(gpa__chk_f32_like(op, "dout", &s->inputs[0], q, "q", msg, ms));
   GPA__CHK(gpa__chk_f32_like(op, "o", &s->inputs[4], q, "q", msg, ms));
   int64_t lse[3] = {q->shape[0], q->shape[2], q->shape[1]};
@@ -111,12 +121,35 @@ static gpa_status exec_geom(const gpa_op_exec *x, const char *op, const gpa_tens
   return GPA_OK;
 }
 
+/* bf16 q, k, v: widened to f32 copies (exact), then the f32 kernel: the
+ * reference the CUDA tensor-core kernel is compared with. */
+static float *widen_bf16(const gpa_tensor *t, const void *p) {
+  int64_t n = gpa__chk_numel(t);
+  float *f = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+  if (!f) return NULL;
+  const uint16_t *u = p;
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t w = (uint32_t)u[i] << 16;
+    memcpy(&f[i], &w, sizeof w);
+  }
+  return f;
+}
+
 static gpa_status fwd_host(const gpa_op_exec *x) {
   gpa__attn_geom g;
   const int32_t *lens = x->n_inputs > 3 ? x->in[3] : NULL;
   GPA__CHK(exec_geom(x, "attention_fwd", &x->inputs[0], &x->inputs[1], lens, &g));
   gpa__par par = gpa__ops_par(x->env);
-  gpa_status st = gpa__attention_fwd(&par, &g, x->in[0], x->in[1], x->in[2], lens, x->out[0], x->out[1]);
+  const float *qkv[3] = {x->in[0], x->in[1], x->in[2]};
+  float *wide[3] = {NULL, NULL, NULL};
+  gpa_status st = GPA_OK;
+  if (x->inputs[0].dtype == GPA_BF16)
+    for (int i = 0; i < 3 && st == GPA_OK; i++) {
+      qkv[i] = wide[i] = widen_bf16(&x->inputs[i], x->in[i]);
+      if (!wide[i]) st = GPA_ENOMEM;
+    }
+  if (st == GPA_OK) st = gpa__attention_fwd(&par, &g, qkv[0], qkv[1], qkv[2], lens, x->out[0], x->out[1]);
+  for (int i = 0; i < 3; i++) free(wide[i]);
   if (st != GPA_OK) snprintf(x->msg, x->msg_size, "attention_fwd: no memory for the tile workspace");
   return st;
 }

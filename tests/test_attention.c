@@ -253,6 +253,88 @@ static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
   free(q); free(k); free(v); free(dout); free(lens);
 }
 
+/* Round to bf16 (nearest even); returns the bits. */
+static uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+/* attention_fwd with bf16 q, k, v against the double reference computed
+ * from the same bf16-rounded values. lse: the scores are products of bf16
+ * values (exact in fp32) summed in fp32, so the f32 tolerance holds. o: on
+ * the host the inputs are widened and the f32 kernel runs (f32 tolerance);
+ * the CUDA tensor-core kernel rounds P = softmax to bf16 before P V
+ * (relative error <= 2^-9 per element), so |o - ref| <= 2^-9 sum_j p_j |v_j|
+ * <= 2^-9 max|v|; allowed: 2^-8 max|v| + 1e-5 |ref| (|v| <= 1 here). */
+static void bf16_case(gpa_nt *t, const acase *c, uint64_t seed) {
+  int64_t B = c->B, S = c->S, Sk = c->Sk, H = c->H, Hk = c->Hkv, D = c->D;
+  int64_t nq = B * S * H * D, nk = B * Sk * Hk * D, nl = B * H * S;
+  char what[256], w2[1024];
+  snprintf(what, sizeof what, "attention bf16 B=%lld S=%lld Sk=%lld H=%lld Hkv=%lld D=%lld%s%s", (long long)B,
+           (long long)S, (long long)Sk, (long long)H, (long long)Hk, (long long)D, c->causal ? " causal" : "",
+           c->lens ? " lengths" : "");
+  float *f[3] = {malloc(sizeof(float) * (size_t)(nq + 1)), malloc(sizeof(float) * (size_t)(nk + 1)),
+                 malloc(sizeof(float) * (size_t)(nk + 1))};
+  uint16_t *u[3] = {malloc(2 * (size_t)(nq + 1)), malloc(2 * (size_t)(nk + 1)), malloc(2 * (size_t)(nk + 1))};
+  int64_t n[3] = {nq, nk, nk};
+  for (int i = 0; i < 3; i++) {
+    gpa_nt_fill(f[i], n[i], i == 2 ? -1 : -1.5, i == 2 ? 1 : 1.5, &seed);
+    for (int64_t j = 0; j < n[i]; j++) {
+      u[i][j] = to_bf16(f[i][j]);
+      uint32_t w = (uint32_t)u[i][j] << 16;
+      memcpy(&f[i][j], &w, sizeof w);
+    }
+  }
+  int32_t *lens = malloc(sizeof(int32_t) * (size_t)B);
+  for (int64_t b = 0; b < B; b++) lens[b] = (int32_t)(b == 0 ? Sk : b == 1 ? 0 : (b * 7919 + 13) % (Sk + 1));
+  aref r = {c, 1.0 / sqrt((double)D), c->lens ? lens : NULL, to_d(f[0], nq), to_d(f[1], nk), to_d(f[2], nk), NULL};
+  double *o = malloc(sizeof(double) * (size_t)(nq + 1)), *lse = malloc(sizeof(double) * (size_t)(nl + 1));
+  amag mg = {malloc(sizeof(double) * (size_t)(nq + 1)), malloc(sizeof(double) * (size_t)(nl + 1)),
+             malloc(sizeof(double) * (size_t)(nq + 1)), malloc(sizeof(double) * (size_t)(nk + 1)),
+             malloc(sizeof(double) * (size_t)(nk + 1))};
+  double *gq = malloc(sizeof(double) * (size_t)(nq + 1)), *gk = malloc(sizeof(double) * (size_t)(nk + 1));
+  double *gv = malloc(sizeof(double) * (size_t)(nk + 1));
+  r.w = gq; /* the weights only matter for the gradients, unused here */
+  for (int64_t i = 0; i < nq; i++) gq[i] = 0;
+  ref_attn(&r, o, lse, gq, gk, gv, &mg);
+  int64_t qs[4] = {B, S, H, D}, ks[4] = {B, Sk, Hk, D}, ls[3] = {B, H, S};
+  gpa_attr at = {"causal", GPA_ATTR_INT, c->causal, 0};
+  gpa_tensor in[4] = {gpa_nt_tensor(t, GPA_BF16, 4, qs, u[0]), gpa_nt_tensor(t, GPA_BF16, 4, ks, u[1]),
+                      gpa_nt_tensor(t, GPA_BF16, 4, ks, u[2]), gpa_nt_tensor(t, GPA_I32, 1, &B, lens)};
+  gpa_tensor out[2] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 3, ls)};
+  gpa_status st = gpa_nt_run(t, "attention_fwd", in, c->lens ? 4 : 3, out, 2, &at, 1);
+  if (st != GPA_OK) {
+    snprintf(w2, sizeof w2, "%s: attention_fwd %s: %s", what, gpa_status_name(st), gpa_nt_msg);
+    gpa_nt_fail(t, w2);
+  }
+  float *go = malloc(sizeof(float) * (size_t)(nq + 1)), *gl = malloc(sizeof(float) * (size_t)(nl + 1));
+  gpa_nt_read(t, &out[0], go);
+  gpa_nt_read(t, &out[1], gl);
+  snprintf(w2, sizeof w2, "%s: lse", what);
+  gpa_nt_close_to(t, w2, gl, lse, mg.lse, nl, 1e-5);
+  if (!strcmp(gpa_actor_backend(t->a), "cpu")) {
+    snprintf(w2, sizeof w2, "%s: o", what);
+    gpa_nt_close_to(t, w2, go, o, mg.o, nq, 1e-5);
+  } else {
+    double worst = 0;
+    int64_t at_i = -1;
+    for (int64_t i = 0; i < nq; i++) {
+      double e = fabs((double)go[i] - o[i]) - (1.0 / 256 + 1e-5 * fabs(o[i]));
+      if (!(e <= worst)) worst = e, at_i = i; /* NaN counts */
+    }
+    if (at_i >= 0) {
+      snprintf(w2, sizeof w2, "%s: o[%lld] = %.8g, reference %.8g: beyond 2^-8 max|v|", what, (long long)at_i,
+               go[at_i], o[at_i]);
+      gpa_nt_fail(t, w2);
+    }
+  }
+  for (int i = 0; i < 3; i++) free(f[i]), free(u[i]);
+  free(lens); free(o); free(lse); free(go); free(gl); free(gq); free(gk); free(gv);
+  free(mg.o); free(mg.lse); free(mg.dq); free(mg.dk); free(mg.dv); free(r.q); free(r.k); free(r.v);
+}
+
 static void errors(gpa_nt *t) {
   int64_t qs[4] = {2, 5, 8, 32}, k3[4] = {2, 7, 3, 32}, kd[4] = {2, 7, 4, 64}, kb[4] = {3, 7, 4, 32};
   int64_t k4[4] = {2, 7, 4, 32}, ls[3] = {2, 8, 5}, lbad[3] = {2, 5, 8}, q300[4] = {1, 2, 1, 300};
@@ -382,6 +464,13 @@ int main(void) {
     const acase big[] = {{2, 300, 257, 8, 2, 64, 1, 1, 0}, {1, 256, 256, 4, 4, 128, 0, 0, 0}};
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) run_case(&t, &big[i], seed + 100 + i);
   }
+  const acase bcases[] = {
+      /* B S Sk H Hkv D causal lens: D % 16 == 0 runs the tensor-core kernel on CUDA, D = 40 the fallback */
+      {1, 1, 1, 1, 1, 64, 0, 0, 0},  {2, 37, 53, 4, 2, 64, 1, 1, 0}, {1, 70, 70, 2, 1, 128, 1, 0, 0},
+      {1, 5, 9, 8, 8, 32, 0, 1, 0},  {1, 20, 33, 8, 1, 64, 0, 0, 0}, {1, 9, 4, 2, 1, 40, 1, 0, 0},
+      {2, 3, 0, 2, 2, 32, 0, 1, 0},  {1, 67, 1, 2, 2, 96, 1, 0, 0},
+  };
+  for (size_t i = 0; i < sizeof bcases / sizeof bcases[0]; i++) bf16_case(&t, &bcases[i], seed + 200 + i);
   errors(&t);
   typed(&t);
   int hrc = harness_cases();

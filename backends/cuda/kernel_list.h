@@ -53,7 +53,9 @@
   K(ATT_DQ96, attn, gpa_attn_dq_d96)             \
   K(ATT_DQ128, attn, gpa_attn_dq_d128)           \
   K(ATT_DQ256, attn, gpa_attn_dq_d256)           \
-  K(ATT_DELTA, attn, gpa_attn_bwd_delta)
+  K(ATT_DELTA, attn, gpa_attn_bwd_delta)         \
+  K(ATT_FWD_BF64, attn, gpa_attn_fwd_bf16_d64)   \
+  K(ATT_FWD_BF128, attn, gpa_attn_fwd_bf16_d128)
 
 enum {
 #define GPA__CU_MENUM(mod) GPA__CU_MOD_##mod,

@@ -80,19 +80,24 @@ static unsigned bwd_smem(int D) {
   return (unsigned)(sizeof(float) * (size_t)(2 * BC * (D | 1) + 2 * BQ * D + 2 * BQ * (BC + 1) + 2 * BQ));
 }
 
+/* bf16 forward (wmma): K and V tiles [64][D+8] bf16, per warp fp32 scores
+ * [16][68] and bf16 P [16][72]. */
+static unsigned bf16_smem(int D) { return (unsigned)(2 * 64 * (D + 8) * 2 + 4 * 16 * 68 * 4 + 4 * 16 * 72 * 2); }
+
 static gpa_status fwd_cu(const gpa_op_exec *x) {
   attn_geom g;
   gpa_status st = geom(x, &x->inputs[0], &x->inputs[1], &g);
   if (st == GPA_SKIP) return gpa__cu_fallback(x);
+  int bf16 = x->inputs[0].dtype == GPA_BF16;
+  if (bf16 && (g.D % 16 || g.D > 128)) return gpa__cu_fallback(x);
   void *lens = x->n_inputs > 3 ? x->in[3] : NULL;
   GPA__CU_TRY(check_lengths(x, "attention_fwd", lens, &g));
-  int id = GPA__K_ATT_FWD32 + dclass(g.D);
-  unsigned smem = fwd_smem(g.D);
+  int id = bf16 ? (g.D <= 64 ? GPA__K_ATT_FWD_BF64 : GPA__K_ATT_FWD_BF128) : GPA__K_ATT_FWD32 + dclass(g.D);
+  unsigned smem = bf16 ? bf16_smem(g.D) : fwd_smem(g.D), br = bf16 ? 64 : FWD_BR;
   if (!allow_smem(x, id, smem)) return gpa__cu_fallback(x);
   void *q = x->in[0], *k = x->in[1], *v = x->in[2], *o = x->out[0], *lse = x->out[1];
   void *args[] = {&q, &k, &v, &lens, &o, &lse, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale, &g.causal};
-  return gpa__cu_launch(x, id, (unsigned)((g.S + FWD_BR - 1) / FWD_BR), (unsigned)g.H, (unsigned)g.B, 32, 4, smem,
-                        args);
+  return gpa__cu_launch(x, id, (unsigned)((g.S + br - 1) / br), (unsigned)g.H, (unsigned)g.B, 32, 4, smem, args);
 }
 
 static gpa_status bwd_cu(const gpa_op_exec *x) {
