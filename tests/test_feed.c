@@ -189,11 +189,12 @@ static void test_close_under_load(void) {
   gpa_queue *qi, *qo;
   CHECK_OK(gpa_queue_create(a, "in", &qi));
   CHECK_OK(gpa_queue_create(a, "out", &qo));
-  gpa_tensor x = tu_f32(a, 16);
+  /* One buffer per queue: queues may run at once on a device (streams). */
+  gpa_tensor x = tu_f32(a, 16), xo = tu_f32(a, 16);
   enum { N = 50 };
   gpa_handle *parked[N], *outs[N];
   for (int i = 0; i < N; i++) CHECK_OK(gpa_infeed(qi, s, &x, 1, -1, &parked[i])); /* no data: parks */
-  for (int i = 0; i < N; i++) CHECK_OK(gpa_outfeed(qo, s, &x, 1, &outs[i]));      /* never popped */
+  for (int i = 0; i < N; i++) CHECK_OK(gpa_outfeed(qo, s, &xo, 1, &outs[i]));     /* never popped */
   float src[16] = {0};
   gpa_host_tensor t = host_f32(src, 16);
   for (int i = 0; i < 10; i++) CHECK_OK(gpa_infeed_push(s, &t, 1)); /* 10 parked ops get data */
@@ -320,7 +321,8 @@ static void test_backpressure_and_slow_sink(void) {
   gpa_handle *marker;
   CHECK_OK(tu_fill(qp, &x, 3, &marker)); /* behind the parked outfeeds */
   gpa_handle *other;
-  CHECK_OK(tu_fill(qfree, &x, 2, &other));
+  gpa_tensor xf = tu_f32(a, 4); /* its own buffer: queues may overlap on a device */
+  CHECK_OK(tu_fill(qfree, &xf, 2, &other));
   CHECK_OK(gpa_await(other, 2000000000));
   usleep(20000);
   CHECK(gpa_handle_status(marker) == GPA_EPENDING); /* parked */

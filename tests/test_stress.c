@@ -34,15 +34,18 @@ typedef struct prod {
 
 static void *producer(void *arg) {
   prod *p = arg;
-  gpa_tensor t = tu_f32(p->a, 64);
+  /* A buffer per queue: on a device, queues are streams that run at once. */
+  gpa_tensor tq[QUEUES];
+  for (int k = 0; k < QUEUES; k++) tq[k] = tu_f32(p->a, 64);
   gpa_handle *pending[16];
   int np = 0;
   for (long i = 0; i < p->per; i++) {
     if (p->stop && atomic_load_explicit(p->stop, memory_order_relaxed)) break;
-    gpa_queue *q = p->qs[(i + p->id) % QUEUES];
+    int qk = (int)((i + p->id) % QUEUES);
+    gpa_queue *q = p->qs[qk];
     gpa_handle **out = (i % 7 == 0) ? &pending[np] : NULL;
     gpa_status st;
-    if (i % 5 == 0) st = tu_fill(q, &t, (double)i, out);
+    if (i % 5 == 0) st = tu_fill(q, &tq[qk], (double)i, out);
     else st = gpa_submit(q, &(gpa_op_call){.op = "count"}, out);
     if (st == GPA_OK) {
       p->accepted++;
@@ -64,8 +67,8 @@ static void *producer(void *arg) {
     }
     if (i % 4096 == 4095 && !p->stop) CHECK_OK(gpa_sync_batch(q, NULL));
     if (i % 8192 == 8191 && !p->stop) { /* buffer churn: release and re-acquire */
-      CHECK_OK(gpa_buffer_release(p->a, t.buffer));
-      t = tu_f32(p->a, 64 + (i / 8192) % 7);
+      CHECK_OK(gpa_buffer_release(p->a, tq[qk].buffer));
+      tq[qk] = tu_f32(p->a, 64 + (i / 8192) % 7);
     }
   }
   for (int k = 0; k < np; k++) {
@@ -74,7 +77,8 @@ static void *producer(void *arg) {
     gpa_handle_release(pending[k]);
     p->awaited++;
   }
-  if (!p->stop) CHECK_OK(gpa_buffer_release(p->a, t.buffer));
+  if (!p->stop)
+    for (int k = 0; k < QUEUES; k++) CHECK_OK(gpa_buffer_release(p->a, tq[k].buffer));
   return NULL;
 }
 
