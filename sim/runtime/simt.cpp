@@ -374,7 +374,17 @@ int gpa_sim__block_run(gpa_sim_launch *L, uint3 bidx, std::string *error) {
     return -1;
   }
 #ifdef GPA_SIM_SIMT_ASAN
-  if (e->dirty) ASAN_UNPOISON_MEMORY_REGION(e->stacks, (size_t)e->nstacks * e->stack_bytes);
+  if (e->dirty) {
+    ASAN_UNPOISON_MEMORY_REGION(e->stacks, (size_t)e->nstacks * e->stack_bytes);
+  } else {
+    /* Frames that never return (fiber_main, fiber_exit, yield, near the
+     * top of each stack) leave their redzones poisoned where the next
+     * block's kernel frames go; a kernel with stack arrays would then trip
+     * over them (a false stack-buffer-overflow). Frames that return clean
+     * up after themselves, and a failed block sets dirty. */
+    size_t top = e->stack_bytes - 4096 < 16384 ? e->stack_bytes - 4096 : 16384;
+    for (unsigned i = 0; i < n; i++) ASAN_UNPOISON_MEMORY_REGION(e->stacks + (size_t)(i + 1) * e->stack_bytes - top, top);
+  }
 #endif
   e->dirty = false;
   /* dynamic shared memory: exact-size malloc under ASan (redzones catch
