@@ -366,6 +366,16 @@ static void errors(gpa_nt *t) {
   gpa_tensor qb = gpa_nt_out(t, 4, q300), ob[2] = {qb, gpa_nt_out(t, 3, (int64_t[]){1, 1, 2})};
   gpa_tensor i[3] = {qb, qb, qb};
   gpa_nt_expect_error(t, "attention_fwd", i, 3, ob, 2, NULL, 0, GPA_ESHAPE, "head dim D = 300");
+  /* bf16: q, k, v all alike, and the forward only */
+  gpa_tensor qh = gpa_nt_tensor(t, GPA_BF16, 4, qs, NULL), kh = gpa_nt_tensor(t, GPA_BF16, 4, k4, NULL);
+  gpa_tensor m1[3] = {qh, k, k};
+  gpa_nt_expect_error(t, "attention_fwd", m1, 3, out, 2, NULL, 0, GPA_EDTYPE, "k has dtype f32");
+  gpa_tensor m2[3] = {qh, kh, k};
+  gpa_nt_expect_error(t, "attention_fwd", m2, 3, out, 2, NULL, 0, GPA_EDTYPE, "v has dtype f32");
+  gpa_tensor m3[3] = {qh, kh, gpa_nt_tensor(t, GPA_BF16, 4, k3, NULL)};
+  gpa_nt_expect_error(t, "attention_fwd", m3, 3, out, 2, NULL, 0, GPA_ESHAPE, "v has shape");
+  gpa_tensor m4[6] = {q, qh, kh, kh, o, lse}, bo4[3] = {q, k, k};
+  gpa_nt_expect_error(t, "attention_bwd", m4, 6, bo4, 3, NULL, 0, GPA_EDTYPE, "q has dtype bf16");
   gpa_tensor bo[3] = {q, k, k};
   gpa_tensor j[6] = {q, q, k, k, o, gpa_nt_out(t, 3, lbad)};
   gpa_nt_expect_error(t, "attention_bwd", j, 6, bo, 3, NULL, 0, GPA_ESHAPE, "lse has shape [2,5,8]");
