@@ -416,6 +416,9 @@ static gpa_status post_status(const gpa__cu_rec *r, gpa__msg *m) {
   if (r->post.kind == GPA__CU_POST_IDS2D)
     snprintf(m->err, sizeof m->err, "%s: ids[%lld,%lld] = %lld out of range [0, %lld)", r->post.op,
              pos / r->post.a, pos % r->post.a, val, r->post.b);
+  else if (r->post.kind == GPA__CU_POST_LENGTHS)
+    snprintf(m->err, sizeof m->err, "%s: lengths[%lld] = %lld is outside [0, Sk = %lld]", r->post.op, pos, val,
+             r->post.a);
   else
     snprintf(m->err, sizeof m->err, "%s: targets[%lld] = %lld out of range [0, %lld) (ignore_index %lld)",
              r->post.op, pos, val, r->post.a, r->post.b);

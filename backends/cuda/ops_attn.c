@@ -2,9 +2,8 @@
  * forward and deterministic backward, head dims up to 256.
  *
  * Lengths: each value must lie in [0, Sk] (GPA_ERANGE otherwise, with the
- * host's message). They are data on the device, so they are read back here
- * with a synchronous copy before the launch (B int32s: the op waits for the
- * queue's earlier work; the kernels clamp them anyway). Shapes the kernels
+ * host's message), checked on the device and read at completion (no
+ * synchronization; the kernels clamp them meanwhile). Shapes the kernels
  * do not take (grid dimensions over the limits, shared memory over the
  * device's opt-in maximum) run on the host fallback. */
 #include <math.h>
@@ -41,28 +40,25 @@ static gpa_status geom(const gpa_op_exec *x, const gpa_tensor *q, const gpa_tens
   return GPA_OK;
 }
 
-/* Reads the lengths back (after the queue's earlier work) and checks them
- * against [0, Sk]. */
-static gpa_status check_lengths(const gpa_op_exec *x, const char *op, const void *lens, const attn_geom *g) {
+#define RES_BYTES 256 /* the lengths check's two results, at the start of the scratch */
+
+/* Checks the lengths against [0, Sk] on the device (the embedding ids'
+ * check kernels); the outcome is read when the op completes, which then
+ * fails with ERANGE and the host's message. The kernels clamp the values,
+ * so a bad length reads nothing out of range meanwhile. */
+static gpa_status check_lengths(const gpa_op_exec *x, const char *op, void *lens, const attn_geom *g,
+                                CUdeviceptr res) {
   if (!lens || g->B == 0) return GPA_OK;
   gpa__cu_ctx *C = gpa__cu_of(x);
-  size_t n = sizeof(int32_t) * (size_t)g->B;
-  gpa__cu_stage *s = gpa__cu_stage_get(C, n);
-  if (!s) {
-    snprintf(x->msg, x->msg_size, "%s: out of pinned host memory for the lengths", op);
-    return GPA_ENOMEM;
-  }
-  CUresult e = C->cu.cuMemcpyDtoHAsync(s->p, GPA__DP(lens), n, (CUstream)x->stream);
-  if (e == CUDA_SUCCESS) e = C->cu.cuStreamSynchronize((CUstream)x->stream);
-  gpa_status st = gpa__cu_check(C, e, "reading the lengths", x->msg, x->msg_size);
-  const int32_t *h = s->p;
-  for (int b = 0; st == GPA_OK && b < g->B; b++)
-    if (h[b] < 0 || h[b] > g->Sk) {
-      snprintf(x->msg, x->msg_size, "%s: lengths[%d] = %d is outside [0, Sk = %d]", op, b, (int)h[b], g->Sk);
-      st = GPA_ERANGE;
-    }
-  gpa__cu_stage_put(C, s);
-  return st;
+  GPA__CU_TRY(gpa__cu_check(C, C->cu.cuMemsetD32Async(res, 0xffffffffu, 4, (CUstream)x->stream),
+                            "cuMemsetD32Async", x->msg, x->msg_size));
+  long long n = g->B, v = (long long)g->Sk + 1, ignore = 0;
+  int use_ignore = 0;
+  void *a1[] = {&lens, &n, &v, &ignore, &use_ignore, &res};
+  GPA__CU_TRY(gpa__cu_launch(x, GPA__K_IDX_CHECK, gpa__cu_blocks(x, n, 256), 1, 1, 256, 1, 0, a1));
+  void *a2[] = {&lens, &res};
+  GPA__CU_TRY(gpa__cu_launch(x, GPA__K_IDX_FETCH, 1, 1, 1, 32, 1, 0, a2));
+  return gpa__cu_post_check(x, GPA__CU_POST_LENGTHS, op, res, g->Sk, 0);
 }
 
 /* Allows kernel id `smem` bytes of dynamic shared memory; 0 if it cannot. */
@@ -91,7 +87,9 @@ static gpa_status fwd_cu(const gpa_op_exec *x) {
   int bf16 = x->inputs[0].dtype == GPA_BF16;
   if (bf16 && (g.D % 16 || g.D > 128)) return gpa__cu_fallback(x);
   void *lens = x->n_inputs > 3 ? x->in[3] : NULL;
-  GPA__CU_TRY(check_lengths(x, "attention_fwd", lens, &g));
+  CUdeviceptr res = lens ? gpa__cu_scratch(x, RES_BYTES) : 0;
+  if (lens && !res) return GPA_ENOMEM;
+  GPA__CU_TRY(check_lengths(x, "attention_fwd", lens, &g, res));
   int id = bf16 ? (g.D <= 64 ? GPA__K_ATT_FWD_BF64 : GPA__K_ATT_FWD_BF128) : GPA__K_ATT_FWD32 + dclass(g.D);
   unsigned smem = bf16 ? bf16_smem(g.D) : fwd_smem(g.D), br = bf16 ? 64 : FWD_BR;
   if (!allow_smem(x, id, smem)) return gpa__cu_fallback(x);
@@ -105,14 +103,15 @@ static gpa_status bwd_cu(const gpa_op_exec *x) {
   gpa_status st = geom(x, &x->inputs[1], &x->inputs[2], &g);
   if (st == GPA_SKIP) return gpa__cu_fallback(x);
   void *lens = x->n_inputs > 6 ? x->in[6] : NULL;
-  GPA__CU_TRY(check_lengths(x, "attention_bwd", lens, &g));
   int cls = dclass(g.D), warps = cls == 4 ? 8 : 4;
   unsigned smem = bwd_smem(g.D);
   if (!allow_smem(x, GPA__K_ATT_DKV32 + cls, smem) || !allow_smem(x, GPA__K_ATT_DQ32 + cls, smem))
     return gpa__cu_fallback(x);
   long long rows = (long long)g.B * g.S * g.H;
-  CUdeviceptr delta = gpa__cu_scratch(x, (uint64_t)(rows > 0 ? rows : 1) * sizeof(float));
-  if (!delta) return GPA_ENOMEM;
+  CUdeviceptr scr = gpa__cu_scratch(x, RES_BYTES + (uint64_t)(rows > 0 ? rows : 1) * sizeof(float));
+  if (!scr) return GPA_ENOMEM;
+  CUdeviceptr delta = scr + RES_BYTES;
+  GPA__CU_TRY(check_lengths(x, "attention_bwd", lens, &g, scr));
   void *dout = x->in[0], *q = x->in[1], *k = x->in[2], *v = x->in[3], *o = x->in[4], *lse = x->in[5];
   void *dq = x->out[0], *dk = x->out[1], *dv = x->out[2], *dl = (void *)(uintptr_t)delta;
   void *a0[] = {&dout, &o, &dl, &rows, &g.S, &g.H, &g.D};
