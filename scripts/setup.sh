@@ -34,8 +34,9 @@ fi
 
 build=${BUILD_DIR:-build}
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} "$@" >"$build.configure.log" 2>&1 || {
-  cat "$build.configure.log"; exit 1; }
-grep -E "^-- gpuactor:" "$build.configure.log" || true
+mkdir -p "$build"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} "$@" >"$build/configure.log" 2>&1 || {
+  cat "$build/configure.log"; exit 1; }
+grep -E "^-- gpuactor:" "$build/configure.log" || true
 cmake --build "$build" -j"$jobs" 2>&1 | grep -E "warning|error|Error" || true
 cmake --build "$build" -j"$jobs" >/dev/null
