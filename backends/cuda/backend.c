@@ -545,6 +545,7 @@ static gpa_status cu_fence(void *bctx, void *bq, gpa__msg *m) {
 static gpa_op_impl_fn cu_impl_of(const gpa__op *op) {
   gpa_op_impl_fn f = op->builtin ? gpa__cu_builtin(op->d.name) : op->d.cuda;
   if (f) return f;
+  if (!op->builtin && op->d.cuda_image) return gpa__cu_user_kernel;
   return op->d.host ? gpa__cu_fallback : NULL;
 }
 

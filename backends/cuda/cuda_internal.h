@@ -63,6 +63,15 @@ struct gpa_exec_env {
 #define GPA__CU_MODULES_MAX 16
 #define GPA__CU_FUNCS_MAX 128
 
+/* A user op's kernel from its own image, loaded once per actor. */
+#define GPA__CU_USER_MAX 64
+typedef struct gpa__cu_user {
+  const gpa__op *op;
+  const void *image;
+  CUmodule mod;
+  CUfunction fn;
+} gpa__cu_user;
+
 struct gpa__cu_ctx {
   gpa_actor *a;
   gpa__cu_api cu;
@@ -90,6 +99,9 @@ struct gpa__cu_ctx {
   gpa__cu_queue *free_queues;
   /* kernels: modules loaded lazily, functions cached by id */
   CUmodule mods[GPA__CU_MODULES_MAX];
+  /* user ops' kernel images (user_kernel.c) */
+  gpa__cu_user user[GPA__CU_USER_MAX];
+  uint32_t n_user;
   CUfunction fns[GPA__CU_FUNCS_MAX];
   /* cuBLAS, loaded by the first op that needs it */
   int blas_state; /* 0 not tried, 1 ready, -1 failed */
@@ -99,6 +111,9 @@ struct gpa__cu_ctx {
 };
 
 static inline gpa__cu_ctx *gpa__cu_of(const gpa_op_exec *x) { return x->env->C; }
+
+/* user_kernel.c: the implementation of kernel-image user ops. */
+gpa_status gpa__cu_user_kernel(const gpa_op_exec *x);
 
 /* backend.c */
 /* Records a driver failure: sticky errors put the backend in the failed

@@ -89,6 +89,13 @@ void gpa__cu_kernels_release(gpa__cu_ctx *C) {
     if (C->mods[i]) C->cu.cuModuleUnload(C->mods[i]);
   memset(C->mods, 0, sizeof C->mods);
   memset(C->fns, 0, sizeof C->fns);
+  /* user ops' modules: several ops may share one image's module */
+  for (uint32_t i = 0; i < C->n_user; i++) {
+    bool first = true;
+    for (uint32_t j = 0; j < i; j++) first &= C->user[j].mod != C->user[i].mod;
+    if (first) C->cu.cuModuleUnload(C->user[i].mod);
+  }
+  C->n_user = 0;
 }
 
 static const gpa_attr_spec *attr_spec(const gpa_op_exec *x, const char *name) {

@@ -112,7 +112,8 @@ typedef struct gpa_op_desc {
    * fatbin/cubin/PTX image (kept alive by the caller while the actor lives),
    * the kernel's name, and the launch shape for a call. The kernel receives
    * the input then output device pointers, then the params block by value
-   * if params_size > 0. Used when cuda is NULL. */
+   * if params_size > 0, then each tensor's element count (long long), inputs
+   * then outputs. Used when cuda is NULL. */
   const void *cuda_image;
   const char *cuda_kernel;
   gpa_status (*cuda_launch_shape)(const gpa_op_sig *sig, uint32_t grid[3], uint32_t block[3],
