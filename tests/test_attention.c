@@ -137,12 +137,6 @@ static double ref_loss(void *p) {
   return l;
 }
 
-static double *to_d(const float *f, int64_t n) {
-  double *d = malloc(sizeof(double) * (size_t)(n + 1));
-  for (int64_t i = 0; i < n; i++) d[i] = f[i];
-  return d;
-}
-
 static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
   int64_t B = c->B, S = c->S, Sk = c->Sk, H = c->H, Hk = c->Hkv, D = c->D;
   int64_t nq = B * S * H * D, nk = B * Sk * Hk * D, nl = B * H * S;
@@ -159,7 +153,7 @@ static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
   int32_t *lens = malloc(sizeof(int32_t) * (size_t)B);
   for (int64_t b = 0; b < B; b++) lens[b] = (int32_t)(b == 0 ? Sk : b == 1 ? 0 : (b * 7919 + 13) % (Sk + 1));
   aref r = {c, c->scale > 0 ? c->scale : 1.0 / sqrt((double)D), c->lens ? lens : NULL,
-            to_d(q, nq), to_d(k, nk), to_d(v, nk), to_d(dout, nq)};
+            gpa_nt_to_double(q, nq), gpa_nt_to_double(k, nk), gpa_nt_to_double(v, nk), gpa_nt_to_double(dout, nq)};
   double *o = malloc(sizeof(double) * (size_t)nq), *lse = malloc(sizeof(double) * (size_t)nl);
   double *dq = malloc(sizeof(double) * (size_t)nq), *dk = malloc(sizeof(double) * (size_t)nk);
   double *dv = malloc(sizeof(double) * (size_t)nk);
@@ -289,7 +283,7 @@ static void bf16_case(gpa_nt *t, const acase *c, uint64_t seed) {
   }
   int32_t *lens = malloc(sizeof(int32_t) * (size_t)B);
   for (int64_t b = 0; b < B; b++) lens[b] = (int32_t)(b == 0 ? Sk : b == 1 ? 0 : (b * 7919 + 13) % (Sk + 1));
-  aref r = {c, 1.0 / sqrt((double)D), c->lens ? lens : NULL, to_d(f[0], nq), to_d(f[1], nk), to_d(f[2], nk), NULL};
+  aref r = {c, 1.0 / sqrt((double)D), c->lens ? lens : NULL, gpa_nt_to_double(f[0], nq), gpa_nt_to_double(f[1], nk), gpa_nt_to_double(f[2], nk), NULL};
   double *o = malloc(sizeof(double) * (size_t)(nq + 1)), *lse = malloc(sizeof(double) * (size_t)(nl + 1));
   amag mg = {malloc(sizeof(double) * (size_t)(nq + 1)), malloc(sizeof(double) * (size_t)(nl + 1)),
              malloc(sizeof(double) * (size_t)(nq + 1)), malloc(sizeof(double) * (size_t)(nk + 1)),

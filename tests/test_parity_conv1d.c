@@ -52,12 +52,6 @@ static double ref_loss(void *p) {
   return l;
 }
 
-static double *to_d(const float *f, int64_t n) {
-  double *d = malloc(sizeof(double) * (size_t)(n + 1));
-  for (int64_t i = 0; i < n; i++) d[i] = f[i];
-  return d;
-}
-
 static void run_case(gpa_nt *t, const ccase *c, uint64_t seed) {
   cref r = {c, 0, c->causal ? (c->K - 1) * c->dilation : c->padding, 0, 0, 0, 0};
   int64_t pr = c->causal ? 0 : c->padding;
@@ -75,10 +69,10 @@ static void run_case(gpa_nt *t, const ccase *c, uint64_t seed) {
   gpa_nt_fill(W, nw, -1, 1, &seed);
   gpa_nt_fill(b, c->Cout, -1, 1, &seed);
   gpa_nt_fill(dy, ny, -1, 1, &seed);
-  r.x = to_d(x, nx);
-  r.W = to_d(W, nw);
-  r.b = to_d(b, c->Cout);
-  r.w = to_d(dy, ny);
+  r.x = gpa_nt_to_double(x, nx);
+  r.W = gpa_nt_to_double(W, nw);
+  r.b = gpa_nt_to_double(b, c->Cout);
+  r.w = gpa_nt_to_double(dy, ny);
   double *y = malloc(sizeof(double) * (size_t)ny), *mag = malloc(sizeof(double) * (size_t)ny);
   ref_fwd(&r, y, mag);
 

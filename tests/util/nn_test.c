@@ -101,6 +101,12 @@ void gpa_nt_read(gpa_nt *t, const gpa_tensor *src, void *dst) {
   gpa_handle_release(h);
 }
 
+double *gpa_nt_to_double(const float *f, int64_t n) {
+  double *d = malloc(sizeof(double) * (size_t)(n + 1));
+  for (int64_t i = 0; i < n; i++) d[i] = f[i];
+  return d;
+}
+
 void gpa_nt_fill(float *p, int64_t n, double lo, double hi, uint64_t *seed) {
   for (int64_t i = 0; i < n; i++) {
     *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;

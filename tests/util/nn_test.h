@@ -36,6 +36,8 @@ extern char gpa_nt_msg[512];
 
 /* Deterministic uniform values in [lo, hi). */
 void gpa_nt_fill(float *p, int64_t n, double lo, double hi, uint64_t *seed);
+/* A double copy of n floats (n + 1 allocated: n may be 0); free() it. */
+double *gpa_nt_to_double(const float *f, int64_t n);
 /* Compares got (f32) with ref (double): |g - r| <= rtol*|r| + rtol*1e-2*max|r|
  * elementwise (the harness's rule), plus FLT_EPSILON*mag[i] when mag is not
  * NULL: mag[i] = sum of |terms| of a dot product, the scale of an fp32
