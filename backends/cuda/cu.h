@@ -62,7 +62,8 @@ gpa_status gpa__cublas_open(gpa__cublas_api *api, const char *path, char *msg, s
 void gpa__cublas_close(gpa__cublas_api *api);
 
 /* The backend's environment options (read once per actor creation, here and
- * nowhere else): GPA_CUDA_DRIVER, GPA_CUBLAS. NULL when unset or empty. */
+ * nowhere else): GPA_CUDA_DRIVER, GPA_CUBLAS, GPA_CUBLASLT. NULL when unset
+ * or empty. */
 const char *gpa__cu_env_driver(void);
 const char *gpa__cu_env_cublas(void);
 

@@ -22,6 +22,7 @@ static const char *env_path(const char *name) {
 }
 const char *gpa__cu_env_driver(void) { return env_path("GPA_CUDA_DRIVER"); }
 const char *gpa__cu_env_cublas(void) { return env_path("GPA_CUBLAS"); }
+const char *gpa__cu_env_cublaslt(void) { return env_path("GPA_CUBLASLT"); }
 
 const char *gpa__cu_errstr(const gpa__cu_api *api, CUresult r, char *buf, size_t cap) {
   const char *name = NULL, *text = NULL;
