@@ -66,5 +66,6 @@ void gpa__cublas_close(gpa__cublas_api *api);
  * or empty. */
 const char *gpa__cu_env_driver(void);
 const char *gpa__cu_env_cublas(void);
+const char *gpa__cu_env_cublaslt(void);
 
 #endif
