@@ -61,6 +61,22 @@ gpa_status gpa__chk_f32_like(const char *op, const char *arg, const gpa_tensor *
   return gpa__chk_shape(op, arg, t, like->rank, like->shape, why, msg, msg_size);
 }
 
+gpa_status gpa__chk_float(const char *op, const char *arg, const gpa_tensor *t, char *msg, size_t msg_size) {
+  return gpa__chk_dtype(op, arg, t, GPA_F32, GPA_BF16, msg, msg_size);
+}
+
+gpa_status gpa__chk_like(const char *op, const char *arg, const gpa_tensor *t, const gpa_tensor *like,
+                         const char *like_arg, char *msg, size_t msg_size) {
+  if (t->dtype != like->dtype) {
+    snprintf(msg, msg_size, "%s: %s has dtype %s, expected %s (the dtype of %s)", op, arg, gpa_dtype_name(t->dtype),
+             gpa_dtype_name(like->dtype), like_arg);
+    return GPA_EDTYPE;
+  }
+  char why[96];
+  snprintf(why, sizeof why, "shape of %s", like_arg);
+  return gpa__chk_shape(op, arg, t, like->rank, like->shape, why, msg, msg_size);
+}
+
 void gpa__chk_set(gpa_tensor *out, int dtype, uint32_t rank, const int64_t *shape) {
   out->dtype = dtype;
   out->rank = rank;

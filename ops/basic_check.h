@@ -31,6 +31,11 @@ gpa_status gpa__chk_shape(const char *op, const char *arg, const gpa_tensor *t, 
 /* f32 tensor of exactly the shape of `like` (named like_arg). */
 gpa_status gpa__chk_f32_like(const char *op, const char *arg, const gpa_tensor *t, const gpa_tensor *like,
                              const char *like_arg, char *msg, size_t msg_size);
+/* t is a floating-point storage type of the ops with bf16 variants: f32 or bf16. */
+gpa_status gpa__chk_float(const char *op, const char *arg, const gpa_tensor *t, char *msg, size_t msg_size);
+/* t has the dtype and exactly the shape of `like` (named like_arg). */
+gpa_status gpa__chk_like(const char *op, const char *arg, const gpa_tensor *t, const gpa_tensor *like,
+                         const char *like_arg, char *msg, size_t msg_size);
 /* Writes dtype/rank/shape into an expected output. */
 void gpa__chk_set(gpa_tensor *out, int dtype, uint32_t rank, const int64_t *shape);
 /* Expected output of a scalar result: [] unless the caller passed [1]. */

@@ -10,12 +10,14 @@
  *   add_broadcast_fwd in: x [B,L,D], v [B,D]                 out: y = x + v[:, None, :]
  *   add_broadcast_bwd in: dy [B,L,D]                          out: dv [B,D] = sum over L of dy
  *                     (dx = dy: no op needed)
- * Outputs may alias an input of the same shape exactly. */
+ * Storage f32 or bf16 (x, the other float operands and y alike; math in
+ * fp32/double either way). Outputs may alias an input of the same shape exactly. */
 #include <stddef.h>
 #include <stdio.h>
 
 #include "kernels/host/elementwise.h"
 #include "ops/basic_check.h"
+#include "ops/bf16_host.h"
 
 typedef struct ew_params {
   double alpha;
@@ -27,9 +29,9 @@ static const gpa_attr_spec alpha_attr[] = {
 
 static gpa_status same_f32(const char *op, const gpa_op_sig *s, const char *a0, const char *a1, gpa_tensor *e,
                            char *msg, size_t ms) {
-  GPA__CHK(gpa__chk_dtype(op, a0, &s->inputs[0], GPA_F32, 0, msg, ms));
-  if (a1) GPA__CHK(gpa__chk_f32_like(op, a1, &s->inputs[1], &s->inputs[0], a0, msg, ms));
-  gpa__chk_set(e, GPA_F32, s->inputs[0].rank, s->inputs[0].shape);
+  GPA__CHK(gpa__chk_float(op, a0, &s->inputs[0], msg, ms));
+  if (a1) GPA__CHK(gpa__chk_like(op, a1, &s->inputs[1], &s->inputs[0], a0, msg, ms));
+  gpa__chk_set(e, s->inputs[0].dtype, s->inputs[0].rank, s->inputs[0].shape);
   return GPA_OK;
 }
 
@@ -54,26 +56,26 @@ static gpa_status check_mask(const char *op, const gpa_tensor *mask, const gpa_t
 
 static gpa_status mask_zero_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   const gpa_tensor *x = &s->inputs[0];
-  GPA__CHK(gpa__chk_dtype("mask_zero", "x", x, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_float("mask_zero", "x", x, msg, ms));
   if (x->rank != 2 && x->rank != 3) return gpa__chk_rank("mask_zero", "x", x, 3, "([B,L,D] or [B,L])", msg, ms);
   GPA__CHK(check_mask("mask_zero", &s->inputs[1], x, "x", msg, ms));
-  gpa__chk_set(e, GPA_F32, x->rank, x->shape);
+  gpa__chk_set(e, x->dtype, x->rank, x->shape);
   return GPA_OK;
 }
 
 static gpa_status mm_fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   const gpa_tensor *x = &s->inputs[0];
-  GPA__CHK(gpa__chk_dtype("masked_mean_fwd", "x", x, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_float("masked_mean_fwd", "x", x, msg, ms));
   GPA__CHK(gpa__chk_rank("masked_mean_fwd", "x", x, 3, "([B,L,D])", msg, ms));
   GPA__CHK(check_mask("masked_mean_fwd", &s->inputs[1], x, "x", msg, ms));
   int64_t sh[2] = {x->shape[0], x->shape[2]};
-  gpa__chk_set(e, GPA_F32, 2, sh);
+  gpa__chk_set(e, x->dtype, 2, sh);
   return GPA_OK;
 }
 
 static gpa_status mm_bwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   const gpa_tensor *dy = &s->inputs[0], *mask = &s->inputs[1];
-  GPA__CHK(gpa__chk_dtype("masked_mean_bwd", "dy", dy, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_float("masked_mean_bwd", "dy", dy, msg, ms));
   GPA__CHK(gpa__chk_rank("masked_mean_bwd", "dy", dy, 2, "([B,D])", msg, ms));
   GPA__CHK(gpa__chk_dtype("masked_mean_bwd", "mask", mask, GPA_U8, GPA_I32, msg, ms));
   GPA__CHK(gpa__chk_rank("masked_mean_bwd", "mask", mask, 2, "([B,L])", msg, ms));
@@ -82,27 +84,27 @@ static gpa_status mm_bwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, si
     return gpa__chk_shape("masked_mean_bwd", "dy", dy, 2, want, "B of mask", msg, ms);
   }
   int64_t sh[3] = {dy->shape[0], mask->shape[1], dy->shape[1]};
-  gpa__chk_set(e, GPA_F32, 3, sh);
+  gpa__chk_set(e, dy->dtype, 3, sh);
   return GPA_OK;
 }
 
 static gpa_status bc_fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   const gpa_tensor *x = &s->inputs[0], *v = &s->inputs[1];
-  GPA__CHK(gpa__chk_dtype("add_broadcast_fwd", "x", x, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_float("add_broadcast_fwd", "x", x, msg, ms));
   GPA__CHK(gpa__chk_rank("add_broadcast_fwd", "x", x, 3, "([B,L,D])", msg, ms));
-  GPA__CHK(gpa__chk_dtype("add_broadcast_fwd", "v", v, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_dtype("add_broadcast_fwd", "v", v, x->dtype, 0, msg, ms));
   int64_t want[2] = {x->shape[0], x->shape[2]};
   GPA__CHK(gpa__chk_shape("add_broadcast_fwd", "v", v, 2, want, "[B,D] of x", msg, ms));
-  gpa__chk_set(e, GPA_F32, 3, x->shape);
+  gpa__chk_set(e, x->dtype, 3, x->shape);
   return GPA_OK;
 }
 
 static gpa_status bc_bwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   const gpa_tensor *dy = &s->inputs[0];
-  GPA__CHK(gpa__chk_dtype("add_broadcast_bwd", "dy", dy, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_float("add_broadcast_bwd", "dy", dy, msg, ms));
   GPA__CHK(gpa__chk_rank("add_broadcast_bwd", "dy", dy, 3, "([B,L,D])", msg, ms));
   int64_t sh[2] = {dy->shape[0], dy->shape[2]};
-  gpa__chk_set(e, GPA_F32, 2, sh);
+  gpa__chk_set(e, dy->dtype, 2, sh);
   return GPA_OK;
 }
 
@@ -166,6 +168,15 @@ static gpa_status bc_bwd_host(const gpa_op_exec *x) {
   return GPA_OK;
 }
 
+GPA__BF16_HOST(add_host)
+GPA__BF16_HOST(scale_host)
+GPA__BF16_HOST(axpy_host)
+GPA__BF16_HOST(mask_zero_host)
+GPA__BF16_HOST(mm_fwd_host)
+GPA__BF16_HOST(mm_bwd_host)
+GPA__BF16_HOST(bc_fwd_host)
+GPA__BF16_HOST(bc_bwd_host)
+
 /* Bytes read and written, for stats. */
 static uint64_t ew_bytes(const gpa_op_sig *s) {
   uint64_t b = 0;
@@ -182,13 +193,13 @@ static uint64_t ew_bytes(const gpa_op_sig *s) {
    .bytes_moved = ew_bytes}
 
 const gpa_op_desc gpa__ops_elementwise[] = {
-    EW("add", 2, NULL, 0, add_shape, add_host),
-    EW("scale", 1, alpha_attr, 1, scale_shape, scale_host),
-    EW("axpy", 2, alpha_attr, 1, axpy_shape, axpy_host),
-    EW("mask_zero", 2, NULL, 0, mask_zero_shape, mask_zero_host),
-    EW("masked_mean_fwd", 2, NULL, 0, mm_fwd_shape, mm_fwd_host),
-    EW("masked_mean_bwd", 2, NULL, 0, mm_bwd_shape, mm_bwd_host),
-    EW("add_broadcast_fwd", 2, NULL, 0, bc_fwd_shape, bc_fwd_host),
-    EW("add_broadcast_bwd", 1, NULL, 0, bc_bwd_shape, bc_bwd_host),
+    EW("add", 2, NULL, 0, add_shape, add_host_any),
+    EW("scale", 1, alpha_attr, 1, scale_shape, scale_host_any),
+    EW("axpy", 2, alpha_attr, 1, axpy_shape, axpy_host_any),
+    EW("mask_zero", 2, NULL, 0, mask_zero_shape, mask_zero_host_any),
+    EW("masked_mean_fwd", 2, NULL, 0, mm_fwd_shape, mm_fwd_host_any),
+    EW("masked_mean_bwd", 2, NULL, 0, mm_bwd_shape, mm_bwd_host_any),
+    EW("add_broadcast_fwd", 2, NULL, 0, bc_fwd_shape, bc_fwd_host_any),
+    EW("add_broadcast_bwd", 1, NULL, 0, bc_bwd_shape, bc_bwd_host_any),
 };
 const uint32_t gpa__ops_elementwise_count = sizeof gpa__ops_elementwise / sizeof gpa__ops_elementwise[0];

@@ -2,11 +2,13 @@
  *   gelu_fwd  in: x (f32, any shape)            out: y (shape of x)
  *   gelu_bwd  in: x, dy (f32, same shape)       out: dx = dy * gelu'(x)
  *   attr approximate (int, 0..1, default 0): 0 = exact erf form, 1 = tanh form.
+ * Storage f32 or bf16 (x, dy, y, dx alike; fp32 math either way).
  * y may alias x, dx may alias x or dy. */
 #include <stddef.h>
 
 #include "kernels/host/gelu.h"
 #include "ops/basic_check.h"
+#include "ops/bf16_host.h"
 
 typedef struct gelu_params {
   int64_t approximate;
@@ -17,15 +19,15 @@ static const gpa_attr_spec gelu_attrs[] = {
 };
 
 static gpa_status fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
-  GPA__CHK(gpa__chk_dtype("gelu_fwd", "x", &s->inputs[0], GPA_F32, 0, msg, ms));
-  gpa__chk_set(e, GPA_F32, s->inputs[0].rank, s->inputs[0].shape);
+  GPA__CHK(gpa__chk_float("gelu_fwd", "x", &s->inputs[0], msg, ms));
+  gpa__chk_set(e, s->inputs[0].dtype, s->inputs[0].rank, s->inputs[0].shape);
   return GPA_OK;
 }
 
 static gpa_status bwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
-  GPA__CHK(gpa__chk_dtype("gelu_bwd", "x", &s->inputs[0], GPA_F32, 0, msg, ms));
-  GPA__CHK(gpa__chk_f32_like("gelu_bwd", "dy", &s->inputs[1], &s->inputs[0], "x", msg, ms));
-  gpa__chk_set(e, GPA_F32, s->inputs[0].rank, s->inputs[0].shape);
+  GPA__CHK(gpa__chk_float("gelu_bwd", "x", &s->inputs[0], msg, ms));
+  GPA__CHK(gpa__chk_like("gelu_bwd", "dy", &s->inputs[1], &s->inputs[0], "x", msg, ms));
+  gpa__chk_set(e, s->inputs[0].dtype, s->inputs[0].rank, s->inputs[0].shape);
   return GPA_OK;
 }
 
@@ -43,17 +45,24 @@ static gpa_status bwd_host(const gpa_op_exec *x) {
   return GPA_OK;
 }
 
-static uint64_t fwd_bytes(const gpa_op_sig *s) { return 8u * (uint64_t)gpa__chk_numel(&s->inputs[0]); }
-static uint64_t bwd_bytes(const gpa_op_sig *s) { return 12u * (uint64_t)gpa__chk_numel(&s->inputs[0]); }
+GPA__BF16_HOST(fwd_host)
+GPA__BF16_HOST(bwd_host)
+
+static uint64_t fwd_bytes(const gpa_op_sig *s) {
+  return 2u * gpa_dtype_size(s->inputs[0].dtype) * (uint64_t)gpa__chk_numel(&s->inputs[0]);
+}
+static uint64_t bwd_bytes(const gpa_op_sig *s) {
+  return 3u * gpa_dtype_size(s->inputs[0].dtype) * (uint64_t)gpa__chk_numel(&s->inputs[0]);
+}
 
 const gpa_op_desc gpa__ops_gelu[] = {
     {.size = sizeof(gpa_op_desc), .name = "gelu_fwd", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
      .attrs = gelu_attrs, .n_attrs = 1,
      .params_size = sizeof(gelu_params),
-     .shape = fwd_shape, .host = fwd_host, .bytes_moved = fwd_bytes},
+     .shape = fwd_shape, .host = fwd_host_any, .bytes_moved = fwd_bytes},
     {.size = sizeof(gpa_op_desc), .name = "gelu_bwd", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
      .attrs = gelu_attrs, .n_attrs = 1,
      .params_size = sizeof(gelu_params),
-     .shape = bwd_shape, .host = bwd_host, .bytes_moved = bwd_bytes},
+     .shape = bwd_shape, .host = bwd_host_any, .bytes_moved = bwd_bytes},
 };
 const uint32_t gpa__ops_gelu_count = 2;

@@ -3,7 +3,9 @@
  *                  out: y [N,D], mean [N], rstd [N] (1/sqrt(var + eps), biased variance)
  *   layernorm_bwd  in: x [N,D], dy [N,D], gamma [D], mean [N], rstd [N] (as the forward wrote them)
  *                  out: dx [N,D], dgamma [D], dbeta [D]
- * All f32. N = 0 is legal (dgamma = dbeta = 0); D = 0 is legal (rstd = 1/sqrt(eps)).
+ * x, dy, y, dx: f32 or bf16 (one dtype); gamma, beta, mean, rstd, dgamma,
+ * dbeta: always f32 (parameters and statistics keep full precision; fp32
+ * math either way). N = 0 is legal (dgamma = dbeta = 0); D = 0 is legal (rstd = 1/sqrt(eps)).
  * The backward's column sums are deterministic (fixed row blocks, fixed order). */
 #include <stddef.h>
 #include <stdio.h>
@@ -11,6 +13,7 @@
 
 #include "kernels/host/layernorm.h"
 #include "ops/basic_check.h"
+#include "ops/bf16_host.h"
 
 typedef struct ln_params {
   double eps;
@@ -29,11 +32,11 @@ static gpa_status vec(const char *op, const char *arg, const gpa_tensor *t, int6
 
 static gpa_status fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   const gpa_tensor *x = &s->inputs[0];
-  GPA__CHK(gpa__chk_dtype("layernorm_fwd", "x", x, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_float("layernorm_fwd", "x", x, msg, ms));
   GPA__CHK(gpa__chk_rank("layernorm_fwd", "x", x, 2, "([N,D])", msg, ms));
   GPA__CHK(vec("layernorm_fwd", "gamma", &s->inputs[1], x->shape[1], "D of x", msg, ms));
   GPA__CHK(vec("layernorm_fwd", "beta", &s->inputs[2], x->shape[1], "D of x", msg, ms));
-  gpa__chk_set(&e[0], GPA_F32, 2, x->shape);
+  gpa__chk_set(&e[0], x->dtype, 2, x->shape);
   gpa__chk_set(&e[1], GPA_F32, 1, x->shape);
   gpa__chk_set(&e[2], GPA_F32, 1, x->shape);
   return GPA_OK;
@@ -41,13 +44,13 @@ static gpa_status fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_
 
 static gpa_status bwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   const gpa_tensor *x = &s->inputs[0];
-  GPA__CHK(gpa__chk_dtype("layernorm_bwd", "x", x, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_float("layernorm_bwd", "x", x, msg, ms));
   GPA__CHK(gpa__chk_rank("layernorm_bwd", "x", x, 2, "([N,D])", msg, ms));
-  GPA__CHK(gpa__chk_f32_like("layernorm_bwd", "dy", &s->inputs[1], x, "x", msg, ms));
+  GPA__CHK(gpa__chk_like("layernorm_bwd", "dy", &s->inputs[1], x, "x", msg, ms));
   GPA__CHK(vec("layernorm_bwd", "gamma", &s->inputs[2], x->shape[1], "D of x", msg, ms));
   GPA__CHK(vec("layernorm_bwd", "mean", &s->inputs[3], x->shape[0], "N of x", msg, ms));
   GPA__CHK(vec("layernorm_bwd", "rstd", &s->inputs[4], x->shape[0], "N of x", msg, ms));
-  gpa__chk_set(&e[0], GPA_F32, 2, x->shape);
+  gpa__chk_set(&e[0], x->dtype, 2, x->shape);
   gpa__chk_set(&e[1], GPA_F32, 1, &x->shape[1]);
   gpa__chk_set(&e[2], GPA_F32, 1, &x->shape[1]);
   return GPA_OK;
@@ -78,22 +81,27 @@ static gpa_status bwd_host(const gpa_op_exec *x) {
   return GPA_OK;
 }
 
+GPA__BF16_HOST(fwd_host)
+GPA__BF16_HOST(bwd_host)
+
 static uint64_t fwd_bytes(const gpa_op_sig *s) {
   const gpa_tensor *t = &s->inputs[0];
-  return 4u * (uint64_t)(2 * t->shape[0] * t->shape[1] + 2 * t->shape[1] + 2 * t->shape[0]);
+  return gpa_dtype_size(t->dtype) * (uint64_t)(2 * t->shape[0] * t->shape[1]) +
+         4u * (uint64_t)(2 * t->shape[1] + 2 * t->shape[0]);
 }
 static uint64_t bwd_bytes(const gpa_op_sig *s) {
   const gpa_tensor *t = &s->inputs[0];
-  return 4u * (uint64_t)(3 * t->shape[0] * t->shape[1] + 3 * t->shape[1] + 2 * t->shape[0]);
+  return gpa_dtype_size(t->dtype) * (uint64_t)(3 * t->shape[0] * t->shape[1]) +
+         4u * (uint64_t)(3 * t->shape[1] + 2 * t->shape[0]);
 }
 
 const gpa_op_desc gpa__ops_layernorm[] = {
     {.size = sizeof(gpa_op_desc), .name = "layernorm_fwd", .min_inputs = 3, .max_inputs = 3, .n_outputs = 3,
      .attrs = ln_attrs, .n_attrs = 1,
      .params_size = sizeof(ln_params),
-     .shape = fwd_shape, .host = fwd_host, .bytes_moved = fwd_bytes},
+     .shape = fwd_shape, .host = fwd_host_any, .bytes_moved = fwd_bytes},
     {.size = sizeof(gpa_op_desc), .name = "layernorm_bwd", .min_inputs = 5, .max_inputs = 5, .n_outputs = 3,
      .params_size = sizeof(ln_params),
-     .shape = bwd_shape, .host = bwd_host, .bytes_moved = bwd_bytes},
+     .shape = bwd_shape, .host = bwd_host_any, .bytes_moved = bwd_bytes},
 };
 const uint32_t gpa__ops_layernorm_count = 2;

@@ -85,6 +85,22 @@ static gpa_pcase masked(const char *op, gpa_pref_fn ref, int64_t B, int64_t L, i
   return c;
 }
 
+/* The same case with bf16 storage: every f32 tensor becomes bf16 (masks stay). */
+static gpa_pcase bf16_of(gpa_pcase c) {
+  for (uint32_t i = 0; i < c.n_in; i++)
+    if (c.in[i].dtype == GPA_F32) c.in[i].dtype = GPA_BF16;
+  for (uint32_t i = 0; i < c.n_out; i++)
+    if (c.out[i].dtype == GPA_F32) c.out[i].dtype = GPA_BF16;
+  c.rtol = GPA_PARITY_BF16_RTOL;
+  return c;
+}
+
+static void check_both(gpa_parity *p, gpa_pcase c) {
+  gpa_parity_check(p, &c);
+  c = bf16_of(c);
+  gpa_parity_check(p, &c);
+}
+
 int main(void) {
   gpa_parity *p = gpa_parity_open("parity_elementwise");
   int large = gpa_parity_large(p);
@@ -92,27 +108,27 @@ int main(void) {
   const int64_t lens[] = {0, 1, 7, 13, 97, 1000, 65537, large ? 1000003 : 4099};
   for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
     gpa_pcase c = binary("add", ref_add, 1, &lens[i]);
-    gpa_parity_check(p, &c);
+    check_both(p, c);
     c = binary("axpy", ref_axpy, 1, &lens[i]);
     gpa_pcase_attr_float(&c, "alpha", -0.75);
-    gpa_parity_check(p, &c);
+    check_both(p, c);
     c = gpa_pcase_make("scale", ref_scale);
     gpa_pcase_in(&c, gpa_pt_f32(1, &lens[i], -3, 3));
     gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 1, &lens[i]));
     gpa_pcase_attr_float(&c, "alpha", 2.5);
-    gpa_parity_check(p, &c);
+    check_both(p, c);
   }
   gpa_pcase c = binary("add", ref_add, 0, NULL);
-  gpa_parity_check(p, &c);
+  check_both(p, c);
   c = binary("add", ref_add, 3, SH(3, 5, 7));
-  gpa_parity_check(p, &c);
+  check_both(p, c);
   c = gpa_pcase_make("axpy", ref_axpy); /* in place: y is y0 */
   gpa_pcase_in(&c, gpa_pt_f32(2, SH(33, 65), -1, 1));
   gpa_pcase_in(&c, gpa_pt_f32(2, SH(33, 65), -1, 1));
   gpa_pcase_out_alias(&c, 1);
   gpa_pcase_attr_float(&c, "alpha", 0.5);
   c.label = "in place";
-  gpa_parity_check(p, &c);
+  check_both(p, c);
   c = gpa_pcase_make("scale", ref_scale); /* defaults: alpha 1 */
   gpa_pcase_in(&c, gpa_pt_f32(1, SH(10), -1, 1));
   gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 1, SH(10)));
@@ -126,16 +142,28 @@ int main(void) {
     int md = i % 2 ? GPA_I32 : GPA_U8;
     c = masked("mask_zero", ref_mask_zero, B, L, D, md, 0.6);
     gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 3, SH(B, L, D)));
-    gpa_parity_check(p, &c);
+    check_both(p, c);
     c = gpa_pcase_make("mask_zero", ref_mask_zero); /* [B,L] form */
     gpa_pcase_in(&c, gpa_pt_f32(2, SH(B, L), -2, 2));
     gpa_pcase_in(&c, gpa_pt_mask(md, 2, SH(B, L), 0.5));
     gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 2, SH(B, L)));
-    gpa_parity_check(p, &c);
+    check_both(p, c);
     c = masked("masked_mean_fwd", ref_mm_fwd, B, L, D, md, i == 2 ? 0.0 : 0.6);
     if (i == 2) c.label = "all rows masked: 0";
     gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 2, SH(B, D)));
-    gpa_parity_check(p, &c);
+    check_both(p, c);
+    /* bf16 backward ops: against their analytic references (the FD checks are fp32) */
+    gpa_pcase bw = gpa_pcase_make("masked_mean_bwd", ref_mm_bwd);
+    gpa_pcase_in(&bw, gpa_pt_f32(2, SH(B, D), -2, 2));
+    gpa_pcase_in(&bw, gpa_pt_mask(md, 2, SH(B, L), 0.6));
+    gpa_pcase_out(&bw, gpa_pt_spec(GPA_F32, 3, SH(B, L, D)));
+    bw = bf16_of(bw);
+    gpa_parity_check(p, &bw);
+    bw = gpa_pcase_make("add_broadcast_bwd", ref_bc_bwd);
+    gpa_pcase_in(&bw, gpa_pt_f32(3, SH(B, L, D), -2, 2));
+    gpa_pcase_out(&bw, gpa_pt_spec(GPA_F32, 2, SH(B, D)));
+    bw = bf16_of(bw);
+    gpa_parity_check(p, &bw);
     gpa_pgrad g = {.op = "masked_mean_bwd", .n_dy = 1, .n_in = 2, .in = {{GPA_PSRC_DY, 0}, {GPA_PSRC_FWD_IN, 1}},
                    .n_out = 1, .grad_of = {0}, .ref = ref_mm_bwd};
     gpa_parity_grad(p, &c, &g);
@@ -143,7 +171,7 @@ int main(void) {
     gpa_pcase_in(&c, gpa_pt_f32(3, SH(B, L, D), -2, 2));
     gpa_pcase_in(&c, gpa_pt_f32(2, SH(B, D), -2, 2));
     gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 3, SH(B, L, D)));
-    gpa_parity_check(p, &c);
+    check_both(p, c);
     gpa_pgrad gb = {.op = "add_broadcast_bwd", .n_dy = 1, .n_in = 1, .in = {{GPA_PSRC_DY, 0}}, .n_out = 1,
                     .grad_of = {1}, .ref = ref_bc_bwd};
     gpa_parity_grad(p, &c, &gb);
@@ -183,6 +211,20 @@ int main(void) {
   gpa_pcase_in(&c, gpa_pt_mask(GPA_U8, 2, SH(2, 5), 0.5));
   gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 3, SH(2, 5, 4)));
   gpa_parity_expect_error(p, &c, GPA_ESHAPE, "dy has shape [3,4], expected [2,4] (B of mask)");
+  c = bf16_of(binary("add", ref_add, 1, SH(4)));
+  c.in[1].dtype = GPA_F32;
+  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "add: b has dtype f32, expected bf16 (the dtype of a)");
+  c = gpa_pcase_make("add_broadcast_fwd", ref_bc_fwd);
+  gpa_pcase_in(&c, gpa_pt_bf16(3, SH(2, 3, 4), -2, 2));
+  gpa_pcase_in(&c, gpa_pt_f32(2, SH(2, 4), -2, 2));
+  gpa_pcase_out(&c, gpa_pt_spec(GPA_BF16, 3, SH(2, 3, 4)));
+  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "add_broadcast_fwd: v has dtype f32, expected bf16");
+  c = binary("add", ref_add, 1, SH(4));
+  c.out[0].dtype = GPA_BF16;
+  gpa_parity_expect_error(p, &c, 0, NULL); /* the output's dtype follows the inputs' */
+  c = binary("add", ref_add, 1, SH(4));
+  c.in[0].dtype = c.in[1].dtype = c.out[0].dtype = GPA_F16;
+  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "add: a has dtype f16, expected f32 or bf16");
   c = binary("axpy", ref_axpy, 1, SH(4));
   gpa_pcase_attr_float(&c, "alpah", 2);
   gpa_parity_expect_error(p, &c, 0, "alpah");

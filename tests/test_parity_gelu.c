@@ -66,7 +66,35 @@ int main(void) {
       gpa_parity_grad(p, &c, &g);
     }
   }
-  gpa_pcase c = fwd(1, (const int64_t[]){8}, -1, 1, 2);
+  /* bf16 storage (fp32 math, one rounding): forward and backward against the
+   * double references; the FD gradient checks above stay fp32 */
+  const int64_t blens[] = {0, 1, 7, 8, 17, 1023, 4099, 65536 + 3};
+  for (int form = 0; form <= 1; form++)
+    for (size_t i = 0; i < sizeof blens / sizeof blens[0]; i++) {
+      gpa_pcase c = fwd(1, &blens[i], -6, 6, form);
+      c.in[0].dtype = c.out[0].dtype = GPA_BF16;
+      c.rtol = GPA_PARITY_BF16_RTOL;
+      gpa_parity_check(p, &c);
+      c = gpa_pcase_make("gelu_bwd", ref_bwd);
+      gpa_pcase_in(&c, gpa_pt_bf16(1, &blens[i], -6, 6));
+      gpa_pcase_in(&c, gpa_pt_bf16(1, &blens[i], -2, 2));
+      gpa_pcase_out(&c, gpa_pt_spec(GPA_BF16, 1, &blens[i]));
+      gpa_pcase_attr_int(&c, "approximate", form);
+      c.rtol = GPA_PARITY_BF16_RTOL;
+      gpa_parity_check(p, &c);
+    }
+  gpa_pcase c = fwd(3, (const int64_t[]){3, 7, 11}, -30, 30, 1);
+  c.in[0].dtype = c.out[0].dtype = GPA_BF16;
+  c.rtol = GPA_PARITY_BF16_RTOL;
+  c.label = "bf16 tails";
+  gpa_parity_check(p, &c);
+  c = gpa_pcase_make("gelu_bwd", ref_bwd);
+  gpa_pcase_in(&c, gpa_pt_bf16(1, (const int64_t[]){8}, -1, 1));
+  gpa_pcase_in(&c, gpa_pt_f32(1, (const int64_t[]){8}, -1, 1));
+  gpa_pcase_out(&c, gpa_pt_spec(GPA_BF16, 1, (const int64_t[]){8}));
+  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "gelu_bwd: dy has dtype f32, expected bf16 (the dtype of x)");
+
+  c = fwd(1, (const int64_t[]){8}, -1, 1, 2);
   gpa_parity_expect_error(p, &c, 0, "approximate");
   c = fwd(1, (const int64_t[]){8}, -1, 1, 0);
   c.in[0].dtype = GPA_U8;

@@ -83,6 +83,33 @@ int main(void) {
     c = fwd_case(1023, 769, -2, 2);
     gpa_parity_grad(p, &c, &grad);
   }
+  /* bf16 storage of x/y (gamma, beta, mean, rstd stay f32) and of x/dy/dx in
+   * the backward (dgamma, dbeta f32), against the double references */
+  const int64_t bshapes[][2] = {{1, 1}, {3, 5}, {7, 13}, {2, 31}, {31, 97}, {0, 8}, {17, 256}, {33, 1000}, {64, 1024}, {5, 8}};
+  for (size_t i = 0; i < sizeof bshapes / sizeof bshapes[0]; i++) {
+    int64_t N = bshapes[i][0], D = bshapes[i][1];
+    gpa_pcase bc = fwd_case(N, D, -2, 2);
+    bc.in[0].dtype = bc.out[0].dtype = GPA_BF16;
+    bc.rtol = GPA_PARITY_BF16_RTOL;
+    gpa_parity_check(p, &bc);
+    gpa_pcase bb = gpa_pcase_make("layernorm_bwd", ref_bwd);
+    gpa_pcase_in(&bb, gpa_pt_bf16(2, (int64_t[]){N, D}, -2, 2));
+    gpa_pcase_in(&bb, gpa_pt_bf16(2, (int64_t[]){N, D}, -1, 1));
+    gpa_pcase_in(&bb, gpa_pt_f32(1, (int64_t[]){D}, 0.5, 1.5));
+    gpa_pcase_in(&bb, gpa_pt_f32(1, (int64_t[]){N}, -0.5, 0.5));
+    gpa_pcase_in(&bb, gpa_pt_f32(1, (int64_t[]){N}, 0.5, 2));
+    gpa_pcase_out(&bb, gpa_pt_spec(GPA_BF16, 2, (int64_t[]){N, D}));
+    gpa_pcase_out(&bb, gpa_pt_spec(GPA_F32, 1, (int64_t[]){D}));
+    gpa_pcase_out(&bb, gpa_pt_spec(GPA_F32, 1, (int64_t[]){D}));
+    bb.rtol = GPA_PARITY_BF16_RTOL;
+    gpa_parity_check(p, &bb);
+  }
+  {
+    gpa_pcase bc = fwd_case(4, 8, -1, 1);
+    bc.in[0].dtype = bc.out[0].dtype = GPA_BF16;
+    bc.in[1].dtype = GPA_BF16;
+    gpa_parity_expect_error(p, &bc, GPA_EDTYPE, "layernorm_fwd: gamma has dtype bf16, expected f32");
+  }
   /* validation: the message names the offending argument */
   c = fwd_case(4, 512, -1, 1);
   c.in[1].shape[0] = 511;

@@ -15,12 +15,23 @@
   K(ADD_BCAST, ew, gpa_ew_add_broadcast_f32)     \
   K(GELU_FWD, ew, gpa_gelu_fwd_f32)              \
   K(GELU_BWD, ew, gpa_gelu_bwd_f32)              \
+  K(ADD_BF, ew, gpa_ew_add_bf16)                 \
+  K(AXPY_BF, ew, gpa_ew_axpy_bf16)               \
+  K(MASK_ZERO_BF, ew, gpa_ew_mask_zero_bf16)     \
+  K(SUM_OVER_L_BF, ew, gpa_ew_sum_over_l_bf16)   \
+  K(MM_BWD_BF, ew, gpa_ew_masked_mean_bwd_bf16)  \
+  K(ADD_BCAST_BF, ew, gpa_ew_add_broadcast_bf16) \
+  K(GELU_FWD_BF, ew, gpa_gelu_fwd_bf16)          \
+  K(GELU_BWD_BF, ew, gpa_gelu_bwd_bf16)          \
   K(ADAMW, ew, gpa_adamw_f32)                    \
   K(SGD, ew, gpa_sgd_f32)                        \
   K(LN_FWD, norm, gpa_ln_fwd_f32)                \
   K(LN_BWD_DX, norm, gpa_ln_bwd_dx_f32)          \
   K(LN_BWD_PART, norm, gpa_ln_bwd_part_f32)      \
   K(LN_BWD_COLS, norm, gpa_ln_bwd_cols_f32)      \
+  K(LN_FWD_BF, norm, gpa_ln_fwd_bf16)            \
+  K(LN_BWD_DX_BF, norm, gpa_ln_bwd_dx_bf16)      \
+  K(LN_BWD_PART_BF, norm, gpa_ln_bwd_part_bf16)  \
   K(IDX_CHECK, emb, gpa_idx_check)               \
   K(IDX_FETCH, emb, gpa_idx_fetch)               \
   K(EMB_FWD, emb, gpa_emb_fwd_f32)               \

@@ -1,6 +1,8 @@
 /* Elementwise, GELU and optimizer ops on CUDA (kernels/cuda/elementwise.cu).
  * Shapes were validated at submit; the kernels are launched on the queue's
- * stream with a capped grid-stride grid. */
+ * stream with a capped grid-stride grid. bf16 tensors (the dtype of input 0
+ * decides; submit checked the others match) take the _bf16 kernels, which
+ * move eight values per 16-byte access when every pointer is aligned. */
 #include <math.h>
 
 #include "backends/cuda/cuda_ops.h"
@@ -15,10 +17,27 @@ static gpa_status launch1d(const gpa_op_exec *x, int id, long long n, void **arg
 
 static long long numel(const gpa_tensor *t) { return (long long)gpa_tensor_numel(t); }
 
+static int is_bf16(const gpa_op_exec *x) { return x->inputs[0].dtype == GPA_BF16; }
+
+/* 16-byte alignment of every tensor of x (the bf16 kernels' 8-wide path). */
+static int all_aligned16(const gpa_op_exec *x) {
+  int ok = 1;
+  for (uint32_t i = 0; i < x->n_inputs; i++) ok &= ((uintptr_t)x->in[i] & 15) == 0;
+  for (uint32_t i = 0; i < x->n_outputs; i++) ok &= ((uintptr_t)x->out[i] & 15) == 0;
+  return ok;
+}
+
+/* A bf16 launch over n items, 8 per thread when vec. */
+static gpa_status launch_bf(const gpa_op_exec *x, int id, long long n, int vec, void **args) {
+  return launch1d(x, id, vec ? (n + 7) / 8 : n, args);
+}
+
 static gpa_status add_cu(const gpa_op_exec *x) {
   long long n = numel(&x->inputs[0]);
   void *y = x->out[0], *a = x->in[0], *b = x->in[1];
-  void *args[] = {&y, &a, &b, &n};
+  int vec = all_aligned16(x);
+  void *args[] = {&y, &a, &b, &n, &vec};
+  if (is_bf16(x)) return launch_bf(x, GPA__K_ADD_BF, n, vec, args);
   return launch1d(x, GPA__K_ADD, n, args);
 }
 
@@ -26,7 +45,9 @@ static gpa_status axpy_common(const gpa_op_exec *x, void *y0) {
   long long n = numel(&x->inputs[0]);
   float alpha = (float)gpa__cu_attr_f(x, "alpha", 1.0);
   void *y = x->out[0], *xx = x->in[0];
-  void *args[] = {&y, &xx, &y0, &alpha, &n};
+  int vec = all_aligned16(x);
+  void *args[] = {&y, &xx, &y0, &alpha, &n, &vec};
+  if (is_bf16(x)) return launch_bf(x, GPA__K_AXPY_BF, n, vec, args);
   return launch1d(x, GPA__K_AXPY, n, args);
 }
 static gpa_status scale_cu(const gpa_op_exec *x) { return axpy_common(x, NULL); }
@@ -39,7 +60,9 @@ static gpa_status mask_zero_cu(const gpa_op_exec *x) {
   long long rows = t->shape[0] * t->shape[1], d = t->rank == 3 ? t->shape[2] : 1;
   int i32 = mask_i32(&x->inputs[1]);
   void *y = x->out[0], *xx = x->in[0], *m = x->in[1];
-  void *args[] = {&y, &xx, &m, &i32, &rows, &d};
+  int vec = d % 8 == 0 && ((uintptr_t)y & 15) == 0 && ((uintptr_t)xx & 15) == 0;
+  void *args[] = {&y, &xx, &m, &i32, &rows, &d, &vec};
+  if (is_bf16(x)) return launch_bf(x, GPA__K_MASK_ZERO_BF, rows * d, vec, args);
   return launch1d(x, GPA__K_MASK_ZERO, rows * d, args);
 }
 
@@ -48,7 +71,7 @@ static gpa_status sum_over_l(const gpa_op_exec *x, const void *mask, int i32, in
   long long B = t->shape[0], L = t->shape[1], D = t->shape[2];
   void *y = x->out[0], *xx = x->in[0];
   void *args[] = {&y, &xx, (void *)&mask, &i32, &B, &L, &D, &mean};
-  return launch1d(x, GPA__K_SUM_OVER_L, B * D, args);
+  return launch1d(x, is_bf16(x) ? GPA__K_SUM_OVER_L_BF : GPA__K_SUM_OVER_L, B * D, args);
 }
 static gpa_status mm_fwd_cu(const gpa_op_exec *x) {
   return sum_over_l(x, x->in[1], mask_i32(&x->inputs[1]), 1);
@@ -61,14 +84,16 @@ static gpa_status mm_bwd_cu(const gpa_op_exec *x) {
   int i32 = mask_i32(m);
   void *dx = x->out[0], *g = x->in[0], *mk = x->in[1];
   void *args[] = {&dx, &g, &mk, &i32, &B, &L, &D};
-  return launch1d(x, GPA__K_MM_BWD, B * D, args);
+  return launch1d(x, is_bf16(x) ? GPA__K_MM_BWD_BF : GPA__K_MM_BWD, B * D, args);
 }
 
 static gpa_status bc_fwd_cu(const gpa_op_exec *x) {
   const gpa_tensor *t = &x->inputs[0];
   long long L = t->shape[1], D = t->shape[2], n = numel(t);
   void *y = x->out[0], *xx = x->in[0], *v = x->in[1];
-  void *args[] = {&y, &xx, &v, &L, &D, &n};
+  int vec = D % 8 == 0 && all_aligned16(x);
+  void *args[] = {&y, &xx, &v, &L, &D, &n, &vec};
+  if (is_bf16(x)) return launch_bf(x, GPA__K_ADD_BCAST_BF, n, vec, args);
   return launch1d(x, GPA__K_ADD_BCAST, n, args);
 }
 
@@ -76,7 +101,9 @@ static gpa_status gelu_fwd_cu(const gpa_op_exec *x) {
   long long n = numel(&x->inputs[0]);
   int approx = (int)gpa__cu_attr_i(x, "approximate", 0);
   void *y = x->out[0], *xx = x->in[0];
-  void *args[] = {&y, &xx, &n, &approx};
+  int vec = all_aligned16(x);
+  void *args[] = {&y, &xx, &n, &approx, &vec};
+  if (is_bf16(x)) return launch_bf(x, GPA__K_GELU_FWD_BF, n, vec, args);
   return launch1d(x, GPA__K_GELU_FWD, n, args);
 }
 
@@ -84,7 +111,9 @@ static gpa_status gelu_bwd_cu(const gpa_op_exec *x) {
   long long n = numel(&x->inputs[0]);
   int approx = (int)gpa__cu_attr_i(x, "approximate", 0);
   void *dx = x->out[0], *xx = x->in[0], *dy = x->in[1];
-  void *args[] = {&dx, &xx, &dy, &n, &approx};
+  int vec = all_aligned16(x);
+  void *args[] = {&dx, &xx, &dy, &n, &approx, &vec};
+  if (is_bf16(x)) return launch_bf(x, GPA__K_GELU_BWD_BF, n, vec, args);
   return launch1d(x, GPA__K_GELU_BWD, n, args);
 }
 

@@ -1,8 +1,8 @@
 /* Memory-bound kernels of the CUDA backend: elementwise ops, GELU and the
- * optimizers (fp32; bf16 storage variants of add/scale/GELU with fp32
- * math). Grid-stride loops over 64-bit indices; the host side caps the grid
+ * optimizers (fp32), and bf16 storage variants of the elementwise ops and
+ * GELU (fp32 math, eight values per 16-byte access). Grid-stride loops over 64-bit indices; the host side caps the grid
  * (backends/cuda/kernels.c). Semantics and formulas follow kernels/host/. */
-#include "gpa_kernel.h"
+#include "gpa_bf16.h"
 
 #define GS_LOOP(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
@@ -103,6 +103,125 @@ extern "C" __global__ void gpa_gelu_fwd_f32(float *y, const float *x, long long 
 extern "C" __global__ void gpa_gelu_bwd_f32(float *dx, const float *x, const float *dy, long long n,
                                             int approximate) {
   GS_LOOP(i, n) dx[i] = dy[i] * gelu_grad(x[i], approximate);
+}
+
+/* ---- bf16 storage (fp32 math, one rounding per output) ------------------------------------------------
+ * `vec`: every pointer is 16-byte aligned (and, where rows matter, the row
+ * length a multiple of 8), so eight values move per 16-byte access. */
+
+extern "C" __global__ void gpa_ew_add_bf16(gpa_bf16 *y, const gpa_bf16 *a, const gpa_bf16 *b, long long n, int vec) {
+#define CH(i0)                                 \
+  float va[8], vb[8];                          \
+  gpa_bf8_load(a + (i0), va);                  \
+  gpa_bf8_load(b + (i0), vb);                  \
+  GPA_UNROLL for (int k = 0; k < 8; k++) va[k] += vb[k];  \
+  gpa_bf8_store(y + (i0), va);
+#define ONE(i) y[i] = gpa_f2bf(gpa_bf2f(a[i]) + gpa_bf2f(b[i]));
+  GPA_BF8_LOOP(n, vec, CH, ONE);
+#undef CH
+#undef ONE
+}
+
+/* y = alpha * x (+ y0 when y0 != NULL) */
+extern "C" __global__ void gpa_ew_axpy_bf16(gpa_bf16 *y, const gpa_bf16 *x, const gpa_bf16 *y0, float alpha,
+                                            long long n, int vec) {
+#define CH(i0)                                                     \
+  float vx[8], v0[8] = {0, 0, 0, 0, 0, 0, 0, 0};                   \
+  gpa_bf8_load(x + (i0), vx);                                      \
+  if (y0) gpa_bf8_load(y0 + (i0), v0);                             \
+  GPA_UNROLL for (int k = 0; k < 8; k++) vx[k] = alpha * vx[k] + v0[k];       \
+  gpa_bf8_store(y + (i0), vx);
+#define ONE(i) y[i] = gpa_f2bf(alpha * gpa_bf2f(x[i]) + (y0 ? gpa_bf2f(y0[i]) : 0.0f));
+  GPA_BF8_LOOP(n, vec, CH, ONE);
+#undef CH
+#undef ONE
+}
+
+/* rows x d (vec: d % 8 == 0, so a chunk lies in one row) */
+extern "C" __global__ void gpa_ew_mask_zero_bf16(gpa_bf16 *y, const gpa_bf16 *x, const void *mask, int mask_i32,
+                                                 long long rows, long long d, int vec) {
+  const long long n = rows * d;
+#define CH(i0)                                                                  \
+  if (mask_at(mask, mask_i32, (i0) / d)) {                                      \
+    *reinterpret_cast<uint4 *>(y + (i0)) = *reinterpret_cast<const uint4 *>(x + (i0)); \
+  } else {                                                                      \
+    *reinterpret_cast<uint4 *>(y + (i0)) = make_uint4(0, 0, 0, 0);             \
+  }
+#define ONE(i) y[i] = mask_at(mask, mask_i32, (i) / d) ? x[i] : (gpa_bf16)0;
+  GPA_BF8_LOOP(n, vec, CH, ONE);
+#undef CH
+#undef ONE
+}
+
+/* As gpa_ew_sum_over_l_f32: a thread per (b, column), double sums in l order. */
+extern "C" __global__ void gpa_ew_sum_over_l_bf16(gpa_bf16 *y, const gpa_bf16 *x, const void *mask, int mask_i32,
+                                                  long long B, long long L, long long D, int mean) {
+  GS_LOOP(i, B * D) {
+    const long long b = i / D, d = i % D;
+    double acc = 0.0;
+    long long count = 0;
+    for (long long l = 0; l < L; l++) {
+      if (mask && !mask_at(mask, mask_i32, b * L + l)) continue;
+      count++;
+      acc += (double)gpa_bf2f(x[(b * L + l) * D + d]);
+    }
+    const float r = mean ? (count ? (float)(acc * (1.0 / (double)count)) : 0.0f) : (float)acc;
+    y[i] = gpa_f2bf(r);
+  }
+}
+
+extern "C" __global__ void gpa_ew_masked_mean_bwd_bf16(gpa_bf16 *dx, const gpa_bf16 *dy, const void *mask,
+                                                       int mask_i32, long long B, long long L, long long D) {
+  GS_LOOP(i, B * D) {
+    const long long b = i / D, d = i % D;
+    long long count = 0;
+    for (long long l = 0; l < L; l++) count += mask_at(mask, mask_i32, b * L + l);
+    const float inv = count ? (float)(1.0 / (double)count) : 0.0f;
+    const gpa_bf16 g = gpa_f2bf(gpa_bf2f(dy[i]) * inv);
+    for (long long l = 0; l < L; l++)
+      dx[(b * L + l) * D + d] = count && mask_at(mask, mask_i32, b * L + l) ? g : (gpa_bf16)0;
+  }
+}
+
+/* vec: D % 8 == 0 (a chunk lies in one row; v's chunk is aligned too) */
+extern "C" __global__ void gpa_ew_add_broadcast_bf16(gpa_bf16 *y, const gpa_bf16 *x, const gpa_bf16 *v, long long L,
+                                                     long long D, long long n, int vec) {
+#define CH(i0)                                                   \
+  float vx[8], vv[8];                                            \
+  gpa_bf8_load(x + (i0), vx);                                    \
+  gpa_bf8_load(v + (((i0) / D) / L) * D + (i0) % D, vv);         \
+  GPA_UNROLL for (int k = 0; k < 8; k++) vx[k] += vv[k];                    \
+  gpa_bf8_store(y + (i0), vx);
+#define ONE(i) y[i] = gpa_f2bf(gpa_bf2f(x[i]) + gpa_bf2f(v[((i) / D / L) * D + (i) % D]));
+  GPA_BF8_LOOP(n, vec, CH, ONE);
+#undef CH
+#undef ONE
+}
+
+extern "C" __global__ void gpa_gelu_fwd_bf16(gpa_bf16 *y, const gpa_bf16 *x, long long n, int approximate, int vec) {
+#define CH(i0)                                                 \
+  float vx[8];                                                 \
+  gpa_bf8_load(x + (i0), vx);                                  \
+  GPA_UNROLL for (int k = 0; k < 8; k++) vx[k] = gelu_f(vx[k], approximate); \
+  gpa_bf8_store(y + (i0), vx);
+#define ONE(i) y[i] = gpa_f2bf(gelu_f(gpa_bf2f(x[i]), approximate));
+  GPA_BF8_LOOP(n, vec, CH, ONE);
+#undef CH
+#undef ONE
+}
+
+extern "C" __global__ void gpa_gelu_bwd_bf16(gpa_bf16 *dx, const gpa_bf16 *x, const gpa_bf16 *dy, long long n,
+                                             int approximate, int vec) {
+#define CH(i0)                                                              \
+  float vx[8], vd[8];                                                       \
+  gpa_bf8_load(x + (i0), vx);                                               \
+  gpa_bf8_load(dy + (i0), vd);                                              \
+  GPA_UNROLL for (int k = 0; k < 8; k++) vx[k] = vd[k] * gelu_grad(vx[k], approximate); \
+  gpa_bf8_store(dx + (i0), vx);
+#define ONE(i) dx[i] = gpa_f2bf(gpa_bf2f(dy[i]) * gelu_grad(gpa_bf2f(x[i]), approximate));
+  GPA_BF8_LOOP(n, vec, CH, ONE);
+#undef CH
+#undef ONE
 }
 
 /* ---- optimizers ------------------------------------------------------------------------------------ */

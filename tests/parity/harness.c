@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/host/bf16.h"
 #include "ops/registry.h"
 #include "tests/parity/harness_internal.h"
 
@@ -33,6 +34,12 @@ gpa_pt gpa_pt_f32(uint32_t rank, const int64_t *shape, double lo, double hi) {
   t.fill = GPA_PFILL_UNIFORM;
   t.lo = lo;
   t.hi = hi;
+  return t;
+}
+
+gpa_pt gpa_pt_bf16(uint32_t rank, const int64_t *shape, double lo, double hi) {
+  gpa_pt t = gpa_pt_f32(rank, shape, lo, hi);
+  t.dtype = GPA_BF16;
   return t;
 }
 
@@ -136,6 +143,7 @@ double gpa_pi_raw_get(const void *raw, int dtype, int64_t i) {
     case GPA_I32: return (double)((const int32_t *)raw)[i];
     case GPA_U8: return (double)((const uint8_t *)raw)[i];
     case GPA_I64: return (double)((const int64_t *)raw)[i];
+    case GPA_BF16: return (double)gpa__bf16_to_f32(((const uint16_t *)raw)[i]);
     default: return NAN;
   }
 }
@@ -146,6 +154,7 @@ void gpa_pi_raw_set(void *raw, int dtype, int64_t i, double v) {
     case GPA_I32: ((int32_t *)raw)[i] = (int32_t)v; break;
     case GPA_U8: ((uint8_t *)raw)[i] = (uint8_t)v; break;
     case GPA_I64: ((int64_t *)raw)[i] = (int64_t)v; break;
+    case GPA_BF16: ((uint16_t *)raw)[i] = gpa__f32_to_bf16((float)v); break;
     default: break;
   }
 }

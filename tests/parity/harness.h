@@ -98,6 +98,17 @@ struct gpa_pcase {
 /* Tensor specs. shape points at rank values. */
 gpa_pt gpa_pt_spec(int dtype, uint32_t rank, const int64_t *shape);
 gpa_pt gpa_pt_f32(uint32_t rank, const int64_t *shape, double lo, double hi);
+/* A bf16 input filled uniformly in [lo, hi) (each value rounded to bf16: the
+ * reference sees exactly what the op reads). */
+gpa_pt gpa_pt_bf16(uint32_t rank, const int64_t *shape, double lo, double hi);
+/* rtol for outputs stored as bf16: the op computes in fp32 (relative error
+ * below 1e-5 against the double reference in these cases) and rounds once to
+ * bf16, whose 8-bit significand gives a relative rounding error of at most
+ * 2^-8 = 3.906e-3 (round to nearest even). Host and device may round fp32
+ * values that differ in their last bits to neighbouring bf16 values, but each
+ * stays within 2^-8 of its own fp32 value: 2^-8 + 1e-5 < 4e-3 covers both,
+ * and an op that rounded twice, or computed in bf16, would exceed it. */
+#define GPA_PARITY_BF16_RTOL 4e-3
 gpa_pt gpa_pt_int(int dtype, uint32_t rank, const int64_t *shape, int64_t lo, int64_t hi);
 gpa_pt gpa_pt_mask(int dtype, uint32_t rank, const int64_t *shape, double p_keep);
 
