@@ -52,7 +52,9 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/sim/CMakeLists.txt)
     GPA_SIM_DRIVER_DEFAULT="${CMAKE_BINARY_DIR}/sim/libgpa_sim_cuda.so")
   set_property(SOURCE ${PROJECT_SOURCE_DIR}/backends/cuda/blas.c APPEND PROPERTY COMPILE_DEFINITIONS
     GPA_SIM_CUBLAS_DEFAULT="${CMAKE_BINARY_DIR}/sim/libgpa_sim_cublas.so")
-  add_dependencies(gpa_obj gpa_sim_cuda gpa_sim_cublas)
+  set_property(SOURCE ${PROJECT_SOURCE_DIR}/backends/cuda/blas_lt.c APPEND PROPERTY COMPILE_DEFINITIONS
+    GPA_SIM_CUBLASLT_DEFAULT="${CMAKE_BINARY_DIR}/sim/libgpa_sim_cublasLt.so")
+  add_dependencies(gpa_obj gpa_sim_cuda gpa_sim_cublas gpa_sim_cublasLt)
 endif()
 
 # Test helper: a driver that reports no device (tests/test_cuda_driver.c

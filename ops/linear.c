@@ -1,4 +1,6 @@
-/* Linear ops (host). All f32, row-major; x may have any rank >= 2, its
+/* Linear ops (host). Row-major; the forward ops take f32 or bf16 (x, W, b,
+ * y, pre all of one dtype; bf16 runs the fp32 kernels on widened copies and
+ * rounds y/pre once), the backward ops f32 only; x may have any rank >= 2, its
  * leading dims flattened into N ("[..., in]").
  *   linear_fwd         in: x [...,in], W [out,in], b [out] (optional, 3rd input)
  *                      attr gelu (int 0..1, default 0): y = gelu_tanh(x W^T + b)
@@ -19,6 +21,7 @@
 #include "kernels/host/blas.h"
 #include "kernels/host/linear.h"
 #include "ops/basic_check.h"
+#include "ops/bf16_host.h"
 #include "ops/nn_util.h"
 
 typedef struct linear_params {
@@ -36,10 +39,11 @@ static int64_t rows_of(const gpa_tensor *t) {
   return n;
 }
 
-/* t: f32 [..., last] with the leading dims of `like` (nullable: any). */
-static gpa_status check_rows(const char *op, const char *arg, const gpa_tensor *t, const gpa_tensor *like,
-                             const char *like_arg, int64_t last, const char *why, char *msg, size_t ms) {
-  GPA__CHK(gpa__chk_dtype(op, arg, t, GPA_F32, 0, msg, ms));
+/* t: [..., last] of dtype `dtype` with the leading dims of `like` (nullable: any). */
+static gpa_status check_rows(const char *op, const char *arg, const gpa_tensor *t, int dtype,
+                             const gpa_tensor *like, const char *like_arg, int64_t last, const char *why, char *msg,
+                             size_t ms) {
+  GPA__CHK(gpa__chk_dtype(op, arg, t, dtype, 0, msg, ms));
   if (!like) {
     if (t->rank < 2) {
       char s[96];
@@ -57,11 +61,18 @@ static gpa_status check_rows(const char *op, const char *arg, const gpa_tensor *
   return gpa__chk_shape(op, arg, t, like->rank, want, w, msg, ms);
 }
 
-/* x [...,in], W [out,in], optional b [out]; sizes fit BLAS. */
+/* x [...,in], W [out,in], optional b [out], one dtype (f32, or bf16 when
+ * bf16_ok); sizes fit BLAS. */
 static gpa_status check_xwb(const char *op, const gpa_tensor *x, const gpa_tensor *W, const gpa_tensor *b,
-                            char *msg, size_t ms) {
-  GPA__CHK(check_rows(op, "x", x, NULL, NULL, 0, NULL, msg, ms));
-  GPA__CHK(gpa__chk_dtype(op, "W", W, GPA_F32, 0, msg, ms));
+                            int bf16_ok, char *msg, size_t ms) {
+  if (bf16_ok)
+    GPA__CHK(gpa__chk_float(op, "x", x, msg, ms));
+  else if (x->dtype == GPA_BF16) {
+    snprintf(msg, ms, "%s: x has dtype bf16, expected f32 (bf16 linear is forward only)", op);
+    return GPA_EDTYPE;
+  }
+  GPA__CHK(check_rows(op, "x", x, bf16_ok ? x->dtype : GPA_F32, NULL, NULL, 0, NULL, msg, ms));
+  GPA__CHK(gpa__chk_dtype(op, "W", W, x->dtype, 0, msg, ms));
   GPA__CHK(gpa__chk_rank(op, "W", W, 2, "([out,in])", msg, ms));
   int64_t in = x->shape[x->rank - 1];
   if (W->shape[1] != in) {
@@ -70,7 +81,7 @@ static gpa_status check_xwb(const char *op, const gpa_tensor *x, const gpa_tenso
     return GPA_ESHAPE;
   }
   if (b) {
-    GPA__CHK(gpa__chk_dtype(op, "b", b, GPA_F32, 0, msg, ms));
+    GPA__CHK(gpa__chk_dtype(op, "b", b, x->dtype, 0, msg, ms));
     GPA__CHK(gpa__chk_shape(op, "b", b, 1, &W->shape[0], "out of W", msg, ms));
   }
   if (!gpa__blas_dim_ok(rows_of(x)) || !gpa__blas_dim_ok(in) || !gpa__blas_dim_ok(W->shape[0])) {
@@ -84,13 +95,13 @@ static void set_rows(gpa_tensor *e, const gpa_tensor *like, int64_t last) {
   int64_t s[GPA_MAX_RANK];
   for (uint32_t i = 0; i < like->rank; i++) s[i] = like->shape[i];
   s[like->rank - 1] = last;
-  gpa__chk_set(e, GPA_F32, like->rank, s);
+  gpa__chk_set(e, like->dtype, like->rank, s);
 }
 
 static gpa_status fwd_shape_common(const char *op, const gpa_op_sig *s, gpa_tensor *e, uint32_t n_out,
                                    char *msg, size_t ms) {
   const gpa_tensor *x = &s->inputs[0], *W = &s->inputs[1];
-  GPA__CHK(check_xwb(op, x, W, s->n_inputs > 2 ? &s->inputs[2] : NULL, msg, ms));
+  GPA__CHK(check_xwb(op, x, W, s->n_inputs > 2 ? &s->inputs[2] : NULL, 1, msg, ms));
   for (uint32_t i = 0; i < n_out; i++) set_rows(&e[i], x, W->shape[0]);
   return GPA_OK;
 }
@@ -106,8 +117,8 @@ static gpa_status bwd_shape_common(const char *op, const gpa_op_sig *s, gpa_tens
                                    size_t ms) {
   const linear_params *p = s->params;
   const gpa_tensor *dy = &s->inputs[0], *x = &s->inputs[1], *W = &s->inputs[2];
-  GPA__CHK(check_xwb(op, x, W, NULL, msg, ms));
-  GPA__CHK(check_rows(op, "dy", dy, x, "x", W->shape[0], "out of W", msg, ms));
+  GPA__CHK(check_xwb(op, x, W, NULL, 0, msg, ms));
+  GPA__CHK(check_rows(op, "dy", dy, GPA_F32, x, "x", W->shape[0], "out of W", msg, ms));
   if (p->gelu && s->n_inputs < 4) {
     snprintf(msg, ms, "%s: gelu=1 needs the pre-activation as 4th input (pre, from linear_gelu_fwd)", op);
     return GPA_EINVAL;
@@ -143,6 +154,8 @@ static gpa_status fwd_host(const gpa_op_exec *x) {
   return fwd_run(x, (int)p->gelu, NULL);
 }
 static gpa_status gelu_fwd_host(const gpa_op_exec *x) { return fwd_run(x, 1, x->out[1]); }
+GPA__BF16_HOST(fwd_host)
+GPA__BF16_HOST(gelu_fwd_host)
 
 static gpa_status bwd_host(const gpa_op_exec *x) {
   const linear_params *p = x->params;
@@ -165,10 +178,10 @@ static gpa_status bwd_host(const gpa_op_exec *x) {
 }
 
 const gpa_op_desc gpa__ops_linear[] = {
-    {sizeof(gpa_op_desc), "linear_fwd", 2, 3, 1, linear_attrs, 1, sizeof(linear_params), fwd_shape, fwd_host,
+    {sizeof(gpa_op_desc), "linear_fwd", 2, 3, 1, linear_attrs, 1, sizeof(linear_params), fwd_shape, fwd_host_any,
      NULL, gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
     {sizeof(gpa_op_desc), "linear_gelu_fwd", 2, 3, 2, NULL, 0, sizeof(linear_params), gelu_fwd_shape,
-     gelu_fwd_host, NULL, gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
+     gelu_fwd_host_any, NULL, gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
     {sizeof(gpa_op_desc), "linear_bwd", 3, 4, 3, linear_attrs, 1, sizeof(linear_params), bwd_shape, bwd_host,
      NULL, gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
     {sizeof(gpa_op_desc), "linear_bwd_nobias", 3, 4, 2, linear_attrs, 1, sizeof(linear_params), bwd_nb_shape,

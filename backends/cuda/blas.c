@@ -40,6 +40,7 @@ gpa_status gpa__cu_blas(const gpa_op_exec *x, cublasHandle_t *h) {
 }
 
 void gpa__cu_blas_release(gpa__cu_ctx *C) {
+  gpa__cu_lt_release(C);
   if (C->blas_state == 1) {
     C->blas.cublasDestroy(C->blas_h);
     gpa__cublas_close(&C->blas);

@@ -121,6 +121,9 @@ gpa_status gpa__cu_user_kernel(const gpa_op_exec *x);
  * out-of-memory). */
 gpa_status gpa__cu_check(gpa__cu_ctx *C, CUresult r, const char *what, char *msg, size_t cap);
 /* Device scratch of the current queue, valid for the running op (stream
+  /* cuBLASLt (blas_lt.c), loaded by the first linear whose epilogue it can fuse */
+  struct gpa__cu_lt *lt;
+  int lt_state; /* 0 not tried, 1 ready, -1 unavailable (cuBLAS + our epilogue kernels) */
  * ordered). 0 on failure (message in x->msg). */
 CUdeviceptr gpa__cu_scratch(const gpa_op_exec *x, uint64_t bytes);
 /* Reads back res[0..2) (first bad position or ~0, its value) when the op's
@@ -146,3 +149,24 @@ gpa_status gpa__cu_blas(const gpa_op_exec *x, cublasHandle_t *h);
 void gpa__cu_blas_release(gpa__cu_ctx *C);
 
 #endif
+/* blas_lt.c: one GEMM through cublasLtMatmul with a fused epilogue.
+ * Column-major: D[m,n] = op(A) op(B) (+ bias[m]) (aux = that, ld aux_ld)
+ * (GELU, tanh form); A/B of ab_type, D of d_type, bias of d_type, compute
+ * fp32. *done = 0 (and GPA_OK) when cuBLASLt is unavailable or finds no
+ * algorithm for it: the caller runs its cuBLAS + kernel path instead. */
+typedef struct gpa__lt_gemm {
+  int trans_a, trans_b; /* cublasOperation_t */
+  int m, n, k;
+  int ab_type, d_type; /* cudaDataType */
+  const void *A, *B;
+  int lda, ldb;
+  void *D;
+  int ldd;
+  unsigned epilogue; /* cublasLtEpilogue_t */
+  const void *bias;
+  void *aux;
+  long long aux_ld;
+} gpa__lt_gemm;
+gpa_status gpa__cu_lt_matmul(const gpa_op_exec *x, const gpa__lt_gemm *g, int *done);
+void gpa__cu_lt_release(gpa__cu_ctx *C);
+

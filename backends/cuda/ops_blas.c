@@ -3,11 +3,17 @@
  * column-major cuBLAS as their transposes (a row-major A[m,n] is a
  * column-major [n,m] with leading dimension n).
  *
- * cuBLASLt epilogues (bias/GELU fused into the GEMM) are not used yet: the
- * simulated device has no cuBLASLt, so the epilogue is one elementwise pass
- * after the GEMM on every device (docs/cuda.md). */
+ * linear_fwd / linear_gelu_fwd take f32 or bf16 (x, W, b, y, pre of one
+ * dtype; fp32 compute). Where cuBLASLt is available its epilogues fuse the
+ * bias (f32 and bf16) and the tanh GELU with its pre-activation (bf16 only:
+ * cuBLASLt's GELU is not held to the fp32 tolerance of the host's; see
+ * docs/cuda.md); otherwise, or when it declines the shape, cuBLAS computes
+ * the GEMM (cublasSgemm / cublasGemmEx into an fp32 accumulator) and one
+ * elementwise kernel applies bias and GELU. */
 #include <limits.h>
 #include <stdio.h>
+
+#include <cublasLt.h>
 
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/kernel_list.h"
@@ -46,26 +52,71 @@ static long long rows_of(const gpa_tensor *t) {
 
 /* ---- linear ---------------------------------------------------------------------------------------- */
 
+/* The forward as one cublasLtMatmul with a fused epilogue, where that
+ * matches the op (*done = 0: not fused, the caller's path runs). */
+static gpa_status lin_fwd_lt(const gpa_op_exec *x, int bf, int gelu, void *pre, long long N, long long in,
+                             long long out, int *done) {
+  void *b = x->n_inputs > 2 ? x->in[2] : NULL;
+  unsigned epi;
+  *done = 0;
+  if (!gelu && b)
+    epi = CUBLASLT_EPILOGUE_BIAS;
+  else if (gelu && bf && !pre)
+    epi = b ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+  else if (gelu && bf && out % 8 == 0 && ((uintptr_t)pre & 15) == 0) /* cuBLASLt: aux ld a multiple of 8 */
+    epi = b ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  else
+    return GPA_OK;
+  int dt = bf ? CUDA_R_16BF : CUDA_R_32F;
+  gpa__lt_gemm g = {CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)N, (int)in, dt, dt, x->in[1], x->in[0], (int)in,
+                    (int)in, x->out[0], (int)out, epi, b, pre, pre ? out : 0};
+  return gpa__cu_lt_matmul(x, &g, done);
+}
+
 static gpa_status lin_fwd(const gpa_op_exec *x, int gelu, void *pre) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
   const gpa_tensor *xt = &x->inputs[0], *W = &x->inputs[1];
   long long N = rows_of(xt), in = xt->shape[xt->rank - 1], out = W->shape[0];
   if (!fits(N) || !fits(in) || !fits(out)) return gpa__cu_fallback(x);
   if (N == 0 || out == 0) return GPA_OK;
+  int bf = xt->dtype == GPA_BF16, done = 0;
+  if (in > 0) {
+    GPA__CU_TRY(lin_fwd_lt(x, bf, gelu, pre, N, in, out, &done));
+    if (done) return GPA_OK;
+  }
   void *y = x->out[0], *b = x->n_inputs > 2 ? x->in[2] : NULL;
-  void *acc = pre ? pre : y;
+  int direct = !b && !gelu && !pre; /* the GEMM writes y itself */
+  /* fp32 accumulator: y or pre (f32), scratch (bf16 with an epilogue) */
+  void *acc = bf ? y : pre ? pre : y;
+  if (bf && !direct) {
+    CUdeviceptr s = gpa__cu_scratch(x, (uint64_t)(N * out) * sizeof(float));
+    if (!s) return GPA_ENOMEM;
+    acc = (void *)(uintptr_t)s;
+  }
   if (in == 0) {
-    GPA__CU_TRY(zero_f32(x, acc, N * out));
+    if (bf && direct)
+      GPA__CU_TRY(gpa__cu_check(C, C->cu.cuMemsetD16Async(GPA__DP(y), 0, (size_t)(N * out), (CUstream)x->stream),
+                                "cuMemsetD16Async", x->msg, x->msg_size));
+    else
+      GPA__CU_TRY(zero_f32(x, acc, N * out));
   } else {
     cublasHandle_t h;
     GPA__CU_TRY(gpa__cu_blas(x, &h));
-    gpa__cu_ctx *C = gpa__cu_of(x);
-    GPA__CU_TRY(blas_st(x, C->blas.cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)N, (int)in, &one,
-                                               x->in[1], (int)in, x->in[0], (int)in, &zero, acc, (int)out),
-                        "linear: cublasSgemm"));
+    if (bf)
+      GPA__CU_TRY(blas_st(x,
+                          C->blas.cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)N, (int)in, &one, x->in[1],
+                                               CUDA_R_16BF, (int)in, x->in[0], CUDA_R_16BF, (int)in, &zero, acc,
+                                               direct ? CUDA_R_16BF : CUDA_R_32F, (int)out, CUBLAS_COMPUTE_32F,
+                                               CUBLAS_GEMM_DEFAULT),
+                          "linear: cublasGemmEx (bf16)"));
+    else
+      GPA__CU_TRY(blas_st(x, C->blas.cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)N, (int)in, &one,
+                                                 x->in[1], (int)in, x->in[0], (int)in, &zero, acc, (int)out),
+                          "linear: cublasSgemm"));
   }
-  if (!b && !gelu && !pre) return GPA_OK;
+  if (direct) return GPA_OK;
   void *args[] = {&y, &pre, &acc, &b, &N, &out, &gelu};
-  return launch1d(x, GPA__K_LIN_EPI, N * out, args);
+  return launch1d(x, bf ? GPA__K_LIN_EPI_BF : GPA__K_LIN_EPI, N * out, args);
 }
 
 static gpa_status lin_fwd_cu(const gpa_op_exec *x) {

@@ -1,7 +1,7 @@
 /* Kernels around the cuBLAS GEMMs of linear and conv1d (CUDA backend):
- * the bias/GELU epilogue of linear, im2col / col2im and the bias passes of
+ * the bias/GELU epilogue of linear (fp32 and bf16 storage), im2col / col2im and the bias passes of
  * conv1d. Every sum runs in a fixed order (deterministic, no atomics). */
-#include "gpa_kernel.h"
+#include "gpa_bf16.h"
 
 #define GS_LOOP(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
@@ -18,6 +18,19 @@ extern "C" __global__ void gpa_lin_epilogue_f32(float *y, float *pre, const floa
     if (b) v += b[i % cols];
     if (pre) pre[i] = v;
     y[i] = gelu ? v / (1.0f + expf(-2.0f * K_TANH * (v + C_TANH * v * v * v))) : v;
+  }
+}
+
+/* bf16 storage: acc is the fp32 GEMM result (scratch), b bf16 or NULL; v =
+ * acc + b[col] in fp32, pre = bf16(v), y = bf16(gelu ? gelu_tanh(v) : v):
+ * one rounding each, from the same fp32 v as the host's widened path. */
+extern "C" __global__ void gpa_lin_epilogue_bf16(gpa_bf16 *y, gpa_bf16 *pre, const float *acc, const gpa_bf16 *b,
+                                                 long long rows, long long cols, int gelu) {
+  GS_LOOP(i, rows * cols) {
+    float v = acc[i];
+    if (b) v += gpa_bf2f(b[i % cols]);
+    if (pre) pre[i] = gpa_f2bf(v);
+    y[i] = gpa_f2bf(gelu ? v / (1.0f + expf(-2.0f * K_TANH * (v + C_TANH * v * v * v))) : v);
   }
 }
 

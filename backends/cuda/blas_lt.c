@@ -1,0 +1,179 @@
+/* cuBLASLt: GEMMs with a fused bias / GELU epilogue for the linear layer.
+ *
+ * Resolved at run time like cuBLAS, lazily, by the first GEMM that asks for
+ * an epilogue: GPA_CUBLASLT if set; for GPA_DEVICE=sim the simulator's
+ * subset; else libcublasLt.so.13 next to GPA_CUBLAS when that is set, else
+ * from the loader's path. Missing library or entry point: logged once, and
+ * every later call answers "not done" so the caller keeps its cuBLAS +
+ * epilogue-kernel path (the actor never fails for want of cuBLASLt).
+ * Descriptors are built per call (a few microseconds of host time; a cache
+ * by shape would save them). The workspace is the op's stream scratch. */
+#include <cublasLt.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "actor/internal.h"
+#include "backends/cuda/cuda_internal.h"
+
+#ifndef GPA_SIM_CUBLASLT_DEFAULT
+#define GPA_SIM_CUBLASLT_DEFAULT "libgpa_sim_cublasLt.so"
+#endif
+#define LT_LIB "libcublasLt.so.13"
+#define LT_WORKSPACE ((uint64_t)4 << 20)
+
+#define GPA__CUBLASLT_API(X)                                                                                  \
+  X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtGetStatusString) X(cublasLtMatmulDescCreate)                 \
+  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatmulDescDestroy) X(cublasLtMatrixLayoutCreate)                \
+  X(cublasLtMatrixLayoutDestroy) X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceSetAttribute)    \
+  X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+
+struct gpa__cu_lt {
+  void *lib;
+#define GPA__LT_MEMBER(name) __typeof__(name) *name;
+  GPA__CUBLASLT_API(GPA__LT_MEMBER)
+#undef GPA__LT_MEMBER
+  cublasLtHandle_t h;
+};
+
+static const char *lt_path(const gpa__cu_ctx *C, char *buf, size_t cap) {
+  const char *p = gpa__cu_env_cublaslt();
+  if (p) return p;
+  if (C->sim) return GPA_SIM_CUBLASLT_DEFAULT;
+  const char *blas = gpa__cu_env_cublas(), *slash = blas ? strrchr(blas, '/') : NULL;
+  if (slash && (size_t)(slash - blas) + sizeof "/" LT_LIB <= cap) {
+    snprintf(buf, cap, "%.*s/%s", (int)(slash - blas), blas, LT_LIB);
+    if (access(buf, R_OK) == 0) return buf;
+  }
+  return LT_LIB;
+}
+
+static int lt_open(gpa__cu_ctx *C) {
+  char buf[512], why[700];
+  const char *path = lt_path(C, buf, sizeof buf);
+  struct gpa__cu_lt *L = calloc(1, sizeof *L);
+  if (!L) return 0;
+  L->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!L->lib) {
+    const char *e = dlerror();
+    snprintf(why, sizeof why, "cannot open %s (%s)", path, e ? e : "dlopen failed");
+    goto fail;
+  }
+  void *fn;
+#define GPA__LT_RESOLVE(name)                                              \
+  fn = dlsym(L->lib, #name);                                               \
+  if (!fn) {                                                               \
+    snprintf(why, sizeof why, "%s lacks %s", path, #name);                 \
+    goto fail;                                                             \
+  }                                                                        \
+  memcpy(&L->name, &fn, sizeof fn);
+  GPA__CUBLASLT_API(GPA__LT_RESOLVE)
+#undef GPA__LT_RESOLVE
+  cublasStatus_t s = L->cublasLtCreate(&L->h);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    snprintf(why, sizeof why, "cublasLtCreate: %s", L->cublasLtGetStatusString(s));
+    goto fail;
+  }
+  C->lt = L;
+  gpa__log(GPA_LOG_DEBUG, C->a->opts.log_level, "cuda: cuBLASLt from %s: linear bias/GELU epilogues fused", path);
+  return 1;
+fail:
+  gpa__log(GPA_LOG_INFO, C->a->opts.log_level, "cuda: no cuBLASLt (%s): linear epilogues run as separate kernels",
+           why);
+  if (L->lib) dlclose(L->lib);
+  free(L);
+  return 0;
+}
+
+void gpa__cu_lt_release(gpa__cu_ctx *C) {
+  struct gpa__cu_lt *L = C->lt;
+  if (L) {
+    L->cublasLtDestroy(L->h);
+    dlclose(L->lib);
+    free(L);
+  }
+  C->lt = NULL;
+  C->lt_state = 0;
+}
+
+/* Descriptors of one call; destroyed together. */
+typedef struct lt_call {
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t a, b, d;
+  cublasLtMatmulPreference_t pref;
+} lt_call;
+
+static void call_free(struct gpa__cu_lt *L, lt_call *c) {
+  if (c->pref) L->cublasLtMatmulPreferenceDestroy(c->pref);
+  if (c->d) L->cublasLtMatrixLayoutDestroy(c->d);
+  if (c->b) L->cublasLtMatrixLayoutDestroy(c->b);
+  if (c->a) L->cublasLtMatrixLayoutDestroy(c->a);
+  if (c->op) L->cublasLtMatmulDescDestroy(c->op);
+}
+
+#define LT_SET(attr, v) L->cublasLtMatmulDescSetAttribute(c->op, attr, &(v), sizeof(v))
+
+static cublasStatus_t call_build(struct gpa__cu_lt *L, lt_call *c, const gpa__lt_gemm *g, uint64_t ws) {
+  cublasStatus_t s = L->cublasLtMatmulDescCreate(&c->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  int32_t ta = g->trans_a, tb = g->trans_b, bias_type = g->d_type;
+  uint32_t epi = g->epilogue;
+  int64_t aux_ld = g->aux_ld;
+  if (s == CUBLAS_STATUS_SUCCESS) s = LT_SET(CUBLASLT_MATMUL_DESC_TRANSA, ta);
+  if (s == CUBLAS_STATUS_SUCCESS) s = LT_SET(CUBLASLT_MATMUL_DESC_TRANSB, tb);
+  if (s == CUBLAS_STATUS_SUCCESS) s = LT_SET(CUBLASLT_MATMUL_DESC_EPILOGUE, epi);
+  if (s == CUBLAS_STATUS_SUCCESS && g->bias) s = LT_SET(CUBLASLT_MATMUL_DESC_BIAS_POINTER, g->bias);
+  if (s == CUBLAS_STATUS_SUCCESS && g->bias) s = LT_SET(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type);
+  if (s == CUBLAS_STATUS_SUCCESS && g->aux) s = LT_SET(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g->aux);
+  if (s == CUBLAS_STATUS_SUCCESS && g->aux) s = LT_SET(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld);
+  /* stored shapes: op(A) is m x k, op(B) k x n */
+  int ar = g->trans_a == CUBLAS_OP_N ? g->m : g->k, ac = g->trans_a == CUBLAS_OP_N ? g->k : g->m;
+  int br = g->trans_b == CUBLAS_OP_N ? g->k : g->n, bc = g->trans_b == CUBLAS_OP_N ? g->n : g->k;
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = L->cublasLtMatrixLayoutCreate(&c->a, (cudaDataType)g->ab_type, (uint64_t)ar, (uint64_t)ac, g->lda);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = L->cublasLtMatrixLayoutCreate(&c->b, (cudaDataType)g->ab_type, (uint64_t)br, (uint64_t)bc, g->ldb);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = L->cublasLtMatrixLayoutCreate(&c->d, (cudaDataType)g->d_type, (uint64_t)g->m, (uint64_t)g->n, g->ldd);
+  if (s == CUBLAS_STATUS_SUCCESS) s = L->cublasLtMatmulPreferenceCreate(&c->pref);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = L->cublasLtMatmulPreferenceSetAttribute(c->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  return s;
+}
+
+gpa_status gpa__cu_lt_matmul(const gpa_op_exec *x, const gpa__lt_gemm *g, int *done) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  *done = 0;
+  if (C->lt_state == 0) C->lt_state = lt_open(C) ? 1 : -1;
+  if (C->lt_state < 0) return GPA_OK;
+  struct gpa__cu_lt *L = C->lt;
+  CUdeviceptr ws = gpa__cu_scratch(x, LT_WORKSPACE);
+  uint64_t ws_size = ws ? LT_WORKSPACE : 0;
+  x->msg[0] = 0; /* a scratch failure only costs the workspace */
+  lt_call c;
+  memset(&c, 0, sizeof c);
+  cublasLtMatmulHeuristicResult_t heur;
+  int found = 0;
+  cublasStatus_t s = call_build(L, &c, g, ws_size);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = L->cublasLtMatmulAlgoGetHeuristic(L->h, c.op, c.a, c.b, c.d, c.d, c.pref, 1, &heur, &found);
+  if (s != CUBLAS_STATUS_SUCCESS || found < 1) {
+    /* no algorithm for this shape/epilogue: not an error, the caller's path runs */
+    gpa__log(GPA_LOG_DEBUG, C->a->opts.log_level, "cuda: cuBLASLt declines epilogue %u for %d x %d x %d (%s)",
+             g->epilogue, g->m, g->n, g->k, L->cublasLtGetStatusString(s));
+    call_free(L, &c);
+    return GPA_OK;
+  }
+  static const float one = 1.0f, zero = 0.0f;
+  s = L->cublasLtMatmul(L->h, c.op, &one, g->A, c.a, g->B, c.b, &zero, g->D, c.d, g->D, c.d, &heur.algo,
+                        (void *)(uintptr_t)ws, heur.workspaceSize <= ws_size ? ws_size : 0, (cudaStream_t)C->cur_q->s);
+  call_free(L, &c);
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED) return GPA_OK;
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    snprintf(x->msg, x->msg_size, "cublasLtMatmul: %s", L->cublasLtGetStatusString(s));
+    return s == CUBLAS_STATUS_ALLOC_FAILED ? GPA_ENOMEM : GPA_EDEVICE;
+  }
+  *done = 1;
+  return GPA_OK;
+}

@@ -1,0 +1,136 @@
+/* linear_fwd / linear_gelu_fwd with bf16 storage (x, W, b, y, pre bf16;
+ * fp32 compute) against a double reference on every backend, and the
+ * cuBLASLt epilogue path of the CUDA backend: on the simulated device the
+ * sim's cuBLASLt subset counts the matmuls it ran by epilogue, so this test
+ * checks that the fused path ran (BIAS for f32 and bf16, GELU_BIAS and
+ * GELU_AUX_BIAS for bf16), then that the results are the same when
+ * cuBLASLt finds no algorithm (GPA_SIM_CUBLASLT_REFUSE=1) and when it is
+ * missing (GPA_CUBLASLT naming no library): the cuBLAS + kernel fallback. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/parity/harness.h"
+
+/* cublasLtEpilogue_t values (cublasLt.h), without depending on the toolkit */
+enum { EPI_BIAS = 4, EPI_GELU_BIAS = 36, EPI_GELU_AUX_BIAS = 164 };
+
+static double gelu_t(double s) { return 0.5 * s * (1 + tanh(0.7978845608028654 * (s + 0.044715 * s * s * s))); }
+
+/* in: x [N,K], W [M,K], b [M] (optional); out: y (and pre for linear_gelu_fwd) */
+static void ref_fwd(const gpa_pcase *c, gpa_parr *in, gpa_parr *out) {
+  int gelu = c->n_out == 2 || gpa_pcase_get_i(c, "gelu", 0);
+  int64_t N = in[0].t->shape[0], K = in[0].t->shape[1], M = in[1].t->shape[0];
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t j = 0; j < M; j++) {
+      double s = c->n_in > 2 ? in[2].d[j] : 0;
+      for (int64_t k = 0; k < K; k++) s += in[0].d[i * K + k] * in[1].d[j * K + k];
+      out[0].d[i * M + j] = gelu ? gelu_t(s) : s;
+      if (c->n_out == 2) out[1].d[i * M + j] = s;
+    }
+}
+
+static gpa_pcase fwd_case(int dtype, int64_t N, int64_t K, int64_t M, int bias, int gelu, int train) {
+  gpa_pcase c = gpa_pcase_make(train ? "linear_gelu_fwd" : "linear_fwd", ref_fwd);
+  gpa_pcase_in(&c, gpa_pt_f32(2, (int64_t[]){N, K}, -1, 1));
+  gpa_pcase_in(&c, gpa_pt_f32(2, (int64_t[]){M, K}, -1, 1));
+  if (bias) gpa_pcase_in(&c, gpa_pt_f32(1, (int64_t[]){M}, -1, 1));
+  gpa_pcase_out(&c, gpa_pt_spec(dtype, 2, (int64_t[]){N, M}));
+  if (train) gpa_pcase_out(&c, gpa_pt_spec(dtype, 2, (int64_t[]){N, M}));
+  for (uint32_t i = 0; i < c.n_in; i++) c.in[i].dtype = dtype;
+  if (gelu && !train) gpa_pcase_attr_int(&c, "gelu", 1);
+  /* fp32 sums over K products of size <= 1 (exact products of bf16 values):
+   * their rounding, plus the bf16 rounding of y (GPA_PARITY_BF16_RTOL) */
+  c.atol = 2e-7 * (double)K;
+  if (dtype == GPA_BF16) c.rtol = GPA_PARITY_BF16_RTOL;
+  return c;
+}
+
+typedef unsigned long long (*lt_count_fn)(int);
+
+/* The sim's cuBLASLt counters, when this process loaded it (sim only). */
+static lt_count_fn lt_counter(void) {
+  void *h = dlopen("libgpa_sim_cublasLt.so", RTLD_NOW | RTLD_NOLOAD);
+  lt_count_fn f = NULL;
+  if (h) {
+    void *s = dlsym(h, "gpa_sim_cublaslt_count");
+    memcpy(&f, &s, sizeof f); /* the reference is kept: the library stays loaded for the counters */
+  }
+  return f;
+}
+
+static void run_cases(gpa_parity *p) {
+  const int64_t shapes[][3] = {{1, 1, 1}, {7, 13, 5}, {3, 17, 16}, {13, 1, 8}, {2, 31, 37}, {64, 100, 40}, {33, 64, 24}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    int64_t N = shapes[i][0], K = shapes[i][1], M = shapes[i][2];
+    gpa_pcase c = fwd_case(GPA_BF16, N, K, M, 1, 0, 0); /* bias: Lt BIAS */
+    gpa_parity_check(p, &c);
+    c = fwd_case(GPA_BF16, N, K, M, 0, 0, 0); /* plain GEMM into bf16 */
+    gpa_parity_check(p, &c);
+    c = fwd_case(GPA_BF16, N, K, M, 1, 1, 0); /* inference GELU: Lt GELU_BIAS */
+    gpa_parity_check(p, &c);
+    c = fwd_case(GPA_BF16, N, K, M, 1, 1, 1); /* training GELU: Lt GELU_AUX_BIAS when M % 8 == 0 */
+    gpa_parity_check(p, &c);
+    c = fwd_case(GPA_BF16, N, K, M, 0, 1, 1);
+    gpa_parity_check(p, &c);
+    c = fwd_case(GPA_F32, N, K, M, 1, 0, 0); /* f32 with bias: Lt BIAS */
+    gpa_parity_check(p, &c);
+  }
+  gpa_pcase c = fwd_case(GPA_BF16, 5, 0, 8, 1, 1, 1); /* K = 0: y = gelu(b) */
+  gpa_parity_check(p, &c);
+  c = fwd_case(GPA_BF16, 3, 4, 5, 1, 0, 0);
+  c.in[2].dtype = GPA_F32;
+  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "linear_fwd: b has dtype f32, expected bf16");
+  c = fwd_case(GPA_BF16, 3, 4, 5, 1, 0, 0);
+  c.in[1].dtype = GPA_F32;
+  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "linear_fwd: W has dtype f32, expected bf16");
+  c = gpa_pcase_make("linear_bwd", ref_fwd);
+  gpa_pcase_in(&c, gpa_pt_bf16(2, (int64_t[]){3, 5}, -1, 1));
+  gpa_pcase_in(&c, gpa_pt_bf16(2, (int64_t[]){3, 4}, -1, 1));
+  gpa_pcase_in(&c, gpa_pt_bf16(2, (int64_t[]){5, 4}, -1, 1));
+  gpa_pcase_out(&c, gpa_pt_spec(GPA_BF16, 2, (int64_t[]){3, 4}));
+  gpa_pcase_out(&c, gpa_pt_spec(GPA_BF16, 2, (int64_t[]){5, 4}));
+  gpa_pcase_out(&c, gpa_pt_spec(GPA_BF16, 1, (int64_t[]){5}));
+  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "linear_bwd: x has dtype bf16, expected f32 (bf16 linear is forward only)");
+}
+
+static int sim_device(void) {
+  const char *d = getenv("GPA_DEVICE");
+  return d && !strcmp(d, "sim");
+}
+
+int main(void) {
+  int fails = 0, rc;
+  gpa_parity *p = gpa_parity_open("parity_linear_bf16");
+  run_cases(p);
+  lt_count_fn lt = lt_counter();
+  unsigned long long bias = lt ? lt(EPI_BIAS) : 0, gb = lt ? lt(EPI_GELU_BIAS) : 0, gab = lt ? lt(EPI_GELU_AUX_BIAS) : 0;
+  if (sim_device()) {
+    printf("[parity_linear_bf16] sim cuBLASLt matmuls: BIAS %llu, GELU_BIAS %llu, GELU_AUX_BIAS %llu\n", bias, gb, gab);
+    if (!lt) gpa_parity_fail(p, "sim: the cuBLASLt subset was never loaded (the Lt path did not run)");
+    else if (!bias || !gb || !gab) gpa_parity_fail(p, "sim: an epilogue (BIAS, GELU_BIAS, GELU_AUX_BIAS) never ran through cuBLASLt");
+  }
+  rc = gpa_parity_close(p);
+  fails |= rc == 1;
+  if (!sim_device()) return fails ? 1 : rc;
+
+  /* cuBLASLt finds no algorithm: every case through cuBLAS + the epilogue kernels */
+  setenv("GPA_SIM_CUBLASLT_REFUSE", "1", 1);
+  p = gpa_parity_open("parity_linear_bf16 (cuBLASLt declines)");
+  unsigned long long all0 = lt ? lt(-1) : 0, ref0 = lt ? lt(-2) : 0;
+  run_cases(p);
+  if (lt && (lt(-1) != all0 || lt(-2) == ref0)) gpa_parity_fail(p, "declined: cuBLASLt matmuls ran or no refusal was counted");
+  fails |= gpa_parity_close(p) == 1;
+  unsetenv("GPA_SIM_CUBLASLT_REFUSE");
+
+  /* no cuBLASLt at all */
+  setenv("GPA_CUBLASLT", "/nonexistent/libcublasLt.so.13", 1);
+  p = gpa_parity_open("parity_linear_bf16 (no cuBLASLt)");
+  all0 = lt ? lt(-1) : 0;
+  run_cases(p);
+  if (lt && lt(-1) != all0) gpa_parity_fail(p, "no cuBLASLt: matmuls still ran through the sim's cuBLASLt");
+  fails |= gpa_parity_close(p) == 1;
+  return fails ? 1 : 0;
+}
