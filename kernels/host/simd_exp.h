@@ -24,12 +24,10 @@ static inline int gpa__cpu_avx2(void) {
   return c;
 }
 
-GPA__AVX2_ATTR static inline __m256 gpa__exp8(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.0f);
-  const __m256 lo = _mm256_set1_ps(-87.3365447505531f);
-  __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  __m256 xc = _mm256_min_ps(x, hi);
-  xc = _mm256_max_ps(xc, lo);
+/* exp for x already in [-87.33, 88] (no clamps, no special cases; NaN in
+ * gives NaN out): the core of gpa__exp8, for callers that bound their
+ * arguments themselves. */
+GPA__AVX2_ATTR static inline __m256 gpa__exp8_in_range(__m256 xc) {
   __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
@@ -43,7 +41,16 @@ GPA__AVX2_ATTR static inline __m256 gpa__exp8(__m256 x) {
   __m256 r2 = _mm256_mul_ps(r, r);
   p = _mm256_fmadd_ps(p, r2, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+GPA__AVX2_ATTR static inline __m256 gpa__exp8(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.0f);
+  const __m256 lo = _mm256_set1_ps(-87.3365447505531f);
+  __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  __m256 xc = _mm256_min_ps(x, hi);
+  xc = _mm256_max_ps(xc, lo);
+  __m256 y = gpa__exp8_in_range(xc);
   y = _mm256_andnot_ps(under, y);
   /* NaN in -> NaN out (min/max above dropped it) */
   return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));

@@ -1,0 +1,45 @@
+/* See nt_store.h. */
+#include "kernels/host/nt_store.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* The L3 size: sysfs first (sysconf reported 256 MiB for a 32 MiB L3 in a
+ * KVM guest), then sysconf; 0 when unknown. */
+static int64_t l3_bytes(void) {
+  FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+  if (f) {
+    long long v = 0;
+    char unit = 0;
+    int got = fscanf(f, "%lld%c", &v, &unit);
+    fclose(f);
+    if (got >= 1 && v > 0) return (int64_t)v << (unit == 'K' ? 10 : unit == 'M' ? 20 : 0);
+  }
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return l3 > 0 ? (int64_t)l3 : 0;
+}
+
+/* Last-level cache size in bytes, read once; 32 MiB when unknown. The
+ * environment variable GPA_HOST_NT (0/1) forces the choice, for tests and
+ * measurements. */
+static int64_t threshold(void) {
+  static _Atomic int64_t cached = -1;
+  int64_t t = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (t < 0) {
+    const char *e = getenv("GPA_HOST_NT");
+    if (e && e[0] == '0' && !e[1]) {
+      t = INT64_MAX;
+    } else if (e && e[0] == '1' && !e[1]) {
+      t = 0;
+    } else {
+      t = l3_bytes();
+      if (t <= 0) t = (int64_t)32 << 20;
+    }
+    atomic_store_explicit(&cached, t, memory_order_relaxed);
+  }
+  return t;
+}
+
+int gpa__nt_worth(uint64_t bytes) { return bytes >= (uint64_t)threshold() && bytes > 0; }
