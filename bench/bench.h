@@ -35,8 +35,24 @@ void gpa_bench_emit(const gpa_bench_result *r);
 double gpa_bench_best_ns(int reps, void (*fn)(void *), void *ctx);
 /* Repetitions from GPA_BENCH_REPS (default `dflt`); lets CI run a quick pass. */
 int gpa_bench_reps(int dflt);
-/* STREAM-style triad a[i] = b[i] + s*c[i] over n floats per array, best of reps:
- * the memory-bandwidth reference. Returns ns; bytes moved = 12*n. */
+/* The memory-bandwidth reference (bench/triad.c): a STREAM triad
+ * a[i] = b[i] + s*c[i] on all online CPUs over n floats per array (bytes
+ * moved = 12*n), with ordinary and with non-temporal stores; its time is the
+ * faster form's. */
+typedef struct gpa_bench_triad gpa_bench_triad;
+gpa_bench_triad *gpa_bench_triad_open(size_t n); /* n rounded up to a multiple of 16384 */
+void gpa_bench_triad_close(gpa_bench_triad *t);
+size_t gpa_bench_triad_n(const gpa_bench_triad *t);
+/* One run of each form; the best times are kept until the next reset. */
+void gpa_bench_triad_once(gpa_bench_triad *t);
+void gpa_bench_triad_reset(gpa_bench_triad *t);
+/* Best time of the faster form; each form's best in *plain_ns / *nt_ns (nullable). */
+double gpa_bench_triad_best_ns(const gpa_bench_triad *t, double *plain_ns, double *nt_ns);
+/* Best time of fn(ctx) over reps runs, each followed by one triad run of
+ * each form (so load from other processes hits ours and the reference
+ * alike), after one warm-up of both; *ref_ns = the triad's best. */
+double gpa_bench_vs_triad(gpa_bench_triad *t, int reps, void (*fn)(void *), void *ctx, double *ref_ns);
+/* Best-of-reps triad time on fresh arrays (open, run, close). */
 double gpa_bench_triad_ns(size_t n, int reps);
 
 #endif

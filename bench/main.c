@@ -31,28 +31,6 @@ double gpa_bench_best_ns(int reps, void (*fn)(void *), void *ctx) {
   return best;
 }
 
-typedef struct triad_ctx { float *a, *b, *c; size_t n; } triad_ctx;
-
-static void triad_run(void *p) {
-  triad_ctx *t = p;
-  float *restrict a = t->a;
-  const float *restrict b = t->b, *restrict c = t->c;
-  size_t n = t->n;
-  /* Two threads: the host backend uses both cores, so the reference does too;
-   * and vectorized, as STREAM is, or it would flatter what it is compared with. */
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (size_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
-}
-
-double gpa_bench_triad_ns(size_t n, int reps) {
-  triad_ctx t = {malloc(n * 4), malloc(n * 4), malloc(n * 4), n};
-  if (!t.a || !t.b || !t.c) { free(t.a); free(t.b); free(t.c); return 0; }
-  for (size_t i = 0; i < n; i++) { t.a[i] = 0; t.b[i] = 1; t.c[i] = 2; }
-  double ns = gpa_bench_best_ns(reps, triad_run, &t);
-  free(t.a); free(t.b); free(t.c);
-  return ns;
-}
-
 void gpa_bench_emit(const gpa_bench_result *r) {
   double rb = r->ref_bytes > 0 ? r->ref_bytes : r->bytes;
   double rf = r->ref_flops > 0 ? r->ref_flops : r->flops;

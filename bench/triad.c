@@ -1,0 +1,148 @@
+/* The memory-bandwidth reference of the host benches: a STREAM triad
+ * a[i] = b[i] + s * c[i] on all online CPUs, vectorized, in its two usual
+ * builds: ordinary stores (what gcc makes of STREAM) and non-temporal stores
+ * (what STREAM's published figures use: the stored line is not read first,
+ * 12 bytes of traffic per element instead of 16). The reference is the
+ * faster of the two, measured next to the op it is compared with. Arrays:
+ * 64-byte aligned, touched first by the threads that run the triad,
+ * ordinary (4 KiB) pages like the backend's buffers.
+ * Threads: the benches' host pool (bench_nn_host.h), in blocks of 64 KiB
+ * per array, not OpenMP: libgomp's threads spin for milliseconds after a
+ * parallel region and took a core from the actor's pool in the op run that
+ * followed each triad run. See docs/benchmarks.md. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "bench_nn_host.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TRIAD_X86 1
+#endif
+
+struct gpa_bench_triad {
+  float *a, *b, *c;
+  size_t n;
+  double plain_ns, nt_ns; /* best so far */
+};
+
+#define BLOCK 16384 /* floats per task: a multiple of 8, so vectors stay aligned */
+
+/* Plain stores; gcc vectorizes it (-O3 for this file; see CMakeLists.txt),
+ * with AVX2 where the CPU has it. */
+#if defined(TRIAD_X86) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+static void plain_range(int64_t s, int64_t e, void *p) {
+  gpa_bench_triad *t = p;
+  float *restrict a = t->a + s * BLOCK;
+  const float *restrict b = t->b + s * BLOCK, *restrict c = t->c + s * BLOCK;
+  int64_t n = (e - s) * BLOCK;
+  for (int64_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
+}
+
+#ifdef TRIAD_X86
+/* Non-temporal stores, AVX2 (arrays 32-byte aligned). */
+__attribute__((target("avx2,fma"))) static void nt_avx2_range(int64_t s, int64_t e, void *p) {
+  gpa_bench_triad *t = p;
+  const __m256 k = _mm256_set1_ps(3.0f);
+  for (int64_t i = s * BLOCK; i < e * BLOCK; i += 8)
+    _mm256_stream_ps(t->a + i, _mm256_fmadd_ps(k, _mm256_load_ps(t->c + i), _mm256_load_ps(t->b + i)));
+  _mm_sfence();
+}
+/* Baseline x86-64 (SSE), for CPUs without AVX2. */
+static void nt_sse_range(int64_t s, int64_t e, void *p) {
+  gpa_bench_triad *t = p;
+  const __m128 k = _mm_set1_ps(3.0f);
+  for (int64_t i = s * BLOCK; i < e * BLOCK; i += 4)
+    _mm_stream_ps(t->a + i, _mm_add_ps(_mm_load_ps(t->b + i), _mm_mul_ps(k, _mm_load_ps(t->c + i))));
+  _mm_sfence();
+}
+#endif
+
+static void run_plain(gpa_bench_triad *t) { gpa__pfor(gpa_bench_host_par(), (int64_t)(t->n / BLOCK), 1, plain_range, t); }
+
+static void run_nt(gpa_bench_triad *t) {
+#ifdef TRIAD_X86
+  int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  gpa__pfor(gpa_bench_host_par(), (int64_t)(t->n / BLOCK), 1, avx2 ? nt_avx2_range : nt_sse_range, t);
+#else
+  run_plain(t);
+#endif
+}
+
+static void fill_range(int64_t s, int64_t e, void *p) {
+  gpa_bench_triad *t = p;
+  for (int64_t i = s * BLOCK; i < e * BLOCK; i++) t->a[i] = 0.0f, t->b[i] = 1.0f, t->c[i] = 2.0f;
+}
+
+gpa_bench_triad *gpa_bench_triad_open(size_t n) {
+  n = (n + BLOCK - 1) / BLOCK * BLOCK;
+  gpa_bench_triad *t = calloc(1, sizeof *t);
+  if (!t) return NULL;
+  t->n = n;
+  t->a = aligned_alloc(64, n * 4);
+  t->b = aligned_alloc(64, n * 4);
+  t->c = aligned_alloc(64, n * 4);
+  if (!t->a || !t->b || !t->c) {
+    gpa_bench_triad_close(t);
+    return NULL;
+  }
+  gpa__pfor(gpa_bench_host_par(), (int64_t)(n / BLOCK), 1, fill_range, t);
+  t->plain_ns = t->nt_ns = 1e300;
+  return t;
+}
+
+void gpa_bench_triad_close(gpa_bench_triad *t) {
+  if (!t) return;
+  free(t->a);
+  free(t->b);
+  free(t->c);
+  free(t);
+}
+
+void gpa_bench_triad_once(gpa_bench_triad *t) {
+  double t0 = gpa_bench_now_ns();
+  run_plain(t);
+  double t1 = gpa_bench_now_ns();
+  run_nt(t);
+  double t2 = gpa_bench_now_ns();
+  if (t1 - t0 < t->plain_ns) t->plain_ns = t1 - t0;
+  if (t2 - t1 < t->nt_ns) t->nt_ns = t2 - t1;
+}
+
+void gpa_bench_triad_reset(gpa_bench_triad *t) { t->plain_ns = t->nt_ns = 1e300; }
+
+double gpa_bench_triad_best_ns(const gpa_bench_triad *t, double *plain_ns, double *nt_ns) {
+  if (plain_ns) *plain_ns = t->plain_ns;
+  if (nt_ns) *nt_ns = t->nt_ns;
+  return t->plain_ns < t->nt_ns ? t->plain_ns : t->nt_ns;
+}
+
+size_t gpa_bench_triad_n(const gpa_bench_triad *t) { return t->n; }
+
+double gpa_bench_vs_triad(gpa_bench_triad *t, int reps, void (*fn)(void *), void *ctx, double *ref_ns) {
+  gpa_bench_triad_reset(t);
+  fn(ctx);
+  gpa_bench_triad_once(t);
+  double best = 1e300;
+  for (int r = 0; r < reps; r++) {
+    double t0 = gpa_bench_now_ns();
+    fn(ctx);
+    double d = gpa_bench_now_ns() - t0;
+    if (d < best) best = d;
+    gpa_bench_triad_once(t);
+  }
+  *ref_ns = gpa_bench_triad_best_ns(t, NULL, NULL);
+  return best;
+}
+
+double gpa_bench_triad_ns(size_t n, int reps) {
+  gpa_bench_triad *t = gpa_bench_triad_open(n);
+  if (!t) return 0;
+  for (int r = 0; r < reps + 1; r++) gpa_bench_triad_once(t);
+  double ns = gpa_bench_triad_best_ns(t, NULL, NULL);
+  gpa_bench_triad_close(t);
+  return ns;
+}
