@@ -34,6 +34,10 @@ bool gpa_sim__fault_take_alloc(void);
 bool gpa_sim__fault_take_launch(void);
 bool gpa_sim__fault_take_sticky(void);
 unsigned gpa_sim__fault_delay_all(void);
+unsigned gpa_sim__fault_host_fn_delay(void);
+/* true: after a sticky error host functions are not called (a real driver's
+ * behaviour, gpa_sim_fault_host_fns_after_sticky(0)); false: they still run. */
+bool gpa_sim__fault_skip_host_fns(void);
 
 /* ---- diagnostics: records the detail text, prints it when verbose, returns r */
 CUresult gpa_sim__fail(CUresult r, const std::string &msg);
@@ -62,7 +66,8 @@ void gpa_sim__ctx_set_sticky(CUctx_st *ctx, CUresult r, const std::string &msg);
 /* ---- streams (stream.cpp) */
 struct gpa_sim_op {
   std::function<CUresult()> fn;
-  bool always; /* runs even after a sticky error (event records, waits, host functions) */
+  bool always;  /* runs even after a sticky error (event records, waits, host functions) */
+  bool host_fn; /* a cuLaunchHostFunc: its own delay, and skipped after a sticky error on request */
 };
 struct CUstream_st {
   CUctx_st *ctx;
@@ -78,7 +83,7 @@ CUresult gpa_sim__stream_create(CUctx_st *ctx, unsigned flags, CUstream_st **out
 void gpa_sim__stream_destroy(CUstream_st *s);
 /* Resolves NULL / CU_STREAM_LEGACY / CU_STREAM_PER_THREAD and checks the handle. */
 CUresult gpa_sim__stream_get(CUctx_st *ctx, CUstream h, CUstream_st **out);
-void gpa_sim__stream_push(CUstream_st *s, std::function<CUresult()> fn, bool always = false);
+void gpa_sim__stream_push(CUstream_st *s, std::function<CUresult()> fn, bool always = false, bool host_fn = false);
 void gpa_sim__stream_wait_idle(CUstream_st *s);
 void gpa_sim__ctx_sync_all(CUctx_st *ctx);
 /* Waits for the NULL stream and every blocking stream (synchronous copies). */

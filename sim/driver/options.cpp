@@ -2,7 +2,8 @@
  *
  * Every environment variable of the sim is read here, once, on first use
  * (the table below); bad values are reported and ignored. Faults come from
- * GPA_SIM_FAULT ("alloc=N,launch=N,sticky=N,delay_us=N", each optional) and
+ * GPA_SIM_FAULT ("alloc=N,oom=N,launch=N,sticky=N,delay_us=N,host_fn_delay_us=N,
+ * host_fns_after_sticky=0|1", each optional) and
  * from the gpa_sim_fault_* API, which overrides the environment. A fault
  * counter n means "the n-th event from now": it is decremented by each
  * event and fires when it reaches zero (then stays disarmed). */
@@ -16,7 +17,10 @@
 namespace {
 gpa_sim_options g_opts;
 std::once_flag g_opts_once;
-std::atomic<unsigned> g_fault_alloc{0}, g_fault_launch{0}, g_fault_sticky{0}, g_delay_all{0};
+std::atomic<unsigned> g_fault_alloc{0}, g_fault_launch{0}, g_fault_sticky{0}, g_delay_all{0}, g_host_fn_delay{0};
+std::atomic<unsigned> g_fault_oom{0};
+std::atomic<bool> g_oom{false}, g_skip_host_fns{false};
+std::atomic<size_t> g_allocs{0}; /* allocation calls seen (attempts), for fault loops */
 std::mutex g_msg_mu;
 std::string g_msg;
 
@@ -47,9 +51,12 @@ void parse_faults(const char *spec) {
     }
     std::string key = item.substr(0, eq);
     if (key == "alloc") g_fault_alloc = (unsigned)v;
+    else if (key == "oom") g_fault_oom = (unsigned)v;
     else if (key == "launch") g_fault_launch = (unsigned)v;
     else if (key == "sticky") g_fault_sticky = (unsigned)v;
     else if (key == "delay_us") g_delay_all = (unsigned)v;
+    else if (key == "host_fn_delay_us") g_host_fn_delay = (unsigned)v;
+    else if (key == "host_fns_after_sticky") g_skip_host_fns = v == 0;
     else fprintf(stderr, "gpa-sim: ignoring unknown GPA_SIM_FAULT key '%s'\n", key.c_str());
   }
 }
@@ -96,10 +103,18 @@ const gpa_sim_options &gpa_sim__opts(void) {
 unsigned gpa_sim__opt_workers(void) { return gpa_sim__opts().workers; }
 size_t gpa_sim__opt_stack_bytes(void) { return gpa_sim__opts().stack_bytes; }
 
-bool gpa_sim__fault_take_alloc(void) { return gpa_sim__opts(), take(g_fault_alloc); }
+bool gpa_sim__fault_take_alloc(void) {
+  gpa_sim__opts();
+  g_allocs++;
+  bool fire = take(g_fault_alloc);
+  if (take(g_fault_oom)) g_oom = true;
+  return fire || g_oom.load();
+}
 bool gpa_sim__fault_take_launch(void) { return gpa_sim__opts(), take(g_fault_launch); }
 bool gpa_sim__fault_take_sticky(void) { return gpa_sim__opts(), take(g_fault_sticky); }
 unsigned gpa_sim__fault_delay_all(void) { return gpa_sim__opts(), g_delay_all.load(); }
+unsigned gpa_sim__fault_host_fn_delay(void) { return gpa_sim__opts(), g_host_fn_delay.load(); }
+bool gpa_sim__fault_skip_host_fns(void) { return gpa_sim__opts(), g_skip_host_fns.load(); }
 
 CUresult gpa_sim__fail(CUresult r, const std::string &msg) {
   {
@@ -133,9 +148,18 @@ GPA_SIM_API void gpa_sim_fault_stream_delay(void *stream, unsigned us) {
   if (gpa_sim__ctx_enter(&ctx) == CUDA_SUCCESS && gpa_sim__stream_get(ctx, (CUstream)stream, &s) == CUDA_SUCCESS)
     s->delay_us = us;
 }
+GPA_SIM_API void gpa_sim_fault_oom(unsigned n) {
+  gpa_sim__opts();
+  g_oom = false;
+  g_fault_oom = n;
+}
+GPA_SIM_API void gpa_sim_fault_host_fn_delay(unsigned us) { gpa_sim__opts(), g_host_fn_delay = us; }
+GPA_SIM_API void gpa_sim_fault_host_fns_after_sticky(int run) { gpa_sim__opts(), g_skip_host_fns = !run; }
+GPA_SIM_API size_t gpa_sim_allocations(void) { return g_allocs.load(); }
 GPA_SIM_API void gpa_sim_fault_clear(void) {
   gpa_sim__opts();
-  g_fault_alloc = g_fault_launch = g_fault_sticky = g_delay_all = 0;
+  g_fault_alloc = g_fault_launch = g_fault_sticky = g_delay_all = g_host_fn_delay = g_fault_oom = 0;
+  g_oom = g_skip_host_fns = false;
 }
 GPA_SIM_API size_t gpa_sim_last_error_message(char *buf, size_t n) {
   std::lock_guard<std::mutex> lk(g_msg_mu);

@@ -4,7 +4,10 @@
  * overlap as on a GPU and host code never runs device work itself. After a
  * sticky error, copies and kernels are skipped, but event records, event
  * waits and host functions still run: whoever waits on them is woken (and
- * sees the error at its next synchronizing call) instead of hanging.
+ * sees the error at its next synchronizing call) instead of hanging. A real
+ * driver calls no host function after a sticky error; the fault switch
+ * gpa_sim_fault_host_fns_after_sticky(0) models that, so the library's own
+ * detection of the error (without callbacks) can be tested.
  * The legacy default stream's implicit synchronization is modelled only for
  * synchronous copies and memsets (they wait for the NULL stream and every
  * blocking stream); work queued on the NULL stream does not wait for other
@@ -49,8 +52,10 @@ void stream_main(CUstream_st *s) {
     s->q.pop_front();
     lk.unlock();
     unsigned delay = s->delay_us.load() + gpa_sim__fault_delay_all();
+    if (op.host_fn) delay += gpa_sim__fault_host_fn_delay();
     if (delay) usleep(delay);
-    if (op.always || s->ctx->sticky.load() == 0) {
+    bool sticky = s->ctx->sticky.load() != 0;
+    if (!sticky || (op.always && !(op.host_fn && gpa_sim__fault_skip_host_fns()))) {
       CUresult r = op.fn();
       if (r != CUDA_SUCCESS) gpa_sim__ctx_set_sticky(s->ctx, r, "asynchronous operation failed");
     }
@@ -106,10 +111,10 @@ CUresult gpa_sim__stream_get(CUctx_st *ctx, CUstream h, CUstream_st **out) {
   return CUDA_SUCCESS;
 }
 
-void gpa_sim__stream_push(CUstream_st *s, std::function<CUresult()> fn, bool always) {
+void gpa_sim__stream_push(CUstream_st *s, std::function<CUresult()> fn, bool always, bool host_fn) {
   {
     std::lock_guard<std::mutex> lk(s->mu);
-    s->q.push_back(gpa_sim_op{std::move(fn), always});
+    s->q.push_back(gpa_sim_op{std::move(fn), always, host_fn});
     s->busy = true;
   }
   s->cv.notify_one();
@@ -199,7 +204,7 @@ GPA_SIM_API CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *user_data) 
   CUresult r = gpa_sim__stream_get(ctx, h, &s);
   if (r) return r;
   if (!fn) return CUDA_ERROR_INVALID_VALUE;
-  gpa_sim__stream_push(s, [fn, user_data] { fn(user_data); return CUDA_SUCCESS; }, true);
+  gpa_sim__stream_push(s, [fn, user_data] { fn(user_data); return CUDA_SUCCESS; }, true, true);
   return CUDA_SUCCESS;
 }
 

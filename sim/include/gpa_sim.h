@@ -13,6 +13,10 @@ extern "C" {
  * cuMemAllocAsync, cuMemAllocHost/HostAlloc) fails with
  * CUDA_ERROR_OUT_OF_MEMORY. 0 disarms. */
 void gpa_sim_fault_alloc(unsigned n);
+/* Out of memory: the n-th device allocation from now and every one after it
+ * fail with CUDA_ERROR_OUT_OF_MEMORY, until gpa_sim_fault_oom(0) or
+ * gpa_sim_fault_clear(). */
+void gpa_sim_fault_oom(unsigned n);
 /* The n-th cuLaunchKernel from now is refused with
  * CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (not sticky). 0 disarms. */
 void gpa_sim_fault_launch(unsigned n);
@@ -23,7 +27,16 @@ void gpa_sim_fault_sticky(unsigned n);
 /* Every operation of `stream` (a CUstream; NULL = every stream) waits `us`
  * microseconds before it runs. 0 removes the delay. */
 void gpa_sim_fault_stream_delay(void *stream, unsigned us);
-/* Disarms every fault, including those read from GPA_SIM_FAULT. */
+/* Every host function (cuLaunchHostFunc) waits `us` microseconds before it
+ * is called, on top of any stream delay (its stream waits with it, as on a
+ * GPU). 0 removes the delay. */
+void gpa_sim_fault_host_fn_delay(unsigned us);
+/* run = 0: after a sticky error no host function is called any more, as on
+ * a real GPU (cuLaunchHostFunc documents it); run = 1 (the default): they
+ * still run, so that their waiters are woken. */
+void gpa_sim_fault_host_fns_after_sticky(int run);
+/* Disarms every fault, including those read from GPA_SIM_FAULT (host
+ * functions run after a sticky error again). */
 void gpa_sim_fault_clear(void);
 
 /* Copies the text of the last failed check or injected fault into buf
@@ -31,6 +44,9 @@ void gpa_sim_fault_clear(void);
 size_t gpa_sim_last_error_message(char *buf, size_t n);
 /* Number of live device allocations (leak checks in tests). */
 size_t gpa_sim_live_allocations(void);
+/* Allocation calls so far (device and pinned, failed ones included): the
+ * range of N for a loop that fails each allocation of a workload in turn. */
+size_t gpa_sim_allocations(void);
 
 #ifdef __cplusplus
 }
