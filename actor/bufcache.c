@@ -170,6 +170,13 @@ static void to_cache(gpa__bufcache *c, gpa__slot *s) {
   c->bytes_cached += s->capacity;
 }
 
+uint64_t gpa__bufcache_trim(gpa_actor *a) {
+  gpa__bufcache *c = a->cache;
+  uint64_t freed = c->bytes_cached;
+  while (c->lru.lru_next != &c->lru) evict(a, c->lru.lru_next);
+  return freed;
+}
+
 static gpa_status alloc_mem(gpa_actor *a, uint64_t cap, void **ptr, char *msg, size_t msz) {
   gpa__bufcache *c = a->cache;
   while (c->budget && c->bytes_allocated + cap > c->budget && c->lru.lru_next != &c->lru) evict(a, c->lru.lru_next);
@@ -180,7 +187,7 @@ static gpa_status alloc_mem(gpa_actor *a, uint64_t cap, void **ptr, char *msg, s
   }
   if (a->be->mem_alloc(a->bctx, cap, ptr) == GPA_OK) return GPA_OK;
   /* Out of memory: free every unused cached buffer and retry once. */
-  while (c->lru.lru_next != &c->lru) evict(a, c->lru.lru_next);
+  gpa__bufcache_trim(a);
   if (a->be->mem_alloc(a->bctx, cap, ptr) == GPA_OK) return GPA_OK;
   snprintf(msg, msz, "out of device memory allocating %" PRIu64 " bytes", cap);
   return GPA_ENOMEM;

@@ -66,5 +66,8 @@ gpa__slot *gpa__bufcache_slot(gpa__bufcache *c, gpa_buffer_id id);
 void gpa__bufcache_pin(gpa__slot *s);
 void gpa__bufcache_unpin(gpa_actor *a, gpa__slot *s);
 uint64_t gpa__size_class(uint64_t size);
+/* Frees every unused cached buffer (a backend out of memory for something
+ * else, e.g. op scratch, before it retries once). Returns the bytes freed. */
+uint64_t gpa__bufcache_trim(gpa_actor *a);
 
 #endif
