@@ -9,10 +9,12 @@
 #include "kernels/host/copy.h"
 #include "kernels/host/pool.h"
 
+/* The cuda backend's env starts with the same four members (cuda_internal.h). */
 struct gpa_exec_env {
   gpa__pool *pool;
   void *scratch;
   uint64_t scratch_size;
+  void *(*scratch_fn)(gpa_exec_env *env, uint64_t bytes); /* NULL: host scratch (below) */
 };
 
 typedef struct host_ctx {
@@ -93,6 +95,7 @@ uint32_t gpa_exec_threads(const gpa_exec_env *env) { return env ? gpa__pool_thre
 void *gpa_exec_scratch(gpa_exec_env *env, uint64_t bytes) {
   static _Thread_local void *inline_scratch; /* env NULL: unit tests, one per thread */
   static _Thread_local uint64_t inline_size;
+  if (env && env->scratch_fn) return env->scratch_fn(env, bytes); /* device scratch */
   void **p = env ? &env->scratch : &inline_scratch;
   uint64_t *sz = env ? &env->scratch_size : &inline_size;
   if (bytes <= *sz) return *p;
