@@ -20,6 +20,7 @@ typedef struct startup {
 } startup;
 
 static void actor_loop(gpa_actor *a) {
+  int64_t poll_at = 0; /* next backend poll while device work is in flight */
   for (;;) {
     if (atomic_load_explicit(&a->stopping, memory_order_acquire) && a->opts.shutdown_policy == GPA_SHUTDOWN_CANCEL)
       a->cancelling = true;
@@ -44,12 +45,22 @@ static void actor_loop(gpa_actor *a) {
              (atomic_load_explicit(&a->stopping, memory_order_relaxed) && !a->inflight_total);
     }
     if (work) continue;
+    /* Device work in flight: let the backend look for failures no completion
+     * will report, every GPA__POLL_NS at most, and sleep no longer than that. */
+    int64_t dl = gpa__feed_next_deadline(a);
+    if (a->inflight_total && a->be->poll) {
+      int64_t now = gpa__now_ns();
+      if (now >= poll_at) {
+        poll_at = now + GPA__POLL_NS;
+        if (a->be->poll(a->bctx)) continue;
+      }
+      if (!dl || poll_at < dl) dl = poll_at;
+    }
     uint32_t snap = ck_ec32_value(&a->ec);
     atomic_store_explicit(&a->idle, 1, memory_order_seq_cst);
     if (gpa__mailbox_empty(a) && !atomic_load_explicit(&a->done, memory_order_seq_cst) &&
         !(atomic_load_explicit(&a->stopping, memory_order_seq_cst) && !a->inflight_total)) {
-      /* A parked infeed with a timeout bounds the sleep. */
-      int64_t dl = gpa__feed_next_deadline(a);
+      /* A parked infeed with a timeout bounds the sleep, and so does a poll. */
       struct timespec ts = {dl / 1000000000, dl % 1000000000};
       ck_ec32_wait(&a->ec, &gpa__ec_mp, snap, dl ? &ts : NULL);
     }

@@ -35,7 +35,14 @@ struct gpa__backend {
    * returns its final status (a device backend turns a sticky device error
    * into GPA_EDEVICE here and recycles its per-message resources). */
   gpa_status (*complete)(void *bctx, gpa__msg *m, gpa_status st);
+  /* Optional (asynchronous backends): the actor calls it while messages are
+   * in flight and it is about to sleep, at most every GPA__POLL_NS, and then
+   * sleeps no longer than that. It finds what no completion will report (a
+   * real GPU calls no host function after a sticky error), completes those
+   * messages through gpa__complete_async, and returns how many. */
+  uint32_t (*poll)(void *bctx);
 };
+#define GPA__POLL_NS 5000000 /* 5 ms */
 
 extern const gpa__backend gpa__backend_host;
 /* backends/cuda (only in builds with the CUDA toolkit; weak elsewhere). */
