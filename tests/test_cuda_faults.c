@@ -3,7 +3,9 @@
  *   - a failed device allocation evicts the unused cached buffers and
  *     retries once (the acquire succeeds, one eviction counted);
  *   - an allocation that fails again gives GPA_ENOMEM and the actor lives;
- *   - an op whose scratch allocation fails gets GPA_ENOMEM, the next op runs;
+ *   - an op whose scratch allocation fails evicts the unused cached buffers
+ *     and retries once; out of memory for good, it gets GPA_ENOMEM, and the
+ *     next op runs once memory is back;
  *   - a failed pinned staging allocation gives the cached blocks back and
  *     retries once;
  *   - a launch the driver refuses fails that op with GPA_EDEVICE and the
@@ -53,9 +55,19 @@ static void oom(gpa_actor *a, tcu_sim *sim) {
   printf("ok: eviction + retry once, then ENOMEM (%s)\n", gpa_last_error_message());
 }
 
-static void scratch_oom(gpa_actor *a, tcu_sim *sim) {
+/* layernorm_bwd on a fresh stream (no scratch yet), which needs scratch. */
+static gpa_status lnb(gpa_actor *a, gpa_tensor *t, gpa_handle **h) {
   gpa_queue *q;
-  CHECK_OK(gpa_queue_create(a, "fresh", &q)); /* a new stream: no scratch yet */
+  CHECK_OK(gpa_queue_create(a, "fresh", &q)); /* its scratch is allocated by the op */
+  gpa_op_call c = {"layernorm_bwd", t, 5, t + 5, 3, NULL, 0};
+  gpa_status st = gpa_submit(q, &c, h);
+  if (st == GPA_OK) st = gpa_await(*h, -1);
+  CHECK_OK(gpa_queue_destroy(q)); /* frees the scratch */
+  return st;
+}
+
+static void scratch_oom(gpa_actor *a, tcu_sim *sim) {
+  gpa_queue *dq = gpa_actor_default_queue(a);
   enum { N = 8, D = 64 };
   gpa_tensor t[8];
   int64_t nd[2] = {N, D};
@@ -67,25 +79,37 @@ static void scratch_oom(gpa_actor *a, tcu_sim *sim) {
       t[i].shape[0] = nd[0];
       t[i].shape[1] = nd[1];
     }
-    CHECK_OK(tu_fill(q, &t[i], i == 4 ? 1.0 : 0.5, NULL));
+    CHECK_OK(tu_fill(dq, &t[i], i == 4 ? 1.0 : 0.5, NULL));
   }
   /* layernorm_bwd: x, dy, gamma, mean, rstd -> dx, dgamma, dbeta */
-  gpa_op_call c = {"layernorm_bwd", t, 5, t + 5, 3, NULL, 0};
+  CHECK_OK(gpa_sync_batch(dq, NULL));
   gpa_handle *h;
-  CHECK_OK(gpa_sync_batch(q, NULL));
+  /* One failure with a cached buffer to give back: evicted, retried, done. */
+  gpa_buffer_id spare;
+  CHECK_OK(gpa_buffer_acquire(a, NULL, 1 << 20, &spare));
+  CHECK_OK(gpa_buffer_release(a, spare));
+  gpa_actor_stats s0, s1;
+  stats(a, &s0);
+  CHECK(s0.bytes_cached >= (1u << 20));
   sim->fault_alloc(1);
-  CHECK_OK(gpa_submit(q, &c, &h));
-  CHECK_ST(gpa_await(h, -1), GPA_ENOMEM);
-  CHECK(strstr(gpa_handle_error_message(h), "CUDA_ERROR_OUT_OF_MEMORY"));
-  printf("ok: op scratch out of memory: %s\n", gpa_handle_error_message(h));
+  CHECK_OK(lnb(a, t, &h));
   gpa_handle_release(h);
-  CHECK_OK(gpa_submit(q, &c, &h));
-  CHECK_OK(gpa_await(h, -1));
+  stats(a, &s1);
+  CHECK(s1.evictions > s0.evictions && s1.bytes_cached == 0);
+  printf("ok: op scratch out of memory: %llu cached buffer(s) evicted, retried once, op done\n",
+         (unsigned long long)(s1.evictions - s0.evictions));
+  /* Out of memory for good: the retry fails too, GPA_ENOMEM, actor lives. */
+  sim->fault_oom(1);
+  CHECK_ST(lnb(a, t, &h), GPA_ENOMEM);
+  CHECK(strstr(gpa_handle_error_message(h), "CUDA_ERROR_OUT_OF_MEMORY"));
+  printf("ok: op scratch out of memory after the retry: %s\n", gpa_handle_error_message(h));
+  gpa_handle_release(h);
+  sim->fault_oom(0);
+  CHECK_OK(lnb(a, t, &h));
   gpa_handle_release(h);
   float dg[D];
-  tu_get(q, &t[6], dg, D);
+  tu_get(dq, &t[6], dg, D);
   for (int i = 0; i < D; i++) CHECK(dg[i] == 0.0f); /* x constant per row: xhat = 0 */
-  CHECK_OK(gpa_queue_destroy(q));
 }
 
 static void staging_oom(gpa_actor *a, tcu_sim *sim) {

@@ -27,6 +27,13 @@ typedef struct tcu_sim {
   void (*fault_stream_delay)(void *stream, unsigned us);
   void (*fault_clear)(void);
   size_t (*last_error_message)(char *buf, size_t n);
+  void (*fault_oom)(unsigned n);
+  void (*fault_host_fn_delay)(unsigned us);
+  void (*fault_host_fns_after_sticky)(int run);
+  size_t (*allocations)(void);
+  size_t (*live_allocations)(void);
+  /* internal hook: 1 when [p, p+bytes) is inside one live device allocation */
+  int (*device_range_ok)(unsigned long long p, size_t bytes, char *why, size_t n);
 } tcu_sim;
 
 static inline tcu_sim tcu_sim_api(gpa_actor *a) {
@@ -47,7 +54,14 @@ static inline tcu_sim tcu_sim_api(gpa_actor *a) {
   TCU_SYM(fault_stream_delay);
   TCU_SYM(fault_clear);
   TCU_SYM(last_error_message);
+  TCU_SYM(fault_oom);
+  TCU_SYM(fault_host_fn_delay);
+  TCU_SYM(fault_host_fns_after_sticky);
+  TCU_SYM(allocations);
+  TCU_SYM(live_allocations);
 #undef TCU_SYM
+  *(void **)&s.device_range_ok = dlsym(lib, "gpa_sim__device_range_ok");
+  CHECK(s.device_range_ok);
   dlclose(lib);
   return s;
 }

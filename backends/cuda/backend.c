@@ -13,8 +13,17 @@
  * (records of a stream complete in FIFO order), reads the device time from
  * the events, recycles staging and record, and turns the status into
  * GPA_EDEVICE if the context has a sticky error (every driver call reports it
- * once it happened). Nobody polls: the actor sleeps on its event count and
- * waiters on their handle's futex.
+ * once it happened). The actor sleeps on its event count and waiters on their
+ * handle's futex.
+ *
+ * A real driver calls no host function after a sticky error, so the records
+ * pending then would never complete. While work is in flight the actor wakes
+ * every few ms and calls our `poll`: it queries the busy streams
+ * (cuStreamQuery reports the sticky error) and, once the context failed,
+ * completes every record whose host function has not run with GPA_EDEVICE.
+ * A record is completed by whoever claims it first (rec->claimed), the host
+ * function or the poll; a record the poll claimed stays allocated, untouched,
+ * until fini, because its host function may still be called late.
  *
  * Staging: an upload's data was copied by gpa_upload into a malloc'ed
  * payload (the caller may free at once); the actor copies it into a pinned
@@ -168,6 +177,22 @@ static void cu_fini(void *bctx) {
     enter(C);
   }
   gpa__cu_kernels_release(C);
+  /* The streams are gone (reset) or idle: no host function can run now. */
+  while (C->abandoned) {
+    gpa__cu_rec *r = C->abandoned;
+    C->abandoned = r->next;
+    r->next = C->free_recs;
+    C->free_recs = r;
+    for (gpa__cu_stage *st = r->stages, *n; st; st = n) {
+      n = st->next;
+      st->next = C->free_stages;
+      C->free_stages = st;
+    }
+    if (r->post.stage) {
+      r->post.stage->next = C->free_stages;
+      C->free_stages = r->post.stage;
+    }
+  }
   while (C->free_queues) {
     gpa__cu_queue *q = C->free_queues;
     C->free_queues = q->next_free;
@@ -314,9 +339,10 @@ static void cu_queue_fini(void *bctx, void *bq) {
   C->free_queues = q;
 }
 
-CUdeviceptr gpa__cu_scratch(const gpa_op_exec *x, uint64_t bytes) {
-  gpa__cu_ctx *C = gpa__cu_of(x);
-  gpa__cu_queue *q = C->cur_q;
+/* The queue's scratch block, at least `bytes`. Out of memory: the buffer
+ * cache gives its unused buffers back and the allocation is tried once more
+ * (as buffer allocation does); then the op fails with GPA_ENOMEM. */
+static CUdeviceptr scratch_get(gpa__cu_ctx *C, gpa__cu_queue *q, uint64_t bytes, char *msg, size_t msg_cap) {
   if (!bytes) bytes = 256;
   if (q->scratch_cap >= bytes) return q->scratch;
   if (q->scratch) {
@@ -328,13 +354,33 @@ CUdeviceptr gpa__cu_scratch(const gpa_op_exec *x, uint64_t bytes) {
   }
   uint64_t cap = gpa__size_class(bytes);
   CUresult r = C->cu.cuMemAlloc(&q->scratch, cap);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+    uint64_t freed = gpa__bufcache_trim(C->a);
+    gpa__log(GPA_LOG_DEBUG, C->a->opts.log_level,
+             "cuda: scratch of %" PRIu64 " bytes: out of memory, %" PRIu64 " cached bytes evicted, retrying", cap, freed);
+    r = C->cu.cuMemAlloc(&q->scratch, cap);
+  }
   if (r != CUDA_SUCCESS) {
-    gpa__cu_check(C, r, "scratch: cuMemAlloc", x->msg, x->msg_size);
+    gpa__cu_check(C, r, "scratch: cuMemAlloc", msg, msg_cap);
     q->scratch = 0;
     return 0;
   }
   q->scratch_cap = cap;
   return q->scratch;
+}
+
+CUdeviceptr gpa__cu_scratch(const gpa_op_exec *x, uint64_t bytes) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  return scratch_get(C, C->cur_q, bytes, x->msg, x->msg_size);
+}
+
+/* gpa_exec_scratch for user ops' CUDA implementations: the same per-stream
+ * block, device memory, stream ordered (the op's work on x->stream may use it;
+ * the next op of the stream reuses it). */
+static void *exec_scratch(gpa_exec_env *env, uint64_t bytes) {
+  gpa__cu_ctx *C = env->C;
+  gpa__msg *m = C->cur_msg;
+  return (void *)(uintptr_t)scratch_get(C, C->cur_q, bytes, m->err, sizeof m->err);
 }
 
 gpa_status gpa__cu_sync(const gpa_op_exec *x) {
@@ -367,6 +413,8 @@ static gpa__cu_rec *rec_get(gpa__cu_ctx *C, gpa__msg *m, char *msg, size_t cap) 
   r->m = m;
   r->stages = NULL;
   r->post = (gpa__cu_post){0};
+  atomic_store_explicit(&r->claimed, 0, memory_order_relaxed); /* published by cuLaunchHostFunc */
+  r->abandoned = false;
   r->next = NULL;
   return r;
 }
@@ -381,9 +429,11 @@ static void rec_put(gpa__cu_ctx *C, gpa__cu_rec *r) {
   C->free_recs = r;
 }
 
-/* The host function: driver's callback thread. No CUDA call, no allocation. */
+/* The host function: driver's callback thread. No CUDA call, no allocation.
+ * A record the poll claimed is not touched (its message may be gone). */
 static void CUDA_CB done(void *arg) {
   gpa__cu_rec *r = arg;
+  if (atomic_exchange_explicit(&r->claimed, 1, memory_order_acq_rel)) return;
   for (gpa__cu_stage *s = r->stages; s; s = s->next)
     if (s->rb_n) memcpy(s->rb_dst, s->p, s->rb_n);
   gpa__complete_async(r->C->a, r->m, GPA_OK);
@@ -402,10 +452,52 @@ static gpa_status enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r,
     rec_put(C, r);
     return st;
   }
-  if (q->tail) q->tail->next = r;
-  else q->head = r;
+  if (q->tail) {
+    q->tail->next = r;
+  } else {
+    q->head = r;
+    q->busy_prev = NULL; /* onto the poll's list */
+    q->busy_next = C->busy;
+    if (C->busy) C->busy->busy_prev = q;
+    C->busy = q;
+  }
   q->tail = r;
   return GPA__DEFERRED;
+}
+
+/* Unlinks r (whose predecessor in q is prev) from q's records. */
+static void rec_unlink(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *prev, gpa__cu_rec *r) {
+  if (prev) prev->next = r->next;
+  else q->head = r->next;
+  if (q->tail == r) q->tail = prev;
+  r->next = NULL;
+  if (q->head) return;
+  if (q->busy_prev) q->busy_prev->busy_next = q->busy_next;
+  else C->busy = q->busy_next;
+  if (q->busy_next) q->busy_next->busy_prev = q->busy_prev;
+  q->busy_prev = q->busy_next = NULL;
+}
+
+/* The actor is about to sleep with work in flight: is the context still
+ * alive? After a sticky error, every record not claimed by its host function
+ * is completed here, with GPA_EDEVICE. Returns the messages completed. */
+static uint32_t cu_poll(void *bctx) {
+  gpa__cu_ctx *C = bctx;
+  for (gpa__cu_queue *q = C->busy; q && !C->failed; q = q->busy_next) {
+    CUresult e = C->cu.cuStreamQuery(q->s);
+    if (e != CUDA_SUCCESS && e != CUDA_ERROR_NOT_READY) gpa__cu_check(C, e, "cuStreamQuery", NULL, 0);
+  }
+  if (!C->failed) return 0;
+  uint32_t n = 0;
+  for (gpa__cu_queue *q = C->busy; q; q = q->busy_next)
+    for (gpa__cu_rec *r = q->head; r; r = r->next) {
+      if (r->abandoned || atomic_exchange_explicit(&r->claimed, 1, memory_order_acq_rel)) continue;
+      r->abandoned = true;
+      snprintf(r->m->err, sizeof r->m->err, "device failed: %s", C->fail_msg);
+      gpa__complete_async(C->a, r->m, GPA_EDEVICE);
+      n++;
+    }
+  return n;
 }
 
 static gpa_status post_status(const gpa__cu_rec *r, gpa__msg *m) {
@@ -446,13 +538,24 @@ gpa_status gpa__cu_post_check(const gpa_op_exec *x, int kind, const char *op, CU
 static gpa_status cu_complete(void *bctx, gpa__msg *m, gpa_status st) {
   gpa__cu_ctx *C = bctx;
   gpa__cu_queue *q = m->q->bq;
-  gpa__cu_rec *r = q->head;
-  if (!r || r->m != m) {
-    snprintf(m->err, sizeof m->err, "cuda: completion out of order (internal error)");
+  /* Host functions complete a stream's records in order; the poll's claims
+   * may overtake one still on its way. */
+  gpa__cu_rec *prev = NULL, *r = q->head;
+  while (r && r->m != m) {
+    prev = r;
+    r = r->next;
+  }
+  if (!r) {
+    snprintf(m->err, sizeof m->err, "cuda: completion of an unknown message (internal error)");
     return GPA_EINTERNAL;
   }
-  q->head = r->next;
-  if (!q->head) q->tail = NULL;
+  rec_unlink(C, q, prev, r);
+  if (r->abandoned) {
+    r->m = NULL;
+    r->next = C->abandoned;
+    C->abandoned = r;
+    return GPA_EDEVICE; /* m->err was set by the poll */
+  }
   float ms = 0;
   CUresult e = C->cu.cuEventElapsedTime(&ms, r->ev0, r->ev1);
   if (e == CUDA_SUCCESS) m->device_ns = (int64_t)((double)ms * 1e6);
@@ -563,6 +666,9 @@ static gpa_status cu_run(void *bctx, gpa__msg *m, gpa_op_impl_fn impl, gpa_op_ex
   if (C->walk) C->walk = C->walk->next;
   C->cur_q = q;
   x->stream = q->s;
+  /* gpa_exec_scratch: device scratch for CUDA implementations, host scratch
+   * for a host implementation on the fallback. */
+  C->env.scratch_fn = impl == gpa__cu_fallback ? NULL : exec_scratch;
   gpa__cu_rec *r = rec_get(C, m, m->err, sizeof m->err);
   if (!r) return C->failed ? GPA_EDEVICE : GPA_ENOMEM;
   CUresult e = C->cu.cuEventRecord(r->ev0, q->s);
@@ -595,7 +701,7 @@ static gpa_exec_env *cu_env(void *bctx) { return &((gpa__cu_ctx *)bctx)->env; }
 #define GPA__CU_METHODS                                                                                      \
   .init = cu_init, .fini = cu_fini, .mem_alloc = cu_alloc, .mem_free = cu_free, .queue_init = cu_queue_init, \
   .queue_fini = cu_queue_fini, .upload = cu_upload, .readback = cu_readback, .impl_of = cu_impl_of,          \
-  .run = cu_run, .fence = cu_fence, .env = cu_env, .complete = cu_complete
+  .run = cu_run, .fence = cu_fence, .env = cu_env, .complete = cu_complete, .poll = cu_poll
 
 const gpa__backend gpa__backend_cuda = {.name = "cuda", GPA__CU_METHODS};
 const gpa__backend gpa__backend_sim = {.name = "sim", GPA__CU_METHODS};

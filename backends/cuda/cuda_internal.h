@@ -30,13 +30,18 @@ typedef struct gpa__cu_post {
 } gpa__cu_post;
 
 /* One message in flight on a stream: events around its work, the staging it
- * holds, and the host function that completes it. */
+ * holds, and the host function that completes it. `claimed` decides who
+ * completes the message, exactly once: the host function, or the poll that
+ * found a sticky error (the host function may then never run, or run late:
+ * such a record is kept, untouched, until the context is torn down). */
 typedef struct gpa__cu_rec {
   gpa__cu_ctx *C;
   gpa__msg *m;
   CUevent ev0, ev1;
   gpa__cu_stage *stages; /* held until the work is done; readbacks land from here */
   gpa__cu_post post;
+  _Atomic int claimed;
+  bool abandoned; /* claimed by the poll (actor thread only) */
   struct gpa__cu_rec *next;
 } gpa__cu_rec;
 
@@ -48,15 +53,19 @@ typedef struct gpa__cu_queue {
   CUdeviceptr scratch; /* per stream: ops of one stream never overlap */
   uint64_t scratch_cap;
   struct gpa__cu_queue *next_free;
+  struct gpa__cu_queue *busy_prev, *busy_next; /* on C->busy while it has records */
 } gpa__cu_queue;
 
-/* What op implementations reach through x->env. The first three members
+/* What op implementations reach through x->env. The first four members
  * mirror the host backend's env so that gpa_exec_parallel_for/_threads work
- * (inline) for user ops; see docs/cuda.md about gpa_exec_scratch. */
+ * (inline) for user ops and gpa_exec_scratch reaches scratch_fn. */
 struct gpa_exec_env {
   void *host_pool;       /* NULL: parallel loops run inline */
-  void *host_scratch;    /* owned by host.c's gpa_exec_scratch if a user op calls it */
+  void *host_scratch;    /* host.c's gpa_exec_scratch: the host fallback's scratch */
   uint64_t host_scratch_size;
+  /* gpa_exec_scratch: device scratch of the running op's stream; NULL while
+   * the host fallback runs a host implementation (host scratch then). */
+  void *(*scratch_fn)(gpa_exec_env *env, uint64_t bytes);
   gpa__cu_ctx *C;
 };
 
@@ -92,6 +101,10 @@ struct gpa__cu_ctx {
   /* sticky device error: every later op fails with it */
   CUresult failed;
   char fail_msg[160];
+  /* queues with records in flight (the poll's list), and records claimed by
+   * the poll after a sticky error, freed at fini */
+  gpa__cu_queue *busy;
+  gpa__cu_rec *abandoned;
   /* pools */
   gpa__cu_rec *free_recs;
   gpa__cu_stage *free_stages;

@@ -4,7 +4,8 @@
  * Synchronous on the actor thread: wait for the stream, copy every buffer
  * range the op names to pinned host memory (one range per buffer, covering
  * all of its tensors, so aliasing between inputs and outputs is preserved
- * exactly), run the host implementation inline (env NULL), copy the ranges
+ * exactly), run the host implementation inline (loops inline, host
+ * scratch), copy the ranges
  * that hold outputs back, wait again. Correct on a GPU, slow by design;
  * docs/cuda.md lists which ops take it. */
 #include <stdio.h>
@@ -86,7 +87,7 @@ gpa_status gpa__cu_fallback(const gpa_op_exec *x) {
   hx.in = ptrs;
   hx.out = ptrs + x->n_inputs;
   hx.stream = NULL;
-  hx.env = NULL;
+  hx.env = x->env; /* inline loops, host scratch (run() cleared scratch_fn) */
   hx.user_data = op->d.user_data;
   st = op->d.host(&hx);
   if (st == GPA_OK) {
