@@ -68,3 +68,17 @@ add_dependencies(gpa_obj gpa_cuda_nodev)
 # The whole suite passes on the simulated device: scripts/test.sh runs it
 # with GPA_DEVICE=sim too (see devices() there for the sanitizer builds).
 set(GPA_CUDA_BACKEND ON CACHE INTERNAL "the cuda backend is built; the suite runs on sim")
+# The other modules' kernels (fp32 and bf16): no spills either, one test per
+# source (ew_no_spills, ...).
+if((BUILD_TESTING OR NOT DEFINED BUILD_TESTING) AND NOT GPA_SANITIZE)
+  foreach(entry ew:elementwise norm:norm lin:linear emb:embedding met:metrics)
+    string(REPLACE ":" ";" parts "${entry}")
+    list(GET parts 0 mod)
+    list(GET parts 1 src)
+    add_test(NAME ${mod}_no_spills COMMAND ${CMAKE_COMMAND} -DNVCC=${GPA_NVCC}
+      -DSRC=${PROJECT_SOURCE_DIR}/kernels/cuda/${src}.cu -DINC=${PROJECT_SOURCE_DIR}/kernels/cuda
+      -DOUT=${CMAKE_BINARY_DIR}/check_no_spills_${mod} -P ${CMAKE_CURRENT_LIST_DIR}/check_no_spills.cmake)
+    set_tests_properties(${mod}_no_spills PROPERTIES TIMEOUT 900)
+  endforeach()
+endif()
+
