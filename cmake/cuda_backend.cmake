@@ -65,9 +65,6 @@ set_target_properties(gpa_cuda_nodev PROPERTIES PREFIX "lib" OUTPUT_NAME gpa_cud
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
 add_dependencies(gpa_obj gpa_cuda_nodev)
 
-# The whole suite passes on the simulated device: scripts/test.sh runs it
-# with GPA_DEVICE=sim too (see devices() there for the sanitizer builds).
-set(GPA_CUDA_BACKEND ON CACHE INTERNAL "the cuda backend is built; the suite runs on sim")
 # The other modules' kernels (fp32 and bf16): no spills either, one test per
 # source (ew_no_spills, ...).
 if((BUILD_TESTING OR NOT DEFINED BUILD_TESTING) AND NOT GPA_SANITIZE)
@@ -82,3 +79,6 @@ if((BUILD_TESTING OR NOT DEFINED BUILD_TESTING) AND NOT GPA_SANITIZE)
   endforeach()
 endif()
 
+# The whole suite passes on the simulated device: scripts/test.sh runs it
+# with GPA_DEVICE=sim too (see devices() there for the sanitizer builds).
+set(GPA_CUDA_BACKEND ON CACHE INTERNAL "the cuda backend is built; the suite runs on sim")
