@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "actor/bufcache.h"
+#include "actor/fence.h"
 #include "actor/spin.h"
 #include "backends/backend.h"
 
@@ -24,6 +25,7 @@ static void actor_loop(gpa_actor *a) {
   for (;;) {
     if (atomic_load_explicit(&a->stopping, memory_order_acquire) && a->opts.shutdown_policy == GPA_SHUTDOWN_CANCEL)
       a->cancelling = true;
+    a->stamp = 0; /* time between passes is nobody's device time */
     uint32_t did = gpa__drain_completions(a);
     did += gpa__mailbox_drain(a, 64);
     if (a->parked) {
@@ -57,9 +59,10 @@ static void actor_loop(gpa_actor *a) {
       if (!dl || poll_at < dl) dl = poll_at;
     }
     uint32_t snap = ck_ec32_value(&a->ec);
-    atomic_store_explicit(&a->idle, 1, memory_order_seq_cst);
-    if (gpa__mailbox_empty(a) && !atomic_load_explicit(&a->done, memory_order_seq_cst) &&
-        !(atomic_load_explicit(&a->stopping, memory_order_seq_cst) && !a->inflight_total)) {
+    atomic_store_explicit(&a->idle, 1, memory_order_relaxed);
+    gpa__fence_heavy(); /* the rare side of the idle/ring pair (fence.h) */
+    if (gpa__mailbox_empty(a) && !atomic_load_explicit(&a->done, memory_order_acquire) &&
+        !(atomic_load_explicit(&a->stopping, memory_order_acquire) && !a->inflight_total)) {
       /* A parked infeed with a timeout bounds the sleep, and so does a poll. */
       struct timespec ts = {dl / 1000000000, dl % 1000000000};
       ck_ec32_wait(&a->ec, &gpa__ec_mp, snap, dl ? &ts : NULL);
@@ -118,6 +121,7 @@ gpa_status gpa_actor_create(const gpa_actor_options *opts, gpa_actor **out) {
   if (!out) return gpa__fail(GPA_EINVAL, "gpa_actor_create: out is NULL");
   *out = NULL;
   gpa__clock_init();
+  gpa__fence_init();
   gpa_actor *a = calloc(1, sizeof *a);
   if (!a) return gpa__fail(GPA_ENOMEM, "gpa_actor_create: out of memory");
   gpa_status st = gpa__options_resolve(opts, &a->opts);

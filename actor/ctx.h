@@ -12,7 +12,19 @@
  */
 #ifndef GPA_ACTOR_CTX_H
 #define GPA_ACTOR_CTX_H
+#include <string.h>
+
 #include "actor/internal.h"
+
+/* A registry lookup remembered by the thread that made it. It is valid
+ * while the registry slot still holds `op` and op's name equals the name
+ * asked for (gpa__ctx_find_op), so it needs no invalidation. */
+#define GPA__OP_CACHE 8
+typedef struct gpa__op_cache {
+  const char *name; /* the caller's pointer: picks the entry, proves nothing */
+  const gpa__op *op;
+  uint32_t slot;
+} gpa__op_cache;
 
 struct gpa__ctx {
   gpa_actor *actor;          /* not dereferenced once `dead` */
@@ -26,13 +38,40 @@ struct gpa__ctx {
   _Atomic uint64_t refs;
   _Atomic(gpa__msg *) returned;
   gpa__msg *free_list;       /* owner only */
+  uint64_t prepaid;          /* owner only: refs taken ahead for messages to hand out */
+  gpa__op_cache ops[GPA__OP_CACHE]; /* owner only: recent op lookups */
   void **slabs;              /* owner only while owned; freed with the context */
   uint32_t n_slabs, cap_slabs;
 };
 
+/* The context this thread used last: most threads submit to one actor. */
+extern _Thread_local gpa__ctx *gpa__tls_last;
+gpa__ctx *gpa__ctx_lookup(gpa_actor *a);
+
 /* The calling thread's context for actor a, registering one on first use. */
-gpa__ctx *gpa__ctx_get(gpa_actor *a);
+static inline gpa__ctx *gpa__ctx_get(gpa_actor *a) {
+  gpa__ctx *c = gpa__tls_last;
+  /* A destroyed actor's address may be reused: `dead` tells them apart. */
+  if (__builtin_expect(c && c->actor == a && !atomic_load_explicit(&c->dead, memory_order_relaxed), 1)) return c;
+  return gpa__ctx_lookup(a);
+}
+
+const gpa__op *gpa__ctx_find_op_slow(gpa__ctx *c, const gpa_registry *reg, const char *name);
+
+/* gpa__registry_find through c's cache (c's owner thread only). One context
+ * serves one actor, hence one registry, whose entries live as long. */
+static inline const gpa__op *gpa__ctx_find_op(gpa__ctx *c, const gpa_registry *reg, const char *name) {
+  const gpa__op_cache *e = &c->ops[((uintptr_t)name >> 3) % GPA__OP_CACHE];
+  if (__builtin_expect(e->name == name && e->op, 1) &&
+      atomic_load_explicit(&((gpa_registry *)reg)->slot[e->slot], memory_order_acquire) == e->op &&
+      !strcmp(e->op->name_buf, name))
+    return e->op;
+  return gpa__ctx_find_op_slow(c, reg, name);
+}
 void gpa__ctx_unref(gpa__ctx *c);
+void gpa__ctx_unref_n(gpa__ctx *c, uint64_t n);
+/* gpa__msg_new from c's pool (c's owner thread only). */
+gpa__msg *gpa__msg_take(gpa__ctx *c, int kind);
 void gpa__ctx_free(gpa__ctx *c);
 
 #endif

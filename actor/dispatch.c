@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "actor/bufcache.h"
+#include "actor/fence.h"
 #include "backends/backend.h"
 
 extern const struct ck_ec_mode gpa__ec_mp;
@@ -70,7 +71,15 @@ static void finish(gpa_actor *a, gpa__msg *m, gpa_status st) {
   m->status = st;
   if (st != GPA_OK && !m->err[0]) snprintf(m->err, sizeof m->err, "%s", gpa_strerror(st));
   gpa_queue *q = m->q;
-  if (q && m->kind != GPA__MSG_CALL) gpa__batch_account(q, m, m->device_ns, st == GPA_OK ? m->bytes : 0);
+  if (q && m->kind != GPA__MSG_CALL) {
+    if (st == GPA_OK && m->kind == GPA__MSG_OP) { /* the common case, inline */
+      q->batch.ops++;
+      q->batch.device_ns += m->device_ns;
+      q->batch.bytes += m->bytes;
+    } else {
+      gpa__batch_account(q, m, m->device_ns, st == GPA_OK ? m->bytes : 0);
+    }
+  }
   if (GPA__PROFILING(a) && m->kind != GPA__MSG_CALL) gpa__prof_op(a, m, st, gpa__clock_ns());
   if (m->kind == GPA__MSG_OUTFEED || m->kind == GPA__MSG_INFEED) {
     /* An outfeed's handle completes at delivery, in the session's order
@@ -94,8 +103,10 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
   }
   if (st == GPA_OK) {
     m->err[0] = 0;
-    int64_t t0 = gpa__clock_ns();
     bool prof = GPA__PROFILING(a) && m->kind != GPA__MSG_CALL;
+    /* An op runs from the end of the actor's previous message (when that is
+     * known: a->stamp) to its own end; one clock read per op in a burst. */
+    int64_t t0 = a->stamp && !prof ? a->stamp : gpa__clock_ns();
     if (prof) {
       m->t_start = t0;
       m->depth = m->q ? m->q->n_held : 0;
@@ -111,7 +122,12 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
     if (prof) gpa__nvtx_pop();
     /* Synchronous backends: the time on the actor is the device time. An
      * asynchronous one measures with events and sets device_ns itself. */
-    if (st != GPA__DEFERRED && m->kind != GPA__MSG_CALL) m->device_ns = gpa__clock_ns() - t0;
+    if (st != GPA__DEFERRED && m->kind != GPA__MSG_CALL) {
+      a->stamp = gpa__clock_ns();
+      m->device_ns = a->stamp - t0;
+    } else {
+      a->stamp = 0;
+    }
   } else {
     m->t_start = gpa__clock_ns();
   }
@@ -130,7 +146,8 @@ void gpa__complete_async(gpa_actor *a, gpa__msg *m, gpa_status st) {
   do {
     m->next = head;
   } while (!atomic_compare_exchange_weak_explicit(&a->done, &head, m, memory_order_release, memory_order_relaxed));
-  if (atomic_load_explicit(&a->idle, memory_order_seq_cst)) ck_ec32_inc(&a->ec, &gpa__ec_mp);
+  gpa__fence_light(); /* the push before the look at idle (fence.h) */
+  if (atomic_load_explicit(&a->idle, memory_order_relaxed)) ck_ec32_inc(&a->ec, &gpa__ec_mp);
 }
 
 uint32_t gpa__drain_completions(gpa_actor *a) {

@@ -49,14 +49,22 @@ static bool ctx_refill(gpa__ctx *c) {
 
 gpa__msg *gpa__msg_new(gpa_actor *a, int kind) {
   gpa__ctx *c = gpa__ctx_get(a);
-  if (!c) return NULL;
+  return c ? gpa__msg_take(c, kind) : NULL;
+}
+
+gpa__msg *gpa__msg_take(gpa__ctx *c, int kind) {
   if (!c->free_list && !ctx_refill(c)) {
     gpa__fail(GPA_ENOMEM, "out of memory allocating a message");
     return NULL;
   }
   gpa__msg *m = c->free_list;
   c->free_list = m->next;
-  atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
+  /* Each message out holds a reference on c; take them 64 at a time. */
+  if (!c->prepaid) {
+    atomic_fetch_add_explicit(&c->refs, 64, memory_order_relaxed);
+    c->prepaid = 64;
+  }
+  c->prepaid--;
   /* Reset the header only: tensors, params and err are written before use. */
   atomic_store_explicit(&m->state, 0, memory_order_relaxed);
   atomic_store_explicit(&m->waiters, 0, memory_order_relaxed);
@@ -96,10 +104,15 @@ static void give_back(gpa__ctx *c, gpa__msg *first, gpa__msg *last, uint64_t n) 
 }
 
 static bool drop_ref(gpa__msg *m) {
-  if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return false;
+  /* The only reference: nobody else can take one, no atomic RMW needed. */
+  if (atomic_load_explicit(&m->refs, memory_order_acquire) != 1 &&
+      atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
+    return false;
   if (m->t != m->t_inline) free(m->t);
-  free(m->payload);
-  m->payload = NULL;
+  if (m->payload) {
+    free(m->payload);
+    m->payload = NULL;
+  }
   return true;
 }
 
@@ -113,7 +126,7 @@ void gpa__msg_unref_actor(gpa_actor *a, gpa__msg *m) {
   if (!drop_ref(m)) return;
   gpa__ret_cache *rc = a->ret;
   uint32_t i = 0;
-  while (i < GPA__RET_SLOTS && rc[i].n && rc[i].c != m->owner) i++;
+  while (i < GPA__RET_SLOTS && rc[i].c != m->owner && rc[i].n) i++;
   if (i == GPA__RET_SLOTS) {
     gpa__msg_return_flush(a);
     i = 0;

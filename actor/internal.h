@@ -106,6 +106,7 @@ struct gpa_queue {
   /* actor thread only */
   uint64_t expect;   /* ticket to run next */
   gpa__msg *held;    /* messages not yet started, sorted by ticket */
+  gpa__msg *held_tail;
   uint32_t n_held;
   uint32_t inflight; /* started on the device, not yet completed */
   /* parking (feed/): the head message waits for data or room */
@@ -183,6 +184,7 @@ struct gpa_actor {
   uint32_t held_total;
   uint32_t inflight_total;
   bool cancelling; /* shutdown with GPA_SHUTDOWN_CANCEL: complete instead of run */
+  int64_t stamp;   /* gpa__clock_ns at the end of the last synchronous op; 0: unknown */
   uint64_t messages;
   uint64_t bytes_uploaded, bytes_read_back, uploads_skipped;
   char scratch_err[GPA__ERR_MAX];
@@ -285,5 +287,10 @@ void gpa__nvtx_pop(void);
 gpa_status gpa__check_queue(gpa_queue *q);
 gpa_status gpa__tensor_bytes(const gpa_tensor *t, uint64_t *bytes, const char *what);
 gpa_status gpa__check_tensor(gpa_actor *a, const gpa_tensor *t, const char *what);
+/* The same for the argument "what: list[index]", named only in a failure. */
+gpa_status gpa__tensor_bytes_at(const gpa_tensor *t, uint64_t *bytes, const char *what, const char *list,
+                                uint32_t index);
+gpa_status gpa__check_tensor_at(gpa_actor *a, const gpa_tensor *t, const char *what, const char *list,
+                                uint32_t index);
 
 #endif

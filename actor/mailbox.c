@@ -7,12 +7,15 @@
  *
  * Wake-up: the actor sleeps on a ck_ec32 event count. Producers increment it
  * only when the actor has announced it is going idle; the idle flag and the
- * ring contents form a Dekker pair (seq_cst on both sides), so a message is
- * never left unseen while the actor sleeps.
+ * ring contents form a Dekker pair, so a message is never left unseen while
+ * the actor sleeps.
  *
  * Shutdown: destroy sets `closing`, then waits until no producer is inside
  * gpa__send (`busy`, again a Dekker pair), so every message that was accepted
  * is in a ring before the actor's final drain.
+ *
+ * Both pairs put their full fence on the rare side (the actor going to sleep,
+ * destroy) and only a compiler barrier on the producer's side (fence.h).
  */
 #include <errno.h>
 #include <limits.h>
@@ -26,6 +29,7 @@
 #include <unistd.h>
 
 #include "actor/ctx.h"
+#include "actor/fence.h"
 #include "actor/spin.h"
 #include "actor/tsan.h"
 
@@ -55,6 +59,7 @@ typedef struct tls_ctxs {
   uint32_t n, cap;
 } tls_ctxs;
 static _Thread_local tls_ctxs gpa__tls;
+_Thread_local gpa__ctx *gpa__tls_last;
 static pthread_key_t gpa__tls_key;
 static pthread_once_t gpa__tls_once = PTHREAD_ONCE_INIT;
 void gpa__tls_drop_dead(void);
@@ -66,16 +71,22 @@ void gpa__ctx_free(gpa__ctx *c) {
   free(c);
 }
 
-void gpa__ctx_unref(gpa__ctx *c) {
-  if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1) gpa__ctx_free(c);
+void gpa__ctx_unref_n(gpa__ctx *c, uint64_t n) {
+  if (atomic_fetch_sub_explicit(&c->refs, n, memory_order_acq_rel) == n) gpa__ctx_free(c);
 }
+
+void gpa__ctx_unref(gpa__ctx *c) { gpa__ctx_unref_n(c, 1); }
 
 /* Thread exit: give up ownership so another thread can adopt the context. */
 static void tls_destructor(void *p) {
   tls_ctxs *t = p;
+  gpa__tls_last = NULL;
   for (uint32_t i = 0; i < t->n; i++) {
-    atomic_store_explicit(&t->v[i]->owned, 0, memory_order_release);
-    gpa__ctx_unref(t->v[i]);
+    gpa__ctx *c = t->v[i];
+    uint64_t prepaid = c->prepaid;
+    c->prepaid = 0;
+    atomic_store_explicit(&c->owned, 0, memory_order_release);
+    gpa__ctx_unref_n(c, 1 + prepaid);
   }
   free(t->v);
   t->v = NULL;
@@ -133,14 +144,22 @@ static gpa__ctx *ctx_register(gpa_actor *a) {
   return c;
 }
 
-gpa__ctx *gpa__ctx_get(gpa_actor *a) {
+gpa__ctx *gpa__ctx_lookup(gpa_actor *a) {
   tls_ctxs *t = &gpa__tls;
-  for (uint32_t i = 0; i < t->n; i++) {
-    gpa__ctx *c = t->v[i];
-    /* A destroyed actor's address may be reused: `dead` tells them apart. */
-    if (c->actor == a && !atomic_load_explicit(&c->dead, memory_order_relaxed)) return c;
-  }
-  return ctx_register(a);
+  gpa__ctx *c = NULL;
+  for (uint32_t i = 0; i < t->n && !c; i++)
+    if (t->v[i]->actor == a && !atomic_load_explicit(&t->v[i]->dead, memory_order_relaxed)) c = t->v[i];
+  if (!c) c = ctx_register(a);
+  if (c) gpa__tls_last = c;
+  return c;
+}
+
+const gpa__op *gpa__ctx_find_op_slow(gpa__ctx *c, const gpa_registry *reg, const char *name) {
+  gpa__op_cache *e = &c->ops[((uintptr_t)name >> 3) % GPA__OP_CACHE];
+  uint32_t slot;
+  const gpa__op *op = gpa__registry_find_slot(reg, name, &slot);
+  if (op) *e = (gpa__op_cache){name, op, slot};
+  return op;
 }
 
 /* Waits for space in c's ring per the actor's full policy. Control calls
@@ -174,22 +193,28 @@ static gpa_status wait_space(gpa_actor *a, gpa__ctx *c, bool control) {
   }
 }
 
+/* Marks c busy and tells whether the actor still takes messages: the light
+ * side of the pair with gpa__mailbox_quiesce. */
+static bool enter(gpa_actor *a, gpa__ctx *c) {
+  atomic_store_explicit(&c->busy, 1, memory_order_relaxed);
+  gpa__fence_light();
+  return !atomic_load_explicit(&a->closing, memory_order_relaxed);
+}
+
 static gpa_status send(gpa_actor *a, gpa__msg *m, bool keep) {
   gpa__ctx *c = m->owner;
-  atomic_store_explicit(&c->busy, 1, memory_order_seq_cst);
   gpa_status st = GPA_OK;
-  if (atomic_load_explicit(&a->closing, memory_order_seq_cst)) {
+  if (!enter(a, c)) {
     st = gpa__fail(GPA_ESHUTDOWN, "actor is shutting down; message not accepted");
     goto out;
   }
   void **slot;
   while (!(slot = ck_ring_enqueue_reserve_spsc(&c->ring, c->slots))) {
     /* Leave `busy` while waiting so that destroy is not blocked by us. */
-    atomic_store_explicit(&c->busy, 0, memory_order_seq_cst);
+    atomic_store_explicit(&c->busy, 0, memory_order_release);
     st = wait_space(a, c, m->kind == GPA__MSG_CALL);
     if (st != GPA_OK) return st;
-    atomic_store_explicit(&c->busy, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&a->closing, memory_order_seq_cst)) {
+    if (!enter(a, c)) {
       st = gpa__fail(GPA_ESHUTDOWN, "actor is shutting down; message not accepted");
       goto out;
     }
@@ -204,8 +229,11 @@ static gpa_status send(gpa_actor *a, gpa__msg *m, bool keep) {
   ck_ring_enqueue_commit_spsc(&c->ring);
   GPA_TSAN_IGNORE_END();
 out:
-  atomic_store_explicit(&c->busy, 0, memory_order_seq_cst);
-  if (st == GPA_OK && atomic_load_explicit(&a->idle, memory_order_seq_cst)) ck_ec32_inc(&a->ec, &gpa__ec_mp);
+  /* release: quiesce sees the message in the ring once it sees busy 0. */
+  atomic_store_explicit(&c->busy, 0, memory_order_release);
+  if (st != GPA_OK) return st;
+  gpa__fence_light(); /* the ring's commit before the look at idle */
+  if (atomic_load_explicit(&a->idle, memory_order_relaxed)) ck_ec32_inc(&a->ec, &gpa__ec_mp);
   return st;
 }
 
@@ -243,8 +271,9 @@ bool gpa__mailbox_empty(gpa_actor *a) {
 }
 
 void gpa__mailbox_quiesce(gpa_actor *a) {
+  gpa__fence_heavy(); /* every producer sees `closing` or shows its `busy` */
   for (gpa__ctx *c = atomic_load_explicit(&a->ctxs, memory_order_acquire); c; c = c->next)
-    while (atomic_load_explicit(&c->busy, memory_order_seq_cst)) sched_yield();
+    while (atomic_load_explicit(&c->busy, memory_order_acquire)) sched_yield();
   /* Producers parked in wait_space re-check `closing` at least every 2 ms. */
   ck_ec32_inc(&a->space_ec, &gpa__ec_mp);
 }
@@ -266,7 +295,8 @@ void gpa__tls_drop_dead(void) {
   tls_ctxs *t = &gpa__tls;
   for (uint32_t i = 0; i < t->n;) {
     if (atomic_load_explicit(&t->v[i]->dead, memory_order_acquire)) {
-      gpa__ctx_unref(t->v[i]);
+      if (gpa__tls_last == t->v[i]) gpa__tls_last = NULL;
+      gpa__ctx_unref_n(t->v[i], 1 + t->v[i]->prepaid);
       t->v[i] = t->v[--t->n];
     } else {
       i++;

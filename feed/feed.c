@@ -305,10 +305,8 @@ static gpa_status feed_op(gpa_queue *q, gpa_feed *s, const gpa_tensor *t, uint32
   if (s->a != q->actor) return gpa__fail(GPA_EINVAL, "%s: the session belongs to another actor", name);
   if (n > 64) return gpa__fail(GPA_EINVAL, "%s: %u tensors (at most 64)", name, n);
   if (atomic_load(&s->closed)) return gpa__fail(GPA_ECLOSED, "%s: session %llu is closed", name, (unsigned long long)s->id);
-  char what[64];
   for (uint32_t i = 0; i < n; i++) {
-    snprintf(what, sizeof what, "%s: %s[%u]", name, kind == GPA__MSG_INFEED ? "outputs" : "inputs", i);
-    st = gpa__check_tensor(q->actor, &t[i], what);
+    st = gpa__check_tensor_at(q->actor, &t[i], name, kind == GPA__MSG_INFEED ? "outputs" : "inputs", i);
     if (st != GPA_OK) return st;
   }
   gpa__msg *m = gpa__msg_new(q->actor, kind);

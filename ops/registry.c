@@ -48,10 +48,16 @@ static uint32_t find_slot(const gpa_registry *reg, const char *name, bool *found
   return UINT32_MAX;
 }
 
-const gpa__op *gpa__registry_find(const gpa_registry *reg, const char *name) {
+const gpa__op *gpa__registry_find_slot(const gpa_registry *reg, const char *name, uint32_t *slot) {
   bool found;
   uint32_t i = find_slot(reg, name, &found);
+  *slot = i;
   return found ? atomic_load_explicit(&((gpa_registry *)reg)->slot[i], memory_order_acquire) : NULL;
+}
+
+const gpa__op *gpa__registry_find(const gpa_registry *reg, const char *name) {
+  uint32_t slot;
+  return gpa__registry_find_slot(reg, name, &slot);
 }
 
 gpa_registry *gpa_actor_registry(gpa_actor *a) { return a ? &a->registry : NULL; }

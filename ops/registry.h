@@ -37,6 +37,8 @@ gpa_status gpa__registry_init(gpa_registry *reg);
 void gpa__registry_fini(gpa_registry *reg);
 /* The newest registration of name, or NULL. Any thread. */
 const gpa__op *gpa__registry_find(const gpa_registry *reg, const char *name);
+/* The same, also giving the slot that holds it. */
+const gpa__op *gpa__registry_find_slot(const gpa_registry *reg, const char *name, uint32_t *slot);
 gpa_status gpa__register_builtins(gpa_registry *reg);
 /* gpa_op_register that marks the entry as built-in. */
 gpa_status gpa__op_register_builtin(gpa_registry *reg, const gpa_op_desc *desc);

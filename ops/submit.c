@@ -4,13 +4,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "actor/internal.h"
+#include "actor/ctx.h"
 
 #define GPA__MAX_CALL_TENSORS 64
 
 static gpa_status parse_attrs(const gpa__op *op, const gpa_op_call *call, unsigned char *params) {
   const gpa_op_desc *d = &op->d;
-  memset(params, 0, d->params_size);
+  if (d->params_size) memset(params, 0, d->params_size);
   for (uint32_t i = 0; i < call->n_attrs; i++) {
     const gpa_attr *at = &call->attrs[i];
     if (!at->name) return gpa__fail(GPA_EINVAL, "%s: attrs[%u] has no name", d->name, i);
@@ -65,7 +65,6 @@ static void fmt_shape(char *buf, size_t cap, const gpa_tensor *t) {
 
 static gpa_status check_outputs(const gpa__op *op, const gpa_op_call *call, const void *params) {
   const gpa_op_desc *d = &op->d;
-  if (!d->shape) return GPA_OK;
   gpa_tensor expect[GPA__MAX_CALL_TENSORS];
   memset(expect, 0, sizeof(gpa_tensor) * call->n_outputs);
   gpa_op_sig sig = {call->inputs, call->n_inputs, call->outputs, call->n_outputs, params, d->user_data};
@@ -103,17 +102,19 @@ static gpa_status validate(gpa_actor *a, const gpa__op *op, const gpa_op_call *c
     return gpa__fail(GPA_EINVAL, "%s: takes %u outputs, got %u", d->name, d->n_outputs, call->n_outputs);
   if ((call->n_inputs && !call->inputs) || (call->n_outputs && !call->outputs) || (call->n_attrs && !call->attrs))
     return gpa__fail(GPA_EINVAL, "%s: a tensor or attribute array is NULL but its count is not 0", d->name);
-  char what[96];
-  for (uint32_t i = 0; i < call->n_inputs + call->n_outputs; i++) {
-    bool in = i < call->n_inputs;
-    const gpa_tensor *t = in ? &call->inputs[i] : &call->outputs[i - call->n_inputs];
-    snprintf(what, sizeof what, "%s: %s[%u]", d->name, in ? "inputs" : "outputs", in ? i : i - call->n_inputs);
-    gpa_status st = gpa__check_tensor(a, t, what);
+  for (uint32_t i = 0; i < call->n_inputs; i++) {
+    gpa_status st = gpa__check_tensor_at(a, &call->inputs[i], d->name, "inputs", i);
     if (st != GPA_OK) return st;
   }
-  gpa_status st = parse_attrs(op, call, params);
-  if (st != GPA_OK) return st;
-  return check_outputs(op, call, params);
+  for (uint32_t i = 0; i < call->n_outputs; i++) {
+    gpa_status st = gpa__check_tensor_at(a, &call->outputs[i], d->name, "outputs", i);
+    if (st != GPA_OK) return st;
+  }
+  if (d->n_attrs || call->n_attrs) {
+    gpa_status st = parse_attrs(op, call, params);
+    if (st != GPA_OK) return st;
+  }
+  return d->shape ? check_outputs(op, call, params) : GPA_OK;
 }
 
 gpa_status gpa_submit(gpa_queue *q, const gpa_op_call *call, gpa_handle **out) {
@@ -122,16 +123,16 @@ gpa_status gpa_submit(gpa_queue *q, const gpa_op_call *call, gpa_handle **out) {
   if (st != GPA_OK) return st;
   if (!call || !call->op) return gpa__fail(GPA_EINVAL, "gpa_submit: call or call->op is NULL");
   gpa_actor *a = q->actor;
-  const gpa__op *op = gpa__registry_find(&a->registry, call->op);
+  gpa__ctx *c = gpa__ctx_get(a);
+  if (!c) return GPA_ENOMEM;
+  const gpa__op *op = gpa__ctx_find_op(c, &a->registry, call->op);
   if (!op) return gpa__fail(GPA_ENOTFOUND, "gpa_submit: no op named '%.64s'", call->op);
-  _Alignas(16) unsigned char params[GPA_OP_PARAMS_MAX];
-  st = validate(a, op, call, params);
-  if (st != GPA_OK) return st;
-  gpa__msg *m = gpa__msg_new(a, GPA__MSG_OP);
+  gpa__msg *m = gpa__msg_take(c, GPA__MSG_OP);
   if (!m) return GPA_ENOMEM;
-  st = gpa__msg_set_tensors(m, call->inputs, call->n_inputs, call->outputs, call->n_outputs);
+  /* Attributes parse straight into the message: a failure returns it. */
+  st = validate(a, op, call, m->params);
+  if (st == GPA_OK) st = gpa__msg_set_tensors(m, call->inputs, call->n_inputs, call->outputs, call->n_outputs);
   if (st == GPA_OK) {
-    memcpy(m->params, params, op->d.params_size);
     m->op = op;
     m->q = q;
     st = out ? gpa__send(a, m) : gpa__send_owned(a, m);

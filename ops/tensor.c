@@ -26,36 +26,57 @@ int64_t gpa_tensor_numel(const gpa_tensor *t) {
   return n;
 }
 
-gpa_status gpa__tensor_bytes(const gpa_tensor *t, uint64_t *bytes, const char *what) {
+/* The argument's name for a message: "what" or "what: list[index]". Built
+ * only on failure, so that a valid call formats nothing. */
+typedef struct argname { char s[112]; } argname;
+static argname arg_name(const char *what, const char *list, uint32_t index) {
+  argname n;
+  if (list) snprintf(n.s, sizeof n.s, "%s: %s[%u]", what, list, index);
+  else snprintf(n.s, sizeof n.s, "%s", what);
+  return n;
+}
+#define ARG arg_name(what, list, index).s
+
+gpa_status gpa__tensor_bytes_at(const gpa_tensor *t, uint64_t *bytes, const char *what, const char *list,
+                                uint32_t index) {
   uint32_t es = gpa_dtype_size(t->dtype);
-  if (!es) return gpa__fail(GPA_EDTYPE, "%s: invalid dtype %d", what, t->dtype);
-  if (t->rank > GPA_MAX_RANK) return gpa__fail(GPA_EINVAL, "%s: rank %u exceeds %d", what, t->rank, GPA_MAX_RANK);
+  if (!es) return gpa__fail(GPA_EDTYPE, "%s: invalid dtype %d", ARG, t->dtype);
+  if (t->rank > GPA_MAX_RANK) return gpa__fail(GPA_EINVAL, "%s: rank %u exceeds %d", ARG, t->rank, GPA_MAX_RANK);
   for (uint32_t i = 0; i < t->rank; i++)
-    if (t->shape[i] < 0) return gpa__fail(GPA_ESHAPE, "%s: shape[%u] = %" PRId64 " is negative", what, i, t->shape[i]);
+    if (t->shape[i] < 0) return gpa__fail(GPA_ESHAPE, "%s: shape[%u] = %" PRId64 " is negative", ARG, i, t->shape[i]);
   int64_t n = gpa_tensor_numel(t);
   if (n < 0 || (uint64_t)n > UINT64_MAX / es)
-    return gpa__fail(GPA_EOVERFLOW, "%s: element count overflows", what);
+    return gpa__fail(GPA_EOVERFLOW, "%s: element count overflows", ARG);
   *bytes = (uint64_t)n * es;
   return GPA_OK;
 }
 
-gpa_status gpa__check_tensor(gpa_actor *a, const gpa_tensor *t, const char *what) {
+gpa_status gpa__tensor_bytes(const gpa_tensor *t, uint64_t *bytes, const char *what) {
+  return gpa__tensor_bytes_at(t, bytes, what, NULL, 0);
+}
+
+gpa_status gpa__check_tensor_at(gpa_actor *a, const gpa_tensor *t, const char *what, const char *list,
+                                uint32_t index) {
   uint64_t bytes;
-  gpa_status st = gpa__tensor_bytes(t, &bytes, what);
+  gpa_status st = gpa__tensor_bytes_at(t, &bytes, what, list, index);
   if (st != GPA_OK) return st;
-  if (!t->buffer) return gpa__fail(GPA_EINVAL, "%s: buffer id is 0 (no buffer)", what);
+  if (!t->buffer) return gpa__fail(GPA_EINVAL, "%s: buffer id is 0 (no buffer)", ARG);
   gpa__slot *s = gpa__bufcache_peek(a->cache, t->buffer);
   if (!s) {
     /* A shutdown unpublishes every buffer: say what really happened. */
     if (atomic_load_explicit(&a->closing, memory_order_acquire))
       return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
-    return gpa__fail(GPA_ESTALE, "%s: buffer 0x%" PRIx64 " is stale or was never acquired", what, t->buffer);
+    return gpa__fail(GPA_ESTALE, "%s: buffer 0x%" PRIx64 " is stale or was never acquired", ARG, t->buffer);
   }
   uint64_t size = atomic_load_explicit(&s->size, memory_order_relaxed);
   if (t->offset > size || bytes > size - t->offset)
-    return gpa__fail(GPA_ERANGE, "%s: %" PRIu64 " bytes at offset %" PRIu64 " exceed buffer size %" PRIu64, what,
+    return gpa__fail(GPA_ERANGE, "%s: %" PRIu64 " bytes at offset %" PRIu64 " exceed buffer size %" PRIu64, ARG,
                      bytes, t->offset, size);
   return GPA_OK;
+}
+
+gpa_status gpa__check_tensor(gpa_actor *a, const gpa_tensor *t, const char *what) {
+  return gpa__check_tensor_at(a, t, what, NULL, 0);
 }
 
 gpa_status gpa__check_queue(gpa_queue *q) {
