@@ -1,5 +1,8 @@
 /* linear and conv1d host kernels against cblas_sgemm of the same GEMM
- * shapes, measured in the same run on the same OpenBLAS threads:
+ * shapes, measured alternately in the same run. Ours: the GEMMs split across
+ * the host pool, OpenBLAS single-threaded (kernels/host/blas.h). The
+ * reference: plain cblas_sgemm on OpenBLAS's own threads, one per CPU
+ * (switched on for each reference run and off after it):
  *   linear_fwd       y = x W^T + b, 1024^3 (bias broadcast + GEMM beta=1)
  *   linear_fwd_gelu  the same with the fused tanh GELU
  *   linear_bwd       dx, dW, db (ref: the two GEMMs)
@@ -11,6 +14,7 @@
 
 #include "bench.h"
 #include "bench_nn_host.h"
+#include "kernels/host/blas.h"
 #include "kernels/host/conv1d.h"
 #include "kernels/host/linear.h"
 
@@ -30,23 +34,33 @@ static void run_lin_bwd(void *p) {
   gpa__linear_bwd(gpa_bench_host_par(), c->dy, c->x, c->W, NULL, c->dx, c->dW, c->db, c->N, c->in, c->out, 0,
                   NULL);
 }
+/* OpenBLAS threads for the reference (on) and back to ours (off). */
+static void ref_threads(int on) {
+  int t = gpa_bench_host_threads();
+  openblas_set_num_threads(on || !gpa__blas_single_threaded() ? t : 1);
+}
+
 static void ref_lin_fwd(void *p) {
   lin_ctx *c = p;
+  ref_threads(1);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)c->N, (int)c->out, (int)c->in, 1.0f, c->x, (int)c->in,
               c->W, (int)c->in, 0.0f, c->y, (int)c->out);
+  ref_threads(0);
 }
 static void ref_lin_bwd(void *p) {
   lin_ctx *c = p;
+  ref_threads(1);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)c->N, (int)c->in, (int)c->out, 1.0f, c->dy,
               (int)c->out, c->W, (int)c->in, 0.0f, c->dx, (int)c->in);
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)c->out, (int)c->in, (int)c->N, 1.0f, c->dy,
               (int)c->out, c->x, (int)c->in, 0.0f, c->dW, (int)c->in);
+  ref_threads(0);
 }
 
 static char extra_buf[128];
 static const char *extra(void) {
-  snprintf(extra_buf, sizeof extra_buf, "\"threads\":%d,\"blas_threads\":%d", gpa_bench_host_threads(),
-           openblas_get_num_threads());
+  snprintf(extra_buf, sizeof extra_buf, "\"threads\":%d,\"blas_threads\":%d,\"ref_blas_threads\":%d",
+           gpa_bench_host_threads(), openblas_get_num_threads(), gpa_bench_host_threads());
   return extra_buf;
 }
 
@@ -94,19 +108,23 @@ static void run_conv_bwd(void *p) {
 static void ref_conv_fwd(void *p) {
   conv_ctx *c = p;
   int M = (int)c->g.Cout, N = (int)c->g.Lout, K = (int)(c->g.Cin * c->g.K);
+  ref_threads(1);
   for (int64_t b = 0; b < c->g.B; b++)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, c->W, K, c->scratch, N, 0.0f,
                 c->y + b * M * N, N);
+  ref_threads(0);
 }
 static void ref_conv_bwd(void *p) {
   conv_ctx *c = p;
   int M = (int)c->g.Cout, N = (int)c->g.Lout, K = (int)(c->g.Cin * c->g.K);
+  ref_threads(1);
   for (int64_t b = 0; b < c->g.B; b++) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, K, N, 1.0f, c->dy + b * M * N, N, c->scratch, N,
                 b ? 1.0f : 0.0f, c->dW, K);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, N, M, 1.0f, c->W, K, c->dy + b * M * N, N, 0.0f,
                 c->scratch + (size_t)K * N, N);
   }
+  ref_threads(0);
 }
 
 static void conv_bench(int bwd) {

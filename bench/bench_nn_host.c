@@ -23,6 +23,7 @@ const gpa__par *gpa_bench_host_par(void) {
     pool = gpa__pool_create((uint32_t)threads); /* NULL for one thread: inline */
     par.pfor = pool_pfor;
     par.self = pool;
+    par.threads = threads;
   }
   return pool ? &par : NULL;
 }

@@ -102,7 +102,7 @@ static void pfor_env(void *self, int64_t n, int64_t grain, gpa__range_fn fn, voi
 }
 
 gpa__par gpa__ops_par(gpa_exec_env *env) {
-  gpa__par p = {env ? pfor_env : NULL, env};
+  gpa__par p = {env ? pfor_env : NULL, env, env ? (int)gpa_exec_threads(env) : 1};
   return p;
 }
 

@@ -7,10 +7,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 build=${BUILD_DIR:-build}
 # The byte-level language model (examples/train_lm.c, docs/training.md):
-# a few minutes on 2 CPU cores by default; --steps N bounds it. One OpenBLAS
-# thread: with OpenBLAS's default (one per CPU) next to the actor's own
-# threads, steps ran 4-5x slower on a busy 2-core machine (docs/training.md).
-export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+# a few minutes on 2 CPU cores by default; --steps N bounds it. (OpenBLAS's
+# threads: the library sets them itself, docs/ops.md "BLAS threads".)
 if [ -x "$build/examples/gpa-train-lm" ]; then
   exec "$build/examples/gpa-train-lm" "$@"
 fi

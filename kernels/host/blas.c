@@ -1,10 +1,62 @@
-/* gpa__sgemm: cblas_sgemm with the edge cases handled. See blas.h. */
+/* gpa__sgemm: cblas_sgemm with the edge cases handled, split across the
+ * backend's pool. See blas.h. */
 #include "kernels/host/blas.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
-void gpa__sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+/* Blocks of C are multiples of this many rows/columns (OpenBLAS's AVX2
+ * kernels work in 16 x 4 and 8 x 8 tiles), and a GEMM below GRAIN_FLOPS is
+ * not split (a block's packing and hand-off would cost more than it saves). */
+#define ALIGN 16
+#define GRAIN_FLOPS (1 << 21)
+
+static _Atomic int single; /* 1: OpenBLAS set to one thread by us */
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void make_single(void) {
+  void (*set)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "openblas_set_num_threads");
+  if (!set) return; /* another CBLAS: its threading is its own */
+  set(1);
+  atomic_store(&single, 1);
+}
+
+int gpa__blas_single_threaded(void) { return atomic_load(&single); }
+
+typedef struct gemm_ctx {
+  int ta, tb;
+  int64_t M, N, K, lda, ldb, ldc, step; /* step: rows (by_rows) or columns per block */
+  const float *A, *B;
+  float *C;
+  float beta;
+  int by_rows;
+} gemm_ctx;
+
+static void one(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                int64_t ldb, float beta, float *C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+              (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+static void gemm_blocks(int64_t b0, int64_t b1, void *p) {
+  const gemm_ctx *c = p;
+  for (int64_t blk = b0; blk < b1; blk++) {
+    int64_t lo = blk * c->step, dim = c->by_rows ? c->M : c->N;
+    int64_t hi = lo + c->step < dim ? lo + c->step : dim;
+    if (hi <= lo) continue;
+    if (c->by_rows) /* rows lo..hi of A' (A^T: columns of A) and of C */
+      one(c->ta, c->tb, hi - lo, c->N, c->K, c->ta ? c->A + lo : c->A + lo * c->lda, c->lda, c->B, c->ldb, c->beta,
+          c->C + lo * c->ldc, c->ldc);
+    else /* columns lo..hi of B' (B^T: rows of B) and of C */
+      one(c->ta, c->tb, c->M, hi - lo, c->K, c->A, c->lda, c->tb ? c->B + lo * c->ldb : c->B + lo, c->ldb, c->beta,
+          c->C + lo, c->ldc);
+  }
+}
+
+void gpa__sgemm(const gpa__par *par, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) { /* C = beta * C; BLAS may reject K = 0 leading dimensions */
@@ -17,6 +69,21 @@ void gpa__sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
     }
     return;
   }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
-              (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+  int threads = par && par->pfor ? par->threads : 1;
+  if (threads > 1) pthread_once(&once, make_single);
+  /* The larger of M and N is split: the other operand is packed once per
+   * block, so the duplicated packing is the smaller one. */
+  int by_rows = M >= N;
+  int64_t dim = by_rows ? M : N;
+  int64_t parts = threads;
+  if (parts > dim / ALIGN) parts = dim / ALIGN;
+  if (2.0 * (double)M * (double)N * (double)K < (double)GRAIN_FLOPS * (double)threads) parts = 1;
+  if (parts <= 1) {
+    one(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  int64_t step = (dim + parts - 1) / parts;
+  step = (step + ALIGN - 1) / ALIGN * ALIGN;
+  gemm_ctx c = {ta, tb, M, N, K, lda, ldb, ldc, step, A, B, C, beta, by_rows};
+  gpa__pfor(par, (dim + step - 1) / step, 1, gemm_blocks, &c);
 }

@@ -2,25 +2,37 @@
  * form, with the edge cases BLAS rejects handled here (a zero dimension, a
  * leading dimension of 0, sizes past int).
  *
- * Threading: OpenBLAS (Debian's pthread variant) runs its own thread pool,
- * openblas_get_num_threads() threads (all online CPUs unless
- * OPENBLAS_NUM_THREADS says otherwise). Kernels call gpa__sgemm from the
- * thread that runs the op (the actor thread), never from inside a parallel
- * loop, so the pool and the backend's workers never run GEMMs at once and the
- * cores are not oversubscribed. Benches measure their cblas reference the same
- * way (same thread, same pool). */
+ * Threading: the backend's worker pool runs the GEMMs, not OpenBLAS's own
+ * threads. Next to the pool, OpenBLAS's threads (one per CPU by default)
+ * fought the pool's workers for the cores: its idle threads keep spinning
+ * after a call, and steps of a training loop ran 4-5x slower on 2 cores
+ * (docs/ops.md, "BLAS threads"). So when a GEMM comes with a pool of more
+ * than one thread, gpa__sgemm splits C into one block of rows (or columns)
+ * per thread, each a single-threaded cblas_sgemm, and it sets OpenBLAS to
+ * one thread, once, through openblas_set_num_threads looked up at run time
+ * (dlsym: any CBLAS links; one without that entry is left as it is). The
+ * block bounds depend on the sizes and the pool's thread count only, and
+ * each element of C is computed whole by one call: results do not depend on
+ * scheduling. */
 #ifndef GPA_KERNELS_HOST_BLAS_H
 #define GPA_KERNELS_HOST_BLAS_H
 #include <stdint.h>
 
+#include "kernels/host/host_par.h"
+
 /* C[M,N] = A'[M,K] * B'[K,N] + beta * C, where A' = A or A^T (ta != 0),
  * B' = B or B^T (tb != 0); row-major with leading dimensions lda/ldb/ldc.
  * beta 0 overwrites C (NaNs in C do not leak). Every dimension must fit in
- * int (callers validate at submit: gpa__blas_dim_ok). */
-void gpa__sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+ * int (callers validate at submit: gpa__blas_dim_ok). par: the pool (NULL or
+ * one thread: one cblas_sgemm on the calling thread). Not from inside a
+ * parallel loop. */
+void gpa__sgemm(const gpa__par *par, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
 /* Whether n can be a BLAS dimension or leading dimension (fits in int). */
 static inline int gpa__blas_dim_ok(int64_t n) { return n >= 0 && n <= 0x7fffffff; }
+
+/* 1 once gpa__sgemm has set OpenBLAS to one thread (for benches and docs). */
+int gpa__blas_single_threaded(void);
 
 #endif

@@ -156,7 +156,7 @@ static void repack(const gpa__conv1d_geom *g, float *dst, const float *src, int 
       }
 }
 
-static void shift_fwd(const gpa__conv1d_geom *g, const float *x, const float *Wk, float *y, int beta1) {
+static void shift_fwd(const gpa__par *par, const gpa__conv1d_geom *g, const float *x, const float *Wk, float *y, int beta1) {
   int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, Lout = g->Lout;
   for (int64_t b = 0; b < g->B; b++)
     for (int64_t gi = 0; gi < G; gi++)
@@ -164,13 +164,13 @@ static void shift_fwd(const gpa__conv1d_geom *g, const float *x, const float *Wk
         int64_t off = k * g->dilation - g->pad_l, lo, hi;
         shift_range(g, off, &lo, &hi);
         if (hi <= lo) continue;
-        gpa__sgemm(0, 0, cout_g, hi - lo, cin_g, Wk + (k * g->Cout + gi * cout_g) * cin_g, cin_g,
+        gpa__sgemm(par, 0, 0, cout_g, hi - lo, cin_g, Wk + (k * g->Cout + gi * cout_g) * cin_g, cin_g,
                    x + (b * g->Cin + gi * cin_g) * g->L + lo + off, g->L, beta1 ? 1.0f : 0.0f,
                    y + (b * g->Cout + gi * cout_g) * Lout + lo, Lout);
       }
 }
 
-static void shift_bwd(const gpa__conv1d_geom *g, const float *dy, const float *x, const float *Wk, float *dx,
+static void shift_bwd(const gpa__par *par, const gpa__conv1d_geom *g, const float *dy, const float *x, const float *Wk, float *dx,
                       float *dWk, int dx_beta1) {
   int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, Lout = g->Lout;
   for (int64_t b = 0; b < g->B; b++)
@@ -185,9 +185,9 @@ static void shift_bwd(const gpa__conv1d_geom *g, const float *dy, const float *x
         }
         const float *dyg = dy + (b * g->Cout + gi * cout_g) * Lout + lo;
         int64_t xo = (b * g->Cin + gi * cin_g) * g->L + lo + off;
-        gpa__sgemm(0, 1, cout_g, cin_g, hi - lo, dyg, Lout, x + xo, g->L, b ? 1.0f : 0.0f, dwk, cin_g);
+        gpa__sgemm(par, 0, 1, cout_g, cin_g, hi - lo, dyg, Lout, x + xo, g->L, b ? 1.0f : 0.0f, dwk, cin_g);
         if (dx)
-          gpa__sgemm(1, 0, cin_g, hi - lo, cout_g, Wk + (k * g->Cout + gi * cout_g) * cin_g, cin_g, dyg, Lout,
+          gpa__sgemm(par, 1, 0, cin_g, hi - lo, cout_g, Wk + (k * g->Cout + gi * cout_g) * cin_g, cin_g, dyg, Lout,
                      dx_beta1 ? 1.0f : 0.0f, dx + xo, g->L);
       }
 }
@@ -210,7 +210,7 @@ void gpa__conv1d_fwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
       repack(g, scratch, W, 1);
       Wk = scratch;
     }
-    shift_fwd(g, x, Wk, y, b || !direct);
+    shift_fwd(par, g, x, Wk, y, b || !direct);
     return;
   }
   for (int64_t bi = 0; bi < g->B; bi++)
@@ -228,7 +228,7 @@ void gpa__conv1d_fwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
           Bm = scratch;
           ldb = lc;
         }
-        gpa__sgemm(0, 0, cout_g, lc, rows, Wg, rows, Bm, ldb, b ? 1.0f : 0.0f, yg + t0, Lout);
+        gpa__sgemm(par, 0, 0, cout_g, lc, rows, Wg, rows, Bm, ldb, b ? 1.0f : 0.0f, yg + t0, Lout);
       }
     }
 }
@@ -268,12 +268,12 @@ void gpa__conv1d_bwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
   if (dx && !direct) memset(dx, 0, (size_t)(g->B * g->Cin * g->L) * sizeof(float));
   if (use_shift(g)) {
     if (g->K == 1) {
-      shift_bwd(g, dy, x, W, dx, dW, !direct);
+      shift_bwd(par, g, dy, x, W, dx, dW, !direct);
       return;
     }
     float *Wk = scratch, *dWk = scratch + g->Cout * rows;
     repack(g, Wk, W, 1);
-    shift_bwd(g, dy, x, Wk, dx, dWk, 1);
+    shift_bwd(par, g, dy, x, Wk, dx, dWk, 1);
     repack(g, dW, dWk, 0);
     return;
   }
@@ -289,15 +289,15 @@ void gpa__conv1d_bwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
         int64_t lc = Lout - t0 < lcmax ? Lout - t0 : lcmax;
         float beta = (bi == 0 && t0 == 0) ? 0.0f : 1.0f;
         if (direct) {
-          gpa__sgemm(0, 1, cout_g, rows, lc, dyg + t0, Lout, xg + t0, g->L, beta, dWg, rows);
-          if (dxg) gpa__sgemm(1, 0, rows, lc, cout_g, Wg, rows, dyg + t0, Lout, 0.0f, dxg + t0, g->L);
+          gpa__sgemm(par, 0, 1, cout_g, rows, lc, dyg + t0, Lout, xg + t0, g->L, beta, dWg, rows);
+          if (dxg) gpa__sgemm(par, 1, 0, rows, lc, cout_g, Wg, rows, dyg + t0, Lout, 0.0f, dxg + t0, g->L);
           continue;
         }
         col_ctx cc = {g, xg, dxg, col, t0, lc};
         gpa__pfor(par, rows, row_grain(lc), im2col_rows, &cc);
-        gpa__sgemm(0, 1, cout_g, rows, lc, dyg + t0, Lout, col, lc, beta, dWg, rows);
+        gpa__sgemm(par, 0, 1, cout_g, rows, lc, dyg + t0, Lout, col, lc, beta, dWg, rows);
         if (dxg) {
-          gpa__sgemm(1, 0, rows, lc, cout_g, Wg, rows, dyg + t0, Lout, 0.0f, dcol, lc);
+          gpa__sgemm(par, 1, 0, rows, lc, cout_g, Wg, rows, dyg + t0, Lout, 0.0f, dcol, lc);
           cc.col = dcol;
           gpa__pfor(par, cin_g, row_grain(lc * g->K), col2im_chans, &cc);
         }

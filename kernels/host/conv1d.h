@@ -6,7 +6,7 @@
  * The column matrix of one (batch, group) is built in chunks of output
  * positions so that it never exceeds GPA__CONV1D_SCRATCH_CAP bytes (or one
  * column when a single column is larger); a 1x1 convolution with stride 1
- * and no padding reads x directly. GEMMs run on the calling thread (see
+ * and no padding reads x directly. GEMMs are split across par (see
  * blas.h); im2col/col2im and the bias passes through par. */
 #ifndef GPA_KERNELS_HOST_CONV1D_H
 #define GPA_KERNELS_HOST_CONV1D_H

@@ -17,6 +17,8 @@ typedef struct gpa__par {
   /* Calls fn(b, e, ctx) over sub-ranges covering [0, n), chunks >= grain. */
   void (*pfor)(void *self, int64_t n, int64_t grain, gpa__range_fn fn, void *ctx);
   void *self;
+  /* Threads behind pfor (0 or 1: treat as one; gpa__sgemm splits by it). */
+  int threads;
 } gpa__par;
 
 /* Runs fn over [0, n): through par, or inline when par is NULL. */

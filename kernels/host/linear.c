@@ -40,7 +40,7 @@ void gpa__linear_fwd(const gpa__par *par, const float *x, const float *W, const 
     bias_ctx bc = {acc, b, out};
     gpa__pfor(par, N, EW_GRAIN / out + 1, bias_rows, &bc);
   }
-  gpa__sgemm(0, 1, N, out, in, x, in, W, in, b ? 1.0f : 0.0f, acc, out);
+  gpa__sgemm(par, 0, 1, N, out, in, x, in, W, in, b ? 1.0f : 0.0f, acc, out);
   if (gelu) gpa__gelu_fwd_f32(par, y, acc, N * out, GPA__GELU_TANH);
 }
 
@@ -74,8 +74,8 @@ void gpa__linear_bwd(const gpa__par *par, const float *dy, const float *x, const
     gpa__gelu_bwd_f32(par, gscratch, pre, dy, N * out, GPA__GELU_TANH);
     g = gscratch;
   }
-  if (dx) gpa__sgemm(0, 0, N, in, out, g, out, W, in, 0.0f, dx, in);
-  if (dW) gpa__sgemm(1, 0, out, in, N, g, out, x, in, 0.0f, dW, in);
+  if (dx) gpa__sgemm(par, 0, 0, N, in, out, g, out, W, in, 0.0f, dx, in);
+  if (dW) gpa__sgemm(par, 1, 0, out, in, N, g, out, x, in, 0.0f, dW, in);
   if (db && out > 0) {
     colsum_ctx c = {db, g, N, out};
     gpa__pfor(par, (out + COLSUM_BLOCK - 1) / COLSUM_BLOCK, 1, colsum_range, &c);

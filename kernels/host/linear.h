@@ -1,6 +1,6 @@
 /* Host kernels of the linear layer (fp32, row-major):
  *   pre = x[N,in] W[out,in]^T + b[out],  y = gelu ? gelu_tanh(pre) : pre
- * GEMMs through gpa__sgemm (OpenBLAS, called on the calling thread); the
+ * GEMMs through gpa__sgemm (OpenBLAS, split across par: see blas.h); the
  * cheap passes (bias broadcast, GELU, its derivative, db) through par.
  * GELU is the tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 #ifndef GPA_KERNELS_HOST_LINEAR_H
