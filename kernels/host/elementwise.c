@@ -4,7 +4,10 @@
 
 #include <string.h>
 
+#include "kernels/host/nt_store.h"
+
 #define EW_GRAIN 16384 /* elements per task: ~64 KB of each operand */
+#define NT_CH 1024     /* floats per streamed piece (on the stack) */
 
 typedef struct ew_ctx {
   float *y;
@@ -14,47 +17,67 @@ typedef struct ew_ctx {
   int mask_type;
   int64_t B, L, D;
   int mean;
+  int nt; /* stream y (nt_store.h) */
 } ew_ctx;
 
 static inline int mask_at(const void *mask, int type, int64_t i) {
   return type == GPA__MASK_I32 ? ((const int32_t *)mask)[i] != 0 : ((const uint8_t *)mask)[i] != 0;
 }
 
-GPA__KCLONES static void add_range(int64_t s, int64_t e, void *p) {
-  const ew_ctx *c = p;
-  float *y = c->y;
-  const float *a = c->a, *b = c->b;
-  for (int64_t i = s; i < e; i++) y[i] = a[i] + b[i];
+GPA__KCLONES static void add_loop(float *y, const float *a, const float *b, float al, int64_t n) {
+  (void)al;
+  for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
-GPA__KCLONES static void scale_range(int64_t s, int64_t e, void *p) {
-  const ew_ctx *c = p;
-  float *y = c->y;
-  const float *x = c->a;
-  const float al = c->alpha;
-  for (int64_t i = s; i < e; i++) y[i] = al * x[i];
+GPA__KCLONES static void scale_loop(float *y, const float *x, const float *unused, float al, int64_t n) {
+  (void)unused;
+  for (int64_t i = 0; i < n; i++) y[i] = al * x[i];
 }
 
-GPA__KCLONES static void axpy_range(int64_t s, int64_t e, void *p) {
-  const ew_ctx *c = p;
-  float *y = c->y;
-  const float *x = c->a, *y0 = c->b;
-  const float al = c->alpha;
-  for (int64_t i = s; i < e; i++) y[i] = al * x[i] + y0[i];
+GPA__KCLONES static void axpy_loop(float *y, const float *x, const float *y0, float al, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] = al * x[i] + y0[i];
+}
+
+typedef void (*stream_loop)(float *y, const float *a, const float *b, float al, int64_t n);
+
+/* [s, e) of a streaming op: straight into y, or through an L1 buffer and
+ * non-temporal stores (nt_store.h) when the op is larger than the cache. */
+static void stream_range(const ew_ctx *c, int64_t s, int64_t e, stream_loop loop) {
+  if (!c->nt) {
+    loop(c->y + s, c->a + s, c->b ? c->b + s : NULL, c->alpha, e - s);
+    return;
+  }
+  float buf[NT_CH];
+  for (int64_t i = s; i < e; i += NT_CH) {
+    int64_t k = e - i < NT_CH ? e - i : NT_CH;
+    loop(buf, c->a + i, c->b ? c->b + i : NULL, c->alpha, k);
+    gpa__nt_copy(c->y + i, buf, k);
+  }
+  gpa__nt_fence();
+}
+
+static void add_range(int64_t s, int64_t e, void *p) { stream_range(p, s, e, add_loop); }
+static void scale_range(int64_t s, int64_t e, void *p) { stream_range(p, s, e, scale_loop); }
+static void axpy_range(int64_t s, int64_t e, void *p) { stream_range(p, s, e, axpy_loop); }
+
+/* Streaming pays when nothing is read back from y and the op exceeds the
+ * cache (in place, the lines of y were read anyway). */
+static int want_nt(const float *y, const float *a, const float *b, int64_t n, int operands) {
+  return y != a && y != b && gpa__nt_worth(4 * (uint64_t)(n > 0 ? n : 0) * (uint64_t)operands);
 }
 
 void gpa__add_f32(const gpa__par *par, float *y, const float *a, const float *b, int64_t n) {
-  ew_ctx c = {.y = y, .a = a, .b = b};
+  ew_ctx c = {.y = y, .a = a, .b = b, .nt = want_nt(y, a, b, n, 3)};
   gpa__pfor(par, n, EW_GRAIN, add_range, &c);
 }
 
 void gpa__scale_f32(const gpa__par *par, float *y, const float *x, float alpha, int64_t n) {
-  ew_ctx c = {.y = y, .a = x, .alpha = alpha};
+  ew_ctx c = {.y = y, .a = x, .alpha = alpha, .nt = want_nt(y, x, NULL, n, 2)};
   gpa__pfor(par, n, EW_GRAIN, scale_range, &c);
 }
 
 void gpa__axpy_f32(const gpa__par *par, float *y, const float *x, const float *y0, float alpha, int64_t n) {
-  ew_ctx c = {.y = y, .a = x, .b = y0, .alpha = alpha};
+  ew_ctx c = {.y = y, .a = x, .b = y0, .alpha = alpha, .nt = want_nt(y, x, y0, n, 3)};
   gpa__pfor(par, n, EW_GRAIN, axpy_range, &c);
 }
 

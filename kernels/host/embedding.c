@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "kernels/host/nt_store.h"
+
 #define EMB_GRAIN 16384 /* elements per task */
 #define EMB_COLS 512    /* double accumulators per pass of a backward row */
 
@@ -14,6 +16,7 @@ typedef struct emb_ctx {
   int accumulate;
   const int64_t *off;   /* [V + 1] bucket offsets */
   const int32_t *order; /* [n] positions, bucketed by id, ascending within one */
+  int nt;               /* stream whole rows of the table (nt_store.h) */
 } emb_ctx;
 
 int64_t gpa__embedding_first_bad_id(const int32_t *ids, int64_t n, int64_t V) {
@@ -57,13 +60,21 @@ static void bwd_vocab(int64_t s, int64_t e, void *p) {
     int64_t b = c->off[v], k = c->off[v + 1] - b;
     float *row = c->out + v * D;
     if (k == 0) {
-      if (!c->accumulate) memset(row, 0, (size_t)D * sizeof *row);
+      if (c->accumulate) continue;
+      if (c->nt)
+        gpa__nt_zero(row, D);
+      else
+        memset(row, 0, (size_t)D * sizeof *row);
     } else if (k == 1 && !c->accumulate) {
-      memcpy(row, c->src + (int64_t)c->order[b] * D, (size_t)D * sizeof *row);
+      if (c->nt)
+        gpa__nt_copy(row, c->src + (int64_t)c->order[b] * D, D);
+      else
+        memcpy(row, c->src + (int64_t)c->order[b] * D, (size_t)D * sizeof *row);
     } else {
       add_rows(row, c->src, c->order + b, k, D, c->accumulate);
     }
   }
+  if (c->nt) gpa__nt_fence();
 }
 
 size_t gpa__embedding_bwd_scratch(int64_t n, int64_t V) {
@@ -83,8 +94,11 @@ void gpa__embedding_bwd_f32(const gpa__par *par, float *dtable, const float *dy,
   /* off[v] is now the end of bucket v, i.e. the start of bucket v + 1. */
   memmove(off + 1, off, (size_t)V * sizeof *off);
   off[0] = 0;
+  /* The table is mostly rows written once (zeros or one copied row): past
+   * the cache, stream them. Not when accumulating (rows are read first). */
   emb_ctx c = {.out = dtable, .src = dy, .ids = ids, .n = n, .V = V, .D = D, .accumulate = accumulate,
-               .off = off, .order = order};
+               .off = off, .order = order,
+               .nt = !accumulate && gpa__nt_worth(4 * ((uint64_t)V + (uint64_t)(n > 0 ? n : 0)) * (uint64_t)D)};
   int64_t grain = EMB_GRAIN / D;
   gpa__pfor(par, V, grain < 1 ? 1 : grain, bwd_vocab, &c);
 }

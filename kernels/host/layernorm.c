@@ -6,7 +6,11 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/host/nt_store.h"
+
 #define LN_GRAIN 16384 /* elements per task */
+#define NT_CH 1024     /* floats per streamed piece of y (on the stack) */
+#define NT_BWD_MAX 4096 /* the backward streams rows of dx up to this length */
 
 typedef struct ln_ctx {
   float *y, *mean, *rstd, *dgamma, *dbeta;
@@ -14,6 +18,7 @@ typedef struct ln_ctx {
   int64_t N, D;
   double eps;
   float *part; /* [blocks][2][D]: dgamma, dbeta partials */
+  int nt;      /* stream y / dx (nt_store.h) */
 } ln_ctx;
 
 /* Sum of (x - p) over the row; 32 float lanes (four AVX2 vectors, two
@@ -84,16 +89,26 @@ static void fwd_rows(int64_t s, int64_t e, void *p) {
     double var = D ? (sq - (double)D * cor * cor) / (double)D : 0.0;
     if (var < 0.0) var = 0.0;
     double r = 1.0 / sqrt(var + c->eps);
-    row_norm(c->y + n * D, x, c->gamma, c->beta, m1, (float)cor, (float)r, D);
+    if (c->nt) {
+      float buf[NT_CH];
+      for (int64_t i = 0; i < D; i += NT_CH) {
+        int64_t k = D - i < NT_CH ? D - i : NT_CH;
+        row_norm(buf, x + i, c->gamma + i, c->beta + i, m1, (float)cor, (float)r, k);
+        gpa__nt_copy(c->y + n * D + i, buf, k);
+      }
+    } else {
+      row_norm(c->y + n * D, x, c->gamma, c->beta, m1, (float)cor, (float)r, D);
+    }
     c->mean[n] = (float)((double)m1 + cor);
     c->rstd[n] = (float)r;
   }
+  if (c->nt) gpa__nt_fence();
 }
 
 void gpa__layernorm_fwd_f32(const gpa__par *par, float *y, float *mean, float *rstd, const float *x,
                             const float *gamma, const float *beta, int64_t N, int64_t D, double eps) {
   ln_ctx c = {.y = y, .mean = mean, .rstd = rstd, .x = x, .gamma = gamma, .beta = beta, .N = N, .D = D,
-              .eps = eps};
+              .eps = eps, .nt = y != x && gpa__nt_worth(8 * (uint64_t)(N > 0 ? N : 0) * (uint64_t)(D > 0 ? D : 0))};
   int64_t grain = LN_GRAIN / (D > 0 ? D : 1);
   gpa__pfor(par, N, grain < 1 ? 1 : grain, fwd_rows, &c);
 }
@@ -137,9 +152,17 @@ static void bwd_blocks(int64_t s, int64_t e, void *p) {
     memset(pg, 0, (size_t)(2 * D) * sizeof *pg);
     int64_t r1 = (blk + 1) * GPA__LN_BLOCK_ROWS;
     if (r1 > c->N) r1 = c->N;
-    for (int64_t n = blk * GPA__LN_BLOCK_ROWS; n < r1; n++)
-      bwd_row(c->y + n * D, pg, pb, c->x + n * D, c->dy + n * D, c->gamma, c->mean_in[n], c->rstd_in[n], D);
+    for (int64_t n = blk * GPA__LN_BLOCK_ROWS; n < r1; n++) {
+      if (c->nt) {
+        float buf[NT_BWD_MAX];
+        bwd_row(buf, pg, pb, c->x + n * D, c->dy + n * D, c->gamma, c->mean_in[n], c->rstd_in[n], D);
+        gpa__nt_copy(c->y + n * D, buf, D);
+      } else {
+        bwd_row(c->y + n * D, pg, pb, c->x + n * D, c->dy + n * D, c->gamma, c->mean_in[n], c->rstd_in[n], D);
+      }
+    }
   }
+  if (c->nt) gpa__nt_fence();
 }
 
 /* Column sums over the blocks, in block order. */
@@ -173,7 +196,8 @@ void gpa__layernorm_bwd_f32(const gpa__par *par, float *dx, float *dgamma, float
     return;
   }
   ln_ctx c = {.y = dx, .dgamma = dgamma, .dbeta = dbeta, .x = x, .dy = dy, .gamma = gamma,
-              .mean_in = mean, .rstd_in = rstd, .N = N, .D = D, .part = scratch};
+              .mean_in = mean, .rstd_in = rstd, .N = N, .D = D, .part = scratch,
+              .nt = D <= NT_BWD_MAX && dx != x && dx != dy && gpa__nt_worth(12 * (uint64_t)N * (uint64_t)D)};
   int64_t nb = (N + GPA__LN_BLOCK_ROWS - 1) / GPA__LN_BLOCK_ROWS;
   int64_t grain = LN_GRAIN / (GPA__LN_BLOCK_ROWS * D);
   gpa__pfor(par, nb, grain < 1 ? 1 : grain, bwd_blocks, &c);

@@ -14,4 +14,13 @@
 /* 1 if a call touching `bytes` should stream its output. Any thread. */
 int gpa__nt_worth(uint64_t bytes);
 
+/* Kernels that stream compute a piece of output into a small buffer (in L1)
+ * with their ordinary loop, then stream it out: dst[0..n) = src[0..n) with
+ * non-temporal stores (ordinary ones for the unaligned head and the tail).
+ * gpa__nt_zero streams zeros. Both end without a fence: call
+ * gpa__nt_fence() once at the end of the range. */
+void gpa__nt_copy(float *dst, const float *src, int64_t n);
+void gpa__nt_zero(float *dst, int64_t n);
+void gpa__nt_fence(void);
+
 #endif
