@@ -110,7 +110,7 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
     if (prof) {
       m->t_start = t0;
       m->depth = m->q ? m->q->n_held : 0;
-      gpa__nvtx_push(m->kind == GPA__MSG_OP ? m->op->d.name : "transfer");
+      gpa__nvtx_push(gpa__prof_msg_name(m));
     }
     switch (m->kind) {
       case GPA__MSG_CALL: st = m->fn(a, m); break;

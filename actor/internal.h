@@ -273,6 +273,8 @@ void gpa__feeds_free(gpa_actor *a);     /* destroy */
 #define GPA__PROFILING(a) ((a)->n_profilers != 0)
 #endif
 void gpa__prof_op(gpa_actor *a, gpa__msg *m, gpa_status st, int64_t end_ns);
+/* The name profilers and NVTX give a message: its op's, or "upload", "readback", ... */
+const char *gpa__prof_msg_name(const gpa__msg *m);
 void gpa__prof_batch(gpa_actor *a, gpa_queue *q, const gpa_batch_stats *st, int64_t start_ns, int64_t end_ns);
 gpa_status gpa__profilers_start(gpa_actor *a, char *msg, size_t cap); /* built-ins from options */
 void gpa__profilers_stop(gpa_actor *a);

@@ -1,7 +1,10 @@
-/* NVTX ranges around each op on the actor thread. NVTX 3 is header-only:
- * its calls do nothing unless a tool (Nsight Systems) injects itself, so
- * they are safe to leave in. Built only where the CUDA toolkit's headers
- * are; elsewhere these are empty. */
+/* NVTX ranges around each message on the actor thread, while profiling is
+ * on (a profiler attached, GPA_TRACE or GPA_PROFILE), named as profilers
+ * name it. NVTX 3 is header-only and links nothing: the first call looks for
+ * a tool (NVTX_INJECTION64_PATH, which Nsight Systems sets) and loads it at
+ * run time; without one every call is an empty function. tests/test_nvtx.c
+ * checks both, with a stand-in tool. Built only where the CUDA toolkit's
+ * headers are; elsewhere these are empty. */
 #include "actor/internal.h"
 
 #if defined(GPA_HAVE_NVTX)

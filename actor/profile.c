@@ -4,7 +4,7 @@
 
 #include "actor/internal.h"
 
-static const char *msg_name(const gpa__msg *m) {
+const char *gpa__prof_msg_name(const gpa__msg *m) {
   switch (m->kind) {
     case GPA__MSG_OP: return m->op->d.name;
     case GPA__MSG_UPLOAD: return "upload";
@@ -17,7 +17,7 @@ static const char *msg_name(const gpa__msg *m) {
 
 void gpa__prof_op(gpa_actor *a, gpa__msg *m, gpa_status st, int64_t end_ns) {
   gpa_queue *q = m->q;
-  gpa_prof_op p = {msg_name(m), q ? q->name : "", q ? q->id : 0, st, m->t_start, end_ns, m->device_ns,
+  gpa_prof_op p = {gpa__prof_msg_name(m), q ? q->name : "", q ? q->id : 0, st, m->t_start, end_ns, m->device_ns,
                    st == GPA_OK ? m->bytes : 0, m->t, m->n_in, m->n_out, m->depth};
   for (uint32_t i = 0; i < a->n_profilers; i++)
     if (a->profilers[i].on_op) a->profilers[i].on_op(&p, a->profilers[i].user_data);
