@@ -92,11 +92,15 @@ template <int M, int N, int K, class TA, class LA, class TB, class LB, class TC,
 inline void mma_sync(fragment<accumulator, M, N, K, TD> &d, const fragment<matrix_a, M, N, K, TA, LA> &a,
                      const fragment<matrix_b, M, N, K, TB, LB> &b, const fragment<accumulator, M, N, K, TC> &c) {
   __syncwarp();
-  float acc[M * N];
+  /* inputs widened once, not in the inner loop: the host's half-to-float is
+   * a software routine, and every lane runs this whole product */
+  float fa[M * K], fb[K * N], acc[M * N];
+  for (int i = 0; i < M * K; i++) fa[i] = gpa_sim_f(a.x[i]);
+  for (int i = 0; i < K * N; i++) fb[i] = gpa_sim_f(b.x[i]);
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) {
       float s = gpa_sim_f(c.x[i * N + j]);
-      for (int k = 0; k < K; k++) s += gpa_sim_f(a.x[i * K + k]) * gpa_sim_f(b.x[k * N + j]);
+      for (int k = 0; k < K; k++) s += fa[i * K + k] * fb[k * N + j];
       acc[i * N + j] = s;
     }
   for (int i = 0; i < M * N; i++) d.x[i] = gpa_sim_from_f<TD>(acc[i]);
