@@ -1,28 +1,33 @@
-# ctest attention_no_spills (cmake/cuda_backend.cmake): compiles a kernel
-# source with `nvcc -Xptxas -v` for sm_80 and sm_90 and fails when ptxas
-# reports spill stores or loads for any of its kernels; prints registers,
+# ctest attention_no_spills (cmake/cuda_backend.cmake): compiles kernel
+# sources with `nvcc -Xptxas -v` for sm_80 and sm_90 and fails when ptxas
+# reports spill stores or loads for any of their kernels; prints registers,
 # stack and spills per kernel and architecture.
-#   cmake -DNVCC=<nvcc> -DSRC=<file.cu> -DINC=<include dir> -DOUT=<scratch dir> -P check_no_spills.cmake
+#   cmake -DNVCC=<nvcc> -DSRC=<a.cu|b.cu> -DINC=<include dir> -DOUT=<scratch dir> -P check_no_spills.cmake
 if(NOT EXISTS "${NVCC}")
   message(FATAL_ERROR "nvcc not found: ${NVCC}")
 endif()
 file(MAKE_DIRECTORY "${OUT}")
-execute_process(
-  COMMAND "${NVCC}" -std=c++17 -O3 -Wno-deprecated-gpu-targets -I${INC} -Xptxas -v --threads 2
-          -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 --cubin -o /dev/null "${SRC}"
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  # --cubin takes one architecture on some nvcc versions: a fatbin then
+string(REPLACE "|" ";" sources "${SRC}")
+set(all "")
+foreach(src IN LISTS sources)
   execute_process(
     COMMAND "${NVCC}" -std=c++17 -O3 -Wno-deprecated-gpu-targets -I${INC} -Xptxas -v --threads 2
-            -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 --fatbin
-            -o "${OUT}/check_no_spills.fatbin" "${SRC}"
+            -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 --cubin -o /dev/null "${src}"
     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-endif()
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "nvcc failed (${rc}):\n${out}${err}")
-endif()
-string(REPLACE "\n" ";" lines "${out}${err}")
+  if(NOT rc EQUAL 0)
+    # --cubin takes one architecture on some nvcc versions: a fatbin then
+    execute_process(
+      COMMAND "${NVCC}" -std=c++17 -O3 -Wno-deprecated-gpu-targets -I${INC} -Xptxas -v --threads 2
+              -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 --fatbin
+              -o "${OUT}/check_no_spills.fatbin" "${src}"
+      RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  endif()
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "nvcc failed on ${src} (${rc}):\n${out}${err}")
+  endif()
+  string(APPEND all "${out}${err}")
+endforeach()
+string(REPLACE "\n" ";" lines "${all}")
 set(kernel "")
 set(bad 0)
 set(n 0)
@@ -43,9 +48,9 @@ foreach(l IN LISTS lines)
   endif()
 endforeach()
 if(n EQUAL 0)
-  message(FATAL_ERROR "no ptxas report in the output:\n${out}${err}")
+  message(FATAL_ERROR "no ptxas report in the output:\n${all}")
 endif()
 if(bad)
-  message(FATAL_ERROR "register spills in ${SRC}")
+  message(FATAL_ERROR "register spills in ${sources}")
 endif()
 message("${n} kernel compilations, no spills")

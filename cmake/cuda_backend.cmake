@@ -12,19 +12,22 @@ target_include_directories(gpa_obj PRIVATE ${GPA_CUDA_INCLUDE})
 target_include_directories(gpa_obj INTERFACE ${GPA_CUDA_INCLUDE})
 target_compile_definitions(gpa_obj INTERFACE GPA_HAVE_CUDA_BACKEND=1)
 
-# Kernel modules: gpa_cu_<mod> (backends/cuda/kernel_list.h names them).
+# Kernel modules: gpa_cu_<mod> (backends/cuda/kernel_list.h names them),
+# from one source or several (separated by ","; one translation unit).
 set(GPA_CUDA_KERNEL_MODULES
   "ew:elementwise.cu"
   "norm:norm.cu"
   "emb:embedding.cu"
   "met:metrics.cu"
   "lin:linear.cu"
-  "attn:attention.cu")
+  "attn:attention.cu,attention_lowp.cu")
 foreach(entry IN LISTS GPA_CUDA_KERNEL_MODULES)
   string(REPLACE ":" ";" parts "${entry}")
   list(GET parts 0 mod)
   list(GET parts 1 src)
-  gpa_cuda_kernels(gpa_cu_${mod} SOURCES ${PROJECT_SOURCE_DIR}/kernels/cuda/${src})
+  string(REPLACE "," ";" src "${src}")
+  list(TRANSFORM src PREPEND ${PROJECT_SOURCE_DIR}/kernels/cuda/)
+  gpa_cuda_kernels(gpa_cu_${mod} SOURCES ${src})
   # The fatbin's embedding source goes into the library itself.
   set(embed ${CMAKE_CURRENT_BINARY_DIR}/gpa_cu_${mod}_cuda/gpa_cu_${mod}_fatbin.c)
   target_sources(gpa_obj PRIVATE ${embed})
@@ -35,12 +38,14 @@ foreach(entry IN LISTS GPA_CUDA_KERNEL_MODULES)
   endif()
 endforeach()
 
-# The attention kernels keep their accumulators in registers: ptxas must
-# report no spills for sm_80 and sm_90 (cmake/check_no_spills.cmake). The
-# result does not depend on the host build's sanitizers: normal builds only.
+# The attention kernels (fp32, bf16 and fp16: both sources) keep their
+# accumulators in registers: ptxas must report no spills for sm_80 and sm_90
+# (cmake/check_no_spills.cmake). The result does not depend on the host
+# build's sanitizers: normal builds only.
 if((BUILD_TESTING OR NOT DEFINED BUILD_TESTING) AND NOT GPA_SANITIZE)
   add_test(NAME attention_no_spills COMMAND ${CMAKE_COMMAND} -DNVCC=${GPA_NVCC}
-    -DSRC=${PROJECT_SOURCE_DIR}/kernels/cuda/attention.cu -DINC=${PROJECT_SOURCE_DIR}/kernels/cuda
+    "-DSRC=${PROJECT_SOURCE_DIR}/kernels/cuda/attention.cu|${PROJECT_SOURCE_DIR}/kernels/cuda/attention_lowp.cu"
+    -DINC=${PROJECT_SOURCE_DIR}/kernels/cuda
     -DOUT=${CMAKE_BINARY_DIR}/check_no_spills -P ${CMAKE_CURRENT_LIST_DIR}/check_no_spills.cmake)
   set_tests_properties(attention_no_spills PROPERTIES TIMEOUT 900)
 endif()

@@ -1,11 +1,13 @@
-/* Attention ops (host), flash style (kernels/host/attention.c). All f32
- * except lengths (i32).
+/* Attention ops (host), flash style (kernels/host/attention.c).
  *   attention_fwd  in: q [B,S,H,D], k [B,Sk,Hkv,D], v [B,Sk,Hkv,D], lengths [B] (optional)
  *                  out: o [B,S,H,D], lse [B,H,S]
  *   attention_bwd  in: dout [B,S,H,D], q, k, v, o, lse (as the forward wrote them), lengths (optional)
  *                  out: dq [B,S,H,D], dk [B,Sk,Hkv,D], dv [B,Sk,Hkv,D]
- * attention_fwd also takes q, k, v in bf16 (all three; o and lse stay f32;
- * the host widens them to f32 and computes as for f32 inputs).
+ * dtypes: q, k, v (and dout) are f32, bf16 or f16, all alike; lengths i32;
+ * everything else f32 (o, lse, dq, dk, dv: the outputs keep fp32 precision
+ * whatever the inputs' storage). The host widens bf16/f16 inputs to f32
+ * (exact) and runs the f32 kernels: the reference of the CUDA tensor-core
+ * kernels.
  * attrs: scale (float; <= 0 or absent: 1/sqrt(D)), causal (int 0/1).
  * H must be a multiple of Hkv (MHA: Hkv = H, GQA, MQA: Hkv = 1); query head
  * h uses kv head h / (H/Hkv). 1 <= D <= 256.
@@ -38,10 +40,13 @@ static const gpa_attr_spec attn_attrs[] = {
     {"causal", GPA_ATTR_INT, 0, offsetof(attn_params, causal), 0, 0.0, 0, 1},
 };
 
-/* bf16: q, k, v may be bf16 (all three alike; the forward only). */
+/* q: f32, bf16 or f16; k and v alike. */
 static gpa_status check_qkv(const char *op, const gpa_tensor *q, const gpa_tensor *k, const gpa_tensor *v,
-                            const gpa_tensor *lens, int bf16, char *msg, size_t ms) {
-  GPA__CHK(gpa__chk_dtype(op, "q", q, GPA_F32, bf16 ? GPA_BF16 : 0, msg, ms));
+                            const gpa_tensor *lens, char *msg, size_t ms) {
+  if (q->dtype != GPA_F32 && q->dtype != GPA_BF16 && q->dtype != GPA_F16) {
+    snprintf(msg, ms, "%s: q has dtype %s, expected f32, bf16 or f16", op, gpa_dtype_name(q->dtype));
+    return GPA_EDTYPE;
+  }
   GPA__CHK(gpa__chk_rank(op, "q", q, 4, "([B,S,H,D])", msg, ms));
   GPA__CHK(gpa__chk_dtype(op, "k", k, q->dtype, 0, msg, ms));
   GPA__CHK(gpa__chk_rank(op, "k", k, 4, "([B,Sk,Hkv,D])", msg, ms));
@@ -75,8 +80,8 @@ static gpa_status check_qkv(const char *op, const gpa_tensor *q, const gpa_tenso
 
 static gpa_status fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   const gpa_tensor *q = &s->inputs[0];
-  GPA__CHK(check_qkv("attention_fwd", q, &s->inputs[1], &s->inputs[2], s->n_inputs > 3 ? &s->inputs[3] : NULL, 1,
-                     msg, ms));
+  GPA__CHK(check_qkv("attention_fwd", q, &s->inputs[1], &s->inputs[2], s->n_inputs > 3 ? &s->inputs[3] : NULL, msg,
+                     ms));
   int64_t lse[3] = {q->shape[0], q->shape[2], q->shape[1]};
   gpa__chk_set(&e[0], GPA_F32, 4, q->shape);
   gpa__chk_set(&e[1], GPA_F32, 3, lse);
@@ -86,8 +91,9 @@ static gpa_status fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_
 static gpa_status bwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   const char *op = "attention_bwd";
   const gpa_tensor *q = &s->inputs[1], *k = &s->inputs[2];
-  GPA__CHK(check_qkv(op, q, k, &s->inputs[3], s->n_inputs > 6 ? &s->inputs[6] : NULL, 0, msg, ms));
-  GPA__CHK(gpa__chk_f32_like(op, "dout", &s->inputs[0], q, "q", msg, ms));
+  GPA__CHK(check_qkv(op, q, k, &s->inputs[3], s->n_inputs > 6 ? &s->inputs[6] : NULL, msg, ms));
+  GPA__CHK(gpa__chk_dtype(op, "dout", &s->inputs[0], q->dtype, 0, msg, ms));
+  GPA__CHK(gpa__chk_shape(op, "dout", &s->inputs[0], 4, q->shape, "the shape of q", msg, ms));
   GPA__CHK(gpa__chk_f32_like(op, "o", &s->inputs[4], q, "q", msg, ms));
   int64_t lse[3] = {q->shape[0], q->shape[2], q->shape[1]};
   GPA__CHK(gpa__chk_dtype(op, "lse", &s->inputs[5], GPA_F32, 0, msg, ms));
@@ -121,18 +127,57 @@ static gpa_status exec_geom(const gpa_op_exec *x, const char *op, const gpa_tens
   return GPA_OK;
 }
 
-/* bf16 q, k, v: widened to f32 copies (exact), then the f32 kernel: the
- * reference the CUDA tensor-core kernel is compared with. */
-static float *widen_bf16(const gpa_tensor *t, const void *p) {
+/* IEEE half to float (exact). */
+static float f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+  if (e == 0x1f) {
+    u = sign | 0x7f800000u | (m << 13); /* inf, NaN */
+  } else if (e) {
+    u = sign | ((e + 112u) << 23) | (m << 13);
+  } else { /* zero or subnormal: m * 2^-24 */
+    float f = (float)m * 0x1p-24f;
+    memcpy(&u, &f, sizeof u);
+    u |= sign;
+  }
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* A bf16 or f16 tensor widened to an f32 copy (exact): the f32 kernels then
+ * run on it, the reference the CUDA tensor-core kernels are compared with. */
+static float *widen(const gpa_tensor *t, const void *p) {
   int64_t n = gpa__chk_numel(t);
   float *f = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
   if (!f) return NULL;
   const uint16_t *u = p;
   for (int64_t i = 0; i < n; i++) {
-    uint32_t w = (uint32_t)u[i] << 16;
-    memcpy(&f[i], &w, sizeof w);
+    if (t->dtype == GPA_F16) {
+      f[i] = f16_to_f32(u[i]);
+    } else {
+      uint32_t w = (uint32_t)u[i] << 16;
+      memcpy(&f[i], &w, sizeof w);
+    }
   }
   return f;
+}
+
+/* f32 views of inputs [0, n) of x: the inputs themselves, or widened
+ * copies of the bf16/f16 ones (freed by unwiden). */
+static gpa_status widen_inputs(const gpa_op_exec *x, int n, const float **f, float **wide) {
+  for (int i = 0; i < n; i++) {
+    f[i] = x->in[i];
+    wide[i] = NULL;
+    if (x->inputs[i].dtype == GPA_BF16 || x->inputs[i].dtype == GPA_F16) {
+      f[i] = wide[i] = widen(&x->inputs[i], x->in[i]);
+      if (!wide[i]) return GPA_ENOMEM;
+    }
+  }
+  return GPA_OK;
+}
+
+static void unwiden(float **wide, int n) {
+  for (int i = 0; i < n; i++) free(wide[i]);
 }
 
 static gpa_status fwd_host(const gpa_op_exec *x) {
@@ -140,16 +185,11 @@ static gpa_status fwd_host(const gpa_op_exec *x) {
   const int32_t *lens = x->n_inputs > 3 ? x->in[3] : NULL;
   GPA__CHK(exec_geom(x, "attention_fwd", &x->inputs[0], &x->inputs[1], lens, &g));
   gpa__par par = gpa__ops_par(x->env);
-  const float *qkv[3] = {x->in[0], x->in[1], x->in[2]};
-  float *wide[3] = {NULL, NULL, NULL};
-  gpa_status st = GPA_OK;
-  if (x->inputs[0].dtype == GPA_BF16)
-    for (int i = 0; i < 3 && st == GPA_OK; i++) {
-      qkv[i] = wide[i] = widen_bf16(&x->inputs[i], x->in[i]);
-      if (!wide[i]) st = GPA_ENOMEM;
-    }
-  if (st == GPA_OK) st = gpa__attention_fwd(&par, &g, qkv[0], qkv[1], qkv[2], lens, x->out[0], x->out[1]);
-  for (int i = 0; i < 3; i++) free(wide[i]);
+  const float *f[3];
+  float *wide[3];
+  gpa_status st = widen_inputs(x, 3, f, wide);
+  if (st == GPA_OK) st = gpa__attention_fwd(&par, &g, f[0], f[1], f[2], lens, x->out[0], x->out[1]);
+  unwiden(wide, 3);
   if (st != GPA_OK) snprintf(x->msg, x->msg_size, "attention_fwd: no memory for the tile workspace");
   return st;
 }
@@ -159,8 +199,13 @@ static gpa_status bwd_host(const gpa_op_exec *x) {
   const int32_t *lens = x->n_inputs > 6 ? x->in[6] : NULL;
   GPA__CHK(exec_geom(x, "attention_bwd", &x->inputs[1], &x->inputs[2], lens, &g));
   gpa__par par = gpa__ops_par(x->env);
-  gpa_status st = gpa__attention_bwd(&par, &g, x->in[0], x->in[1], x->in[2], x->in[3], x->in[4], x->in[5], lens,
-                                     x->out[0], x->out[1], x->out[2]);
+  const float *f[4]; /* dout, q, k, v */
+  float *wide[4];
+  gpa_status st = widen_inputs(x, 4, f, wide);
+  if (st == GPA_OK)
+    st = gpa__attention_bwd(&par, &g, f[0], f[1], f[2], f[3], x->in[4], x->in[5], lens, x->out[0], x->out[1],
+                            x->out[2]);
+  unwiden(wide, 4);
   if (st != GPA_OK) snprintf(x->msg, x->msg_size, "attention_bwd: no memory for the tile workspace");
   return st;
 }

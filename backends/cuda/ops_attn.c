@@ -1,5 +1,7 @@
-/* Attention on CUDA (kernels/cuda/attention.cu): fp32 flash attention,
- * forward and deterministic backward, head dims up to 256.
+/* Attention on CUDA: fp32 flash attention (kernels/cuda/attention.cu),
+ * forward and deterministic backward, head dims up to 256; bf16 and fp16
+ * with tensor cores (kernels/cuda/attention_lowp.cu), forward and
+ * deterministic backward, head dims that are multiples of 16 up to 128.
  *
  * Lengths: each value must lie in [0, Sk] (GPA_ERANGE otherwise, with the
  * host's message), checked on the device and read at completion (no
@@ -76,22 +78,37 @@ static unsigned bwd_smem(int D) {
   return (unsigned)(sizeof(float) * (size_t)(2 * BC * (D | 1) + 2 * BQ * D + 2 * BQ * (BC + 1) + 2 * BQ));
 }
 
-/* bf16 forward (wmma): K and V tiles [64][D+8] bf16, per warp fp32 scores
- * [16][68] and bf16 P [16][72]. */
-static unsigned bf16_smem(int D) { return (unsigned)(2 * 64 * (D + 8) * 2 + 4 * 16 * 68 * 4 + 4 * 16 * 72 * 2); }
+/* bf16/fp16 (attention_lowp.cu): 64-row tiles of T with rows of D + 8.
+ * Forward: K and V tiles, per warp fp32 scores [16][68] and P [16][72].
+ * Backward: K, V, Q, dO tiles, fp32 S and dP [64][68], P and dS [64][72],
+ * lse and delta [64]. */
+#define LP_BR 64
+static unsigned lp_fwd_smem(int D) { return (unsigned)(2 * LP_BR * (D + 8) * 2 + 4 * 16 * 68 * 4 + 4 * 16 * 72 * 2); }
+static unsigned lp_bwd_smem(int D) {
+  return (unsigned)(4 * LP_BR * (D + 8) * 2 + 2 * LP_BR * 68 * 4 + 2 * LP_BR * 72 * 2 + 2 * LP_BR * 4);
+}
+
+/* Offset of the bf16/fp16 kernel variant from its bf16 D <= 64 entry, or
+ * -1 for a shape the tensor-core kernels do not take (the host fallback
+ * runs it). */
+static int lowp_variant(int dtype, int D) {
+  if (dtype != GPA_BF16 && dtype != GPA_F16) return -1;
+  if (D % 16 || D > 128) return -1;
+  return (dtype == GPA_F16 ? 2 : 0) + (D > 64);
+}
 
 static gpa_status fwd_cu(const gpa_op_exec *x) {
   attn_geom g;
   gpa_status st = geom(x, &x->inputs[0], &x->inputs[1], &g);
   if (st == GPA_SKIP) return gpa__cu_fallback(x);
-  int bf16 = x->inputs[0].dtype == GPA_BF16;
-  if (bf16 && (g.D % 16 || g.D > 128)) return gpa__cu_fallback(x);
+  int lowp = x->inputs[0].dtype != GPA_F32, var = lowp_variant(x->inputs[0].dtype, g.D);
+  if (lowp && var < 0) return gpa__cu_fallback(x);
   void *lens = x->n_inputs > 3 ? x->in[3] : NULL;
   CUdeviceptr res = lens ? gpa__cu_scratch(x, RES_BYTES) : 0;
   if (lens && !res) return GPA_ENOMEM;
   GPA__CU_TRY(check_lengths(x, "attention_fwd", lens, &g, res));
-  int id = bf16 ? (g.D <= 64 ? GPA__K_ATT_FWD_BF64 : GPA__K_ATT_FWD_BF128) : GPA__K_ATT_FWD32 + dclass(g.D);
-  unsigned smem = bf16 ? bf16_smem(g.D) : fwd_smem(g.D), br = bf16 ? 64 : FWD_BR;
+  int id = lowp ? GPA__K_ATT_FWD_BF64 + var : GPA__K_ATT_FWD32 + dclass(g.D);
+  unsigned smem = lowp ? lp_fwd_smem(g.D) : fwd_smem(g.D), br = lowp ? LP_BR : FWD_BR;
   if (!allow_smem(x, id, smem)) return gpa__cu_fallback(x);
   void *q = x->in[0], *k = x->in[1], *v = x->in[2], *o = x->out[0], *lse = x->out[1];
   void *args[] = {&q, &k, &v, &lens, &o, &lse, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale, &g.causal};
@@ -102,11 +119,15 @@ static gpa_status bwd_cu(const gpa_op_exec *x) {
   attn_geom g;
   gpa_status st = geom(x, &x->inputs[1], &x->inputs[2], &g);
   if (st == GPA_SKIP) return gpa__cu_fallback(x);
+  int dtype = x->inputs[1].dtype, lowp = dtype != GPA_F32, var = lowp_variant(dtype, g.D);
+  if (lowp && var < 0) return gpa__cu_fallback(x);
   void *lens = x->n_inputs > 6 ? x->in[6] : NULL;
-  int cls = dclass(g.D), warps = cls == 4 ? 8 : 4;
-  unsigned smem = bwd_smem(g.D);
-  if (!allow_smem(x, GPA__K_ATT_DKV32 + cls, smem) || !allow_smem(x, GPA__K_ATT_DQ32 + cls, smem))
-    return gpa__cu_fallback(x);
+  int cls = dclass(g.D), warps = lowp ? 4 : cls == 4 ? 8 : 4;
+  int kdkv = lowp ? GPA__K_ATT_DKV_BF64 + var : GPA__K_ATT_DKV32 + cls;
+  int kdq = lowp ? GPA__K_ATT_DQ_BF64 + var : GPA__K_ATT_DQ32 + cls;
+  int kdelta = !lowp ? GPA__K_ATT_DELTA : dtype == GPA_F16 ? GPA__K_ATT_DELTA_H : GPA__K_ATT_DELTA_BF;
+  unsigned smem = lowp ? lp_bwd_smem(g.D) : bwd_smem(g.D), bk = lowp ? LP_BR : BC, bq = lowp ? LP_BR : BQ;
+  if (!allow_smem(x, kdkv, smem) || !allow_smem(x, kdq, smem)) return gpa__cu_fallback(x);
   long long rows = (long long)g.B * g.S * g.H;
   CUdeviceptr scr = gpa__cu_scratch(x, RES_BYTES + (uint64_t)(rows > 0 ? rows : 1) * sizeof(float));
   if (!scr) return GPA_ENOMEM;
@@ -115,14 +136,12 @@ static gpa_status bwd_cu(const gpa_op_exec *x) {
   void *dout = x->in[0], *q = x->in[1], *k = x->in[2], *v = x->in[3], *o = x->in[4], *lse = x->in[5];
   void *dq = x->out[0], *dk = x->out[1], *dv = x->out[2], *dl = (void *)(uintptr_t)delta;
   void *a0[] = {&dout, &o, &dl, &rows, &g.S, &g.H, &g.D};
-  if (rows > 0)
-    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_ATT_DELTA, gpa__cu_blocks(x, (rows + 7) / 8, 1), 1, 1, 32, 8, 0, a0));
+  if (rows > 0) GPA__CU_TRY(gpa__cu_launch(x, kdelta, gpa__cu_blocks(x, (rows + 7) / 8, 1), 1, 1, 32, 8, 0, a0));
   void *a1[] = {&dout, &q, &k, &v, &lse, &dl, &lens, &dq, &dk, &dv, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale,
                 &g.causal};
-  GPA__CU_TRY(gpa__cu_launch(x, GPA__K_ATT_DKV32 + cls, (unsigned)((g.Sk + BC - 1) / BC), (unsigned)g.Hkv,
-                             (unsigned)g.B, 32, (unsigned)warps, smem, a1));
-  return gpa__cu_launch(x, GPA__K_ATT_DQ32 + cls, (unsigned)((g.S + BQ - 1) / BQ), (unsigned)g.H, (unsigned)g.B, 32,
-                        (unsigned)warps, smem, a1);
+  GPA__CU_TRY(gpa__cu_launch(x, kdkv, (g.Sk + bk - 1) / bk, (unsigned)g.Hkv, (unsigned)g.B, 32, (unsigned)warps,
+                             smem, a1));
+  return gpa__cu_launch(x, kdq, (g.S + bq - 1) / bq, (unsigned)g.H, (unsigned)g.B, 32, (unsigned)warps, smem, a1);
 }
 
 const gpa__cu_impl gpa__cu_ops_attn[] = {

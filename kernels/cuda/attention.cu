@@ -29,36 +29,12 @@
  *     last visible one: the same attn_ps_tile, then dq += dS K with
  *     (query = lane, warp w) owning d = w, w + W, ...
  *   dq and dk are scaled by `scale` at the end, as the host does. */
-#include "gpa_kernel.h"
+#include "attention_common.h"
 
 #define BC 32      /* keys per tile */
 #define FWD_RPW 4  /* query rows per warp (forward) */
 #define FWD_W 4    /* warps per forward block */
 #define BQ 32      /* query rows per backward tile */
-
-/* Loops over the register arrays are unrolled (no local memory); the host
- * compiler of the emulated build does not know the pragma. */
-#ifdef GPA_SIM_EMU
-#define UNROLL
-#else
-#define UNROLL _Pragma("unroll")
-#endif
-
-/* Keys visible to query row s: [0, lim). */
-static __device__ __forceinline__ int attn_limit(int kvlen, int s, int S, int Sk, int causal) {
-  int lim = kvlen;
-  if (causal) {
-    const long long c = (long long)s + Sk - S + 1;
-    if (c < lim) lim = (int)c;
-  }
-  return lim < 0 ? 0 : lim;
-}
-
-static __device__ __forceinline__ int attn_kvlen(const int *lens, int b, int Sk) {
-  if (!lens) return Sk;
-  const int n = lens[b];
-  return n < 0 ? 0 : (n > Sk ? Sk : n);
-}
 
 static __device__ __forceinline__ float attn_warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(GPA_FULL_MASK, v, o));
@@ -170,18 +146,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_fwd_d256(FWD_ARGS)
 
 /* ---- backward ----------------------------------------------------------- */
 
-/* delta[(b*H + h)*S + s] = dout[b,s,h,:] . o[b,s,h,:]; one warp per row. */
+/* delta = dout . o per row (attention_common.h). */
 extern "C" __global__ void gpa_attn_bwd_delta(const float *__restrict__ dout, const float *__restrict__ o,
                                               float *__restrict__ delta, long long rows, int S, int H, int D) {
-  for (long long r = (long long)blockIdx.x * blockDim.y + threadIdx.y; r < rows;
-       r += (long long)gridDim.x * blockDim.y) {
-    const float *a = dout + r * D, *c = o + r * D;
-    float s = 0.0f;
-    for (int d = threadIdx.x; d < D; d += 32) s = fmaf(a[d], c[d], s);
-    s = gpa_warp_sum(s);
-    const long long bs = r / H, h = r - bs * H, b = bs / S, i = bs - b * S;
-    if (threadIdx.x == 0) delta[(b * H + h) * S + i] = s;
-  }
+  attn_delta(dout, o, delta, rows, S, H, D);
 }
 
 /* Shared memory of the backward blocks (floats): K and V [BC][D|1] (odd
@@ -355,149 +323,3 @@ extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_dq_d64(BWD_ARGS) {
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_dq_d96(BWD_ARGS) { attn_bwd_dq<96, 4>(BWD_PASS); }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_dq_d128(BWD_ARGS) { attn_bwd_dq<128, 4>(BWD_PASS); }
 extern "C" __global__ void __launch_bounds__(256, 1) gpa_attn_dq_d256(BWD_ARGS) { attn_bwd_dq<256, 8>(BWD_PASS); }
-
-/* ---- bf16 forward (tensor cores) ---------------------------------------- *
- * q, k, v in bf16 storage; o and lse in fp32. One block per (query tile of
- * 64, h, b), 4 warps of 16 query rows; key tiles of 64 through shared
- * memory (bf16, rows padded by 8 elements). Scores S = Q K^T by wmma
- * 16x16x16 bf16 fragments with fp32 accumulation; softmax in fp32 by
- * lanes. Two passes over the key tiles: the first finds each row's max m
- * and sum l (online, scalars only), the second forms P = exp(s - m) / l in
- * bf16 and accumulates O += P V in wmma accumulator fragments that stay in
- * registers for the whole loop (a single final m means no rescaling, which
- * the opaque fragment layout would not allow). The price: Q K^T is
- * computed twice. D must be a multiple of 16, at most 128 (the host side
- * sends other shapes to the host fallback). */
-#include <mma.h>
-#include <cuda_bf16.h>
-
-#define BF_BR 64
-#define BF_BC 64
-#define BF_LDS (BF_BC + 4) /* fp32 scores per row */
-#define BF_LDP (BF_BC + 8) /* bf16 P per row */
-
-template <int DM>
-static __device__ __forceinline__ void attn_fwd_bf16(const __nv_bfloat16 *__restrict__ q,
-                                                     const __nv_bfloat16 *__restrict__ k,
-                                                     const __nv_bfloat16 *__restrict__ v,
-                                                     const int *__restrict__ lens, float *__restrict__ o,
-                                                     float *__restrict__ lse, int S, int Sk, int H, int Hkv, int D,
-                                                     float scale, int causal) {
-  using namespace nvcuda;
-  GPA_DYNAMIC_SHARED(unsigned char, smem);
-  constexpr int DF = DM / 16;
-  const int ld = D + 8; /* bf16 row stride of the Q, K, V tiles (a multiple of 8) */
-  __nv_bfloat16 *sK = reinterpret_cast<__nv_bfloat16 *>(smem), *sV = sK + BF_BC * ld;
-  const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane, nt = 128;
-  float *sS = reinterpret_cast<float *>(sV + BF_BC * ld) + w * (16 * BF_LDS);
-  __nv_bfloat16 *sP = reinterpret_cast<__nv_bfloat16 *>(reinterpret_cast<float *>(sV + BF_BC * ld) + 4 * 16 * BF_LDS) +
-                      w * (16 * BF_LDP);
-  const int row0 = blockIdx.x * BF_BR, h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
-  const int kvlen = attn_kvlen(lens, b, Sk), nrows = S - row0 < BF_BR ? S - row0 : BF_BR;
-  const int jmax = attn_limit(kvlen, row0 + nrows - 1, S, Sk, causal);
-  const long long ldq = (long long)H * D, ldkv = (long long)Hkv * D;
-  const __nv_bfloat16 zero = __float2bfloat16(0.0f);
-  /* Q tile through sK into the warps' a-fragments */
-  const __nv_bfloat16 *qb = q + ((long long)b * S + row0) * ldq + (long long)h * D;
-  for (int e = tid; e < BF_BR * D; e += nt) {
-    const int r = e / D, d = e - r * D;
-    sK[r * ld + d] = r < nrows ? qb[(long long)r * ldq + d] : zero;
-  }
-  __syncthreads();
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> qa[DF];
-  UNROLL
-  for (int f = 0; f < DF; f++)
-    if (f * 16 < D) wmma::load_matrix_sync(qa[f], sK + (w * 16) * ld + f * 16, ld);
-  /* this lane's row (2 lanes per row, 32 columns each) */
-  const int rr = lane >> 1, half = lane & 1, row = row0 + w * 16 + rr;
-  const int lim = row < S ? attn_limit(kvlen, row, S, Sk, causal) : 0;
-  float m = -INFINITY, l = 0.0f;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> oacc[DF];
-  UNROLL
-  for (int f = 0; f < DF; f++) wmma::fill_fragment(oacc[f], 0.0f);
-  const __nv_bfloat16 *kb = k + (long long)b * Sk * ldkv + (long long)kh * D;
-  const __nv_bfloat16 *vb = v + (long long)b * Sk * ldkv + (long long)kh * D;
-  for (int pass = 0; pass < 2; pass++) {
-    for (int j0 = 0; j0 < jmax; j0 += BF_BC) {
-      const int nc = jmax - j0 < BF_BC ? jmax - j0 : BF_BC;
-      __syncthreads(); /* the previous tile (or the Q staging) is consumed */
-      for (int e = tid; e < BF_BC * D; e += nt) {
-        const int r = e / D, d = e - r * D;
-        sK[r * ld + d] = r < nc ? kb[(long long)(j0 + r) * ldkv + d] : zero;
-        if (pass) sV[r * ld + d] = r < nc ? vb[(long long)(j0 + r) * ldkv + d] : zero;
-      }
-      __syncthreads();
-      /* S (16 x 64) of this warp's rows */
-      for (int n = 0; n < BF_BC / 16; n++) {
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> sacc;
-        wmma::fill_fragment(sacc, 0.0f);
-        UNROLL
-        for (int f = 0; f < DF; f++)
-          if (f * 16 < D) {
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> kf;
-            wmma::load_matrix_sync(kf, sK + (n * 16) * ld + f * 16, ld);
-            wmma::mma_sync(sacc, qa[f], kf, sacc);
-          }
-        wmma::store_matrix_sync(sS + n * 16, sacc, BF_LDS, wmma::mem_row_major);
-      }
-      __syncwarp();
-      const float *srow = sS + rr * BF_LDS + half * 32;
-      const int c0 = j0 + half * 32;
-      if (pass == 0) {
-        float mx = -INFINITY;
-        for (int c = 0; c < 32; c++)
-          if (c0 + c < lim) mx = fmaxf(mx, srow[c] * scale);
-        mx = fmaxf(mx, __shfl_xor_sync(GPA_FULL_MASK, mx, 1));
-        const float mnew = fmaxf(m, mx);
-        float sum = 0.0f;
-        if (mnew != -INFINITY)
-          for (int c = 0; c < 32; c++)
-            if (c0 + c < lim) sum += expf(srow[c] * scale - mnew);
-        sum += __shfl_xor_sync(GPA_FULL_MASK, sum, 1);
-        l = (mnew == -INFINITY ? 0.0f : l * expf(m - mnew)) + sum;
-        m = mnew;
-      } else {
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        __nv_bfloat16 *prow = sP + rr * BF_LDP + half * 32;
-        for (int c = 0; c < 32; c++)
-          prow[c] = __float2bfloat16(c0 + c < lim ? expf(srow[c] * scale - m) * inv : 0.0f);
-        __syncwarp();
-        UNROLL
-        for (int f = 0; f < DF; f++)
-          if (f * 16 < D)
-            for (int kk = 0; kk < BF_BC / 16; kk++) {
-              wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> pf;
-              wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> vf;
-              wmma::load_matrix_sync(pf, sP + kk * 16, BF_LDP);
-              wmma::load_matrix_sync(vf, sV + (kk * 16) * ld + f * 16, ld);
-              wmma::mma_sync(oacc[f], pf, vf, oacc[f]);
-            }
-      }
-      __syncwarp();
-    }
-  }
-  /* O (16 x D per warp) staged in fp32 over the K/V tiles, then the rows < S */
-  __syncthreads();
-  float *sO = reinterpret_cast<float *>(smem) + w * (16 * (D + 4));
-  UNROLL
-  for (int f = 0; f < DF; f++)
-    if (f * 16 < D) wmma::store_matrix_sync(sO + f * 16, oacc[f], D + 4, wmma::mem_row_major);
-  __syncwarp();
-  for (int e = lane; e < 16 * D; e += 32) {
-    const int r = e / D, d = e - r * D, gr = row0 + w * 16 + r;
-    if (gr < S) o[(((long long)b * S + gr) * H + h) * D + d] = sO[r * (D + 4) + d];
-  }
-  if (half == 0 && row < S) lse[((long long)b * H + h) * S + row] = l > 0.0f ? m + logf(l) : -INFINITY;
-}
-
-#define BF_ARGS                                                                                          \
-  const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ k,                              \
-      const __nv_bfloat16 *__restrict__ v, const int *__restrict__ lens, float *__restrict__ o,           \
-      float *__restrict__ lse, int S, int Sk, int H, int Hkv, int D, float scale, int causal
-
-extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_fwd_bf16_d64(BF_ARGS) {
-  attn_fwd_bf16<64>(FWD_PASS);
-}
-extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_fwd_bf16_d128(BF_ARGS) {
-  attn_fwd_bf16<128>(FWD_PASS);
-}

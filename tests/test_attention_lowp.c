@@ -1,0 +1,238 @@
+/* attention_fwd / attention_bwd with bf16 and fp16 q, k, v (and dout)
+ * against the double reference computed from the same rounded values:
+ * GQA ratios 1, 2 and 8, causal and not, odd S and Sk, S > Sk, key lengths
+ * (including 0), Sk = 0, head dims 32, 48, 64, 96, 128 (the tensor-core
+ * kernels on CUDA) and 40, 256 (the host fallback there); bitwise
+ * determinism of both ops; on the host, equality with the f32 ops run on
+ * the widened values; dtype errors.
+ *
+ * Tolerance. On the host the inputs are widened exactly and the f32 kernels
+ * run: bit-equal to the f32 ops. On CUDA the products of two bf16/fp16
+ * values are exact in fp32 and summed in fp32 (the f32 tolerance of
+ * tests/test_attention.c covers that); the kernels then round P (forward:
+ * normalized, before P V; backward: before P^T dO) and dS (before dS K and
+ * dS^T Q) to the storage type, each term off by at most u |t| + eta (bf16:
+ * u = 2^-8; fp16: u = 2^-11, eta = 2^-25 for subnormal results). The allowed
+ * error adds twice that bound, summed over the terms of each output
+ * (util/attn_ref.c). The backward is fed the reference's o and lse, so its
+ * check does not inherit the forward's error. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/attn_ref.h"
+#include "util/nn_test.h"
+
+/* IEEE half, round to nearest even (finite, in range: the test's values). */
+static uint16_t to_f16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+  int32_t e = (int32_t)((u >> 23) & 0xff) - 127 + 15;
+  uint32_t m = u & 0x7fffffu;
+  if (e <= 0) { /* subnormal: m * 2^-24 with the implicit bit */
+    if (e < -10) return sign;
+    m |= 0x800000u;
+    uint32_t sh = (uint32_t)(14 - e), h = m >> sh, rem = m & ((1u << sh) - 1), mid = 1u << (sh - 1);
+    if (rem > mid || (rem == mid && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+  }
+  uint32_t h = ((uint32_t)e << 10) | (m >> 13), rem = m & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
+  return (uint16_t)(sign | h);
+}
+
+static float from_f16(uint16_t h) {
+  uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  float f = e ? ldexpf((float)(m | 0x400u), (int)e - 25) : ldexpf((float)m, -24);
+  return (h & 0x8000u) ? -f : f;
+}
+
+static uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* n uniform values in [lo, hi) rounded to dtype: bits into u, values into f. */
+static void fill_lowp(int dtype, float *f, uint16_t *u, int64_t n, double lo, double hi, uint64_t *seed) {
+  gpa_nt_fill(f, n, lo, hi, seed);
+  for (int64_t i = 0; i < n; i++) {
+    u[i] = dtype == GPA_F16 ? to_f16(f[i]) : to_bf16(f[i]);
+    f[i] = dtype == GPA_F16 ? from_f16(u[i]) : from_bf16(u[i]);
+  }
+}
+
+static float *to_float(const double *d, int64_t n) {
+  float *f = malloc(sizeof(float) * (size_t)(n + 1));
+  for (int64_t i = 0; i < n; i++) f[i] = (float)d[i];
+  return f;
+}
+
+static double *dalloc(int64_t n) { return malloc(sizeof(double) * (size_t)(n + 1)); }
+
+static void lowp_case(gpa_nt *t, const acase *c, int dtype, uint64_t seed) {
+  int64_t B = c->B, S = c->S, Sk = c->Sk, H = c->H, Hk = c->Hkv, D = c->D;
+  int64_t nq = B * S * H * D, nk = B * Sk * Hk * D, nl = B * H * S, ng = nq + 2 * nk;
+  char what[256], w2[1024];
+  snprintf(what, sizeof what, "attention %s B=%lld S=%lld Sk=%lld H=%lld Hkv=%lld D=%lld%s%s",
+           gpa_dtype_name(dtype), (long long)B, (long long)S, (long long)Sk, (long long)H, (long long)Hk,
+           (long long)D, c->causal ? " causal" : "", c->lens ? " lengths" : "");
+  /* q, k, v, dout */
+  int64_t n[4] = {nq, nk, nk, nq};
+  float *f[4];
+  uint16_t *u[4];
+  for (int i = 0; i < 4; i++) {
+    f[i] = malloc(sizeof(float) * (size_t)(n[i] + 1));
+    u[i] = malloc(2 * (size_t)(n[i] + 1));
+    double lim = i == 0 || i == 1 ? 1.5 : 1.0;
+    fill_lowp(dtype, f[i], u[i], n[i], -lim, lim, &seed);
+  }
+  int32_t *lens = malloc(sizeof(int32_t) * (size_t)(B + 1));
+  for (int64_t b = 0; b < B; b++) lens[b] = (int32_t)(b == 0 ? Sk : b == 1 ? 0 : (b * 7919 + 13) % (Sk + 1));
+  const int on_host = !strcmp(gpa_actor_backend(t->a), "cpu");
+  aref r = {c, 1.0 / sqrt((double)D), c->lens ? lens : NULL, gpa_nt_to_double(f[0], nq), gpa_nt_to_double(f[1], nk),
+            gpa_nt_to_double(f[2], nk), gpa_nt_to_double(f[3], nq), 0, 0};
+  if (!on_host) {
+    r.u = dtype == GPA_F16 ? 0x1p-11 : 0x1p-8;
+    r.eta = dtype == GPA_F16 ? 0x1p-25 : 0x1p-134;
+  }
+  double *o = dalloc(nq), *lse = dalloc(nl), *dq = dalloc(nq), *dk = dalloc(nk), *dv = dalloc(nk);
+  amag mg = {dalloc(nq), dalloc(nl), dalloc(nq), dalloc(nk), dalloc(nk)};
+  gpa_attn_ref(&r, o, lse, dq, dk, dv, &mg);
+
+  int64_t qs[4] = {B, S, H, D}, ks[4] = {B, Sk, Hk, D}, ls[3] = {B, H, S};
+  gpa_attr at = {"causal", GPA_ATTR_INT, c->causal, 0};
+  gpa_tensor tq = gpa_nt_tensor(t, dtype, 4, qs, u[0]), tk = gpa_nt_tensor(t, dtype, 4, ks, u[1]);
+  gpa_tensor tv = gpa_nt_tensor(t, dtype, 4, ks, u[2]), tdo = gpa_nt_tensor(t, dtype, 4, qs, u[3]);
+  gpa_tensor tl = gpa_nt_tensor(t, GPA_I32, 1, &B, lens);
+  uint32_t nfi = c->lens ? 4 : 3, nbi = c->lens ? 7 : 6;
+
+  /* forward, twice */
+  float *go[2] = {malloc(sizeof(float) * (size_t)(nq + 1)), malloc(sizeof(float) * (size_t)(nq + 1))};
+  float *gl[2] = {malloc(sizeof(float) * (size_t)(nl + 1)), malloc(sizeof(float) * (size_t)(nl + 1))};
+  for (int rep = 0; rep < 2; rep++) {
+    gpa_tensor in[4] = {tq, tk, tv, tl}, out[2] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 3, ls)};
+    gpa_status st = gpa_nt_run(t, "attention_fwd", in, nfi, out, 2, &at, 1);
+    if (st != GPA_OK) {
+      snprintf(w2, sizeof w2, "%s: attention_fwd %s: %s", what, gpa_status_name(st), gpa_nt_msg);
+      gpa_nt_fail(t, w2);
+    }
+    gpa_nt_read(t, &out[0], go[rep]);
+    gpa_nt_read(t, &out[1], gl[rep]);
+  }
+  snprintf(w2, sizeof w2, "%s: forward determinism (o)", what);
+  gpa_nt_same_bits(t, w2, go[0], go[1], nq);
+  snprintf(w2, sizeof w2, "%s: forward determinism (lse)", what);
+  gpa_nt_same_bits(t, w2, gl[0], gl[1], nl);
+  snprintf(w2, sizeof w2, "%s: o", what);
+  gpa_nt_close_to(t, w2, go[0], o, mg.o, nq, 1e-5);
+  snprintf(w2, sizeof w2, "%s: lse", what);
+  gpa_nt_close_to(t, w2, gl[0], lse, mg.lse, nl, 1e-5);
+
+  /* backward from the reference's o and lse, twice */
+  float *ro = to_float(o, nq), *rl = to_float(lse, nl);
+  gpa_tensor to = gpa_nt_tensor(t, GPA_F32, 4, qs, ro), tlse = gpa_nt_tensor(t, GPA_F32, 3, ls, rl);
+  float *g[2] = {malloc(sizeof(float) * (size_t)(ng + 1)), malloc(sizeof(float) * (size_t)(ng + 1))};
+  for (int rep = 0; rep < 2; rep++) {
+    gpa_tensor in[7] = {tdo, tq, tk, tv, to, tlse, tl};
+    gpa_tensor out[3] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 4, ks), gpa_nt_out(t, 4, ks)};
+    gpa_status st = gpa_nt_run(t, "attention_bwd", in, nbi, out, 3, &at, 1);
+    if (st != GPA_OK) {
+      snprintf(w2, sizeof w2, "%s: attention_bwd %s: %s", what, gpa_status_name(st), gpa_nt_msg);
+      gpa_nt_fail(t, w2);
+    }
+    gpa_nt_read(t, &out[0], g[rep]);
+    gpa_nt_read(t, &out[1], g[rep] + nq);
+    gpa_nt_read(t, &out[2], g[rep] + nq + nk);
+  }
+  snprintf(w2, sizeof w2, "%s: backward determinism", what);
+  gpa_nt_same_bits(t, w2, g[0], g[1], ng);
+  snprintf(w2, sizeof w2, "%s: dq", what);
+  gpa_nt_close_to(t, w2, g[0], dq, mg.dq, nq, 1e-5);
+  snprintf(w2, sizeof w2, "%s: dk", what);
+  gpa_nt_close_to(t, w2, g[0] + nq, dk, mg.dk, nk, 1e-5);
+  snprintf(w2, sizeof w2, "%s: dv", what);
+  gpa_nt_close_to(t, w2, g[0] + nq + nk, dv, mg.dv, nk, 1e-5);
+
+  /* the host: the f32 ops on the widened values, bit for bit */
+  if (on_host) {
+    gpa_tensor fq = gpa_nt_tensor(t, GPA_F32, 4, qs, f[0]), fk = gpa_nt_tensor(t, GPA_F32, 4, ks, f[1]);
+    gpa_tensor fv = gpa_nt_tensor(t, GPA_F32, 4, ks, f[2]), fdo = gpa_nt_tensor(t, GPA_F32, 4, qs, f[3]);
+    gpa_tensor in[4] = {fq, fk, fv, tl}, out[2] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 3, ls)};
+    float *x = malloc(sizeof(float) * (size_t)(ng + nl + 1));
+    if (gpa_nt_run(t, "attention_fwd", in, nfi, out, 2, &at, 1) != GPA_OK) gpa_nt_fail(t, "f32 attention_fwd");
+    gpa_nt_read(t, &out[0], x);
+    snprintf(w2, sizeof w2, "%s: o equals the f32 op's on the widened values", what);
+    gpa_nt_same_bits(t, w2, go[0], x, nq);
+    gpa_nt_read(t, &out[1], x);
+    snprintf(w2, sizeof w2, "%s: lse equals the f32 op's on the widened values", what);
+    gpa_nt_same_bits(t, w2, gl[0], x, nl);
+    gpa_tensor bin[7] = {fdo, fq, fk, fv, to, tlse, tl};
+    gpa_tensor bout[3] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 4, ks), gpa_nt_out(t, 4, ks)};
+    if (gpa_nt_run(t, "attention_bwd", bin, nbi, bout, 3, &at, 1) != GPA_OK) gpa_nt_fail(t, "f32 attention_bwd");
+    gpa_nt_read(t, &bout[0], x);
+    gpa_nt_read(t, &bout[1], x + nq);
+    gpa_nt_read(t, &bout[2], x + nq + nk);
+    snprintf(w2, sizeof w2, "%s: gradients equal the f32 op's on the widened values", what);
+    gpa_nt_same_bits(t, w2, g[0], x, ng);
+    free(x);
+  }
+  for (int i = 0; i < 4; i++) free(f[i]), free(u[i]);
+  for (int i = 0; i < 2; i++) free(go[i]), free(gl[i]), free(g[i]);
+  free(lens); free(o); free(lse); free(dq); free(dk); free(dv); free(ro); free(rl);
+  free(mg.o); free(mg.lse); free(mg.dq); free(mg.dk); free(mg.dv); free(r.q); free(r.k); free(r.v); free(r.w);
+}
+
+static void errors(gpa_nt *t) {
+  int64_t qs[4] = {2, 5, 8, 32}, ks[4] = {2, 7, 4, 32}, ls[3] = {2, 8, 5};
+  gpa_tensor qh = gpa_nt_tensor(t, GPA_F16, 4, qs, NULL), kh = gpa_nt_tensor(t, GPA_F16, 4, ks, NULL);
+  gpa_tensor kb = gpa_nt_tensor(t, GPA_BF16, 4, ks, NULL), qi = gpa_nt_tensor(t, GPA_I32, 4, qs, NULL);
+  gpa_tensor ob = gpa_nt_tensor(t, GPA_F16, 4, qs, NULL), o = gpa_nt_out(t, 4, qs), lse = gpa_nt_out(t, 3, ls);
+  gpa_tensor out[2] = {o, lse}, bout[3] = {o, gpa_nt_out(t, 4, ks), gpa_nt_out(t, 4, ks)};
+  gpa_tensor a[3] = {qh, kb, kb};
+  gpa_nt_expect_error(t, "attention_fwd", a, 3, out, 2, NULL, 0, GPA_EDTYPE, "k has dtype bf16, expected f16");
+  gpa_tensor b[3] = {qi, kh, kh};
+  gpa_nt_expect_error(t, "attention_fwd", b, 3, out, 2, NULL, 0, GPA_EDTYPE, "q has dtype i32, expected f32, bf16");
+  gpa_tensor c[3] = {qh, kh, kh}, out16[2] = {ob, lse};
+  gpa_nt_expect_error(t, "attention_fwd", c, 3, out16, 2, NULL, 0, GPA_EDTYPE, "outputs[0]");
+  gpa_tensor d[6] = {o, qh, kh, kh, o, lse};
+  gpa_nt_expect_error(t, "attention_bwd", d, 6, bout, 3, NULL, 0, GPA_EDTYPE, "dout has dtype f32, expected f16");
+  gpa_tensor e[6] = {qh, qh, kh, kh, ob, lse};
+  gpa_nt_expect_error(t, "attention_bwd", e, 6, bout, 3, NULL, 0, GPA_EDTYPE, "o has dtype f16, expected f32");
+  gpa_tensor f[6] = {qh, qh, kh, kb, o, lse};
+  gpa_nt_expect_error(t, "attention_bwd", f, 6, bout, 3, NULL, 0, GPA_EDTYPE, "v has dtype bf16, expected f16");
+}
+
+int main(void) {
+  gpa_nt t;
+  int rc = gpa_nt_open(&t);
+  if (rc) return rc;
+  /* B S Sk H Hkv D causal lengths. D % 16 == 0 and D <= 128 run the
+   * tensor-core kernels on CUDA; D = 40 and 256 the host fallback. */
+  const acase cases[] = {
+      {1, 1, 1, 1, 1, 64, 0, 0, 0},   {2, 37, 53, 4, 2, 64, 1, 1, 0}, {1, 70, 70, 2, 1, 128, 1, 0, 0},
+      {1, 5, 9, 8, 8, 32, 0, 1, 0},   {1, 20, 33, 8, 1, 64, 1, 0, 0}, {1, 9, 4, 2, 1, 40, 1, 0, 0},
+      {2, 3, 0, 2, 2, 32, 0, 1, 0},   {1, 67, 1, 2, 2, 96, 1, 0, 0},  {3, 90, 41, 2, 1, 48, 1, 1, 0},
+      {1, 3, 2, 2, 1, 256, 1, 1, 0},
+  };
+  /* several tiles each way (64 rows a tile); few heads: the simulator
+   * emulates every wmma product on each of the 32 lanes */
+  const acase big[] = {{2, 65, 140, 2, 2, 64, 0, 1, 0}, {1, 129, 129, 2, 1, 96, 1, 0, 0}};
+  const int dtypes[2] = {GPA_BF16, GPA_F16};
+  uint64_t seed = 777;
+  for (int di = 0; di < 2; di++) {
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) lowp_case(&t, &cases[i], dtypes[di], seed++);
+    for (size_t i = 0; i < sizeof big / sizeof big[0] && !t.quick; i++) lowp_case(&t, &big[i], dtypes[di], seed++);
+  }
+  errors(&t);
+  return gpa_nt_close(&t);
+}
