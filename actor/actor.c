@@ -25,7 +25,6 @@ static void actor_loop(gpa_actor *a) {
   for (;;) {
     if (atomic_load_explicit(&a->stopping, memory_order_acquire) && a->opts.shutdown_policy == GPA_SHUTDOWN_CANCEL)
       a->cancelling = true;
-    a->stamp = 0; /* time between passes is nobody's device time */
     uint32_t did = gpa__drain_completions(a);
     did += gpa__mailbox_drain(a, 64);
     if (a->parked) {
@@ -33,6 +32,7 @@ static void actor_loop(gpa_actor *a) {
       gpa__msg_return_flush(a);
     }
     if (did) continue;
+    if (a->run_q) gpa__run_switch(a, NULL); /* idle time is nobody's device time */
     if (atomic_load_explicit(&a->stopping, memory_order_acquire)) {
       /* closing + quiesce happened before stopping was set: every accepted
        * message is in a ring, and the drain above found them all. Device

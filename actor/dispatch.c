@@ -24,9 +24,11 @@ static gpa_status run_op(gpa_actor *a, gpa__msg *m) {
     gpa_op_impl_fn impl = a->be->impl_of(op);
     if (!impl) continue;
     x.user_data = op->d.user_data;
-    m->err[0] = 0;
     gpa_status st = a->be->run ? a->be->run(a->bctx, m, impl, &x) : impl(&x);
-    if (st == GPA_SKIP) continue;
+    if (st == GPA_SKIP) {
+      m->err[0] = 0; /* what a declining implementation said is not the answer */
+      continue;
+    }
     if ((st == GPA_OK || st == GPA__DEFERRED) && op->d.bytes_moved) {
       gpa_op_sig sig = {x.inputs, x.n_inputs, x.outputs, x.n_outputs, x.params, x.user_data};
       m->bytes = op->d.bytes_moved(&sig);
@@ -59,6 +61,19 @@ static gpa_status run_transfer(gpa_actor *a, gpa__msg *m) {
   }
   m->bytes = m->payload_size;
   return st;
+}
+
+/* A synchronous backend's device time without a clock read per message:
+ * consecutive messages of one queue form a run, timed as a whole (the
+ * actor's own work between them included), and added to the queue's batch
+ * when the run ends: at another queue's message, a control call (a batch
+ * sync among them), or when the actor runs out of work. Profiling times each
+ * op instead. */
+void gpa__run_switch(gpa_actor *a, gpa_queue *q) {
+  int64_t now = gpa__clock_ns();
+  if (a->run_q) a->run_q->batch.device_ns += now - a->run_t0;
+  a->run_q = q;
+  a->run_t0 = now;
 }
 
 static void finish(gpa_actor *a, gpa__msg *m, gpa_status st) {
@@ -102,11 +117,10 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
     snprintf(m->err, sizeof m->err, "cancelled: actor shut down with GPA_SHUTDOWN_CANCEL");
   }
   if (st == GPA_OK) {
-    m->err[0] = 0;
     bool prof = GPA__PROFILING(a) && m->kind != GPA__MSG_CALL;
-    /* An op runs from the end of the actor's previous message (when that is
-     * known: a->stamp) to its own end; one clock read per op in a burst. */
-    int64_t t0 = a->stamp && !prof ? a->stamp : gpa__clock_ns();
+    bool timed = prof || (!a->be->synchronous && m->kind != GPA__MSG_CALL);
+    int64_t t0 = timed ? gpa__clock_ns() : 0;
+    if (!timed && a->run_q != (m->kind == GPA__MSG_CALL ? NULL : m->q)) gpa__run_switch(a, m->kind == GPA__MSG_CALL ? NULL : m->q);
     if (prof) {
       m->t_start = t0;
       m->depth = m->q ? m->q->n_held : 0;
@@ -122,12 +136,7 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
     if (prof) gpa__nvtx_pop();
     /* Synchronous backends: the time on the actor is the device time. An
      * asynchronous one measures with events and sets device_ns itself. */
-    if (st != GPA__DEFERRED && m->kind != GPA__MSG_CALL) {
-      a->stamp = gpa__clock_ns();
-      m->device_ns = a->stamp - t0;
-    } else {
-      a->stamp = 0;
-    }
+    if (timed && st != GPA__DEFERRED && m->kind != GPA__MSG_CALL) m->device_ns = gpa__clock_ns() - t0;
   } else {
     m->t_start = gpa__clock_ns();
   }

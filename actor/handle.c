@@ -41,6 +41,7 @@ static bool ctx_refill(gpa__ctx *c) {
   c->slabs[c->n_slabs++] = slab;
   for (int i = 0; i < GPA__SLAB_MSGS; i++) {
     slab[i].owner = c;
+    slab[i].err[0] = 0;
     slab[i].next = i + 1 < GPA__SLAB_MSGS ? &slab[i + 1] : NULL;
   }
   c->free_list = slab;
@@ -65,7 +66,8 @@ gpa__msg *gpa__msg_take(gpa__ctx *c, int kind) {
     c->prepaid = 64;
   }
   c->prepaid--;
-  /* Reset the header only: tensors, params and err are written before use. */
+  /* Reset the header only: tensors and params are written before use, and
+   * err is empty in the pool (drop_ref). */
   atomic_store_explicit(&m->state, 0, memory_order_relaxed);
   atomic_store_explicit(&m->waiters, 0, memory_order_relaxed);
   atomic_store_explicit(&m->refs, 1, memory_order_relaxed);
@@ -87,7 +89,6 @@ gpa__msg *gpa__msg_take(gpa__ctx *c, int kind) {
   m->payload = NULL;
   m->payload_size = 0;
   m->version = 0;
-  m->err[0] = 0;
   return m;
 }
 
@@ -113,6 +114,9 @@ static bool drop_ref(gpa__msg *m) {
     free(m->payload);
     m->payload = NULL;
   }
+  /* A pooled message's err is empty (the slab starts so): only a failure
+   * writes it, and the message's own line stays untouched otherwise. */
+  if (m->status != GPA_OK) m->err[0] = 0;
   return true;
 }
 

@@ -53,7 +53,9 @@ typedef gpa_status (*gpa__call_fn)(gpa_actor *a, gpa__msg *m);
 
 struct gpa_handle {
   /* completion: any thread */
-  _Atomic uint32_t state; /* 0 pending, 1 done: the futex word */
+  /* Line-aligned (the pools hand out arrays of them): a plain op touches the
+   * first two lines only. */
+  _Alignas(64) _Atomic uint32_t state; /* 0 pending, 1 done: the futex word */
   _Atomic uint32_t waiters;
   _Atomic uint32_t refs;
   _Atomic uint32_t synced; /* readback data may be read */
@@ -75,9 +77,10 @@ struct gpa_handle {
   uint64_t payload_size;
   uint64_t version;
   uint64_t bytes;    /* moved, for the batch (set when started) */
+  int64_t device_ns; /* set by the backend before completion */
+  /* The fields above fit two cache lines: all that a plain op touches. */
   int64_t t_start;   /* when the actor started it (profiling) */
   uint32_t depth;    /* queue depth behind it when it started (profiling) */
-  int64_t device_ns; /* set by the backend before completion */
   _Alignas(16) unsigned char params[GPA_OP_PARAMS_MAX];
   gpa_tensor t_inline[GPA__MSG_TENSORS];
   char err[GPA__ERR_MAX];
@@ -184,7 +187,8 @@ struct gpa_actor {
   uint32_t held_total;
   uint32_t inflight_total;
   bool cancelling; /* shutdown with GPA_SHUTDOWN_CANCEL: complete instead of run */
-  int64_t stamp;   /* gpa__clock_ns at the end of the last synchronous op; 0: unknown */
+  gpa_queue *run_q; /* the queue whose run of messages is being timed (dispatch.c) */
+  int64_t run_t0;
   uint64_t messages;
   uint64_t bytes_uploaded, bytes_read_back, uploads_skipped;
   char scratch_err[GPA__ERR_MAX];
@@ -244,6 +248,8 @@ void gpa__queues_free(gpa_actor *a);
 #define GPA__DEFERRED 2
 void gpa__dispatch(gpa_actor *a, gpa__msg *m);
 void gpa__complete_async(gpa_actor *a, gpa__msg *m, gpa_status st);
+/* Ends the timed run of messages (if any) and starts one for q (or none). */
+void gpa__run_switch(gpa_actor *a, gpa_queue *q);
 /* Actor thread: finishes what gpa__complete_async pushed. Returns count. */
 uint32_t gpa__drain_completions(gpa_actor *a);
 /* queue.c: runs what is runnable on q (after a completion, an unpark). */

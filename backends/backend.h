@@ -41,6 +41,9 @@ struct gpa__backend {
    * real GPU calls no host function after a sticky error), completes those
    * messages through gpa__complete_async, and returns how many. */
   uint32_t (*poll)(void *bctx);
+  /* Every method completes before it returns (never GPA__DEFERRED): the
+   * actor then times runs of one queue's messages instead of each one. */
+  bool synchronous;
 };
 #define GPA__POLL_NS 5000000 /* 5 ms */
 

@@ -82,6 +82,7 @@ const gpa__backend gpa__backend_host = {
     .readback = host_readback,
     .impl_of = host_impl_of,
     .env = host_env,
+    .synchronous = true,
 };
 
 /* Backend services for op implementations. A NULL env runs inline, which is
