@@ -1,6 +1,7 @@
-/* Linear ops (host). Row-major; the forward ops take f32 or bf16 (x, W, b,
- * y, pre all of one dtype; bf16 runs the fp32 kernels on widened copies and
- * rounds y/pre once), the backward ops f32 only; x may have any rank >= 2, its
+/* Linear ops (host). Row-major; f32 or bf16 storage: the forward's x, W, b,
+ * y, pre are of one dtype; the backward's dy, x, W, pre and dx have the
+ * dtype of x while dW and db stay f32 (they feed fp32 optimizer state). bf16
+ * runs the fp32 kernels on widened copies and rounds the bf16 outputs once; x may have any rank >= 2, its
  * leading dims flattened into N ("[..., in]").
  *   linear_fwd         in: x [...,in], W [out,in], b [out] (optional, 3rd input)
  *                      attr gelu (int 0..1, default 0): y = gelu_tanh(x W^T + b)
@@ -61,17 +62,12 @@ static gpa_status check_rows(const char *op, const char *arg, const gpa_tensor *
   return gpa__chk_shape(op, arg, t, like->rank, want, w, msg, ms);
 }
 
-/* x [...,in], W [out,in], optional b [out], one dtype (f32, or bf16 when
- * bf16_ok); sizes fit BLAS. */
+/* x [...,in], W [out,in], optional b [out], one dtype (f32 or bf16); sizes
+ * fit BLAS. */
 static gpa_status check_xwb(const char *op, const gpa_tensor *x, const gpa_tensor *W, const gpa_tensor *b,
-                            int bf16_ok, char *msg, size_t ms) {
-  if (bf16_ok)
-    GPA__CHK(gpa__chk_float(op, "x", x, msg, ms));
-  else if (x->dtype == GPA_BF16) {
-    snprintf(msg, ms, "%s: x has dtype bf16, expected f32 (bf16 linear is forward only)", op);
-    return GPA_EDTYPE;
-  }
-  GPA__CHK(check_rows(op, "x", x, bf16_ok ? x->dtype : GPA_F32, NULL, NULL, 0, NULL, msg, ms));
+                            char *msg, size_t ms) {
+  GPA__CHK(gpa__chk_float(op, "x", x, msg, ms));
+  GPA__CHK(check_rows(op, "x", x, x->dtype, NULL, NULL, 0, NULL, msg, ms));
   GPA__CHK(gpa__chk_dtype(op, "W", W, x->dtype, 0, msg, ms));
   GPA__CHK(gpa__chk_rank(op, "W", W, 2, "([out,in])", msg, ms));
   int64_t in = x->shape[x->rank - 1];
@@ -101,7 +97,7 @@ static void set_rows(gpa_tensor *e, const gpa_tensor *like, int64_t last) {
 static gpa_status fwd_shape_common(const char *op, const gpa_op_sig *s, gpa_tensor *e, uint32_t n_out,
                                    char *msg, size_t ms) {
   const gpa_tensor *x = &s->inputs[0], *W = &s->inputs[1];
-  GPA__CHK(check_xwb(op, x, W, s->n_inputs > 2 ? &s->inputs[2] : NULL, 1, msg, ms));
+  GPA__CHK(check_xwb(op, x, W, s->n_inputs > 2 ? &s->inputs[2] : NULL, msg, ms));
   for (uint32_t i = 0; i < n_out; i++) set_rows(&e[i], x, W->shape[0]);
   return GPA_OK;
 }
@@ -117,8 +113,8 @@ static gpa_status bwd_shape_common(const char *op, const gpa_op_sig *s, gpa_tens
                                    size_t ms) {
   const linear_params *p = s->params;
   const gpa_tensor *dy = &s->inputs[0], *x = &s->inputs[1], *W = &s->inputs[2];
-  GPA__CHK(check_xwb(op, x, W, NULL, 0, msg, ms));
-  GPA__CHK(check_rows(op, "dy", dy, GPA_F32, x, "x", W->shape[0], "out of W", msg, ms));
+  GPA__CHK(check_xwb(op, x, W, NULL, msg, ms));
+  GPA__CHK(check_rows(op, "dy", dy, x->dtype, x, "x", W->shape[0], "out of W", msg, ms));
   if (p->gelu && s->n_inputs < 4) {
     snprintf(msg, ms, "%s: gelu=1 needs the pre-activation as 4th input (pre, from linear_gelu_fwd)", op);
     return GPA_EINVAL;
@@ -127,7 +123,7 @@ static gpa_status bwd_shape_common(const char *op, const gpa_op_sig *s, gpa_tens
     snprintf(msg, ms, "%s: a 4th input (pre) is only taken with gelu=1", op);
     return GPA_EINVAL;
   }
-  if (p->gelu) GPA__CHK(gpa__chk_f32_like(op, "pre", &s->inputs[3], dy, "dy", msg, ms));
+  if (p->gelu) GPA__CHK(gpa__chk_like(op, "pre", &s->inputs[3], dy, "dy", msg, ms));
   set_rows(&e[0], x, x->shape[x->rank - 1]);
   gpa__chk_set(&e[1], GPA_F32, 2, W->shape);
   if (with_db) gpa__chk_set(&e[2], GPA_F32, 1, W->shape);
@@ -176,15 +172,16 @@ static gpa_status bwd_host(const gpa_op_exec *x) {
   free(owned);
   return GPA_OK;
 }
+GPA__BF16_HOST(bwd_host)
 
 const gpa_op_desc gpa__ops_linear[] = {
     {sizeof(gpa_op_desc), "linear_fwd", 2, 3, 1, linear_attrs, 1, sizeof(linear_params), fwd_shape, fwd_host_any,
      NULL, gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
     {sizeof(gpa_op_desc), "linear_gelu_fwd", 2, 3, 2, NULL, 0, sizeof(linear_params), gelu_fwd_shape,
      gelu_fwd_host_any, NULL, gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
-    {sizeof(gpa_op_desc), "linear_bwd", 3, 4, 3, linear_attrs, 1, sizeof(linear_params), bwd_shape, bwd_host,
+    {sizeof(gpa_op_desc), "linear_bwd", 3, 4, 3, linear_attrs, 1, sizeof(linear_params), bwd_shape, bwd_host_any,
      NULL, gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
     {sizeof(gpa_op_desc), "linear_bwd_nobias", 3, 4, 2, linear_attrs, 1, sizeof(linear_params), bwd_nb_shape,
-     bwd_host, NULL, gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
+     bwd_host_any, NULL, gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
 };
 const uint32_t gpa__ops_linear_count = 4;

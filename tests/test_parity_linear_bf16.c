@@ -1,5 +1,6 @@
 /* linear_fwd / linear_gelu_fwd with bf16 storage (x, W, b, y, pre bf16;
- * fp32 compute) against a double reference on every backend, and the
+ * fp32 compute) and linear_bwd(_nobias) (dy, x, W, pre, dx bf16; dW, db
+ * f32) against double references on every backend, and the
  * cuBLASLt epilogue path of the CUDA backend: on the simulated device the
  * sim's cuBLASLt subset counts the matmuls it ran by epilogue, so this test
  * checks that the fused path ran (BIAS for f32 and bf16, GELU_BIAS and
@@ -30,6 +31,56 @@ static void ref_fwd(const gpa_pcase *c, gpa_parr *in, gpa_parr *out) {
       out[0].d[i * M + j] = gelu ? gelu_t(s) : s;
       if (c->n_out == 2) out[1].d[i * M + j] = s;
     }
+}
+
+static double dgelu_t(double s) {
+  double k = 0.7978845608028654, u = k * (s + 0.044715 * s * s * s), t = tanh(u);
+  return 0.5 * (1 + t) + 0.5 * s * (1 - t * t) * k * (1 + 3 * 0.044715 * s * s);
+}
+
+/* linear_bwd(_nobias): in dy [N,M], x [N,K], W [M,K], pre [N,M] (gelu=1);
+ * out dx [N,K], dW [M,K], db [M] */
+static void ref_bwd(const gpa_pcase *c, gpa_parr *in, gpa_parr *out) {
+  int gelu = (int)gpa_pcase_get_i(c, "gelu", 0);
+  int64_t N = in[1].t->shape[0], K = in[1].t->shape[1], M = in[2].t->shape[0];
+  double *g = malloc((size_t)(N * M + 1) * sizeof(double));
+  for (int64_t i = 0; i < N * M; i++) g[i] = in[0].d[i] * (gelu ? dgelu_t(in[3].d[i]) : 1.0);
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t k = 0; k < K; k++) {
+      double s = 0;
+      for (int64_t j = 0; j < M; j++) s += g[i * M + j] * in[2].d[j * K + k];
+      out[0].d[i * K + k] = s;
+    }
+  for (int64_t j = 0; j < M; j++) {
+    for (int64_t k = 0; k < K; k++) {
+      double s = 0;
+      for (int64_t i = 0; i < N; i++) s += g[i * M + j] * in[1].d[i * K + k];
+      out[1].d[j * K + k] = s;
+    }
+    if (c->n_out > 2) {
+      double s = 0;
+      for (int64_t i = 0; i < N; i++) s += g[i * M + j];
+      out[2].d[j] = s;
+    }
+  }
+  free(g);
+}
+
+/* bf16 dy, x, W (and pre) -> bf16 dx, f32 dW (and db) */
+static gpa_pcase bwd_case(int64_t N, int64_t K, int64_t M, int gelu, int bias) {
+  gpa_pcase c = gpa_pcase_make(bias ? "linear_bwd" : "linear_bwd_nobias", ref_bwd);
+  gpa_pcase_in(&c, gpa_pt_bf16(2, (int64_t[]){N, M}, -1, 1));
+  gpa_pcase_in(&c, gpa_pt_bf16(2, (int64_t[]){N, K}, -1, 1));
+  gpa_pcase_in(&c, gpa_pt_bf16(2, (int64_t[]){M, K}, -1, 1));
+  if (gelu) gpa_pcase_in(&c, gpa_pt_bf16(2, (int64_t[]){N, M}, -3, 3));
+  gpa_pcase_out(&c, gpa_pt_spec(GPA_BF16, 2, (int64_t[]){N, K}));
+  gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 2, (int64_t[]){M, K}));
+  if (bias) gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 1, (int64_t[]){M}));
+  gpa_pcase_attr_int(&c, "gelu", gelu);
+  /* fp32 sums over M (dx) or N (dW, db) terms of size <= ~1.1 */
+  c.atol = 2e-7 * (double)(N > M ? N : M);
+  c.rtol = GPA_PARITY_BF16_RTOL;
+  return c;
 }
 
 static gpa_pcase fwd_case(int dtype, int64_t N, int64_t K, int64_t M, int bias, int gelu, int train) {
@@ -80,20 +131,27 @@ static void run_cases(gpa_parity *p) {
   }
   gpa_pcase c = fwd_case(GPA_BF16, 5, 0, 8, 1, 1, 1); /* K = 0: y = gelu(b) */
   gpa_parity_check(p, &c);
+  const int64_t bshapes[][3] = {{1, 1, 1}, {7, 13, 5}, {3, 17, 16}, {64, 100, 40}, {0, 4, 3}, {4, 0, 3}, {4, 3, 0}};
+  for (size_t i = 0; i < sizeof bshapes / sizeof bshapes[0]; i++)
+    for (int k = 0; k < 3; k++) { /* plain, with GELU, without db */
+      c = bwd_case(bshapes[i][0], bshapes[i][1], bshapes[i][2], k == 1, k != 2);
+      gpa_parity_check(p, &c);
+    }
   c = fwd_case(GPA_BF16, 3, 4, 5, 1, 0, 0);
   c.in[2].dtype = GPA_F32;
   gpa_parity_expect_error(p, &c, GPA_EDTYPE, "linear_fwd: b has dtype f32, expected bf16");
   c = fwd_case(GPA_BF16, 3, 4, 5, 1, 0, 0);
   c.in[1].dtype = GPA_F32;
   gpa_parity_expect_error(p, &c, GPA_EDTYPE, "linear_fwd: W has dtype f32, expected bf16");
-  c = gpa_pcase_make("linear_bwd", ref_fwd);
-  gpa_pcase_in(&c, gpa_pt_bf16(2, (int64_t[]){3, 5}, -1, 1));
-  gpa_pcase_in(&c, gpa_pt_bf16(2, (int64_t[]){3, 4}, -1, 1));
-  gpa_pcase_in(&c, gpa_pt_bf16(2, (int64_t[]){5, 4}, -1, 1));
-  gpa_pcase_out(&c, gpa_pt_spec(GPA_BF16, 2, (int64_t[]){3, 4}));
-  gpa_pcase_out(&c, gpa_pt_spec(GPA_BF16, 2, (int64_t[]){5, 4}));
-  gpa_pcase_out(&c, gpa_pt_spec(GPA_BF16, 1, (int64_t[]){5}));
-  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "linear_bwd: x has dtype bf16, expected f32 (bf16 linear is forward only)");
+  c = bwd_case(3, 4, 5, 0, 1);
+  c.in[0].dtype = GPA_F32;
+  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "linear_bwd: dy has dtype f32, expected bf16");
+  c = bwd_case(3, 4, 5, 1, 1);
+  c.in[3].dtype = GPA_F32;
+  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "linear_bwd: pre has dtype f32, expected bf16 (the dtype of dy)");
+  c = bwd_case(3, 4, 5, 0, 1);
+  c.out[1].dtype = GPA_BF16;
+  gpa_parity_expect_error(p, &c, 0, NULL); /* dW stays f32 */
 }
 
 static int sim_device(void) {

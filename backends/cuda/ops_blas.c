@@ -124,13 +124,69 @@ static gpa_status lin_fwd_cu(const gpa_op_exec *x) {
 }
 static gpa_status lin_gelu_fwd_cu(const gpa_op_exec *x) { return lin_fwd(x, 1, x->out[1]); }
 
-static gpa_status lin_bwd_cu(const gpa_op_exec *x) {
+/* dx = g W, dW = g^T x, db = column sums of g (fp32 operands; g [N,out]). */
+static gpa_status lin_bwd_f32(const gpa_op_exec *x, const void *g, const void *xs, const void *Wp, void *dx,
+                              void *dW, void *db, long long N, long long in, long long out) {
   gpa__cu_ctx *C = gpa__cu_of(x);
+  if (N == 0 || in == 0 || out == 0) {
+    GPA__CU_TRY(zero_f32(x, dW, out * in));
+    if (N == 0 && db) GPA__CU_TRY(zero_f32(x, db, out));
+    if (N == 0 || out == 0 || !db) return out == 0 ? zero_f32(x, dx, N * in) : GPA_OK;
+  } else {
+    cublasHandle_t h;
+    GPA__CU_TRY(gpa__cu_blas(x, &h));
+    /* dx[N,in] = g[N,out] W[out,in] */
+    GPA__CU_TRY(blas_st(x, C->blas.cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, (int)N, (int)out, &one,
+                                               Wp, (int)in, g, (int)out, &zero, dx, (int)in),
+                        "linear_bwd: cublasSgemm (dx)"));
+    /* dW[out,in] = g^T x */
+    GPA__CU_TRY(blas_st(x, C->blas.cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, (int)N, &one,
+                                               xs, (int)in, g, (int)out, &zero, dW, (int)in),
+                        "linear_bwd: cublasSgemm (dW)"));
+  }
+  if (!db) return GPA_OK;
+  /* db = column sums of g, in row order (the masked-mean kernel with B = 1) */
+  long long B = 1;
+  void *mask = NULL, *gp = (void *)g;
+  int i32 = 0, mean = 0;
+  void *args[] = {&db, &gp, &mask, &i32, &B, &N, &out, &mean};
+  return launch1d(x, GPA__K_SUM_OVER_L, out, args);
+}
+
+static gpa_status convert(const gpa_op_exec *x, int id, void *dst, const void *src, long long n) {
+  void *args[] = {&dst, (void *)&src, &n};
+  return launch1d(x, id, n, args);
+}
+
+/* bf16 storage: the fp32 backward on widened copies of dy, x, W, pre (the
+ * host's semantics: g, dW and db in fp32, dx rounded once), all in one
+ * scratch block: g [N,out], pre [N,out] (gelu), x and dx [N,in], W [out,in]. */
+static gpa_status lin_bwd_bf16(const gpa_op_exec *x, long long N, long long in, long long out, int gelu) {
+  uint64_t ng = (uint64_t)(N * out), nx = (uint64_t)(N * in), nw = (uint64_t)(out * in);
+  CUdeviceptr s = gpa__cu_scratch(x, (ng * (gelu ? 2 : 1) + 2 * nx + nw + 4) * sizeof(float));
+  if (!s) return GPA_ENOMEM;
+  float *g = (float *)(uintptr_t)s, *pf = g + ng, *xf = pf + (gelu ? ng : 0), *dxf = xf + nx, *wf = dxf + nx;
+  GPA__CU_TRY(convert(x, GPA__K_BF16_WIDEN, g, x->in[0], (long long)ng));
+  if (gelu) {
+    GPA__CU_TRY(convert(x, GPA__K_BF16_WIDEN, pf, x->in[3], (long long)ng));
+    long long n = (long long)ng;
+    int approx = 1;
+    void *gp = g, *pp = pf;
+    void *args[] = {&gp, &pp, &gp, &n, &approx};
+    GPA__CU_TRY(launch1d(x, GPA__K_GELU_BWD, n, args));
+  }
+  GPA__CU_TRY(convert(x, GPA__K_BF16_WIDEN, xf, x->in[1], (long long)nx));
+  GPA__CU_TRY(convert(x, GPA__K_BF16_WIDEN, wf, x->in[2], (long long)nw));
+  GPA__CU_TRY(lin_bwd_f32(x, g, xf, wf, dxf, x->out[1], x->n_outputs > 2 ? x->out[2] : NULL, N, in, out));
+  return convert(x, GPA__K_BF16_NARROW, x->out[0], dxf, (long long)nx);
+}
+
+static gpa_status lin_bwd_cu(const gpa_op_exec *x) {
   const gpa_tensor *xt = &x->inputs[1], *W = &x->inputs[2];
   long long N = rows_of(xt), in = xt->shape[xt->rank - 1], out = W->shape[0];
   int gelu = (int)gpa__cu_attr_i(x, "gelu", 0);
   if (!fits(N) || !fits(in) || !fits(out)) return gpa__cu_fallback(x);
-  void *dx = x->out[0], *dW = x->out[1], *db = x->n_outputs > 2 ? x->out[2] : NULL;
+  if (xt->dtype == GPA_BF16) return lin_bwd_bf16(x, N, in, out, gelu);
   void *g = x->in[0];
   if (gelu && N * out > 0) {
     CUdeviceptr s = gpa__cu_scratch(x, (uint64_t)(N * out) * sizeof(float));
@@ -142,29 +198,8 @@ static gpa_status lin_bwd_cu(const gpa_op_exec *x) {
     void *args[] = {&g, &pre, &dy, &n, &approx};
     GPA__CU_TRY(launch1d(x, GPA__K_GELU_BWD, n, args));
   }
-  if (N == 0 || in == 0 || out == 0) {
-    GPA__CU_TRY(zero_f32(x, dW, out * in));
-    if (N == 0 && db) GPA__CU_TRY(zero_f32(x, db, out));
-    if (N == 0 || out == 0 || !db) return out == 0 ? zero_f32(x, dx, N * in) : GPA_OK;
-  } else {
-    cublasHandle_t h;
-    GPA__CU_TRY(gpa__cu_blas(x, &h));
-    /* dx[N,in] = g[N,out] W[out,in] */
-    GPA__CU_TRY(blas_st(x, C->blas.cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, (int)N, (int)out, &one,
-                                               x->in[2], (int)in, g, (int)out, &zero, dx, (int)in),
-                        "linear_bwd: cublasSgemm (dx)"));
-    /* dW[out,in] = g^T x */
-    GPA__CU_TRY(blas_st(x, C->blas.cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, (int)N, &one,
-                                               x->in[1], (int)in, g, (int)out, &zero, dW, (int)in),
-                        "linear_bwd: cublasSgemm (dW)"));
-  }
-  if (!db) return GPA_OK;
-  /* db = column sums of g, in row order (the masked-mean kernel with B = 1) */
-  long long B = 1;
-  void *mask = NULL;
-  int i32 = 0, mean = 0;
-  void *args[] = {&db, &g, &mask, &i32, &B, &N, &out, &mean};
-  return launch1d(x, GPA__K_SUM_OVER_L, out, args);
+  return lin_bwd_f32(x, g, x->in[1], x->in[2], x->out[0], x->out[1], x->n_outputs > 2 ? x->out[2] : NULL, N, in,
+                     out);
 }
 
 /* ---- conv1d ---------------------------------------------------------------------------------------- */

@@ -34,6 +34,15 @@ extern "C" __global__ void gpa_lin_epilogue_bf16(gpa_bf16 *y, gpa_bf16 *pre, con
   }
 }
 
+/* bf16 <-> fp32 copies (the bf16 linear backward computes on fp32 copies) */
+extern "C" __global__ void gpa_bf16_widen(float *dst, const gpa_bf16 *src, long long n) {
+  GS_LOOP(i, n) dst[i] = gpa_bf2f(src[i]);
+}
+
+extern "C" __global__ void gpa_bf16_narrow(gpa_bf16 *dst, const float *src, long long n) {
+  GS_LOOP(i, n) dst[i] = gpa_f2bf(src[i]);
+}
+
 /* col[b][ci*K + k][t] = x[b, c0 + ci, t*stride - pad_l + k*dil] (0 outside [0, L)),
  * for nb batches starting at x's batch b0 (x points at that batch). */
 extern "C" __global__ void gpa_conv_im2col_f32(float *col, const float *x, long long nb, long long cin,
