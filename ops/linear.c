@@ -1,8 +1,8 @@
 /* Linear ops (host). Row-major; f32 or bf16 storage: the forward's x, W, b,
  * y, pre are of one dtype; the backward's dy, x, W, pre and dx have the
  * dtype of x while dW and db stay f32 (they feed fp32 optimizer state). bf16
- * runs the fp32 kernels on widened copies and rounds the bf16 outputs once; x may have any rank >= 2, its
- * leading dims flattened into N ("[..., in]").
+ * runs the fp32 kernels on widened copies and rounds the bf16 outputs once.
+ * x may have any rank >= 2, its leading dims flattened into N ("[..., in]").
  *   linear_fwd         in: x [...,in], W [out,in], b [out] (optional, 3rd input)
  *                      attr gelu (int 0..1, default 0): y = gelu_tanh(x W^T + b)
  *                      out: y [...,out]
