@@ -13,7 +13,7 @@ static void *tensor_ptr(gpa_actor *a, const gpa_tensor *t) {
   return (char *)s->ptr + t->offset;
 }
 
-static gpa_status run_op(gpa_actor *a, gpa__msg *m) {
+GPA__HOT_INLINE gpa_status run_op(gpa_actor *a, gpa__msg *m) {
   void *ptrs[128];
   uint32_t n = m->n_in + m->n_out;
   for (uint32_t i = 0; i < n; i++) ptrs[i] = tensor_ptr(a, &m->t[i]);
@@ -76,7 +76,7 @@ void gpa__run_switch(gpa_actor *a, gpa_queue *q) {
   a->run_t0 = now;
 }
 
-static void finish(gpa_actor *a, gpa__msg *m, gpa_status st) {
+GPA__HOT_INLINE void finish(gpa_actor *a, gpa__msg *m, gpa_status st) {
   if (m->pinned) {
     for (uint32_t i = 0; i < m->n_in + m->n_out; i++)
       gpa__bufcache_unpin(a, gpa__bufcache_slot(a->cache, m->t[i].buffer));

@@ -104,7 +104,7 @@ static void give_back(gpa__ctx *c, gpa__msg *first, gpa__msg *last, uint64_t n) 
   if (atomic_fetch_sub_explicit(&c->refs, n, memory_order_acq_rel) == n) gpa__ctx_free(c);
 }
 
-static bool drop_ref(gpa__msg *m) {
+GPA__HOT_INLINE bool drop_ref(gpa__msg *m) {
   /* The only reference: nobody else can take one, no atomic RMW needed. */
   if (atomic_load_explicit(&m->refs, memory_order_acquire) != 1 &&
       atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)

@@ -32,6 +32,10 @@
 #include "gpuactor.h"
 #include "ops/registry.h"
 
+/* The per-message path is a chain of small steps; inlining them saves the
+ * register saves and restores that otherwise cost as much as the steps. */
+#define GPA__HOT_INLINE static inline __attribute__((always_inline))
+
 typedef struct gpa__ctx gpa__ctx;
 typedef struct gpa__backend gpa__backend;
 typedef struct gpa__bufcache gpa__bufcache;

@@ -63,7 +63,7 @@ static void pin_buffers(gpa_actor *a, gpa__msg *m) {
   m->pinned = 1;
 }
 
-static void run(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
+GPA__HOT_INLINE void run(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
   q->expect++;
   if (m->kind != GPA__MSG_CALL && m->status == GPA_OK) {
     if (q->dead) {
