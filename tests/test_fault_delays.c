@@ -2,7 +2,7 @@
  * right results, awaits that time out and then succeed, and a shutdown that
  * drains delayed work; a counting profiler checks that every message
  * finishes exactly once.
- *   - host functions delayed 500 ms (the completion arrives late, the stream
+ *   - host functions delayed 1 s (the completion arrives late, the stream
  *     waits with it): await(5 ms) is GPA_ETIMEDOUT within bounds, the handle
  *     is still pending, a later await succeeds, the data is right;
  *   - every stream operation delayed 5 ms, two queues each running a chain
@@ -43,14 +43,14 @@ static void late_host_functions(gpa_actor *a, tcu_sim *sim) {
   CHECK_OK(tu_fill(q, &x, 1.25, NULL));
   CHECK_OK(gpa_sync_batch(q, NULL));
   submitted++;
-  sim->fault_host_fn_delay(500000); /* long: a loaded machine may oversleep a 5 ms wait */
+  sim->fault_host_fn_delay(1000000); /* long: a loaded machine oversleeps a 5 ms wait (235 ms seen) */
   gpa_handle *h;
   CHECK_OK(axpy_add(q, &x, &x, &y, &h));
   submitted++;
   int64_t t0 = now_ns();
   CHECK_ST(gpa_await(h, 5000000), GPA_ETIMEDOUT);
   int64_t waited = now_ns() - t0;
-  CHECK(waited >= 5000000 && waited < 400000000); /* bounded, long before the completion */
+  CHECK(waited >= 5000000 && waited < 1000000000); /* bounded, before the completion */
   CHECK_OK(gpa_await(h, 10 * 1000000000ll));
   int64_t total = now_ns() - t0;
   gpa_handle_release(h);
@@ -59,9 +59,9 @@ static void late_host_functions(gpa_actor *a, tcu_sim *sim) {
   tu_get(q, &y, out, 64);
   submitted++;
   for (int i = 0; i < 64; i++) CHECK(out[i] == 2.5f);
-  printf("ok: host function 500 ms late: await(5 ms) timed out after %.1f ms, done after %.1f ms, result right\n",
+  printf("ok: host function 1 s late: await(5 ms) timed out after %.1f ms, done after %.1f ms, result right\n",
          waited / 1e6, total / 1e6);
-  CHECK(total >= 450000000);
+  CHECK(total >= 950000000);
 }
 
 enum { QN = 2, STEPS = 8, LEN = 256 };
