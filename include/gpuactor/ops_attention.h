@@ -14,8 +14,9 @@
  *
  * Layouts: q, o [B,S,H,D]; k, v [B,Sk,Hkv,D] with H a multiple of Hkv
  * (MHA, GQA, MQA; query head h uses kv head h / (H/Hkv)); lse [B,H,S];
- * lengths [B] i32, optional (buffer 0 = absent: every key visible). f32
- * otherwise; 1 <= D <= 256.
+ * lengths [B] i32, optional (buffer 0 = absent: every key visible).
+ * dtypes: q, k, v (and dout) f32, bf16 or f16, all alike; o, lse, dq, dk,
+ * dv always f32. 1 <= D <= 256.
  * Masking: key j is visible to query i of batch b iff j < lengths[b] and,
  * when causal, j <= i + Sk - S (bottom-right aligned). A query with no
  * visible key gets o = 0, lse = -inf and zero gradients.
