@@ -70,8 +70,47 @@ static inline const gpa__op *gpa__ctx_find_op(gpa__ctx *c, const gpa_registry *r
 }
 void gpa__ctx_unref(gpa__ctx *c);
 void gpa__ctx_unref_n(gpa__ctx *c, uint64_t n);
+/* Refills c's free list (from returned messages, else a new slab). */
+bool gpa__ctx_refill(gpa__ctx *c);
+gpa__msg *gpa__msg_take_slow(gpa__ctx *c, int kind);
+
 /* gpa__msg_new from c's pool (c's owner thread only). */
-gpa__msg *gpa__msg_take(gpa__ctx *c, int kind);
+static inline gpa__msg *gpa__msg_take(gpa__ctx *c, int kind) {
+  if (__builtin_expect(!c->free_list, 0)) return gpa__msg_take_slow(c, kind);
+  gpa__msg *m = c->free_list;
+  c->free_list = m->next;
+  /* Each message out holds a reference on c; take them 64 at a time. */
+  if (!c->prepaid) {
+    atomic_fetch_add_explicit(&c->refs, 64, memory_order_relaxed);
+    c->prepaid = 64;
+  }
+  c->prepaid--;
+  /* Reset the header only: tensors and params are written before use, and
+   * err is empty in the pool (drop_ref). */
+  atomic_store_explicit(&m->state, 0, memory_order_relaxed);
+  atomic_store_explicit(&m->waiters, 0, memory_order_relaxed);
+  atomic_store_explicit(&m->refs, 1, memory_order_relaxed);
+  atomic_store_explicit(&m->synced, 0, memory_order_relaxed);
+  m->status = GPA_OK;
+  m->kind = (uint8_t)kind;
+  m->pinned = 0;
+  m->barrier = 0;
+  m->deferred = 0;
+  m->bytes = 0;
+  m->device_ns = 0;
+  m->next = NULL;
+  m->q = NULL;
+  m->ticket = 0;
+  m->op = NULL;
+  m->fn = NULL;
+  m->n_in = m->n_out = 0;
+  m->t = m->t_inline;
+  m->payload = NULL;
+  m->payload_size = 0;
+  m->version = 0;
+  return m;
+}
+
 void gpa__ctx_free(gpa__ctx *c);
 
 #endif

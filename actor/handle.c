@@ -23,7 +23,7 @@ static void futex_wait(_Atomic uint32_t *addr, uint32_t expected, const struct t
   syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, expected, rel, NULL, 0);
 }
 
-static bool ctx_refill(gpa__ctx *c) {
+bool gpa__ctx_refill(gpa__ctx *c) {
   gpa__msg *r = atomic_exchange_explicit(&c->returned, NULL, memory_order_acquire);
   if (r) {
     c->free_list = r;
@@ -48,48 +48,17 @@ static bool ctx_refill(gpa__ctx *c) {
   return true;
 }
 
-gpa__msg *gpa__msg_new(gpa_actor *a, int kind) {
-  gpa__ctx *c = gpa__ctx_get(a);
-  return c ? gpa__msg_take(c, kind) : NULL;
-}
-
-gpa__msg *gpa__msg_take(gpa__ctx *c, int kind) {
-  if (!c->free_list && !ctx_refill(c)) {
+gpa__msg *gpa__msg_take_slow(gpa__ctx *c, int kind) {
+  if (!gpa__ctx_refill(c)) {
     gpa__fail(GPA_ENOMEM, "out of memory allocating a message");
     return NULL;
   }
-  gpa__msg *m = c->free_list;
-  c->free_list = m->next;
-  /* Each message out holds a reference on c; take them 64 at a time. */
-  if (!c->prepaid) {
-    atomic_fetch_add_explicit(&c->refs, 64, memory_order_relaxed);
-    c->prepaid = 64;
-  }
-  c->prepaid--;
-  /* Reset the header only: tensors and params are written before use, and
-   * err is empty in the pool (drop_ref). */
-  atomic_store_explicit(&m->state, 0, memory_order_relaxed);
-  atomic_store_explicit(&m->waiters, 0, memory_order_relaxed);
-  atomic_store_explicit(&m->refs, 1, memory_order_relaxed);
-  atomic_store_explicit(&m->synced, 0, memory_order_relaxed);
-  m->status = GPA_OK;
-  m->kind = (uint8_t)kind;
-  m->pinned = 0;
-  m->barrier = 0;
-  m->deferred = 0;
-  m->bytes = 0;
-  m->device_ns = 0;
-  m->next = NULL;
-  m->q = NULL;
-  m->ticket = 0;
-  m->op = NULL;
-  m->fn = NULL;
-  m->n_in = m->n_out = 0;
-  m->t = m->t_inline;
-  m->payload = NULL;
-  m->payload_size = 0;
-  m->version = 0;
-  return m;
+  return gpa__msg_take(c, kind);
+}
+
+gpa__msg *gpa__msg_new(gpa_actor *a, int kind) {
+  gpa__ctx *c = gpa__ctx_get(a);
+  return c ? gpa__msg_take(c, kind) : NULL;
 }
 
 void gpa__msg_ref(gpa__msg *m) { atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed); }

@@ -296,7 +296,13 @@ void gpa__nvtx_push(const char *name);
 void gpa__nvtx_pop(void);
 
 /* Validation shared by submit paths (ops/validate.c). */
-gpa_status gpa__check_queue(gpa_queue *q);
+gpa_status gpa__check_queue_slow(gpa_queue *q); /* sets the error */
+static inline gpa_status gpa__check_queue(gpa_queue *q) {
+  if (__builtin_expect(q && !atomic_load_explicit(&q->actor->closing, memory_order_acquire) &&
+                           !atomic_load_explicit(&q->closed, memory_order_acquire), 1))
+    return GPA_OK;
+  return gpa__check_queue_slow(q);
+}
 gpa_status gpa__tensor_bytes(const gpa_tensor *t, uint64_t *bytes, const char *what);
 gpa_status gpa__check_tensor(gpa_actor *a, const gpa_tensor *t, const char *what);
 /* The same for the argument "what: list[index]", named only in a failure. */

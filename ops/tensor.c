@@ -79,7 +79,7 @@ gpa_status gpa__check_tensor(gpa_actor *a, const gpa_tensor *t, const char *what
   return gpa__check_tensor_at(a, t, what, NULL, 0);
 }
 
-gpa_status gpa__check_queue(gpa_queue *q) {
+gpa_status gpa__check_queue_slow(gpa_queue *q) {
   if (!q) return gpa__fail(GPA_EINVAL, "queue is NULL");
   if (atomic_load_explicit(&q->actor->closing, memory_order_acquire))
     return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
