@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/host/bf16.h"
 #include "tests/parity/harness.h"
+#include "util/nn_test.h"
 
 /* cublasLtEpilogue_t values (cublasLt.h), without depending on the toolkit */
 enum { EPI_BIAS = 4, EPI_GELU_BIAS = 36, EPI_GELU_AUX_BIAS = 164 };
@@ -100,6 +102,7 @@ static gpa_pcase fwd_case(int dtype, int64_t N, int64_t K, int64_t M, int bias, 
 }
 
 typedef unsigned long long (*lt_count_fn)(int);
+static int sim_device(void);
 
 /* The sim's cuBLASLt counters, when this process loaded it (sim only). */
 static lt_count_fn lt_counter(void) {
@@ -154,6 +157,49 @@ static void run_cases(gpa_parity *p) {
   gpa_parity_expect_error(p, &c, 0, NULL); /* dW stays f32 */
 }
 
+/* A bf16 linear with bias whose x starts 2 bytes into its buffer: the
+ * backend tells cuBLASLt the operands' real alignment (the sim, like a GPU,
+ * refuses an operand less aligned than the preference promised), so the
+ * fused path still runs, with the right result. Returns 1 on failure. */
+static int offset_case(lt_count_fn lt) {
+  enum { N = 5, K = 8, M = 8 };
+  gpa_nt t;
+  if (gpa_nt_open(&t)) return 0;
+  uint16_t xb[1 + N * K], wb[M * K], bb[M], yb[N * M];
+  for (int i = 0; i < 1 + N * K; i++) xb[i] = gpa__f32_to_bf16((float)((i * 7) % 11 - 5) / 4.0f);
+  for (int i = 0; i < M * K; i++) wb[i] = gpa__f32_to_bf16((float)((i * 5) % 9 - 4) / 8.0f);
+  for (int i = 0; i < M; i++) bb[i] = gpa__f32_to_bf16((float)i / 3.0f - 1.0f);
+  int64_t nx = 1 + N * K, sw[2] = {M, K}, sb = M, sy[2] = {N, M};
+  gpa_tensor in[3] = {gpa_nt_tensor(&t, GPA_BF16, 1, &nx, xb), gpa_nt_tensor(&t, GPA_BF16, 2, sw, wb),
+                      gpa_nt_tensor(&t, GPA_BF16, 1, &sb, bb)};
+  in[0].rank = 2, in[0].shape[0] = N, in[0].shape[1] = K, in[0].offset = 2;
+  gpa_tensor y = gpa_nt_tensor(&t, GPA_BF16, 2, sy, NULL);
+  unsigned long long before = lt ? lt(EPI_BIAS) : 0;
+  int bad = 0;
+  if (gpa_nt_run(&t, "linear_fwd", in, 3, &y, 1, NULL, 0) != GPA_OK) {
+    printf("[parity_linear_bf16] FAIL linear_fwd with x at offset 2: %s\n", gpa_nt_msg);
+    bad = 1;
+  } else {
+    gpa_nt_read(&t, &y, yb);
+    for (int i = 0; i < N && !bad; i++)
+      for (int j = 0; j < M && !bad; j++) {
+        double r = gpa__bf16_to_f32(bb[j]);
+        for (int k = 0; k < K; k++) r += (double)gpa__bf16_to_f32(xb[1 + i * K + k]) * gpa__bf16_to_f32(wb[j * K + k]);
+        double g = gpa__bf16_to_f32(yb[i * M + j]);
+        if (fabs(g - r) > GPA_PARITY_BF16_RTOL * fabs(r) + 1e-6) {
+          printf("[parity_linear_bf16] FAIL x at offset 2: y[%d,%d] = %g, ref %g\n", i, j, g, r);
+          bad = 1;
+        }
+      }
+  }
+  if (!bad && lt && sim_device() && lt(EPI_BIAS) == before) {
+    printf("[parity_linear_bf16] FAIL x at offset 2: cuBLASLt did not run the BIAS epilogue\n");
+    bad = 1;
+  }
+  if (!bad) printf("[parity_linear_bf16] ok   linear_fwd bf16 with x at a 2-byte offset (%s)\n", gpa_actor_backend(t.a));
+  return gpa_nt_close(&t) == 1 || bad;
+}
+
 static int sim_device(void) {
   const char *d = getenv("GPA_DEVICE");
   return d && !strcmp(d, "sim");
@@ -172,6 +218,7 @@ int main(void) {
   }
   rc = gpa_parity_close(p);
   fails |= rc == 1;
+  fails |= offset_case(lt);
   if (!sim_device()) return fails ? 1 : rc;
 
   /* cuBLASLt finds no algorithm: every case through cuBLAS + the epilogue kernels */

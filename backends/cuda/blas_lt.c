@@ -115,6 +115,16 @@ static void call_free(struct gpa__cu_lt *L, lt_call *c) {
 
 #define LT_SET(attr, v) L->cublasLtMatmulDescSetAttribute(c->op, attr, &(v), sizeof(v))
 
+/* Alignment of a device pointer in bytes, at most 256: the heuristic
+ * assumes 256 unless told, and an algorithm picked for 256-byte operands
+ * need not run on a tensor at a smaller offset. */
+static uint32_t align_of(const void *p) {
+  uintptr_t a = (uintptr_t)p;
+  uint32_t al = 256;
+  while (al > 1 && a % al) al /= 2;
+  return al;
+}
+
 static cublasStatus_t call_build(struct gpa__cu_lt *L, lt_call *c, const gpa__lt_gemm *g, uint64_t ws) {
   cublasStatus_t s = L->cublasLtMatmulDescCreate(&c->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   int32_t ta = g->trans_a, tb = g->trans_b, bias_type = g->d_type;
@@ -139,6 +149,12 @@ static cublasStatus_t call_build(struct gpa__cu_lt *L, lt_call *c, const gpa__lt
   if (s == CUBLAS_STATUS_SUCCESS) s = L->cublasLtMatmulPreferenceCreate(&c->pref);
   if (s == CUBLAS_STATUS_SUCCESS)
     s = L->cublasLtMatmulPreferenceSetAttribute(c->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  const uint32_t al[4] = {align_of(g->A), align_of(g->B), align_of(g->D), align_of(g->D)};
+  const cublasLtMatmulPreferenceAttributes_t which[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
+    s = L->cublasLtMatmulPreferenceSetAttribute(c->pref, which[i], &al[i], sizeof al[i]);
   return s;
 }
 

@@ -6,7 +6,8 @@
  *   cublasLtMatmulDescCreate/SetAttribute/Destroy (TRANSA, TRANSB, EPILOGUE,
  *     BIAS_POINTER, BIAS_DATA_TYPE, EPILOGUE_AUX_POINTER, EPILOGUE_AUX_LD),
  *   cublasLtMatrixLayoutCreate/Destroy,
- *   cublasLtMatmulPreferenceCreate/SetAttribute/Destroy (MAX_WORKSPACE_BYTES),
+ *   cublasLtMatmulPreferenceCreate/SetAttribute/Destroy (MAX_WORKSPACE_BYTES,
+ *     MIN_ALIGNMENT_{A,B,C,D}_BYTES),
  *   cublasLtMatmulAlgoGetHeuristic, cublasLtMatmul.
  *
  * Supported, as on a GPU with CUBLAS_COMPUTE_32F: A and B of one type (fp32,
@@ -17,7 +18,10 @@
  * cublasLtMatmul answers CUBLAS_STATUS_NOT_SUPPORTED. The matmul runs as
  * host work on the stream (fp32 GEMM by OpenBLAS, then the epilogue: bias,
  * aux = the pre-activation rounded to its type, GELU in its tanh form,
- * rounding of D). GPA_SIM_CUBLASLT_REFUSE=1 makes the heuristic find nothing
+ * rounding of D). As on a GPU, the algorithm the heuristic returns assumes
+ * the operand alignments of the preference (256 bytes unless set); a matmul
+ * whose A, B, C or D is less aligned answers CUBLAS_STATUS_NOT_SUPPORTED.
+ * GPA_SIM_CUBLASLT_REFUSE=1 makes the heuristic find nothing
  * (tests of the caller's fallback). Counters for tests: gpa_sim_cublaslt_count. */
 #include <cblas.h>
 #include <cublasLt.h>
@@ -47,6 +51,12 @@ typedef struct lt_desc {
   int64_t aux_ld;
 } lt_desc;
 
+/* The preference; the heuristic copies the alignments into the algorithm. */
+typedef struct lt_pref {
+  uint64_t max_ws;
+  uint32_t align[4]; /* A, B, C, D */
+} lt_pref;
+
 typedef struct lt_layout {
   cudaDataType type;
   uint64_t rows, cols;
@@ -55,9 +65,12 @@ typedef struct lt_layout {
 
 _Static_assert(sizeof(lt_desc) <= sizeof(cublasLtMatmulDescOpaque_t), "lt_desc fits the opaque descriptor");
 _Static_assert(sizeof(lt_layout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "lt_layout fits the opaque layout");
+_Static_assert(sizeof(lt_pref) <= sizeof(cublasLtMatmulPreferenceOpaque_t), "lt_pref fits the opaque preference");
+_Static_assert(4 * sizeof(uint32_t) <= sizeof(cublasLtMatmulAlgo_t), "alignments fit the algorithm");
 
 static lt_desc *D_(cublasLtMatmulDesc_t d) { return (lt_desc *)(void *)d->data; }
 static lt_layout *L_(cublasLtMatrixLayout_t l) { return (lt_layout *)(void *)l->data; }
+static lt_pref *P_(cublasLtMatmulPreference_t p) { return (lt_pref *)(void *)p->data; }
 
 /* matmuls run (in total and by epilogue, indexed as epis[]) and refusals */
 static _Atomic unsigned long long n_matmul, n_refused, n_by_epi[6];
@@ -197,7 +210,9 @@ EXPORT cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
 EXPORT cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *out) {
   if (!out) return CUBLAS_STATUS_INVALID_VALUE;
   *out = calloc(1, sizeof **out);
-  return *out ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+  if (!*out) return CUBLAS_STATUS_ALLOC_FAILED;
+  *P_(*out) = (lt_pref){0, {256, 256, 256, 256}};
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 EXPORT cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
@@ -209,10 +224,21 @@ EXPORT cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPrefere
                                                            cublasLtMatmulPreferenceAttributes_t attr,
                                                            const void *buf, size_t size) {
   if (!p || !buf) return CUBLAS_STATUS_INVALID_VALUE;
-  if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return CUBLAS_STATUS_NOT_SUPPORTED;
-  if (size != sizeof(uint64_t)) return CUBLAS_STATUS_INVALID_VALUE;
-  memcpy(p->data, buf, size); /* recorded; the host GEMM needs no workspace */
-  return CUBLAS_STATUS_SUCCESS;
+  lt_pref *q = P_(p);
+  switch (attr) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: /* recorded; the host GEMM needs no workspace */
+      if (size != sizeof(uint64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      memcpy(&q->max_ws, buf, size);
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
+      if (size != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      memcpy(&q->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, size);
+      return CUBLAS_STATUS_SUCCESS;
+    default: return CUBLAS_STATUS_NOT_SUPPORTED; /* not in this subset */
+  }
 }
 
 EXPORT cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t desc,
@@ -232,6 +258,7 @@ EXPORT cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasL
     return s;
   }
   memset(&results[0], 0, sizeof results[0]);
+  memcpy(results[0].algo.data, P_(pref)->align, sizeof P_(pref)->align);
   results[0].state = CUBLAS_STATUS_SUCCESS;
   results[0].wavesCount = 1.0f;
   *returned = 1;
@@ -301,9 +328,19 @@ EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t de
                                      const void *beta, const void *C, cublasLtMatrixLayout_t c, void *D,
                                      cublasLtMatrixLayout_t o, const cublasLtMatmulAlgo_t *algo, void *ws,
                                      size_t ws_size, cudaStream_t stream) {
-  (void)algo, (void)ws, (void)ws_size;
+  (void)ws, (void)ws_size;
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+  if (algo) { /* the algorithm needs the alignments it was chosen for */
+    uint32_t al[4];
+    memcpy(al, algo->data, sizeof al);
+    const void *ptr[4] = {A, B, C, D};
+    for (int i = 0; i < 4; i++)
+      if (al[i] > 1 && (uintptr_t)ptr[i] % al[i]) {
+        n_refused++;
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+      }
+  }
   uint64_t m, n, k;
   cublasStatus_t s = check(desc ? D_(desc) : NULL, a ? L_(a) : NULL, b ? L_(b) : NULL, c ? L_(c) : NULL,
                            o ? L_(o) : NULL, &m, &n, &k);
