@@ -59,6 +59,8 @@ static gpa_status lin_fwd_lt(const gpa_op_exec *x, int bf, int gelu, void *pre, 
   void *b = x->n_inputs > 2 ? x->in[2] : NULL;
   unsigned epi;
   *done = 0;
+  /* no preference states the bias alignment: fuse only a 16-byte aligned bias */
+  if (b && ((uintptr_t)b & 15)) return GPA_OK;
   if (!gelu && b)
     epi = CUBLASLT_EPILOGUE_BIAS;
   else if (gelu && bf && !pre)
