@@ -116,8 +116,9 @@ static gpa__slot *slot_new(gpa__bufcache *c) {
     if (c->n_slots >= (uint32_t)GPA__SLOT_CHUNKS * GPA__SLOT_CHUNK) return NULL;
     index = c->n_slots;
     if (index % GPA__SLOT_CHUNK == 0) {
-      gpa__slot *chunk = calloc(GPA__SLOT_CHUNK, sizeof *chunk);
+      gpa__slot *chunk = aligned_alloc(_Alignof(gpa__slot), GPA__SLOT_CHUNK * sizeof *chunk);
       if (!chunk) return NULL;
+      memset(chunk, 0, GPA__SLOT_CHUNK * sizeof *chunk);
       for (uint32_t i = 0; i < GPA__SLOT_CHUNK; i++) chunk[i].index = index + i;
       atomic_store_explicit(&c->chunks[index / GPA__SLOT_CHUNK], chunk, memory_order_release);
     }
@@ -299,7 +300,8 @@ void gpa__bufcache_unpin(gpa_actor *a, gpa__slot *s) {
 }
 
 gpa_status gpa__bufcache_init(gpa_actor *a) {
-  gpa__bufcache *c = calloc(1, sizeof *c);
+  gpa__bufcache *c = aligned_alloc(_Alignof(gpa__bufcache), sizeof *c); /* it holds a slot */
+  if (c) memset(c, 0, sizeof *c);
   if (!c) return gpa__fail(GPA_ENOMEM, "out of memory creating the buffer cache");
   c->lru.lru_prev = c->lru.lru_next = &c->lru;
   c->budget = a->opts.mem_budget;

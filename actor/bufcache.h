@@ -21,8 +21,9 @@ typedef enum gpa__slot_state { GPA__SLOT_FREE = 0, GPA__SLOT_LIVE, GPA__SLOT_REL
 typedef struct gpa__slot {
   _Atomic uint64_t id;   /* published live id; 0 when not live */
   _Atomic uint64_t size; /* requested bytes of the live buffer */
-  /* actor thread only */
-  uint32_t gen;
+  /* actor thread only, on its own line: pins change with every message that
+   * names the buffer, while producers read id and size at every submit. */
+  _Alignas(64) uint32_t gen;
   uint8_t state;
   uint32_t refs; /* acquisitions */
   uint32_t pins; /* messages in flight that name it */
