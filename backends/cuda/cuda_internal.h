@@ -121,6 +121,9 @@ struct gpa__cu_ctx {
   gpa__cublas_api blas;
   cublasHandle_t blas_h;
   char blas_msg[160];
+  /* cuBLASLt (blas_lt.c), loaded by the first linear whose epilogue it can fuse */
+  struct gpa__cu_lt *lt;
+  int lt_state; /* 0 not tried, 1 ready, -1 unavailable (cuBLAS + our epilogue kernels) */
 };
 
 static inline gpa__cu_ctx *gpa__cu_of(const gpa_op_exec *x) { return x->env->C; }
@@ -134,9 +137,6 @@ gpa_status gpa__cu_user_kernel(const gpa_op_exec *x);
  * out-of-memory). */
 gpa_status gpa__cu_check(gpa__cu_ctx *C, CUresult r, const char *what, char *msg, size_t cap);
 /* Device scratch of the current queue, valid for the running op (stream
-  /* cuBLASLt (blas_lt.c), loaded by the first linear whose epilogue it can fuse */
-  struct gpa__cu_lt *lt;
-  int lt_state; /* 0 not tried, 1 ready, -1 unavailable (cuBLAS + our epilogue kernels) */
  * ordered). 0 on failure (message in x->msg). */
 CUdeviceptr gpa__cu_scratch(const gpa_op_exec *x, uint64_t bytes);
 /* Reads back res[0..2) (first bad position or ~0, its value) when the op's
@@ -161,7 +161,6 @@ void gpa__cu_kernels_release(gpa__cu_ctx *C);
 gpa_status gpa__cu_blas(const gpa_op_exec *x, cublasHandle_t *h);
 void gpa__cu_blas_release(gpa__cu_ctx *C);
 
-#endif
 /* blas_lt.c: one GEMM through cublasLtMatmul with a fused epilogue.
  * Column-major: D[m,n] = op(A) op(B) (+ bias[m]) (aux = that, ld aux_ld)
  * (GELU, tanh form); A/B of ab_type, D of d_type, bias of d_type, compute
@@ -183,3 +182,4 @@ typedef struct gpa__lt_gemm {
 gpa_status gpa__cu_lt_matmul(const gpa_op_exec *x, const gpa__lt_gemm *g, int *done);
 void gpa__cu_lt_release(gpa__cu_ctx *C);
 
+#endif
