@@ -79,6 +79,10 @@ static inline gpa__msg *gpa__msg_take(gpa__ctx *c, int kind) {
   if (__builtin_expect(!c->free_list, 0)) return gpa__msg_take_slow(c, kind);
   gpa__msg *m = c->free_list;
   c->free_list = m->next;
+  if (c->free_list) { /* the next one's header, last written by the actor */
+    __builtin_prefetch(c->free_list, 1);
+    __builtin_prefetch((char *)c->free_list + 64, 1);
+  }
   /* Each message out holds a reference on c; take them 64 at a time. */
   if (!c->prepaid) {
     atomic_fetch_add_explicit(&c->refs, 64, memory_order_relaxed);

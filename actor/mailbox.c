@@ -240,18 +240,28 @@ out:
 gpa_status gpa__send(gpa_actor *a, gpa__msg *m) { return send(a, m, true); }
 gpa_status gpa__send_owned(gpa_actor *a, gpa__msg *m) { return send(a, m, false); }
 
+static bool ring_pop(gpa__ctx *c, void **p) {
+  GPA_TSAN_IGNORE_BEGIN();
+  bool ok = ck_ring_dequeue_spsc(&c->ring, c->slots, p);
+  GPA_TSAN_IGNORE_END();
+  if (ok) GPA_TSAN_ACQUIRE(*p);
+  return ok;
+}
+
 uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget) {
   uint32_t total = 0;
   for (gpa__ctx *c = atomic_load_explicit(&a->ctxs, memory_order_acquire); c; c = c->next) {
     uint32_t got = 0;
-    for (;;) {
-      void *p;
-      GPA_TSAN_IGNORE_BEGIN();
-      bool ok = got < budget && ck_ring_dequeue_spsc(&c->ring, c->slots, &p);
-      GPA_TSAN_IGNORE_END();
-      if (!ok) break;
-      GPA_TSAN_ACQUIRE(p);
+    void *p, *next = NULL;
+    for (bool have = budget && ring_pop(c, &p); have; p = next) {
       got++;
+      /* One ahead: the next message's header (written on the producer's
+       * core) loads while this one runs. */
+      have = got < budget && ring_pop(c, &next);
+      if (have) {
+        __builtin_prefetch(next, 1);
+        __builtin_prefetch((char *)next + 64, 1);
+      }
       gpa__intake(a, p);
     }
     if (got && atomic_load_explicit(&c->want_space, memory_order_seq_cst)) {
