@@ -14,24 +14,36 @@
 struct gpa__pool {
   uint32_t n; /* threads including the caller */
   pthread_t *workers;
-  _Atomic uint32_t gen;    /* futex word: bumped per loop */
-  _Atomic uint32_t busy;   /* workers still inside the current loop */
-  _Atomic int64_t next;    /* next chunk */
+  _Atomic uint32_t gen; /* futex word: bumped per loop, wakes sleeping workers */
+  /* The current loop's chunks: (chunks << 24) | next chunk, claimed by
+   * fetch_add. A claim is valid while next < chunks; a late worker's claim
+   * on a finished loop finds next >= chunks and does nothing, so the caller
+   * waits for the chunks, never for a worker that has not woken yet. */
+  _Atomic uint64_t claim;
+  _Atomic int64_t done; /* chunks of the current loop finished */
   _Atomic int stop;
   _Atomic uint32_t sleepers;
-  /* the current loop, written before gen is bumped */
+  /* the current loop, written before claim is published; read only after a
+   * valid claim (so never while the caller rewrites it: it waits for every
+   * valid claim to finish first) */
   gpa_range_fn fn;
   void *ctx;
-  int64_t total, chunk, chunks;
+  int64_t total, chunk;
 };
+
+#define CLAIM_IDX_BITS 24
+#define CLAIM_MAX_CHUNKS 0xffff
 
 static _Thread_local bool in_loop;
 
 static void run_chunks(gpa__pool *p) {
-  int64_t c;
-  while ((c = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed)) < p->chunks) {
+  for (;;) {
+    uint64_t w = atomic_fetch_add_explicit(&p->claim, 1, memory_order_acq_rel);
+    int64_t c = (int64_t)(w & ((1u << CLAIM_IDX_BITS) - 1)), chunks = (int64_t)(w >> CLAIM_IDX_BITS);
+    if (c >= chunks) return;
     int64_t b = c * p->chunk, e = b + p->chunk < p->total ? b + p->chunk : p->total;
     p->fn(b, e, p->ctx);
+    atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
   }
 }
 
@@ -56,7 +68,6 @@ static void *worker_main(void *arg) {
     seen = g;
     if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
     run_chunks(p);
-    atomic_fetch_sub_explicit(&p->busy, 1, memory_order_release);
   }
 }
 
@@ -99,21 +110,22 @@ void gpa__pool_for(gpa__pool *p, int64_t n, int64_t grain, gpa_range_fn fn, void
   /* About 4 chunks per thread balances load without much hand-out traffic. */
   int64_t chunk = (n + (int64_t)p->n * 4 - 1) / ((int64_t)p->n * 4);
   if (chunk < grain) chunk = grain;
+  if ((n + chunk - 1) / chunk > CLAIM_MAX_CHUNKS) chunk = (n + CLAIM_MAX_CHUNKS - 1) / CLAIM_MAX_CHUNKS;
+  int64_t chunks = (n + chunk - 1) / chunk;
   p->fn = fn;
   p->ctx = ctx;
   p->total = n;
   p->chunk = chunk;
-  p->chunks = (n + chunk - 1) / chunk;
-  atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-  atomic_store_explicit(&p->busy, p->n - 1, memory_order_relaxed);
+  atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+  atomic_store_explicit(&p->claim, (uint64_t)chunks << CLAIM_IDX_BITS, memory_order_release);
   atomic_fetch_add_explicit(&p->gen, 1, memory_order_seq_cst);
   if (atomic_load_explicit(&p->sleepers, memory_order_seq_cst))
     syscall(SYS_futex, &p->gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
   in_loop = true;
   run_chunks(p);
   in_loop = false;
-  /* Workers that wake late find no chunk and leave at once. */
-  for (int spins = 0; atomic_load_explicit(&p->busy, memory_order_acquire); spins++) {
+  /* Only chunks that workers have claimed are left: they are running. */
+  for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < chunks; spins++) {
     if (spins < 4000) gpa__cpu_relax();
     else sched_yield(); /* a worker may be preempted: give it the core */
   }

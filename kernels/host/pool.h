@@ -2,7 +2,8 @@
  *
  * The calling thread (the actor) takes part in every loop. Workers spin
  * briefly after a loop, then sleep on a futex, so an idle actor burns no CPU.
- * Chunks are handed out dynamically; which thread runs a chunk may vary, so
+ * Chunks are handed out dynamically (the caller waits for the chunks, not
+ * for a worker that has not woken yet); which thread runs a chunk may vary, so
  * an op that reduces must combine per-chunk partials in chunk order to stay
  * deterministic. A loop started from inside a loop runs inline. */
 #ifndef GPA_KERNELS_HOST_POOL_H
