@@ -146,7 +146,7 @@ extern const unsigned char ${sym}_end[]; /* one past its last byte */
   add_library(${name}_sim MODULE ${wrapper} ${idsrc})
   target_include_directories(${name}_sim PRIVATE
     ${GPA_CUDA_ROOT_DIR}/sim/emu/shadow ${GPA_CUDA_ROOT_DIR}/sim/emu ${GPA_CUDA_INCLUDE} ${incs})
-  target_compile_options(${name}_sim PRIVATE -include gpa_sim_emu.h -fvisibility=hidden)
+  target_compile_options(${name}_sim PRIVATE -include gpa_sim_emu.h -fvisibility=hidden ${GPA_SIM_UNINSTRUMENTED})
   target_link_libraries(${name}_sim PRIVATE gpa_sim_cuda)
   set_target_properties(${name}_sim PROPERTIES
     OUTPUT_NAME gpa_sim_mod_${name}
