@@ -142,6 +142,17 @@ static void out_us(trace *t, int64_t ns) {
   t->out_len += 4;
 }
 
+/* A member: key is the literal text before the value (",\"bytes\":"). */
+static void out_key_u64(trace *t, const char *key, uint64_t v) {
+  out_lit(t, key);
+  out_u64(t, v);
+}
+
+static void out_key_us(trace *t, const char *key, int64_t ns) {
+  out_lit(t, key);
+  out_us(t, ns);
+}
+
 /* JSON string contents from a log name: names and labels come from users. */
 static const unsigned char *out_name(trace *t, const unsigned char *p) {
   size_t n = *p++;
@@ -173,12 +184,9 @@ static void event_open(trace *t, const char *lead) {
 static const unsigned char *format_op(trace *t, const rec *r, const unsigned char *p) {
   event_open(t, "{\"name\":\"");
   p = out_name(t, p);
-  out_lit(t, "\",\"cat\":\"op\",\"ph\":\"X\",\"pid\":1,\"tid\":");
-  out_u64(t, r->queue_id);
-  out_lit(t, ",\"ts\":");
-  out_us(t, r->start_ns - t->t0);
-  out_lit(t, ",\"dur\":");
-  out_us(t, r->end_ns - r->start_ns);
+  out_key_u64(t, "\",\"cat\":\"op\",\"ph\":\"X\",\"pid\":1,\"tid\":", r->queue_id);
+  out_key_us(t, ",\"ts\":", r->start_ns - t->t0);
+  out_key_us(t, ",\"dur\":", r->end_ns - r->start_ns);
   out_lit(t, ",\"args\":{\"shapes\":\"");
   for (uint32_t i = 0; i < (uint32_t)r->n_in + r->n_out; i++) {
     out_room(t);
@@ -197,12 +205,9 @@ static const unsigned char *format_op(trace *t, const rec *r, const unsigned cha
     out_lit(t, "]");
   }
   out_room(t);
-  out_lit(t, "\",\"device_us\":");
-  out_us(t, r->device_ns);
-  out_lit(t, ",\"bytes\":");
-  out_u64(t, r->bytes);
-  out_lit(t, ",\"queue_depth\":");
-  out_u64(t, r->depth);
+  out_key_us(t, "\",\"device_us\":", r->device_ns);
+  out_key_u64(t, ",\"bytes\":", r->bytes);
+  out_key_u64(t, ",\"queue_depth\":", r->depth);
   out_lit(t, ",\"status\":\"");
   out_lit(t, gpa_status_name(r->status));
   out_lit(t, "\"}}");
@@ -217,17 +222,12 @@ static const unsigned char *format_batch(trace *t, const rec *r, const unsigned 
     out_lit(t, end ? "\",\"cat\":\"batch\",\"ph\":\"E\",\"pid\":1,\"tid\":"
                    : "\",\"cat\":\"batch\",\"ph\":\"B\",\"pid\":1,\"tid\":");
     out_u64(t, r->queue_id);
-    out_lit(t, ",\"ts\":");
-    out_us(t, (end ? r->end_ns : r->start_ns) - t->t0);
+    out_key_us(t, ",\"ts\":", (end ? r->end_ns : r->start_ns) - t->t0);
     if (end) {
-      out_lit(t, ",\"args\":{\"ops\":");
-      out_u64(t, r->ops);
-      out_lit(t, ",\"errors\":");
-      out_u64(t, r->errors);
-      out_lit(t, ",\"bytes\":");
-      out_u64(t, r->bytes);
-      out_lit(t, ",\"device_us\":");
-      out_us(t, r->device_ns);
+      out_key_u64(t, ",\"args\":{\"ops\":", r->ops);
+      out_key_u64(t, ",\"errors\":", r->errors);
+      out_key_u64(t, ",\"bytes\":", r->bytes);
+      out_key_us(t, ",\"device_us\":", r->device_ns);
       out_lit(t, "}");
     }
     out_lit(t, "}");

@@ -56,7 +56,80 @@ static void run_workload(gpa_actor *a, int steps) {
     }
 }
 
+/* How many times `needle` occurs in the file at `path`. */
+static int count_in_file(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  CHECK(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n + 1);
+  CHECK(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
+  buf[n] = 0;
+  fclose(f);
+  int c = 0;
+  for (const char *p = buf; (p = strstr(p, needle)); p += strlen(needle)) c++;
+  free(buf);
+  return c;
+}
+
+/* The trace keeps binary records and writes JSON later: a flush writes all
+ * so far; more events than the in-memory log holds (1 MiB: about 250 no-ops
+ * with 64 rank-8 inputs) are written as it fills; names with control
+ * characters and quotes are escaped. */
+static void trace_log_and_names(void) {
+  char path[] = "/tmp/gpa_trace_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  close(fd);
+  gpa_actor *a = tu_actor(&(gpa_actor_options){.trace_path = path});
+  gpa_queue *q = gpa_actor_default_queue(a);
+  char label[200];
+  memset(label, 'x', sizeof label - 1);
+  label[sizeof label - 1] = 0;
+  memcpy(label, "tab\there \"q\" \x01", 14);
+  enum { NOOPS = 1000, ARGS = 64 };
+  gpa_tensor x = tu_f32(a, 16), in[ARGS];
+  x.rank = GPA_MAX_RANK;
+  for (int k = 0; k < GPA_MAX_RANK; k++) x.shape[k] = k == GPA_MAX_RANK - 1 ? 16 : 1;
+  for (int k = 0; k < ARGS; k++) in[k] = x;
+  CHECK_OK(gpa_batch_begin(q, label));
+  for (int i = 0; i < NOOPS; i++)
+    CHECK_OK(gpa_submit(q, &(gpa_op_call){.op = "noop", .inputs = in, .n_inputs = ARGS}, NULL));
+  CHECK_OK(gpa_sync_batch(q, NULL));
+  CHECK_OK(gpa_actor_profile_flush(a));
+  CHECK(count_in_file(path, "\"ph\":\"X\"") == NOOPS); /* all of them, before shutdown */
+  CHECK(count_in_file(path, "\"ph\":\"E\"") == 1);
+  CHECK_OK(gpa_actor_destroy(a));
+
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  if (!root) fprintf(stderr, "trace does not parse: %s line %d\n", err.text, err.line);
+  CHECK(root && json_is_array(root));
+  int noops = 0, spans = 0;
+  size_t i;
+  json_t *ev;
+  json_array_foreach(root, i, ev) {
+    const char *name = json_string_value(json_object_get(ev, "name"));
+    const char *ph = json_string_value(json_object_get(ev, "ph"));
+    CHECK(name && ph);
+    if (!strcmp(ph, "X") && !strcmp(name, "noop")) {
+      noops++;
+      const char *shapes = json_string_value(json_object_get(json_object_get(ev, "args"), "shapes"));
+      CHECK(shapes && !strncmp(shapes, "f32[1,1,1,1,1,1,1,16] f32[", 26) && strlen(shapes) == 64 * 22 - 1);
+    }
+    if (!strcmp(ph, "B") || !strcmp(ph, "E")) {
+      spans++;
+      CHECK(strlen(name) >= 32 && !strncmp(name, label, strlen(name))); /* as the batch keeps it (63 bytes) */
+    }
+  }
+  CHECK(noops == NOOPS && spans == 2);
+  json_decref(root);
+  unlink(path);
+}
+
 int main(void) {
+  trace_log_and_names();
   char path[] = "/tmp/gpa_trace_XXXXXX";
   int fd = mkstemp(path);
   CHECK(fd >= 0);

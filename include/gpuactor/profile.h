@@ -10,9 +10,11 @@ extern "C" {
 #pragma GCC visibility push(default)
 
 /* Profiling. With no profiler attached the actor only tests one flag per
- * message. Built in: a Chrome/Perfetto trace (GPA_TRACE=path), a summary
- * table at destroy (GPA_PROFILE=1), NVTX ranges around each op on the actor
- * thread (active only under a tool such as Nsight Systems). */
+ * message. Built in: a Chrome/Perfetto trace (GPA_TRACE=path; written at
+ * gpa_actor_profile_flush, when its log fills, and at destroy), a summary
+ * table at destroy (GPA_PROFILE=1), and, while any profiler is attached,
+ * NVTX ranges around each message on the actor thread (they reach a tool
+ * such as Nsight Systems; without one they do nothing). */
 
 /* One finished message. Valid during the callback only. */
 typedef struct gpa_prof_op {
