@@ -69,6 +69,24 @@ GPA__KCLONES static void row_norm(float *restrict y, const float *restrict x, co
   for (int64_t i = 0; i < D; i++) y[i] = ((x[i] - m) - c) * r * g[i] + b[i];
 }
 
+/* Rows are read from memory by the first pass only; the second and third
+ * run from L1 and leave the memory idle. Asking for a later row's lines
+ * while they run keeps the loads going (the hardware prefetcher does not
+ * cross into the next row early enough): about PF_BYTES ahead, for rows up
+ * to PF_MAX_ROW bytes (past that a row is long enough for the prefetcher). */
+#define PF_BYTES 8192
+#define PF_MAX_ROW 16384
+
+static inline int64_t pf_rows(int64_t D) {
+  int64_t row = D * (int64_t)sizeof(float);
+  if (row <= 0 || row > PF_MAX_ROW) return 0;
+  return row >= PF_BYTES ? 1 : PF_BYTES / row;
+}
+
+static inline void prefetch_row(const float *p, int64_t D) {
+  for (int64_t i = 0; i < D; i += 64 / (int64_t)sizeof(float)) __builtin_prefetch(p + i, 0, 3);
+}
+
 /* Corrected two-pass (Chan, Golub & LeVeque): m1 = a first estimate of the
  * mean (shifted by the row's first element, so a large mean costs nothing);
  * d = x - m1 is exact when x is near m1, and the second pass's sum of d
@@ -76,9 +94,11 @@ GPA__KCLONES static void row_norm(float *restrict y, const float *restrict x, co
  * The first and last passes run in float lanes, the second sums in double. */
 static void fwd_rows(int64_t s, int64_t e, void *p) {
   const ln_ctx *c = p;
-  const int64_t D = c->D;
+  const int64_t D = c->D, pf = pf_rows(D);
+  for (int64_t n = s; n < s + pf && n < e; n++) prefetch_row(c->x + n * D, D);
   for (int64_t n = s; n < e; n++) {
     const float *x = c->x + n * D;
+    if (pf && n + pf < e) prefetch_row(c->x + (n + pf) * D, D);
     float m1 = 0.0f;
     double sd = 0.0, sq = 0.0;
     if (D) {
@@ -152,7 +172,12 @@ static void bwd_blocks(int64_t s, int64_t e, void *p) {
     memset(pg, 0, (size_t)(2 * D) * sizeof *pg);
     int64_t r1 = (blk + 1) * GPA__LN_BLOCK_ROWS;
     if (r1 > c->N) r1 = c->N;
+    const int64_t pf = pf_rows(D);
     for (int64_t n = blk * GPA__LN_BLOCK_ROWS; n < r1; n++) {
+      if (pf && n + pf < r1) {
+        prefetch_row(c->x + (n + pf) * D, D);
+        prefetch_row(c->dy + (n + pf) * D, D);
+      }
       if (c->nt) {
         float buf[NT_BWD_MAX];
         bwd_row(buf, pg, pb, c->x + n * D, c->dy + n * D, c->gamma, c->mean_in[n], c->rstd_in[n], D);
