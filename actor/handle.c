@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "actor/ctx.h"
+#include "actor/fence.h"
 #include "actor/spin.h"
 
 #define GPA__SLAB_MSGS 32
@@ -145,10 +146,11 @@ void gpa__msg_complete(gpa__msg *m, gpa_status st, const char *msg) {
     if (msg && msg != m->err) snprintf(m->err, sizeof m->err, "%s", msg);
     else if (!msg || !msg[0]) snprintf(m->err, sizeof m->err, "%s", gpa_strerror(st));
   }
-  /* seq_cst pairs with the waiter's increment of `waiters` (Dekker): either
-   * the waiter sees state 1 or we see its waiters count. */
-  atomic_store_explicit(&m->state, 1, memory_order_seq_cst);
-  if (atomic_load_explicit(&m->waiters, memory_order_seq_cst)) futex_wake_all(&m->state);
+  /* A Dekker pair with a waiter about to sleep: either it sees state 1 or we
+   * see its waiters count. The sleeper, the rare side, has the full fence. */
+  atomic_store_explicit(&m->state, 1, memory_order_release);
+  gpa__fence_light();
+  if (atomic_load_explicit(&m->waiters, memory_order_relaxed)) futex_wake_all(&m->state);
 }
 
 /* Spin briefly first: waking a sleeper on another core costs ~25 us here. */
@@ -174,7 +176,8 @@ static bool wait_done(gpa__msg *m, int64_t timeout_ns) {
       relp = &rel;
     }
     atomic_fetch_add_explicit(&m->waiters, 1, memory_order_seq_cst);
-    if (!atomic_load_explicit(&m->state, memory_order_seq_cst)) futex_wait(&m->state, 0, relp);
+    gpa__fence_heavy();
+    if (!atomic_load_explicit(&m->state, memory_order_acquire)) futex_wait(&m->state, 0, relp);
     atomic_fetch_sub_explicit(&m->waiters, 1, memory_order_relaxed);
     if (atomic_load_explicit(&m->state, memory_order_acquire)) return true;
   }
