@@ -5,7 +5,9 @@
  * GEMMs, the host pool for the row passes).
  * FLOPs: forward 4*B*H*S*Sk*D (halved when causal), backward 2.5x that.
  * Default: a few representative shapes; GPA_BENCH_FULL=1 sweeps
- * B in {1,4}, S=Sk in {512,1024,2048,4096}, D in {64,128}, causal 0/1. */
+ * B in {1,4}, S=Sk in {512,1024,2048,4096}, D in {64,128}, causal 0/1.
+ * GPA_BENCH_SHAPE=text runs only the shapes whose name (B4_H8_S2048_Sk2048_D128,
+ * ..._causal) contains text, e.g. one point of the full sweep. */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -115,6 +117,11 @@ static void naive_bwd(void *p) {
 }
 
 static void one(int64_t B, int64_t S, int64_t H, int64_t D, int causal, int bwd) {
+  char shape[96];
+  snprintf(shape, sizeof shape, "B%lld_H%lld_S%lld_Sk%lld_D%lld%s", (long long)B, (long long)H, (long long)S,
+           (long long)S, (long long)D, causal ? "_causal" : "");
+  const char *pick = getenv("GPA_BENCH_SHAPE");
+  if (pick && !strstr(shape, pick)) return;
   att_ctx c;
   memset(&c, 0, sizeof c);
   c.g = (gpa__attn_geom){B, S, S, H, H, D, (float)(1.0 / sqrt((double)D)), causal, 0};
@@ -138,9 +145,7 @@ static void one(int64_t B, int64_t S, int64_t H, int64_t D, int causal, int bwd)
     gpa_bench_pair(1, reps, run_bwd, &c, naive_bwd, &c, &ns, &rns);
   else
     gpa_bench_pair(1, reps, run_fwd, &c, naive_fwd, &c, &ns, &rns);
-  char shape[96], extra[96];
-  snprintf(shape, sizeof shape, "B%lld_H%lld_S%lld_Sk%lld_D%lld%s", (long long)B, (long long)H, (long long)S,
-           (long long)S, (long long)D, causal ? "_causal" : "");
+  char extra[96];
   snprintf(extra, sizeof extra, "\"threads\":%d,\"blas_threads\":%d", gpa_bench_host_threads(),
            openblas_get_num_threads());
   gpa_bench_result r = {.name = bwd ? "attention_bwd" : "attention_fwd", .backend = "cpu", .shape = shape,

@@ -45,8 +45,8 @@
   K(PAIR_ROWS, met, gpa_pair_rows)               \
   K(LIN_EPI, lin, gpa_lin_epilogue_f32)          \
   K(LIN_EPI_BF, lin, gpa_lin_epilogue_bf16)      \
-  K(BF16_WIDEN, lin, gpa_bf16_widen)             \
-  K(BF16_NARROW, lin, gpa_bf16_narrow)           \
+  K(LIN_DB_BF, lin, gpa_lin_db_bf16)             \
+  K(LIN_DGELU_BF, lin, gpa_lin_dgelu_split_bf16) \
   K(CONV_IM2COL, lin, gpa_conv_im2col_f32)       \
   K(CONV_COL2IM, lin, gpa_conv_col2im_f32)       \
   K(CONV_BIAS, lin, gpa_conv_bias_f32)           \

@@ -155,32 +155,59 @@ static gpa_status lin_bwd_f32(const gpa_op_exec *x, const void *g, const void *x
   return launch1d(x, GPA__K_SUM_OVER_L, out, args);
 }
 
-static gpa_status convert(const gpa_op_exec *x, int id, void *dst, const void *src, long long n) {
-  void *args[] = {&dst, (void *)&src, &n};
-  return launch1d(x, id, n, args);
-}
-
-/* bf16 storage: the fp32 backward on widened copies of dy, x, W, pre (the
- * host's semantics: g, dW and db in fp32, dx rounded once), all in one
- * scratch block: g [N,out], pre [N,out] (gelu), x and dx [N,in], W [out,in]. */
+/* bf16 storage: bf16 GEMMs (tensor cores) with fp32 compute, dx rounded
+ * once to bf16 by the GEMM, dW written fp32, db summed by our kernel from
+ * the fp32 g. Without GELU, g = dy (bf16 already: the host's result up to
+ * summation order). With GELU, g = dy gelu'(pre) is fp32; the GEMMs take it
+ * as two bf16 halves (hi + lo, 2^-17 relative) so the result stays the
+ * host's: dx = [hi | lo] [W; W] (one GEMM, K = 2 out, W copied twice into
+ * scratch), dW = hi^T x + lo^T x (two GEMMs accumulating in fp32). */
 static gpa_status lin_bwd_bf16(const gpa_op_exec *x, long long N, long long in, long long out, int gelu) {
-  uint64_t ng = (uint64_t)(N * out), nx = (uint64_t)(N * in), nw = (uint64_t)(out * in);
-  CUdeviceptr s = gpa__cu_scratch(x, (ng * (gelu ? 2 : 1) + 2 * nx + nw + 4) * sizeof(float));
-  if (!s) return GPA_ENOMEM;
-  float *g = (float *)(uintptr_t)s, *pf = g + ng, *xf = pf + (gelu ? ng : 0), *dxf = xf + nx, *wf = dxf + nx;
-  GPA__CU_TRY(convert(x, GPA__K_BF16_WIDEN, g, x->in[0], (long long)ng));
-  if (gelu) {
-    GPA__CU_TRY(convert(x, GPA__K_BF16_WIDEN, pf, x->in[3], (long long)ng));
-    long long n = (long long)ng;
-    int approx = 1;
-    void *gp = g, *pp = pf;
-    void *args[] = {&gp, &pp, &gp, &n, &approx};
-    GPA__CU_TRY(launch1d(x, GPA__K_GELU_BWD, n, args));
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  void *dy = x->in[0], *xs = x->in[1], *Wp = x->in[2], *pre = gelu ? x->in[3] : NULL;
+  void *dx = x->out[0], *dW = x->out[1], *db = x->n_outputs > 2 ? x->out[2] : NULL;
+  if (db) {
+    void *args[] = {&db, &dy, &pre, &N, &out};
+    GPA__CU_TRY(launch1d(x, GPA__K_LIN_DB_BF, out, args));
   }
-  GPA__CU_TRY(convert(x, GPA__K_BF16_WIDEN, xf, x->in[1], (long long)nx));
-  GPA__CU_TRY(convert(x, GPA__K_BF16_WIDEN, wf, x->in[2], (long long)nw));
-  GPA__CU_TRY(lin_bwd_f32(x, g, xf, wf, dxf, x->out[1], x->n_outputs > 2 ? x->out[2] : NULL, N, in, out));
-  return convert(x, GPA__K_BF16_NARROW, x->out[0], dxf, (long long)nx);
+  if (out == 0)
+    return N * in == 0 ? GPA_OK
+                       : gpa__cu_check(C, C->cu.cuMemsetD16Async(GPA__DP(dx), 0, (size_t)(N * in), (CUstream)x->stream),
+                                       "cuMemsetD16Async", x->msg, x->msg_size);
+  if (N == 0 || in == 0) return zero_f32(x, dW, out * in);
+  void *g = dy, *w2 = Wp;
+  long long k = out, ldg = out; /* the GEMMs' K for dx; g's row stride */
+  if (gelu) {
+    uint64_t gb = ((uint64_t)(N * out) * 4 + 255) & ~(uint64_t)255, wb = (uint64_t)(out * in) * 2;
+    CUdeviceptr s = gpa__cu_scratch(x, gb + 2 * wb);
+    if (!s) return GPA_ENOMEM;
+    g = (void *)(uintptr_t)s;
+    w2 = (void *)(uintptr_t)(s + gb);
+    k = ldg = 2 * out;
+    void *args[] = {&g, &dy, &pre, &N, &out};
+    GPA__CU_TRY(launch1d(x, GPA__K_LIN_DGELU_BF, N * out, args));
+    for (int r = 0; r < 2; r++)
+      GPA__CU_TRY(gpa__cu_check(C, C->cu.cuMemcpyDtoDAsync(s + gb + r * wb, GPA__DP(Wp), wb, (CUstream)x->stream),
+                                "cuMemcpyDtoDAsync", x->msg, x->msg_size));
+  }
+  cublasHandle_t h;
+  GPA__CU_TRY(gpa__cu_blas(x, &h));
+  /* dx[N,in] = g[N,k] W2[k,in] */
+  GPA__CU_TRY(blas_st(x,
+                      C->blas.cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, (int)N, (int)k, &one, w2,
+                                           CUDA_R_16BF, (int)in, g, CUDA_R_16BF, (int)ldg, &zero, dx, CUDA_R_16BF,
+                                           (int)in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                      "linear_bwd: cublasGemmEx (dx, bf16)"));
+  /* dW[out,in] = g^T x, fp32 C; with GELU the lo half is added to the hi half's result */
+  for (int half = 0; half < (gelu ? 2 : 1); half++) {
+    const void *gh = (const char *)g + (size_t)(half * out) * 2;
+    GPA__CU_TRY(blas_st(x,
+                        C->blas.cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, (int)N, &one, xs,
+                                             CUDA_R_16BF, (int)in, gh, CUDA_R_16BF, (int)ldg, half ? &one : &zero,
+                                             dW, CUDA_R_32F, (int)in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                        "linear_bwd: cublasGemmEx (dW, bf16)"));
+  }
+  return GPA_OK;
 }
 
 static gpa_status lin_bwd_cu(const gpa_op_exec *x) {

@@ -34,13 +34,47 @@ extern "C" __global__ void gpa_lin_epilogue_bf16(gpa_bf16 *y, gpa_bf16 *pre, con
   }
 }
 
-/* bf16 <-> fp32 copies (the bf16 linear backward computes on fp32 copies) */
-extern "C" __global__ void gpa_bf16_widen(float *dst, const gpa_bf16 *src, long long n) {
-  GS_LOOP(i, n) dst[i] = gpa_bf2f(src[i]);
+/* d/dv of the tanh GELU: the formula of elementwise.cu's gelu_grad (so
+ * the fp32 and bf16 backward form the same fp32 g). */
+static __device__ __forceinline__ float lin_gelu_grad(float v) {
+  float a = -2.0f * K_TANH * (v + C_TANH * v * v * v);
+  a = fminf(fmaxf(a, -80.0f), 80.0f);
+  const float e = expf(a);
+  const float s = 1.0f / (1.0f + e), s1 = e * s;
+  const float du = K_TANH * (1.0f + 3.0f * C_TANH * v * v);
+  return s + 2.0f * v * s * s1 * du;
 }
 
-extern "C" __global__ void gpa_bf16_narrow(gpa_bf16 *dst, const float *src, long long n) {
-  GS_LOOP(i, n) dst[i] = gpa_f2bf(src[i]);
+/* bf16 linear backward: db[j] = sum over rows of g[i,j], g = dy (pre NULL)
+ * or dy * gelu'(pre) formed in fp32 from the bf16 inputs, so db does not
+ * see the bf16 rounding of the g that the GEMMs take. A thread per column
+ * (adjacent threads read adjacent words), double sums in row order. */
+extern "C" __global__ void gpa_lin_db_bf16(float *db, const gpa_bf16 *dy, const gpa_bf16 *pre, long long rows,
+                                           long long cols) {
+  GS_LOOP(j, cols) {
+    double acc = 0.0;
+    for (long long i = 0; i < rows; i++) {
+      float g = gpa_bf2f(dy[i * cols + j]);
+      if (pre) g *= lin_gelu_grad(gpa_bf2f(pre[i * cols + j]));
+      acc += (double)g;
+    }
+    db[j] = (float)acc;
+  }
+}
+
+/* The bf16 GELU backward's g = dy * gelu'(pre) in fp32, as two bf16 halves
+ * g = hi + lo (hi = bf16(g), lo = bf16(g - hi): g to 2^-17 relative, where
+ * bf16(g) alone is 2^-9) side by side in g2 [rows, 2 cols], so one bf16
+ * GEMM over K = 2 cols against W stacked twice sums both halves in fp32. */
+extern "C" __global__ void gpa_lin_dgelu_split_bf16(gpa_bf16 *g2, const gpa_bf16 *dy, const gpa_bf16 *pre,
+                                                    long long rows, long long cols) {
+  GS_LOOP(i, rows * cols) {
+    const long long r = i / cols, c = i - r * cols;
+    const float g = gpa_bf2f(dy[i]) * lin_gelu_grad(gpa_bf2f(pre[i]));
+    const gpa_bf16 hi = gpa_f2bf(g);
+    g2[r * 2 * cols + c] = hi;
+    g2[r * 2 * cols + cols + c] = gpa_f2bf(g - gpa_bf2f(hi));
+  }
 }
 
 /* col[b][ci*K + k][t] = x[b, c0 + ci, t*stride - pad_l + k*dil] (0 outside [0, L)),
