@@ -8,11 +8,15 @@
  *          weight_decay (0.01), step (int, required, >= 1: bias correction)
  *   sgd    in: param, grad, buf (f32, same shape)     out: param', buf'
  *          attrs lr (required), momentum (0), weight_decay (0), nesterov (int 0..1, 0)
- * Formulas in kernels/host/optim.h (torch.optim.AdamW / SGD, dampening 0). */
+ * Formulas in kernels/host/optim.h (torch.optim.AdamW / SGD, dampening 0).
+ * bf16 storage (docs/ops.md): grad may be bf16 (the mixed-precision layout:
+ * bf16 gradients, fp32 master parameters), and so may param (param' then
+ * bf16 too, rounded once per step); the state (m, v, buf) stays f32. */
 #include <stddef.h>
 
 #include "kernels/host/optim.h"
 #include "ops/basic_check.h"
+#include "ops/bf16_host.h"
 
 typedef struct opt_params {
   double lr, beta1, beta2, eps, weight_decay, momentum;
@@ -35,12 +39,17 @@ static const gpa_attr_spec sgd_attrs[] = {
     {"nesterov", GPA_ATTR_INT, 0, OFF(nesterov), 0, 0.0, 0.0, 1.0},
 };
 
+/* param f32 or bf16, grad f32 or bf16 of param's shape, the state f32 of
+ * param's shape; param' has param's dtype, the state's outputs f32. */
 static gpa_status like_param(const char *op, const gpa_op_sig *s, const char *const *names, gpa_tensor *e,
                              uint32_t n_out, char *msg, size_t ms) {
-  GPA__CHK(gpa__chk_dtype(op, names[0], &s->inputs[0], GPA_F32, 0, msg, ms));
-  for (uint32_t i = 1; i < s->n_inputs; i++)
-    GPA__CHK(gpa__chk_f32_like(op, names[i], &s->inputs[i], &s->inputs[0], names[0], msg, ms));
-  for (uint32_t i = 0; i < n_out; i++) gpa__chk_set(&e[i], GPA_F32, s->inputs[0].rank, s->inputs[0].shape);
+  const gpa_tensor *p = &s->inputs[0];
+  GPA__CHK(gpa__chk_float(op, names[0], p, msg, ms));
+  GPA__CHK(gpa__chk_float(op, names[1], &s->inputs[1], msg, ms));
+  GPA__CHK(gpa__chk_shape(op, names[1], &s->inputs[1], p->rank, p->shape, "shape of param", msg, ms));
+  for (uint32_t i = 2; i < s->n_inputs; i++)
+    GPA__CHK(gpa__chk_f32_like(op, names[i], &s->inputs[i], p, names[0], msg, ms));
+  for (uint32_t i = 0; i < n_out; i++) gpa__chk_set(&e[i], i ? GPA_F32 : p->dtype, p->rank, p->shape);
   return GPA_OK;
 }
 
@@ -71,17 +80,30 @@ static gpa_status sgd_host(const gpa_op_exec *x) {
   return GPA_OK;
 }
 
-static uint64_t adamw_bytes(const gpa_op_sig *s) { return 28u * (uint64_t)gpa__chk_numel(&s->inputs[0]); }
-static uint64_t sgd_bytes(const gpa_op_sig *s) { return 20u * (uint64_t)gpa__chk_numel(&s->inputs[0]); }
+GPA__BF16_HOST(adamw_host)
+GPA__BF16_HOST(sgd_host)
+
+/* f32 sizes less 2 bytes per element for each bf16 param (read, written) or grad */
+static uint64_t bf16_saving(const gpa_op_sig *s) {
+  uint64_t n = (uint64_t)gpa__chk_numel(&s->inputs[0]);
+  return n * ((s->inputs[0].dtype == GPA_BF16 ? 4u : 0u) + (s->inputs[1].dtype == GPA_BF16 ? 2u : 0u));
+}
+
+static uint64_t adamw_bytes(const gpa_op_sig *s) {
+  return 28u * (uint64_t)gpa__chk_numel(&s->inputs[0]) - bf16_saving(s);
+}
+static uint64_t sgd_bytes(const gpa_op_sig *s) {
+  return 20u * (uint64_t)gpa__chk_numel(&s->inputs[0]) - bf16_saving(s);
+}
 
 const gpa_op_desc gpa__ops_optim[] = {
     {.size = sizeof(gpa_op_desc), .name = "adamw", .min_inputs = 4, .max_inputs = 4, .n_outputs = 3,
      .attrs = adamw_attrs, .n_attrs = 6,
      .params_size = sizeof(opt_params),
-     .shape = adamw_shape, .host = adamw_host, .bytes_moved = adamw_bytes},
+     .shape = adamw_shape, .host = adamw_host_any, .bytes_moved = adamw_bytes},
     {.size = sizeof(gpa_op_desc), .name = "sgd", .min_inputs = 3, .max_inputs = 3, .n_outputs = 2,
      .attrs = sgd_attrs, .n_attrs = 4,
      .params_size = sizeof(opt_params),
-     .shape = sgd_shape, .host = sgd_host, .bytes_moved = sgd_bytes},
+     .shape = sgd_shape, .host = sgd_host_any, .bytes_moved = sgd_bytes},
 };
 const uint32_t gpa__ops_optim_count = 2;

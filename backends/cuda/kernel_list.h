@@ -25,6 +25,8 @@
   K(GELU_BWD_BF, ew, gpa_gelu_bwd_bf16)          \
   K(ADAMW, ew, gpa_adamw_f32)                    \
   K(SGD, ew, gpa_sgd_f32)                        \
+  K(ADAMW_BF, ew, gpa_adamw_bf16)                \
+  K(SGD_BF, ew, gpa_sgd_bf16)                    \
   K(LN_FWD, norm, gpa_ln_fwd_f32)                \
   K(LN_BWD_DX, norm, gpa_ln_bwd_dx_f32)          \
   K(LN_BWD_PART, norm, gpa_ln_bwd_part_f32)      \

@@ -126,8 +126,9 @@ static gpa_status adamw_cu(const gpa_op_exec *x) {
   float decay = (float)(1.0 - lr * wd), fb1 = (float)b1, c1 = (float)(1.0 - b1), fb2 = (float)b2,
         c2 = (float)(1.0 - b2), ss = (float)(lr / bc1), ib = (float)(1.0 / sqrt(bc2)), fe = (float)eps;
   void *po = x->out[0], *mo = x->out[1], *vo = x->out[2], *p = x->in[0], *g = x->in[1], *m = x->in[2], *v = x->in[3];
-  void *args[] = {&po, &mo, &vo, &p, &g, &m, &v, &n, &decay, &fb1, &c1, &fb2, &c2, &ss, &ib, &fe};
-  return launch1d(x, GPA__K_ADAMW, n, args);
+  int pbf = x->inputs[0].dtype == GPA_BF16, gbf = x->inputs[1].dtype == GPA_BF16;
+  void *args[] = {&po, &mo, &vo, &p, &g, &m, &v, &n, &decay, &fb1, &c1, &fb2, &c2, &ss, &ib, &fe, &pbf, &gbf};
+  return launch1d(x, pbf || gbf ? GPA__K_ADAMW_BF : GPA__K_ADAMW, n, args);
 }
 
 static gpa_status sgd_cu(const gpa_op_exec *x) {
@@ -136,8 +137,9 @@ static gpa_status sgd_cu(const gpa_op_exec *x) {
         wd = (float)gpa__cu_attr_f(x, "weight_decay", 0);
   int nest = (int)gpa__cu_attr_i(x, "nesterov", 0);
   void *po = x->out[0], *bo = x->out[1], *p = x->in[0], *g = x->in[1], *b = x->in[2];
-  void *args[] = {&po, &bo, &p, &g, &b, &n, &lr, &mu, &wd, &nest};
-  return launch1d(x, GPA__K_SGD, n, args);
+  int pbf = x->inputs[0].dtype == GPA_BF16, gbf = x->inputs[1].dtype == GPA_BF16;
+  void *args[] = {&po, &bo, &p, &g, &b, &n, &lr, &mu, &wd, &nest, &pbf, &gbf};
+  return launch1d(x, pbf || gbf ? GPA__K_SGD_BF : GPA__K_SGD, n, args);
 }
 
 const gpa__cu_impl gpa__cu_ops_ew[] = {

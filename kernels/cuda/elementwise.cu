@@ -1,6 +1,7 @@
 /* Memory-bound kernels of the CUDA backend: elementwise ops, GELU and the
  * optimizers (fp32), and bf16 storage variants of the elementwise ops and
- * GELU (fp32 math, eight values per 16-byte access). Grid-stride loops over 64-bit indices; the host side caps the grid
+ * GELU (fp32 math, eight values per 16-byte access) and of the optimizers
+ * (bf16 grad and/or param, scalar like their fp32 kernels). Grid-stride loops over 64-bit indices; the host side caps the grid
  * (backends/cuda/kernels.c). Semantics and formulas follow kernels/host/. */
 #include "gpa_bf16.h"
 
@@ -248,6 +249,46 @@ extern "C" __global__ void gpa_sgd_f32(float *po, float *bo, const float *p, con
     const float gi = g[i] + wd * p[i];
     const float bi = mu * b[i] + gi;
     po[i] = p[i] - lr * (nesterov ? gi + mu * bi : bi);
+    bo[i] = bi;
+  }
+}
+
+/* bf16 storage of the optimizers: grad (g_bf) and/or param (p_bf, then po
+ * too) bf16, widened for the fp32 math of the f32 kernels above; param'
+ * rounded once; the state (m, v, buf) f32. The flags are uniform per
+ * launch. */
+static __device__ __forceinline__ float ld_fb(const void *p, int bf, long long i) {
+  return bf ? gpa_bf2f(((const gpa_bf16 *)p)[i]) : ((const float *)p)[i];
+}
+
+static __device__ __forceinline__ void st_fb(void *p, int bf, long long i, float v) {
+  if (bf) ((gpa_bf16 *)p)[i] = gpa_f2bf(v);
+  else ((float *)p)[i] = v;
+}
+
+extern "C" __global__ void gpa_adamw_bf16(void *po, float *mo, float *vo, const void *p, const void *g,
+                                          const float *m, const float *v, long long n, float decay, float b1,
+                                          float c1, float b2, float c2, float step_size, float inv_bc2_sqrt,
+                                          float eps, int p_bf, int g_bf) {
+  GS_LOOP(i, n) {
+    const float gi = ld_fb(g, g_bf, i);
+    const float mi = b1 * m[i] + c1 * gi;
+    const float vi = b2 * v[i] + c2 * gi * gi;
+    const float pi = ld_fb(p, p_bf, i) * decay;
+    st_fb(po, p_bf, i, pi - step_size * mi / (sqrtf(vi) * inv_bc2_sqrt + eps));
+    mo[i] = mi;
+    vo[i] = vi;
+  }
+}
+
+extern "C" __global__ void gpa_sgd_bf16(void *po, float *bo, const void *p, const void *g, const float *b,
+                                        long long n, float lr, float mu, float wd, int nesterov, int p_bf,
+                                        int g_bf) {
+  GS_LOOP(i, n) {
+    const float pv = ld_fb(p, p_bf, i);
+    const float gi = ld_fb(g, g_bf, i) + wd * pv;
+    const float bi = mu * b[i] + gi;
+    st_fb(po, p_bf, i, pv - lr * (nesterov ? gi + mu * bi : bi));
     bo[i] = bi;
   }
 }
