@@ -8,13 +8,18 @@
  * An id outside [0, V) fails the op at execution with GPA_ERANGE and a message naming its
  * position: "embedding_fwd: ids[3,17] = 40000 out of range [0, 32000)" (the first such
  * position in row-major order). The backward is deterministic: ids are bucketed by value and
- * each vocabulary row is summed by one thread in position order (double accumulation). */
+ * each vocabulary row is summed by one thread in position order (double accumulation).
+ * bf16 storage (docs/ops.md): table may be bf16 (then y is bf16: a copy, exact); dy may be
+ * bf16, and dtable stays f32 (fp32 sums of the widened dy, for the fp32 optimizers; a bf16
+ * dtable would round sums of many rows and could not accumulate across steps). */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "kernels/host/bf16.h"
 #include "kernels/host/embedding.h"
 #include "ops/basic_check.h"
+#include "ops/bf16_host.h"
 
 typedef struct emb_params {
   int64_t accumulate;
@@ -32,16 +37,16 @@ static gpa_status check_ids(const char *op, const gpa_tensor *ids, char *msg, si
 static gpa_status fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   const gpa_tensor *ids = &s->inputs[0], *tab = &s->inputs[1];
   GPA__CHK(check_ids("embedding_fwd", ids, msg, ms));
-  GPA__CHK(gpa__chk_dtype("embedding_fwd", "table", tab, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_float("embedding_fwd", "table", tab, msg, ms));
   GPA__CHK(gpa__chk_rank("embedding_fwd", "table", tab, 2, "([V,D])", msg, ms));
   int64_t sh[3] = {ids->shape[0], ids->shape[1], tab->shape[1]};
-  gpa__chk_set(e, GPA_F32, 3, sh);
+  gpa__chk_set(e, tab->dtype, 3, sh);
   return GPA_OK;
 }
 
 static gpa_status bwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   const gpa_tensor *dy = &s->inputs[0], *ids = &s->inputs[1];
-  GPA__CHK(gpa__chk_dtype("embedding_bwd", "dy", dy, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_float("embedding_bwd", "dy", dy, msg, ms));
   GPA__CHK(gpa__chk_rank("embedding_bwd", "dy", dy, 3, "([B,L,D])", msg, ms));
   GPA__CHK(check_ids("embedding_bwd", ids, msg, ms));
   GPA__CHK(gpa__chk_shape("embedding_bwd", "ids", ids, 2, dy->shape, "[B,L] of dy", msg, ms));
@@ -97,23 +102,35 @@ static gpa_status bwd_host(const gpa_op_exec *x) {
   return GPA_OK;
 }
 
+/* bf16 table: the rows are copied as they are (no fp32 copy of the table) */
+static gpa_status fwd_host_any(const gpa_op_exec *x) {
+  const gpa_tensor *ids = &x->inputs[0], *tab = &x->inputs[1];
+  if (tab->dtype != GPA_BF16) return fwd_host(x);
+  GPA__CHK(range_error(x, "embedding_fwd", ids, x->in[0], tab->shape[0]));
+  gpa__par par = gpa__ops_par(x->env);
+  gpa__bf16_gather_rows(&par, x->out[0], x->in[0], x->in[1], ids->shape[0] * ids->shape[1], tab->shape[1]);
+  return GPA_OK;
+}
+GPA__BF16_HOST(bwd_host)
+
+static uint64_t esize(const gpa_tensor *t) { return t->dtype == GPA_BF16 ? 2u : 4u; }
 static uint64_t fwd_bytes(const gpa_op_sig *s) {
   uint64_t n = (uint64_t)gpa__chk_numel(&s->inputs[0]);
-  return n * 4u + 8u * n * (uint64_t)s->inputs[1].shape[1];
+  return n * 4u + 2u * esize(&s->inputs[1]) * n * (uint64_t)s->inputs[1].shape[1];
 }
 static uint64_t bwd_bytes(const gpa_op_sig *s) {
   uint64_t n = (uint64_t)gpa__chk_numel(&s->inputs[1]);
-  return n * 4u + 4u * (uint64_t)gpa__chk_numel(&s->inputs[0]) +
+  return n * 4u + esize(&s->inputs[0]) * (uint64_t)gpa__chk_numel(&s->inputs[0]) +
          (s->n_outputs ? 4u * (uint64_t)gpa__chk_numel(&s->outputs[0]) : 0u);
 }
 
 const gpa_op_desc gpa__ops_embedding[] = {
     {.size = sizeof(gpa_op_desc), .name = "embedding_fwd", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
      .params_size = sizeof(emb_params),
-     .shape = fwd_shape, .host = fwd_host, .bytes_moved = fwd_bytes},
+     .shape = fwd_shape, .host = fwd_host_any, .bytes_moved = fwd_bytes},
     {.size = sizeof(gpa_op_desc), .name = "embedding_bwd", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
      .attrs = bwd_attrs, .n_attrs = 1,
      .params_size = sizeof(emb_params),
-     .shape = bwd_shape, .host = bwd_host, .bytes_moved = bwd_bytes},
+     .shape = bwd_shape, .host = bwd_host_any, .bytes_moved = bwd_bytes},
 };
 const uint32_t gpa__ops_embedding_count = 2;

@@ -13,6 +13,8 @@
  *   cosine             in: y, t (f32, same shape [.., D], rank >= 1)  attr eps (float, 1e-8)
  *                      out: mean over rows (all dims but the last) of dot(y,t) / max(|y||t|, eps)
  *                      (0 if there are no rows).
+ * bf16 storage (docs/ops.md): logits may be bf16 (then dlogits is bf16, rounded once; the loss
+ * stays f32). mse and cosine take f32 only.
  * A target outside [0, V) that is not ignore_index fails the op at execution with GPA_ERANGE:
  * "cross_entropy_fwd: targets[5] = 40000 out of range [0, 32000)". */
 #include <stddef.h>
@@ -21,6 +23,7 @@
 
 #include "kernels/host/metrics.h"
 #include "ops/basic_check.h"
+#include "ops/bf16_host.h"
 
 typedef struct met_params {
   int64_t ignore_index;
@@ -41,7 +44,7 @@ static const gpa_attr_spec cos_attrs[] = {
 
 static gpa_status ce_inputs(const char *op, const gpa_op_sig *s, char *msg, size_t ms) {
   const gpa_tensor *lg = &s->inputs[0], *t = &s->inputs[1];
-  GPA__CHK(gpa__chk_dtype(op, "logits", lg, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_float(op, "logits", lg, msg, ms));
   GPA__CHK(gpa__chk_rank(op, "logits", lg, 2, "([N,V])", msg, ms));
   GPA__CHK(gpa__chk_dtype(op, "targets", t, GPA_I32, 0, msg, ms));
   return gpa__chk_shape(op, "targets", t, 1, lg->shape, "N of logits", msg, ms);
@@ -55,7 +58,7 @@ static gpa_status ce_fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, si
 
 static gpa_status ce_bwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   GPA__CHK(ce_inputs("cross_entropy_bwd", s, msg, ms));
-  gpa__chk_set(e, GPA_F32, 2, s->inputs[0].shape);
+  gpa__chk_set(e, s->inputs[0].dtype, 2, s->inputs[0].shape);
   return GPA_OK;
 }
 
@@ -112,6 +115,9 @@ static gpa_status ce_bwd_host(const gpa_op_exec *x) {
   return GPA_OK;
 }
 
+GPA__BF16_HOST(ce_fwd_host)
+GPA__BF16_HOST(ce_bwd_host)
+
 static gpa_status pair_host(const gpa_op_exec *x, int cosine) {
   const met_params *p = x->params;
   const gpa_tensor *y = &x->inputs[0];
@@ -131,11 +137,13 @@ static gpa_status pair_host(const gpa_op_exec *x, int cosine) {
 static gpa_status mse_host(const gpa_op_exec *x) { return pair_host(x, 0); }
 static gpa_status cos_host(const gpa_op_exec *x) { return pair_host(x, 1); }
 
+static uint64_t elem(const gpa_tensor *t) { return t->dtype == GPA_BF16 ? 2u : 4u; }
 static uint64_t in_bytes(const gpa_op_sig *s) {
-  return 4u * (uint64_t)(gpa__chk_numel(&s->inputs[0]) + gpa__chk_numel(&s->inputs[1]));
+  return elem(&s->inputs[0]) * (uint64_t)gpa__chk_numel(&s->inputs[0]) +
+         elem(&s->inputs[1]) * (uint64_t)gpa__chk_numel(&s->inputs[1]);
 }
 static uint64_t ce_bwd_bytes(const gpa_op_sig *s) {
-  return in_bytes(s) + 4u * (uint64_t)gpa__chk_numel(&s->inputs[0]);
+  return in_bytes(s) + elem(&s->inputs[0]) * (uint64_t)gpa__chk_numel(&s->inputs[0]);
 }
 
 #define MET(name_, nin_, attrs_, nattrs_, shape_, host_, bytes_)                                             \
@@ -144,8 +152,8 @@ static uint64_t ce_bwd_bytes(const gpa_op_sig *s) {
    .bytes_moved = bytes_}
 
 const gpa_op_desc gpa__ops_metrics[] = {
-    MET("cross_entropy_fwd", 2, ce_fwd_attrs, 1, ce_fwd_shape, ce_fwd_host, in_bytes),
-    MET("cross_entropy_bwd", 2, ce_bwd_attrs, 2, ce_bwd_shape, ce_bwd_host, ce_bwd_bytes),
+    MET("cross_entropy_fwd", 2, ce_fwd_attrs, 1, ce_fwd_shape, ce_fwd_host_any, in_bytes),
+    MET("cross_entropy_bwd", 2, ce_bwd_attrs, 2, ce_bwd_shape, ce_bwd_host_any, ce_bwd_bytes),
     MET("mse", 2, NULL, 0, mse_shape, mse_host, in_bytes),
     MET("cosine", 2, cos_attrs, 1, cos_shape, cos_host, in_bytes),
 };

@@ -1,6 +1,6 @@
-/* Parity of embedding_fwd / embedding_bwd against double references, the
- * backward against finite differences, out-of-range ids at execution, and
- * validation messages. */
+/* Parity of embedding_fwd / embedding_bwd against double references (f32,
+ * and bf16 table/y and dy with an f32 dtable), the backward against finite
+ * differences, out-of-range ids at execution, and validation messages. */
 #include <stdio.h>
 
 #include "tests/parity/harness.h"
@@ -41,6 +41,44 @@ static gpa_pcase bwd(int64_t B, int64_t L, int64_t V, int64_t D, int64_t lo, int
   return c;
 }
 
+/* bf16 storage: the forward copies bf16 values (exact: the default
+ * tolerance); the backward sums the widened bf16 dy into an f32 dtable in
+ * double, as the f32 op does (exact inputs: the default tolerance too). */
+static void bf16_cases(gpa_parity *p) {
+  const int64_t shapes[][4] = {{1, 1, 1, 1}, {2, 3, 5, 7}, {0, 5, 10, 4}, {2, 5, 10, 0}, {4, 33, 97, 64},
+                               {8, 64, 1000, 129}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    const int64_t *s = shapes[i];
+    gpa_pcase c = fwd(s[0], s[1], s[2], s[3], 0, s[2] - 1);
+    c.in[1] = gpa_pt_bf16(2, SH(s[2], s[3]), -1, 1);
+    c.out[0].dtype = GPA_BF16;
+    gpa_parity_check(p, &c);
+    for (int acc = 0; acc < 2; acc++) {
+      c = bwd(s[0], s[1], s[2], s[3], 0, s[2] - 1);
+      c.in[0] = gpa_pt_bf16(3, SH(s[0], s[1], s[3]), -1, 1);
+      if (acc) {
+        gpa_pcase_attr_int(&c, "accumulate", 1);
+        c.out[0] = gpa_pt_f32(2, SH(s[2], s[3]), -1, 1);
+      }
+      gpa_parity_check(p, &c);
+    }
+  }
+  gpa_pcase c = fwd(2, 3, 7, 4, 0, 6);
+  c.in[1] = gpa_pt_bf16(2, SH(7, 4), -1, 1);
+  /* the submit's "outputs[0] has dtype ..." (EDTYPE) or the harness's own
+   * direct check (ESHAPE, "output 0: shape function expects ...") */
+  gpa_parity_expect_error(p, &c, 0, "bf16");
+  c = bwd(2, 3, 7, 4, 0, 6);
+  c.in[0] = gpa_pt_bf16(3, SH(2, 3, 4), -1, 1);
+  c.out[0].dtype = GPA_BF16; /* dtable stays f32 */
+  /* the submit's "outputs[0] has dtype ..." (EDTYPE) or the harness's own
+   * direct check (ESHAPE, "output 0: shape function expects ...") */
+  gpa_parity_expect_error(p, &c, 0, "bf16");
+  c = fwd(2, 3, 7, 4, 0, 6);
+  c.in[1].dtype = GPA_F16;
+  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "embedding_fwd: table has dtype f16, expected f32 or bf16");
+}
+
 int main(void) {
   gpa_parity *p = gpa_parity_open("parity_embedding");
   const gpa_pgrad g = {.op = "embedding_bwd", .n_dy = 1, .n_in = 2, .in = {{GPA_PSRC_DY, 0}, {GPA_PSRC_FWD_IN, 0}},
@@ -67,6 +105,7 @@ int main(void) {
     gpa_pcase c = fwd(2, 64, 32000, 16, 0, 31999);
     gpa_parity_grad(p, &c, &g);
   }
+  bf16_cases(p);
   /* ids out of range: detected at execution, the message names the position */
   gpa_pcase c = fwd(2, 3, 7, 4, -9, -1);
   gpa_parity_expect_error(p, &c, GPA_ERANGE, "embedding_fwd: ids[0,0] = -");

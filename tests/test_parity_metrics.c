@@ -1,6 +1,6 @@
-/* Parity of cross_entropy_fwd/bwd, mse and cosine against double references,
- * the cross-entropy gradient against finite differences, bad targets at
- * execution, validation. */
+/* Parity of cross_entropy_fwd/bwd (f32 and bf16 logits), mse and cosine
+ * against double references, the cross-entropy gradient against finite
+ * differences, bad targets at execution, validation. */
 #include <math.h>
 #include <stdio.h>
 
@@ -84,6 +84,20 @@ static gpa_pcase ce(const char *op, int64_t N, int64_t V, int64_t tlo, int64_t t
   return c;
 }
 
+/* bf16 logits (the reference sees their bf16 values). The loss is f32
+ * computed in fp32 from exactly those values: the default tolerance.
+ * dlogits is the fp32 gradient rounded once to bf16: GPA_PARITY_BF16_RTOL
+ * (each value is a relative quantity, softmax or softmax - 1, scaled). */
+static gpa_pcase ce_bf(const char *op, int64_t N, int64_t V, int64_t tlo, int64_t thi, double spread) {
+  gpa_pcase c = ce(op, N, V, tlo, thi, spread);
+  c.in[0] = gpa_pt_bf16(2, SH(N, V), -spread, spread);
+  if (op[14] == 'b') {
+    c.out[0].dtype = GPA_BF16;
+    c.rtol = GPA_PARITY_BF16_RTOL;
+  }
+  return c;
+}
+
 static gpa_pcase pair(const char *op, uint32_t rank, const int64_t *shape, int scalar1) {
   gpa_pcase c = gpa_pcase_make(op, op[0] == 'm' ? ref_mse : ref_cos);
   gpa_pcase_in(&c, gpa_pt_f32(rank, shape, -2, 2));
@@ -112,6 +126,21 @@ int main(void) {
     gpa_parity_check(p, &c);
     gpa_parity_grad(p, &c, &g);
     c = ce("cross_entropy_bwd", N, V, -1, V - 1, 4);
+    gpa_pcase_attr_int(&c, "ignore_index", -1);
+    gpa_pcase_attr_float(&c, "scale", 0.5);
+    gpa_parity_check(p, &c);
+  }
+  const int64_t bshapes[][2] = {{1, 1}, {3, 5}, {0, 4}, {16, 1000}, {5, 1025}, {3, 32000}};
+  for (size_t i = 0; i < sizeof bshapes / sizeof bshapes[0]; i++) {
+    int64_t N = bshapes[i][0], V = bshapes[i][1];
+    gpa_pcase c = ce_bf("cross_entropy_fwd", N, V, 0, V - 1, 4);
+    gpa_parity_check(p, &c);
+    c = ce_bf("cross_entropy_fwd", N, V, -1, V - 1, 4);
+    gpa_pcase_attr_int(&c, "ignore_index", -1);
+    gpa_parity_check(p, &c);
+    c = ce_bf("cross_entropy_bwd", N, V, 0, V - 1, 4);
+    gpa_parity_check(p, &c);
+    c = ce_bf("cross_entropy_bwd", N, V, -1, V - 1, 4);
     gpa_pcase_attr_int(&c, "ignore_index", -1);
     gpa_pcase_attr_float(&c, "scale", 0.5);
     gpa_parity_check(p, &c);
@@ -165,6 +194,17 @@ int main(void) {
   c = ce("cross_entropy_fwd", 5, 9, 0, 8, 1);
   c.out[0] = gpa_pt_spec(GPA_F32, 1, SH(5));
   gpa_parity_expect_error(p, &c, GPA_ESHAPE, NULL);
+  c = ce_bf("cross_entropy_bwd", 5, 9, 0, 8, 1);
+  c.out[0].dtype = GPA_F32; /* dlogits has the dtype of logits */
+  /* the submit's "outputs[0] has dtype ..." (EDTYPE) or the harness's own
+   * direct check (ESHAPE, "output 0: shape function expects ...") */
+  gpa_parity_expect_error(p, &c, 0, "bf16");
+  c = ce("cross_entropy_fwd", 5, 9, 0, 8, 1);
+  c.in[0].dtype = GPA_F16;
+  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "cross_entropy_fwd: logits has dtype f16, expected f32 or bf16");
+  c = pair("mse", 2, SH(3, 4), 0);
+  c.in[0] = gpa_pt_bf16(2, SH(3, 4), -2, 2);
+  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "mse: y has dtype bf16, expected f32");
   c = pair("mse", 2, SH(3, 4), 0);
   c.in[1].shape[0] = 2;
   gpa_parity_expect_error(p, &c, GPA_ESHAPE, "mse: t has shape [2,4], expected [3,4] (shape of y)");

@@ -40,11 +40,15 @@
   K(EMB_KEYS, emb, gpa_emb_keys)                 \
   K(EMB_BITONIC, emb, gpa_emb_bitonic)           \
   K(EMB_BWD, emb, gpa_emb_bwd_f32)               \
+  K(EMB_FWD_BF, emb, gpa_emb_fwd_bf16)           \
+  K(EMB_BWD_BF, emb, gpa_emb_bwd_bf16)           \
   K(CE_ROWS, met, gpa_ce_rows)                   \
   K(SUM_FINAL, met, gpa_sum_final)               \
   K(CE_COUNT, met, gpa_ce_count)                 \
   K(CE_BWD, met, gpa_ce_bwd)                     \
   K(PAIR_ROWS, met, gpa_pair_rows)               \
+  K(CE_ROWS_BF, met, gpa_ce_rows_bf16)           \
+  K(CE_BWD_BF, met, gpa_ce_bwd_bf16)             \
   K(LIN_EPI, lin, gpa_lin_epilogue_f32)          \
   K(LIN_EPI_BF, lin, gpa_lin_epilogue_bf16)      \
   K(LIN_DB_BF, lin, gpa_lin_db_bf16)             \

@@ -1,4 +1,6 @@
-/* Embedding and metric ops on CUDA (kernels/cuda/embedding.cu, metrics.cu).
+/* Embedding and metric ops on CUDA (kernels/cuda/embedding.cu, metrics.cu);
+ * bf16 tensors (embedding table/y and dy, cross-entropy logits/dlogits)
+ * select the _bf16 kernels.
  * Index checks run on the device; their outcome is read when the op
  * completes (gpa__cu_post_check), so nothing synchronizes here. */
 #include <stdio.h>
@@ -39,7 +41,8 @@ static gpa_status emb_fwd_cu(const gpa_op_exec *x) {
   void *y = x->out[0], *ip = x->in[0], *tp = x->in[1];
   void *args[] = {&y, &ip, &tp, &n, &d, &v};
   if (n * d <= 0) return GPA_OK;
-  return gpa__cu_launch(x, GPA__K_EMB_FWD, gpa__cu_blocks(x, n * d, THREADS), 1, 1, THREADS, 1, 0, args);
+  int id = tab->dtype == GPA_BF16 ? GPA__K_EMB_FWD_BF : GPA__K_EMB_FWD;
+  return gpa__cu_launch(x, id, gpa__cu_blocks(x, n * d, THREADS), 1, 1, THREADS, 1, 0, args);
 }
 
 static gpa_status emb_bwd_cu(const gpa_op_exec *x) {
@@ -65,7 +68,8 @@ static gpa_status emb_bwd_cu(const gpa_op_exec *x) {
       }
   }
   void *args[] = {&out, &dy, &keys, &n, &v, &d, &acc};
-  return gpa__cu_launch(x, GPA__K_EMB_BWD, gpa__cu_blocks(x, v * d, THREADS), 1, 1, THREADS, 1, 0, args);
+  int id = x->inputs[0].dtype == GPA_BF16 ? GPA__K_EMB_BWD_BF : GPA__K_EMB_BWD;
+  return gpa__cu_launch(x, id, gpa__cu_blocks(x, v * d, THREADS), 1, 1, THREADS, 1, 0, args);
 }
 
 #define WARPS 8 /* per block of the row kernels */
@@ -81,7 +85,8 @@ static gpa_status ce_fwd_cu(const gpa_op_exec *x) {
   if (n > 0) {
     int grp = gpa__cu_row_group(v);
     void *a1[] = {&part, &lg, &tg, &n, &v, &ign, &grp};
-    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_CE_ROWS, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32, WARPS, 0, a1));
+    int id = x->inputs[0].dtype == GPA_BF16 ? GPA__K_CE_ROWS_BF : GPA__K_CE_ROWS;
+    GPA__CU_TRY(gpa__cu_launch(x, id, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32, WARPS, 0, a1));
   }
   double div = 0;
   void *a2[] = {&out, &part, &n, &div, &tg, &ign};
@@ -102,7 +107,8 @@ static gpa_status ce_bwd_cu(const gpa_op_exec *x) {
   GPA__CU_TRY(gpa__cu_launch(x, GPA__K_CE_COUNT, 1, 1, 1, THREADS, 1, 0, a1));
   int grp = gpa__cu_row_group(v);
   void *a2[] = {&out, &lg, &tg, &cnt, &n, &v, &ign, &scale, &grp};
-  return gpa__cu_launch(x, GPA__K_CE_BWD, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32, WARPS, 0, a2);
+  int id = x->inputs[0].dtype == GPA_BF16 ? GPA__K_CE_BWD_BF : GPA__K_CE_BWD;
+  return gpa__cu_launch(x, id, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32, WARPS, 0, a2);
 }
 
 static gpa_status pair_cu(const gpa_op_exec *x, int cosine) {

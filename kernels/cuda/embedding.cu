@@ -9,8 +9,11 @@
  * Deterministic backward: the (id, position) pairs are sorted as 64-bit keys
  * (bitonic sort, one launch per stage; padding keys are ~0), then every
  * (vocabulary row, column) adds its positions' dy in position order in
- * double, as the host does. No floating-point atomics. */
-#include "gpa_kernel.h"
+ * double, as the host does. No floating-point atomics.
+ *
+ * bf16 storage: the forward copies bf16 table rows into a bf16 y (exact);
+ * the backward reads bf16 dy (widened) and writes the f32 dtable. */
+#include "gpa_bf16.h"
 
 #define GS_LOOP(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
@@ -35,6 +38,14 @@ extern "C" __global__ void gpa_emb_fwd_f32(float *y, const int *ids, const float
   GS_LOOP(i, n * d) {
     const long long id = ids[i / d];
     y[i] = id >= 0 && id < v ? table[id * d + i % d] : 0.0f;
+  }
+}
+
+extern "C" __global__ void gpa_emb_fwd_bf16(gpa_bf16 *y, const int *ids, const gpa_bf16 *table, long long n,
+                                            long long d, long long v) {
+  GS_LOOP(i, n * d) {
+    const long long id = ids[i / d];
+    y[i] = id >= 0 && id < v ? table[id * d + i % d] : (gpa_bf16)0;
   }
 }
 
@@ -67,8 +78,12 @@ static __device__ long long lower_bound(const unsigned long long *keys, long lon
   return lo;
 }
 
-extern "C" __global__ void gpa_emb_bwd_f32(float *dtable, const float *dy, const unsigned long long *keys,
-                                           long long n, long long v, long long d, int accumulate) {
+static __device__ __forceinline__ double ld_d(const float *p, long long i) { return (double)p[i]; }
+static __device__ __forceinline__ double ld_d(const gpa_bf16 *p, long long i) { return (double)gpa_bf2f(p[i]); }
+
+template <typename T>
+static __device__ void emb_bwd(float *dtable, const T *dy, const unsigned long long *keys, long long n, long long v,
+                               long long d, int accumulate) {
   GS_LOOP(i, v * d) {
     const unsigned long long row = (unsigned long long)(i / d);
     const long long col = i % d;
@@ -78,7 +93,17 @@ extern "C" __global__ void gpa_emb_bwd_f32(float *dtable, const float *dy, const
       continue;
     }
     double acc = accumulate ? (double)dtable[i] : 0.0;
-    for (long long k = lo; k < hi; k++) acc += (double)dy[(long long)(keys[k] & 0xffffffffull) * d + col];
+    for (long long k = lo; k < hi; k++) acc += ld_d(dy, (long long)(keys[k] & 0xffffffffull) * d + col);
     dtable[i] = (float)acc;
   }
+}
+
+extern "C" __global__ void gpa_emb_bwd_f32(float *dtable, const float *dy, const unsigned long long *keys,
+                                           long long n, long long v, long long d, int accumulate) {
+  emb_bwd(dtable, dy, keys, n, v, d, accumulate);
+}
+
+extern "C" __global__ void gpa_emb_bwd_bf16(float *dtable, const gpa_bf16 *dy, const unsigned long long *keys,
+                                            long long n, long long v, long long d, int accumulate) {
+  emb_bwd(dtable, dy, keys, n, v, d, accumulate);
 }

@@ -3,7 +3,9 @@
  * Per-row partials in double (a lane group per row, gpa_rows.h: shuffle
  * trees, no block barriers), then one block adds them in a fixed order (deterministic). Formulas follow kernels/host/metrics.c:
  * the target's exp term is kept apart so softmax - 1 stays exact when the
- * target dominates. */
+ * target dominates. Cross-entropy also reads bf16 logits (widened) and
+ * writes bf16 dlogits (rounded once): the same template bodies. */
+#include "gpa_bf16.h"
 #include "gpa_rows.h"
 
 #define THREADS 256 /* gpa_sum_final, gpa_ce_count: one block */
@@ -21,32 +23,49 @@ static __device__ double block_sum_d(double v, double *sh) {
   return sh[0];
 }
 
+static __device__ __forceinline__ float ld(const float *p, long long i) { return p[i]; }
+static __device__ __forceinline__ float ld(const gpa_bf16 *p, long long i) { return gpa_bf2f(p[i]); }
+static __device__ __forceinline__ void st(float *p, long long i, float v) { p[i] = v; }
+static __device__ __forceinline__ void st(gpa_bf16 *p, long long i, float v) { p[i] = gpa_f2bf(v); }
+
 /* Row statistics of one lane group (len 0: a row it skips): m = max,
  * et = exp(x[t] - m), rest = the sum of the other terms. */
-static __device__ void row_stats(const float *x, long long len, long long t, int sub, int g, float *m_out,
-                                 double *et, double *rest) {
+template <typename T>
+static __device__ void row_stats(const T *x, long long len, long long t, int sub, int g, float *m_out, double *et,
+                                 double *rest) {
   float m = -INFINITY;
-  for (long long i = sub; i < len; i += g) m = fmaxf(m, x[i]);
+  for (long long i = sub; i < len; i += g) m = fmaxf(m, ld(x, i));
   m = gpa_group_max(m, g);
   double s = 0.0;
   for (long long i = sub; i < len; i += g)
-    if (i != t) s += (double)expf(x[i] - m);
+    if (i != t) s += (double)expf(ld(x, i) - m);
   *rest = gpa_group_sum_d(s, g);
-  *et = (len && t >= 0 && t < len) ? (double)expf(x[t] - m) : 0.0;
+  *et = (len && t >= 0 && t < len) ? (double)expf(ld(x, t) - m) : 0.0;
   *m_out = m;
+}
+
+template <typename T>
+static __device__ void ce_rows(double *part, const T *logits, const int *tg, long long n, long long v,
+                               long long ignore, int g) {
+  GPA_ROW_LOOP(n, g, row, sub, ok) {
+    const long long t = ok ? tg[row] : -1;
+    const bool use = ok && t != ignore && t >= 0 && t < v;
+    const T *x = logits + (use ? row : 0) * v;
+    float m;
+    double et, rest;
+    row_stats(x, use ? v : 0, t, sub, g, &m, &et, &rest);
+    if (ok && sub == 0) part[row] = use ? log(et + rest) - ((double)ld(x, t) - (double)m) : 0.0;
+  }
 }
 
 extern "C" __global__ void gpa_ce_rows(double *part, const float *logits, const int *tg, long long n, long long v,
                                        long long ignore, int g) {
-  GPA_ROW_LOOP(n, g, row, sub, ok) {
-    const long long t = ok ? tg[row] : -1;
-    const bool use = ok && t != ignore && t >= 0 && t < v;
-    const float *x = logits + (use ? row : 0) * v;
-    float m;
-    double et, rest;
-    row_stats(x, use ? v : 0, t, sub, g, &m, &et, &rest);
-    if (ok && sub == 0) part[row] = use ? log(et + rest) - ((double)x[t] - (double)m) : 0.0;
-  }
+  ce_rows(part, logits, tg, n, v, ignore, g);
+}
+
+extern "C" __global__ void gpa_ce_rows_bf16(double *part, const gpa_bf16 *logits, const int *tg, long long n,
+                                            long long v, long long ignore, int g) {
+  ce_rows(part, logits, tg, n, v, ignore, g);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS) gpa_sum_final(float *out, const double *part, long long n,
@@ -72,27 +91,38 @@ extern "C" __global__ void __launch_bounds__(THREADS) gpa_ce_count(long long *cn
   if (threadIdx.x == 0) *cnt = (long long)c;
 }
 
-extern "C" __global__ void gpa_ce_bwd(float *dl, const float *logits, const int *tg, const long long *cnt,
-                                      long long n, long long v, long long ignore, double scale, int g) {
+template <typename T>
+static __device__ void ce_bwd(T *dl, const T *logits, const int *tg, const long long *cnt, long long n, long long v,
+                              long long ignore, double scale, int g) {
   const long long count = *cnt > 0 ? *cnt : 1;
   const double k = scale / (double)count;
   GPA_ROW_LOOP(n, g, row, sub, ok) {
     const long long t = ok ? tg[row] : -1;
     const bool use = ok && t != ignore && t >= 0 && t < v;
-    const float *x = logits + (use ? row : 0) * v;
-    float *o = dl + (ok ? row : 0) * v;
+    const T *x = logits + (use ? row : 0) * v;
+    T *o = dl + (ok ? row : 0) * v;
     float m;
     double et, rest;
     row_stats(x, use ? v : 0, t, sub, g, &m, &et, &rest);
     if (!ok) continue; /* after the group's last shuffle: no collective follows in this iteration */
     if (!use) {
-      for (long long i = sub; i < v; i += g) o[i] = 0.0f;
+      for (long long i = sub; i < v; i += g) st(o, i, 0.0f);
       continue;
     }
     const double z = et + rest;
     const float f = (float)(k / z);
-    for (long long i = sub; i < v; i += g) o[i] = i == t ? (float)(-k * rest / z) : expf(x[i] - m) * f;
+    for (long long i = sub; i < v; i += g) st(o, i, i == t ? (float)(-k * rest / z) : expf(ld(x, i) - m) * f);
   }
+}
+
+extern "C" __global__ void gpa_ce_bwd(float *dl, const float *logits, const int *tg, const long long *cnt,
+                                      long long n, long long v, long long ignore, double scale, int g) {
+  ce_bwd(dl, logits, tg, cnt, n, v, ignore, scale, g);
+}
+
+extern "C" __global__ void gpa_ce_bwd_bf16(gpa_bf16 *dl, const gpa_bf16 *logits, const int *tg, const long long *cnt,
+                                           long long n, long long v, long long ignore, double scale, int g) {
+  ce_bwd(dl, logits, tg, cnt, n, v, ignore, scale, g);
 }
 
 /* part[r] = sum (y - t)^2 (cosine == 0) or dot / max(|y||t|, eps). */

@@ -26,5 +26,10 @@ static inline uint16_t gpa__f32_to_bf16(float f) {
 
 void gpa__bf16_widen(const gpa__par *par, float *dst, const uint16_t *src, int64_t n);
 void gpa__bf16_narrow(const gpa__par *par, uint16_t *dst, const float *src, int64_t n);
+/* dst row i = table row ids[i] (n rows of d bf16 values; ids checked by the
+ * caller): an embedding lookup moves bf16 words as they are, without
+ * widening the table. */
+void gpa__bf16_gather_rows(const gpa__par *par, uint16_t *dst, const int32_t *ids, const uint16_t *table, int64_t n,
+                           int64_t d);
 
 #endif
