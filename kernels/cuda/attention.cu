@@ -1,5 +1,6 @@
 /* Flash attention of the CUDA backend, fp32 (SIMT): forward and a
- * deterministic backward. Semantics as the host's (ops/attention.c,
+ * deterministic backward (bf16 and fp16 with tensor cores: attention_lowp.cu;
+ * the masking helpers: attention_common.h). Semantics as the host's (ops/attention.c,
  * kernels/host/attention.c): q [B,S,H,D], k/v [B,Sk,Hkv,D], optional
  * lengths [B] (already checked by the host side: in [0, Sk]), query i sees
  * keys j < min(len, i + Sk - S + 1) (causal, bottom-right aligned) or
