@@ -7,7 +7,8 @@
 
 typedef struct gpa_pstep gpa_pstep;
 gpa_pstep *gpa_pstep_new(gpa_actor *a);
-/* Best wall time of one step over `reps` runs of `steps` steps, in ns. */
+/* Best wall time of one step over `reps` runs of `steps` steps, in ns; each
+ * run ends with gpa_actor_profile_flush, inside the timed span. */
 double gpa_pstep_best_ns(gpa_pstep *p, int steps, int reps);
 void gpa_pstep_free(gpa_pstep *p);
 

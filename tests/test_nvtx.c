@@ -81,7 +81,8 @@ int main(void) {
   CHECK(mapped(base)); /* loaded at run time, by the first range */
   void *h = dlopen(tool, RTLD_NOW | RTLD_NOLOAD);
   CHECK(h);
-  void (*stats)(int *, int *, int *, int *, int *) = (void (*)(int *, int *, int *, int *, int *))dlsym(h, "fake_nvtx_stats");
+  typedef void (*stats_fn)(int *, int *, int *, int *, int *);
+  stats_fn stats = (stats_fn)dlsym(h, "fake_nvtx_stats");
   const char *(*name)(int) = (const char *(*)(int))dlsym(h, "fake_nvtx_name");
   CHECK(stats && name);
   int pushes, pops, underflows, deepest, open;
