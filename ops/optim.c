@@ -14,6 +14,7 @@
  * bf16 too, rounded once per step); the state (m, v, buf) stays f32. */
 #include <stddef.h>
 
+#include "kernels/host/bf16.h"
 #include "kernels/host/optim.h"
 #include "ops/basic_check.h"
 #include "ops/bf16_host.h"
@@ -80,8 +81,59 @@ static gpa_status sgd_host(const gpa_op_exec *x) {
   return GPA_OK;
 }
 
-GPA__BF16_HOST(adamw_host)
-GPA__BF16_HOST(sgd_host)
+/* bf16 grad and/or param on the host: the fp32 kernels run chunk by chunk
+ * on fp32 copies of the chunk (widened on the stack, param' rounded after),
+ * so the result is the widened op's, without fp32 copies of whole tensors
+ * (per call, they would cost a parameter-sized allocation and two more
+ * passes over memory each step). The state is f32 and used in place. */
+enum { OPT_CHUNK = 2048 };
+
+typedef struct bf_opt_job {
+  const gpa_op_exec *x;
+  int adam, p_bf, g_bf;
+  gpa__adamw_hp ahp;
+  gpa__sgd_hp shp;
+} bf_opt_job;
+
+static void bf_opt_range(int64_t b, int64_t e, void *ctx) {
+  const bf_opt_job *j = ctx;
+  const gpa_op_exec *x = j->x;
+  float gb[OPT_CHUNK], pb[OPT_CHUNK];
+  for (int64_t s = b; s < e; s += OPT_CHUNK) {
+    int64_t n = e - s < OPT_CHUNK ? e - s : OPT_CHUNK;
+    const float *g = (const float *)x->in[1] + s, *p = (const float *)x->in[0] + s;
+    float *po = (float *)x->out[0] + s;
+    if (j->g_bf) {
+      gpa__bf16_widen(NULL, gb, (const uint16_t *)x->in[1] + s, n);
+      g = gb;
+    }
+    if (j->p_bf) {
+      gpa__bf16_widen(NULL, pb, (const uint16_t *)x->in[0] + s, n);
+      p = po = pb;
+    }
+    if (j->adam)
+      gpa__adamw_f32(NULL, po, (float *)x->out[1] + s, (float *)x->out[2] + s, p, g, (const float *)x->in[2] + s,
+                     (const float *)x->in[3] + s, n, &j->ahp);
+    else
+      gpa__sgd_f32(NULL, po, (float *)x->out[1] + s, p, g, (const float *)x->in[2] + s, n, &j->shp);
+    if (j->p_bf) gpa__bf16_narrow(NULL, (uint16_t *)x->out[0] + s, pb, n);
+  }
+}
+
+static gpa_status bf_opt_host(const gpa_op_exec *x, int adam) {
+  const opt_params *p = x->params;
+  bf_opt_job j = {x, adam, x->inputs[0].dtype == GPA_BF16, x->inputs[1].dtype == GPA_BF16,
+                  {p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, p->step},
+                  {p->lr, p->momentum, p->weight_decay, (int)p->nesterov}};
+  gpa__par par = gpa__ops_par(x->env);
+  gpa__pfor(&par, gpa__chk_numel(&x->inputs[0]), 8 * OPT_CHUNK, bf_opt_range, &j);
+  return GPA_OK;
+}
+
+static gpa_status adamw_host_any(const gpa_op_exec *x) {
+  return gpa__has_bf16(x) ? bf_opt_host(x, 1) : adamw_host(x);
+}
+static gpa_status sgd_host_any(const gpa_op_exec *x) { return gpa__has_bf16(x) ? bf_opt_host(x, 0) : sgd_host(x); }
 
 /* f32 sizes less 2 bytes per element for each bf16 param (read, written) or grad */
 static uint64_t bf16_saving(const gpa_op_sig *s) {

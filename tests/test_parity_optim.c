@@ -95,7 +95,7 @@ static gpa_pcase sgd(uint32_t rank, const int64_t *shape, int in_place) { return
 
 /* bf16 grad, and bf16 grad and param, in place and not */
 static void bf16_cases(gpa_parity *p) {
-  const int64_t lens[] = {0, 1, 7, 16, 17, 1000, 4099};
+  const int64_t lens[] = {0, 1, 7, 16, 17, 1000, 4099, 65539}; /* 65539: many host chunks and threads */
   for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
     for (int ip = 0; ip < 2; ip++)
       for (int bf = BF_GRAD; bf <= BF_GRAD_PARAM; bf++) {
