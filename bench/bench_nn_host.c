@@ -23,7 +23,11 @@ const gpa__par *gpa_bench_host_par(void) {
     pool = gpa__pool_create((uint32_t)threads); /* NULL for one thread: inline */
     par.pfor = pool_pfor;
     par.self = pool;
-    par.threads = threads;
+    /* GPA_BENCH_BLAS_OWN=1: GEMMs not split (threads unknown to gpa__sgemm),
+     * so they run on OpenBLAS's own threads: the layout before blas.h's
+     * split, for comparison. */
+    const char *own = getenv("GPA_BENCH_BLAS_OWN");
+    par.threads = own && own[0] == '1' ? 1 : threads;
   }
   return pool ? &par : NULL;
 }
