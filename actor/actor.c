@@ -79,6 +79,7 @@ static void *actor_main(void *arg) {
   if (st == GPA_OK) st = gpa__bufcache_init(a);
   if (st == GPA_OK) st = gpa__queue_init_default(a);
   if (st == GPA_OK) st = gpa__profilers_start(a, su->msg, sizeof su->msg);
+  a->nvtx_tool = gpa__nvtx_tool();
   pthread_mutex_lock(&su->lock);
   su->st = st;
   su->done = 1;

@@ -120,12 +120,14 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
     bool prof = GPA__PROFILING(a) && m->kind != GPA__MSG_CALL;
     bool timed = prof || (!a->be->synchronous && m->kind != GPA__MSG_CALL);
     int64_t t0 = timed ? gpa__clock_ns() : 0;
-    if (!timed && a->run_q != (m->kind == GPA__MSG_CALL ? NULL : m->q)) gpa__run_switch(a, m->kind == GPA__MSG_CALL ? NULL : m->q);
+    gpa_queue *run_q = m->kind == GPA__MSG_CALL ? NULL : m->q;
+    if (!timed && a->run_q != run_q) gpa__run_switch(a, run_q);
     if (prof) {
       m->t_start = t0;
       m->depth = m->q ? m->q->n_held : 0;
-      gpa__nvtx_push(gpa__prof_msg_name(m));
     }
+    bool range = (prof || a->nvtx_tool) && m->kind != GPA__MSG_CALL;
+    if (range) gpa__nvtx_push(gpa__prof_msg_name(m));
     switch (m->kind) {
       case GPA__MSG_CALL: st = m->fn(a, m); break;
       case GPA__MSG_OP: st = run_op(a, m); break;
@@ -133,7 +135,7 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
       case GPA__MSG_OUTFEED: st = gpa__feed_run(a, m); break;
       default: st = run_transfer(a, m); break;
     }
-    if (prof) gpa__nvtx_pop();
+    if (range) gpa__nvtx_pop();
     /* Synchronous backends: the time on the actor is the device time. An
      * asynchronous one measures with events and sets device_ns itself. */
     if (timed && st != GPA__DEFERRED && m->kind != GPA__MSG_CALL) m->device_ns = gpa__clock_ns() - t0;

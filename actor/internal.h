@@ -191,6 +191,7 @@ struct gpa_actor {
   uint32_t held_total;
   uint32_t inflight_total;
   bool cancelling; /* shutdown with GPA_SHUTDOWN_CANCEL: complete instead of run */
+  bool nvtx_tool;  /* an NVTX tool is injected: ranges around messages always */
   gpa_queue *run_q; /* the queue whose run of messages is being timed (dispatch.c) */
   int64_t run_t0;
   uint64_t messages;
@@ -294,6 +295,8 @@ gpa_status gpa__summary_profiler(gpa_profiler *out);
 /* nvtx.c: ranges around ops on the actor thread; no-ops without a tool. */
 void gpa__nvtx_push(const char *name);
 void gpa__nvtx_pop(void);
+/* Whether a tool (Nsight) asks for NVTX ranges: NVTX_INJECTION64_PATH is set. */
+bool gpa__nvtx_tool(void);
 
 /* Validation shared by submit paths (ops/validate.c). */
 gpa_status gpa__check_queue_slow(gpa_queue *q); /* sets the error */
