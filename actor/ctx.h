@@ -26,22 +26,28 @@ typedef struct gpa__op_cache {
   uint32_t slot;
 } gpa__op_cache;
 
+/* Laid out by who writes what, one group per cache line, so that neither
+ * thread's per-message writes evict a line the other reads per message. */
 struct gpa__ctx {
+  /* read by both, written rarely */
   gpa_actor *actor;          /* not dereferenced once `dead` */
   gpa__ctx *next;            /* the actor's list */
-  ck_ring_t ring;
   ck_ring_buffer_t *slots;
-  _Atomic int busy;          /* inside gpa__send: the shutdown handshake */
   _Atomic int owned;         /* a live thread owns it (else it may be adopted) */
   _Atomic int dead;          /* the actor is gone */
-  _Atomic int want_space;    /* the owner waits for ring space */
-  _Atomic uint64_t refs;
-  _Atomic(gpa__msg *) returned;
+  /* ck_ring pads its consumer and producer indices onto lines of their own */
+  _Alignas(64) ck_ring_t ring;
+  /* the owner's, per message */
+  _Alignas(64) _Atomic int busy; /* inside gpa__send: the shutdown handshake */
   gpa__msg *free_list;       /* owner only */
   uint64_t prepaid;          /* owner only: refs taken ahead for messages to hand out */
   gpa__op_cache ops[GPA__OP_CACHE]; /* owner only: recent op lookups */
   void **slabs;              /* owner only while owned; freed with the context */
   uint32_t n_slabs, cap_slabs;
+  /* the actor's (and other releasers'), per pass */
+  _Alignas(64) _Atomic(gpa__msg *) returned;
+  _Atomic uint64_t refs;
+  _Atomic int want_space;    /* the owner waits for ring space */
 };
 
 /* The context this thread used last: most threads submit to one actor. */

@@ -120,7 +120,8 @@ static gpa__ctx *ctx_register(gpa_actor *a) {
     }
   }
   if (!c) {
-    c = calloc(1, sizeof *c);
+    c = aligned_alloc(_Alignof(gpa__ctx), sizeof *c);
+    if (c) memset(c, 0, sizeof *c);
     ck_ring_buffer_t *slots = calloc(a->opts.mailbox_size, sizeof *slots);
     if (!c || !slots) {
       free(c);
