@@ -64,13 +64,21 @@ static inline gpa__ctx *gpa__ctx_get(gpa_actor *a) {
 
 const gpa__op *gpa__ctx_find_op_slow(gpa__ctx *c, const gpa_registry *reg, const char *name);
 
+/* strcmp(a, b) == 0 for op names (short): inline, no call. */
+static inline bool gpa__name_eq(const char *a, const char *b) {
+  for (;; a++, b++) {
+    if (*a != *b) return false;
+    if (!*a) return true;
+  }
+}
+
 /* gpa__registry_find through c's cache (c's owner thread only). One context
  * serves one actor, hence one registry, whose entries live as long. */
 static inline const gpa__op *gpa__ctx_find_op(gpa__ctx *c, const gpa_registry *reg, const char *name) {
   const gpa__op_cache *e = &c->ops[((uintptr_t)name >> 3) % GPA__OP_CACHE];
   if (__builtin_expect(e->name == name && e->op, 1) &&
       atomic_load_explicit(&((gpa_registry *)reg)->slot[e->slot], memory_order_acquire) == e->op &&
-      !strcmp(e->op->name_buf, name))
+      gpa__name_eq(e->op->name_buf, name))
     return e->op;
   return gpa__ctx_find_op_slow(c, reg, name);
 }
