@@ -22,6 +22,7 @@ typedef struct startup {
 
 static void actor_loop(gpa_actor *a) {
   int64_t poll_at = 0; /* next backend poll while device work is in flight */
+  bool slept = false;   /* the last sleep ended and nothing has arrived since */
   for (;;) {
     if (atomic_load_explicit(&a->stopping, memory_order_acquire) && a->opts.shutdown_policy == GPA_SHUTDOWN_CANCEL)
       a->cancelling = true;
@@ -31,7 +32,10 @@ static void actor_loop(gpa_actor *a) {
       did += gpa__feed_expire(a, gpa__now_ns());
       gpa__msg_return_flush(a);
     }
-    if (did) continue;
+    if (did) {
+      slept = false;
+      continue;
+    }
     if (a->run_q) gpa__run_switch(a, NULL); /* idle time is nobody's device time */
     if (atomic_load_explicit(&a->stopping, memory_order_acquire)) {
       /* closing + quiesce happened before stopping was set: every accepted
@@ -39,9 +43,12 @@ static void actor_loop(gpa_actor *a) {
        * work still in flight completes before the actor leaves. */
       if (gpa__mailbox_empty(a) && !a->inflight_total) return;
     }
-    /* Spin a little before sleeping: a wake-up across cores costs ~25 us. */
+    /* Spin a little before sleeping: a wake-up across cores costs ~25 us.
+     * Not again after a sleep that found nothing (a poll's timeout): with
+     * device work in flight for long, that spin would be most of the
+     * actor's CPU time. */
     bool work = false;
-    for (int i = 0; i < 2000 && !work; i++) {
+    for (int i = 0; i < 2000 && !work && !slept; i++) {
       gpa__cpu_relax();
       work = !gpa__mailbox_empty(a) || atomic_load_explicit(&a->done, memory_order_relaxed) ||
              (atomic_load_explicit(&a->stopping, memory_order_relaxed) && !a->inflight_total);
@@ -68,6 +75,7 @@ static void actor_loop(gpa_actor *a) {
       ck_ec32_wait(&a->ec, &gpa__ec_mp, snap, dl ? &ts : NULL);
     }
     atomic_store_explicit(&a->idle, 0, memory_order_relaxed);
+    slept = true;
   }
 }
 
