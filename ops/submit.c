@@ -10,7 +10,6 @@
 
 static gpa_status parse_attrs(const gpa__op *op, const gpa_op_call *call, unsigned char *params) {
   const gpa_op_desc *d = &op->d;
-  if (d->params_size) memset(params, 0, d->params_size);
   for (uint32_t i = 0; i < call->n_attrs; i++) {
     const gpa_attr *at = &call->attrs[i];
     if (!at->name) return gpa__fail(GPA_EINVAL, "%s: attrs[%u] has no name", d->name, i);
@@ -110,6 +109,9 @@ static gpa_status validate(gpa_actor *a, const gpa__op *op, const gpa_op_call *c
     gpa_status st = gpa__check_tensor_at(a, &call->outputs[i], d->name, "outputs", i);
     if (st != GPA_OK) return st;
   }
+  /* params is a pooled message's: zero what the op may read, attributes or
+   * not (an op may declare params_size without any). */
+  if (d->params_size) memset(params, 0, d->params_size);
   if (d->n_attrs || call->n_attrs) {
     gpa_status st = parse_attrs(op, call, params);
     if (st != GPA_OK) return st;

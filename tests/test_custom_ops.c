@@ -55,6 +55,16 @@ static gpa_status always_skip(const gpa_op_exec *x) {
   return GPA_SKIP;
 }
 
+/* params_size without attributes: the op sees zeros, never what an earlier
+ * message left in a pooled message's params. */
+static int zero_calls, zero_dirty;
+static gpa_status params_zero(const gpa_op_exec *x) {
+  const unsigned char *p = x->params;
+  for (int i = 0; i < 64; i++) zero_dirty += p[i] != 0;
+  zero_calls++;
+  return GPA_OK;
+}
+
 int main(void) {
   gpa_actor *a = tu_actor(NULL);
   gpa_registry *reg = gpa_actor_registry(a);
@@ -145,6 +155,16 @@ int main(void) {
   CHECK(strstr(gpa_handle_error_message(h), "no implementation"));
   gpa_handle_release(h);
   gpa_sync_batch(q, NULL);
+
+  gpa_op_desc zp = {.name = "params_zero", .params_size = 64, .host = params_zero, .cuda = params_zero};
+  CHECK_OK(gpa_op_register(reg, &zp));
+  for (int round = 0; round < 3; round++) { /* fills leave a nonzero value in the pool's messages */
+    for (int i = 0; i < 40; i++) CHECK_OK(tu_fill(q, &y, 7, NULL));
+    CHECK_OK(gpa_sync_batch(q, NULL));
+    for (int i = 0; i < 40; i++) CHECK_OK(gpa_submit(q, &(gpa_op_call){.op = "params_zero"}, NULL));
+    CHECK_OK(gpa_sync_batch(q, NULL));
+  }
+  CHECK(zero_calls == 120 && zero_dirty == 0);
 
   /* registries are per actor: another actor does not see my_scale */
   gpa_actor *b = tu_actor(NULL);
