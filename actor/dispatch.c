@@ -86,15 +86,7 @@ GPA__HOT_INLINE void finish(gpa_actor *a, gpa__msg *m, gpa_status st) {
   m->status = st;
   if (st != GPA_OK && !m->err[0]) snprintf(m->err, sizeof m->err, "%s", gpa_strerror(st));
   gpa_queue *q = m->q;
-  if (q && m->kind != GPA__MSG_CALL) {
-    if (st == GPA_OK && m->kind == GPA__MSG_OP) { /* the common case, inline */
-      q->batch.ops++;
-      q->batch.device_ns += m->device_ns;
-      q->batch.bytes += m->bytes;
-    } else {
-      gpa__batch_account(q, m, m->device_ns, st == GPA_OK ? m->bytes : 0);
-    }
-  }
+  if (q && m->kind != GPA__MSG_CALL) gpa__batch_account(q, m, m->device_ns, st == GPA_OK ? m->bytes : 0);
   if (GPA__PROFILING(a) && m->kind != GPA__MSG_CALL) gpa__prof_op(a, m, st, gpa__clock_ns());
   if (m->kind == GPA__MSG_OUTFEED || m->kind == GPA__MSG_INFEED) {
     /* An outfeed's handle completes at delivery, in the session's order

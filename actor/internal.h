@@ -260,7 +260,14 @@ uint32_t gpa__drain_completions(gpa_actor *a);
 /* queue.c: runs what is runnable on q (after a completion, an unpark). */
 void gpa__queue_advance(gpa_actor *a, gpa_queue *q);
 /* The queue's batch records a finished message. */
-void gpa__batch_account(gpa_queue *q, gpa__msg *m, int64_t device_ns, uint64_t bytes);
+void gpa__batch_note(gpa__batch *b, gpa__msg *m); /* a failure, a readback (batch.c) */
+static inline void gpa__batch_account(gpa_queue *q, gpa__msg *m, int64_t device_ns, uint64_t bytes) {
+  gpa__batch *b = &q->batch;
+  b->ops++;
+  b->device_ns += device_ns;
+  b->bytes += bytes;
+  if (m->status != GPA_OK || m->kind == GPA__MSG_READBACK) gpa__batch_note(b, m);
+}
 
 /* feed/feed_exec.c: the actor side of feed sessions. */
 bool gpa__feed_must_park(gpa_actor *a, gpa_queue *q, gpa__msg *m);

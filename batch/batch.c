@@ -29,11 +29,7 @@ static void batch_reset(gpa__batch *b, const char *label, int64_t t0) {
   b->t0_ns = t0;
 }
 
-void gpa__batch_account(gpa_queue *q, gpa__msg *m, int64_t device_ns, uint64_t bytes) {
-  gpa__batch *b = &q->batch;
-  b->ops++;
-  b->device_ns += device_ns;
-  b->bytes += bytes;
+void gpa__batch_note(gpa__batch *b, gpa__msg *m) {
   if (m->status != GPA_OK) {
     b->errors++;
     if (!b->first_error) {
