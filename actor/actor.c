@@ -131,7 +131,8 @@ gpa_status gpa_actor_create(const gpa_actor_options *opts, gpa_actor **out) {
   *out = NULL;
   gpa__clock_init();
   gpa__fence_init();
-  gpa_actor *a = calloc(1, sizeof *a);
+  gpa_actor *a = aligned_alloc(_Alignof(gpa_actor), sizeof *a); /* its line split needs it */
+  if (a) memset(a, 0, sizeof *a);
   if (!a) return gpa__fail(GPA_ENOMEM, "gpa_actor_create: out of memory");
   gpa_status st = gpa__options_resolve(opts, &a->opts);
   if (st == GPA_OK) st = gpa__backend_select(a->opts.device, &a->be);

@@ -105,13 +105,14 @@ struct gpa_queue {
   gpa_actor *actor;
   uint32_t id;
   char name[32];
-  /* submit side */
-  _Atomic uint64_t next_ticket;
-  _Atomic int closed;
+  _Atomic int closed; /* read by every submit, written once */
+  /* submit side: written per message, so on a line of its own (the actor's
+   * per-message writes below would otherwise pull it away each time) */
+  _Alignas(64) _Atomic uint64_t next_ticket;
   _Atomic int batch_open;
   _Atomic int64_t batch_t0; /* set by begin/sync callers, read by the actor */
   /* actor thread only */
-  uint64_t expect;   /* ticket to run next */
+  _Alignas(64) uint64_t expect; /* ticket to run next */
   gpa__msg *held;    /* messages not yet started, sorted by ticket */
   gpa__msg *held_tail;
   uint32_t n_held;
@@ -183,8 +184,8 @@ struct gpa_actor {
   struct gpa_feed *feeds;
   uint64_t next_feed_id;
 
-  /* actor thread only */
-  gpa__ret_cache ret[GPA__RET_SLOTS];
+  /* actor thread only: off the lines producers read per message */
+  _Alignas(64) gpa__ret_cache ret[GPA__RET_SLOTS];
   gpa_profiler profilers[8];
   uint32_t n_profilers;
   gpa_queue *parked;

@@ -125,7 +125,8 @@ void gpa__intake(gpa_actor *a, gpa__msg *m) {
 }
 
 static gpa_queue *queue_new(gpa_actor *a, const char *name, gpa_status *st) {
-  gpa_queue *q = calloc(1, sizeof *q);
+  gpa_queue *q = aligned_alloc(_Alignof(gpa_queue), sizeof *q); /* its line split needs it */
+  if (q) memset(q, 0, sizeof *q);
   if (!q) {
     *st = GPA_ENOMEM;
     return NULL;
