@@ -11,7 +11,6 @@
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "bench.h"
 #include "bench_nn_host.h"
@@ -58,33 +57,6 @@ static void ref_lin_bwd(void *p) {
   ref_threads(0);
 }
 
-/* Best times of ours and the reference, alternated like gpa_bench_pair, but
- * with a pause after each reference run: OpenBLAS's idle threads keep
- * spinning for a while (up to ~0.1 s) after a multi-threaded call, and in
- * the run right after they took a core from ours (linear_fwd measured at
- * 0.49 that way on a quiet machine). Inside the library no OpenBLAS thread
- * runs (blas.h), so ours must not pay for the reference's. */
-static void pair_settled(int reps, void (*fa)(void *), void *ca, void (*fb)(void *), void *cb, double *a_ns,
-                         double *b_ns) {
-  const struct timespec settle = {0, 200 * 1000 * 1000};
-  double a = 1e300, b = 1e300;
-  fa(ca);
-  fb(cb);
-  nanosleep(&settle, NULL);
-  for (int i = 0; i < reps; i++) {
-    double t0 = gpa_bench_now_ns();
-    fa(ca);
-    double t1 = gpa_bench_now_ns();
-    fb(cb);
-    double t2 = gpa_bench_now_ns();
-    nanosleep(&settle, NULL);
-    if (t1 - t0 < a) a = t1 - t0;
-    if (t2 - t1 < b) b = t2 - t1;
-  }
-  *a_ns = a;
-  *b_ns = b;
-}
-
 static char extra_buf[128];
 static const char *extra(void) {
   snprintf(extra_buf, sizeof extra_buf, "\"threads\":%d,\"blas_threads\":%d,\"ref_blas_threads\":%d",
@@ -104,8 +76,8 @@ static void lin_bench(const char *name, int bwd, int gelu) {
   gpa_bench_fill(c.b, c.out, -1, 1, 3);
   gpa_bench_fill(c.dy, (int64_t)ny, -1, 1, 4);
   double ns, rns;
-  pair_settled(gpa_bench_reps(15), bwd ? run_lin_bwd : run_lin_fwd, &c, bwd ? ref_lin_bwd : ref_lin_fwd, &c,
-                 &ns, &rns);
+  gpa_bench_pair_settled(gpa_bench_reps(15), bwd ? run_lin_bwd : run_lin_fwd, &c, bwd ? ref_lin_bwd : ref_lin_fwd,
+                         &c, &ns, &rns);
   double fl = (bwd ? 4.0 : 2.0) * (double)c.N * (double)c.in * (double)c.out;
   gpa_bench_result res = {.name = name, .backend = "cpu", .shape = "1024x1024x1024", .ref = "cblas_sgemm",
                           .ns = ns, .ref_ns = rns, .flops = fl, .extra = extra()};
@@ -161,7 +133,7 @@ static void conv_bench(int bwd) {
   if (!gpa__conv1d_geom_init(&c.g)) return;
   size_t nx = (size_t)(c.g.B * c.g.Cin * c.g.L), nw = (size_t)(c.g.Cout * c.g.Cin * c.g.K);
   size_t ny = (size_t)(c.g.B * c.g.Cout * c.g.Lout);
-  size_t ns_ = (size_t)gpa__conv1d_scratch_bytes(&c.g, 1) + 2 * (size_t)(c.g.Cin * c.g.K * c.g.Lout) * 4;
+  size_t ns_ = (size_t)gpa__conv1d_scratch_bytes(&c.g, 1, gpa_bench_host_par()) + 2 * (size_t)(c.g.Cin * c.g.K * c.g.Lout) * 4;
   c.x = malloc(nx * 4); c.W = malloc(nw * 4); c.b = malloc((size_t)c.g.Cout * 4); c.y = malloc(ny * 4);
   c.dy = malloc(ny * 4); c.dx = malloc(nx * 4); c.dW = malloc(nw * 4); c.db = malloc((size_t)c.g.Cout * 4);
   c.scratch = malloc(ns_);
@@ -172,8 +144,8 @@ static void conv_bench(int bwd) {
   gpa_bench_fill(c.dy, (int64_t)ny, -1, 1, 4);
   gpa_bench_fill(c.scratch, (int64_t)(ns_ / 4), -1, 1, 5);
   double ns, rns;
-  pair_settled(gpa_bench_reps(20), bwd ? run_conv_bwd : run_conv_fwd, &c, bwd ? ref_conv_bwd : ref_conv_fwd,
-                 &c, &ns, &rns);
+  gpa_bench_pair_settled(gpa_bench_reps(20), bwd ? run_conv_bwd : run_conv_fwd, &c,
+                         bwd ? ref_conv_bwd : ref_conv_fwd, &c, &ns, &rns);
   double fl = (bwd ? 4.0 : 2.0) * (double)c.g.B * (double)c.g.Cout * (double)(c.g.Cin * c.g.K) * (double)c.g.Lout;
   gpa_bench_result res = {.name = bwd ? "conv1d_bwd" : "conv1d_fwd", .backend = "cpu",
                           .shape = "B1_Cin256_Cout256_L1024_K3", .ref = "cblas_sgemm", .ns = ns, .ref_ns = rns,

@@ -18,6 +18,14 @@ void gpa_bench_fill(float *p, int64_t n, float lo, float hi, uint64_t seed);
  * after one warm-up run of each. */
 void gpa_bench_pair(int rounds, int reps, void (*fa)(void *), void *ca, void (*fb)(void *), void *cb, double *a_ns,
                     double *b_ns);
+/* Like gpa_bench_pair (one round), with a 200 ms pause after each run of
+ * fb, the reference: OpenBLAS's idle threads keep spinning for a while (up
+ * to ~0.1 s) after a multi-threaded call, and in the run right after they
+ * took a core from ours (linear_fwd measured at 0.49 that way on a quiet
+ * machine). Inside the library no OpenBLAS thread runs (kernels/host/blas.h),
+ * so ours must not pay for the reference's. */
+void gpa_bench_pair_settled(int reps, void (*fa)(void *), void *ca, void (*fb)(void *), void *cb, double *a_ns,
+                            double *b_ns);
 /* 1 when GPA_BENCH_FULL is set to a non-empty value other than "0". */
 int gpa_bench_full(void);
 
