@@ -8,7 +8,7 @@
  * divides Cin and Cout), causal (0/1, default 0: the left pad is
  * (K-1)*dilation and the right pad 0; padding must then be 0).
  *   Lout = (L + pad_left + pad_right - dilation*(K-1) - 1) / stride + 1 (must be >= 1).
- * The column matrix is built in chunks of at most 16 MiB of backend scratch.
+ * The column matrix is built in chunks, at most 16 MiB of backend scratch in all.
  * Sums run in a fixed order (bitwise reproducible). */
 #include <stddef.h>
 #include <stdio.h>
@@ -131,7 +131,8 @@ static void exec_geom(const gpa_op_exec *x, const gpa_tensor *xt, const gpa_tens
 static gpa_status run(const gpa_op_exec *x, int bwd) {
   gpa__conv1d_geom g;
   exec_geom(x, &x->inputs[bwd ? 1 : 0], &x->inputs[bwd ? 2 : 1], &g);
-  uint64_t bytes = gpa__conv1d_scratch_bytes(&g, bwd);
+  gpa__par par = gpa__ops_par(x->env);
+  uint64_t bytes = gpa__conv1d_scratch_bytes(&g, bwd, &par);
   void *owned = NULL;
   float *scratch = gpa__ops_scratch(x->env, bytes, &owned);
   if (!scratch) {
@@ -139,7 +140,6 @@ static gpa_status run(const gpa_op_exec *x, int bwd) {
              bwd ? "conv1d_bwd" : "conv1d_fwd", (unsigned long long)bytes);
     return GPA_ENOMEM;
   }
-  gpa__par par = gpa__ops_par(x->env);
   if (bwd)
     gpa__conv1d_bwd(&par, &g, x->in[0], x->in[1], x->in[2], x->out[0], x->out[1],
                     x->n_outputs > 2 ? x->out[2] : NULL, scratch);

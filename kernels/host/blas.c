@@ -26,6 +26,10 @@ static void make_single(void) {
 
 int gpa__blas_single_threaded(void) { return atomic_load(&single); }
 
+void gpa__sgemm_own_split(const gpa__par *par) {
+  if (par && par->pfor && par->threads > 1) pthread_once(&once, make_single);
+}
+
 typedef struct gemm_ctx {
   int ta, tb;
   int64_t M, N, K, lda, ldb, ldc, step; /* step: rows (by_rows) or columns per block */

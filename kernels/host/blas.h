@@ -29,6 +29,13 @@
 void gpa__sgemm(const gpa__par *par, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
+/* For a caller that splits its work over par itself and runs whole GEMMs
+ * inside its own parallel loop (gpa__sgemm(NULL, ...) per chunk, e.g.
+ * conv1d): sets OpenBLAS to one thread, as gpa__sgemm does for a pool of more
+ * than one thread, so that each chunk's GEMM stays on its thread. Call before
+ * the loop. */
+void gpa__sgemm_own_split(const gpa__par *par);
+
 /* Whether n can be a BLAS dimension or leading dimension (fits in int). */
 static inline int gpa__blas_dim_ok(int64_t n) { return n >= 0 && n <= 0x7fffffff; }
 

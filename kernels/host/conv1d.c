@@ -1,17 +1,24 @@
-/* Host conv1d. See conv1d.h. Two paths, chosen by the geometry alone:
+/* Host conv1d. See conv1d.h.
  *
- * shift (stride 1, weights repacked into <= 8 MiB): with W_k = W[:, :, k]
- *   repacked as [K][Cout][Cin/groups], y[:, t] += W_k x[:, t + k*dilation -
- *   pad_left] is one GEMM per (batch, group, k) whose B operand is x itself
- *   (shifted, leading dimension L) over the range of t that stays inside x:
- *   no column matrix, no im2col pass. The backward is the same GEMMs
- *   transposed: dW_k += dy x_shift^T, dx_shift += W_k^T dy.
- * im2col (stride > 1): the column matrix of one (batch, group) in chunks of
- *   output positions (at most GPA__CONV1D_SCRATCH_CAP bytes), one GEMM per
- *   chunk; the backward forms dcol = W^T dy and adds it back (col2im).
- *
- * Sums run in an order fixed by the sizes (k, batch, chunk), never by the
- * thread count: the same bits every run. */
+ * im2col + one GEMM per chunk, the work split into units that each run
+ * whole on one thread (one parallel loop per op, no hand-off between the
+ * im2col pass and its GEMM, and each unit's column chunk is still in the
+ * cache when its GEMM packs it):
+ * forward: a unit is (batch, group, chunk of output positions); it builds
+ *   the column matrix of its chunk [Cin/groups*K, lc] and runs one GEMM
+ *   y[:, chunk] (+)= W col (K = Cin/groups*K: the three taps of a K = 3
+ *   kernel are one GEMM, not three).
+ * backward: a unit is (group, block of input channels); over every batch
+ *   and chunk of positions it builds its rows of the column matrix, adds
+ *   dy col^T into its columns of dW, forms dcol = W[:, its rows]^T dy in
+ *   the same buffer and adds it back into its channels of dx (col2im).
+ *   Units write disjoint parts of y, dW and dx, so nothing is reduced
+ *   across threads.
+ * The units are dealt round-robin to at most `threads` slots, each with its
+ * own column buffer; the buffers together stay within
+ * GPA__CONV1D_SCRATCH_CAP (chunks of positions shrink to fit), whatever B
+ * and L are. Each unit's sums run in an order fixed by the sizes and the
+ * thread count (batch, then chunk): the same bits on every run. */
 #include "kernels/host/conv1d.h"
 
 #include <string.h>
@@ -33,25 +40,74 @@ static int is_direct(const gpa__conv1d_geom *g) {
   return g->K == 1 && g->stride == 1 && g->pad_l == 0 && g->pad_r == 0;
 }
 
-static uint64_t w_bytes(const gpa__conv1d_geom *g) {
-  return (uint64_t)g->Cout * (uint64_t)(g->Cin / g->groups) * (uint64_t)g->K * sizeof(float);
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Below this many flops per thread an op runs on one thread (as a GEMM
+ * below blas.c's grain is not split): the hand-off would cost more. */
+#define SPLIT_FLOPS 2097152.0
+/* Chunks of positions are multiples of this when that does not change
+ * their number (OpenBLAS's AVX2 kernels work in 16-wide tiles). */
+#define POS_ALIGN 16
+
+typedef struct plan {
+  int64_t slots;       /* parallel slots, each with its own column buffer */
+  int64_t units;       /* slot s runs units s, s + slots, ... */
+  int64_t lc;          /* output positions per column chunk */
+  int64_t nt;          /* forward: chunks per (batch, group) */
+  int64_t cb;          /* backward: input channels per unit */
+  int64_t slot_floats; /* one slot's column buffer (0 on the direct path) */
+} plan;
+
+static int64_t par_threads(const gpa__par *par) {
+  return par && par->pfor && par->threads > 1 ? par->threads : 1;
 }
 
-static int use_shift(const gpa__conv1d_geom *g) {
-  return g->stride == 1 && (g->K == 1 || w_bytes(g) <= GPA__CONV1D_SCRATCH_CAP / 2);
+/* The smallest n in [n0, n0 + P) with n <= nmax and (m * n) % P == 0 (units
+ * a multiple of the slots: no slot runs one more unit than the others), or
+ * n0 when there is none. */
+static int64_t even_units(int64_t n0, int64_t m, int64_t P, int64_t nmax) {
+  for (int64_t n = n0; n < n0 + P && n <= nmax; n++)
+    if ((m * n) % P == 0) return n;
+  return n0;
 }
 
-static int64_t chunk_len(const gpa__conv1d_geom *g) {
-  int64_t rows = g->Cin / g->groups * g->K;
-  int64_t lc = (int64_t)(GPA__CONV1D_SCRATCH_CAP / ((uint64_t)rows * sizeof(float)));
-  if (lc < 1) lc = 1;
-  return lc < g->Lout ? lc : g->Lout;
+static plan make_plan(const gpa__conv1d_geom *g, int bwd, int64_t threads) {
+  plan p = {0, 0, 1, 1, 1, 0};
+  int64_t G = g->groups, cin_g = g->Cin / G, BG = g->B * G, direct = is_direct(g);
+  double flops = (bwd ? 4.0 : 2.0) * (double)g->B * (double)g->Cout * (double)(cin_g * g->K) * (double)g->Lout;
+  int64_t P = flops < SPLIT_FLOPS * (double)threads ? 1 : threads;
+  if (g->B <= 0 || g->Lout <= 0) return p;
+  if (!bwd) {
+    int64_t rows = cin_g * g->K;
+    int64_t cap = (int64_t)(GPA__CONV1D_SCRATCH_CAP / ((uint64_t)P * (uint64_t)rows * sizeof(float)));
+    if (cap < 1) cap = 1; /* one column past the cap: it cannot be split */
+    int64_t nt = cdiv(g->Lout, cap);
+    if (BG < P) nt = nt > cdiv(P, BG) ? nt : cdiv(P, BG); /* every thread gets positions */
+    nt = even_units(min64(nt, g->Lout), BG, P, g->Lout);
+    int64_t lc = cdiv(g->Lout, nt), la = cdiv(lc, POS_ALIGN) * POS_ALIGN;
+    if (la <= cap && cdiv(g->Lout, la) == nt) lc = la;
+    p.lc = lc;
+    p.nt = cdiv(g->Lout, lc);
+    p.units = BG * p.nt;
+    p.slot_floats = direct ? 0 : rows * lc;
+  } else {
+    int64_t nb = G < P ? cdiv(P, G) : 1; /* every thread gets channels */
+    nb = even_units(min64(nb, cin_g), G, P, cin_g);
+    p.cb = cdiv(cin_g, nb);
+    nb = cdiv(cin_g, p.cb);
+    int64_t cap = (int64_t)(GPA__CONV1D_SCRATCH_CAP / ((uint64_t)P * (uint64_t)(p.cb * g->K) * sizeof(float)));
+    p.lc = min64(g->Lout, cap < 1 ? 1 : cap);
+    p.units = G * nb;
+    p.slot_floats = direct ? 0 : p.cb * g->K * p.lc;
+  }
+  p.slots = min64(P, p.units);
+  return p;
 }
 
-uint64_t gpa__conv1d_scratch_bytes(const gpa__conv1d_geom *g, int bwd) {
-  if (use_shift(g)) return g->K == 1 ? 0 : (bwd ? 2 : 1) * w_bytes(g);
-  uint64_t one = (uint64_t)(g->Cin / g->groups * g->K) * (uint64_t)chunk_len(g) * sizeof(float);
-  return bwd ? 2 * one : one;
+uint64_t gpa__conv1d_scratch_bytes(const gpa__conv1d_geom *g, int bwd, const gpa__par *par) {
+  plan p = make_plan(g, bwd, par_threads(par));
+  return (uint64_t)p.slots * (uint64_t)p.slot_floats * sizeof(float);
 }
 
 /* Output positions t in [0, lc) of chunk t0 whose input position
@@ -113,194 +169,117 @@ static void col2im_chans(int64_t c0, int64_t c1, void *p) {
   }
 }
 
-typedef struct fill_ctx {
-  float *y;
-  const float *b;
-  int64_t Cout, Lout;
-} fill_ctx;
+typedef struct run_ctx {
+  const gpa__conv1d_geom *g;
+  const plan *p;
+  const float *x, *W, *b, *dy;
+  float *y, *dx, *dW, *db, *scratch;
+} run_ctx;
 
-static void bias_fill_rows(int64_t r0, int64_t r1, void *p) {
-  const fill_ctx *c = p;
-  for (int64_t r = r0; r < r1; r++) {
-    float v = c->b[r % c->Cout], *y = c->y + r * c->Lout;
-    for (int64_t t = 0; t < c->Lout; t++) y[t] = v;
+/* Forward unit u: (batch, group, chunk of positions). */
+static void fwd_unit(const run_ctx *c, int64_t u, float *col) {
+  const gpa__conv1d_geom *g = c->g;
+  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, rows = cin_g * g->K, Lout = g->Lout;
+  int64_t bg = u / c->p->nt, bi = bg / G, gi = bg % G;
+  int64_t t0 = u % c->p->nt * c->p->lc, n = min64(c->p->lc, Lout - t0);
+  const float *xg = c->x + (bi * g->Cin + gi * cin_g) * g->L;
+  float *yg = c->y + (bi * g->Cout + gi * cout_g) * Lout + t0;
+  if (c->b) /* the GEMM accumulates onto the bias (beta = 1) */
+    for (int64_t co = 0; co < cout_g; co++) {
+      float v = c->b[gi * cout_g + co], *yr = yg + co * Lout;
+      for (int64_t t = 0; t < n; t++) yr[t] = v;
+    }
+  const float *Bm = xg + t0;
+  int64_t ldb = g->L;
+  if (!is_direct(g)) {
+    col_ctx cc = {g, xg, NULL, col, t0, n};
+    im2col_rows(0, rows, &cc);
+    Bm = col;
+    ldb = n;
   }
+  gpa__sgemm(NULL, 0, 0, cout_g, n, rows, c->W + gi * cout_g * rows, rows, Bm, ldb, c->b ? 1.0f : 0.0f, yg, Lout);
 }
 
-/* Row passes go parallel only in chunks of at least this many floats (1 MiB):
- * a smaller pass is faster on one thread than the pool's hand-off, and a
- * pool worker still spinning after the pass would take a core from the
- * OpenBLAS threads of the GEMM that follows. */
-#define ROW_GRAIN_FLOATS (1 << 18)
-
-static int64_t row_grain(int64_t row_len) { return ROW_GRAIN_FLOATS / (row_len > 0 ? row_len : 1) + 1; }
-
-/* ---- shift path (stride 1) ---- */
-
-/* Output positions t whose input t + off lies in [0, L): [*lo, *hi). */
-static void shift_range(const gpa__conv1d_geom *g, int64_t off, int64_t *lo, int64_t *hi) {
-  int64_t a = off < 0 ? -off : 0, b = g->L - off < g->Lout ? g->L - off : g->Lout;
-  *lo = a;
-  *hi = b > a ? b : a;
-}
-
-/* Wk[(k*Cout + co)*cin_g + ci] = W[(co*cin_g + ci)*K + k] (to = 1), or back. */
-static void repack(const gpa__conv1d_geom *g, float *dst, const float *src, int to) {
-  int64_t cin_g = g->Cin / g->groups, K = g->K;
-  for (int64_t k = 0; k < K; k++) /* the packed side contiguous */
-    for (int64_t co = 0; co < g->Cout; co++)
-      for (int64_t ci = 0; ci < cin_g; ci++) {
-        int64_t w = (co * cin_g + ci) * K + k, p = (k * g->Cout + co) * cin_g + ci;
-        if (to) dst[p] = src[w];
-        else dst[w] = src[p];
-      }
-}
-
-static void shift_fwd(const gpa__par *par, const gpa__conv1d_geom *g, const float *x, const float *Wk, float *y, int beta1) {
-  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, Lout = g->Lout;
-  for (int64_t b = 0; b < g->B; b++)
-    for (int64_t gi = 0; gi < G; gi++)
-      for (int64_t k = 0; k < g->K; k++) {
-        int64_t off = k * g->dilation - g->pad_l, lo, hi;
-        shift_range(g, off, &lo, &hi);
-        if (hi <= lo) continue;
-        gpa__sgemm(par, 0, 0, cout_g, hi - lo, cin_g, Wk + (k * g->Cout + gi * cout_g) * cin_g, cin_g,
-                   x + (b * g->Cin + gi * cin_g) * g->L + lo + off, g->L, beta1 ? 1.0f : 0.0f,
-                   y + (b * g->Cout + gi * cout_g) * Lout + lo, Lout);
-      }
-}
-
-static void shift_bwd(const gpa__par *par, const gpa__conv1d_geom *g, const float *dy, const float *x, const float *Wk, float *dx,
-                      float *dWk, int dx_beta1) {
-  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, Lout = g->Lout;
-  for (int64_t b = 0; b < g->B; b++)
-    for (int64_t gi = 0; gi < G; gi++)
-      for (int64_t k = 0; k < g->K; k++) {
-        int64_t off = k * g->dilation - g->pad_l, lo, hi;
-        shift_range(g, off, &lo, &hi);
-        float *dwk = dWk + (k * g->Cout + gi * cout_g) * cin_g;
-        if (hi <= lo) { /* this tap never touches x: its gradient is 0 */
-          if (b == 0) memset(dwk, 0, (size_t)(cout_g * cin_g) * sizeof(float));
-          continue;
-        }
-        const float *dyg = dy + (b * g->Cout + gi * cout_g) * Lout + lo;
-        int64_t xo = (b * g->Cin + gi * cin_g) * g->L + lo + off;
-        gpa__sgemm(par, 0, 1, cout_g, cin_g, hi - lo, dyg, Lout, x + xo, g->L, b ? 1.0f : 0.0f, dwk, cin_g);
-        if (dx)
-          gpa__sgemm(par, 1, 0, cin_g, hi - lo, cout_g, Wk + (k * g->Cout + gi * cout_g) * cin_g, cin_g, dyg, Lout,
-                     dx_beta1 ? 1.0f : 0.0f, dx + xo, g->L);
-      }
+static void fwd_slots(int64_t s0, int64_t s1, void *vp) {
+  const run_ctx *c = vp;
+  for (int64_t s = s0; s < s1; s++)
+    for (int64_t u = s; u < c->p->units; u += c->p->slots) fwd_unit(c, u, c->scratch + s * c->p->slot_floats);
 }
 
 void gpa__conv1d_fwd(const gpa__par *par, const gpa__conv1d_geom *g, const float *x, const float *W,
                      const float *b, float *y, float *scratch) {
-  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, rows = cin_g * g->K;
-  int64_t Lout = g->Lout, lcmax = chunk_len(g);
-  if (g->B <= 0 || Lout <= 0) return;
-  int direct = is_direct(g), shift = use_shift(g);
-  if (b) {
-    fill_ctx fc = {y, b, g->Cout, Lout};
-    gpa__pfor(par, g->B * g->Cout, row_grain(Lout), bias_fill_rows, &fc);
-  } else if (shift && !direct) {
-    memset(y, 0, (size_t)(g->B * g->Cout * Lout) * sizeof(float)); /* taps add into y */
-  }
-  if (shift) {
-    const float *Wk = W;
-    if (g->K > 1) {
-      repack(g, scratch, W, 1);
-      Wk = scratch;
-    }
-    shift_fwd(par, g, x, Wk, y, b || !direct);
-    return;
-  }
-  for (int64_t bi = 0; bi < g->B; bi++)
-    for (int64_t gi = 0; gi < G; gi++) {
-      const float *xg = x + (bi * g->Cin + gi * cin_g) * g->L;
-      const float *Wg = W + gi * cout_g * rows;
-      float *yg = y + (bi * g->Cout + gi * cout_g) * Lout;
-      for (int64_t t0 = 0; t0 < Lout; t0 += lcmax) {
-        int64_t lc = Lout - t0 < lcmax ? Lout - t0 : lcmax;
-        const float *Bm = xg + t0;
-        int64_t ldb = g->L;
-        if (!direct) {
-          col_ctx cc = {g, xg, NULL, scratch, t0, lc};
-          gpa__pfor(par, rows, row_grain(lc), im2col_rows, &cc);
-          Bm = scratch;
-          ldb = lc;
-        }
-        gpa__sgemm(par, 0, 0, cout_g, lc, rows, Wg, rows, Bm, ldb, b ? 1.0f : 0.0f, yg + t0, Lout);
-      }
-    }
+  if (g->B <= 0 || g->Lout <= 0) return;
+  plan p = make_plan(g, 0, par_threads(par));
+  run_ctx c = {g, &p, x, W, b, NULL, y, NULL, NULL, NULL, scratch};
+  gpa__sgemm_own_split(par);
+  gpa__pfor(p.slots > 1 ? par : NULL, p.slots, 1, fwd_slots, &c);
 }
 
-typedef struct db_ctx {
-  float *db;
-  const float *dy;
-  int64_t B, Cout, Lout;
-} db_ctx;
-
-static void db_chans(int64_t c0, int64_t c1, void *p) {
-  const db_ctx *c = p;
+/* db[co] for co in [c0, c1): dy summed over batch, then positions. */
+static void db_chans(const run_ctx *c, int64_t c0, int64_t c1) {
+  const gpa__conv1d_geom *g = c->g;
   for (int64_t co = c0; co < c1; co++) {
     float s = 0.0f;
-    for (int64_t bi = 0; bi < c->B; bi++) {
-      const float *d = c->dy + (bi * c->Cout + co) * c->Lout;
-      for (int64_t t = 0; t < c->Lout; t++) s += d[t];
+    for (int64_t bi = 0; bi < g->B; bi++) {
+      const float *d = c->dy + (bi * g->Cout + co) * g->Lout;
+      for (int64_t t = 0; t < g->Lout; t++) s += d[t];
     }
     c->db[co] = s;
   }
 }
 
+/* Backward unit u: (group, block of input channels), over every batch and
+ * chunk of positions in order. */
+static void bwd_unit(const run_ctx *c, int64_t u, float *col) {
+  const gpa__conv1d_geom *g = c->g;
+  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, rows = cin_g * g->K, Lout = g->Lout;
+  int64_t nb = cdiv(cin_g, c->p->cb), gi = u / nb, c0 = u % nb * c->p->cb, nc = min64(c->p->cb, cin_g - c0);
+  int64_t r = nc * g->K, lc = c->p->lc, direct = is_direct(g);
+  const float *Wu = c->W + gi * cout_g * rows + c0 * g->K;
+  float *dWu = c->dW + gi * cout_g * rows + c0 * g->K;
+  for (int64_t bi = 0; bi < g->B; bi++) {
+    int64_t xo = (bi * g->Cin + gi * cin_g + c0) * g->L;
+    const float *xg = c->x + xo, *dyb = c->dy + (bi * g->Cout + gi * cout_g) * Lout;
+    float *dxg = c->dx ? c->dx + xo : NULL;
+    if (dxg && !direct) memset(dxg, 0, (size_t)(nc * g->L) * sizeof(float)); /* col2im adds */
+    for (int64_t t0 = 0; t0 < Lout; t0 += lc) {
+      int64_t n = min64(lc, Lout - t0);
+      float beta = bi == 0 && t0 == 0 ? 0.0f : 1.0f;
+      if (direct) { /* x is the column matrix; dx = W^T dy in place */
+        gpa__sgemm(NULL, 0, 1, cout_g, r, n, dyb + t0, Lout, xg + t0, g->L, beta, dWu, rows);
+        if (dxg) gpa__sgemm(NULL, 1, 0, r, n, cout_g, Wu, rows, dyb + t0, Lout, 0.0f, dxg + t0, g->L);
+        continue;
+      }
+      col_ctx cc = {g, xg, dxg, col, t0, n};
+      im2col_rows(0, r, &cc);
+      gpa__sgemm(NULL, 0, 1, cout_g, r, n, dyb + t0, Lout, col, n, beta, dWu, rows);
+      if (dxg) { /* dcol over col: its rows are no longer needed */
+        gpa__sgemm(NULL, 1, 0, r, n, cout_g, Wu, rows, dyb + t0, Lout, 0.0f, col, n);
+        col2im_chans(0, nc, &cc);
+      }
+    }
+  }
+}
+
+static void bwd_slots(int64_t s0, int64_t s1, void *vp) {
+  const run_ctx *c = vp;
+  int64_t S = c->p->slots;
+  for (int64_t s = s0; s < s1; s++) {
+    if (c->db) db_chans(c, c->g->Cout * s / S, c->g->Cout * (s + 1) / S);
+    for (int64_t u = s; u < c->p->units; u += S) bwd_unit(c, u, c->scratch + s * c->p->slot_floats);
+  }
+}
+
 void gpa__conv1d_bwd(const gpa__par *par, const gpa__conv1d_geom *g, const float *dy, const float *x,
                      const float *W, float *dx, float *dW, float *db, float *scratch) {
-  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, rows = cin_g * g->K;
-  int64_t Lout = g->Lout, lcmax = chunk_len(g);
-  if (db) {
-    db_ctx dc = {db, dy, g->B, g->Cout, Lout};
-    gpa__pfor(par, g->Cout, row_grain(g->B * Lout), db_chans, &dc);
-  }
-  if (g->B <= 0 || Lout <= 0) {
-    memset(dW, 0, (size_t)(g->Cout * rows) * sizeof(float));
+  if (g->B <= 0 || g->Lout <= 0) {
+    memset(dW, 0, (size_t)(g->Cout * (g->Cin / g->groups) * g->K) * sizeof(float));
+    if (db) memset(db, 0, (size_t)g->Cout * sizeof(float));
     if (dx) memset(dx, 0, (size_t)(g->B * g->Cin * g->L) * sizeof(float));
     return;
   }
-  int direct = is_direct(g);
-  if (dx && !direct) memset(dx, 0, (size_t)(g->B * g->Cin * g->L) * sizeof(float));
-  if (use_shift(g)) {
-    if (g->K == 1) {
-      shift_bwd(par, g, dy, x, W, dx, dW, !direct);
-      return;
-    }
-    float *Wk = scratch, *dWk = scratch + g->Cout * rows;
-    repack(g, Wk, W, 1);
-    shift_bwd(par, g, dy, x, Wk, dx, dWk, 1);
-    repack(g, dW, dWk, 0);
-    return;
-  }
-  float *col = scratch, *dcol = direct ? NULL : scratch + rows * lcmax;
-  for (int64_t bi = 0; bi < g->B; bi++)
-    for (int64_t gi = 0; gi < G; gi++) {
-      const float *xg = x + (bi * g->Cin + gi * cin_g) * g->L;
-      const float *Wg = W + gi * cout_g * rows;
-      const float *dyg = dy + (bi * g->Cout + gi * cout_g) * Lout;
-      float *dWg = dW + gi * cout_g * rows;
-      float *dxg = dx ? dx + (bi * g->Cin + gi * cin_g) * g->L : NULL;
-      for (int64_t t0 = 0; t0 < Lout; t0 += lcmax) {
-        int64_t lc = Lout - t0 < lcmax ? Lout - t0 : lcmax;
-        float beta = (bi == 0 && t0 == 0) ? 0.0f : 1.0f;
-        if (direct) {
-          gpa__sgemm(par, 0, 1, cout_g, rows, lc, dyg + t0, Lout, xg + t0, g->L, beta, dWg, rows);
-          if (dxg) gpa__sgemm(par, 1, 0, rows, lc, cout_g, Wg, rows, dyg + t0, Lout, 0.0f, dxg + t0, g->L);
-          continue;
-        }
-        col_ctx cc = {g, xg, dxg, col, t0, lc};
-        gpa__pfor(par, rows, row_grain(lc), im2col_rows, &cc);
-        gpa__sgemm(par, 0, 1, cout_g, rows, lc, dyg + t0, Lout, col, lc, beta, dWg, rows);
-        if (dxg) {
-          gpa__sgemm(par, 1, 0, rows, lc, cout_g, Wg, rows, dyg + t0, Lout, 0.0f, dcol, lc);
-          cc.col = dcol;
-          gpa__pfor(par, cin_g, row_grain(lc * g->K), col2im_chans, &cc);
-        }
-      }
-    }
+  plan p = make_plan(g, 1, par_threads(par));
+  run_ctx c = {g, &p, x, W, NULL, dy, NULL, dx, dW, db, scratch};
+  gpa__sgemm_own_split(par);
+  gpa__pfor(p.slots > 1 ? par : NULL, p.slots, 1, bwd_slots, &c);
 }

@@ -3,11 +3,13 @@
  *   y[b,co,t] = b[co] + sum_{ci,k} W[co,ci,k] x[b, g*Cin_g + ci, t*stride - pad_l + k*dilation]
  * (g = co / Cout_g; positions outside [0, L) read 0),
  *   Lout = (L + pad_l + pad_r - dilation*(K-1) - 1) / stride + 1.
- * The column matrix of one (batch, group) is built in chunks of output
- * positions so that it never exceeds GPA__CONV1D_SCRATCH_CAP bytes (or one
- * column when a single column is larger); a 1x1 convolution with stride 1
- * and no padding reads x directly. GEMMs are split across par (see
- * blas.h); im2col/col2im and the bias passes through par. */
+ * im2col + GEMM: the forward runs one GEMM per (batch, group, chunk of
+ * output positions) with K = Cin/groups*K, the backward one dW GEMM and one
+ * dcol GEMM per (group, block of input channels, batch, chunk) and col2im;
+ * each such unit runs whole on one thread of par (see conv1d.c). The column
+ * buffers of all threads together stay within GPA__CONV1D_SCRATCH_CAP bytes
+ * whatever B and L are (unless a single column is larger: Cin/groups*K past
+ * 4M); a 1x1 convolution with stride 1 and no padding reads x directly. */
 #ifndef GPA_KERNELS_HOST_CONV1D_H
 #define GPA_KERNELS_HOST_CONV1D_H
 #include <stddef.h>
@@ -26,8 +28,9 @@ typedef struct gpa__conv1d_geom {
 /* Computes Lout; returns 0 if the geometry is invalid (Lout < 1 with L > 0,
  * stride/dilation/groups < 1, channels not divisible by groups). */
 int gpa__conv1d_geom_init(gpa__conv1d_geom *g);
-/* Scratch bytes the forward (bwd = 0) or backward (bwd = 1) needs. */
-uint64_t gpa__conv1d_scratch_bytes(const gpa__conv1d_geom *g, int bwd);
+/* Scratch bytes the forward (bwd = 0) or backward (bwd = 1) needs when run
+ * with par (the split depends on its thread count; pass the same par). */
+uint64_t gpa__conv1d_scratch_bytes(const gpa__conv1d_geom *g, int bwd, const gpa__par *par);
 
 void gpa__conv1d_fwd(const gpa__par *par, const gpa__conv1d_geom *g, const float *x, const float *W,
                      const float *b, float *y, float *scratch);

@@ -1,0 +1,199 @@
+/* kernels/host/conv1d.c run directly, on 1, 2 and 3 threads (a pool, as the
+ * host backend's): forward and backward against a double reference on
+ * shapes large enough to be split over the threads (by positions forward,
+ * by input channels backward; units that do not divide evenly, groups,
+ * stride, dilation, causal and symmetric padding, the direct 1x1 path), the
+ * same bits on a second run, and the im2col memory bound: the scratch the
+ * kernels ask for stays within GPA__CONV1D_SCRATCH_CAP for inputs whose
+ * whole column matrix is far larger (up to 10^12 bytes), and the kernels
+ * write nothing past the scratch they asked for (a guard after it; ASan
+ * sees the exact size too). Device independent. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/host/conv1d.h"
+#include "kernels/host/pool.h"
+#include "util/testutil.h"
+
+#define GUARD 4096
+#define GUARD_BITS 0x7fc12345u /* a NaN no kernel writes */
+
+static void pool_pfor(void *self, int64_t n, int64_t grain, gpa__range_fn fn, void *ctx) {
+  gpa__pool_for(self, n, grain, fn, ctx);
+}
+
+static void fill(float *p, int64_t n, uint64_t seed) {
+  for (int64_t i = 0; i < n; i++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    p[i] = (float)((double)(seed >> 40) / (double)(1ull << 24)) - 0.5f;
+  }
+}
+
+typedef struct ccase {
+  int64_t B, Cin, L, Cout, K, stride, pad_l, pad_r, dilation, groups;
+} ccase;
+
+/* Reference sums and magnitudes (sum of |terms|) of y, dx, dW, db. */
+typedef struct cref {
+  double *y, *ym, *dx, *dxm, *dW, *dWm, *db, *dbm;
+} cref;
+
+static void reference(const gpa__conv1d_geom *g, const float *x, const float *W, const float *b, const float *dy,
+                      cref *r) {
+  int64_t cg = g->Cin / g->groups, og = g->Cout / g->groups;
+  for (int64_t bi = 0; bi < g->B; bi++)
+    for (int64_t co = 0; co < g->Cout; co++)
+      for (int64_t t = 0; t < g->Lout; t++) {
+        int64_t yi = (bi * g->Cout + co) * g->Lout + t;
+        double s = b[co], m = fabs(s), d = dy[yi];
+        r->db[co] += d;
+        r->dbm[co] += fabs(d);
+        for (int64_t ci = 0; ci < cg; ci++)
+          for (int64_t k = 0; k < g->K; k++) {
+            int64_t pos = t * g->stride - g->pad_l + k * g->dilation;
+            if (pos < 0 || pos >= g->L) continue;
+            int64_t xi = (bi * g->Cin + co / og * cg + ci) * g->L + pos, wi = (co * cg + ci) * g->K + k;
+            double v = (double)W[wi] * x[xi];
+            s += v;
+            m += fabs(v);
+            r->dx[xi] += d * W[wi];
+            r->dxm[xi] += fabs(d * W[wi]);
+            r->dW[wi] += d * x[xi];
+            r->dWm[wi] += fabs(d * x[xi]);
+          }
+        r->y[yi] = s;
+        r->ym[yi] = m;
+      }
+}
+
+static void close_to(const char *what, const ccase *c, int threads, const float *got, const double *ref,
+                     const double *mag, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    if (!(fabs(got[i] - ref[i]) <= 1e-5 * 1.5 * mag[i] + 1e-30)) {
+      fprintf(stderr,
+              "%s off at %lld: %.9g vs %.9g (B=%lld Cin=%lld L=%lld Cout=%lld K=%lld s=%lld pad=%lld+%lld "
+              "dil=%lld g=%lld, %d threads)\n",
+              what, (long long)i, got[i], ref[i], (long long)c->B, (long long)c->Cin, (long long)c->L,
+              (long long)c->Cout, (long long)c->K, (long long)c->stride, (long long)c->pad_l, (long long)c->pad_r,
+              (long long)c->dilation, (long long)c->groups, threads);
+      exit(1);
+    }
+}
+
+/* Scratch of exactly the asked size, a NaN guard after it. */
+static float *scratch_new(uint64_t bytes) {
+  CHECK(bytes <= GPA__CONV1D_SCRATCH_CAP);
+  float *s = malloc((size_t)bytes + GUARD * sizeof(float));
+  CHECK(s);
+  uint32_t bits = GUARD_BITS;
+  for (int64_t i = 0; i < GUARD; i++) memcpy((char *)s + bytes + (size_t)i * sizeof(float), &bits, sizeof bits);
+  return s;
+}
+static void scratch_check(float *s, uint64_t bytes) {
+  for (int64_t i = 0; i < GUARD; i++) {
+    uint32_t bits;
+    memcpy(&bits, (char *)s + bytes + (size_t)i * sizeof(float), sizeof bits);
+    CHECK(bits == GUARD_BITS); /* written past the scratch it asked for */
+  }
+  free(s);
+}
+
+static void run_case(const ccase *c, const gpa__par *pars[], int npar) {
+  gpa__conv1d_geom g = {c->B, c->Cin, c->L, c->Cout, c->K, c->stride, c->pad_l, c->pad_r, c->dilation, c->groups, 0};
+  CHECK(gpa__conv1d_geom_init(&g));
+  int64_t nx = g.B * g.Cin * g.L, nw = g.Cout * (g.Cin / g.groups) * g.K, ny = g.B * g.Cout * g.Lout;
+  float *x = malloc((size_t)nx * 4), *W = malloc((size_t)nw * 4), *b = malloc((size_t)g.Cout * 4);
+  float *dy = malloc((size_t)ny * 4), *y = malloc((size_t)ny * 4), *dx = malloc((size_t)nx * 4);
+  float *dW = malloc((size_t)nw * 4), *db = malloc((size_t)g.Cout * 4);
+  float *y2 = malloc((size_t)ny * 4), *dx2 = malloc((size_t)nx * 4), *dW2 = malloc((size_t)nw * 4);
+  CHECK(x && W && b && dy && y && dx && dW && db && y2 && dx2 && dW2);
+  fill(x, nx, 1);
+  fill(W, nw, 2);
+  fill(b, g.Cout, 3);
+  fill(dy, ny, 4);
+  cref r;
+  double **all[8] = {&r.y, &r.ym, &r.dx, &r.dxm, &r.dW, &r.dWm, &r.db, &r.dbm};
+  int64_t sizes[8] = {ny, ny, nx, nx, nw, nw, g.Cout, g.Cout};
+  for (int i = 0; i < 8; i++) CHECK((*all[i] = calloc((size_t)sizes[i], sizeof(double))) != NULL);
+  reference(&g, x, W, b, dy, &r);
+  for (int pi = 0; pi < npar; pi++) {
+    const gpa__par *par = pars[pi];
+    int th = par ? par->threads : 1;
+    for (int rep = 0; rep < 2; rep++) {
+      float *yy = rep ? y2 : y, *dxx = rep ? dx2 : dx, *dWW = rep ? dW2 : dW;
+      memset(yy, 0xff, (size_t)ny * 4); /* NaNs: every element must be written */
+      memset(dxx, 0xff, (size_t)nx * 4);
+      memset(dWW, 0xff, (size_t)nw * 4);
+      uint64_t fb = gpa__conv1d_scratch_bytes(&g, 0, par), bb = gpa__conv1d_scratch_bytes(&g, 1, par);
+      float *s = scratch_new(fb);
+      gpa__conv1d_fwd(par, &g, x, W, b, yy, s);
+      scratch_check(s, fb);
+      s = scratch_new(bb);
+      gpa__conv1d_bwd(par, &g, dy, x, W, dxx, dWW, db, s);
+      scratch_check(s, bb);
+    }
+    close_to("y", c, th, y, r.y, r.ym, ny);
+    close_to("dx", c, th, dx, r.dx, r.dxm, nx);
+    close_to("dW", c, th, dW, r.dW, r.dWm, nw);
+    close_to("db", c, th, db, r.db, r.dbm, g.Cout);
+    CHECK(!memcmp(y, y2, (size_t)ny * 4) && !memcmp(dx, dx2, (size_t)nx * 4) && !memcmp(dW, dW2, (size_t)nw * 4));
+  }
+  for (int i = 0; i < 8; i++) free(*all[i]);
+  free(x), free(W), free(b), free(dy), free(y), free(dx), free(dW), free(db), free(y2), free(dx2), free(dW2);
+}
+
+/* The bound on inputs far too large to run: the whole column matrix would
+ * be B*Cin*K*Lout floats. */
+static void bound(const gpa__par *pars[], int npar) {
+  const ccase big[] = {
+      {64, 1024, 1 << 20, 1024, 9, 1, 4, 4, 1, 1},   /* 2.4e12 bytes of columns */
+      {8, 4096, 100000, 64, 3, 2, 1, 1, 1, 1},       /* stride 2 */
+      {1, 4096, 1 << 22, 4096, 3, 1, 2, 0, 1, 4096}, /* depthwise, one long sequence */
+      {3, 300, 77777, 600, 5, 1, 8, 8, 4, 3},        /* dilation, groups */
+  };
+  gpa__par wide = {pars[npar - 1]->pfor, pars[npar - 1]->self, 64}; /* a 64-thread plan (not run) */
+  for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+    const ccase *c = &big[i];
+    gpa__conv1d_geom g = {c->B, c->Cin, c->L, c->Cout, c->K, c->stride, c->pad_l, c->pad_r, c->dilation, c->groups, 0};
+    CHECK(gpa__conv1d_geom_init(&g));
+    double whole = (double)g.B * (double)(g.Cin * g.K) * (double)g.Lout * 4.0;
+    CHECK(whole > 64.0 * (double)GPA__CONV1D_SCRATCH_CAP);
+    for (int pi = 0; pi <= npar; pi++) {
+      const gpa__par *par = pi < npar ? pars[pi] : &wide;
+      for (int bwd = 0; bwd < 2; bwd++) {
+        uint64_t s = gpa__conv1d_scratch_bytes(&g, bwd, par);
+        if (s > GPA__CONV1D_SCRATCH_CAP) {
+          fprintf(stderr, "conv1d scratch %llu bytes > cap (case %zu, bwd %d, %d threads)\n", (unsigned long long)s,
+                  i, bwd, par ? par->threads : 1);
+          exit(1);
+        }
+      }
+    }
+  }
+}
+
+int main(void) {
+  gpa__pool *p2 = gpa__pool_create(2), *p3 = gpa__pool_create(3);
+  CHECK(p2 && p3);
+  gpa__par par2 = {pool_pfor, p2, (int)gpa__pool_threads(p2)}, par3 = {pool_pfor, p3, (int)gpa__pool_threads(p3)};
+  const gpa__par *pars[3] = {NULL, &par2, &par3};
+  const ccase cases[] = {
+      /* B Cin L Cout K stride pad_l pad_r dil groups */
+      {1, 64, 1000, 48, 3, 1, 1, 1, 1, 1},  /* the bench's form, smaller: split by positions / channels */
+      {3, 40, 700, 24, 5, 2, 3, 2, 2, 1},   /* 3 batches over 2 threads: positions split to even units */
+      {2, 48, 900, 36, 4, 1, 9, 0, 3, 3},   /* causal dilated, 3 groups */
+      {1, 33, 1500, 20, 1, 1, 0, 0, 1, 1},  /* the direct 1x1 path, odd channels */
+      {1, 7, 4000, 70, 3, 3, 1, 1, 1, 1},   /* fewer channels than threads x 2 */
+      /* past the cap: the whole column matrix is 2*192*40000*4 = 61 MB, so it is built in chunks */
+      {2, 64, 40000, 6, 3, 1, 1, 1, 1, 1},
+      {1, 96, 60000, 4, 3, 2, 2, 2, 2, 2},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], pars, 3);
+  bound(pars, 3);
+  gpa__pool_destroy(p2);
+  gpa__pool_destroy(p3);
+  printf("host_conv1d: ok\n");
+  return 0;
+}
