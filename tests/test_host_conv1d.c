@@ -2,7 +2,8 @@
  * host backend's): forward and backward against a double reference on
  * shapes large enough to be split over the threads (by positions forward,
  * by input channels backward; units that do not divide evenly, groups,
- * stride, dilation, causal and symmetric padding, the direct 1x1 path), the
+ * stride, dilation, causal and symmetric padding, with and without bias;
+ * the shift, im2col and direct 1x1 paths), the
  * same bits on a second run, and the im2col memory bound: the scratch the
  * kernels ask for stays within GPA__CONV1D_SCRATCH_CAP for inputs whose
  * whole column matrix is far larger (up to 10^12 bytes), and the kernels
@@ -33,6 +34,7 @@ static void fill(float *p, int64_t n, uint64_t seed) {
 
 typedef struct ccase {
   int64_t B, Cin, L, Cout, K, stride, pad_l, pad_r, dilation, groups;
+  int nobias; /* no b in the forward, no db in the backward */
 } ccase;
 
 /* Reference sums and magnitudes (sum of |terms|) of y, dx, dW, db. */
@@ -41,13 +43,13 @@ typedef struct cref {
 } cref;
 
 static void reference(const gpa__conv1d_geom *g, const float *x, const float *W, const float *b, const float *dy,
-                      cref *r) {
+                      cref *r) { /* b: NULL for none */
   int64_t cg = g->Cin / g->groups, og = g->Cout / g->groups;
   for (int64_t bi = 0; bi < g->B; bi++)
     for (int64_t co = 0; co < g->Cout; co++)
       for (int64_t t = 0; t < g->Lout; t++) {
         int64_t yi = (bi * g->Cout + co) * g->Lout + t;
-        double s = b[co], m = fabs(s), d = dy[yi];
+        double s = b ? b[co] : 0.0, m = fabs(s), d = dy[yi];
         r->db[co] += d;
         r->dbm[co] += fabs(d);
         for (int64_t ci = 0; ci < cg; ci++)
@@ -117,7 +119,8 @@ static void run_case(const ccase *c, const gpa__par *pars[], int npar) {
   double **all[8] = {&r.y, &r.ym, &r.dx, &r.dxm, &r.dW, &r.dWm, &r.db, &r.dbm};
   int64_t sizes[8] = {ny, ny, nx, nx, nw, nw, g.Cout, g.Cout};
   for (int i = 0; i < 8; i++) CHECK((*all[i] = calloc((size_t)sizes[i], sizeof(double))) != NULL);
-  reference(&g, x, W, b, dy, &r);
+  if (c->nobias) b[0] = NAN; /* must not be read */
+  reference(&g, x, W, c->nobias ? NULL : b, dy, &r);
   for (int pi = 0; pi < npar; pi++) {
     const gpa__par *par = pars[pi];
     int th = par ? par->threads : 1;
@@ -128,16 +131,16 @@ static void run_case(const ccase *c, const gpa__par *pars[], int npar) {
       memset(dWW, 0xff, (size_t)nw * 4);
       uint64_t fb = gpa__conv1d_scratch_bytes(&g, 0, par), bb = gpa__conv1d_scratch_bytes(&g, 1, par);
       float *s = scratch_new(fb);
-      gpa__conv1d_fwd(par, &g, x, W, b, yy, s);
+      gpa__conv1d_fwd(par, &g, x, W, c->nobias ? NULL : b, yy, s);
       scratch_check(s, fb);
       s = scratch_new(bb);
-      gpa__conv1d_bwd(par, &g, dy, x, W, dxx, dWW, db, s);
+      gpa__conv1d_bwd(par, &g, dy, x, W, dxx, dWW, c->nobias ? NULL : db, s);
       scratch_check(s, bb);
     }
     close_to("y", c, th, y, r.y, r.ym, ny);
     close_to("dx", c, th, dx, r.dx, r.dxm, nx);
     close_to("dW", c, th, dW, r.dW, r.dWm, nw);
-    close_to("db", c, th, db, r.db, r.dbm, g.Cout);
+    if (!c->nobias) close_to("db", c, th, db, r.db, r.dbm, g.Cout);
     CHECK(!memcmp(y, y2, (size_t)ny * 4) && !memcmp(dx, dx2, (size_t)nx * 4) && !memcmp(dW, dW2, (size_t)nw * 4));
   }
   for (int i = 0; i < 8; i++) free(*all[i]);
@@ -148,10 +151,11 @@ static void run_case(const ccase *c, const gpa__par *pars[], int npar) {
  * be B*Cin*K*Lout floats. */
 static void bound(const gpa__par *pars[], int npar) {
   const ccase big[] = {
-      {64, 1024, 1 << 20, 1024, 9, 1, 4, 4, 1, 1},   /* 2.4e12 bytes of columns */
-      {8, 4096, 100000, 64, 3, 2, 1, 1, 1, 1},       /* stride 2 */
-      {1, 4096, 1 << 22, 4096, 3, 1, 2, 0, 1, 4096}, /* depthwise, one long sequence */
-      {3, 300, 77777, 600, 5, 1, 8, 8, 4, 3},        /* dilation, groups */
+      {64, 1024, 1 << 20, 1024, 9, 1, 4, 4, 1, 1, 0},   /* 2.4e12 bytes of columns */
+      {8, 4096, 100000, 64, 3, 2, 1, 1, 1, 1, 0},       /* stride 2 */
+      {1, 4096, 1 << 22, 4096, 3, 1, 2, 0, 1, 4096, 0}, /* depthwise, one long sequence */
+      {3, 300, 77777, 600, 5, 1, 8, 8, 4, 3, 0},        /* dilation, groups */
+      {4, 2048, 50000, 2048, 3, 1, 1, 1, 1, 1, 0},      /* stride 1, W of 48 MB: im2col */
   };
   gpa__par wide = {pars[npar - 1]->pfor, pars[npar - 1]->self, 64}; /* a 64-thread plan (not run) */
   for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
@@ -180,15 +184,21 @@ int main(void) {
   gpa__par par2 = {pool_pfor, p2, (int)gpa__pool_threads(p2)}, par3 = {pool_pfor, p3, (int)gpa__pool_threads(p3)};
   const gpa__par *pars[3] = {NULL, &par2, &par3};
   const ccase cases[] = {
-      /* B Cin L Cout K stride pad_l pad_r dil groups */
-      {1, 64, 1000, 48, 3, 1, 1, 1, 1, 1},  /* the bench's form, smaller: split by positions / channels */
-      {3, 40, 700, 24, 5, 2, 3, 2, 2, 1},   /* 3 batches over 2 threads: positions split to even units */
-      {2, 48, 900, 36, 4, 1, 9, 0, 3, 3},   /* causal dilated, 3 groups */
-      {1, 33, 1500, 20, 1, 1, 0, 0, 1, 1},  /* the direct 1x1 path, odd channels */
-      {1, 7, 4000, 70, 3, 3, 1, 1, 1, 1},   /* fewer channels than threads x 2 */
-      /* past the cap: the whole column matrix is 2*192*40000*4 = 61 MB, so it is built in chunks */
-      {2, 64, 40000, 6, 3, 1, 1, 1, 1, 1},
-      {1, 96, 60000, 4, 3, 2, 2, 2, 2, 2},
+      /* B Cin L Cout K stride pad_l pad_r dil groups nobias */
+      /* stride 1 (the shift path): the bench's form, smaller; split by positions / channels */
+      {1, 64, 1000, 48, 3, 1, 1, 1, 1, 1, 0},
+      {1, 64, 1000, 48, 3, 1, 1, 1, 1, 1, 1},   /* no bias: the centre tap first with beta 0 */
+      {2, 48, 900, 36, 4, 1, 9, 0, 3, 3, 1},    /* causal dilated, 3 groups, no bias: last tap first */
+      {3, 30, 800, 20, 5, 1, 7, 7, 2, 1, 1},    /* wide padding: no tap covers every output (zeroed first) */
+      {1, 40, 1200, 30, 1, 1, 2, 3, 1, 1, 0},   /* K = 1 with padding (W used as is) */
+      {1, 33, 1500, 20, 1, 1, 0, 0, 1, 1, 0},   /* the direct 1x1 path, odd channels */
+      /* im2col: stride > 1, or W too large to repack (9.4 MB) */
+      {3, 40, 700, 24, 5, 2, 3, 2, 2, 1, 0},    /* 3 batches over 2 threads: positions split to even units */
+      {1, 7, 4000, 70, 3, 3, 1, 1, 1, 1, 1},    /* fewer channels than threads x 2 */
+      {1, 512, 20, 512, 9, 1, 4, 4, 1, 1, 0},
+      /* past the cap: the whole column matrix is 96*3*30000*4 = 35 MB, so it is built in chunks */
+      {1, 96, 60000, 4, 3, 2, 2, 2, 2, 2, 0},
+      {2, 64, 40000, 6, 3, 1, 1, 1, 1, 1, 0},   /* stride 1 at that size: no column matrix at all */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], pars, 3);
   bound(pars, 3);

@@ -56,8 +56,14 @@ typedef struct plan {
   int64_t lc;          /* output positions per column chunk */
   int64_t nt;          /* forward: chunks per (batch, group) */
   int64_t cb;          /* backward: input channels per unit */
-  int64_t slot_floats; /* one slot's column buffer (0 on the direct path) */
+  int64_t slot_floats; /* one slot's column buffer (0 on the direct and shift paths) */
+  int64_t w_floats;    /* shift path: repacked W (and dW) ahead of the slots */
+  int shift;           /* the shift path (see the top of this file) */
 } plan;
+
+static uint64_t w_bytes(const gpa__conv1d_geom *g) {
+  return (uint64_t)g->Cout * (uint64_t)(g->Cin / g->groups) * (uint64_t)g->K * sizeof(float);
+}
 
 static int64_t par_threads(const gpa__par *par) {
   return par && par->pfor && par->threads > 1 ? par->threads : 1;
@@ -73,8 +79,10 @@ static int64_t even_units(int64_t n0, int64_t m, int64_t P, int64_t nmax) {
 }
 
 static plan make_plan(const gpa__conv1d_geom *g, int bwd, int64_t threads) {
-  plan p = {0, 0, 1, 1, 1, 0};
+  plan p = {0, 0, 1, 1, 1, 0, 0, 0};
   int64_t G = g->groups, cin_g = g->Cin / G, BG = g->B * G, direct = is_direct(g);
+  p.shift = !direct && g->stride == 1 && w_bytes(g) <= GPA__CONV1D_SCRATCH_CAP / 2;
+  if (p.shift && g->K > 1) p.w_floats = (bwd ? 2 : 1) * (int64_t)(w_bytes(g) / sizeof(float));
   double flops = (bwd ? 4.0 : 2.0) * (double)g->B * (double)g->Cout * (double)(cin_g * g->K) * (double)g->Lout;
   int64_t P = flops < SPLIT_FLOPS * (double)threads ? 1 : threads;
   if (g->B <= 0 || g->Lout <= 0) return p;
@@ -82,6 +90,7 @@ static plan make_plan(const gpa__conv1d_geom *g, int bwd, int64_t threads) {
     int64_t rows = cin_g * g->K;
     int64_t cap = (int64_t)(GPA__CONV1D_SCRATCH_CAP / ((uint64_t)P * (uint64_t)rows * sizeof(float)));
     if (cap < 1) cap = 1; /* one column past the cap: it cannot be split */
+    if (direct || p.shift) cap = g->Lout; /* no column buffer */
     int64_t nt = cdiv(g->Lout, cap);
     if (BG < P) nt = nt > cdiv(P, BG) ? nt : cdiv(P, BG); /* every thread gets positions */
     nt = even_units(min64(nt, g->Lout), BG, P, g->Lout);
@@ -90,16 +99,16 @@ static plan make_plan(const gpa__conv1d_geom *g, int bwd, int64_t threads) {
     p.lc = lc;
     p.nt = cdiv(g->Lout, lc);
     p.units = BG * p.nt;
-    p.slot_floats = direct ? 0 : rows * lc;
+    p.slot_floats = direct || p.shift ? 0 : rows * lc;
   } else {
     int64_t nb = G < P ? cdiv(P, G) : 1; /* every thread gets channels */
     nb = even_units(min64(nb, cin_g), G, P, cin_g);
     p.cb = cdiv(cin_g, nb);
     nb = cdiv(cin_g, p.cb);
     int64_t cap = (int64_t)(GPA__CONV1D_SCRATCH_CAP / ((uint64_t)P * (uint64_t)(p.cb * g->K) * sizeof(float)));
-    p.lc = min64(g->Lout, cap < 1 ? 1 : cap);
+    p.lc = direct || p.shift ? g->Lout : min64(g->Lout, cap < 1 ? 1 : cap);
     p.units = G * nb;
-    p.slot_floats = direct ? 0 : p.cb * g->K * p.lc;
+    p.slot_floats = direct || p.shift ? 0 : p.cb * g->K * p.lc;
   }
   p.slots = min64(P, p.units);
   return p;
@@ -107,7 +116,7 @@ static plan make_plan(const gpa__conv1d_geom *g, int bwd, int64_t threads) {
 
 uint64_t gpa__conv1d_scratch_bytes(const gpa__conv1d_geom *g, int bwd, const gpa__par *par) {
   plan p = make_plan(g, bwd, par_threads(par));
-  return (uint64_t)p.slots * (uint64_t)p.slot_floats * sizeof(float);
+  return ((uint64_t)p.slots * (uint64_t)p.slot_floats + (uint64_t)p.w_floats) * sizeof(float);
 }
 
 /* Output positions t in [0, lc) of chunk t0 whose input position
@@ -174,7 +183,115 @@ typedef struct run_ctx {
   const plan *p;
   const float *x, *W, *b, *dy;
   float *y, *dx, *dW, *db, *scratch;
+  float *wk, *dwk; /* shift path: W, dW as [K][Cout][Cin/groups] (W, dW themselves when K = 1) */
 } run_ctx;
+
+/* ---- shift path (stride 1) ---- */
+
+/* Output positions t in [t0, t1) whose input t + off lies in [0, L): [*lo, *hi). */
+static void shift_range(const gpa__conv1d_geom *g, int64_t off, int64_t t0, int64_t t1, int64_t *lo, int64_t *hi) {
+  int64_t a = off < 0 ? -off : 0, b = g->L - off;
+  if (a < t0) a = t0;
+  if (b > t1) b = t1;
+  *lo = a;
+  *hi = b > a ? b : a;
+}
+
+/* Wk[(k*Cout + co)*cin_g + ci] = W[(co*cin_g + ci)*K + k] (to = 1), or back,
+ * for co in [co0, co1) and ci in [ci0, ci1). */
+static void repack(const gpa__conv1d_geom *g, float *dst, const float *src, int to, int64_t co0, int64_t co1,
+                   int64_t ci0, int64_t ci1) {
+  int64_t cin_g = g->Cin / g->groups, K = g->K;
+  for (int64_t k = 0; k < K; k++) /* the packed side contiguous */
+    for (int64_t co = co0; co < co1; co++)
+      for (int64_t ci = ci0; ci < ci1; ci++) {
+        int64_t w = (co * cin_g + ci) * K + k, p = (k * g->Cout + co) * cin_g + ci;
+        if (to) dst[p] = src[w];
+        else dst[w] = src[p];
+      }
+}
+
+static void repack_slots(int64_t s0, int64_t s1, void *vp) {
+  const run_ctx *c = vp;
+  int64_t S = c->p->slots, Cout = c->g->Cout;
+  for (int64_t s = s0; s < s1; s++)
+    repack(c->g, c->wk, c->W, 1, Cout * s / S, Cout * (s + 1) / S, 0, c->g->Cin / c->g->groups);
+}
+
+/* The tap to run first with beta = 0: one whose outputs cover all of
+ * [t0, t1) (the centre tap first: it does with symmetric padding), or -1
+ * (the outputs are zeroed first). */
+static int64_t full_tap(const gpa__conv1d_geom *g, int64_t t0, int64_t t1) {
+  for (int64_t i = 0; i < g->K; i++) {
+    int64_t k = (g->K / 2 + i) % g->K, lo, hi;
+    shift_range(g, k * g->dilation - g->pad_l, t0, t1, &lo, &hi);
+    if (lo == t0 && hi == t1) return k;
+  }
+  return -1;
+}
+
+/* Forward unit u: (batch, group, chunk of positions), one GEMM per tap on x
+ * shifted: y[:, t] += W_k x[:, t + k*dilation - pad_l]. */
+static void shift_fwd_unit(const run_ctx *c, int64_t u) {
+  const gpa__conv1d_geom *g = c->g;
+  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, Lout = g->Lout;
+  int64_t bg = u / c->p->nt, bi = bg / G, gi = bg % G;
+  int64_t t0 = u % c->p->nt * c->p->lc, t1 = min64(t0 + c->p->lc, Lout);
+  const float *xg = c->x + (bi * g->Cin + gi * cin_g) * g->L;
+  float *yg = c->y + (bi * g->Cout + gi * cout_g) * Lout;
+  int64_t first = c->b ? -1 : full_tap(g, t0, t1);
+  if (first < 0) /* taps add onto the bias (or 0) */
+    for (int64_t co = 0; co < cout_g; co++) {
+      float v = c->b ? c->b[gi * cout_g + co] : 0.0f, *yr = yg + co * Lout;
+      for (int64_t t = t0; t < t1; t++) yr[t] = v;
+    }
+  for (int64_t i = 0; i < g->K; i++) {
+    int64_t k = first < 0 ? i : (first + i) % g->K, off = k * g->dilation - g->pad_l, lo, hi;
+    shift_range(g, off, t0, t1, &lo, &hi);
+    if (hi <= lo) continue;
+    gpa__sgemm(NULL, 0, 0, cout_g, hi - lo, cin_g, c->wk + (k * g->Cout + gi * cout_g) * cin_g, cin_g,
+               xg + lo + off, g->L, first >= 0 && i == 0 ? 0.0f : 1.0f, yg + lo, Lout);
+  }
+}
+
+/* Backward unit u: (group, block of input channels): dW_k += dy x_shift^T
+ * and dx_shift += W_k^T dy per tap, over every batch; repacks its own part
+ * of W and unpacks its own part of dW (no other unit touches them). */
+static void shift_bwd_unit(const run_ctx *c, int64_t u) {
+  const gpa__conv1d_geom *g = c->g;
+  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, Lout = g->Lout, K = g->K;
+  int64_t nb = cdiv(cin_g, c->p->cb), gi = u / nb, c0 = u % nb * c->p->cb, nc = min64(c->p->cb, cin_g - c0);
+  int64_t co0 = gi * cout_g, first = -1;
+  if (K > 1) repack(g, c->wk, c->W, 1, co0, co0 + cout_g, c0, c0 + nc);
+  for (int64_t i = 0; c->dx && i < K && first < 0; i++) { /* a tap that writes all of dx: beta 0 */
+    int64_t k = (K / 2 + i) % K, off = k * g->dilation - g->pad_l, lo, hi;
+    shift_range(g, off, 0, Lout, &lo, &hi);
+    if (lo + off == 0 && hi + off == g->L) first = k;
+  }
+  for (int64_t bi = 0; bi < g->B; bi++) {
+    int64_t xo = (bi * g->Cin + gi * cin_g + c0) * g->L;
+    const float *dyb = c->dy + (bi * g->Cout + co0) * Lout;
+    if (c->dx && first < 0) memset(c->dx + xo, 0, (size_t)(nc * g->L) * sizeof(float)); /* taps add */
+    for (int64_t i = 0; i < K; i++) {
+      int64_t k = first < 0 ? i : (first + i) % K, off = k * g->dilation - g->pad_l, lo, hi;
+      shift_range(g, off, 0, Lout, &lo, &hi);
+      float *dwk = c->dwk + (k * g->Cout + co0) * cin_g + c0;
+      if (hi <= lo) { /* this tap never touches x: its gradient is 0 */
+        if (bi == 0)
+          for (int64_t co = 0; co < cout_g; co++) memset(dwk + co * cin_g, 0, (size_t)nc * sizeof(float));
+        continue;
+      }
+      gpa__sgemm(NULL, 0, 1, cout_g, nc, hi - lo, dyb + lo, Lout, c->x + xo + lo + off, g->L, bi ? 1.0f : 0.0f, dwk,
+                 cin_g);
+      if (c->dx)
+        gpa__sgemm(NULL, 1, 0, nc, hi - lo, cout_g, c->wk + (k * g->Cout + co0) * cin_g + c0, cin_g, dyb + lo, Lout,
+                   first >= 0 && i == 0 ? 0.0f : 1.0f, c->dx + xo + lo + off, g->L);
+    }
+  }
+  if (K > 1) repack(g, c->dW, c->dwk, 0, co0, co0 + cout_g, c0, c0 + nc);
+}
+
+/* ---- im2col path (and the direct 1x1 path) ---- */
 
 /* Forward unit u: (batch, group, chunk of positions). */
 static void fwd_unit(const run_ctx *c, int64_t u, float *col) {
@@ -203,16 +320,23 @@ static void fwd_unit(const run_ctx *c, int64_t u, float *col) {
 static void fwd_slots(int64_t s0, int64_t s1, void *vp) {
   const run_ctx *c = vp;
   for (int64_t s = s0; s < s1; s++)
-    for (int64_t u = s; u < c->p->units; u += c->p->slots) fwd_unit(c, u, c->scratch + s * c->p->slot_floats);
+    for (int64_t u = s; u < c->p->units; u += c->p->slots)
+      if (c->p->shift) shift_fwd_unit(c, u);
+      else fwd_unit(c, u, c->scratch + c->p->w_floats + s * c->p->slot_floats);
 }
 
 void gpa__conv1d_fwd(const gpa__par *par, const gpa__conv1d_geom *g, const float *x, const float *W,
                      const float *b, float *y, float *scratch) {
   if (g->B <= 0 || g->Lout <= 0) return;
   plan p = make_plan(g, 0, par_threads(par));
-  run_ctx c = {g, &p, x, W, b, NULL, y, NULL, NULL, NULL, scratch};
+  run_ctx c = {g, &p, x, W, b, NULL, y, NULL, NULL, NULL, scratch, (float *)W, NULL};
+  const gpa__par *pp = p.slots > 1 ? par : NULL;
   gpa__sgemm_own_split(par);
-  gpa__pfor(p.slots > 1 ? par : NULL, p.slots, 1, fwd_slots, &c);
+  if (p.shift && g->K > 1) { /* every unit reads all of W_k: repacked first */
+    c.wk = scratch;
+    gpa__pfor(pp, p.slots, 1, repack_slots, &c);
+  }
+  gpa__pfor(pp, p.slots, 1, fwd_slots, &c);
 }
 
 /* db[co] for co in [c0, c1): dy summed over batch, then positions. */
@@ -266,7 +390,9 @@ static void bwd_slots(int64_t s0, int64_t s1, void *vp) {
   int64_t S = c->p->slots;
   for (int64_t s = s0; s < s1; s++) {
     if (c->db) db_chans(c, c->g->Cout * s / S, c->g->Cout * (s + 1) / S);
-    for (int64_t u = s; u < c->p->units; u += S) bwd_unit(c, u, c->scratch + s * c->p->slot_floats);
+    for (int64_t u = s; u < c->p->units; u += S)
+      if (c->p->shift) shift_bwd_unit(c, u);
+      else bwd_unit(c, u, c->scratch + c->p->w_floats + s * c->p->slot_floats);
   }
 }
 
@@ -279,7 +405,11 @@ void gpa__conv1d_bwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
     return;
   }
   plan p = make_plan(g, 1, par_threads(par));
-  run_ctx c = {g, &p, x, W, NULL, dy, NULL, dx, dW, db, scratch};
+  run_ctx c = {g, &p, x, W, NULL, dy, NULL, dx, dW, db, scratch, (float *)W, dW};
+  if (p.shift && g->K > 1) {
+    c.wk = scratch;
+    c.dwk = scratch + p.w_floats / 2;
+  }
   gpa__sgemm_own_split(par);
   gpa__pfor(p.slots > 1 ? par : NULL, p.slots, 1, bwd_slots, &c);
 }
