@@ -18,7 +18,7 @@ typedef struct ln_ctx {
   const float *x, *dy, *gamma, *beta, *mean_in, *rstd_in;
   int64_t N, D;
   double eps;
-  float *part; /* [blocks][2][D]: dgamma, dbeta partials */
+  float *part; /* per block: dgamma, dbeta partials (part_g, part_b) */
   int nt;      /* stream y / dx (nt_store.h) */
   int avx2;    /* the AVX2+FMA row loops */
 } ln_ctx;
@@ -81,6 +81,10 @@ GPA__KCLONES static void row_norm(float *restrict y, const float *restrict x, co
  * burst of reads and then a burst of writes per row with the other passes
  * in between. */
 #define LN_PF_AHEAD 1024 /* floats: how far ahead pass (1) prefetches */
+/* LN_ALIAS: rows of 1024 floats put x, the next row, y, dy, ... at the same
+ * address modulo 4 KiB; a load issued after a store to such an address
+ * waits for the store (the CPU compares only the low 12 bits at first), so
+ * the fused loops issue each block's loads before its stores. */
 
 /* Pass (1) on 32 floats at p into 4 double accumulators. The same lanes and
  * order wherever a row is summed (fused or not), so a row's statistics do
@@ -178,13 +182,13 @@ GPA__AVX2_ATTR static double norm_and_sum(float *y, const float *x, const float 
   __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
   int64_t j = 0; /* the sum's index; i = j + h in the fused loop */
   for (; i + 32 <= D; i += 32, j += 32) {
+    __builtin_prefetch(xs + j + LN_PF_AHEAD, 0, 3);
+    __builtin_prefetch(xs + j + LN_PF_AHEAD + 16, 0, 3);
+    LN_SUM32(xs + j, s0, s1, s2, s3); /* loads before the stores: see LN_ALIAS */
     LN_Y8(i);
     LN_Y8(i + 8);
     LN_Y8(i + 16);
     LN_Y8(i + 24);
-    __builtin_prefetch(xs + j + LN_PF_AHEAD, 0, 3);
-    __builtin_prefetch(xs + j + LN_PF_AHEAD + 16, 0, 3);
-    LN_SUM32(xs + j, s0, s1, s2, s3);
   }
   for (; i + 8 <= D; i += 8) LN_Y8(i);
 #undef LN_Y8
@@ -295,6 +299,19 @@ void gpa__layernorm_fwd_f32(const gpa__par *par, float *y, float *mean, float *r
   gpa__pfor(par, N, grain < 1 ? 1 : grain, fwd_rows, &c);
 }
 
+/* The column partials of a block of rows. Rows of 1024 floats put x, dy,
+ * gamma and dx of every row at one address modulo 4 KiB, so the partials,
+ * read and written at the same column as those, would be the 9th and 10th
+ * lines of one 8-way L1 set: they start 1 KiB and 3 KiB past a 4 KiB
+ * boundary of the scratch instead (PART_PAD floats of slack per block). */
+#define PART_PAD 1024
+static int64_t part_stride(int64_t D) { return (2 * D + PART_PAD + 1023) / 1024 * 1024; }
+static float *part_g(const ln_ctx *c, int64_t blk) {
+  float *base = (float *)(((uintptr_t)c->part + 4095) & ~(uintptr_t)4095);
+  return base + 256 + blk * part_stride(c->D);
+}
+static float *part_b(const ln_ctx *c, int64_t blk) { return part_g(c, blk) + c->D + 512; }
+
 /* One row of the backward: dx, and the row's share of the column partials
  * (float partials of one block of rows; the blocks are added in double). */
 GPA__KCLONES static void bwd_row(float *restrict dx, float *restrict pg, float *restrict pb,
@@ -326,12 +343,161 @@ GPA__KCLONES static void bwd_row(float *restrict dx, float *restrict pg, float *
   }
 }
 
+#ifdef GPA__HAVE_AVX2_PATH
+/* The backward's AVX2 path, fused the same way as the forward's: a row's
+ * second pass (dx and its column partials, from L1) runs in one loop with
+ * the next row's first pass (sum g and g * xhat, from memory; g = dy *
+ * gamma, xhat = (x - m) r), dx streamed from registers. */
+
+/* The first pass on 32 columns at k (x, dy, gamma indexed from 0): 32 float
+ * lanes, the same wherever a row is summed (see LN_SUM32). */
+#define LNB_SUM32(x, dy, k, vm, vr, a, b)                                                          \
+  do {                                                                                             \
+    for (int q_ = 0; q_ < 4; q_++) {                                                               \
+      __m256 xh_ = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps((x) + (k) + 8 * q_), vm), vr);      \
+      __m256 g_ = _mm256_mul_ps(_mm256_loadu_ps((dy) + (k) + 8 * q_), _mm256_loadu_ps(gm + (k) + 8 * q_)); \
+      a[q_] = _mm256_add_ps(a[q_], g_);                                                            \
+      b[q_] = _mm256_fmadd_ps(g_, xh_, b[q_]);                                                     \
+    }                                                                                              \
+  } while (0)
+
+/* The row's tail from j, then the lanes in order: *ma, *mb = the means of
+ * g and g * xhat. */
+GPA__AVX2_ATTR static void bsum_finish(const float *x, const float *dy, const float *gm, float m, float r,
+                                       int64_t j, int64_t D, const __m256 *a, const __m256 *b, float *ma,
+                                       float *mb) {
+  float la[32], lb[32], sa = 0.0f, sb = 0.0f;
+  for (int q = 0; q < 4; q++) {
+    _mm256_storeu_ps(la + 8 * q, a[q]);
+    _mm256_storeu_ps(lb + 8 * q, b[q]);
+  }
+  for (; j < D; j++) {
+    float g = dy[j] * gm[j];
+    sa += g;
+    sb = fmaf(g, (x[j] - m) * r, sb);
+  }
+  for (int k = 0; k < 32; k++) sa += la[k], sb += lb[k];
+  *ma = sa / (float)D;
+  *mb = sb / (float)D;
+}
+
+/* The first pass alone: a thread's first row. */
+GPA__AVX2_ATTR static void bwd_sum_avx2(const float *x, const float *dy, const float *gm, float m, float r,
+                                        int64_t D, float *ma, float *mb) {
+  const __m256 vm = _mm256_set1_ps(m), vr = _mm256_set1_ps(r);
+  __m256 a[4], b[4];
+  for (int q = 0; q < 4; q++) a[q] = b[q] = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 32 <= D; j += 32) LNB_SUM32(x, dy, j, vm, vr, a, b);
+  bsum_finish(x, dy, gm, m, r, j, D, a, b, ma, mb);
+}
+
+typedef struct lnb_row {
+  const float *x, *dy;
+  float m, r;
+} lnb_row;
+
+/* Row `cur`'s dx = r ((g - ma) - xhat mb), pg += dy xhat, pb += dy, fused
+ * with the first pass of row `nx` (nx.x NULL: none), whose means go to
+ * *nma, *nmb. dx is streamed (nt) from its first 32-byte boundary. */
+GPA__AVX2_ATTR static void bwd_fused(float *dx, float *pg, float *pb, const float *gm, lnb_row cur, float ma,
+                                     float mb, int64_t D, int nt, lnb_row nx, float *nma, float *nmb) {
+  int64_t i = 0, h = 0;
+  if (nt && !((uintptr_t)dx & 3)) {
+    h = (int64_t)((32 - ((uintptr_t)dx & 31)) & 31) / 4;
+    if (h > D) h = D;
+  } else {
+    nt = 0;
+  }
+  const float *x = cur.x, *dy = cur.dy;
+  const float m = cur.m, r = cur.r;
+#define LNB_S1(k)                                                                \
+  do {                                                                           \
+    float xh_ = (x[k] - m) * r;                                                  \
+    dx[k] = r * fmaf(-xh_, mb, dy[k] * gm[k] - ma);                              \
+    pg[k] = fmaf(dy[k], xh_, pg[k]);                                             \
+    pb[k] += dy[k];                                                              \
+  } while (0)
+  for (; i < h; i++) LNB_S1(i);
+  const __m256 vm = _mm256_set1_ps(m), vr = _mm256_set1_ps(r), vma = _mm256_set1_ps(ma), vmb = _mm256_set1_ps(mb);
+#define LNB_DX8(k)                                                                                      \
+  do {                                                                                                  \
+    __m256 dy_ = _mm256_loadu_ps(dy + (k));                                                             \
+    __m256 xh_ = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + (k)), vm), vr);                       \
+    __m256 g_ = _mm256_sub_ps(_mm256_mul_ps(dy_, _mm256_loadu_ps(gm + (k))), vma);                     \
+    __m256 d_ = _mm256_mul_ps(vr, _mm256_fnmadd_ps(xh_, vmb, g_));                                      \
+    __m256 pg_ = _mm256_loadu_ps(pg + (k)), pb_ = _mm256_loadu_ps(pb + (k));                           \
+    _mm256_storeu_ps(pg + (k), _mm256_fmadd_ps(dy_, xh_, pg_));                                        \
+    _mm256_storeu_ps(pb + (k), _mm256_add_ps(pb_, dy_));                                               \
+    if (nt)                                                                                             \
+      _mm256_stream_ps(dx + (k), d_);                                                                   \
+    else                                                                                                \
+      _mm256_storeu_ps(dx + (k), d_);                                                                   \
+  } while (0)
+  const int has_next = nx.x != NULL;
+  const float *nxx = has_next ? nx.x : x, *ndy = has_next ? nx.dy : dy; /* none: sum this row, drop it */
+  const __m256 nvm = _mm256_set1_ps(has_next ? nx.m : m), nvr = _mm256_set1_ps(has_next ? nx.r : r);
+  __m256 a[4], b[4];
+  for (int q = 0; q < 4; q++) a[q] = b[q] = _mm256_setzero_ps();
+  int64_t j = 0; /* the next row's index; i = j + h in the fused loop */
+  for (; i + 32 <= D; i += 32, j += 32) {
+    __builtin_prefetch(nxx + j + LN_PF_AHEAD, 0, 3);
+    __builtin_prefetch(nxx + j + LN_PF_AHEAD + 16, 0, 3);
+    __builtin_prefetch(ndy + j + LN_PF_AHEAD, 0, 3);
+    __builtin_prefetch(ndy + j + LN_PF_AHEAD + 16, 0, 3);
+    LNB_SUM32(nxx, ndy, j, nvm, nvr, a, b); /* loads before the stores: see LN_ALIAS */
+    LNB_DX8(i);
+    LNB_DX8(i + 8);
+    LNB_DX8(i + 16);
+    LNB_DX8(i + 24);
+  }
+  for (; i + 8 <= D; i += 8) LNB_DX8(i);
+  for (; i < D; i++) LNB_S1(i);
+#undef LNB_DX8
+#undef LNB_S1
+  for (; j + 32 <= D; j += 32) LNB_SUM32(nxx, ndy, j, nvm, nvr, a, b);
+  if (has_next) bsum_finish(nxx, ndy, gm, nx.m, nx.r, j, D, a, b, nma, nmb);
+}
+#undef LNB_SUM32
+
+/* Blocks [s, e) on the AVX2 path. */
+static void bwd_blocks_avx2(const ln_ctx *c, int64_t s, int64_t e) {
+  const int64_t D = c->D;
+  int64_t n = s * GPA__LN_BLOCK_ROWS, end = e * GPA__LN_BLOCK_ROWS < c->N ? e * GPA__LN_BLOCK_ROWS : c->N;
+  lnb_row cur = {c->x + n * D, c->dy + n * D, c->mean_in[n], c->rstd_in[n]};
+  float ma, mb;
+  bwd_sum_avx2(cur.x, cur.dy, c->gamma, cur.m, cur.r, D, &ma, &mb);
+  for (; n < end; n++) {
+    float *pg = part_g(c, n / GPA__LN_BLOCK_ROWS), *pb = part_b(c, n / GPA__LN_BLOCK_ROWS);
+    if (n % GPA__LN_BLOCK_ROWS == 0) {
+      memset(pg, 0, (size_t)D * sizeof *pg);
+      memset(pb, 0, (size_t)D * sizeof *pb);
+    }
+    lnb_row nx = {NULL, NULL, 0.0f, 0.0f};
+    if (n + 1 < end) nx = (lnb_row){cur.x + D, cur.dy + D, c->mean_in[n + 1], c->rstd_in[n + 1]};
+    float nma = 0.0f, nmb = 0.0f;
+    bwd_fused(c->y + n * D, pg, pb, c->gamma, cur, ma, mb, D, c->nt, nx, &nma, &nmb);
+    cur = nx;
+    ma = nma;
+    mb = nmb;
+  }
+  if (c->nt) gpa__nt_fence();
+}
+#endif
+
 static void bwd_blocks(int64_t s, int64_t e, void *p) {
   const ln_ctx *c = p;
   const int64_t D = c->D;
+#ifdef GPA__HAVE_AVX2_PATH
+  if (c->avx2) {
+    bwd_blocks_avx2(c, s, e);
+    return;
+  }
+#endif
   for (int64_t blk = s; blk < e; blk++) {
-    float *pg = c->part + blk * 2 * D, *pb = pg + D;
-    memset(pg, 0, (size_t)(2 * D) * sizeof *pg);
+    float *pg = part_g(c, blk), *pb = part_b(c, blk);
+    memset(pg, 0, (size_t)D * sizeof *pg);
+    memset(pb, 0, (size_t)D * sizeof *pb);
     int64_t r1 = (blk + 1) * GPA__LN_BLOCK_ROWS;
     if (r1 > c->N) r1 = c->N;
     const int64_t pf = pf_rows(D);
@@ -352,25 +518,32 @@ static void bwd_blocks(int64_t s, int64_t e, void *p) {
   if (c->nt) gpa__nt_fence();
 }
 
-/* Column sums over the blocks, in block order. */
-GPA__KCLONES static void bwd_cols(int64_t s, int64_t e, void *p) {
+/* Column sums over the blocks, in block order, COLS columns at a time (the
+ * loads run along the partials' rows, the adds across columns vectorize). */
+#define COLS 128
+GPA__KCLONES static void col_sums(double *restrict g, double *restrict b, const float *restrict pg,
+                                  const float *restrict pb, int64_t n) {
+  for (int64_t j = 0; j < n; j++) g[j] += (double)pg[j], b[j] += (double)pb[j];
+}
+
+static void bwd_cols(int64_t s, int64_t e, void *p) {
   const ln_ctx *c = p;
-  const int64_t D = c->D, nb = (c->N + GPA__LN_BLOCK_ROWS - 1) / GPA__LN_BLOCK_ROWS;
-  for (int64_t j = s; j < e; j++) {
-    double g = 0.0, b = 0.0;
-    for (int64_t blk = 0; blk < nb; blk++) {
-      g += (double)c->part[blk * 2 * D + j];
-      b += (double)c->part[blk * 2 * D + D + j];
+  const int64_t nb = (c->N + GPA__LN_BLOCK_ROWS - 1) / GPA__LN_BLOCK_ROWS;
+  for (int64_t j0 = s; j0 < e; j0 += COLS) {
+    const int64_t n = e - j0 < COLS ? e - j0 : COLS;
+    double g[COLS] = {0}, b[COLS] = {0};
+    for (int64_t blk = 0; blk < nb; blk++) col_sums(g, b, part_g(c, blk) + j0, part_b(c, blk) + j0, n);
+    for (int64_t j = 0; j < n; j++) {
+      c->dgamma[j0 + j] = (float)g[j];
+      c->dbeta[j0 + j] = (float)b[j];
     }
-    c->dgamma[j] = (float)g;
-    c->dbeta[j] = (float)b;
   }
 }
 
 size_t gpa__layernorm_bwd_scratch(int64_t N, int64_t D) {
   if (N <= 0 || D <= 0) return 0;
   int64_t nb = (N + GPA__LN_BLOCK_ROWS - 1) / GPA__LN_BLOCK_ROWS;
-  return (size_t)nb * 2 * (size_t)D * sizeof(float);
+  return (size_t)nb * (size_t)part_stride(D) * sizeof(float) + 4096;
 }
 
 void gpa__layernorm_bwd_f32(const gpa__par *par, float *dx, float *dgamma, float *dbeta, const float *x,
@@ -383,8 +556,8 @@ void gpa__layernorm_bwd_f32(const gpa__par *par, float *dx, float *dgamma, float
     return;
   }
   ln_ctx c = {.y = dx, .dgamma = dgamma, .dbeta = dbeta, .x = x, .dy = dy, .gamma = gamma,
-              .mean_in = mean, .rstd_in = rstd, .N = N, .D = D, .part = scratch,
-              .nt = D <= NT_BWD_MAX && dx != x && dx != dy && gpa__nt_worth(12 * (uint64_t)N * (uint64_t)D)};
+              .mean_in = mean, .rstd_in = rstd, .N = N, .D = D, .part = scratch, .avx2 = cpu_avx2(),
+              .nt = (D <= NT_BWD_MAX || cpu_avx2()) && dx != x && dx != dy && gpa__nt_worth(12 * (uint64_t)N * (uint64_t)D)};
   int64_t nb = (N + GPA__LN_BLOCK_ROWS - 1) / GPA__LN_BLOCK_ROWS;
   int64_t grain = LN_GRAIN / (GPA__LN_BLOCK_ROWS * D);
   gpa__pfor(par, nb, grain < 1 ? 1 : grain, bwd_blocks, &c);
