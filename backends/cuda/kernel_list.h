@@ -74,19 +74,25 @@
   K(ATT_DQ128, attn, gpa_attn_dq_d128)           \
   K(ATT_DQ256, attn, gpa_attn_dq_d256)           \
   K(ATT_DELTA, attn, gpa_attn_bwd_delta)         \
-  /* bf16 then fp16, each D <= 64 then D <= 128, in this order */ \
+  /* bf16 then fp16, each D <= 64, D <= 128, D <= 256, in this order */ \
   K(ATT_FWD_BF64, attn, gpa_attn_fwd_bf16_d64)   \
   K(ATT_FWD_BF128, attn, gpa_attn_fwd_bf16_d128) \
+  K(ATT_FWD_BF256, attn, gpa_attn_fwd_bf16_d256) \
   K(ATT_FWD_H64, attn, gpa_attn_fwd_f16_d64)     \
   K(ATT_FWD_H128, attn, gpa_attn_fwd_f16_d128)   \
+  K(ATT_FWD_H256, attn, gpa_attn_fwd_f16_d256)   \
   K(ATT_DKV_BF64, attn, gpa_attn_dkv_bf16_d64)   \
   K(ATT_DKV_BF128, attn, gpa_attn_dkv_bf16_d128) \
+  K(ATT_DKV_BF256, attn, gpa_attn_dkv_bf16_d256) \
   K(ATT_DKV_H64, attn, gpa_attn_dkv_f16_d64)     \
   K(ATT_DKV_H128, attn, gpa_attn_dkv_f16_d128)   \
+  K(ATT_DKV_H256, attn, gpa_attn_dkv_f16_d256)   \
   K(ATT_DQ_BF64, attn, gpa_attn_dq_bf16_d64)     \
   K(ATT_DQ_BF128, attn, gpa_attn_dq_bf16_d128)   \
+  K(ATT_DQ_BF256, attn, gpa_attn_dq_bf16_d256)   \
   K(ATT_DQ_H64, attn, gpa_attn_dq_f16_d64)       \
   K(ATT_DQ_H128, attn, gpa_attn_dq_f16_d128)     \
+  K(ATT_DQ_H256, attn, gpa_attn_dq_f16_d256)     \
   K(ATT_DELTA_BF, attn, gpa_attn_bwd_delta_bf16) \
   K(ATT_DELTA_H, attn, gpa_attn_bwd_delta_f16)
 

@@ -1,7 +1,7 @@
 /* Attention on CUDA: fp32 flash attention (kernels/cuda/attention.cu),
  * forward and deterministic backward, head dims up to 256; bf16 and fp16
  * with tensor cores (kernels/cuda/attention_lowp.cu), forward and
- * deterministic backward, head dims that are multiples of 16 up to 128.
+ * deterministic backward, head dims that are multiples of 16 up to 256.
  *
  * Lengths: each value must lie in [0, Sk] (GPA_ERANGE otherwise, with the
  * host's message), checked on the device and read at completion (no
@@ -79,11 +79,14 @@ static unsigned bwd_smem(int D) {
 }
 
 /* bf16/fp16 (attention_lowp.cu): 64-row tiles of T with rows of D + 8.
- * Forward: K and V tiles, per warp fp32 scores [16][68] and P [16][72].
- * Backward: K, V, Q, dO tiles, fp32 S and dP [64][68], P and dS [64][72],
- * lse and delta [64]. */
+ * Forward: K and V tiles, per warp fp32 scores [16][68] and P [16][72];
+ * D > 128: O too, fp32 [64][D+4]. Backward: K, V, Q, dO tiles, fp32 S and
+ * dP [64][68], P and dS [64][72], lse and delta [64]; D > 128: two blocks
+ * per tile, one per half of the accumulated columns. */
 #define LP_BR 64
-static unsigned lp_fwd_smem(int D) { return (unsigned)(2 * LP_BR * (D + 8) * 2 + 4 * 16 * 68 * 4 + 4 * 16 * 72 * 2); }
+static unsigned lp_fwd_smem(int D) {
+  return (unsigned)(2 * LP_BR * (D + 8) * 2 + 4 * 16 * 68 * 4 + 4 * 16 * 72 * 2 + (D > 128 ? LP_BR * (D + 4) * 4 : 0));
+}
 static unsigned lp_bwd_smem(int D) {
   return (unsigned)(4 * LP_BR * (D + 8) * 2 + 2 * LP_BR * 68 * 4 + 2 * LP_BR * 72 * 2 + 2 * LP_BR * 4);
 }
@@ -93,8 +96,8 @@ static unsigned lp_bwd_smem(int D) {
  * runs it). */
 static int lowp_variant(int dtype, int D) {
   if (dtype != GPA_BF16 && dtype != GPA_F16) return -1;
-  if (D % 16 || D > 128) return -1;
-  return (dtype == GPA_F16 ? 2 : 0) + (D > 64);
+  if (D % 16 || D > 256) return -1;
+  return (dtype == GPA_F16 ? 3 : 0) + (D > 64) + (D > 128);
 }
 
 static gpa_status fwd_cu(const gpa_op_exec *x) {
@@ -127,6 +130,7 @@ static gpa_status bwd_cu(const gpa_op_exec *x) {
   int kdq = lowp ? GPA__K_ATT_DQ_BF64 + var : GPA__K_ATT_DQ32 + cls;
   int kdelta = !lowp ? GPA__K_ATT_DELTA : dtype == GPA_F16 ? GPA__K_ATT_DELTA_H : GPA__K_ATT_DELTA_BF;
   unsigned smem = lowp ? lp_bwd_smem(g.D) : bwd_smem(g.D), bk = lowp ? LP_BR : BC, bq = lowp ? LP_BR : BQ;
+  unsigned halves = lowp && g.D > 128 ? 2 : 1; /* blocks per tile */
   if (!allow_smem(x, kdkv, smem) || !allow_smem(x, kdq, smem)) return gpa__cu_fallback(x);
   long long rows = (long long)g.B * g.S * g.H;
   CUdeviceptr scr = gpa__cu_scratch(x, RES_BYTES + (uint64_t)(rows > 0 ? rows : 1) * sizeof(float));
@@ -139,9 +143,10 @@ static gpa_status bwd_cu(const gpa_op_exec *x) {
   if (rows > 0) GPA__CU_TRY(gpa__cu_launch(x, kdelta, gpa__cu_blocks(x, (rows + 7) / 8, 1), 1, 1, 32, 8, 0, a0));
   void *a1[] = {&dout, &q, &k, &v, &lse, &dl, &lens, &dq, &dk, &dv, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale,
                 &g.causal};
-  GPA__CU_TRY(gpa__cu_launch(x, kdkv, (g.Sk + bk - 1) / bk, (unsigned)g.Hkv, (unsigned)g.B, 32, (unsigned)warps,
-                             smem, a1));
-  return gpa__cu_launch(x, kdq, (g.S + bq - 1) / bq, (unsigned)g.H, (unsigned)g.B, 32, (unsigned)warps, smem, a1);
+  GPA__CU_TRY(gpa__cu_launch(x, kdkv, (g.Sk + bk - 1) / bk * halves, (unsigned)g.Hkv, (unsigned)g.B, 32,
+                             (unsigned)warps, smem, a1));
+  return gpa__cu_launch(x, kdq, (g.S + bq - 1) / bq * halves, (unsigned)g.H, (unsigned)g.B, 32, (unsigned)warps,
+                        smem, a1);
 }
 
 const gpa__cu_impl gpa__cu_ops_attn[] = {

@@ -2,10 +2,13 @@
  * accumulation), forward and a deterministic backward; the same code for
  * both element types (template parameter T). q, k, v (and dout) are T;
  * o, lse, delta, dq, dk, dv are fp32. Masking as the fp32 kernels
- * (attention_common.h). Head dims: multiples of 16 up to 128, in two
- * register classes DM = 64 (D <= 64) and DM = 128; the host side sends
- * other shapes to the host fallback (D = 256: the dk and dv accumulators
- * alone would take 256 registers a thread).
+ * (attention_common.h). Head dims: multiples of 16 up to 256, in three
+ * classes DM = 64 (D <= 64), 128 and 256; the host side sends other shapes
+ * to the host fallback. In the DM = 256 class the fragments a thread would
+ * hold for the whole kernel (O: 128 registers, dK and dV: 256) do not fit
+ * in its registers, so there the forward keeps O in shared memory (fp32)
+ * and each backward block accumulates one half of the columns (D <= 128 or
+ * the rest; two blocks per tile, each computing the tile's S and dP whole).
  *
  * Tiles are 64 rows of T in shared memory, rows padded by 8 elements (the
  * stride stays a multiple of 8 as wmma requires, and consecutive rows start
@@ -32,7 +35,9 @@
  *     16w..16w+15; key tiles ascending up to the tile's last visible key:
  *     the same S, dP, dS (the warp's rows only), then dQ += dS K.
  * Fully masked tiles (causal, key lengths) are never visited. dq and dk are
- * scaled by `scale` at the end, as the host does.
+ * scaled by `scale` at the end, as the host does. (DM = 256: blockIdx.x is
+ * 2 tile + half, and the block accumulates columns [128 half, 128 half +
+ * 128) of dk/dv or dq.)
  *
  * Accuracy: the products of T values are exact in fp32 and summed in fp32;
  * the roundings to T are P (forward and backward) and dS: relative 2^-8
@@ -86,11 +91,16 @@ static __device__ __forceinline__ void attn_fwd_lp(const T *__restrict__ q, cons
   using namespace nvcuda;
   GPA_DYNAMIC_SHARED(unsigned char, smem);
   constexpr int DF = DM / 16;
+  constexpr bool o_shared = DM > 128; /* O in shared memory (fp32), not in fragments */
   const int ld = D + 8;
   T *sK = reinterpret_cast<T *>(smem), *sV = sK + LP_BR * ld;
   const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane;
   float *sS = reinterpret_cast<float *>(sV + LP_BR * ld) + w * (16 * LP_LDS);
   T *sP = reinterpret_cast<T *>(reinterpret_cast<float *>(sV + LP_BR * ld) + 4 * 16 * LP_LDS) + w * (16 * LP_LDP);
+  /* o_shared: the warp's 16 rows of O [16][D + 4] after the 4 warps' P */
+  float *sOw = reinterpret_cast<float *>(reinterpret_cast<T *>(reinterpret_cast<float *>(sV + LP_BR * ld) +
+                                                               4 * 16 * LP_LDS) + 4 * 16 * LP_LDP) +
+               w * (16 * (D + 4));
   const int row0 = blockIdx.x * LP_BR, h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
   const int kvlen = attn_kvlen(lens, b, Sk), nrows = S - row0 < LP_BR ? S - row0 : LP_BR;
   const int jmax = attn_limit(kvlen, row0 + nrows - 1, S, Sk, causal);
@@ -106,9 +116,13 @@ static __device__ __forceinline__ void attn_fwd_lp(const T *__restrict__ q, cons
   const int rr = lane >> 1, half = lane & 1, row = row0 + w * 16 + rr;
   const int lim = row < S ? attn_limit(kvlen, row, S, Sk, causal) : 0;
   float m = -INFINITY, l = 0.0f;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> oacc[DF];
-  UNROLL
-  for (int f = 0; f < DF; f++) wmma::fill_fragment(oacc[f], 0.0f);
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> oacc[o_shared ? 1 : DF];
+  if constexpr (o_shared) {
+    for (int e = lane; e < 16 * (D + 4); e += 32) sOw[e] = 0.0f;
+  } else {
+    UNROLL
+    for (int f = 0; f < DF; f++) wmma::fill_fragment(oacc[f], 0.0f);
+  }
   const T *kb = k + (long long)b * Sk * ldkv + (long long)kh * D;
   const T *vb = v + (long long)b * Sk * ldkv + (long long)kh * D;
   for (int pass = 0; pass < 2; pass++) {
@@ -154,24 +168,32 @@ static __device__ __forceinline__ void attn_fwd_lp(const T *__restrict__ q, cons
         __syncwarp();
         UNROLL
         for (int f = 0; f < DF; f++)
-          if (f * 16 < D)
+          if (f * 16 < D) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> &acc = oacc[o_shared ? 0 : f];
+            if constexpr (o_shared) wmma::load_matrix_sync(acc, sOw + f * 16, D + 4, wmma::mem_row_major);
             for (int kk = 0; kk < LP_BR / 16; kk++) {
               wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pf;
               wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vf;
               wmma::load_matrix_sync(pf, sP + kk * 16, LP_LDP);
               wmma::load_matrix_sync(vf, sV + (kk * 16) * ld + f * 16, ld);
-              wmma::mma_sync(oacc[f], pf, vf, oacc[f]);
+              wmma::mma_sync(acc, pf, vf, acc);
             }
+            if constexpr (o_shared) wmma::store_matrix_sync(sOw + f * 16, acc, D + 4, wmma::mem_row_major);
+          }
       }
       __syncwarp();
     }
   }
-  /* O (16 x D per warp) staged in fp32 over the K/V tiles, then the rows < S */
-  __syncthreads();
-  float *sO = reinterpret_cast<float *>(smem) + w * (16 * (D + 4));
-  UNROLL
-  for (int f = 0; f < DF; f++)
-    if (f * 16 < D) wmma::store_matrix_sync(sO + f * 16, oacc[f], D + 4, wmma::mem_row_major);
+  /* O (16 x D per warp) staged in fp32 over the K/V tiles (o_shared: where
+   * it is), then the rows < S */
+  float *sO = sOw;
+  if constexpr (!o_shared) {
+    __syncthreads();
+    sO = reinterpret_cast<float *>(smem) + w * (16 * (D + 4));
+    UNROLL
+    for (int f = 0; f < DF; f++)
+      if (f * 16 < D) wmma::store_matrix_sync(sO + f * 16, oacc[f], D + 4, wmma::mem_row_major);
+  }
   __syncwarp();
   for (int e = lane; e < 16 * D; e += 32) {
     const int r = e / D, d = e - r * D, gr = row0 + w * 16 + r;
@@ -191,11 +213,17 @@ extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_fwd_bf16_d64(LPF_A
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_fwd_bf16_d128(LPF_ARGS(__nv_bfloat16)) {
   attn_fwd_lp<__nv_bfloat16, 128>(LPF_PASS);
 }
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_fwd_bf16_d256(LPF_ARGS(__nv_bfloat16)) {
+  attn_fwd_lp<__nv_bfloat16, 256>(LPF_PASS);
+}
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_fwd_f16_d64(LPF_ARGS(__half)) {
   attn_fwd_lp<__half, 64>(LPF_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_fwd_f16_d128(LPF_ARGS(__half)) {
   attn_fwd_lp<__half, 128>(LPF_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_fwd_f16_d256(LPF_ARGS(__half)) {
+  attn_fwd_lp<__half, 256>(LPF_PASS);
 }
 
 /* ---- backward ----------------------------------------------------------- */
@@ -280,24 +308,38 @@ static __device__ __forceinline__ void lp_ps_rows(const lp_smem<T> &sm, int w, i
   __syncwarp();
 }
 
-/* fp32 fragments of a warp (16 rows x D) to rows r0.. of a [.][ld] head in
- * global memory (rows < nvalid), times `mul`, staged through `stage`
- * (16 x (D+4) floats, the warp's own). */
+/* fp32 fragments of a warp (16 rows x W columns) to rows r0.. of a [.][ld]
+ * head in global memory (rows < nvalid), times `mul`, staged through
+ * `stage` (16 x (W+4) floats, the warp's own). */
 template <int DF>
 static __device__ __forceinline__ void lp_store_rows(
     float *stage, const nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> *acc, float *dst,
-    long long ld, int nvalid, int D, float mul, int lane) {
+    long long ld, int nvalid, int W, float mul, int lane) {
   using namespace nvcuda;
   UNROLL
   for (int f = 0; f < DF; f++)
-    if (f * 16 < D) wmma::store_matrix_sync(stage + f * 16, acc[f], D + 4, wmma::mem_row_major);
+    if (f * 16 < W) wmma::store_matrix_sync(stage + f * 16, acc[f], W + 4, wmma::mem_row_major);
   __syncwarp();
-  for (int e = lane; e < 16 * D; e += 32) {
-    const int r = e / D, d = e - r * D;
-    if (r < nvalid) dst[(long long)r * ld + d] = stage[r * (D + 4) + d] * mul;
+  for (int e = lane; e < 16 * W; e += 32) {
+    const int r = e / W, d = e - r * W;
+    if (r < nvalid) dst[(long long)r * ld + d] = stage[r * (W + 4) + d] * mul;
   }
   __syncwarp();
 }
+
+/* Columns of the backward's accumulators: DM <= 128 all D of them; DM = 256
+ * the half of blockIdx.x (2 tile + half): [c0, c0 + W). */
+template <int DM>
+struct lp_cols {
+  static constexpr int DA = DM > 128 ? 128 : DM, DFA = DA / 16;
+  int tile, c0, W;
+  __device__ __forceinline__ explicit lp_cols(int D) {
+    const int half = DM > 128 ? (int)(blockIdx.x & 1) : 0;
+    tile = DM > 128 ? (int)(blockIdx.x >> 1) : (int)blockIdx.x;
+    c0 = half * DA;
+    W = D - c0 < DA ? D - c0 : DA;
+  }
+};
 
 #define LPB_ARGS(T)                                                                                                \
   const T *__restrict__ dout, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,          \
@@ -311,18 +353,19 @@ template <class T, int DM>
 static __device__ __forceinline__ void attn_dkv_lp(LPB_ARGS(T)) {
   using namespace nvcuda;
   GPA_DYNAMIC_SHARED(unsigned char, smem);
-  constexpr int DF = DM / 16;
+  constexpr int DF = DM / 16, DFA = lp_cols<DM>::DFA;
   const lp_smem<T> sm(smem, D);
-  const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane, ld = D + 8;
+  const lp_cols<DM> cols(D);
+  const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane, ld = D + 8, c0 = cols.c0;
   (void)dq;
-  const int j0 = blockIdx.x * LP_BR, kh = blockIdx.y, b = blockIdx.z, grp = H / Hkv;
+  const int j0 = cols.tile * LP_BR, kh = blockIdx.y, b = blockIdx.z, grp = H / Hkv;
   const int kvlen = attn_kvlen(lens, b, Sk), nc = Sk - j0 < LP_BR ? Sk - j0 : LP_BR;
   long long qs = causal ? (long long)j0 - (Sk - S) : 0; /* first query that can see key j0 */
   if (qs < 0) qs = 0;
   const long long ldkv = (long long)Hkv * D, off = ((long long)b * Sk + j0) * ldkv + (long long)kh * D;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> ak[DF], av[DF];
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> ak[DFA], av[DFA];
   UNROLL
-  for (int f = 0; f < DF; f++) {
+  for (int f = 0; f < DFA; f++) {
     wmma::fill_fragment(ak[f], 0.0f);
     wmma::fill_fragment(av[f], 0.0f);
   }
@@ -343,12 +386,12 @@ static __device__ __forceinline__ void attn_dkv_lp(LPB_ARGS(T)) {
           wmma::load_matrix_sync(pt, sm.p + (kk * 16) * LP_LDP + w * 16, LP_LDP);
           wmma::load_matrix_sync(dst, sm.ds + (kk * 16) * LP_LDP + w * 16, LP_LDP);
           UNROLL
-          for (int f = 0; f < DF; f++)
-            if (f * 16 < D) {
+          for (int f = 0; f < DFA; f++)
+            if (f * 16 < cols.W) {
               wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bf;
-              wmma::load_matrix_sync(bf, sm.dO + (kk * 16) * ld + f * 16, ld);
+              wmma::load_matrix_sync(bf, sm.dO + (kk * 16) * ld + c0 + f * 16, ld);
               wmma::mma_sync(av[f], pt, bf, av[f]);
-              wmma::load_matrix_sync(bf, sm.q + (kk * 16) * ld + f * 16, ld);
+              wmma::load_matrix_sync(bf, sm.q + (kk * 16) * ld + c0 + f * 16, ld);
               wmma::mma_sync(ak[f], dst, bf, ak[f]);
             }
         }
@@ -356,10 +399,10 @@ static __device__ __forceinline__ void attn_dkv_lp(LPB_ARGS(T)) {
     }
   }
   __syncthreads(); /* the tiles are consumed: staging over Q and dO */
-  float *stage = reinterpret_cast<float *>(sm.q) + w * (16 * (D + 4));
+  float *stage = reinterpret_cast<float *>(sm.q) + w * (16 * (cols.W + 4));
   const int nv = nc - w * 16;
-  lp_store_rows<DF>(stage, av, dv + off + (long long)(w * 16) * ldkv, ldkv, nv, D, 1.0f, lane);
-  lp_store_rows<DF>(stage, ak, dk + off + (long long)(w * 16) * ldkv, ldkv, nv, D, scale, lane);
+  lp_store_rows<DFA>(stage, av, dv + off + (long long)(w * 16) * ldkv + c0, ldkv, nv, cols.W, 1.0f, lane);
+  lp_store_rows<DFA>(stage, ak, dk + off + (long long)(w * 16) * ldkv + c0, ldkv, nv, cols.W, scale, lane);
 }
 
 /* dq of query tile blockIdx.x of (head blockIdx.y, batch blockIdx.z). */
@@ -367,18 +410,19 @@ template <class T, int DM>
 static __device__ __forceinline__ void attn_dq_lp(LPB_ARGS(T)) {
   using namespace nvcuda;
   GPA_DYNAMIC_SHARED(unsigned char, smem);
-  constexpr int DF = DM / 16;
+  constexpr int DF = DM / 16, DFA = lp_cols<DM>::DFA;
   const lp_smem<T> sm(smem, D);
-  const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane, ld = D + 8;
+  const lp_cols<DM> cols(D);
+  const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane, ld = D + 8, c0 = cols.c0;
   (void)dk;
   (void)dv;
-  const int row0 = blockIdx.x * LP_BR, h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
+  const int row0 = cols.tile * LP_BR, h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
   const int kvlen = attn_kvlen(lens, b, Sk), nrows = S - row0 < LP_BR ? S - row0 : LP_BR;
   const int jmax = attn_limit(kvlen, row0 + nrows - 1, S, Sk, causal);
   const long long ldkv = (long long)Hkv * D, kvoff = (long long)b * Sk * ldkv + (long long)kh * D;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> aq[DF];
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> aq[DFA];
   UNROLL
-  for (int f = 0; f < DF; f++) wmma::fill_fragment(aq[f], 0.0f);
+  for (int f = 0; f < DFA; f++) wmma::fill_fragment(aq[f], 0.0f);
   lp_load_qtile(sm, q, dout, lse, delta, b, h, row0, S, H, D, tid);
   for (int j0 = 0; j0 < jmax; j0 += LP_BR) {
     const int nc = jmax - j0 < LP_BR ? jmax - j0 : LP_BR;
@@ -391,19 +435,19 @@ static __device__ __forceinline__ void attn_dq_lp(LPB_ARGS(T)) {
       wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> dsa;
       wmma::load_matrix_sync(dsa, sm.ds + (w * 16) * LP_LDP + kk * 16, LP_LDP);
       UNROLL
-      for (int f = 0; f < DF; f++)
-        if (f * 16 < D) {
+      for (int f = 0; f < DFA; f++)
+        if (f * 16 < cols.W) {
           wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> kf;
-          wmma::load_matrix_sync(kf, sm.k + (kk * 16) * ld + f * 16, ld);
+          wmma::load_matrix_sync(kf, sm.k + (kk * 16) * ld + c0 + f * 16, ld);
           wmma::mma_sync(aq[f], dsa, kf, aq[f]);
         }
     }
   }
   __syncthreads(); /* staging over K and V */
-  float *stage = reinterpret_cast<float *>(sm.k) + w * (16 * (D + 4));
+  float *stage = reinterpret_cast<float *>(sm.k) + w * (16 * (cols.W + 4));
   const long long ldq = (long long)H * D;
-  lp_store_rows<DF>(stage, aq, dq + ((long long)b * S + row0 + w * 16) * ldq + (long long)h * D, ldq,
-                    nrows - w * 16, D, scale, lane);
+  lp_store_rows<DFA>(stage, aq, dq + ((long long)b * S + row0 + w * 16) * ldq + (long long)h * D + c0, ldq,
+                     nrows - w * 16, cols.W, scale, lane);
 }
 
 /* (written out: the emulated build finds kernels by their names in the source) */
@@ -419,6 +463,12 @@ extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_dkv_bf16_d128(LPB_
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_dq_bf16_d128(LPB_ARGS(__nv_bfloat16)) {
   attn_dq_lp<__nv_bfloat16, 128>(LPB_PASS);
 }
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_dkv_bf16_d256(LPB_ARGS(__nv_bfloat16)) {
+  attn_dkv_lp<__nv_bfloat16, 256>(LPB_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_dq_bf16_d256(LPB_ARGS(__nv_bfloat16)) {
+  attn_dq_lp<__nv_bfloat16, 256>(LPB_PASS);
+}
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_dkv_f16_d64(LPB_ARGS(__half)) {
   attn_dkv_lp<__half, 64>(LPB_PASS);
 }
@@ -430,4 +480,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_dkv_f16_d128(LPB_A
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_dq_f16_d128(LPB_ARGS(__half)) {
   attn_dq_lp<__half, 128>(LPB_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_dkv_f16_d256(LPB_ARGS(__half)) {
+  attn_dkv_lp<__half, 256>(LPB_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_attn_dq_f16_d256(LPB_ARGS(__half)) {
+  attn_dq_lp<__half, 256>(LPB_PASS);
 }

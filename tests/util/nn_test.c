@@ -115,8 +115,7 @@ void gpa_nt_fill(float *p, int64_t n, double lo, double hi, uint64_t *seed) {
   }
 }
 
-int gpa_nt_close_to(gpa_nt *t, const char *what, const float *got, const double *ref, const double *mag, int64_t n,
-                    double rtol) {
+int64_t gpa_nt_worst(const float *got, const double *ref, const double *mag, int64_t n, double rtol, double *mx_out) {
   double mx = 0;
   for (int64_t i = 0; i < n; i++)
     if (isfinite(ref[i]) && fabs(ref[i]) > mx) mx = fabs(ref[i]);
@@ -131,6 +130,14 @@ int gpa_nt_close_to(gpa_nt *t, const char *what, const float *got, const double 
     double exc = fabs(g - r) - (rtol * fabs(r) + rtol * 1e-2 * mx + (mag ? FLT_EPSILON * mag[i] : 0.0));
     if (!(exc <= 0) && (worst < 0 || !(exc <= wexc))) { worst = i; wexc = exc; }
   }
+  if (mx_out) *mx_out = mx;
+  return worst;
+}
+
+int gpa_nt_close_to(gpa_nt *t, const char *what, const float *got, const double *ref, const double *mag, int64_t n,
+                    double rtol) {
+  double mx;
+  int64_t worst = gpa_nt_worst(got, ref, mag, n, rtol, &mx);
   if (worst < 0) return 1;
   char buf[256];
   snprintf(buf, sizeof buf, "%s: element %lld is %.9g, expected %.9g (max|ref| %.3g)", what, (long long)worst,

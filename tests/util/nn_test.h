@@ -45,6 +45,10 @@ double *gpa_nt_to_double(const float *f, int64_t n);
  * small). Reports the worst element and counts a failure; 1 when it passed. */
 int gpa_nt_close_to(gpa_nt *t, const char *what, const float *got, const double *ref, const double *mag, int64_t n,
                     double rtol);
+/* The check of gpa_nt_close_to without reporting: the index of the element
+ * furthest outside the tolerance, or -1 when all are within; max|ref| into
+ * *mx_out (nullable). */
+int64_t gpa_nt_worst(const float *got, const double *ref, const double *mag, int64_t n, double rtol, double *mx_out);
 /* Bitwise equality of two f32 arrays. */
 int gpa_nt_same_bits(gpa_nt *t, const char *what, const float *a, const float *b, int64_t n);
 /* Central difference of loss(ctx) in x[i] (double), step h. */
