@@ -27,43 +27,73 @@ typedef struct gelu_ctx {
 #ifdef GPA__HAVE_AVX2_PATH
 /* ---- AVX2+FMA: one fused pass over memory, 8 lanes at a time ------------
  *
- * erf form, without erfc from libm: for a = |x|, z = a/sqrt2,
- *   erfc(z) = t * exp(-z^2) * 2 Q(t),  t = 1 / (1 + 0.3 z),
- * where Q(t) = erfcx(z) / (2t) is smooth on t in (0, 1]. Q is a degree-8
- * polynomial fitted (Chebyshev, mpmath) on t in [0.2519, 1], i.e. |x| <= 14.
- * x is clamped to +-13.2 (exp(-x^2/2) >= 1.5e-38, a normal float): past
- * that Phi(x) is 1 in float, or below 1e-38.
- * Fit error 1.0e-8 relative, 5.3e-8 with the coefficients rounded to float;
- * the float evaluation (Horner, one reciprocal, exp) adds a few ulp: about
- * 3e-7 relative at worst, well inside the parity tolerance (1e-5). Relative,
- * not absolute: the negative tail keeps its digits (no 1 + erf(u) there).
- * exp(-x^2/2) takes x^2 as hi + lo (FMA), since its relative error grows
- * with the argument (x^2 * 2^-24 would be 1e-5 at |x| = 13).
- * The same exp(-x^2/2) is the backward's density term. */
-#define GQ0 8.458664268e-02f
-#define GQ1 8.547236025e-02f
-#define GQ2 7.341475785e-02f
-#define GQ3 1.102009416e-01f
-#define GQ4 -5.332492292e-02f
-#define GQ5 2.820096314e-01f
-#define GQ6 -2.628555596e-01f
-#define GQ7 2.458591610e-01f
-#define GQ8 -6.536302716e-02f
-#define GQ_P 0.21213203435596426f /* 0.3 / sqrt2 */
+ * Both forms are bound by arithmetic on two cores (not by memory), so the
+ * pieces below are cut to the accuracy the op needs (about 1e-6 relative,
+ * the parity tolerance being 1e-5), not to float's last ulp.
+ *
+ * exp5(s), s in [-87, 88]: s = k ln2 + r, k = round(s log2e) taken from
+ * the low mantissa bits of s log2e + 1.5 2^23 (no round or convert
+ * instruction), ln2 split in two (Cody-Waite), e^r by a degree-5 polynomial
+ * (Chebyshev fit on |r| <= ln2/2, mpmath: 1.1e-7 relative), 2^k added into
+ * the exponent bits as an integer (no multiply; valid while the result is
+ * a normal float: callers keep s within [-84.5, 88]). */
+#define E5_MAGIC 12582912.0f /* 1.5 * 2^23 */
+GPA__AVX2_ATTR static inline __m256 exp5(__m256 s) {
+  __m256 v = _mm256_fmadd_ps(s, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(E5_MAGIC));
+  __m256 k = _mm256_sub_ps(v, _mm256_set1_ps(E5_MAGIC));
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), s);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(8.36914849086e-3f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.19175072496e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66665052604e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.99988693783e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.00000001077f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.00000007545f));
+  __m256i e = _mm256_slli_epi32(_mm256_castps_si256(v), 23); /* k << 23 (the magic's bits shift out) */
+  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+}
 
-/* Phi(x) = 0.5 erfc(-x/sqrt2), and exp(-x^2/2) in *e. */
-GPA__AVX2_ATTR static inline __m256 cdf8(__m256 x, __m256 *e) {
+/* erf form: for a = |x| (clamped to 13), Phi(-a) = 0.5 erfc(a / sqrt2)
+ *   = t exp(-a^2/2) Q(t),  t = 1 / (1 + 0.3 a),
+ * Q(t) = Phi(-a) exp(a^2/2) / t is smooth on t in [1/4.9, 1]: a degree-7
+ * polynomial (Chebyshev fit, mpmath: 4.4e-8 absolute, 3e-7 relative).
+ * exp(-a^2/2) takes its reduced argument from one FMA, r = (-a/2) a - k ln2_hi,
+ * so a^2 is never rounded on its own (its rounding would be a relative
+ * error of a^2 2^-24 in exp: 5e-6 at a = 13). Measured worst relative error
+ * of x Phi(x) over [-14, 14]: 7e-7. Past |x| = 13, Phi(-13) = 6e-39 stands
+ * for the smaller values (a normal float times x; far below any tolerance).
+ * Relative, not absolute: the negative tail keeps its digits (no 1 + erf).
+ * Phi(x) = 1 - Phi(-a) for x >= 0. The same exp(-x^2/2) is the
+ * backward's density term. */
+#define GQ0 1.19609930796e-1f
+#define GQ1 1.21057903346e-1f
+#define GQ2 9.79774151595e-2f
+#define GQ3 1.35062697115e-1f
+#define GQ4 -6.61525853604e-2f
+#define GQ5 2.20067862790e-1f
+#define GQ6 -1.65245586900e-1f
+#define GQ7 3.76223966251e-2f
+#define GQ_P 0.3f
+
+/* Phi(-|x|), and exp(-x^2/2) in *e. */
+GPA__AVX2_ATTR static inline __m256 tail8(__m256 x, __m256 *e) {
   const __m256 one = _mm256_set1_ps(1.0f);
-  /* min/max with x second: NaN stays NaN */
-  __m256 xc = _mm256_max_ps(_mm256_set1_ps(-13.2f), _mm256_min_ps(_mm256_set1_ps(13.2f), x));
-  __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), xc);
+  __m256 a = _mm256_min_ps(_mm256_set1_ps(13.0f), _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x)); /* NaN stays */
   __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(a, _mm256_set1_ps(GQ_P), one));
-  __m256 hi = _mm256_mul_ps(xc, xc);
-  __m256 lo = _mm256_fmsub_ps(xc, xc, hi);
-  __m256 g = gpa__exp8_in_range(_mm256_mul_ps(hi, _mm256_set1_ps(-0.5f))); /* >= -87.12 */
-  g = _mm256_fnmadd_ps(_mm256_mul_ps(g, _mm256_set1_ps(0.5f)), lo, g); /* exp(-lo/2) ~ 1 - lo/2 */
-  __m256 q = _mm256_set1_ps(GQ8);
-  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(GQ7));
+  __m256 ah = _mm256_mul_ps(a, _mm256_set1_ps(-0.5f));
+  __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(ah, a), _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(E5_MAGIC));
+  __m256 k = _mm256_sub_ps(v, _mm256_set1_ps(E5_MAGIC));
+  __m256 r = _mm256_fmadd_ps(ah, a, _mm256_mul_ps(k, _mm256_set1_ps(-0.693359375f))); /* exact product */
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(8.36914849086e-3f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.19175072496e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66665052604e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.99988693783e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.00000001077f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.00000007545f));
+  __m256 g = _mm256_castsi256_ps(
+      _mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(_mm256_castps_si256(v), 23)));
+  __m256 q = _mm256_set1_ps(GQ7);
   q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(GQ6));
   q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(GQ5));
   q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(GQ4));
@@ -71,45 +101,52 @@ GPA__AVX2_ATTR static inline __m256 cdf8(__m256 x, __m256 *e) {
   q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(GQ2));
   q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(GQ1));
   q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(GQ0));
-  __m256 c = _mm256_mul_ps(_mm256_mul_ps(t, g), q); /* 0.5 erfc(|x|/sqrt2) */
   *e = g;
-  /* x >= 0: 1 - c; x < 0 (and NaN): c */
-  return _mm256_blendv_ps(c, _mm256_sub_ps(one, c), _mm256_cmp_ps(xc, _mm256_setzero_ps(), _CMP_GE_OQ));
+  return _mm256_mul_ps(_mm256_mul_ps(t, g), q);
+}
+
+/* Phi(x) from c = Phi(-|x|): blendv picks by x's sign bit (c where x < 0). */
+GPA__AVX2_ATTR static inline __m256 cdf_of(__m256 x, __m256 c) {
+  return _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(1.0f), c), c, x);
 }
 
 GPA__AVX2_ATTR static inline __m256 fwd_erf8(__m256 x) {
   __m256 e;
-  return _mm256_mul_ps(x, cdf8(x, &e));
+  return _mm256_mul_ps(x, cdf_of(x, tail8(x, &e)));
 }
 
 GPA__AVX2_ATTR static inline __m256 bwd_erf8(__m256 x, __m256 dy) {
-  __m256 e, p = cdf8(x, &e);
+  __m256 e, p = cdf_of(x, tail8(x, &e));
   return _mm256_mul_ps(dy, _mm256_fmadd_ps(_mm256_mul_ps(x, _mm256_set1_ps(INV_SQRT2PI)), e, p));
 }
 
-/* -2u = x (A + B x^2) */
+/* tanh form: y = x / (1 + exp(-2u)), -2u = x (A + B x^2), the argument
+ * clamped to [-84.5, 88] (exp5's range): past those y is x or -0 in float
+ * anyway (exp(-84.5) < 2^-121; exp(88) makes y = x 6e-39). */
 #define TA (-2.0f * K_TANH)
 #define TB (-2.0f * K_TANH * C_TANH)
 
+GPA__AVX2_ATTR static inline __m256 tanh_arg8(__m256 x, __m256 x2) {
+  __m256 s = _mm256_mul_ps(x, _mm256_fmadd_ps(x2, _mm256_set1_ps(TB), _mm256_set1_ps(TA)));
+  /* constants first: min/max return the second operand for NaN, so NaN stays */
+  return _mm256_max_ps(_mm256_set1_ps(-84.5f), _mm256_min_ps(_mm256_set1_ps(88.0f), s));
+}
+
 GPA__AVX2_ATTR static inline __m256 fwd_tanh8(__m256 x) {
-  /* exp(-2u) = inf (clamped to e^88 by exp8) gives y = -0: no clamp needed */
-  __m256 x2 = _mm256_mul_ps(x, x);
-  __m256 e = gpa__exp8(_mm256_mul_ps(x, _mm256_fmadd_ps(x2, _mm256_set1_ps(TB), _mm256_set1_ps(TA))));
+  __m256 e = exp5(tanh_arg8(x, _mm256_mul_ps(x, x)));
   return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
+/* dy (s + 2 x s (1 - s) u') with s = sigmoid(2u) = 1 / (1 + e), 1 - s = e s:
+ * dy s (1 + x 2u' e s). */
 GPA__AVX2_ATTR static inline __m256 bwd_tanh8(__m256 x, __m256 dy) {
   const __m256 one = _mm256_set1_ps(1.0f);
   __m256 x2 = _mm256_mul_ps(x, x);
-  __m256 a = _mm256_mul_ps(x, _mm256_fmadd_ps(x2, _mm256_set1_ps(TB), _mm256_set1_ps(TA)));
-  /* clamped so that (1 + e)^-1 and e (1 + e)^-1 stay finite and nonzero */
-  a = _mm256_max_ps(_mm256_set1_ps(-80.0f), _mm256_min_ps(_mm256_set1_ps(80.0f), a));
-  __m256 e = gpa__exp8_in_range(a);
-  __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, e)); /* sigmoid(2u) */
-  __m256 s1 = _mm256_mul_ps(e, s);                       /* 1 - sigmoid(2u) */
-  __m256 du = _mm256_fmadd_ps(x2, _mm256_set1_ps(3.0f * K_TANH * C_TANH), _mm256_set1_ps(K_TANH));
-  __m256 k = _mm256_mul_ps(_mm256_mul_ps(_mm256_add_ps(x, x), s), _mm256_mul_ps(s1, du));
-  return _mm256_mul_ps(dy, _mm256_add_ps(s, k));
+  __m256 e = exp5(tanh_arg8(x, x2));
+  __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, e));
+  __m256 du2 = _mm256_fmadd_ps(x2, _mm256_set1_ps(6.0f * K_TANH * C_TANH), _mm256_set1_ps(2.0f * K_TANH)); /* 2u' */
+  __m256 in = _mm256_fmadd_ps(_mm256_mul_ps(x, du2), _mm256_mul_ps(e, s), one);
+  return _mm256_mul_ps(_mm256_mul_ps(dy, s), in);
 }
 
 /* The loops: whole vectors, then the tail through a zero-padded block. With
