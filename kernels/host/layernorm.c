@@ -349,16 +349,17 @@ GPA__KCLONES static void bwd_row(float *restrict dx, float *restrict pg, float *
  * the next row's first pass (sum g and g * xhat, from memory; g = dy *
  * gamma, xhat = (x - m) r), dx streamed from registers. */
 
-/* The first pass on 32 columns at k (x, dy, gamma indexed from 0): 32 float
- * lanes, the same wherever a row is summed (see LN_SUM32). */
-#define LNB_SUM32(x, dy, k, vm, vr, a, b)                                                          \
-  do {                                                                                             \
-    for (int q_ = 0; q_ < 4; q_++) {                                                               \
-      __m256 xh_ = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps((x) + (k) + 8 * q_), vm), vr);      \
+/* The first pass on 32 columns at k (x, dy, gamma indexed from 0): sums of
+ * g and of g (x - m) in 16 float lanes (two vectors each: with the second
+ * pass's constants that is what the 16 registers hold without spilling),
+ * the same wherever a row is summed (see LN_SUM32). r is applied after. */
+#define LNB_SUM32(x, dy, k, vm, a, b)                                                                 \
+  do {                                                                                                \
+    for (int q_ = 0; q_ < 4; q_++) {                                                                  \
       __m256 g_ = _mm256_mul_ps(_mm256_loadu_ps((dy) + (k) + 8 * q_), _mm256_loadu_ps(gm + (k) + 8 * q_)); \
-      a[q_] = _mm256_add_ps(a[q_], g_);                                                            \
-      b[q_] = _mm256_fmadd_ps(g_, xh_, b[q_]);                                                     \
-    }                                                                                              \
+      a[q_ & 1] = _mm256_add_ps(a[q_ & 1], g_);                                                      \
+      b[q_ & 1] = _mm256_fmadd_ps(g_, _mm256_sub_ps(_mm256_loadu_ps((x) + (k) + 8 * q_), vm), b[q_ & 1]); \
+    }                                                                                                 \
   } while (0)
 
 /* The row's tail from j, then the lanes in order: *ma, *mb = the means of
@@ -366,29 +367,29 @@ GPA__KCLONES static void bwd_row(float *restrict dx, float *restrict pg, float *
 GPA__AVX2_ATTR static void bsum_finish(const float *x, const float *dy, const float *gm, float m, float r,
                                        int64_t j, int64_t D, const __m256 *a, const __m256 *b, float *ma,
                                        float *mb) {
-  float la[32], lb[32], sa = 0.0f, sb = 0.0f;
-  for (int q = 0; q < 4; q++) {
+  float la[16], lb[16], sa = 0.0f, sb = 0.0f;
+  for (int q = 0; q < 2; q++) {
     _mm256_storeu_ps(la + 8 * q, a[q]);
     _mm256_storeu_ps(lb + 8 * q, b[q]);
   }
   for (; j < D; j++) {
     float g = dy[j] * gm[j];
     sa += g;
-    sb = fmaf(g, (x[j] - m) * r, sb);
+    sb = fmaf(g, x[j] - m, sb);
   }
-  for (int k = 0; k < 32; k++) sa += la[k], sb += lb[k];
+  for (int k = 0; k < 16; k++) sa += la[k], sb += lb[k];
   *ma = sa / (float)D;
-  *mb = sb / (float)D;
+  *mb = r * sb / (float)D;
 }
 
 /* The first pass alone: a thread's first row. */
 GPA__AVX2_ATTR static void bwd_sum_avx2(const float *x, const float *dy, const float *gm, float m, float r,
                                         int64_t D, float *ma, float *mb) {
-  const __m256 vm = _mm256_set1_ps(m), vr = _mm256_set1_ps(r);
-  __m256 a[4], b[4];
-  for (int q = 0; q < 4; q++) a[q] = b[q] = _mm256_setzero_ps();
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256 a[2], b[2];
+  for (int q = 0; q < 2; q++) a[q] = b[q] = _mm256_setzero_ps();
   int64_t j = 0;
-  for (; j + 32 <= D; j += 32) LNB_SUM32(x, dy, j, vm, vr, a, b);
+  for (; j + 32 <= D; j += 32) LNB_SUM32(x, dy, j, vm, a, b);
   bsum_finish(x, dy, gm, m, r, j, D, a, b, ma, mb);
 }
 
@@ -397,9 +398,11 @@ typedef struct lnb_row {
   float m, r;
 } lnb_row;
 
-/* Row `cur`'s dx = r ((g - ma) - xhat mb), pg += dy xhat, pb += dy, fused
- * with the first pass of row `nx` (nx.x NULL: none), whose means go to
- * *nma, *nmb. dx is streamed (nt) from its first 32-byte boundary. */
+/* Row `cur`'s dx = r ((g - ma) - xhat mb) (g - ma first: exact where they
+ * nearly cancel, as at D = 1),
+ * pg += dy xhat, pb += dy, fused with the first pass of row `nx` (nx.x
+ * NULL: none), whose means go to *nma, *nmb. dx is streamed (nt) from its
+ * first 32-byte boundary. */
 GPA__AVX2_ATTR static void bwd_fused(float *dx, float *pg, float *pb, const float *gm, lnb_row cur, float ma,
                                      float mb, int64_t D, int nt, lnb_row nx, float *nma, float *nmb) {
   int64_t i = 0, h = 0;
@@ -424,8 +427,8 @@ GPA__AVX2_ATTR static void bwd_fused(float *dx, float *pg, float *pb, const floa
   do {                                                                                                  \
     __m256 dy_ = _mm256_loadu_ps(dy + (k));                                                             \
     __m256 xh_ = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + (k)), vm), vr);                       \
-    __m256 g_ = _mm256_sub_ps(_mm256_mul_ps(dy_, _mm256_loadu_ps(gm + (k))), vma);                     \
-    __m256 d_ = _mm256_mul_ps(vr, _mm256_fnmadd_ps(xh_, vmb, g_));                                      \
+    __m256 g_ = _mm256_mul_ps(dy_, _mm256_loadu_ps(gm + (k)));                                          \
+    __m256 d_ = _mm256_mul_ps(vr, _mm256_fnmadd_ps(xh_, vmb, _mm256_sub_ps(g_, vma)));                  \
     __m256 pg_ = _mm256_loadu_ps(pg + (k)), pb_ = _mm256_loadu_ps(pb + (k));                           \
     _mm256_storeu_ps(pg + (k), _mm256_fmadd_ps(dy_, xh_, pg_));                                        \
     _mm256_storeu_ps(pb + (k), _mm256_add_ps(pb_, dy_));                                               \
@@ -436,16 +439,16 @@ GPA__AVX2_ATTR static void bwd_fused(float *dx, float *pg, float *pb, const floa
   } while (0)
   const int has_next = nx.x != NULL;
   const float *nxx = has_next ? nx.x : x, *ndy = has_next ? nx.dy : dy; /* none: sum this row, drop it */
-  const __m256 nvm = _mm256_set1_ps(has_next ? nx.m : m), nvr = _mm256_set1_ps(has_next ? nx.r : r);
-  __m256 a[4], b[4];
-  for (int q = 0; q < 4; q++) a[q] = b[q] = _mm256_setzero_ps();
+  const __m256 nvm = _mm256_set1_ps(has_next ? nx.m : m);
+  __m256 a[2], b[2];
+  for (int q = 0; q < 2; q++) a[q] = b[q] = _mm256_setzero_ps();
   int64_t j = 0; /* the next row's index; i = j + h in the fused loop */
   for (; i + 32 <= D; i += 32, j += 32) {
     __builtin_prefetch(nxx + j + LN_PF_AHEAD, 0, 3);
     __builtin_prefetch(nxx + j + LN_PF_AHEAD + 16, 0, 3);
     __builtin_prefetch(ndy + j + LN_PF_AHEAD, 0, 3);
     __builtin_prefetch(ndy + j + LN_PF_AHEAD + 16, 0, 3);
-    LNB_SUM32(nxx, ndy, j, nvm, nvr, a, b); /* loads before the stores: see LN_ALIAS */
+    LNB_SUM32(nxx, ndy, j, nvm, a, b); /* loads before the stores: see LN_ALIAS */
     LNB_DX8(i);
     LNB_DX8(i + 8);
     LNB_DX8(i + 16);
@@ -455,7 +458,7 @@ GPA__AVX2_ATTR static void bwd_fused(float *dx, float *pg, float *pb, const floa
   for (; i < D; i++) LNB_S1(i);
 #undef LNB_DX8
 #undef LNB_S1
-  for (; j + 32 <= D; j += 32) LNB_SUM32(nxx, ndy, j, nvm, nvr, a, b);
+  for (; j + 32 <= D; j += 32) LNB_SUM32(nxx, ndy, j, nvm, a, b);
   if (has_next) bsum_finish(nxx, ndy, gm, nx.m, nx.r, j, D, a, b, nma, nmb);
 }
 #undef LNB_SUM32
