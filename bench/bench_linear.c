@@ -6,8 +6,11 @@
  *   linear_fwd       y = x W^T + b, 1024^3 (bias broadcast + GEMM beta=1)
  *   linear_fwd_gelu  the same with the fused tanh GELU
  *   linear_bwd       dx, dW, db (ref: the two GEMMs)
- *   conv1d_fwd       B=1, Cin=Cout=256, L=1024, K=3, pad 1 (im2col + GEMM; ref: the GEMM)
- *   conv1d_bwd       dx (col2im), dW, db (ref: the two GEMMs) */
+ *   conv1d_fwd       B=1, Cin=Cout=256, L=1024, K=3, pad 1 (one GEMM per tap on shifted x;
+ *                    ref: the one GEMM of K = 768 on an im2col'd matrix built beforehand)
+ *   conv1d_bwd       dx, dW, db (ref: the two GEMMs of the same shapes)
+ *   conv1d_*_im2col  the same through the im2col path (im2col + one K = 768 GEMM per chunk)
+ * GPA_BENCH_THREADS=1 compares one thread with one OpenBLAS thread. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,9 +130,9 @@ static void ref_conv_bwd(void *p) {
   ref_threads(0);
 }
 
-static void conv_bench(int bwd) {
+static void conv_bench(int bwd, int im2col) {
   conv_ctx c = {.g = {.B = 1, .Cin = 256, .L = 1024, .Cout = 256, .K = 3, .stride = 1, .pad_l = 1, .pad_r = 1,
-                      .dilation = 1, .groups = 1}};
+                      .dilation = 1, .groups = 1, .im2col = im2col}};
   if (!gpa__conv1d_geom_init(&c.g)) return;
   size_t nx = (size_t)(c.g.B * c.g.Cin * c.g.L), nw = (size_t)(c.g.Cout * c.g.Cin * c.g.K);
   size_t ny = (size_t)(c.g.B * c.g.Cout * c.g.Lout);
@@ -147,12 +150,19 @@ static void conv_bench(int bwd) {
   gpa_bench_pair_settled(gpa_bench_reps(20), bwd ? run_conv_bwd : run_conv_fwd, &c,
                          bwd ? ref_conv_bwd : ref_conv_fwd, &c, &ns, &rns);
   double fl = (bwd ? 4.0 : 2.0) * (double)c.g.B * (double)c.g.Cout * (double)(c.g.Cin * c.g.K) * (double)c.g.Lout;
-  gpa_bench_result res = {.name = bwd ? "conv1d_bwd" : "conv1d_fwd", .backend = "cpu",
+  const char *names[2][2] = {{"conv1d_fwd", "conv1d_fwd_im2col"}, {"conv1d_bwd", "conv1d_bwd_im2col"}};
+  gpa_bench_result res = {.name = names[bwd][im2col], .backend = "cpu",
                           .shape = "B1_Cin256_Cout256_L1024_K3", .ref = "cblas_sgemm", .ns = ns, .ref_ns = rns,
                           .flops = fl, .extra = extra()};
   gpa_bench_emit(&res);
   free(c.x); free(c.W); free(c.b); free(c.y); free(c.dy); free(c.dx); free(c.dW); free(c.db); free(c.scratch);
 }
 
-void gpa_bench_conv1d_fwd(void) { conv_bench(0); }
-void gpa_bench_conv1d_bwd(void) { conv_bench(1); }
+void gpa_bench_conv1d_fwd(void) {
+  conv_bench(0, 0);
+  conv_bench(0, 1);
+}
+void gpa_bench_conv1d_bwd(void) {
+  conv_bench(1, 0);
+  conv_bench(1, 1);
+}

@@ -19,7 +19,10 @@ static void pool_pfor(void *self, int64_t n, int64_t grain, gpa__range_fn fn, vo
 
 const gpa__par *gpa_bench_host_par(void) {
   if (!threads) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    /* GPA_BENCH_THREADS=n: n threads for ours and for the OpenBLAS
+     * references that follow gpa_bench_host_threads (default: the CPUs). */
+    const char *env = getenv("GPA_BENCH_THREADS");
+    long n = env && atoi(env) > 0 ? atoi(env) : sysconf(_SC_NPROCESSORS_ONLN);
     threads = n > 0 ? (int)n : 1;
     pool = gpa__pool_create((uint32_t)threads); /* NULL for one thread: inline */
     par.pfor = pool_pfor;

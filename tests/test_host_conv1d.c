@@ -3,8 +3,8 @@
  * shapes large enough to be split over the threads (by positions forward,
  * by input channels backward; units that do not divide evenly, groups,
  * stride, dilation, causal and symmetric padding, with and without bias;
- * the shift, im2col and direct 1x1 paths), the
- * same bits on a second run, and the im2col memory bound: the scratch the
+ * the shift, im2col (also forced on the stride-1 cases) and direct 1x1
+ * paths), the same bits on a second run, and the im2col memory bound: the scratch the
  * kernels ask for stays within GPA__CONV1D_SCRATCH_CAP for inputs whose
  * whole column matrix is far larger (up to 10^12 bytes), and the kernels
  * write nothing past the scratch they asked for (a guard after it; ASan
@@ -70,16 +70,16 @@ static void reference(const gpa__conv1d_geom *g, const float *x, const float *W,
       }
 }
 
-static void close_to(const char *what, const ccase *c, int threads, const float *got, const double *ref,
+static void close_to(const char *what, const ccase *c, int im2col, int threads, const float *got, const double *ref,
                      const double *mag, int64_t n) {
   for (int64_t i = 0; i < n; i++)
     if (!(fabs(got[i] - ref[i]) <= 1e-5 * 1.5 * mag[i] + 1e-30)) {
       fprintf(stderr,
               "%s off at %lld: %.9g vs %.9g (B=%lld Cin=%lld L=%lld Cout=%lld K=%lld s=%lld pad=%lld+%lld "
-              "dil=%lld g=%lld, %d threads)\n",
+              "dil=%lld g=%lld%s, %d threads)\n",
               what, (long long)i, got[i], ref[i], (long long)c->B, (long long)c->Cin, (long long)c->L,
               (long long)c->Cout, (long long)c->K, (long long)c->stride, (long long)c->pad_l, (long long)c->pad_r,
-              (long long)c->dilation, (long long)c->groups, threads);
+              (long long)c->dilation, (long long)c->groups, im2col ? ", im2col" : "", threads);
       exit(1);
     }
 }
@@ -102,8 +102,10 @@ static void scratch_check(float *s, uint64_t bytes) {
   free(s);
 }
 
-static void run_case(const ccase *c, const gpa__par *pars[], int npar) {
-  gpa__conv1d_geom g = {c->B, c->Cin, c->L, c->Cout, c->K, c->stride, c->pad_l, c->pad_r, c->dilation, c->groups, 0};
+/* im2col: force the im2col path (stride 1 takes the shift path by default). */
+static void run_case(const ccase *c, const gpa__par *pars[], int npar, int im2col) {
+  gpa__conv1d_geom g = {c->B, c->Cin, c->L, c->Cout, c->K, c->stride, c->pad_l, c->pad_r, c->dilation, c->groups, 0,
+                        im2col};
   CHECK(gpa__conv1d_geom_init(&g));
   int64_t nx = g.B * g.Cin * g.L, nw = g.Cout * (g.Cin / g.groups) * g.K, ny = g.B * g.Cout * g.Lout;
   float *x = malloc((size_t)nx * 4), *W = malloc((size_t)nw * 4), *b = malloc((size_t)g.Cout * 4);
@@ -137,10 +139,10 @@ static void run_case(const ccase *c, const gpa__par *pars[], int npar) {
       gpa__conv1d_bwd(par, &g, dy, x, W, dxx, dWW, c->nobias ? NULL : db, s);
       scratch_check(s, bb);
     }
-    close_to("y", c, th, y, r.y, r.ym, ny);
-    close_to("dx", c, th, dx, r.dx, r.dxm, nx);
-    close_to("dW", c, th, dW, r.dW, r.dWm, nw);
-    if (!c->nobias) close_to("db", c, th, db, r.db, r.dbm, g.Cout);
+    close_to("y", c, im2col, th, y, r.y, r.ym, ny);
+    close_to("dx", c, im2col, th, dx, r.dx, r.dxm, nx);
+    close_to("dW", c, im2col, th, dW, r.dW, r.dWm, nw);
+    if (!c->nobias) close_to("db", c, im2col, th, db, r.db, r.dbm, g.Cout);
     CHECK(!memcmp(y, y2, (size_t)ny * 4) && !memcmp(dx, dx2, (size_t)nx * 4) && !memcmp(dW, dW2, (size_t)nw * 4));
   }
   for (int i = 0; i < 8; i++) free(*all[i]);
@@ -160,14 +162,15 @@ static void bound(const gpa__par *pars[], int npar) {
   gpa__par wide = {pars[npar - 1]->pfor, pars[npar - 1]->self, 64}; /* a 64-thread plan (not run) */
   for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
     const ccase *c = &big[i];
-    gpa__conv1d_geom g = {c->B, c->Cin, c->L, c->Cout, c->K, c->stride, c->pad_l, c->pad_r, c->dilation, c->groups, 0};
+    gpa__conv1d_geom g = {c->B, c->Cin, c->L, c->Cout, c->K, c->stride, c->pad_l, c->pad_r, c->dilation, c->groups, 0, 0};
     CHECK(gpa__conv1d_geom_init(&g));
     double whole = (double)g.B * (double)(g.Cin * g.K) * (double)g.Lout * 4.0;
     CHECK(whole > 64.0 * (double)GPA__CONV1D_SCRATCH_CAP);
     for (int pi = 0; pi <= npar; pi++) {
       const gpa__par *par = pi < npar ? pars[pi] : &wide;
-      for (int bwd = 0; bwd < 2; bwd++) {
-        uint64_t s = gpa__conv1d_scratch_bytes(&g, bwd, par);
+      for (int bwd = 0; bwd < 4; bwd++) {
+        g.im2col = bwd >> 1; /* and with im2col forced */
+        uint64_t s = gpa__conv1d_scratch_bytes(&g, bwd & 1, par);
         if (s > GPA__CONV1D_SCRATCH_CAP) {
           fprintf(stderr, "conv1d scratch %llu bytes > cap (case %zu, bwd %d, %d threads)\n", (unsigned long long)s,
                   i, bwd, par ? par->threads : 1);
@@ -200,7 +203,10 @@ int main(void) {
       {1, 96, 60000, 4, 3, 2, 2, 2, 2, 2, 0},
       {2, 64, 40000, 6, 3, 1, 1, 1, 1, 1, 0},   /* stride 1 at that size: no column matrix at all */
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], pars, 3);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    run_case(&cases[i], pars, 3, 0);
+    if (i < 5) run_case(&cases[i], pars, 3, 1); /* the stride-1 cases through im2col too */
+  }
   bound(pars, 3);
   gpa__pool_destroy(p2);
   gpa__pool_destroy(p3);

@@ -81,7 +81,7 @@ static int64_t even_units(int64_t n0, int64_t m, int64_t P, int64_t nmax) {
 static plan make_plan(const gpa__conv1d_geom *g, int bwd, int64_t threads) {
   plan p = {0, 0, 1, 1, 1, 0, 0, 0};
   int64_t G = g->groups, cin_g = g->Cin / G, BG = g->B * G, direct = is_direct(g);
-  p.shift = !direct && g->stride == 1 && w_bytes(g) <= GPA__CONV1D_SCRATCH_CAP / 2;
+  p.shift = !direct && !g->im2col && g->stride == 1 && w_bytes(g) <= GPA__CONV1D_SCRATCH_CAP / 2;
   if (p.shift && g->K > 1) p.w_floats = (bwd ? 2 : 1) * (int64_t)(w_bytes(g) / sizeof(float));
   double flops = (bwd ? 4.0 : 2.0) * (double)g->B * (double)g->Cout * (double)(cin_g * g->K) * (double)g->Lout;
   int64_t P = flops < SPLIT_FLOPS * (double)threads ? 1 : threads;

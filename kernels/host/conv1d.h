@@ -23,6 +23,7 @@ typedef struct gpa__conv1d_geom {
   int64_t B, Cin, L, Cout, K;
   int64_t stride, pad_l, pad_r, dilation, groups;
   int64_t Lout; /* filled by gpa__conv1d_geom_init */
+  int im2col;   /* 1: the im2col path even where the shift path applies (benches and tests compare them) */
 } gpa__conv1d_geom;
 
 /* Computes Lout; returns 0 if the geometry is invalid (Lout < 1 with L > 0,
