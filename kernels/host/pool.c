@@ -31,6 +31,7 @@ struct gpa__pool {
   int64_t total, chunk;
 };
 
+#define CHUNKS_PER_THREAD 16
 #define CLAIM_IDX_BITS 24
 #define CLAIM_MAX_CHUNKS 0xffff
 
@@ -107,8 +108,11 @@ void gpa__pool_for(gpa__pool *p, int64_t n, int64_t grain, gpa_range_fn fn, void
     fn(0, n, ctx);
     return;
   }
-  /* About 4 chunks per thread balances load without much hand-out traffic. */
-  int64_t chunk = (n + (int64_t)p->n * 4 - 1) / ((int64_t)p->n * 4);
+  /* About CHUNKS_PER_THREAD chunks per thread (at least grain each): a
+   * thread that falls behind (preempted, or slowed by the other's memory
+   * traffic) leaves the others at most one small chunk to wait for at the
+   * end; a claim costs one atomic on a shared line, tens of ns. */
+  int64_t chunk = (n + (int64_t)p->n * CHUNKS_PER_THREAD - 1) / ((int64_t)p->n * CHUNKS_PER_THREAD);
   if (chunk < grain) chunk = grain;
   if ((n + chunk - 1) / chunk > CLAIM_MAX_CHUNKS) chunk = (n + CLAIM_MAX_CHUNKS - 1) / CLAIM_MAX_CHUNKS;
   int64_t chunks = (n + chunk - 1) / chunk;
