@@ -169,28 +169,33 @@ GPA__AVX2_ATTR static double norm_and_sum(float *y, const float *x, const float 
   }
   for (; i < h; i++) y[i] = fmaf(((x[i] - m) - c) * r, g[i], b[i]);
   const __m256 vm = _mm256_set1_ps(m), vc = _mm256_set1_ps(c), vr = _mm256_set1_ps(r);
-#define LN_Y8(k)                                                                                        \
+#define LN_Y8(k, store)                                                                                 \
   do {                                                                                                  \
     __m256 t_ = _mm256_mul_ps(_mm256_sub_ps(_mm256_sub_ps(_mm256_loadu_ps(x + (k)), vm), vc), vr);     \
-    t_ = _mm256_fmadd_ps(t_, _mm256_loadu_ps(g + (k)), _mm256_loadu_ps(b + (k)));                      \
-    if (nt)                                                                                             \
-      _mm256_stream_ps(y + (k), t_);                                                                    \
-    else                                                                                                \
-      _mm256_storeu_ps(y + (k), t_);                                                                    \
+    store(y + (k), _mm256_fmadd_ps(t_, _mm256_loadu_ps(g + (k)), _mm256_loadu_ps(b + (k))));           \
+  } while (0)
+/* one copy of the loops per kind of store (no test per vector) */
+#define LN_LOOPS(store)                                                                                 \
+  do {                                                                                                  \
+    for (; i + 32 <= D; i += 32, j += 32) {                                                             \
+      __builtin_prefetch(xs + j + LN_PF_AHEAD, 0, 3);                                                   \
+      __builtin_prefetch(xs + j + LN_PF_AHEAD + 16, 0, 3);                                              \
+      LN_SUM32(xs + j, s0, s1, s2, s3); /* loads before the stores: see LN_ALIAS */                     \
+      LN_Y8(i, store);                                                                                  \
+      LN_Y8(i + 8, store);                                                                              \
+      LN_Y8(i + 16, store);                                                                             \
+      LN_Y8(i + 24, store);                                                                             \
+    }                                                                                                   \
+    for (; i + 8 <= D; i += 8) LN_Y8(i, store);                                                         \
   } while (0)
   const float *xs = xn ? xn : x; /* no next row: sum this one (in L1) and drop it */
   __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, s3 = s0;
   int64_t j = 0; /* the sum's index; i = j + h in the fused loop */
-  for (; i + 32 <= D; i += 32, j += 32) {
-    __builtin_prefetch(xs + j + LN_PF_AHEAD, 0, 3);
-    __builtin_prefetch(xs + j + LN_PF_AHEAD + 16, 0, 3);
-    LN_SUM32(xs + j, s0, s1, s2, s3); /* loads before the stores: see LN_ALIAS */
-    LN_Y8(i);
-    LN_Y8(i + 8);
-    LN_Y8(i + 16);
-    LN_Y8(i + 24);
-  }
-  for (; i + 8 <= D; i += 8) LN_Y8(i);
+  if (nt)
+    LN_LOOPS(_mm256_stream_ps);
+  else
+    LN_LOOPS(_mm256_storeu_ps);
+#undef LN_LOOPS
 #undef LN_Y8
   for (; i < D; i++) y[i] = fmaf(((x[i] - m) - c) * r, g[i], b[i]);
   for (; j + 32 <= D; j += 32) LN_SUM32(xs + j, s0, s1, s2, s3);
@@ -423,7 +428,7 @@ GPA__AVX2_ATTR static void bwd_fused(float *dx, float *pg, float *pb, const floa
   } while (0)
   for (; i < h; i++) LNB_S1(i);
   const __m256 vm = _mm256_set1_ps(m), vr = _mm256_set1_ps(r), vma = _mm256_set1_ps(ma), vmb = _mm256_set1_ps(mb);
-#define LNB_DX8(k)                                                                                      \
+#define LNB_DX8(k, store)                                                                               \
   do {                                                                                                  \
     __m256 dy_ = _mm256_loadu_ps(dy + (k));                                                             \
     __m256 xh_ = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + (k)), vm), vr);                       \
@@ -432,10 +437,23 @@ GPA__AVX2_ATTR static void bwd_fused(float *dx, float *pg, float *pb, const floa
     __m256 pg_ = _mm256_loadu_ps(pg + (k)), pb_ = _mm256_loadu_ps(pb + (k));                           \
     _mm256_storeu_ps(pg + (k), _mm256_fmadd_ps(dy_, xh_, pg_));                                        \
     _mm256_storeu_ps(pb + (k), _mm256_add_ps(pb_, dy_));                                               \
-    if (nt)                                                                                             \
-      _mm256_stream_ps(dx + (k), d_);                                                                   \
-    else                                                                                                \
-      _mm256_storeu_ps(dx + (k), d_);                                                                   \
+    store(dx + (k), d_);                                                                                \
+  } while (0)
+/* one copy of the loops per kind of store (no test per vector) */
+#define LNB_LOOPS(store)                                                                                \
+  do {                                                                                                  \
+    for (; i + 32 <= D; i += 32, j += 32) {                                                             \
+      __builtin_prefetch(nxx + j + LN_PF_AHEAD, 0, 3);                                                  \
+      __builtin_prefetch(nxx + j + LN_PF_AHEAD + 16, 0, 3);                                             \
+      __builtin_prefetch(ndy + j + LN_PF_AHEAD, 0, 3);                                                  \
+      __builtin_prefetch(ndy + j + LN_PF_AHEAD + 16, 0, 3);                                             \
+      LNB_SUM32(nxx, ndy, j, nvm, a, b); /* loads before the stores: see LN_ALIAS */                    \
+      LNB_DX8(i, store);                                                                                \
+      LNB_DX8(i + 8, store);                                                                            \
+      LNB_DX8(i + 16, store);                                                                           \
+      LNB_DX8(i + 24, store);                                                                           \
+    }                                                                                                   \
+    for (; i + 8 <= D; i += 8) LNB_DX8(i, store);                                                       \
   } while (0)
   const int has_next = nx.x != NULL;
   const float *nxx = has_next ? nx.x : x, *ndy = has_next ? nx.dy : dy; /* none: sum this row, drop it */
@@ -443,19 +461,12 @@ GPA__AVX2_ATTR static void bwd_fused(float *dx, float *pg, float *pb, const floa
   __m256 a[2], b[2];
   for (int q = 0; q < 2; q++) a[q] = b[q] = _mm256_setzero_ps();
   int64_t j = 0; /* the next row's index; i = j + h in the fused loop */
-  for (; i + 32 <= D; i += 32, j += 32) {
-    __builtin_prefetch(nxx + j + LN_PF_AHEAD, 0, 3);
-    __builtin_prefetch(nxx + j + LN_PF_AHEAD + 16, 0, 3);
-    __builtin_prefetch(ndy + j + LN_PF_AHEAD, 0, 3);
-    __builtin_prefetch(ndy + j + LN_PF_AHEAD + 16, 0, 3);
-    LNB_SUM32(nxx, ndy, j, nvm, a, b); /* loads before the stores: see LN_ALIAS */
-    LNB_DX8(i);
-    LNB_DX8(i + 8);
-    LNB_DX8(i + 16);
-    LNB_DX8(i + 24);
-  }
-  for (; i + 8 <= D; i += 8) LNB_DX8(i);
+  if (nt)
+    LNB_LOOPS(_mm256_stream_ps);
+  else
+    LNB_LOOPS(_mm256_storeu_ps);
   for (; i < D; i++) LNB_S1(i);
+#undef LNB_LOOPS
 #undef LNB_DX8
 #undef LNB_S1
   for (; j + 32 <= D; j += 32) LNB_SUM32(nxx, ndy, j, nvm, a, b);
