@@ -202,13 +202,29 @@ static void shift_range(const gpa__conv1d_geom *g, int64_t off, int64_t t0, int6
 static void repack(const gpa__conv1d_geom *g, float *dst, const float *src, int to, int64_t co0, int64_t co1,
                    int64_t ci0, int64_t ci1) {
   int64_t cin_g = g->Cin / g->groups, K = g->K;
-  for (int64_t k = 0; k < K; k++) /* the packed side contiguous */
-    for (int64_t co = co0; co < co1; co++)
+  if (to && K == 3) { /* the common kernel: one pass over each row, which the compiler vectorizes */
+    for (int64_t co = co0; co < co1; co++) {
+      const float *r = src + co * cin_g * 3;
+      float *d0 = dst + co * cin_g, *d1 = d0 + g->Cout * cin_g, *d2 = d1 + g->Cout * cin_g;
       for (int64_t ci = ci0; ci < ci1; ci++) {
-        int64_t w = (co * cin_g + ci) * K + k, p = (k * g->Cout + co) * cin_g + ci;
-        if (to) dst[p] = src[w];
-        else dst[w] = src[p];
+        d0[ci] = r[3 * ci];
+        d1[ci] = r[3 * ci + 1];
+        d2[ci] = r[3 * ci + 2];
       }
+    }
+    return;
+  }
+  /* One row of W (cin_g*K floats) at a time, so that its K strided passes
+   * hit L1; the packed side is written (or read) contiguously. */
+  for (int64_t co = co0; co < co1; co++)
+    for (int64_t k = 0; k < K; k++) {
+      float *d = to ? dst + (k * g->Cout + co) * cin_g : dst + co * cin_g * K + k;
+      const float *r = to ? src + co * cin_g * K + k : src + (k * g->Cout + co) * cin_g;
+      if (to)
+        for (int64_t ci = ci0; ci < ci1; ci++) d[ci] = r[ci * K];
+      else
+        for (int64_t ci = ci0; ci < ci1; ci++) d[ci * K] = r[ci];
+    }
 }
 
 static void repack_slots(int64_t s0, int64_t s1, void *vp) {
@@ -339,16 +355,26 @@ void gpa__conv1d_fwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
   gpa__pfor(pp, p.slots, 1, fwd_slots, &c);
 }
 
-/* db[co] for co in [c0, c1): dy summed over batch, then positions. */
+#define DB_LANES 16
+
+/* db[co] for co in [c0, c1): dy summed over batch, then positions, in
+ * DB_LANES interleaved partial sums (one running sum is a chain of
+ * dependent adds the compiler may not reorder: several times slower)
+ * combined pairwise at the end; the order depends on the sizes only. */
 static void db_chans(const run_ctx *c, int64_t c0, int64_t c1) {
   const gpa__conv1d_geom *g = c->g;
+  int64_t Lout = g->Lout, body = Lout / DB_LANES * DB_LANES;
   for (int64_t co = c0; co < c1; co++) {
-    float s = 0.0f;
+    float acc[DB_LANES] = {0};
     for (int64_t bi = 0; bi < g->B; bi++) {
-      const float *d = c->dy + (bi * g->Cout + co) * g->Lout;
-      for (int64_t t = 0; t < g->Lout; t++) s += d[t];
+      const float *d = c->dy + (bi * g->Cout + co) * Lout;
+      for (int64_t t = 0; t < body; t += DB_LANES)
+        for (int j = 0; j < DB_LANES; j++) acc[j] += d[t + j];
+      for (int64_t t = body; t < Lout; t++) acc[t - body] += d[t];
     }
-    c->db[co] = s;
+    for (int w = DB_LANES / 2; w > 0; w /= 2)
+      for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    c->db[co] = acc[0];
   }
 }
 
