@@ -202,15 +202,22 @@ static void shift_range(const gpa__conv1d_geom *g, int64_t off, int64_t t0, int6
 static void repack(const gpa__conv1d_geom *g, float *dst, const float *src, int to, int64_t co0, int64_t co1,
                    int64_t ci0, int64_t ci1) {
   int64_t cin_g = g->Cin / g->groups, K = g->K;
-  if (to && K == 3) { /* the common kernel: one pass over each row, which the compiler vectorizes */
+  if (K == 3) { /* the common kernel: one pass over each row, which the compiler vectorizes */
+    int64_t plane = g->Cout * cin_g;
     for (int64_t co = co0; co < co1; co++) {
-      const float *r = src + co * cin_g * 3;
-      float *d0 = dst + co * cin_g, *d1 = d0 + g->Cout * cin_g, *d2 = d1 + g->Cout * cin_g;
-      for (int64_t ci = ci0; ci < ci1; ci++) {
-        d0[ci] = r[3 * ci];
-        d1[ci] = r[3 * ci + 1];
-        d2[ci] = r[3 * ci + 2];
-      }
+      int64_t w = co * cin_g * 3, p = co * cin_g;
+      if (to)
+        for (int64_t ci = ci0; ci < ci1; ci++) {
+          dst[p + ci] = src[w + 3 * ci];
+          dst[p + plane + ci] = src[w + 3 * ci + 1];
+          dst[p + 2 * plane + ci] = src[w + 3 * ci + 2];
+        }
+      else
+        for (int64_t ci = ci0; ci < ci1; ci++) {
+          dst[w + 3 * ci] = src[p + ci];
+          dst[w + 3 * ci + 1] = src[p + plane + ci];
+          dst[w + 3 * ci + 2] = src[p + 2 * plane + ci];
+        }
     }
     return;
   }
