@@ -1,24 +1,33 @@
 /* Host conv1d. See conv1d.h.
  *
- * im2col + one GEMM per chunk, the work split into units that each run
- * whole on one thread (one parallel loop per op, no hand-off between the
- * im2col pass and its GEMM, and each unit's column chunk is still in the
- * cache when its GEMM packs it):
- * forward: a unit is (batch, group, chunk of output positions); it builds
- *   the column matrix of its chunk [Cin/groups*K, lc] and runs one GEMM
- *   y[:, chunk] (+)= W col (K = Cin/groups*K: the three taps of a K = 3
- *   kernel are one GEMM, not three).
- * backward: a unit is (group, block of input channels); over every batch
- *   and chunk of positions it builds its rows of the column matrix, adds
- *   dy col^T into its columns of dW, forms dcol = W[:, its rows]^T dy in
- *   the same buffer and adds it back into its channels of dx (col2im).
- *   Units write disjoint parts of y, dW and dx, so nothing is reduced
- *   across threads.
- * The units are dealt round-robin to at most `threads` slots, each with its
- * own column buffer; the buffers together stay within
- * GPA__CONV1D_SCRATCH_CAP (chunks of positions shrink to fit), whatever B
- * and L are. Each unit's sums run in an order fixed by the sizes and the
- * thread count (batch, then chunk): the same bits on every run. */
+ * The work is cut into units that each run whole on one thread, one
+ * parallel loop per op (the forward's shift path adds a short one before it
+ * to repack W), every GEMM of a unit one single-threaded cblas_sgemm:
+ * forward: a unit is (batch, group, chunk of output positions); with
+ *   B*groups below the thread count the positions are cut into one chunk
+ *   per thread.
+ * backward: a unit is (group, block of input channels), over every batch
+ *   and chunk of positions in order; it owns its columns of dW and its
+ *   channels of dx, so nothing is reduced across threads.
+ * The units are dealt round-robin to at most `threads` slots. Two ways to
+ * compute a unit, chosen by the geometry alone:
+ * shift (stride 1, W repacked into <= 8 MiB): with W_k = W[:, :, k] repacked
+ *   as [K][Cout][Cin/groups], y[:, t] += W_k x[:, t + k*dilation - pad_l] is
+ *   one GEMM per tap whose B operand is x itself (shifted, leading
+ *   dimension L) over the unit's positions that read inside x: no column
+ *   matrix. Backward: dW_k += dy x_shift^T, dx_shift += W_k^T dy. This is
+ *   the work of one K = Cin/groups*K GEMM on an im2col'd matrix without
+ *   writing and re-reading that matrix (on one thread it measured faster
+ *   than im2col + one GEMM: docs/ops.md).
+ * im2col (stride > 1, larger W, or geom.im2col): each slot has its own
+ *   column buffer [rows, lc]; forward builds the unit's chunk and runs one
+ *   GEMM y[:, chunk] (+)= W col with K = Cin/groups*K; backward builds the
+ *   unit's rows, adds dy col^T into its columns of dW, forms dcol = W[:,
+ *   its rows]^T dy in the same buffer and adds it into its channels of dx
+ *   (col2im). The buffers together stay within GPA__CONV1D_SCRATCH_CAP
+ *   (chunks of positions shrink to fit), whatever B and L are.
+ * Each unit's sums run in an order fixed by the sizes and the thread count
+ * (tap, batch, chunk): the same bits on every run of one configuration. */
 #include "kernels/host/conv1d.h"
 
 #include <string.h>
@@ -183,7 +192,10 @@ typedef struct run_ctx {
   const plan *p;
   const float *x, *W, *b, *dy;
   float *y, *dx, *dW, *db, *scratch;
-  float *wk, *dwk; /* shift path: W, dW as [K][Cout][Cin/groups] (W, dW themselves when K = 1) */
+  /* shift path: W, dW as [K][Cout][Cin/groups] (W, dW themselves when K =
+   * 1); when K > 1, wk is the start of scratch, where the repack writes */
+  const float *wk;
+  float *dwk;
 } run_ctx;
 
 /* ---- shift path (stride 1) ---- */
@@ -238,7 +250,7 @@ static void repack_slots(int64_t s0, int64_t s1, void *vp) {
   const run_ctx *c = vp;
   int64_t S = c->p->slots, Cout = c->g->Cout;
   for (int64_t s = s0; s < s1; s++)
-    repack(c->g, c->wk, c->W, 1, Cout * s / S, Cout * (s + 1) / S, 0, c->g->Cin / c->g->groups);
+    repack(c->g, c->scratch, c->W, 1, Cout * s / S, Cout * (s + 1) / S, 0, c->g->Cin / c->g->groups);
 }
 
 /* The tap to run first with beta = 0: one whose outputs cover all of
@@ -285,7 +297,7 @@ static void shift_bwd_unit(const run_ctx *c, int64_t u) {
   int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, Lout = g->Lout, K = g->K;
   int64_t nb = cdiv(cin_g, c->p->cb), gi = u / nb, c0 = u % nb * c->p->cb, nc = min64(c->p->cb, cin_g - c0);
   int64_t co0 = gi * cout_g, first = -1;
-  if (K > 1) repack(g, c->wk, c->W, 1, co0, co0 + cout_g, c0, c0 + nc);
+  if (K > 1) repack(g, c->scratch, c->W, 1, co0, co0 + cout_g, c0, c0 + nc);
   for (int64_t i = 0; c->dx && i < K && first < 0; i++) { /* a tap that writes all of dx: beta 0 */
     int64_t k = (K / 2 + i) % K, off = k * g->dilation - g->pad_l, lo, hi;
     shift_range(g, off, 0, Lout, &lo, &hi);
@@ -352,7 +364,7 @@ void gpa__conv1d_fwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
                      const float *b, float *y, float *scratch) {
   if (g->B <= 0 || g->Lout <= 0) return;
   plan p = make_plan(g, 0, par_threads(par));
-  run_ctx c = {g, &p, x, W, b, NULL, y, NULL, NULL, NULL, scratch, (float *)W, NULL};
+  run_ctx c = {g, &p, x, W, b, NULL, y, NULL, NULL, NULL, scratch, W, NULL};
   const gpa__par *pp = p.slots > 1 ? par : NULL;
   gpa__sgemm_own_split(par);
   if (p.shift && g->K > 1) { /* every unit reads all of W_k: repacked first */
@@ -438,7 +450,7 @@ void gpa__conv1d_bwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
     return;
   }
   plan p = make_plan(g, 1, par_threads(par));
-  run_ctx c = {g, &p, x, W, NULL, dy, NULL, dx, dW, db, scratch, (float *)W, dW};
+  run_ctx c = {g, &p, x, W, NULL, dy, NULL, dx, dW, db, scratch, W, dW};
   if (p.shift && g->K > 1) {
     c.wk = scratch;
     c.dwk = scratch + p.w_floats / 2;
