@@ -56,33 +56,34 @@ typedef struct gpa_handle gpa__msg;
 typedef gpa_status (*gpa__call_fn)(gpa_actor *a, gpa__msg *m);
 
 struct gpa_handle {
-  /* completion: any thread */
-  /* Line-aligned (the pools hand out arrays of them): a plain op touches the
-   * first two lines only. */
+  /* Line 0: all that the actor reads of a plain op (an op without tensors
+   * touches nothing else), and all the submitter writes per message besides
+   * its tensors and params. Line-aligned: the pools hand out arrays of them. */
   _Alignas(64) _Atomic uint32_t state; /* 0 pending, 1 done: the futex word */
-  _Atomic uint32_t waiters;
   _Atomic uint32_t refs;
-  _Atomic uint32_t synced; /* readback data may be read */
   int32_t status;
-  /* message: written by the submitter, then owned by the actor */
   uint8_t kind;
   uint8_t pinned;  /* holds pins on its buffers (actor thread) */
   uint8_t barrier; /* a queue-ordered call that waits for the queue's device work */
   uint8_t deferred; /* started on the device; completes through gpa__complete_async */
+  uint16_t n_in, n_out; /* at most GPA__MAX_CALL_TENSORS in all */
   gpa__ctx *owner;
   gpa__msg *next; /* free list, queue pending list, batch readback list */
   gpa_queue *q;   /* NULL: not queue-ordered (control calls) */
   uint64_t ticket;
-  const gpa__op *op;
-  gpa__call_fn fn;
-  uint32_t n_in, n_out;
-  gpa_tensor *t; /* inputs then outputs: t_inline or heap */
-  void *payload; /* upload source copy or readback destination (host) */
+  union {
+    const gpa__op *op; /* GPA__MSG_OP */
+    gpa__call_fn fn;   /* GPA__MSG_CALL */
+  };
+  /* Line 1: handles' waiting, transfers, tensors, device-side results. */
+  _Atomic uint32_t waiters;
+  _Atomic uint32_t synced; /* readback data may be read */
+  gpa_tensor *t; /* inputs then outputs: t_inline or heap (n_in + n_out > GPA__MSG_TENSORS) */
+  void *payload; /* upload source copy or readback destination (host); never set on GPA__MSG_OP */
   uint64_t payload_size;
   uint64_t version;
-  uint64_t bytes;    /* moved, for the batch (set when started) */
+  uint64_t bytes;    /* moved, for the batch (set when deferred) */
   int64_t device_ns; /* set by the backend before completion */
-  /* The fields above fit two cache lines: all that a plain op touches. */
   int64_t t_start;   /* when the actor started it (profiling) */
   uint32_t depth;    /* queue depth behind it when it started (profiling) */
   _Alignas(16) unsigned char params[GPA_OP_PARAMS_MAX];
@@ -129,14 +130,6 @@ struct gpa_queue {
   void *bq; /* backend's queue (stream) */
   gpa_queue *next_all;
 };
-
-/* Messages the actor freed, per owner, not yet given back (handle.c). */
-#define GPA__RET_SLOTS 8
-typedef struct gpa__ret_cache {
-  gpa__ctx *c;
-  gpa__msg *first, *last;
-  uint64_t n;
-} gpa__ret_cache;
 
 typedef struct gpa__opts {
   char device[32];
@@ -185,7 +178,7 @@ struct gpa_actor {
   uint64_t next_feed_id;
 
   /* actor thread only: off the lines producers read per message */
-  _Alignas(64) gpa__ret_cache ret[GPA__RET_SLOTS];
+  _Alignas(64) gpa_exec_env *be_env; /* the backend's, for op implementations (fixed at init) */
   gpa_profiler profilers[8];
   uint32_t n_profilers;
   gpa_queue *parked;
@@ -219,9 +212,8 @@ void gpa__clock_init(void);
 gpa__msg *gpa__msg_new(gpa_actor *a, int kind); /* NULL + error set on failure */
 void gpa__msg_ref(gpa__msg *m);
 void gpa__msg_unref(gpa__msg *m);
-/* On the actor thread: batched; gpa__msg_return_flush gives them back. */
+/* On the actor thread: back to the owner's pool without writing to m. */
 void gpa__msg_unref_actor(gpa_actor *a, gpa__msg *m);
-void gpa__msg_return_flush(gpa_actor *a);
 /* Sets status/message (fmt may be NULL) and wakes waiters. Exactly once. */
 void gpa__msg_complete(gpa__msg *m, gpa_status st, const char *msg);
 gpa_status gpa__msg_set_tensors(gpa__msg *m, const gpa_tensor *in, uint32_t n_in, const gpa_tensor *out,

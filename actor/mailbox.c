@@ -68,6 +68,7 @@ void gpa__ctx_free(gpa__ctx *c) {
   for (uint32_t i = 0; i < c->n_slabs; i++) free(c->slabs[i]);
   free(c->slabs);
   free(c->slots);
+  free(c->back_slots);
   free(c);
 }
 
@@ -83,7 +84,9 @@ static void tls_destructor(void *p) {
   gpa__tls_last = NULL;
   for (uint32_t i = 0; i < t->n; i++) {
     gpa__ctx *c = t->v[i];
-    uint64_t prepaid = c->prepaid;
+    /* Before letting go: what the actor gave back after this would wait
+     * for an adopter or the actor's end (gpa__mailbox_fini). */
+    uint64_t prepaid = c->prepaid + gpa__ctx_reclaim(c);
     c->prepaid = 0;
     atomic_store_explicit(&c->owned, 0, memory_order_release);
     gpa__ctx_unref_n(c, 1 + prepaid);
@@ -123,16 +126,22 @@ static gpa__ctx *ctx_register(gpa_actor *a) {
     c = aligned_alloc(_Alignof(gpa__ctx), sizeof *c);
     if (c) memset(c, 0, sizeof *c);
     ck_ring_buffer_t *slots = calloc(a->opts.mailbox_size, sizeof *slots);
-    if (!c || !slots) {
+    /* Room for every message of a full mailbox and as many more in flight;
+     * beyond that the actor gives back through the stack. */
+    ck_ring_buffer_t *back = calloc(2 * (size_t)a->opts.mailbox_size, sizeof *back);
+    if (!c || !slots || !back) {
       free(c);
       free(slots);
+      free(back);
       pthread_mutex_unlock(&a->ctx_lock);
       gpa__fail(GPA_ENOMEM, "out of memory registering a producer thread");
       return NULL;
     }
     c->actor = a;
     c->slots = slots;
+    c->back_slots = back;
     ck_ring_init(&c->ring, a->opts.mailbox_size);
+    ck_ring_init(&c->back, 2 * a->opts.mailbox_size);
     atomic_store(&c->owned, 1);
     atomic_store(&c->refs, 2); /* the actor and this thread */
     c->next = atomic_load(&a->ctxs);
@@ -271,7 +280,6 @@ uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget) {
     }
     total += got;
   }
-  gpa__msg_return_flush(a);
   return total;
 }
 
@@ -295,7 +303,13 @@ void gpa__mailbox_fini(gpa_actor *a) {
   while (c) {
     gpa__ctx *next = c->next;
     atomic_store_explicit(&c->dead, 1, memory_order_release);
-    gpa__ctx_unref(c);
+    /* The actor has stopped, so `back` is final. A context no thread owns
+     * is claimed to take out what the actor gave back after its owner left
+     * (an owned one is emptied by its owner: gpa__tls_drop_dead, exit). */
+    uint64_t n = 0;
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&c->owned, &expect, 1)) n = gpa__ctx_reclaim(c);
+    gpa__ctx_unref_n(c, 1 + n);
     c = next;
   }
 }
@@ -307,7 +321,7 @@ void gpa__tls_drop_dead(void) {
   for (uint32_t i = 0; i < t->n;) {
     if (atomic_load_explicit(&t->v[i]->dead, memory_order_acquire)) {
       if (gpa__tls_last == t->v[i]) gpa__tls_last = NULL;
-      gpa__ctx_unref_n(t->v[i], 1 + t->v[i]->prepaid);
+      gpa__ctx_unref_n(t->v[i], 1 + t->v[i]->prepaid + gpa__ctx_reclaim(t->v[i]));
       t->v[i] = t->v[--t->n];
     } else {
       i++;
