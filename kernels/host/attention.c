@@ -103,20 +103,20 @@ typedef struct attn_ctx {
 
 /* ---- forward --------------------------------------------------------- */
 
-/* One key tile of the online softmax, in the transposed layout: St[j*ld + i]
+/* One key tile of the online softmax, in the transposed layout: St[j*lds + i]
  * holds the raw score of key j and query i (ld = padded query count, a
- * multiple of 8). Keys j >= nv[i] are masked. Updates the running max m and
+ * multiple of 8; lds >= ld). Keys j >= nv[i] are masked. Updates the running max m and
  * sum l of each query, writes corr = exp(m_old - m_new) and overwrites St
  * with P^T = exp(scale*St - m_new) (0 where masked). */
-static void softmax_tile_scalar(float *St, int64_t nc, int64_t ld, const int32_t *nv, float scale, float *m,
+static void softmax_tile_scalar(float *St, int64_t nc, int64_t ld, int64_t lds, const int32_t *nv, float scale, float *m,
                                 float *l, float *corr) {
   for (int64_t i = 0; i < ld; i++) {
     float mx = -INFINITY;
-    for (int64_t j = 0; j < nc && j < nv[i]; j++) mx = St[j * ld + i] > mx ? St[j * ld + i] : mx;
+    for (int64_t j = 0; j < nc && j < nv[i]; j++) mx = St[j * lds + i] > mx ? St[j * lds + i] : mx;
     float mnew = mx * scale > m[i] ? mx * scale : m[i];
     float c = mnew == -INFINITY ? 1.0f : expf(m[i] - mnew), sum = 0.0f;
     for (int64_t j = 0; j < nc; j++) {
-      float *p = &St[j * ld + i];
+      float *p = &St[j * lds + i];
       *p = j < nv[i] ? expf(*p * scale - mnew) : 0.0f;
       sum += *p;
     }
@@ -127,7 +127,7 @@ static void softmax_tile_scalar(float *St, int64_t nc, int64_t ld, const int32_t
 }
 
 #ifdef GPA__HAVE_AVX2_PATH
-GPA__AVX2_ATTR static void softmax_tile_avx2(float *St, int64_t nc, int64_t ld, const int32_t *nv, float scale,
+GPA__AVX2_ATTR static void softmax_tile_avx2(float *St, int64_t nc, int64_t ld, int64_t lds, const int32_t *nv, float scale,
                                              float *m, float *l, float *corr) {
   const __m256 vs = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
   for (int64_t i = 0; i < ld; i += 8) {
@@ -135,7 +135,7 @@ GPA__AVX2_ATTR static void softmax_tile_avx2(float *St, int64_t nc, int64_t ld, 
     __m256 mx = ninf;
     for (int64_t j = 0; j < nc; j++) {
       __m256 vis = _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, _mm256_set1_epi32((int)j)));
-      __m256 row = _mm256_loadu_ps(St + j * ld + i);
+      __m256 row = _mm256_loadu_ps(St + j * lds + i);
       mx = _mm256_blendv_ps(mx, _mm256_max_ps(mx, row), vis);
     }
     __m256 mold = _mm256_loadu_ps(m + i);
@@ -146,7 +146,7 @@ GPA__AVX2_ATTR static void softmax_tile_avx2(float *St, int64_t nc, int64_t ld, 
     __m256 sum = _mm256_setzero_ps();
     for (int64_t j = 0; j < nc; j++) {
       __m256 vis = _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, _mm256_set1_epi32((int)j)));
-      float *p = St + j * ld + i;
+      float *p = St + j * lds + i;
       __m256 e = _mm256_and_ps(gpa__exp8(_mm256_fmsub_ps(_mm256_loadu_ps(p), vs, mnew)), vis);
       _mm256_storeu_ps(p, e);
       sum = _mm256_add_ps(sum, e);
@@ -158,12 +158,12 @@ GPA__AVX2_ATTR static void softmax_tile_avx2(float *St, int64_t nc, int64_t ld, 
 }
 #endif
 
-static void softmax_tile(float *St, int64_t nc, int64_t ld, const int32_t *nv, float scale, float *m, float *l,
+static void softmax_tile(float *St, int64_t nc, int64_t ld, int64_t lds, const int32_t *nv, float scale, float *m, float *l,
                          float *corr) {
 #ifdef GPA__HAVE_AVX2_PATH
-  if (gpa__cpu_avx2()) { softmax_tile_avx2(St, nc, ld, nv, scale, m, l, corr); return; }
+  if (gpa__cpu_avx2()) { softmax_tile_avx2(St, nc, ld, lds, nv, scale, m, l, corr); return; }
 #endif
-  softmax_tile_scalar(St, nc, ld, nv, scale, m, l, corr);
+  softmax_tile_scalar(St, nc, ld, lds, nv, scale, m, l, corr);
 }
 
 typedef struct fwd_ws {
@@ -172,6 +172,12 @@ typedef struct fwd_ws {
 } fwd_ws;
 
 #define FWD_LD FWD_BR /* padded query count of a tile (a multiple of 8) */
+/* Row strides of the forward's Qt, St and Vp tiles are padded by FWD_PAD
+ * floats: at 64 or 128 floats (256 or 512 bytes) the column strip that a
+ * tile GEMM walks down (128 rows, one cache line each) maps to 16 or 8 of
+ * L1's 64 sets, more lines than their ways, and evicts itself while in use
+ * (cachegrind: docs/benchmarks.md). */
+#define FWD_PAD 8
 
 static void fwd_item(const attn_ctx *c, int64_t it, const fwd_ws *w) {
   const gpa__attn_geom *g = c->g;
@@ -189,10 +195,11 @@ static void fwd_item(const attn_ctx *c, int64_t it, const fwd_ws *w) {
     w->m[r] = -INFINITY;
     w->l[r] = 0.0f;
   }
-  /* Qt [D, ld]: the tile's queries as columns, zero padded */
-  gpa__transpose(mr, D, Q, ldq, w->Qt, ld);
+  /* Qt [D, ld] (rows lp apart): the tile's queries as columns, zero padded */
+  const int64_t lp = ld + FWD_PAD, ldv = D + FWD_PAD;
+  gpa__transpose(mr, D, Q, ldq, w->Qt, lp);
   if (ld > mr)
-    for (int64_t d = 0; d < D; d++) memset(w->Qt + d * ld + mr, 0, (size_t)(ld - mr) * sizeof(float));
+    for (int64_t d = 0; d < D; d++) memset(w->Qt + d * lp + mr, 0, (size_t)(ld - mr) * sizeof(float));
   memset(w->O, 0, (size_t)(mr * D) * sizeof(float));
   for (int64_t j0 = 0; j0 < jmax; j0 += FWD_BC) {
     int64_t nc = jmax - j0 < FWD_BC ? jmax - j0 : FWD_BC;
@@ -200,9 +207,9 @@ static void fwd_item(const attn_ctx *c, int64_t it, const fwd_ws *w) {
       int64_t v = w->lim[r] - j0;
       w->nv[r] = (int32_t)(v < 0 ? 0 : (v > nc ? nc : v));
     }
-    /* St [nc, ld] = K_j Q^T */
-    gpa__tgemm(nc, ld, D, K + j0 * ldk, ldk, 1, w->Qt, ld, w->St, ld, 0);
-    softmax_tile(w->St, nc, ld, w->nv, g->scale, w->m, w->l, w->corr);
+    /* St [nc, ld] (rows lp apart) = K_j Q^T */
+    gpa__tgemm(nc, ld, D, K + j0 * ldk, ldk, 1, w->Qt, lp, w->St, lp, 0);
+    softmax_tile(w->St, nc, ld, lp, w->nv, g->scale, w->m, w->l, w->corr);
     for (int64_t r = 0; r < mr; r++)
       if (w->corr[r] != 1.0f) {
         float *orow = w->O + r * D, cr = w->corr[r];
@@ -211,8 +218,8 @@ static void fwd_item(const attn_ctx *c, int64_t it, const fwd_ws *w) {
     /* O += P V_j, P read transposed out of St; V_j packed contiguous first
      * (its rows lie Hkv*D floats apart, often a multiple of 4 KiB: strided,
      * they would all fall into one L1 set) */
-    for (int64_t j = 0; j < nc; j++) memcpy(w->Vp + j * D, V + (j0 + j) * ldk, (size_t)D * sizeof(float));
-    gpa__tgemm(mr, D, nc, w->St, 1, ld, w->Vp, D, w->O, D, 1);
+    for (int64_t j = 0; j < nc; j++) memcpy(w->Vp + j * ldv, V + (j0 + j) * ldk, (size_t)D * sizeof(float));
+    gpa__tgemm(mr, D, nc, w->St, 1, lp, w->Vp, ldv, w->O, D, 1);
   }
   for (int64_t r = 0; r < mr; r++) {
     float *dst = c->out_o + ((b * g->S + s0 + r) * g->H + h) * D;
@@ -235,7 +242,8 @@ static void *ws_alloc(size_t floats) {
 
 static void fwd_range(int64_t i0, int64_t i1, void *p) {
   attn_ctx *c = p;
-  size_t D = (size_t)c->g->D, nQt = D * FWD_LD, nSt = (size_t)FWD_BC * FWD_LD, nO = FWD_BR * D, nV = FWD_BC * D;
+  size_t D = (size_t)c->g->D, lp = FWD_LD + FWD_PAD;
+  size_t nQt = D * lp, nSt = (size_t)FWD_BC * lp, nO = FWD_BR * D, nV = FWD_BC * (D + FWD_PAD);
   float *ws = ws_alloc(nQt + nSt + nO + nV + 6 * FWD_LD);
   if (!ws) {
     atomic_store_explicit(&c->failed, 1, memory_order_relaxed);
