@@ -278,10 +278,16 @@ typedef struct bwd_ws {
   float *Kt, *Vt, *Kp, *Qp, *dOp, *P, *dS, *dKa, *dVa, *delta;
 } bwd_ws;
 
-/* rows [r0, r0+n) of a [.., ld] tensor into dst [n, D] (contiguous: strided
- * rows Hkv*D or H*D floats apart often share one L1 set) */
-static void pack_rows(float *dst, const float *src, int64_t n, int64_t D, int64_t ld) {
-  for (int64_t r = 0; r < n; r++) memcpy(dst + r * D, src + r * ld, (size_t)D * sizeof(float));
+/* Row strides of the backward's tiles: BWD_LDT for the [., BWD_BC] ones
+ * (Kt, Vt, P, dS), bwd_ldr(D) for the [., D] packed rows (Qp, dOp, Kp);
+ * padded as the forward's (FWD_PAD). */
+#define BWD_LDT (BWD_BC + FWD_PAD)
+static inline int64_t bwd_ldr(int64_t D) { return D + FWD_PAD; }
+
+/* rows [r0, r0+n) of a [.., ld] tensor into dst [n, D] with rows ldd apart
+ * (packed: strided rows Hkv*D or H*D floats apart often share one L1 set) */
+static void pack_rows(float *dst, int64_t ldd, const float *src, int64_t n, int64_t D, int64_t ld) {
+  for (int64_t r = 0; r < n; r++) memcpy(dst + r * ldd, src + r * ld, (size_t)D * sizeof(float));
 }
 
 /* First query that can see key j0 (causal), else 0. */
@@ -298,12 +304,13 @@ static void bwd_tile(const attn_ctx *c, const bwd_ws *w, int64_t b, int64_t h, c
   const gpa__attn_geom *g = c->g;
   int64_t D = g->D, ldq = g->H * D;
   const float *lse = c->lse + (b * g->H + h) * g->S;
-  pack_rows(w->Qp, c->q + ((b * g->S + s0) * g->H + h) * D, mr, D, ldq);
-  pack_rows(w->dOp, c->dout + ((b * g->S + s0) * g->H + h) * D, mr, D, ldq);
-  gpa__tgemm(mr, nc, D, w->Qp, D, 1, w->Kt, nc, w->P, nc, 0);
-  gpa__tgemm(mr, nc, D, w->dOp, D, 1, w->Vt, nc, w->dS, nc, 0);
+  const int64_t lr = bwd_ldr(D), lt = BWD_LDT;
+  pack_rows(w->Qp, lr, c->q + ((b * g->S + s0) * g->H + h) * D, mr, D, ldq);
+  pack_rows(w->dOp, lr, c->dout + ((b * g->S + s0) * g->H + h) * D, mr, D, ldq);
+  gpa__tgemm(mr, nc, D, w->Qp, lr, 1, w->Kt, lt, w->P, lt, 0);
+  gpa__tgemm(mr, nc, D, w->dOp, lr, 1, w->Vt, lt, w->dS, lt, 0);
   for (int64_t r = 0; r < mr; r++) {
-    float *p = w->P + r * nc, *ds = w->dS + r * nc;
+    float *p = w->P + r * lt, *ds = w->dS + r * lt;
     int64_t nv = key_limit(g, kvlen, s0 + r) - j0;
     nv = nv < 0 ? 0 : (nv > nc ? nc : nv);
     float L = lse[s0 + r];
@@ -312,10 +319,10 @@ static void bwd_tile(const attn_ctx *c, const bwd_ws *w, int64_t b, int64_t h, c
     float dl = delta[s0 + r];
     for (int64_t cc = 0; cc < nc; cc++) ds[cc] = p[cc] * (ds[cc] - dl);
   }
-  if (with_dq) gpa__tgemm(mr, D, nc, w->dS, nc, 1, w->Kp, D, c->dq + ((b * g->S + s0) * g->H + h) * D, ldq, 1);
+  if (with_dq) gpa__tgemm(mr, D, nc, w->dS, lt, 1, w->Kp, lr, c->dq + ((b * g->S + s0) * g->H + h) * D, ldq, 1);
   if (with_dkv) { /* P^T and dS^T read transposed in place */
-    gpa__tgemm(nc, D, mr, w->P, 1, nc, w->dOp, D, w->dVa, D, 1);
-    gpa__tgemm(nc, D, mr, w->dS, 1, nc, w->Qp, D, w->dKa, D, 1);
+    gpa__tgemm(nc, D, mr, w->P, 1, lt, w->dOp, lr, w->dVa, D, 1);
+    gpa__tgemm(nc, D, mr, w->dS, 1, lt, w->Qp, lr, w->dKa, D, 1);
   }
 }
 
@@ -323,9 +330,9 @@ static void bwd_tile(const attn_ctx *c, const bwd_ws *w, int64_t b, int64_t h, c
 static void load_kv(const attn_ctx *c, const bwd_ws *w, int64_t b, int64_t kh, int64_t j0, int64_t nc) {
   const gpa__attn_geom *g = c->g;
   int64_t D = g->D, ldk = g->Hkv * D, off = ((b * g->Sk + j0) * g->Hkv + kh) * D;
-  gpa__transpose(nc, D, c->k + off, ldk, w->Kt, nc);
-  gpa__transpose(nc, D, c->v + off, ldk, w->Vt, nc);
-  pack_rows(w->Kp, c->k + off, nc, D, ldk);
+  gpa__transpose(nc, D, c->k + off, ldk, w->Kt, BWD_LDT);
+  gpa__transpose(nc, D, c->v + off, ldk, w->Vt, BWD_LDT);
+  pack_rows(w->Kp, bwd_ldr(D), c->k + off, nc, D, ldk);
 }
 
 /* dk, dv rows of key tile j0 of (b, kh) from the accumulators. */
@@ -437,9 +444,10 @@ static void bwd_range(int64_t i0, int64_t i1, void *p) {
   attn_ctx *c = p;
   const gpa__attn_geom *g = c->g;
   size_t D = (size_t)g->D, grp = (size_t)(g->H / g->Hkv);
-  size_t nt = D * BWD_BC, np = BWD_BR * BWD_BC, nacc = BWD_BC * D, nq = BWD_BR * D;
+  size_t lr = (size_t)bwd_ldr(g->D), nt = D * BWD_LDT, nkp = BWD_BC * lr, np = BWD_BR * BWD_LDT, nacc = BWD_BC * D;
+  size_t nq = BWD_BR * lr;
   size_t nd = c->stage == BWD_FUSED ? grp * (size_t)g->S : 0;
-  float *ws = ws_alloc(3 * nt + 2 * nq + 2 * np + 2 * nacc + nd);
+  float *ws = ws_alloc(2 * nt + nkp + 2 * nq + 2 * np + 2 * nacc + nd);
   if (!ws) {
     atomic_store_explicit(&c->failed, 1, memory_order_relaxed);
     return;
@@ -448,7 +456,7 @@ static void bwd_range(int64_t i0, int64_t i1, void *p) {
   w.Kt = ws;
   w.Vt = w.Kt + nt;
   w.Kp = w.Vt + nt;
-  w.Qp = w.Kp + nt;
+  w.Qp = w.Kp + nkp;
   w.dOp = w.Qp + nq;
   w.P = w.dOp + nq;
   w.dS = w.P + np;
