@@ -6,7 +6,7 @@
  * the shift, im2col (also forced on the stride-1 cases) and direct 1x1
  * paths), the same bits on a second run, and the im2col memory bound: the scratch the
  * kernels ask for stays within GPA__CONV1D_SCRATCH_CAP for inputs whose
- * whole column matrix is far larger (up to 10^12 bytes), and the kernels
+ * whole column matrix is far larger (over 10^12 bytes), and the kernels
  * write nothing past the scratch they asked for (a guard after it; ASan
  * sees the exact size too). Device independent. */
 #include <math.h>
