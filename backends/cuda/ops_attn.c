@@ -80,15 +80,16 @@ static unsigned bwd_smem(int D) {
 
 /* bf16/fp16 (attention_lowp.cu): 64-row tiles of T with rows of D + 8.
  * Forward: K and V tiles, per warp fp32 scores [16][68] and P [16][72];
- * D > 128: O too, fp32 [64][D+4]. Backward: K, V, Q, dO tiles, fp32 S and
- * dP [64][68], P and dS [64][72], lse and delta [64]; D > 128: two blocks
- * per tile, one per half of the accumulated columns. */
+ * D > 128: O too, fp32 [64][D+4]. Backward: K, V, Q, dO tiles, per warp
+ * fp32 chunks of S and dP [16][20] each, P and dS [64][72], lse and delta
+ * [64]; D > 128: two blocks per tile, one per half of the accumulated
+ * columns. */
 #define LP_BR 64
 static unsigned lp_fwd_smem(int D) {
   return (unsigned)(2 * LP_BR * (D + 8) * 2 + 4 * 16 * 68 * 4 + 4 * 16 * 72 * 2 + (D > 128 ? LP_BR * (D + 4) * 4 : 0));
 }
 static unsigned lp_bwd_smem(int D) {
-  return (unsigned)(4 * LP_BR * (D + 8) * 2 + 2 * LP_BR * 68 * 4 + 2 * LP_BR * 72 * 2 + 2 * LP_BR * 4);
+  return (unsigned)(4 * LP_BR * (D + 8) * 2 + 4 * 2 * 16 * 20 * 4 + 2 * LP_BR * 72 * 2 + 2 * LP_BR * 4);
 }
 
 /* Offset of the bf16/fp16 kernel variant from its bf16 D <= 64 entry, or

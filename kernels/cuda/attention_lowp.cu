@@ -49,6 +49,7 @@
 #define LP_BR 64              /* rows of every tile (queries or keys) */
 #define LP_LDS (LP_BR + 4)    /* fp32 scores per row */
 #define LP_LDP (LP_BR + 8)    /* T elements of P / dS per row */
+#define LP_LDC 20             /* fp32 per row of a warp's 16 x 16 chunk of S or dP (backward) */
 
 /* Rows [0, n) of a head (rows `ld` elements apart) into dst [LP_BR][lds],
  * zero for rows nvalid..LP_BR-1 (columns >= D are never read). */
@@ -238,21 +239,23 @@ extern "C" __global__ void gpa_attn_bwd_delta_f16(const __half *__restrict__ dou
 }
 
 /* Shared memory of the backward blocks: four T tiles [64][D+8] (K, V, Q,
- * dO), fp32 S and dP [64][68], T P and dS [64][72], lse and delta [64].
- * Every region starts at a multiple of 32 bytes (wmma pointers). */
+ * dO), per warp one fp32 16 x 16 chunk of S and one of dP [16][LP_LDC]
+ * (the scores pass through them 16 keys at a time: a whole [64][68] S and
+ * dP would take 34 KiB, which at D = 256 is what keeps the block within an
+ * A100's 163 KiB), T P and dS [64][72], lse and delta [64]. Every region
+ * starts at a multiple of 32 bytes (wmma pointers). */
 template <class T>
 struct lp_smem {
   T *k, *v, *q, *dO, *p, *ds;
-  float *s, *dp, *lse, *delta;
+  float *chunks, *lse, *delta;
   __device__ __forceinline__ lp_smem(unsigned char *base, int D) {
     const int tile = LP_BR * (D + 8);
     k = reinterpret_cast<T *>(base);
     v = k + tile;
     q = v + tile;
     dO = q + tile;
-    s = reinterpret_cast<float *>(dO + tile);
-    dp = s + LP_BR * LP_LDS;
-    p = reinterpret_cast<T *>(dp + LP_BR * LP_LDS);
+    chunks = reinterpret_cast<float *>(dO + tile);
+    p = reinterpret_cast<T *>(chunks + 4 * 2 * 16 * LP_LDC);
     ds = p + LP_BR * LP_LDP;
     lse = reinterpret_cast<float *>(ds + LP_BR * LP_LDP);
     delta = lse + LP_BR;
@@ -276,36 +279,39 @@ static __device__ __forceinline__ void lp_load_qtile(const lp_smem<T> &sm, const
 }
 
 /* The warp's 16 query rows (16w..) of the current (query tile at row0, key
- * tile at j0): S = Q K^T and dP = dO V^T into shared memory, then P and
- * dS = P (dP - delta) in T (0 where masked), 2 lanes per row. */
+ * tile at j0), 16 keys at a time: S = Q K^T and dP = dO V^T into the warp's
+ * chunks, then P and dS = P (dP - delta) in T (0 where masked), 2 lanes per
+ * row, 8 keys each. */
 template <class T, int DF>
 static __device__ __forceinline__ void lp_ps_rows(const lp_smem<T> &sm, int w, int lane, int row0, int j0, int S,
                                                   int Sk, int kvlen, int causal, int D, float scale) {
   using namespace nvcuda;
   const int ld = D + 8;
+  float *cs = sm.chunks + w * (2 * 16 * LP_LDC), *cdp = cs + 16 * LP_LDC;
+  const int r = lane >> 1, c8 = (lane & 1) * 8, i = w * 16 + r, row = row0 + i;
+  const int lim = row < S ? attn_limit(kvlen, row, S, Sk, causal) : 0;
+  const float L = sm.lse[i], dl = sm.delta[i];
   for (int n = 0; n < LP_BR / 16; n++) {
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
     lp_abt<T, DF>(acc, sm.q + (w * 16) * ld, sm.k + (n * 16) * ld, ld, D);
-    wmma::store_matrix_sync(sm.s + (w * 16) * LP_LDS + n * 16, acc, LP_LDS, wmma::mem_row_major);
+    wmma::store_matrix_sync(cs, acc, LP_LDC, wmma::mem_row_major);
     lp_abt<T, DF>(acc, sm.dO + (w * 16) * ld, sm.v + (n * 16) * ld, ld, D);
-    wmma::store_matrix_sync(sm.dp + (w * 16) * LP_LDS + n * 16, acc, LP_LDS, wmma::mem_row_major);
-  }
-  __syncwarp();
-  const int i = w * 16 + (lane >> 1), c0 = (lane & 1) * 32, row = row0 + i;
-  const int lim = row < S ? attn_limit(kvlen, row, S, Sk, causal) : 0;
-  const float L = sm.lse[i], dl = sm.delta[i];
-  const float *srow = sm.s + i * LP_LDS + c0, *dprow = sm.dp + i * LP_LDS + c0;
-  T *prow = sm.p + i * LP_LDP + c0, *dsrow = sm.ds + i * LP_LDP + c0;
-  for (int c = 0; c < 32; c++) {
-    float p = 0.0f, ds = 0.0f;
-    if (j0 + c0 + c < lim && L != -INFINITY) {
-      p = expf(srow[c] * scale - L);
-      ds = p * (dprow[c] - dl);
+    wmma::store_matrix_sync(cdp, acc, LP_LDC, wmma::mem_row_major);
+    __syncwarp();
+    const int c0 = n * 16 + c8;
+    const float *srow = cs + r * LP_LDC + c8, *dprow = cdp + r * LP_LDC + c8;
+    T *prow = sm.p + i * LP_LDP + c0, *dsrow = sm.ds + i * LP_LDP + c0;
+    for (int c = 0; c < 8; c++) {
+      float p = 0.0f, ds = 0.0f;
+      if (j0 + c0 + c < lim && L != -INFINITY) {
+        p = expf(srow[c] * scale - L);
+        ds = p * (dprow[c] - dl);
+      }
+      attn_set(prow[c], p);
+      attn_set(dsrow[c], ds);
     }
-    attn_set(prow[c], p);
-    attn_set(dsrow[c], ds);
+    __syncwarp(); /* the chunks are read before the next keys overwrite them */
   }
-  __syncwarp();
 }
 
 /* fp32 fragments of a warp (16 rows x W columns) to rows r0.. of a [.][ld]
