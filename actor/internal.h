@@ -91,6 +91,9 @@ struct gpa_handle {
   char err[GPA__ERR_MAX];
 };
 
+#define GPA__TICKETS_SHARING ((gpa__ctx *)1)
+#define GPA__TICKETS_SHARED ((gpa__ctx *)2)
+
 /* Batch accounting of one queue (actor thread only). */
 typedef struct gpa__batch {
   char label[64];
@@ -110,6 +113,10 @@ struct gpa_queue {
   /* submit side: written per message, so on a line of its own (the actor's
    * per-message writes below would otherwise pull it away each time) */
   _Alignas(64) _Atomic uint64_t next_ticket;
+  /* The one context that has taken tickets so far, which increments
+   * next_ticket without a locked instruction; GPA__TICKETS_SHARING or
+   * _SHARED once a second one came (mailbox.c, take_ticket). */
+  _Atomic(gpa__ctx *) ticket_owner;
   _Atomic int batch_open;
   _Atomic int64_t batch_t0; /* set by begin/sync callers, read by the actor */
   /* actor thread only */

@@ -1,6 +1,12 @@
 /* FIFO per queue under 4 producer threads, and causal order across threads:
  * a message submitted after another thread's submit (that we saw happen)
- * runs after it. A registered op logs what runs, in order. */
+ * runs after it. A registered op logs what runs, in order.
+ *
+ * A queue's tickets are counted without a locked add while one thread alone
+ * submits to it; the causal rounds and the hand-over rounds run on fresh
+ * queues so that every round has a second thread take that over, the
+ * hand-over ones while the first is still submitting. A lost or doubled
+ * ticket hangs the sync (the test's time limit) or breaks the counts. */
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -49,6 +55,19 @@ static void *producer(void *arg) {
  * submits B on the same queue. B must run after A. */
 static atomic_int flag;
 static gpa_queue *cq;
+typedef struct handover {
+  gpa_queue *q;
+  int id, n;
+} handover;
+static void *handover_submit(void *arg) {
+  handover *h = arg;
+  for (int i = 0; i < h->n; i++) {
+    gpa_attr at[2] = {{"producer", GPA_ATTR_INT, h->id, 0}, {"seq", GPA_ATTR_INT, i, 0}};
+    CHECK_OK(gpa_submit(h->q, &(gpa_op_call){.op = "rec0", .attrs = at, .n_attrs = 2}, NULL));
+  }
+  return NULL;
+}
+
 static void *causal_second(void *arg) {
   (void)arg;
   while (!atomic_load(&flag)) sched_yield();
@@ -60,8 +79,8 @@ static void *causal_second(void *arg) {
 int main(void) {
   gpa_actor *a = tu_actor(&(gpa_actor_options){.mailbox_size = 64}); /* small rings: many full/drain cycles */
   for (int qi = 0; qi < QUEUES; qi++) {
-    logs[qi].producer = malloc(sizeof(int32_t) * (PRODUCERS * PER + 1000));
-    logs[qi].seq = malloc(sizeof(int32_t) * (PRODUCERS * PER + 1000));
+    logs[qi].producer = malloc(sizeof(int32_t) * (PRODUCERS * PER + 20000));
+    logs[qi].seq = malloc(sizeof(int32_t) * (PRODUCERS * PER + 20000));
     gpa_op_desc d = {.name = qi ? "rec1" : "rec0", .n_outputs = 0, .attrs = rec_attrs, .n_attrs = 2,
                      .params_size = sizeof(rec_params), .host = record, .cuda = record,
                      .user_data = (void *)(intptr_t)qi};
@@ -94,8 +113,8 @@ int main(void) {
   }
 
   /* causal order, repeated to give a reordering a chance to show */
-  cq = qs[0];
   for (int round = 0; round < 200; round++) {
+    CHECK_OK(gpa_queue_create(a, "causal", &cq));
     int64_t base = logs[0].n;
     atomic_store(&flag, 0);
     pthread_t t2;
@@ -107,6 +126,37 @@ int main(void) {
     CHECK_OK(gpa_sync_batch(cq, NULL));
     CHECK(logs[0].n == base + 2);
     CHECK(logs[0].producer[base] == 100 && logs[0].producer[base + 1] == 101);
+    CHECK_OK(gpa_queue_destroy(cq));
+  }
+
+  /* hand-over: this thread submits alone, then two more join mid-stream */
+  enum { ROUNDS = 30, EACH = 400, JOINERS = 2 };
+  for (int round = 0; round < ROUNDS; round++) {
+    gpa_queue *hq;
+    CHECK_OK(gpa_queue_create(a, "handover", &hq));
+    int64_t base = logs[0].n;
+    handover me = {hq, 0, EACH}, others[JOINERS];
+    handover_submit(&(handover){hq, 0, EACH / 4}); /* seqs 0.. of producer 0 */
+    pthread_t th2[JOINERS];
+    for (int j = 0; j < JOINERS; j++) {
+      others[j] = (handover){hq, j + 1, EACH};
+      CHECK(pthread_create(&th2[j], NULL, handover_submit, &others[j]) == 0);
+    }
+    me.id = JOINERS + 1; /* this thread again, as a producer of its own */
+    handover_submit(&me);
+    for (int j = 0; j < JOINERS; j++) pthread_join(th2[j], NULL);
+    CHECK_OK(gpa_sync_batch(hq, NULL));
+    CHECK(logs[0].n == base + EACH / 4 + (JOINERS + 1) * EACH);
+    int last[JOINERS + 2];
+    for (int j = 0; j < JOINERS + 2; j++) last[j] = -1;
+    for (int64_t k = base; k < logs[0].n; k++) {
+      int pr = logs[0].producer[k], s = logs[0].seq[k];
+      CHECK(pr >= 0 && pr < JOINERS + 2);
+      CHECK(s == last[pr] + 1); /* each producer's messages all there, in order */
+      last[pr] = s;
+      if (pr != 0) CHECK(last[0] == EACH / 4 - 1); /* the first ones ran first */
+    }
+    CHECK_OK(gpa_queue_destroy(hq));
   }
   CHECK_OK(gpa_actor_destroy(a));
   for (int qi = 0; qi < QUEUES; qi++) {
