@@ -30,6 +30,7 @@ static void actor_loop(gpa_actor *a) {
     did += gpa__mailbox_drain(a, 64);
     if (a->parked) {
       did += gpa__feed_expire(a, gpa__now_ns());
+      gpa__msg_return_flush(a);
     }
     if (did) {
       slept = false;
@@ -83,7 +84,6 @@ static void *actor_main(void *arg) {
   gpa_actor *a = args[0];
   startup *su = args[1];
   gpa_status st = a->be->init(a, &a->bctx, su->msg, sizeof su->msg);
-  if (st == GPA_OK && a->be->env) a->be_env = a->be->env(a->bctx);
   if (st == GPA_OK) st = gpa__bufcache_init(a);
   if (st == GPA_OK) st = gpa__queue_init_default(a);
   if (st == GPA_OK) st = gpa__profilers_start(a, su->msg, sizeof su->msg);
@@ -98,6 +98,7 @@ static void *actor_main(void *arg) {
   gpa__queues_cancel_held(a);
   gpa__feeds_shutdown(a);
   gpa__profilers_stop(a);
+  gpa__msg_return_flush(a);
   return NULL;
 }
 

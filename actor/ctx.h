@@ -1,17 +1,12 @@
 /* A producer context: one per (thread, actor).
  *
  * It holds the thread's SPSC ring into the actor and its message pool. A
- * message returns to the pool of the context that allocated it: from the
- * actor through `back`, a second SPSC ring (actor to owner), so that the
- * actor never writes a plain op's message (its line then returns to the
- * submitter without a copy); from any other thread, or when `back` is full,
- * through `returned`: a Treiber stack that only the owner pops, and pops
- * whole (atomic exchange), so there is no ABA problem.
+ * message returns to the pool of the context that allocated it, from any
+ * thread, through `returned`: a Treiber stack that only the owner pops, and
+ * pops whole (atomic exchange), so there is no ABA problem.
  *
  * Lifetime: `refs` counts the actor (until destroy), the owning thread (until
- * it exits), and every message allocated from the pool and not yet returned
- * (a message in `back` still holds its reference: whoever takes it out of
- * `back` keeps it, see gpa__ctx_reclaim).
+ * it exits), and every message allocated from the pool and not yet returned.
  * Whoever drops the last reference frees the context, so a handle may outlive
  * both its actor and the thread that made it.
  */
@@ -38,12 +33,10 @@ struct gpa__ctx {
   gpa_actor *actor;          /* not dereferenced once `dead` */
   gpa__ctx *next;            /* the actor's list */
   ck_ring_buffer_t *slots;
-  ck_ring_buffer_t *back_slots;
   _Atomic int owned;         /* a live thread owns it (else it may be adopted) */
   _Atomic int dead;          /* the actor is gone */
   /* ck_ring pads its consumer and producer indices onto lines of their own */
   _Alignas(64) ck_ring_t ring;
-  _Alignas(64) ck_ring_t back; /* freed messages, actor to owner */
   /* the owner's, per message */
   _Alignas(64) _Atomic int busy; /* inside gpa__send: the shutdown handshake */
   gpa__msg *free_list;       /* owner only */
@@ -93,10 +86,6 @@ void gpa__ctx_unref(gpa__ctx *c);
 void gpa__ctx_unref_n(gpa__ctx *c, uint64_t n);
 /* Refills c's free list (from returned messages, else a new slab). */
 bool gpa__ctx_refill(gpa__ctx *c);
-/* Moves what the actor gave back through `back` to c's free list and
- * returns how many (the consumer of `back` only: the owner, or whoever
- * holds c unowned). Their references on c become the caller's. */
-uint64_t gpa__ctx_reclaim(gpa__ctx *c);
 gpa__msg *gpa__msg_take_slow(gpa__ctx *c, int kind);
 
 /* gpa__msg_new from c's pool (c's owner thread only). */
@@ -130,7 +119,8 @@ static inline gpa__msg *gpa__msg_take(gpa__ctx *c, int kind) {
   m->next = NULL;
   m->q = NULL;
   m->ticket = 0;
-  m->op = NULL; /* and fn */
+  m->op = NULL;
+  m->fn = NULL;
   m->n_in = m->n_out = 0;
   m->t = m->t_inline;
   m->payload = NULL;

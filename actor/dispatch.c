@@ -13,13 +13,12 @@ static void *tensor_ptr(gpa_actor *a, const gpa_tensor *t) {
   return (char *)s->ptr + t->offset;
 }
 
-GPA__HOT_INLINE gpa_status run_op(gpa_actor *a, gpa__msg *m, uint64_t *bytes) {
+GPA__HOT_INLINE gpa_status run_op(gpa_actor *a, gpa__msg *m) {
   void *ptrs[128];
   uint32_t n = m->n_in + m->n_out;
-  gpa_tensor *t = n ? m->t : NULL; /* line 1: not read without tensors */
-  for (uint32_t i = 0; i < n; i++) ptrs[i] = tensor_ptr(a, &t[i]);
-  gpa_op_exec x = {t, m->n_in, t + m->n_in, m->n_out, ptrs, ptrs + m->n_in, m->params,
-                   m->q ? m->q->bq : NULL, a->be_env, NULL, m->err, sizeof m->err};
+  for (uint32_t i = 0; i < n; i++) ptrs[i] = tensor_ptr(a, &m->t[i]);
+  gpa_op_exec x = {m->t, m->n_in, m->t + m->n_in, m->n_out, ptrs, ptrs + m->n_in, m->params,
+                   m->q ? m->q->bq : NULL, a->be->env ? a->be->env(a->bctx) : NULL, NULL, m->err, sizeof m->err};
   /* Walk the registrations of this name: an implementation may decline. */
   for (const gpa__op *op = m->op; op; op = op->next) {
     gpa_op_impl_fn impl = a->be->impl_of(op);
@@ -32,7 +31,7 @@ GPA__HOT_INLINE gpa_status run_op(gpa_actor *a, gpa__msg *m, uint64_t *bytes) {
     }
     if ((st == GPA_OK || st == GPA__DEFERRED) && op->d.bytes_moved) {
       gpa_op_sig sig = {x.inputs, x.n_inputs, x.outputs, x.n_outputs, x.params, x.user_data};
-      *bytes = op->d.bytes_moved(&sig);
+      m->bytes = op->d.bytes_moved(&sig);
     }
     return st;
   }
@@ -41,7 +40,7 @@ GPA__HOT_INLINE gpa_status run_op(gpa_actor *a, gpa__msg *m, uint64_t *bytes) {
   return GPA_EUNSUPPORTED;
 }
 
-static gpa_status run_transfer(gpa_actor *a, gpa__msg *m, uint64_t *bytes) {
+static gpa_status run_transfer(gpa_actor *a, gpa__msg *m) {
   gpa__slot *s = gpa__bufcache_slot(a->cache, m->t[0].buffer);
   void *dev = (char *)s->ptr + m->t[0].offset;
   void *bq = m->q ? m->q->bq : NULL;
@@ -60,7 +59,7 @@ static gpa_status run_transfer(gpa_actor *a, gpa__msg *m, uint64_t *bytes) {
     st = a->be->readback(a->bctx, bq, m, m->payload, dev, m->payload_size);
     a->bytes_read_back += m->payload_size;
   }
-  *bytes = m->payload_size; /* not for a skipped upload */
+  m->bytes = m->payload_size;
   return st;
 }
 
@@ -77,25 +76,18 @@ void gpa__run_switch(gpa_actor *a, gpa_queue *q) {
   a->run_t0 = now;
 }
 
-/* device_ns and bytes: the message's own (m->device_ns, m->bytes) when it
- * completed on the device; else the dispatcher's, which does not store them
- * in the message (a plain op's second line stays the submitter's). */
-GPA__HOT_INLINE void finish(gpa_actor *a, gpa__msg *m, gpa_status st, int64_t device_ns, uint64_t bytes) {
+GPA__HOT_INLINE void finish(gpa_actor *a, gpa__msg *m, gpa_status st) {
   if (m->pinned) {
     for (uint32_t i = 0; i < m->n_in + m->n_out; i++)
       gpa__bufcache_unpin(a, gpa__bufcache_slot(a->cache, m->t[i].buffer));
     m->pinned = 0;
   }
   a->messages++;
-  if (m->status != st) m->status = st;
+  m->status = st;
   if (st != GPA_OK && !m->err[0]) snprintf(m->err, sizeof m->err, "%s", gpa_strerror(st));
   gpa_queue *q = m->q;
-  if (q && m->kind != GPA__MSG_CALL) gpa__batch_account(q, m, device_ns, st == GPA_OK ? bytes : 0);
-  if (GPA__PROFILING(a) && m->kind != GPA__MSG_CALL) {
-    m->device_ns = device_ns; /* what the profilers read */
-    m->bytes = bytes;
-    gpa__prof_op(a, m, st, gpa__clock_ns());
-  }
+  if (q && m->kind != GPA__MSG_CALL) gpa__batch_account(q, m, m->device_ns, st == GPA_OK ? m->bytes : 0);
+  if (GPA__PROFILING(a) && m->kind != GPA__MSG_CALL) gpa__prof_op(a, m, st, gpa__clock_ns());
   if (m->kind == GPA__MSG_OUTFEED || m->kind == GPA__MSG_INFEED) {
     /* An outfeed's handle completes at delivery, in the session's order
      * (failures too, once they have a place in it). */
@@ -105,14 +97,13 @@ GPA__HOT_INLINE void finish(gpa_actor *a, gpa__msg *m, gpa_status st, int64_t de
     }
   }
   /* Nobody else holds it: no one can wait or look, skip the wake-up. */
-  if (atomic_load_explicit(&m->refs, memory_order_relaxed) != 1) gpa__msg_complete(m, st, m->err);
+  if (atomic_load_explicit(&m->refs, memory_order_relaxed) == 1) m->status = st;
+  else gpa__msg_complete(m, st, m->err);
   gpa__msg_unref_actor(a, m); /* the actor's reference */
 }
 
 void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
   gpa_status st = m->status;
-  int64_t device_ns = 0;
-  uint64_t bytes = 0;
   if (st == GPA_OK && a->cancelling) {
     st = GPA_ECANCELED;
     snprintf(m->err, sizeof m->err, "cancelled: actor shut down with GPA_SHUTDOWN_CANCEL");
@@ -131,28 +122,25 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
     if (range) gpa__nvtx_push(gpa__prof_msg_name(m));
     switch (m->kind) {
       case GPA__MSG_CALL: st = m->fn(a, m); break;
-      case GPA__MSG_OP: st = run_op(a, m, &bytes); break;
+      case GPA__MSG_OP: st = run_op(a, m); break;
       case GPA__MSG_INFEED:
       case GPA__MSG_OUTFEED: st = gpa__feed_run(a, m); break;
-      default:
-        st = run_transfer(a, m, &bytes);
-        break;
+      default: st = run_transfer(a, m); break;
     }
     if (range) gpa__nvtx_pop();
     /* Synchronous backends: the time on the actor is the device time. An
      * asynchronous one measures with events and sets device_ns itself. */
-    if (timed && st != GPA__DEFERRED && m->kind != GPA__MSG_CALL) device_ns = gpa__clock_ns() - t0;
+    if (timed && st != GPA__DEFERRED && m->kind != GPA__MSG_CALL) m->device_ns = gpa__clock_ns() - t0;
   } else {
     m->t_start = gpa__clock_ns();
   }
   if (st == GPA__DEFERRED) {
-    m->bytes = bytes; /* for finish, at completion */
     m->deferred = 1;
     if (m->q) m->q->inflight++;
     a->inflight_total++;
     return;
   }
-  finish(a, m, st, device_ns, bytes);
+  finish(a, m, st);
 }
 
 void gpa__complete_async(gpa_actor *a, gpa__msg *m, gpa_status st) {
@@ -186,9 +174,10 @@ uint32_t gpa__drain_completions(gpa_actor *a) {
     a->inflight_total--;
     gpa_status st = m->status;
     if (a->be->complete) st = a->be->complete(a->bctx, m, st);
-    finish(a, m, st, m->device_ns, m->bytes);
+    finish(a, m, st);
     if (q && --q->inflight == 0) gpa__queue_advance(a, q);
     m = next;
   }
+  gpa__msg_return_flush(a);
   return n;
 }

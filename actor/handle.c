@@ -1,6 +1,5 @@
 /* Messages (= handles): pooled allocation, completion and waiting. */
 #include <errno.h>
-#include <stddef.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdio.h>
@@ -14,9 +13,6 @@
 #include "actor/ctx.h"
 #include "actor/fence.h"
 #include "actor/spin.h"
-#include "actor/tsan.h"
-
-_Static_assert(offsetof(gpa__msg, waiters) == 64, "a plain op's fields fill the message's first line");
 
 #define GPA__SLAB_MSGS 32
 
@@ -28,29 +24,7 @@ static void futex_wait(_Atomic uint32_t *addr, uint32_t expected, const struct t
   syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, expected, rel, NULL, 0);
 }
 
-uint64_t gpa__ctx_reclaim(gpa__ctx *c) {
-  uint64_t n = 0;
-  void *p;
-  for (;;) {
-    GPA_TSAN_IGNORE_BEGIN();
-    bool ok = ck_ring_dequeue_spsc(&c->back, c->back_slots, &p);
-    GPA_TSAN_IGNORE_END();
-    if (!ok) break;
-    gpa__msg *m = p;
-    GPA_TSAN_ACQUIRE(m);
-    m->next = c->free_list;
-    c->free_list = m;
-    n++;
-  }
-  return n;
-}
-
 bool gpa__ctx_refill(gpa__ctx *c) {
-  uint64_t n = gpa__ctx_reclaim(c);
-  if (n) {
-    c->prepaid += n; /* their references are ours to hand out again */
-    return true;
-  }
   gpa__msg *r = atomic_exchange_explicit(&c->returned, NULL, memory_order_acquire);
   if (r) {
     c->free_list = r;
@@ -105,9 +79,8 @@ GPA__HOT_INLINE bool drop_ref(gpa__msg *m) {
   if (atomic_load_explicit(&m->refs, memory_order_acquire) != 1 &&
       atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
     return false;
-  /* Line 0 only, for an op: the actor reads nothing else of a plain one. */
-  if (m->n_in + m->n_out > GPA__MSG_TENSORS) free(m->t);
-  if (m->kind != GPA__MSG_OP && m->payload) {
+  if (m->t != m->t_inline) free(m->t);
+  if (m->payload) {
     free(m->payload);
     m->payload = NULL;
   }
@@ -121,17 +94,33 @@ void gpa__msg_unref(gpa__msg *m) {
   if (drop_ref(m)) give_back(m->owner, m, m, 1);
 }
 
-/* The actor frees most messages: into the owner's `back` ring, without
- * writing to them; the stack when the ring is full. */
+/* The actor frees most messages: it gathers them per owner and gives each
+ * chain back with one CAS instead of one per message. */
 void gpa__msg_unref_actor(gpa_actor *a, gpa__msg *m) {
-  (void)a;
   if (!drop_ref(m)) return;
-  gpa__ctx *c = m->owner;
-  GPA_TSAN_RELEASE(m);
-  GPA_TSAN_IGNORE_BEGIN();
-  bool ok = ck_ring_enqueue_spsc(&c->back, c->back_slots, m);
-  GPA_TSAN_IGNORE_END();
-  if (!ok) give_back(c, m, m, 1);
+  gpa__ret_cache *rc = a->ret;
+  uint32_t i = 0;
+  while (i < GPA__RET_SLOTS && rc[i].c != m->owner && rc[i].n) i++;
+  if (i == GPA__RET_SLOTS) {
+    gpa__msg_return_flush(a);
+    i = 0;
+  }
+  if (!rc[i].n) {
+    rc[i].c = m->owner;
+    rc[i].last = m;
+    m->next = NULL;
+  } else {
+    m->next = rc[i].first;
+  }
+  rc[i].first = m;
+  rc[i].n++;
+}
+
+void gpa__msg_return_flush(gpa_actor *a) {
+  for (uint32_t i = 0; i < GPA__RET_SLOTS && a->ret[i].n; i++) {
+    give_back(a->ret[i].c, a->ret[i].first, a->ret[i].last, a->ret[i].n);
+    a->ret[i].n = 0;
+  }
 }
 
 gpa_status gpa__msg_set_tensors(gpa__msg *m, const gpa_tensor *in, uint32_t n_in, const gpa_tensor *out,
@@ -146,8 +135,8 @@ gpa_status gpa__msg_set_tensors(gpa__msg *m, const gpa_tensor *in, uint32_t n_in
   }
   if (n_in) memcpy(m->t, in, n_in * sizeof *in);
   if (n_out) memcpy(m->t + n_in, out, n_out * sizeof *out);
-  m->n_in = (uint16_t)n_in; /* validated: at most GPA__MAX_CALL_TENSORS */
-  m->n_out = (uint16_t)n_out;
+  m->n_in = n_in;
+  m->n_out = n_out;
   return GPA_OK;
 }
 

@@ -56,43 +56,39 @@ typedef struct gpa_handle gpa__msg;
 typedef gpa_status (*gpa__call_fn)(gpa_actor *a, gpa__msg *m);
 
 struct gpa_handle {
-  /* Line 0: all that the actor reads of a plain op (an op without tensors
-   * touches nothing else), and all the submitter writes per message besides
-   * its tensors and params. Line-aligned: the pools hand out arrays of them. */
+  /* completion: any thread */
+  /* Line-aligned (the pools hand out arrays of them): a plain op touches the
+   * first two lines only. */
   _Alignas(64) _Atomic uint32_t state; /* 0 pending, 1 done: the futex word */
+  _Atomic uint32_t waiters;
   _Atomic uint32_t refs;
+  _Atomic uint32_t synced; /* readback data may be read */
   int32_t status;
+  /* message: written by the submitter, then owned by the actor */
   uint8_t kind;
   uint8_t pinned;  /* holds pins on its buffers (actor thread) */
   uint8_t barrier; /* a queue-ordered call that waits for the queue's device work */
   uint8_t deferred; /* started on the device; completes through gpa__complete_async */
-  uint16_t n_in, n_out; /* at most GPA__MAX_CALL_TENSORS in all */
   gpa__ctx *owner;
   gpa__msg *next; /* free list, queue pending list, batch readback list */
   gpa_queue *q;   /* NULL: not queue-ordered (control calls) */
   uint64_t ticket;
-  union {
-    const gpa__op *op; /* GPA__MSG_OP */
-    gpa__call_fn fn;   /* GPA__MSG_CALL */
-  };
-  /* Line 1: handles' waiting, transfers, tensors, device-side results. */
-  _Atomic uint32_t waiters;
-  _Atomic uint32_t synced; /* readback data may be read */
-  gpa_tensor *t; /* inputs then outputs: t_inline or heap (n_in + n_out > GPA__MSG_TENSORS) */
-  void *payload; /* upload source copy or readback destination (host); never set on GPA__MSG_OP */
+  const gpa__op *op;
+  gpa__call_fn fn;
+  uint32_t n_in, n_out;
+  gpa_tensor *t; /* inputs then outputs: t_inline or heap */
+  void *payload; /* upload source copy or readback destination (host) */
   uint64_t payload_size;
   uint64_t version;
-  uint64_t bytes;    /* moved, for the batch (set when deferred) */
+  uint64_t bytes;    /* moved, for the batch (set when started) */
   int64_t device_ns; /* set by the backend before completion */
+  /* The fields above fit two cache lines: all that a plain op touches. */
   int64_t t_start;   /* when the actor started it (profiling) */
   uint32_t depth;    /* queue depth behind it when it started (profiling) */
   _Alignas(16) unsigned char params[GPA_OP_PARAMS_MAX];
   gpa_tensor t_inline[GPA__MSG_TENSORS];
   char err[GPA__ERR_MAX];
 };
-
-#define GPA__TICKETS_SHARING ((gpa__ctx *)1)
-#define GPA__TICKETS_SHARED ((gpa__ctx *)2)
 
 /* Batch accounting of one queue (actor thread only). */
 typedef struct gpa__batch {
@@ -113,10 +109,6 @@ struct gpa_queue {
   /* submit side: written per message, so on a line of its own (the actor's
    * per-message writes below would otherwise pull it away each time) */
   _Alignas(64) _Atomic uint64_t next_ticket;
-  /* The one context that has taken tickets so far, which increments
-   * next_ticket without a locked instruction; GPA__TICKETS_SHARING or
-   * _SHARED once a second one came (mailbox.c, take_ticket). */
-  _Atomic(gpa__ctx *) ticket_owner;
   _Atomic int batch_open;
   _Atomic int64_t batch_t0; /* set by begin/sync callers, read by the actor */
   /* actor thread only */
@@ -137,6 +129,14 @@ struct gpa_queue {
   void *bq; /* backend's queue (stream) */
   gpa_queue *next_all;
 };
+
+/* Messages the actor freed, per owner, not yet given back (handle.c). */
+#define GPA__RET_SLOTS 8
+typedef struct gpa__ret_cache {
+  gpa__ctx *c;
+  gpa__msg *first, *last;
+  uint64_t n;
+} gpa__ret_cache;
 
 typedef struct gpa__opts {
   char device[32];
@@ -185,7 +185,7 @@ struct gpa_actor {
   uint64_t next_feed_id;
 
   /* actor thread only: off the lines producers read per message */
-  _Alignas(64) gpa_exec_env *be_env; /* the backend's, for op implementations (fixed at init) */
+  _Alignas(64) gpa__ret_cache ret[GPA__RET_SLOTS];
   gpa_profiler profilers[8];
   uint32_t n_profilers;
   gpa_queue *parked;
@@ -219,8 +219,9 @@ void gpa__clock_init(void);
 gpa__msg *gpa__msg_new(gpa_actor *a, int kind); /* NULL + error set on failure */
 void gpa__msg_ref(gpa__msg *m);
 void gpa__msg_unref(gpa__msg *m);
-/* On the actor thread: back to the owner's pool without writing to m. */
+/* On the actor thread: batched; gpa__msg_return_flush gives them back. */
 void gpa__msg_unref_actor(gpa_actor *a, gpa__msg *m);
+void gpa__msg_return_flush(gpa_actor *a);
 /* Sets status/message (fmt may be NULL) and wakes waiters. Exactly once. */
 void gpa__msg_complete(gpa__msg *m, gpa_status st, const char *msg);
 gpa_status gpa__msg_set_tensors(gpa__msg *m, const gpa_tensor *in, uint32_t n_in, const gpa_tensor *out,

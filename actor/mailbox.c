@@ -68,7 +68,6 @@ void gpa__ctx_free(gpa__ctx *c) {
   for (uint32_t i = 0; i < c->n_slabs; i++) free(c->slabs[i]);
   free(c->slabs);
   free(c->slots);
-  free(c->back_slots);
   free(c);
 }
 
@@ -84,9 +83,7 @@ static void tls_destructor(void *p) {
   gpa__tls_last = NULL;
   for (uint32_t i = 0; i < t->n; i++) {
     gpa__ctx *c = t->v[i];
-    /* Before letting go: what the actor gave back after this would wait
-     * for an adopter or the actor's end (gpa__mailbox_fini). */
-    uint64_t prepaid = c->prepaid + gpa__ctx_reclaim(c);
+    uint64_t prepaid = c->prepaid;
     c->prepaid = 0;
     atomic_store_explicit(&c->owned, 0, memory_order_release);
     gpa__ctx_unref_n(c, 1 + prepaid);
@@ -126,22 +123,16 @@ static gpa__ctx *ctx_register(gpa_actor *a) {
     c = aligned_alloc(_Alignof(gpa__ctx), sizeof *c);
     if (c) memset(c, 0, sizeof *c);
     ck_ring_buffer_t *slots = calloc(a->opts.mailbox_size, sizeof *slots);
-    /* Room for every message of a full mailbox and as many more in flight;
-     * beyond that the actor gives back through the stack. */
-    ck_ring_buffer_t *back = calloc(2 * (size_t)a->opts.mailbox_size, sizeof *back);
-    if (!c || !slots || !back) {
+    if (!c || !slots) {
       free(c);
       free(slots);
-      free(back);
       pthread_mutex_unlock(&a->ctx_lock);
       gpa__fail(GPA_ENOMEM, "out of memory registering a producer thread");
       return NULL;
     }
     c->actor = a;
     c->slots = slots;
-    c->back_slots = back;
     ck_ring_init(&c->ring, a->opts.mailbox_size);
-    ck_ring_init(&c->back, 2 * a->opts.mailbox_size);
     atomic_store(&c->owned, 1);
     atomic_store(&c->refs, 2); /* the actor and this thread */
     c->next = atomic_load(&a->ctxs);
@@ -172,14 +163,6 @@ const gpa__op *gpa__ctx_find_op_slow(gpa__ctx *c, const gpa_registry *reg, const
   return op;
 }
 
-/* A producer that found its ring full resumes once the ring is down to this
- * many: refilling a slot at a time, right behind the actor, would make both
- * threads fight over the same slot and index lines for every message. */
-static unsigned resume_size(const gpa__ctx *c) {
-  unsigned cap = ck_ring_capacity(&c->ring), r = cap / 4 * 3; /* cap - 1 slots hold messages */
-  return r < cap - 1 ? r : cap - 2;
-}
-
 /* Waits for space in c's ring per the actor's full policy. Control calls
  * (sync, acquire, ...) always wait: failing them fast would only make the
  * caller spin on a round trip it cannot do without. */
@@ -188,28 +171,19 @@ static gpa_status wait_space(gpa_actor *a, gpa__ctx *c, bool control) {
     return gpa__fail(GPA_EAGAIN, "mailbox full (%u slots); message not accepted", a->opts.mailbox_size);
   int64_t limit = a->opts.full_timeout_ns, start = gpa__now_ns();
   for (int spin = 0;; spin++) {
-    /* Spin about as long as the actor does before it sleeps: sleeping here
-     * costs a wake-up (~25 us) on each side whenever the actor catches up,
-     * which is what a producer faster than the actor would otherwise pay
-     * per refill. Look only every 16 pauses: each look pulls the ring's
-     * consumer index away from the actor that is writing it. */
-    if (spin < 2048 && spin % 16) {
-      gpa__cpu_relax();
-      continue;
-    }
-    if (ck_ring_size(&c->ring) <= resume_size(c)) return GPA_OK;
+    if (ck_ring_size(&c->ring) < ck_ring_capacity(&c->ring) - 1) return GPA_OK;
     if (atomic_load_explicit(&a->closing, memory_order_acquire))
       return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
     if (limit > 0 && gpa__now_ns() - start > limit)
       return gpa__fail(GPA_ETIMEDOUT, "mailbox full for %lld ms; message not accepted",
                        (long long)(limit / 1000000));
-    if (spin < 2048) {
+    if (spin < 64) {
       gpa__cpu_relax();
       continue;
     }
     uint32_t snap = ck_ec32_value(&a->space_ec);
     atomic_store_explicit(&c->want_space, 1, memory_order_seq_cst);
-    if (ck_ring_size(&c->ring) <= resume_size(c)) return GPA_OK;
+    if (ck_ring_size(&c->ring) < ck_ring_capacity(&c->ring) - 1) return GPA_OK;
     /* Wake the actor in case it sleeps, then wait for it to drain us. */
     ck_ec32_inc(&a->ec, &gpa__ec_mp);
     struct timespec dl;
@@ -228,49 +202,9 @@ static bool enter(gpa_actor *a, gpa__ctx *c) {
   return !atomic_load_explicit(&a->closing, memory_order_relaxed);
 }
 
-/* A queue's tickets come from a counter that a locked add would make every
- * message pay for, draining the store buffer each time. While one context
- * alone submits to the queue (a trainer's loop), it owns the counter and
- * increments it with a plain load and store. The first other context
- * revokes that once and for all: it marks the queue sharing, fences every
- * thread (the heavy side of the pair with enter()'s light fence; the owner
- * reads ticket_owner only inside its `busy` section), waits until the owner
- * is out of that section, so its last plain increment is visible, and marks
- * the queue shared. From then on, everyone adds atomically. Nobody waits
- * for the hand-over inside its own busy section (the owner may be the one
- * waiting): take_ticket answers false and send waits outside, then retries. */
-static bool share_tickets(gpa_queue *q, gpa__ctx *o) {
-  if (o == GPA__TICKETS_SHARING ||
-      !atomic_compare_exchange_strong_explicit(&q->ticket_owner, &o, GPA__TICKETS_SHARING, memory_order_acq_rel,
-                                               memory_order_acquire))
-    return false; /* another context is revoking */
-  gpa__fence_heavy();
-  while (atomic_load_explicit(&o->busy, memory_order_acquire)) sched_yield();
-  atomic_store_explicit(&q->ticket_owner, GPA__TICKETS_SHARED, memory_order_release);
-  return true;
-}
-
-/* Inside c's busy section (enter()), after its ring slot is reserved. */
-GPA__HOT_INLINE bool take_ticket(gpa_queue *q, gpa__ctx *c, uint64_t *ticket) {
-  gpa__ctx *o = atomic_load_explicit(&q->ticket_owner, memory_order_relaxed);
-  if (__builtin_expect(!o, 0) &&
-      atomic_compare_exchange_strong_explicit(&q->ticket_owner, &o, c, memory_order_acquire, memory_order_acquire))
-    o = c;
-  if (__builtin_expect(o == c, 1)) {
-    uint64_t t = atomic_load_explicit(&q->next_ticket, memory_order_relaxed);
-    atomic_store_explicit(&q->next_ticket, t + 1, memory_order_relaxed);
-    *ticket = t;
-    return true;
-  }
-  if (o != GPA__TICKETS_SHARED && !share_tickets(q, o)) return false;
-  *ticket = atomic_fetch_add_explicit(&q->next_ticket, 1, memory_order_relaxed);
-  return true;
-}
-
 static gpa_status send(gpa_actor *a, gpa__msg *m, bool keep) {
   gpa__ctx *c = m->owner;
   gpa_status st = GPA_OK;
-retry:
   if (!enter(a, c)) {
     st = gpa__fail(GPA_ESHUTDOWN, "actor is shutting down; message not accepted");
     goto out;
@@ -288,13 +222,7 @@ retry:
   }
   /* The slot is ours: from here on the message cannot fail to arrive, so the
    * queue ticket is taken now and never skipped. */
-  if (m->q && !take_ticket(m->q, c, &m->ticket)) {
-    /* The queue's tickets are being handed over: wait outside our busy
-     * section, then start again (a reserved slot is not yet taken). */
-    atomic_store_explicit(&c->busy, 0, memory_order_release);
-    while (atomic_load_explicit(&m->q->ticket_owner, memory_order_acquire) != GPA__TICKETS_SHARED) sched_yield();
-    goto retry;
-  }
+  if (m->q) m->ticket = atomic_fetch_add_explicit(&m->q->next_ticket, 1, memory_order_relaxed);
   if (keep) gpa__msg_ref(m); /* else the caller's reference becomes the actor's */
   GPA_TSAN_RELEASE(m);
   GPA_TSAN_IGNORE_BEGIN();
@@ -337,12 +265,13 @@ uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget) {
       }
       gpa__intake(a, p);
     }
-    if (got && atomic_load_explicit(&c->want_space, memory_order_seq_cst) && ck_ring_size(&c->ring) <= resume_size(c)) {
+    if (got && atomic_load_explicit(&c->want_space, memory_order_seq_cst)) {
       atomic_store_explicit(&c->want_space, 0, memory_order_relaxed);
       ck_ec32_inc(&a->space_ec, &gpa__ec_mp);
     }
     total += got;
   }
+  gpa__msg_return_flush(a);
   return total;
 }
 
@@ -366,13 +295,7 @@ void gpa__mailbox_fini(gpa_actor *a) {
   while (c) {
     gpa__ctx *next = c->next;
     atomic_store_explicit(&c->dead, 1, memory_order_release);
-    /* The actor has stopped, so `back` is final. A context no thread owns
-     * is claimed to take out what the actor gave back after its owner left
-     * (an owned one is emptied by its owner: gpa__tls_drop_dead, exit). */
-    uint64_t n = 0;
-    int expect = 0;
-    if (atomic_compare_exchange_strong(&c->owned, &expect, 1)) n = gpa__ctx_reclaim(c);
-    gpa__ctx_unref_n(c, 1 + n);
+    gpa__ctx_unref(c);
     c = next;
   }
 }
@@ -384,7 +307,7 @@ void gpa__tls_drop_dead(void) {
   for (uint32_t i = 0; i < t->n;) {
     if (atomic_load_explicit(&t->v[i]->dead, memory_order_acquire)) {
       if (gpa__tls_last == t->v[i]) gpa__tls_last = NULL;
-      gpa__ctx_unref_n(t->v[i], 1 + t->v[i]->prepaid + gpa__ctx_reclaim(t->v[i]));
+      gpa__ctx_unref_n(t->v[i], 1 + t->v[i]->prepaid);
       t->v[i] = t->v[--t->n];
     } else {
       i++;

@@ -107,9 +107,8 @@ void gpa__queue_unpark(gpa_actor *a, gpa_queue *q) {
 }
 
 void gpa__intake(gpa_actor *a, gpa__msg *m) {
-  /* status is GPA_OK from the pool. No write to the message here: its line
-   * then goes back to its submitter without a copy (internal.h). */
-  if (m->kind != GPA__MSG_CALL && m->n_in + m->n_out) pin_buffers(a, m);
+  m->status = GPA_OK;
+  if (m->kind != GPA__MSG_CALL) pin_buffers(a, m);
   gpa_queue *q = m->q;
   if (!q) {
     gpa__dispatch(a, m);

@@ -2,11 +2,10 @@
  * a message submitted after another thread's submit (that we saw happen)
  * runs after it. A registered op logs what runs, in order.
  *
- * A queue's tickets are counted without a locked add while one thread alone
- * submits to it; the causal rounds and the hand-over rounds run on fresh
- * queues so that every round has a second thread take that over, the
- * hand-over ones while the first is still submitting. A lost or doubled
- * ticket hangs the sync (the test's time limit) or breaks the counts. */
+ * The causal rounds and the hand-over rounds run on fresh queues: each
+ * round has a second thread start submitting to a queue that one thread used
+ * alone, the hand-over ones while the first is still submitting. A lost or
+ * doubled ticket hangs the sync (the test's time limit) or breaks the counts. */
 #include <pthread.h>
 #include <stdatomic.h>
 
