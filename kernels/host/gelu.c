@@ -38,11 +38,8 @@ typedef struct gelu_ctx {
  * the exponent bits as an integer (no multiply; valid while the result is
  * a normal float: callers keep s within [-84.5, 88]). */
 #define E5_MAGIC 12582912.0f /* 1.5 * 2^23 */
-GPA__AVX2_ATTR static inline __m256 exp5(__m256 s) {
-  __m256 v = _mm256_fmadd_ps(s, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(E5_MAGIC));
-  __m256 k = _mm256_sub_ps(v, _mm256_set1_ps(E5_MAGIC));
-  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), s);
-  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+/* e^r 2^k from the reduced r and v = s log2e + E5_MAGIC (k in its low bits). */
+GPA__AVX2_ATTR static inline __m256 exp5_finish(__m256 r, __m256 v) {
   __m256 p = _mm256_set1_ps(8.36914849086e-3f);
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.19175072496e-2f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66665052604e-1f));
@@ -51,6 +48,14 @@ GPA__AVX2_ATTR static inline __m256 exp5(__m256 s) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.00000007545f));
   __m256i e = _mm256_slli_epi32(_mm256_castps_si256(v), 23); /* k << 23 (the magic's bits shift out) */
   return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+}
+
+GPA__AVX2_ATTR static inline __m256 exp5(__m256 s) {
+  __m256 v = _mm256_fmadd_ps(s, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(E5_MAGIC));
+  __m256 k = _mm256_sub_ps(v, _mm256_set1_ps(E5_MAGIC));
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), s);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+  return exp5_finish(r, v);
 }
 
 /* erf form: for a = |x| (clamped to 13), Phi(-a) = 0.5 erfc(a / sqrt2)
@@ -85,14 +90,7 @@ GPA__AVX2_ATTR static inline __m256 tail8(__m256 x, __m256 *e) {
   __m256 k = _mm256_sub_ps(v, _mm256_set1_ps(E5_MAGIC));
   __m256 r = _mm256_fmadd_ps(ah, a, _mm256_mul_ps(k, _mm256_set1_ps(-0.693359375f))); /* exact product */
   r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(8.36914849086e-3f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.19175072496e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66665052604e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.99988693783e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.00000001077f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.00000007545f));
-  __m256 g = _mm256_castsi256_ps(
-      _mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(_mm256_castps_si256(v), 23)));
+  __m256 g = exp5_finish(r, v);
   __m256 q = _mm256_set1_ps(GQ7);
   q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(GQ6));
   q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(GQ5));
