@@ -53,11 +53,15 @@ int gpa_bench_full(void) {
   return s && s[0] && !(s[0] == '0' && !s[1]);
 }
 
-void gpa_bench_pair(int rounds, int reps, void (*fa)(void *), void *ca, void (*fb)(void *), void *cb, double *a_ns,
-                    double *b_ns) {
+/* Best of rounds*reps alternated runs of fa and fb; settle_ms > 0 sleeps
+ * that long before the first pair and after each. */
+static void pair_runs(int rounds, int reps, int settle_ms, void (*fa)(void *), void *ca, void (*fb)(void *), void *cb,
+                      double *a_ns, double *b_ns) {
+  const struct timespec settle = {0, (long)settle_ms * 1000 * 1000};
   double a = 1e300, b = 1e300;
   fa(ca);
   fb(cb);
+  if (settle_ms) nanosleep(&settle, NULL);
   for (int r = 0; r < rounds; r++)
     for (int i = 0; i < reps; i++) {
       double t0 = gpa_bench_now_ns();
@@ -65,6 +69,7 @@ void gpa_bench_pair(int rounds, int reps, void (*fa)(void *), void *ca, void (*f
       double t1 = gpa_bench_now_ns();
       fb(cb);
       double t2 = gpa_bench_now_ns();
+      if (settle_ms) nanosleep(&settle, NULL);
       if (t1 - t0 < a) a = t1 - t0;
       if (t2 - t1 < b) b = t2 - t1;
     }
@@ -72,23 +77,12 @@ void gpa_bench_pair(int rounds, int reps, void (*fa)(void *), void *ca, void (*f
   *b_ns = b;
 }
 
+void gpa_bench_pair(int rounds, int reps, void (*fa)(void *), void *ca, void (*fb)(void *), void *cb, double *a_ns,
+                    double *b_ns) {
+  pair_runs(rounds, reps, 0, fa, ca, fb, cb, a_ns, b_ns);
+}
+
 void gpa_bench_pair_settled(int reps, void (*fa)(void *), void *ca, void (*fb)(void *), void *cb, double *a_ns,
                             double *b_ns) {
-  const struct timespec settle = {0, 200 * 1000 * 1000};
-  double a = 1e300, b = 1e300;
-  fa(ca);
-  fb(cb);
-  nanosleep(&settle, NULL);
-  for (int i = 0; i < reps; i++) {
-    double t0 = gpa_bench_now_ns();
-    fa(ca);
-    double t1 = gpa_bench_now_ns();
-    fb(cb);
-    double t2 = gpa_bench_now_ns();
-    nanosleep(&settle, NULL);
-    if (t1 - t0 < a) a = t1 - t0;
-    if (t2 - t1 < b) b = t2 - t1;
-  }
-  *a_ns = a;
-  *b_ns = b;
+  pair_runs(1, reps, 200, fa, ca, fb, cb, a_ns, b_ns);
 }
