@@ -13,10 +13,6 @@ static gpa__pool *pool;
 static gpa__par par;
 static int threads;
 
-static void pool_pfor(void *self, int64_t n, int64_t grain, gpa__range_fn fn, void *ctx) {
-  gpa__pool_for(self, n, grain, fn, ctx);
-}
-
 const gpa__par *gpa_bench_host_par(void) {
   if (!threads) {
     /* GPA_BENCH_THREADS=n: n threads for ours and for the OpenBLAS
@@ -25,8 +21,7 @@ const gpa__par *gpa_bench_host_par(void) {
     long n = env && atoi(env) > 0 ? atoi(env) : sysconf(_SC_NPROCESSORS_ONLN);
     threads = n > 0 ? (int)n : 1;
     pool = gpa__pool_create((uint32_t)threads); /* NULL for one thread: inline */
-    par.pfor = pool_pfor;
-    par.self = pool;
+    par = gpa__pool_par(pool);
     /* GPA_BENCH_BLAS_OWN=1: GEMMs not split (threads unknown to gpa__sgemm),
      * so they run on OpenBLAS's own threads: the layout before blas.h's
      * split, for comparison. */

@@ -14,18 +14,8 @@
 
 #include "kernels/host/blas.h"
 #include "kernels/host/pool.h"
+#include "util/nn_test.h"
 #include "util/testutil.h"
-
-static void pool_pfor(void *self, int64_t n, int64_t grain, gpa__range_fn fn, void *ctx) {
-  gpa__pool_for(self, n, grain, fn, ctx);
-}
-
-static void fill(float *p, int64_t n, uint64_t seed) {
-  for (int64_t i = 0; i < n; i++) {
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    p[i] = (float)((double)(seed >> 40) / (double)(1ull << 24)) - 0.5f;
-  }
-}
 
 typedef struct gcase {
   int ta, tb;
@@ -41,9 +31,9 @@ static void run_case(const gpa__par *par, const gcase *c) {
   float *C1 = malloc((size_t)(c->M * ldc) * 4), *C2 = malloc((size_t)(c->M * ldc) * 4);
   float *C3 = malloc((size_t)(c->M * ldc) * 4);
   CHECK(A && B && C1 && C2 && C3);
-  fill(A, rA * lda, 1);
-  fill(B, rB * ldb, 2);
-  fill(C1, c->M * ldc, 3);
+  gpa_nt_fill(A, rA * lda, -0.5, 0.5, &(uint64_t){1});
+  gpa_nt_fill(B, rB * ldb, -0.5, 0.5, &(uint64_t){2});
+  gpa_nt_fill(C1, c->M * ldc, -0.5, 0.5, &(uint64_t){3});
   memcpy(C2, C1, (size_t)(c->M * ldc) * 4);
   memcpy(C3, C1, (size_t)(c->M * ldc) * 4);
   gpa__sgemm(par, c->ta, c->tb, c->M, c->N, c->K, A, lda, B, ldb, c->beta, C2, ldc);
@@ -76,7 +66,7 @@ int main(void) {
   CHECK(!gpa__blas_single_threaded());
   gpa__pool *pool = gpa__pool_create(3);
   CHECK(pool);
-  gpa__par par = {pool_pfor, pool, (int)gpa__pool_threads(pool)};
+  gpa__par par = gpa__pool_par(pool);
   const gcase cases[] = {
       {0, 0, 300, 200, 150, 0, 0.0f}, /* split by rows (M >= N) */
       {0, 1, 100, 517, 96, 3, 1.0f},  /* by columns, tail of 517 - 2 * 176 */

@@ -16,21 +16,11 @@
 
 #include "kernels/host/conv1d.h"
 #include "kernels/host/pool.h"
+#include "util/nn_test.h"
 #include "util/testutil.h"
 
 #define GUARD 4096
 #define GUARD_BITS 0x7fc12345u /* a NaN no kernel writes */
-
-static void pool_pfor(void *self, int64_t n, int64_t grain, gpa__range_fn fn, void *ctx) {
-  gpa__pool_for(self, n, grain, fn, ctx);
-}
-
-static void fill(float *p, int64_t n, uint64_t seed) {
-  for (int64_t i = 0; i < n; i++) {
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    p[i] = (float)((double)(seed >> 40) / (double)(1ull << 24)) - 0.5f;
-  }
-}
 
 typedef struct ccase {
   int64_t B, Cin, L, Cout, K, stride, pad_l, pad_r, dilation, groups;
@@ -113,10 +103,10 @@ static void run_case(const ccase *c, const gpa__par *pars[], int npar, int im2co
   float *dW = malloc((size_t)nw * 4), *db = malloc((size_t)g.Cout * 4);
   float *y2 = malloc((size_t)ny * 4), *dx2 = malloc((size_t)nx * 4), *dW2 = malloc((size_t)nw * 4);
   CHECK(x && W && b && dy && y && dx && dW && db && y2 && dx2 && dW2);
-  fill(x, nx, 1);
-  fill(W, nw, 2);
-  fill(b, g.Cout, 3);
-  fill(dy, ny, 4);
+  gpa_nt_fill(x, nx, -0.5, 0.5, &(uint64_t){1});
+  gpa_nt_fill(W, nw, -0.5, 0.5, &(uint64_t){2});
+  gpa_nt_fill(b, g.Cout, -0.5, 0.5, &(uint64_t){3});
+  gpa_nt_fill(dy, ny, -0.5, 0.5, &(uint64_t){4});
   cref r;
   double **all[8] = {&r.y, &r.ym, &r.dx, &r.dxm, &r.dW, &r.dWm, &r.db, &r.dbm};
   int64_t sizes[8] = {ny, ny, nx, nx, nw, nw, g.Cout, g.Cout};
@@ -184,7 +174,7 @@ static void bound(const gpa__par *pars[], int npar) {
 int main(void) {
   gpa__pool *p2 = gpa__pool_create(2), *p3 = gpa__pool_create(3);
   CHECK(p2 && p3);
-  gpa__par par2 = {pool_pfor, p2, (int)gpa__pool_threads(p2)}, par3 = {pool_pfor, p3, (int)gpa__pool_threads(p3)};
+  gpa__par par2 = gpa__pool_par(p2), par3 = gpa__pool_par(p3);
   const gpa__par *pars[3] = {NULL, &par2, &par3};
   const ccase cases[] = {
       /* B Cin L Cout K stride pad_l pad_r dil groups nobias */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/host/layernorm.h"
+#include "util/nn_test.h"
 #include "util/testutil.h"
 
 static int64_t cut; /* where the fake loop splits [0, n) */
@@ -23,13 +24,6 @@ static void split_pfor(void *self, int64_t n, int64_t grain, gpa__range_fn fn, v
   if (a > 0) fn(0, a, ctx);
   if (k > a) fn(a, k, ctx);
   fn(k, n, ctx);
-}
-
-static void fill(float *p, int64_t n, uint64_t seed, float lo, float hi) {
-  for (int64_t i = 0; i < n; i++) {
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    p[i] = lo + (hi - lo) * (float)((double)(seed >> 40) / (double)(1ull << 24));
-  }
 }
 
 static void same(const char *what, const float *a, const float *b, int64_t n, int64_t D, int64_t c) {
@@ -56,11 +50,11 @@ int main(void) {
     float m0[131], r0[131], m1[131], r1[131];
     void *scratch = malloc(gpa__layernorm_bwd_scratch(N, D));
     CHECK(x && dy && y0 && y1 && g && b && dg0 && db0 && dg1 && db1 && scratch);
-    fill(x, nd, 1 + (uint64_t)D, -2.0f, 2.0f);
+    gpa_nt_fill(x, nd, -2.0, 2.0, &(uint64_t){1 + (uint64_t)D});
     for (int64_t i = 0; i < nd; i += 7) x[i] += 1e3f; /* rows with a large mean and outliers */
-    fill(dy, nd, 2 + (uint64_t)D, -1.0f, 1.0f);
-    fill(g, D, 3, 0.5f, 1.5f);
-    fill(b, D, 4, -1.0f, 1.0f);
+    gpa_nt_fill(dy, nd, -1.0, 1.0, &(uint64_t){2 + (uint64_t)D});
+    gpa_nt_fill(g, D, 0.5, 1.5, &(uint64_t){3});
+    gpa_nt_fill(b, D, -1.0, 1.0, &(uint64_t){4});
     for (int off = 0; off < 8; off++) {
       float *ys = y0 + off, *yp = y1 + off;
       gpa__layernorm_fwd_f32(NULL, ys, m0, r0, x, g, b, N, D, 1e-5);

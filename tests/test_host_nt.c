@@ -15,18 +15,8 @@
 #include "kernels/host/layernorm.h"
 #include "kernels/host/nt_store.h"
 #include "kernels/host/pool.h"
+#include "util/nn_test.h"
 #include "util/testutil.h"
-
-static void pool_pfor(void *self, int64_t n, int64_t grain, gpa__range_fn fn, void *ctx) {
-  gpa__pool_for(self, n, grain, fn, ctx);
-}
-
-static void fill(float *p, int64_t n, uint64_t seed) {
-  for (int64_t i = 0; i < n; i++) {
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    p[i] = (float)((double)(seed >> 40) / (double)(1ull << 24)) * 8.0f - 4.0f;
-  }
-}
 
 static void near(const char *what, const float *got, const double *ref, int64_t n, double rtol, double atol) {
   for (int64_t i = 0; i < n; i++)
@@ -41,14 +31,14 @@ int main(void) {
   CHECK(gpa__nt_worth(4)); /* forced on */
   gpa__pool *pool = gpa__pool_create(2);
   CHECK(pool);
-  const gpa__par par = {pool_pfor, pool, 2};
+  const gpa__par par = gpa__pool_par(pool);
   enum { N = 70001 };
   float *x = malloc((N + 16) * sizeof(float)), *b = malloc((N + 16) * sizeof(float));
   float *y = malloc((N + 16) * sizeof(float));
   double *ref = malloc(N * sizeof(double));
   CHECK(x && b && y && ref);
-  fill(x, N, 1);
-  fill(b, N, 2);
+  gpa_nt_fill(x, N, -4.0, 4.0, &(uint64_t){1});
+  gpa_nt_fill(b, N, -4.0, 4.0, &(uint64_t){2});
   for (int off = 0; off < 4; off++) { /* y + off: 0, 4, 8, 12 bytes past 16-byte alignment */
     float *yo = y + off;
     gpa__gelu_fwd_f32(&par, yo, x, N, 0);
@@ -74,8 +64,8 @@ int main(void) {
   {
     const int64_t R = 37, D = 1027;
     float g[1027], be[1027], mean[37], rstd[37], dg[1027], db[1027];
-    fill(g, D, 3);
-    fill(be, D, 4);
+    gpa_nt_fill(g, D, -4.0, 4.0, &(uint64_t){3});
+    gpa_nt_fill(be, D, -4.0, 4.0, &(uint64_t){4});
     void *scr = malloc(gpa__layernorm_bwd_scratch(R, D));
     CHECK(scr);
     gpa__layernorm_fwd_f32(&par, y, mean, rstd, x, g, be, R, D, 1e-5);
@@ -111,7 +101,7 @@ int main(void) {
     for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)((i * 7) % 23); /* ids < 23 used, some twice */
     void *scr = malloc(gpa__embedding_bwd_scratch(n, V));
     CHECK(scr);
-    fill(y, V * D, 5); /* garbage the zero rows must overwrite */
+    gpa_nt_fill(y, V * D, -4.0, 4.0, &(uint64_t){5}); /* garbage the zero rows must overwrite */
     gpa__embedding_bwd_f32(&par, y, x, ids, n, V, D, 0, scr);
     for (int64_t i = 0; i < V * D; i++) ref[i] = 0;
     for (int64_t i = 0; i < n; i++)

@@ -134,3 +134,9 @@ void gpa__pool_for(gpa__pool *p, int64_t n, int64_t grain, gpa_range_fn fn, void
     else sched_yield(); /* a worker may be preempted: give it the core */
   }
 }
+
+static void pool_pfor(void *self, int64_t n, int64_t grain, gpa__range_fn fn, void *ctx) {
+  gpa__pool_for(self, n, grain, fn, ctx);
+}
+
+gpa__par gpa__pool_par(gpa__pool *p) { return (gpa__par){pool_pfor, p, (int)gpa__pool_threads(p)}; }

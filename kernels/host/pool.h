@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "gpuactor/op.h"
+#include "kernels/host/host_par.h"
 
 typedef struct gpa__pool gpa__pool;
 
@@ -19,5 +20,7 @@ void gpa__pool_destroy(gpa__pool *p);
 /* NULL pool: runs inline. */
 void gpa__pool_for(gpa__pool *p, int64_t n, int64_t grain, gpa_range_fn fn, void *ctx);
 uint32_t gpa__pool_threads(const gpa__pool *p);
+/* The pool as the host kernels' parallel-loop hook (benches, kernel tests). */
+gpa__par gpa__pool_par(gpa__pool *p);
 
 #endif
