@@ -293,23 +293,15 @@ static void bwd_range(int64_t s, int64_t e, void *p) {
   }
 }
 
-static int cpu_avx2(void) {
-#ifdef GPA__HAVE_AVX2_PATH
-  return gpa__cpu_avx2();
-#else
-  return 0;
-#endif
-}
-
 void gpa__gelu_fwd_f32(const gpa__par *par, float *y, const float *x, int64_t n, int approximate) {
-  gelu_ctx c = {.out = y, .x = x, .approximate = approximate, .avx2 = cpu_avx2(),
+  gelu_ctx c = {.out = y, .x = x, .approximate = approximate, .avx2 = gpa__cpu_avx2(),
                 .nt = gpa__nt_worth(8 * (uint64_t)(n > 0 ? n : 0)) && (void *)y != (const void *)x};
   gpa__pfor(par, n, GELU_GRAIN, fwd_range, &c);
 }
 
 void gpa__gelu_bwd_f32(const gpa__par *par, float *dx, const float *x, const float *dy, int64_t n,
                        int approximate) {
-  gelu_ctx c = {.out = dx, .x = x, .dy = dy, .approximate = approximate, .avx2 = cpu_avx2(),
+  gelu_ctx c = {.out = dx, .x = x, .dy = dy, .approximate = approximate, .avx2 = gpa__cpu_avx2(),
                 .nt = gpa__nt_worth(12 * (uint64_t)(n > 0 ? n : 0)) && (void *)dx != (const void *)x &&
                       (void *)dx != (const void *)dy};
   gpa__pfor(par, n, GELU_GRAIN, bwd_range, &c);

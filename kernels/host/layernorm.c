@@ -288,18 +288,10 @@ static void fwd_rows(int64_t s, int64_t e, void *p) {
   if (c->nt) gpa__nt_fence();
 }
 
-static int cpu_avx2(void) {
-#ifdef GPA__HAVE_AVX2_PATH
-  return gpa__cpu_avx2();
-#else
-  return 0;
-#endif
-}
-
 void gpa__layernorm_fwd_f32(const gpa__par *par, float *y, float *mean, float *rstd, const float *x,
                             const float *gamma, const float *beta, int64_t N, int64_t D, double eps) {
   ln_ctx c = {.y = y, .mean = mean, .rstd = rstd, .x = x, .gamma = gamma, .beta = beta, .N = N, .D = D,
-              .eps = eps, .avx2 = cpu_avx2(), .nt = y != x && gpa__nt_worth(8 * (uint64_t)(N > 0 ? N : 0) * (uint64_t)(D > 0 ? D : 0))};
+              .eps = eps, .avx2 = gpa__cpu_avx2(), .nt = y != x && gpa__nt_worth(8 * (uint64_t)(N > 0 ? N : 0) * (uint64_t)(D > 0 ? D : 0))};
   int64_t grain = LN_GRAIN / (D > 0 ? D : 1);
   gpa__pfor(par, N, grain < 1 ? 1 : grain, fwd_rows, &c);
 }
@@ -570,8 +562,8 @@ void gpa__layernorm_bwd_f32(const gpa__par *par, float *dx, float *dgamma, float
     return;
   }
   ln_ctx c = {.y = dx, .dgamma = dgamma, .dbeta = dbeta, .x = x, .dy = dy, .gamma = gamma,
-              .mean_in = mean, .rstd_in = rstd, .N = N, .D = D, .part = scratch, .avx2 = cpu_avx2(),
-              .nt = (D <= NT_BWD_MAX || cpu_avx2()) && dx != x && dx != dy && gpa__nt_worth(12 * (uint64_t)N * (uint64_t)D)};
+              .mean_in = mean, .rstd_in = rstd, .N = N, .D = D, .part = scratch, .avx2 = gpa__cpu_avx2(),
+              .nt = (D <= NT_BWD_MAX || gpa__cpu_avx2()) && dx != x && dx != dy && gpa__nt_worth(12 * (uint64_t)N * (uint64_t)D)};
   int64_t nb = (N + GPA__LN_BLOCK_ROWS - 1) / GPA__LN_BLOCK_ROWS;
   int64_t grain = LN_GRAIN / (GPA__LN_BLOCK_ROWS * D);
   gpa__pfor(par, nb, grain < 1 ? 1 : grain, bwd_blocks, &c);

@@ -55,6 +55,8 @@ GPA__AVX2_ATTR static inline __m256 gpa__exp8(__m256 x) {
   /* NaN in -> NaN out (min/max above dropped it) */
   return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
+#else
+static inline int gpa__cpu_avx2(void) { return 0; } /* no AVX2 paths built */
 #endif
 
 #endif
