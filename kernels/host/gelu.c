@@ -27,49 +27,56 @@ typedef struct gelu_ctx {
 #ifdef GPA__HAVE_AVX2_PATH
 /* ---- AVX2+FMA: one fused pass over memory, 8 lanes at a time ------------
  *
- * Both forms are bound by arithmetic on two cores (not by memory), so the
- * pieces below are cut to the accuracy the op needs (about 1e-6 relative,
- * the parity tolerance being 1e-5), not to float's last ulp.
+ * Both forms are bound by arithmetic on this project's CPUs, and the time of
+ * the arithmetic adds to the memory time rather than hiding under it, so
+ * every piece is cut to the accuracy the op needs (about 1e-6 relative, the
+ * parity tolerance being 1e-5), not to float's last ulp, and counted in
+ * slots of the two FMA pipes: on Zen 3 (measured with a port
+ * microbenchmark) multiplies, FMAs, blendv and rcp take one slot each and a
+ * divide two, while add/sub/min/max/compare/logic and integer add/shift run
+ * on the other two pipes almost for free. Hence no blendv, clamps with
+ * min/max, signs with logic. Polynomials use Estrin's scheme (one extra
+ * multiply, half the dependency chain): the chains, not the pipes, limited
+ * the Horner versions (a chain of ~55 cycles per vector fills the FP
+ * scheduler before the pipes are busy).
  *
- * exp5(s), s in [-87, 88]: s = k ln2 + r, k = round(s log2e) taken from
- * the low mantissa bits of s log2e + 1.5 2^23 (no round or convert
- * instruction), ln2 split in two (Cody-Waite), e^r by a degree-5 polynomial
- * (Chebyshev fit on |r| <= ln2/2, mpmath: 1.1e-7 relative), 2^k added into
- * the exponent bits as an integer (no multiply; valid while the result is
- * a normal float: callers keep s within [-84.5, 88]). */
-#define E5_MAGIC 12582912.0f /* 1.5 * 2^23 */
-/* e^r 2^k from the reduced r and v = s log2e + E5_MAGIC (k in its low bits). */
-GPA__AVX2_ATTR static inline __m256 exp5_finish(__m256 r, __m256 v) {
-  __m256 p = _mm256_set1_ps(8.36914849086e-3f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.19175072496e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.66665052604e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.99988693783e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.00000001077f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.00000007545f));
+ * exp: s = k ln2 + r with k = round(s log2e) taken from the low mantissa
+ * bits of s log2e + 1.5 2^23 (no round or convert instruction), e^r by a
+ * degree-5 polynomial (Chebyshev fit on |r| <= ln2/2, mpmath: 1.1e-7
+ * relative), 2^k added into the exponent bits as an integer (no multiply;
+ * valid while k is in [-125, 127], so callers bound s). */
+#define E_MAGIC 12582912.0f /* 1.5 * 2^23 */
+#define LOG2E 1.44269504088896341f
+#define LN2F 0.693147182464599609375f /* float(ln 2): 1.9e-9 low, so k ln2f is k ln2 within 2.3e-7 for |k| <= 122 */
+#define EP0 1.00000007545f
+#define EP1 1.00000001077f
+#define EP2 4.99988693783e-1f
+#define EP3 1.66665052604e-1f
+#define EP4 4.19175072496e-2f
+#define EP5 8.36914849086e-3f
+
+/* e^(h r) 2^k for h = 1 or 1/2 (the coefficients scaled by h^j, exactly), k
+ * in the low bits of v. Estrin: (c0 + c1 r) + r^2 ((c2 + c3 r) + r^2 (c4 + c5 r)). */
+GPA__AVX2_ATTR static inline __m256 exp_finish(__m256 r, __m256 v, float h) {
+  __m256 r2 = _mm256_mul_ps(r, r);
+  __m256 p01 = _mm256_fmadd_ps(_mm256_set1_ps(EP1 * h), r, _mm256_set1_ps(EP0));
+  __m256 p23 = _mm256_fmadd_ps(_mm256_set1_ps(EP3 * h * h * h), r, _mm256_set1_ps(EP2 * h * h));
+  __m256 p45 = _mm256_fmadd_ps(_mm256_set1_ps(EP5 * h * h * h * h * h), r, _mm256_set1_ps(EP4 * h * h * h * h));
+  __m256 p = _mm256_fmadd_ps(_mm256_fmadd_ps(p45, r2, p23), r2, p01);
   __m256i e = _mm256_slli_epi32(_mm256_castps_si256(v), 23); /* k << 23 (the magic's bits shift out) */
   return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
 }
 
-GPA__AVX2_ATTR static inline __m256 exp5(__m256 s) {
-  __m256 v = _mm256_fmadd_ps(s, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(E5_MAGIC));
-  __m256 k = _mm256_sub_ps(v, _mm256_set1_ps(E5_MAGIC));
-  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), s);
-  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-  return exp5_finish(r, v);
-}
-
-/* erf form: for a = |x| (clamped to 13), Phi(-a) = 0.5 erfc(a / sqrt2)
- *   = t exp(-a^2/2) Q(t),  t = 1 / (1 + 0.3 a),
+/* erf form, a = |x| clamped to 13:
+ *   Phi(-a) = 0.5 erfc(a / sqrt2) = t g Q(t),  t = 1 / (1 + 0.3 a),  g = exp(-a^2/2),
  * Q(t) = Phi(-a) exp(a^2/2) / t is smooth on t in [1/4.9, 1]: a degree-7
  * polynomial (Chebyshev fit, mpmath: 4.4e-8 absolute, 3e-7 relative).
- * exp(-a^2/2) takes its reduced argument from one FMA, r = (-a/2) a - k ln2_hi,
- * so a^2 is never rounded on its own (its rounding would be a relative
- * error of a^2 2^-24 in exp: 5e-6 at a = 13). Measured worst relative error
- * of x Phi(x) over [-14, 14]: 7e-7. Past |x| = 13, Phi(-13) = 6e-39 stands
- * for the smaller values (a normal float times x; far below any tolerance).
- * Relative, not absolute: the negative tail keeps its digits (no 1 + erf).
- * Phi(x) = 1 - Phi(-a) for x >= 0. The same exp(-x^2/2) is the
- * backward's density term. */
+ * g: k from a^2, then r2 = -a^2 - 2k ln2f in one FMA (the product exact
+ * inside it) and e^(r2/2) by the polynomial at h = 1/2: a^2 is rounded once
+ * (relative error of g up to a^2 2^-25: 4.8e-7 at a = 4, 5e-6 at a = 13,
+ * where |y| < 1e-37). Past |x| = 13, Phi(-13) = 6e-39 stands for the
+ * smaller values. Relative, not absolute: the negative tail keeps its
+ * digits (no 1 + erf). */
 #define GQ0 1.19609930796e-1f
 #define GQ1 1.21057903346e-1f
 #define GQ2 9.79774151595e-2f
@@ -80,70 +87,80 @@ GPA__AVX2_ATTR static inline __m256 exp5(__m256 s) {
 #define GQ7 3.76223966251e-2f
 #define GQ_P 0.3f
 
-/* Phi(-|x|), and exp(-x^2/2) in *e. */
-GPA__AVX2_ATTR static inline __m256 tail8(__m256 x, __m256 *e) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  __m256 a = _mm256_min_ps(_mm256_set1_ps(13.0f), _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x)); /* NaN stays */
-  __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(a, _mm256_set1_ps(GQ_P), one));
-  __m256 ah = _mm256_mul_ps(a, _mm256_set1_ps(-0.5f));
-  __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(ah, a), _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(E5_MAGIC));
-  __m256 k = _mm256_sub_ps(v, _mm256_set1_ps(E5_MAGIC));
-  __m256 r = _mm256_fmadd_ps(ah, a, _mm256_mul_ps(k, _mm256_set1_ps(-0.693359375f))); /* exact product */
-  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 g = exp5_finish(r, v);
-  __m256 q = _mm256_set1_ps(GQ7);
-  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(GQ6));
-  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(GQ5));
-  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(GQ4));
-  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(GQ3));
-  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(GQ2));
-  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(GQ1));
-  q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(GQ0));
-  *e = g;
-  return _mm256_mul_ps(_mm256_mul_ps(t, g), q);
+typedef struct erf8 {
+  __m256 a, t, g, q; /* Phi(-a) = t g q */
+} erf8;
+
+GPA__AVX2_ATTR static inline erf8 erf_parts(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f), neg0 = _mm256_set1_ps(-0.0f);
+  erf8 o;
+  o.a = _mm256_min_ps(_mm256_set1_ps(13.0f), _mm256_andnot_ps(neg0, x)); /* constant first: NaN stays */
+  o.t = _mm256_div_ps(one, _mm256_fmadd_ps(o.a, _mm256_set1_ps(GQ_P), one));
+  __m256 a2 = _mm256_mul_ps(o.a, o.a);
+  __m256 v = _mm256_fmadd_ps(a2, _mm256_set1_ps(-0.5f * LOG2E), _mm256_set1_ps(E_MAGIC));
+  __m256 k = _mm256_sub_ps(v, _mm256_set1_ps(E_MAGIC));
+  __m256 r2 = _mm256_fmadd_ps(k, _mm256_set1_ps(-2.0f * LN2F), _mm256_xor_ps(a2, neg0));
+  o.g = exp_finish(r2, v, 0.5f);
+  __m256 t = o.t, t2 = _mm256_mul_ps(t, t);
+  __m256 q01 = _mm256_fmadd_ps(_mm256_set1_ps(GQ1), t, _mm256_set1_ps(GQ0));
+  __m256 q23 = _mm256_fmadd_ps(_mm256_set1_ps(GQ3), t, _mm256_set1_ps(GQ2));
+  __m256 q45 = _mm256_fmadd_ps(_mm256_set1_ps(GQ5), t, _mm256_set1_ps(GQ4));
+  __m256 q67 = _mm256_fmadd_ps(_mm256_set1_ps(GQ7), t, _mm256_set1_ps(GQ6));
+  o.q = _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_fmadd_ps(q67, t2, q45), t2, q23), t2, q01);
+  return o;
 }
 
-/* Phi(x) from c = Phi(-|x|): blendv picks by x's sign bit (c where x < 0). */
-GPA__AVX2_ATTR static inline __m256 cdf_of(__m256 x, __m256 c) {
-  return _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(1.0f), c), c, x);
-}
-
+/* y = x Phi(x) = max(x, 0) - a Phi(-a) for either sign. */
 GPA__AVX2_ATTR static inline __m256 fwd_erf8(__m256 x) {
-  __m256 e;
-  return _mm256_mul_ps(x, cdf_of(x, tail8(x, &e)));
+  erf8 e = erf_parts(x);
+  __m256 atg = _mm256_mul_ps(_mm256_mul_ps(e.a, e.t), e.g);
+  return _mm256_fnmadd_ps(atg, e.q, _mm256_max_ps(_mm256_setzero_ps(), x)); /* max: NaN stays */
 }
 
+/* dx = dy (Phi(x) + x phi(x)) = dy (H + sg g (a/sqrt(2pi) - t q)): H = 1 and
+ * sg = 1 for x >= 0 (-0 included), H = 0 and sg = -1 below. */
 GPA__AVX2_ATTR static inline __m256 bwd_erf8(__m256 x, __m256 dy) {
-  __m256 e, p = cdf_of(x, tail8(x, &e));
-  return _mm256_mul_ps(dy, _mm256_fmadd_ps(_mm256_mul_ps(x, _mm256_set1_ps(INV_SQRT2PI)), e, p));
+  erf8 e = erf_parts(x);
+  __m256 ge = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ);
+  __m256 h = _mm256_and_ps(ge, _mm256_set1_ps(1.0f));
+  __m256 sg = _mm256_xor_ps(e.g, _mm256_andnot_ps(ge, _mm256_set1_ps(-0.0f)));
+  __m256 w = _mm256_fnmadd_ps(e.t, e.q, _mm256_mul_ps(e.a, _mm256_set1_ps(INV_SQRT2PI)));
+  return _mm256_mul_ps(dy, _mm256_fmadd_ps(sg, w, h));
 }
 
-/* tanh form: y = x / (1 + exp(-2u)), -2u = x (A + B x^2), the argument
- * clamped to [-84.5, 88] (exp5's range): past those y is x or -0 in float
- * anyway (exp(-84.5) < 2^-121; exp(88) makes y = x 6e-39). */
+/* tanh form: y = x / (1 + e), e = exp(-2u) = exp(s), s = x (A + B x^2),
+ * with x clamped to +-9.9 inside e (|s| <= 85.1, exp's range); past that
+ * 1 + e is 1 (x > 0) or y underflows (x < 0: the numerator is clamped too,
+ * y = -1.2e-36 for any x <= -9.9). One-constant reduction r = s - k ln2f. */
 #define TA (-2.0f * K_TANH)
 #define TB (-2.0f * K_TANH * C_TANH)
+#define TCLAMP 9.9f
 
-GPA__AVX2_ATTR static inline __m256 tanh_arg8(__m256 x, __m256 x2) {
-  __m256 s = _mm256_mul_ps(x, _mm256_fmadd_ps(x2, _mm256_set1_ps(TB), _mm256_set1_ps(TA)));
-  /* constants first: min/max return the second operand for NaN, so NaN stays */
-  return _mm256_max_ps(_mm256_set1_ps(-84.5f), _mm256_min_ps(_mm256_set1_ps(88.0f), s));
+GPA__AVX2_ATTR static inline __m256 tanh_e8(__m256 xc, __m256 x2) {
+  __m256 s = _mm256_mul_ps(xc, _mm256_fmadd_ps(x2, _mm256_set1_ps(TB), _mm256_set1_ps(TA)));
+  __m256 v = _mm256_fmadd_ps(s, _mm256_set1_ps(LOG2E), _mm256_set1_ps(E_MAGIC));
+  __m256 k = _mm256_sub_ps(v, _mm256_set1_ps(E_MAGIC));
+  return exp_finish(_mm256_fnmadd_ps(k, _mm256_set1_ps(LN2F), s), v, 1.0f);
 }
 
 GPA__AVX2_ATTR static inline __m256 fwd_tanh8(__m256 x) {
-  __m256 e = exp5(tanh_arg8(x, _mm256_mul_ps(x, x)));
-  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+  __m256 xl = _mm256_max_ps(_mm256_set1_ps(-TCLAMP), x); /* constants first: NaN stays */
+  __m256 xc = _mm256_min_ps(_mm256_set1_ps(TCLAMP), xl);
+  __m256 e = tanh_e8(xc, _mm256_mul_ps(xc, xc));
+  return _mm256_div_ps(xl, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
 /* dy (s + 2 x s (1 - s) u') with s = sigmoid(2u) = 1 / (1 + e), 1 - s = e s:
- * dy s (1 + x 2u' e s). */
+ * dy s (1 + x 2u' e s); x clamped as above (past it the factor is 1 or
+ * underflows; e s stays in [0, 1], so nothing overflows). */
 GPA__AVX2_ATTR static inline __m256 bwd_tanh8(__m256 x, __m256 dy) {
   const __m256 one = _mm256_set1_ps(1.0f);
-  __m256 x2 = _mm256_mul_ps(x, x);
-  __m256 e = exp5(tanh_arg8(x, x2));
+  __m256 xc = _mm256_min_ps(_mm256_set1_ps(TCLAMP), _mm256_max_ps(_mm256_set1_ps(-TCLAMP), x));
+  __m256 x2 = _mm256_mul_ps(xc, xc);
+  __m256 e = tanh_e8(xc, x2);
   __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, e));
   __m256 du2 = _mm256_fmadd_ps(x2, _mm256_set1_ps(6.0f * K_TANH * C_TANH), _mm256_set1_ps(2.0f * K_TANH)); /* 2u' */
-  __m256 in = _mm256_fmadd_ps(_mm256_mul_ps(x, du2), _mm256_mul_ps(e, s), one);
+  __m256 in = _mm256_fmadd_ps(_mm256_mul_ps(xc, du2), _mm256_mul_ps(e, s), one);
   return _mm256_mul_ps(_mm256_mul_ps(dy, s), in);
 }
 
