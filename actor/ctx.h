@@ -12,9 +12,12 @@
  */
 #ifndef GPA_ACTOR_CTX_H
 #define GPA_ACTOR_CTX_H
+#include <stdlib.h>
 #include <string.h>
 
+#include "actor/fence.h"
 #include "actor/internal.h"
+#include "actor/ring.h"
 
 /* A registry lookup remembered by the thread that made it. It is valid
  * while the registry slot still holds `op` and op's name equals the name
@@ -32,11 +35,9 @@ struct gpa__ctx {
   /* read by both, written rarely */
   gpa_actor *actor;          /* not dereferenced once `dead` */
   gpa__ctx *next;            /* the actor's list */
-  ck_ring_buffer_t *slots;
   _Atomic int owned;         /* a live thread owns it (else it may be adopted) */
   _Atomic int dead;          /* the actor is gone */
-  /* ck_ring pads its consumer and producer indices onto lines of their own */
-  _Alignas(64) ck_ring_t ring;
+  gpa__ring ring; /* its indices sit on lines of their own */
   /* the owner's, per message */
   _Alignas(64) _Atomic int busy; /* inside gpa__send: the shutdown handshake */
   gpa__msg *free_list;       /* owner only */
@@ -64,21 +65,13 @@ static inline gpa__ctx *gpa__ctx_get(gpa_actor *a) {
 
 const gpa__op *gpa__ctx_find_op_slow(gpa__ctx *c, const gpa_registry *reg, const char *name);
 
-/* strcmp(a, b) == 0 for op names (short): inline, no call. */
-static inline bool gpa__name_eq(const char *a, const char *b) {
-  for (;; a++, b++) {
-    if (*a != *b) return false;
-    if (!*a) return true;
-  }
-}
-
 /* gpa__registry_find through c's cache (c's owner thread only). One context
  * serves one actor, hence one registry, whose entries live as long. */
 static inline const gpa__op *gpa__ctx_find_op(gpa__ctx *c, const gpa_registry *reg, const char *name) {
   const gpa__op_cache *e = &c->ops[((uintptr_t)name >> 3) % GPA__OP_CACHE];
   if (__builtin_expect(e->name == name && e->op, 1) &&
       atomic_load_explicit(&((gpa_registry *)reg)->slot[e->slot], memory_order_acquire) == e->op &&
-      gpa__name_eq(e->op->name_buf, name))
+      strcmp(e->op->name_buf, name) == 0)
     return e->op;
   return gpa__ctx_find_op_slow(c, reg, name);
 }
@@ -130,5 +123,75 @@ static inline gpa__msg *gpa__msg_take(gpa__ctx *c, int kind) {
 }
 
 void gpa__ctx_free(gpa__ctx *c);
+
+/* Drops one reference; true when it was the last (the message is then
+ * clean for its pool). */
+static inline bool gpa__msg_drop_ref(gpa__msg *m) {
+  /* The only reference: nobody else can take one, no atomic RMW needed. */
+  if (atomic_load_explicit(&m->refs, memory_order_acquire) != 1 &&
+      atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
+    return false;
+  if (m->t != m->t_inline) free(m->t);
+  if (m->payload) {
+    free(m->payload);
+    m->payload = NULL;
+  }
+  /* A pooled message's err is empty (the slab starts so): only a failure
+   * writes it, and the message's own line stays untouched otherwise. */
+  if (m->status != GPA_OK) m->err[0] = 0;
+  return true;
+}
+
+/* The actor frees most messages: it gathers them per owner and gives each
+ * chain back with one CAS instead of one per message. */
+static inline void gpa__msg_unref_actor(gpa_actor *a, gpa__msg *m) {
+  if (!gpa__msg_drop_ref(m)) return;
+  gpa__ret_cache *rc = a->ret;
+  uint32_t i = 0;
+  while (i < GPA__RET_SLOTS && rc[i].c != m->owner && rc[i].n) i++;
+  if (i == GPA__RET_SLOTS) {
+    gpa__msg_return_flush(a);
+    i = 0;
+  }
+  if (!rc[i].n) {
+    rc[i].c = m->owner;
+    rc[i].last = m;
+    m->next = NULL;
+  } else {
+    m->next = rc[i].first;
+  }
+  rc[i].first = m;
+  rc[i].n++;
+}
+
+
+/* mailbox.c: the whole send (full ring, shutdown); wakes the actor. */
+gpa_status gpa__send_slow(gpa_actor *a, gpa__msg *m, bool keep);
+void gpa__wake_actor(gpa_actor *a);
+
+/* gpa__send (keep) or gpa__send_owned inline, for submit paths: a send
+ * that finds room in the ring and the actor open completes here; anything
+ * else starts over in gpa__send_slow. The steps and their reasons are
+ * mailbox.c's. */
+static inline gpa_status gpa__send_inline(gpa_actor *a, gpa__msg *m, bool keep) {
+  gpa__ctx *c = m->owner;
+  atomic_store_explicit(&c->busy, 1, memory_order_relaxed);
+  gpa__fence_light();
+  void **slot;
+  if (__builtin_expect(atomic_load_explicit(&a->closing, memory_order_relaxed) ||
+                           !(slot = gpa__ring_reserve(&c->ring)),
+                       0)) {
+    atomic_store_explicit(&c->busy, 0, memory_order_release);
+    return gpa__send_slow(a, m, keep);
+  }
+  if (m->q) m->ticket = atomic_fetch_add_explicit(&m->q->next_ticket, 1, memory_order_relaxed);
+  if (keep) atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+  *slot = m;
+  gpa__ring_commit(&c->ring);
+  atomic_store_explicit(&c->busy, 0, memory_order_release);
+  gpa__fence_light();
+  if (atomic_load_explicit(&a->idle, memory_order_relaxed)) gpa__wake_actor(a);
+  return GPA_OK;
+}
 
 #endif

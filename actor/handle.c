@@ -74,46 +74,8 @@ static void give_back(gpa__ctx *c, gpa__msg *first, gpa__msg *last, uint64_t n) 
   if (atomic_fetch_sub_explicit(&c->refs, n, memory_order_acq_rel) == n) gpa__ctx_free(c);
 }
 
-GPA__HOT_INLINE bool drop_ref(gpa__msg *m) {
-  /* The only reference: nobody else can take one, no atomic RMW needed. */
-  if (atomic_load_explicit(&m->refs, memory_order_acquire) != 1 &&
-      atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
-    return false;
-  if (m->t != m->t_inline) free(m->t);
-  if (m->payload) {
-    free(m->payload);
-    m->payload = NULL;
-  }
-  /* A pooled message's err is empty (the slab starts so): only a failure
-   * writes it, and the message's own line stays untouched otherwise. */
-  if (m->status != GPA_OK) m->err[0] = 0;
-  return true;
-}
-
 void gpa__msg_unref(gpa__msg *m) {
-  if (drop_ref(m)) give_back(m->owner, m, m, 1);
-}
-
-/* The actor frees most messages: it gathers them per owner and gives each
- * chain back with one CAS instead of one per message. */
-void gpa__msg_unref_actor(gpa_actor *a, gpa__msg *m) {
-  if (!drop_ref(m)) return;
-  gpa__ret_cache *rc = a->ret;
-  uint32_t i = 0;
-  while (i < GPA__RET_SLOTS && rc[i].c != m->owner && rc[i].n) i++;
-  if (i == GPA__RET_SLOTS) {
-    gpa__msg_return_flush(a);
-    i = 0;
-  }
-  if (!rc[i].n) {
-    rc[i].c = m->owner;
-    rc[i].last = m;
-    m->next = NULL;
-  } else {
-    m->next = rc[i].first;
-  }
-  rc[i].first = m;
-  rc[i].n++;
+  if (gpa__msg_drop_ref(m)) give_back(m->owner, m, m, 1);
 }
 
 void gpa__msg_return_flush(gpa_actor *a) {

@@ -90,6 +90,13 @@ struct gpa_handle {
   char err[GPA__ERR_MAX];
 };
 
+/* Held messages of one queue from one source ring, in ticket order. */
+#define GPA__LANES 8
+typedef struct gpa__lane {
+  const gpa__ctx *src;
+  gpa__msg *head, *tail;
+} gpa__lane;
+
 /* Batch accounting of one queue (actor thread only). */
 typedef struct gpa__batch {
   char label[64];
@@ -113,8 +120,11 @@ struct gpa_queue {
   _Atomic int64_t batch_t0; /* set by begin/sync callers, read by the actor */
   /* actor thread only */
   _Alignas(64) uint64_t expect; /* ticket to run next */
-  gpa__msg *held;    /* messages not yet started, sorted by ticket */
-  gpa__msg *held_tail;
+  /* messages not yet started (queue.c): one lane per source ring, whose
+   * arrivals come in ticket order; a sorted spill list past GPA__LANES */
+  gpa__lane lane[GPA__LANES];
+  uint32_t n_lanes, hint; /* hint: the lane that held the last one to run */
+  gpa__msg *spill;
   uint32_t n_held;
   uint32_t inflight; /* started on the device, not yet completed */
   /* parking (feed/): the head message waits for data or room */
@@ -219,8 +229,8 @@ void gpa__clock_init(void);
 gpa__msg *gpa__msg_new(gpa_actor *a, int kind); /* NULL + error set on failure */
 void gpa__msg_ref(gpa__msg *m);
 void gpa__msg_unref(gpa__msg *m);
-/* On the actor thread: batched; gpa__msg_return_flush gives them back. */
-void gpa__msg_unref_actor(gpa_actor *a, gpa__msg *m);
+/* On the actor thread, gpa__msg_unref_actor (ctx.h) batches them;
+ * gpa__msg_return_flush gives them back. */
 void gpa__msg_return_flush(gpa_actor *a);
 /* Sets status/message (fmt may be NULL) and wakes waiters. Exactly once. */
 void gpa__msg_complete(gpa__msg *m, gpa_status st, const char *msg);
@@ -260,6 +270,8 @@ void gpa__run_switch(gpa_actor *a, gpa_queue *q);
 uint32_t gpa__drain_completions(gpa_actor *a);
 /* queue.c: runs what is runnable on q (after a completion, an unpark). */
 void gpa__queue_advance(gpa_actor *a, gpa_queue *q);
+/* The held message whose turn it is (ticket == expect), or NULL. */
+gpa__msg *gpa__queue_head(gpa_queue *q);
 /* The queue's batch records a finished message. */
 void gpa__batch_note(gpa__batch *b, gpa__msg *m); /* a failure, a readback (batch.c) */
 static inline void gpa__batch_account(gpa_queue *q, gpa__msg *m, int64_t device_ns, uint64_t bytes) {

@@ -31,7 +31,6 @@
 #include "actor/ctx.h"
 #include "actor/fence.h"
 #include "actor/spin.h"
-#include "actor/tsan.h"
 
 /* ck_ec platform layer: futex wait/wake and the monotonic clock. */
 static int ec_gettime(const struct ck_ec_ops *ops, struct timespec *out) {
@@ -67,7 +66,7 @@ void gpa__tls_drop_dead(void);
 void gpa__ctx_free(gpa__ctx *c) {
   for (uint32_t i = 0; i < c->n_slabs; i++) free(c->slabs[i]);
   free(c->slabs);
-  free(c->slots);
+  free(c->ring.slots);
   free(c);
 }
 
@@ -122,7 +121,7 @@ static gpa__ctx *ctx_register(gpa_actor *a) {
   if (!c) {
     c = aligned_alloc(_Alignof(gpa__ctx), sizeof *c);
     if (c) memset(c, 0, sizeof *c);
-    ck_ring_buffer_t *slots = calloc(a->opts.mailbox_size, sizeof *slots);
+    void **slots = calloc(a->opts.mailbox_size, sizeof *slots);
     if (!c || !slots) {
       free(c);
       free(slots);
@@ -131,8 +130,7 @@ static gpa__ctx *ctx_register(gpa_actor *a) {
       return NULL;
     }
     c->actor = a;
-    c->slots = slots;
-    ck_ring_init(&c->ring, a->opts.mailbox_size);
+    gpa__ring_init(&c->ring, slots, a->opts.mailbox_size);
     atomic_store(&c->owned, 1);
     atomic_store(&c->refs, 2); /* the actor and this thread */
     c->next = atomic_load(&a->ctxs);
@@ -171,7 +169,7 @@ static gpa_status wait_space(gpa_actor *a, gpa__ctx *c, bool control) {
     return gpa__fail(GPA_EAGAIN, "mailbox full (%u slots); message not accepted", a->opts.mailbox_size);
   int64_t limit = a->opts.full_timeout_ns, start = gpa__now_ns();
   for (int spin = 0;; spin++) {
-    if (ck_ring_size(&c->ring) < ck_ring_capacity(&c->ring) - 1) return GPA_OK;
+    if (gpa__ring_size(&c->ring) < gpa__ring_capacity(&c->ring)) return GPA_OK;
     if (atomic_load_explicit(&a->closing, memory_order_acquire))
       return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
     if (limit > 0 && gpa__now_ns() - start > limit)
@@ -183,7 +181,7 @@ static gpa_status wait_space(gpa_actor *a, gpa__ctx *c, bool control) {
     }
     uint32_t snap = ck_ec32_value(&a->space_ec);
     atomic_store_explicit(&c->want_space, 1, memory_order_seq_cst);
-    if (ck_ring_size(&c->ring) < ck_ring_capacity(&c->ring) - 1) return GPA_OK;
+    if (gpa__ring_size(&c->ring) < gpa__ring_capacity(&c->ring)) return GPA_OK;
     /* Wake the actor in case it sleeps, then wait for it to drain us. */
     ck_ec32_inc(&a->ec, &gpa__ec_mp);
     struct timespec dl;
@@ -202,7 +200,11 @@ static bool enter(gpa_actor *a, gpa__ctx *c) {
   return !atomic_load_explicit(&a->closing, memory_order_relaxed);
 }
 
-static gpa_status send(gpa_actor *a, gpa__msg *m, bool keep) {
+void gpa__wake_actor(gpa_actor *a) { ck_ec32_inc(&a->ec, &gpa__ec_mp); }
+
+/* ctx.h's gpa__send_inline is this function's common case: keep the two
+ * in step. */
+gpa_status gpa__send_slow(gpa_actor *a, gpa__msg *m, bool keep) {
   gpa__ctx *c = m->owner;
   gpa_status st = GPA_OK;
   if (!enter(a, c)) {
@@ -210,7 +212,7 @@ static gpa_status send(gpa_actor *a, gpa__msg *m, bool keep) {
     goto out;
   }
   void **slot;
-  while (!(slot = ck_ring_enqueue_reserve_spsc(&c->ring, c->slots))) {
+  while (!(slot = gpa__ring_reserve(&c->ring))) {
     /* Leave `busy` while waiting so that destroy is not blocked by us. */
     atomic_store_explicit(&c->busy, 0, memory_order_release);
     st = wait_space(a, c, m->kind == GPA__MSG_CALL);
@@ -224,11 +226,8 @@ static gpa_status send(gpa_actor *a, gpa__msg *m, bool keep) {
    * queue ticket is taken now and never skipped. */
   if (m->q) m->ticket = atomic_fetch_add_explicit(&m->q->next_ticket, 1, memory_order_relaxed);
   if (keep) gpa__msg_ref(m); /* else the caller's reference becomes the actor's */
-  GPA_TSAN_RELEASE(m);
-  GPA_TSAN_IGNORE_BEGIN();
   *slot = m;
-  ck_ring_enqueue_commit_spsc(&c->ring);
-  GPA_TSAN_IGNORE_END();
+  gpa__ring_commit(&c->ring);
 out:
   /* release: quiesce sees the message in the ring once it sees busy 0. */
   atomic_store_explicit(&c->busy, 0, memory_order_release);
@@ -238,27 +237,19 @@ out:
   return st;
 }
 
-gpa_status gpa__send(gpa_actor *a, gpa__msg *m) { return send(a, m, true); }
-gpa_status gpa__send_owned(gpa_actor *a, gpa__msg *m) { return send(a, m, false); }
-
-static bool ring_pop(gpa__ctx *c, void **p) {
-  GPA_TSAN_IGNORE_BEGIN();
-  bool ok = ck_ring_dequeue_spsc(&c->ring, c->slots, p);
-  GPA_TSAN_IGNORE_END();
-  if (ok) GPA_TSAN_ACQUIRE(*p);
-  return ok;
-}
+gpa_status gpa__send(gpa_actor *a, gpa__msg *m) { return gpa__send_inline(a, m, true); }
+gpa_status gpa__send_owned(gpa_actor *a, gpa__msg *m) { return gpa__send_inline(a, m, false); }
 
 uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget) {
   uint32_t total = 0;
   for (gpa__ctx *c = atomic_load_explicit(&a->ctxs, memory_order_acquire); c; c = c->next) {
     uint32_t got = 0;
     void *p, *next = NULL;
-    for (bool have = budget && ring_pop(c, &p); have; p = next) {
+    for (bool have = budget && gpa__ring_pop(&c->ring, &p); have; p = next) {
       got++;
       /* One ahead: the next message's header (written on the producer's
        * core) loads while this one runs. */
-      have = got < budget && ring_pop(c, &next);
+      have = got < budget && gpa__ring_pop(&c->ring, &next);
       if (have) {
         __builtin_prefetch(next, 1);
         __builtin_prefetch((char *)next + 64, 1);
@@ -277,7 +268,7 @@ uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget) {
 
 bool gpa__mailbox_empty(gpa_actor *a) {
   for (gpa__ctx *c = atomic_load_explicit(&a->ctxs, memory_order_acquire); c; c = c->next)
-    if (ck_ring_size(&c->ring)) return false;
+    if (gpa__ring_size(&c->ring)) return false;
   return true;
 }
 

@@ -183,14 +183,14 @@ uint32_t gpa__feed_expire(gpa_actor *a, int64_t now) {
   uint32_t n = 0;
   for (gpa_queue *q = a->parked, *next; q; q = next) {
     next = q->parked_next;
-    gpa__msg *head = q->held;
+    gpa__msg *head = gpa__queue_head(q);
     if (head && head->kind == GPA__MSG_OUTFEED && atomic_load(&q->park_feed->out_pending) < q->park_feed->out_cap) {
       gpa__queue_unpark(a, q);
       n++;
       continue;
     }
     if (!q->park_deadline || q->park_deadline > now) continue;
-    gpa__msg *m = q->held; /* the parked head */
+    gpa__msg *m = gpa__queue_head(q); /* the parked one */
     m->status = GPA_ETIMEDOUT;
     snprintf(m->err, sizeof m->err, "infeed: no item arrived in session %llu within %lld ms",
              (unsigned long long)params(m)->s->id, (long long)(params(m)->timeout_ns / 1000000));

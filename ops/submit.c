@@ -133,11 +133,12 @@ gpa_status gpa_submit(gpa_queue *q, const gpa_op_call *call, gpa_handle **out) {
   if (!m) return GPA_ENOMEM;
   /* Attributes parse straight into the message: a failure returns it. */
   st = validate(a, op, call, m->params);
-  if (st == GPA_OK) st = gpa__msg_set_tensors(m, call->inputs, call->n_inputs, call->outputs, call->n_outputs);
+  if (st == GPA_OK && (call->n_inputs || call->n_outputs)) /* the pool's message has none */
+    st = gpa__msg_set_tensors(m, call->inputs, call->n_inputs, call->outputs, call->n_outputs);
   if (st == GPA_OK) {
     m->op = op;
     m->q = q;
-    st = out ? gpa__send(a, m) : gpa__send_owned(a, m);
+    st = gpa__send_inline(a, m, out != NULL);
   }
   if (st != GPA_OK) gpa__msg_unref(m);
   else if (out) *out = m;
