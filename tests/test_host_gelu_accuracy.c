@@ -10,8 +10,8 @@
  * underflow towards 0) absolute error <= 1e-20. NaN gives NaN; +inf gives
  * y = +inf, dx = dy; -inf gives y = -0 or a |y| < 1e-30, dx ~ 0. The worst
  * relative errors per region are printed (docs/ops.md quotes them). Runs
- * the kernels directly (device independent), on the AVX2+FMA path where
- * the CPU has it. */
+ * the kernels directly (device independent): the path this CPU takes
+ * (AVX2+FMA where it has them), then the portable one. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,6 +19,17 @@
 
 #include "kernels/host/gelu.h"
 #include "util/testutil.h"
+
+/* The portable path (CPUs without AVX2+FMA) as a second copy of the
+ * kernels, compiled here with the CPU check answering 0. */
+#include "kernels/host/simd_exp.h"
+#define gpa__cpu_avx2() 0
+#define gpa__gelu_fwd_f32 portable_gelu_fwd
+#define gpa__gelu_bwd_f32 portable_gelu_bwd
+#include "kernels/host/gelu.c"
+#undef gpa__gelu_fwd_f32
+#undef gpa__gelu_bwd_f32
+#undef gpa__cpu_avx2
 
 static double ref_fwd(double x, int tanh_form) {
   if (tanh_form) {
@@ -100,25 +111,26 @@ int main(void) {
   CHECK(m <= n);
   for (int64_t i = 0; i < m; i++) dy[i] = 1.0f;
 
+  for (int path = 0; path < 2; path++)
   for (int form = 0; form <= 1; form++) {
-    const char *fn = form ? "tanh" : "erf";
+    const char *fn = form ? "tanh" : "erf", *pn = path ? "portable" : gpa__cpu_avx2() ? "avx2" : "portable";
     worst wf = {{0}, {0}}, wb = {{0}, {0}};
     char what[64];
-    gpa__gelu_fwd_f32(NULL, y, x, m, form);
-    snprintf(what, sizeof what, "gelu_fwd %s", fn);
+    (path ? portable_gelu_fwd : gpa__gelu_fwd_f32)(NULL, y, x, m, form);
+    snprintf(what, sizeof what, "gelu_fwd %s %s", fn, pn);
     for (int64_t i = 0; i < m; i++) {
       double r = ref_fwd(x[i], form);
       check_one(what, x[i], y[i], r, fabs(r), 0, &wf);
     }
-    gpa__gelu_bwd_f32(NULL, y, x, dy, m, form);
-    snprintf(what, sizeof what, "gelu_bwd %s", fn);
+    (path ? portable_gelu_bwd : gpa__gelu_bwd_f32)(NULL, y, x, dy, m, form);
+    snprintf(what, sizeof what, "gelu_bwd %s %s", fn, pn);
     for (int64_t i = 0; i < m; i++) {
       double sc, r = ref_grad(x[i], form, &sc);
       check_one(what, x[i], y[i], r, sc, 1, &wb);
     }
-    printf("%s: worst relative error fwd |x|<=8 %.3g (x=%.7g), 8<|x|<=16 %.3g (x=%.7g), beyond %.3g; "
+    printf("%s %s: worst relative error fwd |x|<=8 %.3g (x=%.7g), 8<|x|<=16 %.3g (x=%.7g), beyond %.3g; "
            "bwd %.3g (x=%.7g), %.3g (x=%.7g), %.3g\n",
-           fn, wf.rel[0], wf.at[0], wf.rel[1], wf.at[1], wf.rel[2], wb.rel[0], wb.at[0], wb.rel[1], wb.at[1],
+           pn, fn, wf.rel[0], wf.at[0], wf.rel[1], wf.at[1], wf.rel[2], wb.rel[0], wb.at[0], wb.rel[1], wb.at[1],
            wb.rel[2]);
   }
   free(x), free(y), free(dy);

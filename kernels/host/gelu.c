@@ -17,6 +17,12 @@
 #define C_TANH 0.044715f
 #define INV_SQRT2 0.7071067811865476f
 #define INV_SQRT2PI 0.3989422804014327f
+/* |x| past which the tanh form's exp(-2u) leaves float's range (both paths
+ * clamp x inside the exp, see below), and past which the erf form's terms
+ * in x are 0 or x itself (the portable path clamps x there, so -inf gives
+ * -0, not -inf * 0 = NaN). */
+#define TCLAMP 9.9f
+#define ECLAMP 40.0f
 
 typedef struct gelu_ctx {
   float *out;
@@ -140,7 +146,6 @@ GPA__AVX2_ATTR static inline __m256 bwd_erf8(__m256 x, __m256 dy) {
  * raised that to 7e-6, too close to the parity tolerance. */
 #define TA (-2.0f * K_TANH)
 #define TB (-2.0f * K_TANH * C_TANH)
-#define TCLAMP 9.9f
 
 GPA__AVX2_ATTR static inline __m256 tanh_e8(__m256 xc, __m256 x2) {
   __m256 s = _mm256_mul_ps(xc, _mm256_fmadd_ps(x2, _mm256_set1_ps(TB), _mm256_set1_ps(TA)));
@@ -233,13 +238,14 @@ GELU_LOOP2(bwd_erf_avx2, bwd_erf8)
 GELU_LOOP2(bwd_tanh_avx2, bwd_tanh8)
 #endif
 
+/* v clamped to [-c, c]; NaN stays NaN (the comparisons are false) */
+static inline float clampf(float v, float c) { return v < -c ? -c : v > c ? c : v; }
+
 GPA__KCLONES static void tanh_arg(float *restrict t, const float *restrict x, int64_t n) {
-  /* t = -2u, clamped so that exp(t) and (1 + e)^-1 stay finite and nonzero */
+  /* t = -2u of x clamped to +-TCLAMP: |t| <= 85, so exp(t) and (1 + e)^-1 stay finite */
   for (int64_t i = 0; i < n; i++) {
-    float v = x[i];
-    float a = -2.0f * K_TANH * (v + C_TANH * v * v * v);
-    a = a > 80.0f ? 80.0f : a;
-    t[i] = a < -80.0f ? -80.0f : a;
+    float v = clampf(x[i], TCLAMP);
+    t[i] = -2.0f * K_TANH * (v + C_TANH * v * v * v);
   }
 }
 
@@ -248,17 +254,20 @@ GPA__KCLONES static void neg_scale(float *restrict t, const float *restrict x, f
 }
 
 GPA__KCLONES static void fwd_tanh_fin(float *y, const float *x, const float *restrict e, int64_t n) {
-  for (int64_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + e[i]);
+  for (int64_t i = 0; i < n; i++) { /* below -TCLAMP, y underflows: -TCLAMP / (1 + e) */
+    float v = x[i] < -TCLAMP ? -TCLAMP : x[i];
+    y[i] = v / (1.0f + e[i]);
+  }
 }
 
 GPA__KCLONES static void fwd_erf_fin(float *y, const float *x, const float *restrict c, int64_t n) {
-  for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * c[i];
+  for (int64_t i = 0; i < n; i++) y[i] = 0.5f * (x[i] < -ECLAMP ? -ECLAMP : x[i]) * c[i];
 }
 
 GPA__KCLONES static void bwd_tanh_fin(float *dx, const float *x, const float *dy, const float *restrict e,
                                       int64_t n) {
   for (int64_t i = 0; i < n; i++) {
-    float v = x[i];
+    float v = clampf(x[i], TCLAMP);
     float s = 1.0f / (1.0f + e[i]);     /* sigmoid(2u) */
     float s1 = e[i] * s;                /* 1 - sigmoid(2u) */
     float du = K_TANH * (1.0f + 3.0f * C_TANH * v * v);
@@ -269,7 +278,7 @@ GPA__KCLONES static void bwd_tanh_fin(float *dx, const float *x, const float *dy
 GPA__KCLONES static void bwd_erf_fin(float *dx, const float *x, const float *dy, const float *restrict c,
                                      const float *restrict g, int64_t n) {
   /* c = erfc(-x/sqrt2), g = exp(-x^2/2) */
-  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (0.5f * c[i] + x[i] * INV_SQRT2PI * g[i]);
+  for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (0.5f * c[i] + clampf(x[i], ECLAMP) * INV_SQRT2PI * g[i]);
 }
 
 GPA__KCLONES static void half_sq_neg(float *restrict t, const float *restrict x, int64_t n) {
@@ -289,8 +298,7 @@ static void fwd_range(int64_t s, int64_t e, void *p) {
     int64_t n = e - i < CH ? e - i : CH;
     const float *x = c->x + i;
     if (c->approximate == GPA__GELU_TANH) {
-      /* forward needs no clamp: exp(-2u) = inf gives y = -0 */
-      for (int64_t j = 0; j < n; j++) t[j] = -2.0f * K_TANH * (x[j] + C_TANH * x[j] * x[j] * x[j]);
+      tanh_arg(t, x, n);
       gpa__vexpf(t, t, n);
       fwd_tanh_fin(c->out + i, x, t, n);
     } else {
