@@ -2,8 +2,8 @@
  * attention built from cblas_sgemm + a softmax pass + cblas_sgemm that
  * materializes the S x Sk matrix ("naive_sgemm_softmax"), per (batch, head),
  * measured in the same run with the same threads (OpenBLAS threads for the
- * GEMMs, the host pool for the row passes), with a pause after each
- * reference run (gpa_bench_pair_settled: OpenBLAS's spinning threads).
+ * GEMMs, the host pool for the row passes), each side run twice after a
+ * pause (gpa_bench_pair_settled: OpenBLAS's spinning threads).
  * FLOPs: forward 4*B*H*S*Sk*D (halved when causal), backward 2.5x that.
  * Default: a few representative shapes; GPA_BENCH_FULL=1 sweeps
  * B in {1,4}, S=Sk in {512,1024,2048,4096}, D in {64,128}, causal 0/1.
@@ -142,7 +142,7 @@ static void one(int64_t B, int64_t S, int64_t H, int64_t D, int causal, int bwd)
   double work = 4.0 * (double)B * (double)H * (double)S * (double)S * (double)D * (causal ? 0.5 : 1.0);
   int reps = gpa_bench_reps(S * S * B >= 4096 * 4096 ? 2 : 4);
   double ns, rns;
-  gpa_bench_pair_settled(reps, bwd ? run_bwd : run_fwd, &c, bwd ? naive_bwd : naive_fwd, &c, &ns, &rns);
+  gpa_bench_pair_settled(reps, bwd ? run_bwd : run_fwd, &c, bwd ? naive_bwd : naive_fwd, &c, &ns, &rns, NULL, NULL);
   char extra[96];
   snprintf(extra, sizeof extra, "\"threads\":%d,\"blas_threads\":%d", gpa_bench_host_threads(),
            openblas_get_num_threads());

@@ -60,10 +60,15 @@ static void ref_lin_bwd(void *p) {
   ref_threads(0);
 }
 
-static char extra_buf[128];
-static const char *extra(void) {
-  snprintf(extra_buf, sizeof extra_buf, "\"threads\":%d,\"blas_threads\":%d,\"ref_blas_threads\":%d",
-           gpa_bench_host_threads(), openblas_get_num_threads(), gpa_bench_host_threads());
+static char extra_buf[256];
+/* cold_ns, cold_ref_ns: the best first run after a pause (see
+ * gpa_bench_pair_settled); ns and ref_ns are the runs right after those. */
+static const char *extra(double cold, double cold_ref) {
+  snprintf(extra_buf, sizeof extra_buf,
+           "\"threads\":%d,\"blas_threads\":%d,\"ref_blas_threads\":%d,\"cold_ns\":%.1f,\"cold_ref_ns\":%.1f,"
+           "\"cold_ratio\":%.4f",
+           gpa_bench_host_threads(), openblas_get_num_threads(), gpa_bench_host_threads(), cold, cold_ref,
+           cold_ref / cold);
   return extra_buf;
 }
 
@@ -78,12 +83,12 @@ static void lin_bench(const char *name, int bwd, int gelu) {
   gpa_bench_fill(c.W, (int64_t)nw, -1, 1, 2);
   gpa_bench_fill(c.b, c.out, -1, 1, 3);
   gpa_bench_fill(c.dy, (int64_t)ny, -1, 1, 4);
-  double ns, rns;
+  double ns, rns, cns, crns;
   gpa_bench_pair_settled(gpa_bench_reps(15), bwd ? run_lin_bwd : run_lin_fwd, &c, bwd ? ref_lin_bwd : ref_lin_fwd,
-                         &c, &ns, &rns);
+                         &c, &ns, &rns, &cns, &crns);
   double fl = (bwd ? 4.0 : 2.0) * (double)c.N * (double)c.in * (double)c.out;
   gpa_bench_result res = {.name = name, .backend = "cpu", .shape = "1024x1024x1024", .ref = "cblas_sgemm",
-                          .ns = ns, .ref_ns = rns, .flops = fl, .extra = extra()};
+                          .ns = ns, .ref_ns = rns, .flops = fl, .extra = extra(cns, crns)};
   gpa_bench_emit(&res);
   free(c.x); free(c.W); free(c.b); free(c.y); free(c.pre); free(c.dy); free(c.dx); free(c.dW); free(c.db);
 }
@@ -146,14 +151,14 @@ static void conv_bench(int bwd, int im2col) {
   gpa_bench_fill(c.b, c.g.Cout, -1, 1, 3);
   gpa_bench_fill(c.dy, (int64_t)ny, -1, 1, 4);
   gpa_bench_fill(c.scratch, (int64_t)(ns_ / 4), -1, 1, 5);
-  double ns, rns;
+  double ns, rns, cns, crns;
   gpa_bench_pair_settled(gpa_bench_reps(20), bwd ? run_conv_bwd : run_conv_fwd, &c,
-                         bwd ? ref_conv_bwd : ref_conv_fwd, &c, &ns, &rns);
+                         bwd ? ref_conv_bwd : ref_conv_fwd, &c, &ns, &rns, &cns, &crns);
   double fl = (bwd ? 4.0 : 2.0) * (double)c.g.B * (double)c.g.Cout * (double)(c.g.Cin * c.g.K) * (double)c.g.Lout;
   const char *names[2][2] = {{"conv1d_fwd", "conv1d_fwd_im2col"}, {"conv1d_bwd", "conv1d_bwd_im2col"}};
   gpa_bench_result res = {.name = names[bwd][im2col], .backend = "cpu",
                           .shape = "B1_Cin256_Cout256_L1024_K3", .ref = "cblas_sgemm", .ns = ns, .ref_ns = rns,
-                          .flops = fl, .extra = extra()};
+                          .flops = fl, .extra = extra(cns, crns)};
   gpa_bench_emit(&res);
   free(c.x); free(c.W); free(c.b); free(c.y); free(c.dy); free(c.dx); free(c.dW); free(c.db); free(c.scratch);
 }
