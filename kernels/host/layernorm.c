@@ -18,7 +18,7 @@ typedef struct ln_ctx {
   const float *x, *dy, *gamma, *beta, *mean_in, *rstd_in;
   int64_t N, D;
   double eps;
-  float *part; /* per block: dgamma, dbeta partials (part_g, part_b) */
+  float *part; /* per group of blocks: dgamma, dbeta partials (part_g, group_g) */
   int64_t gb;  /* backward: blocks per group (group_blocks) */
   int nt;      /* stream y / dx (nt_store.h) */
   int avx2;    /* the AVX2+FMA row loops */
@@ -413,9 +413,9 @@ GPA__KCLONES static void bwd_row(float *restrict dx, float *restrict pg, float *
  * g and g * xhat. Inlined: a call takes the accumulators' address, and gcc
  * then kept them in memory, storing all four to the stack on every 32
  * columns of the fused loop (11% of its cycles from L2). */
-GPA__AVX2_ATTR static inline __attribute__((always_inline)) void bsum_finish(const float *x, const float *dy, const float *gm, float m, float r,
-                                       int64_t j, int64_t D, const __m256 *a, const __m256 *b, float *ma,
-                                       float *mb) {
+GPA__AVX2_ATTR static inline __attribute__((always_inline)) void
+bsum_finish(const float *x, const float *dy, const float *gm, float m, float r, int64_t j, int64_t D, const __m256 *a,
+            const __m256 *b, float *ma, float *mb) {
   float la[16], lb[16], sa = 0.0f, sb = 0.0f;
   for (int q = 0; q < 2; q++) {
     _mm256_storeu_ps(la + 8 * q, a[q]);
