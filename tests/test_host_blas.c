@@ -8,7 +8,6 @@
  * columns past N in each leading dimension are untouched. Device
  * independent: runs the kernels directly. */
 #include <math.h>
-#include <stdatomic.h>
 #include <cblas.h>
 #include <stdint.h>
 #include <string.h>
@@ -63,46 +62,6 @@ static void run_case(const gpa__par *par, const gcase *c) {
   free(A), free(B), free(C1), free(C2), free(C3);
 }
 
-/* gpa__sgemm_many: two GEMMs of linear_bwd's forms (dx = g W, dW = g^T x)
- * and a tail. Each GEMM gives the bits of gpa__sgemm with a pool of
- * threads/n threads when that is whole (2 threads: one unsplit
- * cblas_sgemm), else of gpa__sgemm on the whole pool; every tail unit runs
- * exactly once. */
-static _Atomic int tail_hits[64];
-static void tail_unit(int64_t b, int64_t e, void *ctx) {
-  (void)ctx;
-  for (int64_t u = b; u < e; u++) atomic_fetch_add(&tail_hits[u], 1);
-}
-
-static void run_many(const gpa__par *par, const gpa__par *per, int64_t S, int64_t tail_n) {
-  float *g = malloc((size_t)(S * S) * 4), *W = malloc((size_t)(S * S) * 4), *x = malloc((size_t)(S * S) * 4);
-  float *C[4];
-  for (int i = 0; i < 4; i++) C[i] = malloc((size_t)(S * S) * 4);
-  CHECK(g && W && x && C[0] && C[1] && C[2] && C[3]);
-  gpa_nt_fill(g, S * S, -0.5, 0.5, &(uint64_t){4});
-  gpa_nt_fill(W, S * S, -0.5, 0.5, &(uint64_t){5});
-  gpa_nt_fill(x, S * S, -0.5, 0.5, &(uint64_t){6});
-  for (int i = 0; i < 4; i++) gpa_nt_fill(C[i], S * S, -0.5, 0.5, &(uint64_t){7}); /* beta 0: must not leak */
-  const gpa__gemm gm[2] = {{0, 0, S, S, S, g, S, W, S, 0.0f, C[0], S}, {1, 0, S, S, S, g, S, x, S, 0.0f, C[1], S}};
-  for (int64_t u = 0; u < 64; u++) atomic_store(&tail_hits[u], 0);
-  gpa__sgemm_many(par, 2, gm, tail_n, tail_unit, NULL);
-  gpa__sgemm(per, 0, 0, S, S, S, g, S, W, S, 0.0f, C[2], S);
-  gpa__sgemm(per, 1, 0, S, S, S, g, S, x, S, 0.0f, C[3], S);
-  if (memcmp(C[0], C[2], (size_t)(S * S) * 4) || memcmp(C[1], C[3], (size_t)(S * S) * 4)) {
-    fprintf(stderr, "sgemm_many (S=%lld, %d threads) differs from gpa__sgemm on %d\n", (long long)S, par->threads,
-            per ? per->threads : 1);
-    exit(1);
-  }
-  for (int64_t u = 0; u < 64; u++)
-    if (atomic_load(&tail_hits[u]) != (u < tail_n)) {
-      fprintf(stderr, "sgemm_many (S=%lld): tail unit %lld ran %d times\n", (long long)S, (long long)u,
-              atomic_load(&tail_hits[u]));
-      exit(1);
-    }
-  free(g), free(W), free(x);
-  for (int i = 0; i < 4; i++) free(C[i]);
-}
-
 int main(void) {
   CHECK(!gpa__blas_single_threaded());
   gpa__pool *pool = gpa__pool_create(3);
@@ -118,14 +77,6 @@ int main(void) {
       {0, 0, 64, 64, 0, 2, 1.0f},     /* K = 0: C = beta C */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&par, &cases[i]);
-  gpa__pool *pool2 = gpa__pool_create(2);
-  CHECK(pool2);
-  gpa__par par2 = gpa__pool_par(pool2);
-  run_many(&par2, NULL, 200, 5);  /* one GEMM per thread, whole */
-  run_many(&par, &par, 200, 7);   /* 3 threads: each GEMM split in 3 */
-  run_many(&par2, &par2, 40, 3);  /* too small to hand out: one after another */
-  run_many(&par, &par, 200, 0);   /* no tail */
-  gpa__pool_destroy(pool2);
   /* Splitting set OpenBLAS to one thread (its own threads would fight the pool). */
   CHECK(gpa__blas_single_threaded());
   CHECK(openblas_get_num_threads() == 1);

@@ -29,33 +29,6 @@
 void gpa__sgemm(const gpa__par *par, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
-/* One GEMM of gpa__sgemm_many: the arguments of gpa__sgemm. */
-typedef struct gpa__gemm {
-  int ta, tb;
-  int64_t M, N, K;
-  const float *A;
-  int64_t lda;
-  const float *B;
-  int64_t ldb;
-  float beta;
-  float *C;
-  int64_t ldc;
-} gpa__gemm;
-
-/* n independent GEMMs of about equal work (no C overlaps another GEMM's A,
- * B or C), then tail(0..tail_n) (nullable), in ONE parallel loop: a GEMM is
- * split only as far as the threads need, so with threads a multiple of n
- * each GEMM is cut into threads/n blocks (threads == n: each runs whole on
- * one thread and packs its operands once, where gpa__sgemm's split packs
- * the duplicated operand once per block); else each is cut as gpa__sgemm
- * cuts it. The tail's units are claimed after the GEMMs' by whichever
- * thread is free first; they may run beside a GEMM, so they must not touch
- * its C. Results: each GEMM the same bits as gpa__sgemm with a pool of
- * threads/n threads (threads == n: one cblas_sgemm). Not from inside a
- * parallel loop. */
-void gpa__sgemm_many(const gpa__par *par, int n, const gpa__gemm *g, int64_t tail_n, gpa__range_fn tail,
-                     void *tail_ctx);
-
 /* For a caller that splits its work over par itself and runs whole GEMMs
  * inside its own parallel loop (gpa__sgemm(NULL, ...) per chunk, e.g.
  * conv1d): sets OpenBLAS to one thread, as gpa__sgemm does for a pool of more

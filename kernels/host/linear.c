@@ -6,8 +6,7 @@
  * y) and one pass of the GELU kernel (kernels/host/gelu.c, the same code as
  * the gelu_fwd op, so fused and unfused agree bitwise) writes y.
  * Backward: g (= dy, or dy * gelu'(pre)), then dx = g W and dW = g^T x as
- * two GEMMs, db as column sums in fixed row order, all in one parallel loop
- * (gpa__sgemm_many). */
+ * two GEMMs, db as column sums in fixed row order. */
 #include "kernels/host/linear.h"
 
 #include <string.h>
@@ -75,14 +74,10 @@ void gpa__linear_bwd(const gpa__par *par, const float *dy, const float *x, const
     gpa__gelu_bwd_f32(par, gscratch, pre, dy, N * out, GPA__GELU_TANH);
     g = gscratch;
   }
-  /* dx and dW in one parallel loop, each GEMM whole on one thread when
-   * there are two (no operand packed twice, as in a split GEMM), and db's
-   * column blocks after them on whichever thread is free first. */
-  gpa__gemm gm[2];
-  int n = 0;
-  if (dx) gm[n++] = (gpa__gemm){0, 0, N, in, out, g, out, W, in, 0.0f, dx, in};
-  if (dW) gm[n++] = (gpa__gemm){1, 0, out, in, N, g, out, x, in, 0.0f, dW, in};
-  colsum_ctx c = {db, g, N, out};
-  int64_t blocks = db && out > 0 ? (out + COLSUM_BLOCK - 1) / COLSUM_BLOCK : 0;
-  gpa__sgemm_many(par, n, gm, blocks, colsum_range, &c);
+  if (dx) gpa__sgemm(par, 0, 0, N, in, out, g, out, W, in, 0.0f, dx, in);
+  if (dW) gpa__sgemm(par, 1, 0, out, in, N, g, out, x, in, 0.0f, dW, in);
+  if (db && out > 0) {
+    colsum_ctx c = {db, g, N, out};
+    gpa__pfor(par, (out + COLSUM_BLOCK - 1) / COLSUM_BLOCK, 1, colsum_range, &c);
+  }
 }
