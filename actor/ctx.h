@@ -165,9 +165,24 @@ static inline void gpa__msg_unref_actor(gpa_actor *a, gpa__msg *m) {
 }
 
 
-/* mailbox.c: the whole send (full ring, shutdown); wakes the actor. */
+/* mailbox.c: the whole send (full ring, shutdown, ticket mode); wakes the
+ * actor. */
 gpa_status gpa__send_slow(gpa_actor *a, gpa__msg *m, bool keep);
 void gpa__wake_actor(gpa_actor *a);
+
+#define GPA__TICKETS_SHARED ((gpa__ctx *)1)
+#define GPA__TICKETS_PENDING ((gpa__ctx *)2) /* becoming shared */
+
+/* The next ticket of q for c, inside c's busy section, once
+ * gpa__ticket_mode has made q's owner c or shared. */
+static inline uint64_t gpa__ticket_take(gpa_queue *q, const gpa__ctx *c) {
+  if (atomic_load_explicit(&q->ticket_owner, memory_order_relaxed) == c) {
+    uint64_t t = atomic_load_explicit(&q->next_ticket, memory_order_relaxed);
+    atomic_store_explicit(&q->next_ticket, t + 1, memory_order_relaxed);
+    return t;
+  }
+  return atomic_fetch_add_explicit(&q->next_ticket, 1, memory_order_relaxed);
+}
 
 /* gpa__send (keep) or gpa__send_owned inline, for submit paths: a send
  * that finds room in the ring and the actor open completes here; anything
@@ -178,13 +193,15 @@ static inline gpa_status gpa__send_inline(gpa_actor *a, gpa__msg *m, bool keep) 
   atomic_store_explicit(&c->busy, 1, memory_order_relaxed);
   gpa__fence_light();
   void **slot;
+  /* acquire: SHARED orders the old owner's last plain ticket before ours */
+  gpa__ctx *o = m->q ? atomic_load_explicit(&m->q->ticket_owner, memory_order_acquire) : c;
   if (__builtin_expect(atomic_load_explicit(&a->closing, memory_order_relaxed) ||
-                           !(slot = gpa__ring_reserve(&c->ring)),
+                           (o != c && o != GPA__TICKETS_SHARED) || !(slot = gpa__ring_reserve(&c->ring)),
                        0)) {
     atomic_store_explicit(&c->busy, 0, memory_order_release);
     return gpa__send_slow(a, m, keep);
   }
-  if (m->q) m->ticket = atomic_fetch_add_explicit(&m->q->next_ticket, 1, memory_order_relaxed);
+  if (m->q) m->ticket = gpa__ticket_take(m->q, c);
   if (keep) atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
   *slot = m;
   gpa__ring_commit(&c->ring);

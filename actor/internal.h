@@ -116,6 +116,10 @@ struct gpa_queue {
   /* submit side: written per message, so on a line of its own (the actor's
    * per-message writes below would otherwise pull it away each time) */
   _Alignas(64) _Atomic uint64_t next_ticket;
+  /* NULL, then the first submitter's context, which takes tickets without a
+   * locked instruction; shared from a second submitter on (mailbox.c,
+   * ticket_mode) */
+  _Atomic(gpa__ctx *) ticket_owner;
   _Atomic int batch_open;
   _Atomic int64_t batch_t0; /* set by begin/sync callers, read by the actor */
   /* actor thread only */

@@ -202,11 +202,45 @@ static bool enter(gpa_actor *a, gpa__ctx *c) {
 
 void gpa__wake_actor(gpa_actor *a) { ck_ec32_inc(&a->ec, &gpa__ec_mp); }
 
+/* Tickets without a locked instruction for a queue that one producer feeds
+ * (the common case: a trainer loop, one thread per queue). A locked
+ * read-modify-write per message drains the store buffer, so the producer
+ * waits for every store into the message it just filled to own its line.
+ *
+ * The first context to send on q owns its ticket counter and increments it
+ * with a plain load and store. A second one makes the counter shared for
+ * good: it marks the owner PENDING, waits until the old owner is outside
+ * gpa__send (its `busy`), then publishes SHARED. That is the asymmetric pair
+ * of destroy's quiesce: the heavy fence makes the owner either see PENDING
+ * at its next ticket (and use the locked add) or show `busy` while it may
+ * still take one the plain way. Everyone else waits out PENDING, so no
+ * locked add can interleave with the owner's last plain one. Called outside
+ * c's busy section, so two contexts waiting on each other cannot deadlock.
+ * On return q's owner is c or SHARED, as gpa__send_inline requires. */
+static void ticket_mode(gpa__ctx *c, gpa_queue *q) {
+  for (;;) {
+    gpa__ctx *o = atomic_load_explicit(&q->ticket_owner, memory_order_acquire);
+    if (o == c || o == GPA__TICKETS_SHARED) return;
+    if (o == GPA__TICKETS_PENDING) {
+      sched_yield();
+      continue;
+    }
+    gpa__ctx *to = o ? GPA__TICKETS_PENDING : c;
+    if (!atomic_compare_exchange_strong(&q->ticket_owner, &o, to)) continue;
+    if (to == c) return;
+    gpa__fence_heavy();
+    while (atomic_load_explicit(&o->busy, memory_order_acquire)) sched_yield();
+    atomic_store_explicit(&q->ticket_owner, GPA__TICKETS_SHARED, memory_order_release);
+    return;
+  }
+}
+
 /* ctx.h's gpa__send_inline is this function's common case: keep the two
  * in step. */
 gpa_status gpa__send_slow(gpa_actor *a, gpa__msg *m, bool keep) {
   gpa__ctx *c = m->owner;
   gpa_status st = GPA_OK;
+  if (m->q) ticket_mode(c, m->q);
   if (!enter(a, c)) {
     st = gpa__fail(GPA_ESHUTDOWN, "actor is shutting down; message not accepted");
     goto out;
@@ -224,7 +258,7 @@ gpa_status gpa__send_slow(gpa_actor *a, gpa__msg *m, bool keep) {
   }
   /* The slot is ours: from here on the message cannot fail to arrive, so the
    * queue ticket is taken now and never skipped. */
-  if (m->q) m->ticket = atomic_fetch_add_explicit(&m->q->next_ticket, 1, memory_order_relaxed);
+  if (m->q) m->ticket = gpa__ticket_take(m->q, c);
   if (keep) gpa__msg_ref(m); /* else the caller's reference becomes the actor's */
   *slot = m;
   gpa__ring_commit(&c->ring);
