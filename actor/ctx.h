@@ -164,7 +164,6 @@ static inline void gpa__msg_unref_actor(gpa_actor *a, gpa__msg *m) {
   rc[i].n++;
 }
 
-
 /* mailbox.c: the whole send (full ring, shutdown, ticket mode); wakes the
  * actor. */
 gpa_status gpa__send_slow(gpa_actor *a, gpa__msg *m, bool keep);
@@ -173,10 +172,11 @@ void gpa__wake_actor(gpa_actor *a);
 #define GPA__TICKETS_SHARED ((gpa__ctx *)1)
 #define GPA__TICKETS_PENDING ((gpa__ctx *)2) /* becoming shared */
 
-/* The next ticket of q for c, inside c's busy section, once
- * gpa__ticket_mode has made q's owner c or shared. */
-static inline uint64_t gpa__ticket_take(gpa_queue *q, const gpa__ctx *c) {
-  if (atomic_load_explicit(&q->ticket_owner, memory_order_relaxed) == c) {
+/* The next ticket of q for c. o is q's ticket owner as loaded (acquire)
+ * inside c's busy section, after its fence: the load that the revoking side
+ * of ticket_mode (mailbox.c) pairs with, so a plain take on o == c is safe. */
+static inline uint64_t gpa__ticket_take(gpa_queue *q, const gpa__ctx *c, const gpa__ctx *o) {
+  if (o == c) {
     uint64_t t = atomic_load_explicit(&q->next_ticket, memory_order_relaxed);
     atomic_store_explicit(&q->next_ticket, t + 1, memory_order_relaxed);
     return t;
@@ -201,7 +201,7 @@ static inline gpa_status gpa__send_inline(gpa_actor *a, gpa__msg *m, bool keep) 
     atomic_store_explicit(&c->busy, 0, memory_order_release);
     return gpa__send_slow(a, m, keep);
   }
-  if (m->q) m->ticket = gpa__ticket_take(m->q, c);
+  if (m->q) m->ticket = gpa__ticket_take(m->q, c, o);
   if (keep) atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
   *slot = m;
   gpa__ring_commit(&c->ring);

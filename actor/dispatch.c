@@ -98,8 +98,7 @@ GPA__HOT_INLINE void finish(gpa_actor *a, gpa__msg *m, gpa_status st) {
     }
   }
   /* Nobody else holds it: no one can wait or look, skip the wake-up. */
-  if (atomic_load_explicit(&m->refs, memory_order_relaxed) == 1) m->status = st;
-  else gpa__msg_complete(m, st, m->err);
+  if (atomic_load_explicit(&m->refs, memory_order_relaxed) != 1) gpa__msg_complete(m, st, m->err);
   gpa__msg_unref_actor(a, m); /* the actor's reference */
 }
 

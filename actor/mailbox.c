@@ -258,7 +258,7 @@ gpa_status gpa__send_slow(gpa_actor *a, gpa__msg *m, bool keep) {
   }
   /* The slot is ours: from here on the message cannot fail to arrive, so the
    * queue ticket is taken now and never skipped. */
-  if (m->q) m->ticket = gpa__ticket_take(m->q, c);
+  if (m->q) m->ticket = gpa__ticket_take(m->q, c, atomic_load_explicit(&m->q->ticket_owner, memory_order_acquire));
   if (keep) gpa__msg_ref(m); /* else the caller's reference becomes the actor's */
   *slot = m;
   gpa__ring_commit(&c->ring);

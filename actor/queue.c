@@ -47,12 +47,12 @@ static void hold(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
 }
 
 /* Where the held message with ticket t is: a lane index, GPA__LANES for the
- * spill list, or -1. */
+ * spill list, or -1. A lane in use is never empty (unhold frees it). */
 static int held_find(const gpa_queue *q, uint64_t t) {
   if (!q->n_held) return -1;
-  if (q->hint < q->n_lanes && q->lane[q->hint].head && q->lane[q->hint].head->ticket == t) return (int)q->hint;
+  if (q->hint < q->n_lanes && q->lane[q->hint].head->ticket == t) return (int)q->hint;
   for (uint32_t i = 0; i < q->n_lanes; i++)
-    if (q->lane[i].head && q->lane[i].head->ticket == t) return (int)i;
+    if (q->lane[i].head->ticket == t) return (int)i;
   if (q->spill && q->spill->ticket == t) return GPA__LANES;
   return -1;
 }
