@@ -175,16 +175,31 @@ GPA__AVX2_ATTR static inline __m256 bwd_tanh8(__m256 x, __m256 dy) {
   return _mm256_mul_ps(_mm256_mul_ps(dy, s), in);
 }
 
-/* The loops: two vectors per step (two independent chains side by side in
- * program order, so the scheduler finds work while one waits), then one,
- * then the tail through a zero-padded block. With nt (see nt_store.h), a
+/* The loops: four vectors per step (independent chains, which gcc's first
+ * scheduling pass interleaves: see cmake/host_kernels.cmake), then one at
+ * a time, then the tail through a zero-padded block. With nt (see nt_store.h), a
  * head up to y's 32-byte alignment goes through the padded block too, and
- * the body streams (gcc unswitches the loops on nt). */
+ * the body streams (gcc unswitches the loops on nt).
+ *
+ * With nt the inputs come from DRAM, and each step also prefetches into L2
+ * the line GELU_PF floats (a 4 KiB page) ahead of each input. The hardware
+ * prefetcher alone let each thread stall at the start of every page: the
+ * reorder window of these arithmetic-heavy loops covers only about 60
+ * elements, far less than a DRAM latency (in a two-thread A/B at 4M
+ * elements the forward kernels gained 5-10%, the backward ones nothing
+ * measurable; docs/benchmarks.md). The address is formed as an integer:
+ * near the end it points past the arrays, which a prefetch may touch but C
+ * pointer arithmetic may not. */
+#define GELU_PF 1024
 GPA__AVX2_ATTR static inline void gelu_store(float *p, __m256 v, int nt) {
   if (nt)
     _mm256_stream_ps(p, v);
   else
     _mm256_storeu_ps(p, v);
+}
+
+static inline void gelu_prefetch(const float *p, int nt) {
+  if (nt) _mm_prefetch((const char *)((uintptr_t)p + GELU_PF * sizeof *p), _MM_HINT_T1);
 }
 
 static int64_t gelu_head(const float *y, int64_t n, int nt) {
@@ -202,10 +217,15 @@ static int64_t gelu_head(const float *y, int64_t n, int nt) {
   GPA__AVX2_ATTR static void NAME(float *y, const float *x, int64_t n, int nt) {        \
     int64_t i = gelu_head(y, n, nt);                                                     \
     if (i) NAME##_part(y, x, i);                                                         \
-    for (; i + 16 <= n; i += 16) {                                                       \
+    for (; i + 32 <= n; i += 32) {                                                       \
+      gelu_prefetch(x + i, nt);                                                          \
+      gelu_prefetch(x + i + 16, nt);                                                     \
       __m256 a = F(_mm256_loadu_ps(x + i)), b = F(_mm256_loadu_ps(x + i + 8));          \
+      __m256 c = F(_mm256_loadu_ps(x + i + 16)), d = F(_mm256_loadu_ps(x + i + 24));    \
       gelu_store(y + i, a, nt);                                                          \
       gelu_store(y + i + 8, b, nt);                                                      \
+      gelu_store(y + i + 16, c, nt);                                                     \
+      gelu_store(y + i + 24, d, nt);                                                     \
     }                                                                                    \
     for (; i + 8 <= n; i += 8) gelu_store(y + i, F(_mm256_loadu_ps(x + i)), nt);        \
     if (nt) _mm_sfence();                                                                \
@@ -222,11 +242,19 @@ static int64_t gelu_head(const float *y, int64_t n, int nt) {
   GPA__AVX2_ATTR static void NAME(float *dx, const float *x, const float *dy, int64_t n, int nt) { \
     int64_t i = gelu_head(dx, n, nt);                                                             \
     if (i) NAME##_part(dx, x, dy, i);                                                             \
-    for (; i + 16 <= n; i += 16) {                                                                \
+    for (; i + 32 <= n; i += 32) {                                                                \
+      gelu_prefetch(x + i, nt);                                                                   \
+      gelu_prefetch(x + i + 16, nt);                                                              \
+      gelu_prefetch(dy + i, nt);                                                                  \
+      gelu_prefetch(dy + i + 16, nt);                                                             \
       __m256 a = F(_mm256_loadu_ps(x + i), _mm256_loadu_ps(dy + i));                              \
       __m256 b = F(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(dy + i + 8));                      \
+      __m256 c = F(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(dy + i + 16));                    \
+      __m256 d = F(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(dy + i + 24));                    \
       gelu_store(dx + i, a, nt);                                                                  \
       gelu_store(dx + i + 8, b, nt);                                                              \
+      gelu_store(dx + i + 16, c, nt);                                                             \
+      gelu_store(dx + i + 24, d, nt);                                                             \
     }                                                                                             \
     for (; i + 8 <= n; i += 8) gelu_store(dx + i, F(_mm256_loadu_ps(x + i), _mm256_loadu_ps(dy + i)), nt); \
     if (nt) _mm_sfence();                                                                         \
