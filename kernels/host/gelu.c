@@ -78,6 +78,9 @@ GPA__AVX2_ATTR static inline __m256 exp_finish(__m256 r, __m256 v, float h) {
  * (relative minimax fits by Lawson-weighted least squares in mpmath over a
  * in [0, 13.2]):
  *  - forward: degree 6 at p = 0.2 (1.3e-6 relative), one FMA slot less than
+ *    degree 7. (Dividing a instead of 1, s = a t, with Q refitted in s - s0
+ *    (t = 1 - p s: the same polynomials, 1.35e-6) saves the multiply a t,
+ *    but measured 3% slower: the subtraction sits on the longest chain.)
  *  - backward: degree 7 at p = 0.3 (1.2e-7). dx's two terms cancel where it
  *    crosses 0 (x = -0.75), and there the parity tolerance's absolute floor
  *    (1e-7 max|dx|) needs Q to a few 1e-7: degree 6 failed it.
@@ -88,50 +91,64 @@ GPA__AVX2_ATTR static inline __m256 exp_finish(__m256 r, __m256 v, float h) {
  * smaller values. Relative, not absolute: the negative tail keeps its
  * digits (no 1 + erf). Measured worst relative error over the float range
  * (tests/test_host_gelu_accuracy.c): y 2.3e-6 for |x| <= 8, 3.1e-6 beyond;
- * dx 1.2e-6 and 2.2e-6 (relative to the size of its two terms). */
+ * dx 1.2e-6 and 2.2e-6 (relative to the size of its two terms).
+ *
+ * Not done, measured (docs/benchmarks.md): a piecewise polynomial on the
+ * bulk |x| < 4 with coefficients picked per lane from in-register tables
+ * (no exp, no divide; tails through this path on a movemask branch). A
+ * table pick costs more than the work it saves on this CPU: vpermps takes
+ * the slots of two FMAs, vpermilps one, and with vpshufb (4-entry tables:
+ * degree 8 for 3e-7) the erf kernels ran 10-35% slower than these; a
+ * degree-5 Q on the bulk (|x| < 4.5) behind the branch gained 1.4%. */
 static const float gq6[8] = {8.0350066122e-2f, 7.10932599808e-2f, 1.32533015556e-1f, -1.23178886012e-1f,
                              4.46932132935e-1f, -3.86822509946e-1f, 2.79093547223e-1f, 0.2f /* p */};
 static const float gq7[9] = {1.19609930796e-1f, 1.21057903346e-1f, 9.79774151595e-2f,
                              1.35062697115e-1f, -6.61525853604e-2f, 2.20067862790e-1f,
                              -1.65245586900e-1f, 3.76223966251e-2f, 0.3f /* p */};
 
-typedef struct erf8 {
-  __m256 a, t, g, q; /* Phi(-a) = t g q */
-} erf8;
+/* a = |x| clamped to 13 (constant first: NaN stays) */
+GPA__AVX2_ATTR static inline __m256 erf_abs(__m256 x) {
+  return _mm256_min_ps(_mm256_set1_ps(13.0f), _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x));
+}
 
-/* deg: 6 or 7 (a constant at every call, so the loop unrolls) */
-GPA__AVX2_ATTR static inline erf8 erf_parts(__m256 x, int deg) {
-  const __m256 one = _mm256_set1_ps(1.0f), neg0 = _mm256_set1_ps(-0.0f);
-  const float *c = deg == 6 ? gq6 : gq7;
-  erf8 o;
-  o.a = _mm256_min_ps(_mm256_set1_ps(13.0f), _mm256_andnot_ps(neg0, x)); /* constant first: NaN stays */
-  o.t = _mm256_div_ps(one, _mm256_fmadd_ps(o.a, _mm256_set1_ps(c[deg + 1]), one));
-  __m256 a2 = _mm256_mul_ps(o.a, o.a);
+/* g = exp(-a^2/2) */
+GPA__AVX2_ATTR static inline __m256 erf_gauss(__m256 a) {
+  __m256 a2 = _mm256_mul_ps(a, a);
   __m256 v = _mm256_fmadd_ps(a2, _mm256_set1_ps(-0.5f * LOG2E), _mm256_set1_ps(E_MAGIC));
   __m256 k = _mm256_sub_ps(v, _mm256_set1_ps(E_MAGIC));
-  __m256 r2 = _mm256_fmadd_ps(k, _mm256_set1_ps(-2.0f * LN2F), _mm256_xor_ps(a2, neg0));
-  o.g = exp_finish(r2, v, 0.5f);
+  __m256 r2 = _mm256_fmadd_ps(k, _mm256_set1_ps(-2.0f * LN2F), _mm256_xor_ps(a2, _mm256_set1_ps(-0.0f)));
+  return exp_finish(r2, v, 0.5f);
+}
+
+/* c[0] + c[1] u + ... + c[deg] u^deg (deg a constant at every call, so the
+ * loop unrolls) */
+GPA__AVX2_ATTR static inline __m256 erf_poly(const float *c, int deg, __m256 u) {
   __m256 q = _mm256_set1_ps(c[deg]);
-  for (int j = deg - 1; j >= 0; j--) q = _mm256_fmadd_ps(q, o.t, _mm256_set1_ps(c[j]));
-  o.q = q;
-  return o;
+  for (int j = deg - 1; j >= 0; j--) q = _mm256_fmadd_ps(q, u, _mm256_set1_ps(c[j]));
+  return q;
 }
 
 /* y = x Phi(x) = max(x, 0) - a Phi(-a) for either sign. */
 GPA__AVX2_ATTR static inline __m256 fwd_erf8(__m256 x) {
-  erf8 e = erf_parts(x, 6);
-  __m256 atg = _mm256_mul_ps(_mm256_mul_ps(e.a, e.t), e.g);
-  return _mm256_fnmadd_ps(atg, e.q, _mm256_max_ps(_mm256_setzero_ps(), x)); /* max: NaN stays */
+  const __m256 one = _mm256_set1_ps(1.0f);
+  __m256 a = erf_abs(x);
+  __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(a, _mm256_set1_ps(gq6[7]), one));
+  __m256 q = erf_poly(gq6, 6, t);
+  __m256 atg = _mm256_mul_ps(_mm256_mul_ps(a, t), erf_gauss(a));
+  return _mm256_fnmadd_ps(atg, q, _mm256_max_ps(_mm256_setzero_ps(), x)); /* max: NaN stays */
 }
 
 /* dx = dy (Phi(x) + x phi(x)) = dy (H + sg g (a/sqrt(2pi) - t q)): H = 1 and
  * sg = 1 for x >= 0 (-0 included), H = 0 and sg = -1 below. */
 GPA__AVX2_ATTR static inline __m256 bwd_erf8(__m256 x, __m256 dy) {
-  erf8 e = erf_parts(x, 7);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  __m256 a = erf_abs(x);
+  __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(a, _mm256_set1_ps(gq7[8]), one));
+  __m256 q = erf_poly(gq7, 7, t);
   __m256 ge = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ);
-  __m256 h = _mm256_and_ps(ge, _mm256_set1_ps(1.0f));
-  __m256 sg = _mm256_xor_ps(e.g, _mm256_andnot_ps(ge, _mm256_set1_ps(-0.0f)));
-  __m256 w = _mm256_fnmadd_ps(e.t, e.q, _mm256_mul_ps(e.a, _mm256_set1_ps(INV_SQRT2PI)));
+  __m256 h = _mm256_and_ps(ge, one);
+  __m256 sg = _mm256_xor_ps(erf_gauss(a), _mm256_andnot_ps(ge, _mm256_set1_ps(-0.0f)));
+  __m256 w = _mm256_fnmadd_ps(t, q, _mm256_mul_ps(a, _mm256_set1_ps(INV_SQRT2PI)));
   return _mm256_mul_ps(dy, _mm256_fmadd_ps(sg, w, h));
 }
 
