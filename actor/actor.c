@@ -20,22 +20,46 @@ typedef struct startup {
   char msg[256];
 } startup;
 
+/* Streaming producers: how long the actor lets its rings fill before it
+ * looks again, once a pass has emptied them twice in a row. An actor that
+ * keeps up with a producer otherwise takes each message as soon as it is
+ * committed, and every message then moves the ring's tail line and its
+ * record's line between the cores, twice: most of the async cost
+ * (docs/benchmarks.md). A few microseconds let the producer write a batch
+ * on lines it owns, which the actor then reads in one go. A request that
+ * someone waits for (gpa__call) ends the wait early through `hurry`; a lone
+ * message (a round trip) never meets it: the pass before found nothing. */
+#define GPA__COALESCE_NS 3000
+
+static void coalesce(gpa_actor *a) {
+  uint32_t h = atomic_load_explicit(&a->hurry, memory_order_relaxed);
+  int64_t t0 = gpa__clock_ns();
+  while (gpa__clock_ns() - t0 < GPA__COALESCE_NS && atomic_load_explicit(&a->hurry, memory_order_relaxed) == h)
+    gpa__cpu_relax();
+}
+
 static void actor_loop(gpa_actor *a) {
   int64_t poll_at = 0; /* next backend poll while device work is in flight */
   bool slept = false;   /* the last sleep ended and nothing has arrived since */
+  bool streaming = false; /* the last pass emptied rings that had messages */
   for (;;) {
     if (atomic_load_explicit(&a->stopping, memory_order_acquire) && a->opts.shutdown_policy == GPA_SHUTDOWN_CANCEL)
       a->cancelling = true;
     uint32_t did = gpa__drain_completions(a);
-    did += gpa__mailbox_drain(a, 64);
+    bool full = false;
+    uint32_t got = gpa__mailbox_drain(a, 64, &full);
+    did += got;
     if (a->parked) {
       did += gpa__feed_expire(a, gpa__now_ns());
       gpa__msg_return_flush(a);
     }
     if (did) {
       slept = false;
+      if (got && !full && streaming) coalesce(a);
+      streaming = got && !full;
       continue;
     }
+    streaming = false;
     if (a->run_q) gpa__run_switch(a, NULL); /* idle time is nobody's device time */
     if (atomic_load_explicit(&a->stopping, memory_order_acquire)) {
       /* closing + quiesce happened before stopping was set: every accepted
@@ -83,7 +107,8 @@ static void *actor_main(void *arg) {
   void **args = arg;
   gpa_actor *a = args[0];
   startup *su = args[1];
-  gpa_status st = a->be->init(a, &a->bctx, su->msg, sizeof su->msg);
+  gpa_status st = gpa__own_pool_init(a);
+  if (st == GPA_OK) st = a->be->init(a, &a->bctx, su->msg, sizeof su->msg);
   if (st == GPA_OK) st = gpa__bufcache_init(a);
   if (st == GPA_OK) st = gpa__queue_init_default(a);
   if (st == GPA_OK) st = gpa__profilers_start(a, su->msg, sizeof su->msg);
@@ -93,12 +118,16 @@ static void *actor_main(void *arg) {
   su->done = 1;
   pthread_cond_signal(&su->cond);
   pthread_mutex_unlock(&su->lock);
-  if (st != GPA_OK) return NULL;
+  if (st != GPA_OK) {
+    gpa__own_pool_fini(a);
+    return NULL;
+  }
   actor_loop(a);
   gpa__queues_cancel_held(a);
   gpa__feeds_shutdown(a);
   gpa__profilers_stop(a);
   gpa__msg_return_flush(a);
+  gpa__own_pool_fini(a);
   return NULL;
 }
 

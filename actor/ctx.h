@@ -146,6 +146,13 @@ static inline bool gpa__msg_drop_ref(gpa__msg *m) {
  * chain back with one CAS instead of one per message. */
 static inline void gpa__msg_unref_actor(gpa_actor *a, gpa__msg *m) {
   if (!gpa__msg_drop_ref(m)) return;
+  gpa__ctx *own = a->own;
+  if (m->owner == own) { /* the actor's own pool: its reference on own becomes prepaid again */
+    m->next = own->free_list;
+    own->free_list = m;
+    own->prepaid++;
+    return;
+  }
   gpa__ret_cache *rc = a->ret;
   uint32_t i = 0;
   while (i < GPA__RET_SLOTS && rc[i].c != m->owner && rc[i].n) i++;
@@ -164,9 +171,82 @@ static inline void gpa__msg_unref_actor(gpa_actor *a, gpa__msg *m) {
   rc[i].n++;
 }
 
+/* A ring record (ring.h): a pooled message by pointer, or an op sent
+ * without a handle, by value: this header, then its tensors, then its
+ * parameters, copied on the actor into a message of the actor's own pool. */
+enum { GPA__REC_MSG = 1, GPA__REC_OP = 2 };
+typedef struct gpa__rec {
+  gpa__rec_head h;
+  uint8_t n_in, n_out;
+  uint16_t params_size;
+  union {
+    gpa__msg *m;        /* GPA__REC_MSG */
+    const gpa__op *op;  /* GPA__REC_OP */
+  };
+  gpa_queue *q;
+  uint64_t ticket;
+} gpa__rec;
+_Static_assert(sizeof(gpa__rec) == GPA__CELL, "a message record is one cell");
+
+/* A record's tensors follow its header; its parameters follow them at a
+ * 16-byte boundary (a message's params are so aligned too). */
+static inline uint32_t gpa__rec_params_at(uint32_t n_tensors) {
+  return ((uint32_t)sizeof(gpa__rec) + n_tensors * (uint32_t)sizeof(gpa_tensor) + 15u) & ~15u;
+}
+static inline const gpa_tensor *gpa__rec_tensors(const gpa__rec *r) { return (const gpa_tensor *)(r + 1); }
+static inline const void *gpa__rec_params(const gpa__rec *r) {
+  return (const char *)r + gpa__rec_params_at((uint32_t)r->n_in + r->n_out);
+}
+/* dispatch.c: runs an op record without a message when it can. */
+bool gpa__run_record(gpa_actor *a, const gpa__rec *r);
+
+/* What one send puts into the ring. */
+typedef struct gpa__sendv {
+  gpa__msg *m; /* a pooled message; NULL: the op below, by value */
+  bool keep;   /* m: the caller keeps its reference (else it becomes the actor's) */
+  uint32_t cells;
+  gpa_queue *q;
+  const gpa__op *op;
+  const gpa_op_call *call;
+  const void *params;
+  uint32_t params_size;
+} gpa__sendv;
+
+/* Cells for an op by value, or 0 when it must go as a pooled message: more
+ * tensors than a message holds inline, or more than a quarter of the ring
+ * (a record may need its own size again in padding). */
+static inline uint32_t gpa__rec_cells(const gpa__ring *r, uint32_t n_tensors, uint32_t params_size) {
+  if (n_tensors > GPA__MSG_TENSORS) return 0;
+  uint32_t bytes = gpa__rec_params_at(n_tensors) + params_size;
+  uint32_t n = (bytes + GPA__CELL - 1) / GPA__CELL;
+  return n <= gpa__ring_capacity(r) / 4 ? n : 0;
+}
+
+static inline void gpa__rec_fill(gpa__rec *r, const gpa__sendv *v, uint64_t ticket) {
+  r->q = v->q;
+  r->ticket = ticket;
+  if (v->m) {
+    r->h.type = GPA__REC_MSG;
+    r->m = v->m;
+    v->m->ticket = ticket;
+    if (v->keep) atomic_fetch_add_explicit(&v->m->refs, 1, memory_order_relaxed);
+    return;
+  }
+  const gpa_op_call *call = v->call;
+  r->h.type = GPA__REC_OP;
+  r->op = v->op;
+  r->n_in = (uint8_t)call->n_inputs;
+  r->n_out = (uint8_t)call->n_outputs;
+  r->params_size = (uint16_t)v->params_size;
+  gpa_tensor *t = (gpa_tensor *)(r + 1);
+  if (call->n_inputs) memcpy(t, call->inputs, call->n_inputs * sizeof *t);
+  if (call->n_outputs) memcpy(t + call->n_inputs, call->outputs, call->n_outputs * sizeof *t);
+  if (v->params_size) memcpy((char *)r + gpa__rec_params_at(call->n_inputs + call->n_outputs), v->params, v->params_size);
+}
+
 /* mailbox.c: the whole send (full ring, shutdown, ticket mode); wakes the
  * actor. */
-gpa_status gpa__send_slow(gpa_actor *a, gpa__msg *m, bool keep);
+gpa_status gpa__send_slow(gpa_actor *a, gpa__ctx *c, const gpa__sendv *v);
 void gpa__wake_actor(gpa_actor *a);
 
 #define GPA__TICKETS_SHARED ((gpa__ctx *)1)
@@ -184,26 +264,22 @@ static inline uint64_t gpa__ticket_take(gpa_queue *q, const gpa__ctx *c, const g
   return atomic_fetch_add_explicit(&q->next_ticket, 1, memory_order_relaxed);
 }
 
-/* gpa__send (keep) or gpa__send_owned inline, for submit paths: a send
- * that finds room in the ring and the actor open completes here; anything
- * else starts over in gpa__send_slow. The steps and their reasons are
- * mailbox.c's. */
-static inline gpa_status gpa__send_inline(gpa_actor *a, gpa__msg *m, bool keep) {
-  gpa__ctx *c = m->owner;
+/* A send from c that finds room in the ring and the actor open completes
+ * here; anything else starts over in gpa__send_slow. The steps and their
+ * reasons are mailbox.c's. */
+static inline gpa_status gpa__send_inline(gpa_actor *a, gpa__ctx *c, const gpa__sendv *v) {
   atomic_store_explicit(&c->busy, 1, memory_order_relaxed);
   gpa__fence_light();
-  void **slot;
+  gpa__rec *r;
   /* acquire: SHARED orders the old owner's last plain ticket before ours */
-  gpa__ctx *o = m->q ? atomic_load_explicit(&m->q->ticket_owner, memory_order_acquire) : c;
+  gpa__ctx *o = v->q ? atomic_load_explicit(&v->q->ticket_owner, memory_order_acquire) : c;
   if (__builtin_expect(atomic_load_explicit(&a->closing, memory_order_relaxed) ||
-                           (o != c && o != GPA__TICKETS_SHARED) || !(slot = gpa__ring_reserve(&c->ring)),
+                           (o != c && o != GPA__TICKETS_SHARED) || !(r = gpa__ring_reserve(&c->ring, v->cells)),
                        0)) {
     atomic_store_explicit(&c->busy, 0, memory_order_release);
-    return gpa__send_slow(a, m, keep);
+    return gpa__send_slow(a, c, v);
   }
-  if (m->q) m->ticket = gpa__ticket_take(m->q, c, o);
-  if (keep) atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
-  *slot = m;
+  gpa__rec_fill(r, v, v->q ? gpa__ticket_take(v->q, c, o) : 0);
   gpa__ring_commit(&c->ring);
   atomic_store_explicit(&c->busy, 0, memory_order_release);
   gpa__fence_light();

@@ -14,31 +14,75 @@ static void *tensor_ptr(gpa_actor *a, const gpa_tensor *t) {
   return (char *)s->ptr + t->offset;
 }
 
+/* Runs x through the registrations of first's name (an implementation may
+ * decline); *bytes gets what the one that ran moved. m is the message for a
+ * backend's `run` hook (NULL only on a backend without one). */
+GPA__HOT_INLINE gpa_status run_impl(gpa_actor *a, const gpa__op *first, gpa__msg *m, gpa_op_exec *x,
+                                    uint64_t *bytes) {
+  for (const gpa__op *op = first; op; op = op->next) {
+    gpa_op_impl_fn impl = a->be->impl_of(op);
+    if (!impl) continue;
+    x->user_data = op->d.user_data;
+    gpa_status st = a->be->run ? a->be->run(a->bctx, m, impl, x) : impl(x);
+    if (st == GPA_SKIP) {
+      x->msg[0] = 0; /* what a declining implementation said is not the answer */
+      continue;
+    }
+    if ((st == GPA_OK || st == GPA__DEFERRED) && op->d.bytes_moved) {
+      gpa_op_sig sig = {x->inputs, x->n_inputs, x->outputs, x->n_outputs, x->params, x->user_data};
+      *bytes = op->d.bytes_moved(&sig);
+    }
+    return st;
+  }
+  snprintf(x->msg, x->msg_size, "%s: no implementation for backend %s accepted these inputs", first->d.name,
+           a->be->name);
+  return GPA_EUNSUPPORTED;
+}
+
 GPA__HOT_INLINE gpa_status run_op(gpa_actor *a, gpa__msg *m) {
   void *ptrs[128];
   uint32_t n = m->n_in + m->n_out;
   for (uint32_t i = 0; i < n; i++) ptrs[i] = tensor_ptr(a, &m->t[i]);
   gpa_op_exec x = {m->t, m->n_in, m->t + m->n_in, m->n_out, ptrs, ptrs + m->n_in, m->params,
                    m->q ? m->q->bq : NULL, a->be->env ? a->be->env(a->bctx) : NULL, NULL, m->err, sizeof m->err};
-  /* Walk the registrations of this name: an implementation may decline. */
-  for (const gpa__op *op = m->op; op; op = op->next) {
-    gpa_op_impl_fn impl = a->be->impl_of(op);
-    if (!impl) continue;
-    x.user_data = op->d.user_data;
-    gpa_status st = a->be->run ? a->be->run(a->bctx, m, impl, &x) : impl(&x);
-    if (st == GPA_SKIP) {
-      m->err[0] = 0; /* what a declining implementation said is not the answer */
-      continue;
-    }
-    if ((st == GPA_OK || st == GPA__DEFERRED) && op->d.bytes_moved) {
-      gpa_op_sig sig = {x.inputs, x.n_inputs, x.outputs, x.n_outputs, x.params, x.user_data};
-      m->bytes = op->d.bytes_moved(&sig);
-    }
-    return st;
+  return run_impl(a, m->op, m, &x, &m->bytes);
+}
+
+/* An op sent by value, run straight from its ring record when nothing needs
+ * a message: a synchronous backend without a run hook, the op's turn on its
+ * queue, nothing held, parked, cancelled, profiled or traced, and its
+ * buffers live. It cannot be waited on and finishes before this returns, so
+ * its buffers need no pins. Saves the copy into a message and the message's
+ * passage through intake, dispatch and finish: the actor's side of a plain
+ * op is most of the async messaging cost. False: the caller makes a message
+ * of it instead (which reports a stale buffer, among others). */
+bool gpa__run_record(gpa_actor *a, const gpa__rec *r) {
+  gpa_queue *q = r->q;
+  if (!a->be->synchronous || a->be->run || a->cancelling || GPA__PROFILING(a) || a->nvtx_tool || q->n_held ||
+      r->ticket != q->expect || q->parked || q->dead || q->poison)
+    return false;
+  const gpa_tensor *t = gpa__rec_tensors(r);
+  uint32_t n = (uint32_t)r->n_in + r->n_out;
+  void *ptrs[GPA__MSG_TENSORS];
+  for (uint32_t i = 0; i < n; i++) {
+    gpa__slot *s = gpa__bufcache_live(a->cache, t[i].buffer);
+    if (!s) return false;
+    ptrs[i] = (char *)s->ptr + t[i].offset;
   }
-  snprintf(m->err, sizeof m->err, "%s: no implementation for backend %s accepted these inputs", m->op->d.name,
-           a->be->name);
-  return GPA_EUNSUPPORTED;
+  char *err = a->scratch_err;
+  err[0] = 0;
+  gpa_op_exec x = {t, r->n_in, t + r->n_in, r->n_out, ptrs, ptrs + r->n_in, gpa__rec_params(r),
+                   q->bq, a->be->env ? a->be->env(a->bctx) : NULL, NULL, err, GPA__ERR_MAX};
+  if (a->run_q != q) gpa__run_switch(a, q);
+  uint64_t bytes = 0;
+  gpa_status st = run_impl(a, r->op, NULL, &x, &bytes);
+  q->expect++;
+  a->messages++;
+  if (st == GPA__DEFERRED) st = GPA_OK; /* a host implementation has nothing to defer to */
+  q->batch.ops++;
+  if (st == GPA_OK) q->batch.bytes += bytes;
+  else gpa__batch_fail(&q->batch, st, err[0] ? err : gpa_strerror(st));
+  return true;
 }
 
 static gpa_status run_transfer(gpa_actor *a, gpa__msg *m) {

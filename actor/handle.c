@@ -188,6 +188,7 @@ gpa_status gpa_handle_data(gpa_handle *h, const void **data, uint64_t *size) {
 gpa_status gpa__call(gpa_actor *a, gpa__msg *m) {
   gpa_status st = gpa__send(a, m);
   if (st != GPA_OK) return st;
+  atomic_fetch_add_explicit(&a->hurry, 1, memory_order_relaxed); /* no coalescing wait for this one */
   wait_done(m, -1);
   st = m->status;
   if (st != GPA_OK) gpa__fail(st, "%s", m->err);

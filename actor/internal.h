@@ -181,6 +181,7 @@ struct gpa_actor {
   ck_ec32_t ec;             /* wakes the actor */
   ck_ec32_t space_ec;       /* wakes producers waiting for ring space */
   _Atomic int idle;         /* the actor is about to sleep */
+  _Alignas(64) _Atomic uint32_t hurry; /* bumped by callers about to wait (actor.c, coalesce) */
   _Atomic int closing;      /* intake stopped */
   _Atomic int stopping;     /* the actor drains and exits */
   _Atomic int shut;         /* shutdown finished: only host structures remain */
@@ -200,6 +201,7 @@ struct gpa_actor {
 
   /* actor thread only: off the lines producers read per message */
   _Alignas(64) gpa__ret_cache ret[GPA__RET_SLOTS];
+  gpa__ctx *own; /* the pool of messages made from records sent by value (mailbox.c) */
   gpa_profiler profilers[8];
   uint32_t n_profilers;
   gpa_queue *parked;
@@ -248,15 +250,20 @@ gpa_status gpa__call(gpa_actor *a, gpa__msg *m);
 gpa_status gpa__send(gpa_actor *a, gpa__msg *m);
 gpa_status gpa__send_owned(gpa_actor *a, gpa__msg *m);
 /* Actor side: runs each queued message through gpa__intake. Returns count. */
-uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget);
+/* *full: some ring still had messages when its budget ran out. */
+uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget, bool *full);
 bool gpa__mailbox_empty(gpa_actor *a);
 /* Waits until no producer is inside gpa__send (after closing is set). */
 void gpa__mailbox_quiesce(gpa_actor *a);
 void gpa__mailbox_fini(gpa_actor *a);
-void gpa__ctx_free_pool(gpa__ctx *c);
+/* The actor's own message pool (actor thread): made before the loop,
+ * dropped after it. */
+gpa_status gpa__own_pool_init(gpa_actor *a);
+void gpa__own_pool_fini(gpa_actor *a);
 
 /* queue.c */
-void gpa__intake(gpa_actor *a, gpa__msg *m);
+/* src: the context whose ring delivered m (its lane while held) */
+void gpa__intake(gpa_actor *a, gpa__msg *m, const gpa__ctx *src);
 gpa_status gpa__queue_init_default(gpa_actor *a);
 void gpa__queues_cancel_held(gpa_actor *a);
 void gpa__queues_release_device(gpa_actor *a);
@@ -278,6 +285,7 @@ void gpa__queue_advance(gpa_actor *a, gpa_queue *q);
 gpa__msg *gpa__queue_head(gpa_queue *q);
 /* The queue's batch records a finished message. */
 void gpa__batch_note(gpa__batch *b, gpa__msg *m); /* a failure, a readback (batch.c) */
+void gpa__batch_fail(gpa__batch *b, gpa_status st, const char *msg);
 static inline void gpa__batch_account(gpa_queue *q, gpa__msg *m, int64_t device_ns, uint64_t bytes) {
   gpa__batch *b = &q->batch;
   b->ops++;

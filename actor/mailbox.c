@@ -66,7 +66,7 @@ void gpa__tls_drop_dead(void);
 void gpa__ctx_free(gpa__ctx *c) {
   for (uint32_t i = 0; i < c->n_slabs; i++) free(c->slabs[i]);
   free(c->slabs);
-  free(c->ring.slots);
+  free(c->ring.cells);
   free(c);
 }
 
@@ -121,16 +121,16 @@ static gpa__ctx *ctx_register(gpa_actor *a) {
   if (!c) {
     c = aligned_alloc(_Alignof(gpa__ctx), sizeof *c);
     if (c) memset(c, 0, sizeof *c);
-    void **slots = calloc(a->opts.mailbox_size, sizeof *slots);
-    if (!c || !slots) {
+    gpa__cell *cells = aligned_alloc(64, a->opts.mailbox_size * sizeof *cells);
+    if (!c || !cells) {
       free(c);
-      free(slots);
+      free(cells);
       pthread_mutex_unlock(&a->ctx_lock);
       gpa__fail(GPA_ENOMEM, "out of memory registering a producer thread");
       return NULL;
     }
     c->actor = a;
-    gpa__ring_init(&c->ring, slots, a->opts.mailbox_size);
+    gpa__ring_init(&c->ring, cells, a->opts.mailbox_size);
     atomic_store(&c->owned, 1);
     atomic_store(&c->refs, 2); /* the actor and this thread */
     c->next = atomic_load(&a->ctxs);
@@ -164,12 +164,12 @@ const gpa__op *gpa__ctx_find_op_slow(gpa__ctx *c, const gpa_registry *reg, const
 /* Waits for space in c's ring per the actor's full policy. Control calls
  * (sync, acquire, ...) always wait: failing them fast would only make the
  * caller spin on a round trip it cannot do without. */
-static gpa_status wait_space(gpa_actor *a, gpa__ctx *c, bool control) {
+static gpa_status wait_space(gpa_actor *a, gpa__ctx *c, uint32_t cells, bool control) {
   if (a->opts.full_policy == GPA_FULL_FAIL && !control)
     return gpa__fail(GPA_EAGAIN, "mailbox full (%u slots); message not accepted", a->opts.mailbox_size);
   int64_t limit = a->opts.full_timeout_ns, start = gpa__now_ns();
   for (int spin = 0;; spin++) {
-    if (gpa__ring_size(&c->ring) < gpa__ring_capacity(&c->ring)) return GPA_OK;
+    if (gpa__ring_fits(&c->ring, cells)) return GPA_OK;
     if (atomic_load_explicit(&a->closing, memory_order_acquire))
       return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
     if (limit > 0 && gpa__now_ns() - start > limit)
@@ -181,7 +181,7 @@ static gpa_status wait_space(gpa_actor *a, gpa__ctx *c, bool control) {
     }
     uint32_t snap = ck_ec32_value(&a->space_ec);
     atomic_store_explicit(&c->want_space, 1, memory_order_seq_cst);
-    if (gpa__ring_size(&c->ring) < gpa__ring_capacity(&c->ring)) return GPA_OK;
+    if (gpa__ring_fits(&c->ring, cells)) return GPA_OK;
     /* Wake the actor in case it sleeps, then wait for it to drain us. */
     ck_ec32_inc(&a->ec, &gpa__ec_mp);
     struct timespec dl;
@@ -237,30 +237,29 @@ static void ticket_mode(gpa__ctx *c, gpa_queue *q) {
 
 /* ctx.h's gpa__send_inline is this function's common case: keep the two
  * in step. */
-gpa_status gpa__send_slow(gpa_actor *a, gpa__msg *m, bool keep) {
-  gpa__ctx *c = m->owner;
+gpa_status gpa__send_slow(gpa_actor *a, gpa__ctx *c, const gpa__sendv *v) {
   gpa_status st = GPA_OK;
-  if (m->q) ticket_mode(c, m->q);
+  if (v->q) ticket_mode(c, v->q);
   if (!enter(a, c)) {
     st = gpa__fail(GPA_ESHUTDOWN, "actor is shutting down; message not accepted");
     goto out;
   }
-  void **slot;
-  while (!(slot = gpa__ring_reserve(&c->ring))) {
+  gpa__rec *r;
+  while (!(r = gpa__ring_reserve(&c->ring, v->cells))) {
     /* Leave `busy` while waiting so that destroy is not blocked by us. */
     atomic_store_explicit(&c->busy, 0, memory_order_release);
-    st = wait_space(a, c, m->kind == GPA__MSG_CALL);
+    st = wait_space(a, c, v->cells, v->m && v->m->kind == GPA__MSG_CALL);
     if (st != GPA_OK) return st;
     if (!enter(a, c)) {
       st = gpa__fail(GPA_ESHUTDOWN, "actor is shutting down; message not accepted");
       goto out;
     }
   }
-  /* The slot is ours: from here on the message cannot fail to arrive, so the
-   * queue ticket is taken now and never skipped. */
-  if (m->q) m->ticket = gpa__ticket_take(m->q, c, atomic_load_explicit(&m->q->ticket_owner, memory_order_acquire));
-  if (keep) gpa__msg_ref(m); /* else the caller's reference becomes the actor's */
-  *slot = m;
+  /* The cells are ours: from here on the message cannot fail to arrive, so
+   * the queue ticket is taken now and never skipped. */
+  uint64_t ticket =
+      v->q ? gpa__ticket_take(v->q, c, atomic_load_explicit(&v->q->ticket_owner, memory_order_acquire)) : 0;
+  gpa__rec_fill(r, v, ticket);
   gpa__ring_commit(&c->ring);
 out:
   /* release: quiesce sees the message in the ring once it sees busy 0. */
@@ -271,25 +270,70 @@ out:
   return st;
 }
 
-gpa_status gpa__send(gpa_actor *a, gpa__msg *m) { return gpa__send_inline(a, m, true); }
-gpa_status gpa__send_owned(gpa_actor *a, gpa__msg *m) { return gpa__send_inline(a, m, false); }
+static gpa_status send_msg(gpa_actor *a, gpa__msg *m, bool keep) {
+  gpa__sendv v = {.m = m, .keep = keep, .cells = 1, .q = m->q};
+  return gpa__send_inline(a, m->owner, &v);
+}
 
-uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget) {
+gpa_status gpa__send(gpa_actor *a, gpa__msg *m) { return send_msg(a, m, true); }
+gpa_status gpa__send_owned(gpa_actor *a, gpa__msg *m) { return send_msg(a, m, false); }
+
+/* The actor's own pool: messages made from records sent by value. Only the
+ * actor thread takes from it; refs counts the actor and each message out. */
+gpa_status gpa__own_pool_init(gpa_actor *a) {
+  gpa__ctx *c = aligned_alloc(_Alignof(gpa__ctx), sizeof *c);
+  if (!c) return GPA_ENOMEM;
+  memset(c, 0, sizeof *c);
+  c->actor = a;
+  atomic_store(&c->owned, 1);
+  atomic_store(&c->refs, 1);
+  a->own = c;
+  return GPA_OK;
+}
+
+void gpa__own_pool_fini(gpa_actor *a) {
+  gpa__ctx *c = a->own;
+  if (!c) return;
+  a->own = NULL;
+  uint64_t prepaid = c->prepaid;
+  c->prepaid = 0;
+  gpa__ctx_unref_n(c, 1 + prepaid);
+}
+
+/* A message for a record sent by value; NULL when out of memory (the
+ * record then waits in the ring). */
+static gpa__msg *msg_of_rec(gpa_actor *a, const gpa__rec *r) {
+  gpa__msg *m = gpa__msg_take(a->own, GPA__MSG_OP);
+  if (!m) return NULL;
+  m->q = r->q;
+  m->ticket = r->ticket;
+  m->op = r->op;
+  m->n_in = r->n_in;
+  m->n_out = r->n_out;
+  uint32_t n = (uint32_t)r->n_in + r->n_out;
+  if (n) memcpy(m->t_inline, gpa__rec_tensors(r), n * sizeof *m->t_inline);
+  if (r->params_size) memcpy(m->params, gpa__rec_params(r), r->params_size);
+  return m;
+}
+
+uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget, bool *full) {
   uint32_t total = 0;
   for (gpa__ctx *c = atomic_load_explicit(&a->ctxs, memory_order_acquire); c; c = c->next) {
     uint32_t got = 0;
-    void *p, *next = NULL;
-    for (bool have = budget && gpa__ring_pop(&c->ring, &p); have; p = next) {
-      got++;
-      /* One ahead: the next message's header (written on the producer's
-       * core) loads while this one runs. */
-      have = got < budget && gpa__ring_pop(&c->ring, &next);
-      if (have) {
-        __builtin_prefetch(next, 1);
-        __builtin_prefetch((char *)next + 64, 1);
+    const gpa__rec *r;
+    while (got < budget && (r = (const gpa__rec *)gpa__ring_peek(&c->ring))) {
+      if (r->h.type == GPA__REC_OP && gpa__run_record(a, r)) {
+        gpa__ring_release(&c->ring, &r->h);
+        got++;
+        continue;
       }
-      gpa__intake(a, p);
+      gpa__msg *m = r->h.type == GPA__REC_MSG ? r->m : msg_of_rec(a, r);
+      if (!m) break;
+      gpa__ring_release(&c->ring, &r->h);
+      got++;
+      gpa__intake(a, m, c);
     }
+    if (got == budget) *full = true;
     if (got && atomic_load_explicit(&c->want_space, memory_order_seq_cst)) {
       atomic_store_explicit(&c->want_space, 0, memory_order_relaxed);
       ck_ec32_inc(&a->space_ec, &gpa__ec_mp);

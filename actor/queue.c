@@ -23,14 +23,14 @@
  * walk per arrival when sources interleave: callgrind measured ~450
  * instructions a message in the walk alone with 2 and 4 producers. Sources
  * past GPA__LANES at once (rare) share the sorted spill list. */
-static void hold(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
+static void hold(gpa_actor *a, gpa_queue *q, gpa__msg *m, const gpa__ctx *src) {
   m->next = NULL;
   q->n_held++;
   a->held_total++;
   uint32_t i = 0;
-  while (i < q->n_lanes && q->lane[i].src != m->owner) i++;
+  while (i < q->n_lanes && q->lane[i].src != src) i++;
   if (i == q->n_lanes && i < GPA__LANES) {
-    q->lane[i] = (gpa__lane){m->owner, NULL, NULL};
+    q->lane[i] = (gpa__lane){src, NULL, NULL};
     q->n_lanes++;
   }
   if (i < q->n_lanes) {
@@ -144,7 +144,7 @@ void gpa__queue_unpark(gpa_actor *a, gpa_queue *q) {
   gpa__queue_advance(a, q);
 }
 
-void gpa__intake(gpa_actor *a, gpa__msg *m) {
+void gpa__intake(gpa_actor *a, gpa__msg *m, const gpa__ctx *src) {
   if (m->kind != GPA__MSG_CALL && m->n_in + m->n_out) pin_buffers(a, m);
   gpa_queue *q = m->q;
   if (!q) {
@@ -157,7 +157,7 @@ void gpa__intake(gpa_actor *a, gpa__msg *m) {
     run(a, q, m);
     return;
   }
-  hold(a, q, m);
+  hold(a, q, m, src);
   gpa__queue_advance(a, q);
 }
 

@@ -29,14 +29,16 @@ static void batch_reset(gpa__batch *b, const char *label, int64_t t0) {
   b->t0_ns = t0;
 }
 
-void gpa__batch_note(gpa__batch *b, gpa__msg *m) {
-  if (m->status != GPA_OK) {
-    b->errors++;
-    if (!b->first_error) {
-      b->first_error = m->status;
-      snprintf(b->first_msg, sizeof b->first_msg, "%s", m->err);
-    }
+void gpa__batch_fail(gpa__batch *b, gpa_status st, const char *msg) {
+  b->errors++;
+  if (!b->first_error) {
+    b->first_error = st;
+    snprintf(b->first_msg, sizeof b->first_msg, "%s", msg);
   }
+}
+
+void gpa__batch_note(gpa__batch *b, gpa__msg *m) {
+  if (m->status != GPA_OK) gpa__batch_fail(b, m->status, m->err);
   if (m->kind == GPA__MSG_READBACK) {
     gpa__msg_ref(m);
     m->next = b->readbacks;

@@ -119,6 +119,18 @@ static gpa_status validate(gpa_actor *a, const gpa__op *op, const gpa_op_call *c
   return d->shape ? check_outputs(op, call, params) : GPA_OK;
 }
 
+/* Without a handle the call goes by value in the ring (ctx.h, gpa__rec):
+ * no pooled message whose lines would cross to the actor and back. */
+static gpa_status submit_by_value(gpa_actor *a, gpa__ctx *c, gpa_queue *q, const gpa__op *op,
+                                  const gpa_op_call *call, uint32_t cells) {
+  _Alignas(16) unsigned char params[GPA_OP_PARAMS_MAX];
+  gpa_status st = validate(a, op, call, params);
+  if (st != GPA_OK) return st;
+  gpa__sendv v = {.cells = cells, .q = q, .op = op, .call = call, .params = params,
+                  .params_size = op->d.params_size};
+  return gpa__send_inline(a, c, &v);
+}
+
 gpa_status gpa_submit(gpa_queue *q, const gpa_op_call *call, gpa_handle **out) {
   if (out) *out = NULL;
   gpa_status st = gpa__check_queue(q);
@@ -129,6 +141,8 @@ gpa_status gpa_submit(gpa_queue *q, const gpa_op_call *call, gpa_handle **out) {
   if (!c) return GPA_ENOMEM;
   const gpa__op *op = gpa__ctx_find_op(c, &a->registry, call->op);
   if (!op) return gpa__fail(GPA_ENOTFOUND, "gpa_submit: no op named '%.64s'", call->op);
+  uint32_t cells = out ? 0 : gpa__rec_cells(&c->ring, call->n_inputs + call->n_outputs, op->d.params_size);
+  if (cells) return submit_by_value(a, c, q, op, call, cells);
   gpa__msg *m = gpa__msg_take(c, GPA__MSG_OP);
   if (!m) return GPA_ENOMEM;
   /* Attributes parse straight into the message: a failure returns it. */
@@ -138,7 +152,8 @@ gpa_status gpa_submit(gpa_queue *q, const gpa_op_call *call, gpa_handle **out) {
   if (st == GPA_OK) {
     m->op = op;
     m->q = q;
-    st = gpa__send_inline(a, m, out != NULL);
+    gpa__sendv v = {.m = m, .keep = out != NULL, .cells = 1, .q = q};
+    st = gpa__send_inline(a, c, &v);
   }
   if (st != GPA_OK) gpa__msg_unref(m);
   else if (out) *out = m;

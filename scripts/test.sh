@@ -31,7 +31,7 @@ for d in $(devices build); do run_suite build "$d"; done
 if [ "${GPA_QUICK:-0}" != 1 ]; then
   # valgrind: the core runtime's tests, leak-checked (stress scaled down).
   if command -v valgrind >/dev/null; then
-    for t in status submit_await batch fifo backpressure buffers destroy misuse options feed custom_ops stress; do
+    for t in status submit_await batch fifo backpressure buffers destroy misuse options feed custom_ops stress by_value; do
       echo "== valgrind: $t ($(( $(date +%s) - start )) s in)"
       GPA_DEVICE=cpu GPA_STRESS_PER=20000 valgrind -q --error-exitcode=1 --leak-check=full \
         --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect "build/tests/test_$t" >/dev/null

@@ -29,7 +29,8 @@ typedef enum gpa_log_level {
 typedef struct gpa_actor_options {
   uint32_t size;            /* sizeof(gpa_actor_options), or 0 */
   const char *device;       /* "auto" | "cpu" | "cuda:N" | "sim"; NULL = auto */
-  uint32_t mailbox_size;    /* slots of each producer thread's ring, power of two >= 4; 0 = 1024 */
+  uint32_t mailbox_size;    /* 32-byte cells of each producer thread's ring, power of two >= 4; 0 = 1024
+                               (docs/api.md: what a message takes) */
   int32_t full_policy;      /* gpa_full_policy */
   int64_t full_timeout_ns;  /* GPA_FULL_WAIT limit; 0 = 10 s, < 0 = none */
   int32_t shutdown_policy;  /* gpa_shutdown_policy */
