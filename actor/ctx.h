@@ -49,6 +49,9 @@ struct gpa__ctx {
   _Alignas(64) _Atomic(gpa__msg *) returned;
   _Atomic uint64_t refs;
   _Atomic int want_space;    /* the owner waits for ring space */
+  /* the actor's: the ring's head record waited for its turn (mailbox.c) */
+  bool waited;
+  uint32_t waited_at;
 };
 
 /* The context this thread used last: most threads submit to one actor. */

@@ -250,7 +250,8 @@ gpa_status gpa__call(gpa_actor *a, gpa__msg *m);
 gpa_status gpa__send(gpa_actor *a, gpa__msg *m);
 gpa_status gpa__send_owned(gpa_actor *a, gpa__msg *m);
 /* Actor side: runs each queued message through gpa__intake. Returns count. */
-/* *full: some ring still had messages when its budget ran out. */
+/* *full: some ring still has records: its budget ran out, or its head
+ * waits for its turn. */
 uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget, bool *full);
 bool gpa__mailbox_empty(gpa_actor *a);
 /* Waits until no producer is inside gpa__send (after closing is set). */

@@ -316,28 +316,51 @@ static gpa__msg *msg_of_rec(gpa_actor *a, const gpa__rec *r) {
   return m;
 }
 
-uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget, bool *full) {
-  uint32_t total = 0;
-  for (gpa__ctx *c = atomic_load_explicit(&a->ctxs, memory_order_acquire); c; c = c->next) {
-    uint32_t got = 0;
-    const gpa__rec *r;
-    while (got < budget && (r = (const gpa__rec *)gpa__ring_peek(&c->ring))) {
-      if (r->h.type == GPA__REC_OP && gpa__run_record(a, r)) {
+/* Takes up to budget records from c's ring. An op record whose turn on its
+ * queue has not come stays in the ring, once: each ring delivers a queue's
+ * records in ticket order, so with several producers on one queue the actor
+ * merges the rings by ticket and runs most records straight from them,
+ * instead of making each early one a message and holding it. A record found
+ * waiting twice in a row is held as a message after all: its turn may be
+ * far off (a parked feed, a barrier, a ticket behind another ring's waiting
+ * head), and the ring's later records, of any queue, must not wait for it. */
+static uint32_t drain_ring(gpa_actor *a, gpa__ctx *c, uint32_t budget, bool *waiting) {
+  uint32_t got = 0;
+  const gpa__rec *r;
+  while (got < budget && (r = (const gpa__rec *)gpa__ring_peek(&c->ring))) {
+    if (r->h.type == GPA__REC_OP) {
+      if (r->ticket != r->q->expect) {
+        uint32_t at = atomic_load_explicit(&c->ring.head, memory_order_relaxed);
+        if (!c->waited || c->waited_at != at) {
+          c->waited = true;
+          c->waited_at = at;
+          *waiting = true;
+          break;
+        }
+      } else if (gpa__run_record(a, r)) {
         gpa__ring_release(&c->ring, &r->h);
         got++;
         continue;
       }
-      gpa__msg *m = r->h.type == GPA__REC_MSG ? r->m : msg_of_rec(a, r);
-      if (!m) break;
-      gpa__ring_release(&c->ring, &r->h);
-      got++;
-      gpa__intake(a, m, c);
     }
+    gpa__msg *m = r->h.type == GPA__REC_MSG ? r->m : msg_of_rec(a, r);
+    if (!m) break;
+    gpa__ring_release(&c->ring, &r->h);
+    got++;
+    gpa__intake(a, m, c);
+  }
+  if (got && atomic_load_explicit(&c->want_space, memory_order_seq_cst)) {
+    atomic_store_explicit(&c->want_space, 0, memory_order_relaxed);
+    ck_ec32_inc(&a->space_ec, &gpa__ec_mp);
+  }
+  return got;
+}
+
+uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget, bool *full) {
+  uint32_t total = 0;
+  for (gpa__ctx *c = atomic_load_explicit(&a->ctxs, memory_order_acquire); c; c = c->next) {
+    uint32_t got = drain_ring(a, c, budget, full);
     if (got == budget) *full = true;
-    if (got && atomic_load_explicit(&c->want_space, memory_order_seq_cst)) {
-      atomic_store_explicit(&c->want_space, 0, memory_order_relaxed);
-      ck_ec32_inc(&a->space_ec, &gpa__ec_mp);
-    }
     total += got;
   }
   gpa__msg_return_flush(a);

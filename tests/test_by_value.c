@@ -6,6 +6,7 @@
  * out = scale * sum(inputs) + bias over all its tensors' data, so a tensor or
  * parameter that arrived wrong changes the numbers. */
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "util/testutil.h"
 
@@ -79,6 +80,21 @@ static void *add_ones(void *arg) {
   return NULL;
 }
 
+/* Streams acc += 1 onto a queue until told to stop. */
+typedef struct streamer {
+  gpa_queue *q;
+  gpa_tensor *acc;
+  _Atomic int stop;
+} streamer;
+static void *stream_until(void *arg) {
+  streamer *p = arg;
+  gpa_attr at[2] = {{"scale", GPA_ATTR_FLOAT, 0, 1}, {"bias", GPA_ATTR_FLOAT, 0, 1}};
+  while (!atomic_load(&p->stop))
+    CHECK_OK(gpa_submit(p->q, &(gpa_op_call){"bv_sum", p->acc, 1, p->acc, 1, at, 2}, NULL));
+  CHECK_OK(gpa_sync_batch(p->q, NULL));
+  return NULL;
+}
+
 int main(void) {
   gpa_actor *a = tu_actor(NULL);
   register_sum(a);
@@ -107,6 +123,36 @@ int main(void) {
   CHECK(st.ops == 6000 && st.errors == 0);
   tu_get(q, &acc, host, N);
   for (int i = 0; i < N; i++) CHECK(host[i] == 9000);
+
+  /* A record that waits long for its turn (behind a parked infeed) must not
+   * hold up the records behind it in its ring, for other queues, while
+   * another thread keeps the actor busy. */
+  gpa_queue *parked, *other, *busy;
+  CHECK_OK(gpa_queue_create(a, "parked", &parked));
+  CHECK_OK(gpa_queue_create(a, "other", &other));
+  CHECK_OK(gpa_queue_create(a, "busy", &busy));
+  gpa_feed *s;
+  CHECK_OK(gpa_feed_open(a, NULL, &s));
+  gpa_tensor x = tu_f32(a, N), y = tu_f32(a, N);
+  gpa_handle *in;
+  CHECK_OK(gpa_infeed(parked, s, &x, 1, 60ll * 1000000000, &in)); /* no data: parks */
+  gpa_attr at[2] = {{"scale", GPA_ATTR_FLOAT, 0, 1}, {"bias", GPA_ATTR_FLOAT, 0, 1}};
+  CHECK_OK(gpa_submit(parked, &(gpa_op_call){"bv_sum", &x, 1, &x, 1, at, 2}, NULL));
+  gpa_tensor side = tu_f32(a, N);
+  tu_put(busy, &side, host, N);
+  streamer st2 = {busy, &side, 0};
+  pthread_t sth;
+  CHECK(pthread_create(&sth, NULL, stream_until, &st2) == 0);
+  CHECK_OK(gpa_submit(other, &(gpa_op_call){"bv_sum", &acc, 1, &y, 1, at, 2}, NULL));
+  CHECK_OK(gpa_sync_batch(other, NULL)); /* hangs (test timeout) if starved */
+  atomic_store(&st2.stop, 1);
+  pthread_join(sth, NULL);
+  tu_get(other, &y, host, N);
+  for (int i = 0; i < N; i++) CHECK(host[i] == 9001);
+  CHECK(gpa_handle_status(in) == GPA_EPENDING);
+  CHECK_OK(gpa_feed_close(s)); /* the parked infeed and the op behind it end */
+  gpa_await(in, -1);
+  gpa_handle_release(in);
   CHECK_OK(gpa_actor_destroy(a));
 
   /* A ring of 4 cells takes no record of more than one cell: pooled. */
