@@ -68,13 +68,19 @@ static inline gpa__ctx *gpa__ctx_get(gpa_actor *a) {
 
 const gpa__op *gpa__ctx_find_op_slow(gpa__ctx *c, const gpa_registry *reg, const char *name);
 
+/* Op names are short: a loop here costs less than the call to strcmp. */
+static inline bool gpa__str_eq(const char *x, const char *y) {
+  while (*x && *x == *y) x++, y++;
+  return *x == *y;
+}
+
 /* gpa__registry_find through c's cache (c's owner thread only). One context
  * serves one actor, hence one registry, whose entries live as long. */
 static inline const gpa__op *gpa__ctx_find_op(gpa__ctx *c, const gpa_registry *reg, const char *name) {
   const gpa__op_cache *e = &c->ops[((uintptr_t)name >> 3) % GPA__OP_CACHE];
   if (__builtin_expect(e->name == name && e->op, 1) &&
       atomic_load_explicit(&((gpa_registry *)reg)->slot[e->slot], memory_order_acquire) == e->op &&
-      strcmp(e->op->name_buf, name) == 0)
+      gpa__str_eq(e->op->name_buf, name))
     return e->op;
   return gpa__ctx_find_op_slow(c, reg, name);
 }
@@ -270,7 +276,7 @@ static inline uint64_t gpa__ticket_take(gpa_queue *q, const gpa__ctx *c, const g
 /* A send from c that finds room in the ring and the actor open completes
  * here; anything else starts over in gpa__send_slow. The steps and their
  * reasons are mailbox.c's. */
-static inline gpa_status gpa__send_inline(gpa_actor *a, gpa__ctx *c, const gpa__sendv *v) {
+GPA__HOT_INLINE gpa_status gpa__send_inline(gpa_actor *a, gpa__ctx *c, const gpa__sendv *v) {
   atomic_store_explicit(&c->busy, 1, memory_order_relaxed);
   gpa__fence_light();
   gpa__rec *r;

@@ -8,7 +8,7 @@
 
 #define GPA__MAX_CALL_TENSORS 64
 
-static gpa_status parse_attrs(const gpa__op *op, const gpa_op_call *call, unsigned char *params) {
+__attribute__((noinline)) static gpa_status parse_attrs(const gpa__op *op, const gpa_op_call *call, unsigned char *params) {
   const gpa_op_desc *d = &op->d;
   for (uint32_t i = 0; i < call->n_attrs; i++) {
     const gpa_attr *at = &call->attrs[i];
@@ -62,7 +62,7 @@ static void fmt_shape(char *buf, size_t cap, const gpa_tensor *t) {
   if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
-static gpa_status check_outputs(const gpa__op *op, const gpa_op_call *call, const void *params) {
+__attribute__((noinline)) static gpa_status check_outputs(const gpa__op *op, const gpa_op_call *call, const void *params) {
   const gpa_op_desc *d = &op->d;
   gpa_tensor expect[GPA__MAX_CALL_TENSORS];
   memset(expect, 0, sizeof(gpa_tensor) * call->n_outputs);
@@ -89,7 +89,7 @@ static gpa_status check_outputs(const gpa__op *op, const gpa_op_call *call, cons
 
 /* Everything about a call that does not need the actor: arity, tensors,
  * attributes, shapes. */
-static gpa_status validate(gpa_actor *a, const gpa__op *op, const gpa_op_call *call, unsigned char *params) {
+GPA__HOT_INLINE gpa_status validate(gpa_actor *a, const gpa__op *op, const gpa_op_call *call, unsigned char *params) {
   const gpa_op_desc *d = &op->d;
   if (call->n_inputs < d->min_inputs || call->n_inputs > d->max_inputs) {
     if (d->min_inputs == d->max_inputs)
