@@ -60,95 +60,98 @@ typedef struct gelu_ctx {
 #define EP4 4.19175072496e-2f
 #define EP5 8.36914849086e-3f
 
-/* e^(h r) 2^k for h = 1 or 1/2 (the coefficients scaled by h^j, exactly), k
- * in the low bits of v. */
-GPA__AVX2_ATTR static inline __m256 exp_finish(__m256 r, __m256 v, float h) {
-  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(EP5 * h * h * h * h * h), r, _mm256_set1_ps(EP4 * h * h * h * h));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EP3 * h * h * h));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EP2 * h * h));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EP1 * h));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EP0));
+/* c e^(h r) 2^k for h = 1 or 1/2 (the coefficients scaled by c h^j, exactly
+ * for c = 1), k in the low bits of v. */
+GPA__AVX2_ATTR static inline __m256 exp_finish(__m256 r, __m256 v, float h, float c) {
+  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(c * EP5 * h * h * h * h * h), r, _mm256_set1_ps(c * EP4 * h * h * h * h));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c * EP3 * h * h * h));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c * EP2 * h * h));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c * EP1 * h));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c * EP0));
   __m256i e = _mm256_slli_epi32(_mm256_castps_si256(v), 23); /* k << 23 (the magic's bits shift out) */
   return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
 }
 
-/* erf form, a = |x| clamped to 13:
- *   Phi(-a) = 0.5 erfc(a / sqrt2) = t g Q(t),  t = 1 / (1 + p a),  g = exp(-a^2/2).
- * Q(t) = Phi(-a) exp(a^2/2) / t is smooth in t, so a short polynomial
- * (relative minimax fits by Lawson-weighted least squares in mpmath over a
- * in [0, 13.2]):
- *  - forward: degree 6 at p = 0.2 (1.3e-6 relative), one FMA slot less than
- *    degree 7. (Dividing a instead of 1, s = a t, with Q refitted in s - s0
- *    (t = 1 - p s: the same polynomials, 1.35e-6) saves the multiply a t,
- *    but measured 3% slower: the subtraction sits on the longest chain.)
- *  - backward: degree 7 at p = 0.3 (1.2e-7). dx's two terms cancel where it
- *    crosses 0 (x = -0.75), and there the parity tolerance's absolute floor
- *    (1e-7 max|dx|) needs Q to a few 1e-7: degree 6 failed it.
- * g: k from a^2, then r2 = -a^2 - 2k ln2f in one FMA (the product exact
- * inside it) and e^(r2/2) by the polynomial at h = 1/2: a^2 is rounded once
- * (relative error of g up to a^2 2^-25: 4.8e-7 at a = 4, 5e-6 at a = 13,
- * where |y| < 1e-37). Past |x| = 13, Phi(-13) = 6e-39 stands for the
- * smaller values. Relative, not absolute: the negative tail keeps its
- * digits (no 1 + erf). Measured worst relative error over the float range
- * (tests/test_host_gelu_accuracy.c): y 2.3e-6 for |x| <= 8, 3.1e-6 beyond;
- * dx 1.2e-6 and 2.2e-6 (relative to the size of its two terms).
+/* erf form, a = |x| clamped to 13, phi the normal density:
+ *   Phi(-a) = 0.5 erfc(a / sqrt2) = phi(a) R(a),  phi(a) = exp(-a^2/2) / sqrt(2pi),
+ * R the Mills ratio: smooth, 1.2533 at 0, about 1/a for large a, no pole
+ * near [0, 13]. R = P/Q, P of degree 3, Q monic of degree 4 (a relative
+ * minimax fit over [0, 13.2] by iterated linear least squares with Lawson
+ * weights in mpmath, scripts/fit_gelu_mills.py: 3.5e-7, 3.7e-7 with the
+ * float coefficients; all positive, so Horner does not cancel): 3 + 3
+ * FMAs, an add and one divide. It replaced t = 1/(1 + p a), Phi(-a) =
+ * t exp(-a^2/2) Q(t) with Q of degree 6 (forward, 1.3e-6) or 7 (backward):
+ * two to four FMA slots and a multiply fewer, a shorter chain (P and Q side
+ * by side, then the divide), and 2-3x more accurate than the forward's Q
+ * (4% fewer cycles per element forward, 13% backward, in L2). dx's two
+ * terms cancel where it crosses 0 (x = -0.75): there the parity tolerance's
+ * absolute floor (1e-7 max|dx|) needs R to a few 1e-7 (a degree-6 Q failed
+ * it, 1.3e-6).
+ * phi: k from a^2, then r2 = -a^2 - 2k ln2f in one FMA (the product exact
+ * inside it) and e^(r2/2) by the polynomial at h = 1/2, 1/sqrt(2pi) folded
+ * into its coefficients: a^2 is rounded once (relative error of phi up to
+ * a^2 2^-25: 4.8e-7 at a = 4, 5e-6 at a = 13, where |y| < 1e-37). Past
+ * |x| = 13, Phi(-13) = 6e-39 stands for the smaller values. Relative, not
+ * absolute: the negative tail keeps its digits (no 1 + erf). Measured worst
+ * relative error over the float range (tests/test_host_gelu_accuracy.c): y
+ * 1.3e-6 for |x| <= 8, 2.4e-6 beyond; dx 1.2e-6 and 2.3e-6 (relative to
+ * the size of its two terms).
  *
  * Not done, measured (docs/benchmarks.md): a piecewise polynomial on the
  * bulk |x| < 4 with coefficients picked per lane from in-register tables
  * (no exp, no divide; tails through this path on a movemask branch). A
  * table pick costs more than the work it saves on this CPU: vpermps takes
  * the slots of two FMAs, vpermilps one, and with vpshufb (4-entry tables:
- * degree 8 for 3e-7) the erf kernels ran 10-35% slower than these; a
- * degree-5 Q on the bulk (|x| < 4.5) behind the branch gained 1.4%. */
-static const float gq6[8] = {8.0350066122e-2f, 7.10932599808e-2f, 1.32533015556e-1f, -1.23178886012e-1f,
-                             4.46932132935e-1f, -3.86822509946e-1f, 2.79093547223e-1f, 0.2f /* p */};
-static const float gq7[9] = {1.19609930796e-1f, 1.21057903346e-1f, 9.79774151595e-2f,
-                             1.35062697115e-1f, -6.61525853604e-2f, 2.20067862790e-1f,
-                             -1.65245586900e-1f, 3.76223966251e-2f, 0.3f /* p */};
+ * degree 8 for 3e-7) the erf kernels ran 10-35% slower than the t, Q
+ * kernels; a degree-5 Q on the bulk (|x| < 4.5) behind the branch gained
+ * 1.4%. Dividing a instead of 1 (s = a t, Q refitted in s) saved the
+ * multiply a t but measured 3% slower (a subtraction on the longest
+ * chain). */
+static const float mills_p[4] = {2.968203699e+01f, 2.139812935e+01f, 7.044400492e+00f, 9.998696625e-01f};
+static const float mills_q[4] = {2.368284722e+01f, 3.596900113e+01f, 2.248161065e+01f, 7.039273313e+00f};
 
 /* a = |x| clamped to 13 (constant first: NaN stays) */
 GPA__AVX2_ATTR static inline __m256 erf_abs(__m256 x) {
   return _mm256_min_ps(_mm256_set1_ps(13.0f), _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x));
 }
 
-/* g = exp(-a^2/2) */
-GPA__AVX2_ATTR static inline __m256 erf_gauss(__m256 a) {
+/* c exp(-a^2/2) */
+GPA__AVX2_ATTR static inline __m256 erf_gauss(__m256 a, float c) {
   __m256 a2 = _mm256_mul_ps(a, a);
   __m256 v = _mm256_fmadd_ps(a2, _mm256_set1_ps(-0.5f * LOG2E), _mm256_set1_ps(E_MAGIC));
   __m256 k = _mm256_sub_ps(v, _mm256_set1_ps(E_MAGIC));
   __m256 r2 = _mm256_fmadd_ps(k, _mm256_set1_ps(-2.0f * LN2F), _mm256_xor_ps(a2, _mm256_set1_ps(-0.0f)));
-  return exp_finish(r2, v, 0.5f);
+  return exp_finish(r2, v, 0.5f, c);
 }
 
-/* c[0] + c[1] u + ... + c[deg] u^deg (deg a constant at every call, so the
- * loop unrolls) */
-GPA__AVX2_ATTR static inline __m256 erf_poly(const float *c, int deg, __m256 u) {
-  __m256 q = _mm256_set1_ps(c[deg]);
-  for (int j = deg - 1; j >= 0; j--) q = _mm256_fmadd_ps(q, u, _mm256_set1_ps(c[j]));
-  return q;
+/* R(a) = P(a) / Q(a) */
+GPA__AVX2_ATTR static inline __m256 erf_mills(__m256 a) {
+  __m256 q = _mm256_add_ps(a, _mm256_set1_ps(mills_q[3]));
+  __m256 p = _mm256_set1_ps(mills_p[3]);
+  for (int j = 2; j >= 0; j--) {
+    q = _mm256_fmadd_ps(q, a, _mm256_set1_ps(mills_q[j]));
+    p = _mm256_fmadd_ps(p, a, _mm256_set1_ps(mills_p[j]));
+  }
+  return _mm256_div_ps(p, q);
 }
 
-/* y = x Phi(x) = max(x, 0) - a Phi(-a) for either sign. */
+/* y = x Phi(x) = max(x, 0) - a Phi(-a) = max(x, 0) - a phi(a) R(a) for either sign. */
 GPA__AVX2_ATTR static inline __m256 fwd_erf8(__m256 x) {
-  const __m256 one = _mm256_set1_ps(1.0f);
   __m256 a = erf_abs(x);
-  __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(a, _mm256_set1_ps(gq6[7]), one));
-  __m256 q = erf_poly(gq6, 6, t);
-  __m256 atg = _mm256_mul_ps(_mm256_mul_ps(a, t), erf_gauss(a));
-  return _mm256_fnmadd_ps(atg, q, _mm256_max_ps(_mm256_setzero_ps(), x)); /* max: NaN stays */
+  __m256 r = erf_mills(a);
+  __m256 ag = _mm256_mul_ps(a, erf_gauss(a, INV_SQRT2PI));
+  return _mm256_fnmadd_ps(ag, r, _mm256_max_ps(_mm256_setzero_ps(), x)); /* max: NaN stays */
 }
 
-/* dx = dy (Phi(x) + x phi(x)) = dy (H + sg g (a/sqrt(2pi) - t q)): H = 1 and
+/* dx = dy (Phi(x) + x phi(x)) = dy (H + sg phi(a) (a - R(a))): H = 1 and
  * sg = 1 for x >= 0 (-0 included), H = 0 and sg = -1 below. */
 GPA__AVX2_ATTR static inline __m256 bwd_erf8(__m256 x, __m256 dy) {
   const __m256 one = _mm256_set1_ps(1.0f);
   __m256 a = erf_abs(x);
-  __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(a, _mm256_set1_ps(gq7[8]), one));
-  __m256 q = erf_poly(gq7, 7, t);
+  __m256 w = _mm256_sub_ps(a, erf_mills(a));
   __m256 ge = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ);
   __m256 h = _mm256_and_ps(ge, one);
-  __m256 sg = _mm256_xor_ps(erf_gauss(a), _mm256_andnot_ps(ge, _mm256_set1_ps(-0.0f)));
-  __m256 w = _mm256_fnmadd_ps(t, q, _mm256_mul_ps(a, _mm256_set1_ps(INV_SQRT2PI)));
+  __m256 sg = _mm256_xor_ps(erf_gauss(a, INV_SQRT2PI), _mm256_andnot_ps(ge, _mm256_set1_ps(-0.0f)));
   return _mm256_mul_ps(dy, _mm256_fmadd_ps(sg, w, h));
 }
 
@@ -168,7 +171,7 @@ GPA__AVX2_ATTR static inline __m256 tanh_e8(__m256 xc, __m256 x2) {
   __m256 s = _mm256_mul_ps(xc, _mm256_fmadd_ps(x2, _mm256_set1_ps(TB), _mm256_set1_ps(TA)));
   __m256 v = _mm256_fmadd_ps(s, _mm256_set1_ps(LOG2E), _mm256_set1_ps(E_MAGIC));
   __m256 k = _mm256_sub_ps(v, _mm256_set1_ps(E_MAGIC));
-  return exp_finish(_mm256_fnmadd_ps(k, _mm256_set1_ps(LN2F), s), v, 1.0f);
+  return exp_finish(_mm256_fnmadd_ps(k, _mm256_set1_ps(LN2F), s), v, 1.0f, 1.0f);
 }
 
 GPA__AVX2_ATTR static inline __m256 fwd_tanh8(__m256 x) {
