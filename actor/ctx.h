@@ -68,19 +68,13 @@ static inline gpa__ctx *gpa__ctx_get(gpa_actor *a) {
 
 const gpa__op *gpa__ctx_find_op_slow(gpa__ctx *c, const gpa_registry *reg, const char *name);
 
-/* Op names are short: a loop here costs less than the call to strcmp. */
-static inline bool gpa__str_eq(const char *x, const char *y) {
-  while (*x && *x == *y) x++, y++;
-  return *x == *y;
-}
-
 /* gpa__registry_find through c's cache (c's owner thread only). One context
  * serves one actor, hence one registry, whose entries live as long. */
 static inline const gpa__op *gpa__ctx_find_op(gpa__ctx *c, const gpa_registry *reg, const char *name) {
   const gpa__op_cache *e = &c->ops[((uintptr_t)name >> 3) % GPA__OP_CACHE];
   if (__builtin_expect(e->name == name && e->op, 1) &&
       atomic_load_explicit(&((gpa_registry *)reg)->slot[e->slot], memory_order_acquire) == e->op &&
-      gpa__str_eq(e->op->name_buf, name))
+      strcmp(e->op->name_buf, name) == 0)
     return e->op;
   return gpa__ctx_find_op_slow(c, reg, name);
 }
