@@ -74,19 +74,19 @@ GPA__AVX2_ATTR static inline __m256 exp_finish(__m256 r, __m256 v, float h, floa
 
 /* erf form, a = |x| clamped to 13, phi the normal density:
  *   Phi(-a) = 0.5 erfc(a / sqrt2) = phi(a) R(a),  phi(a) = exp(-a^2/2) / sqrt(2pi),
- * R the Mills ratio: smooth, 1.2533 at 0, about 1/a for large a, no pole
- * near [0, 13]. R = P/Q, P of degree 3, Q monic of degree 4 (a relative
- * minimax fit over [0, 13.2] by iterated linear least squares with Lawson
- * weights in mpmath, scripts/fit_gelu_mills.py: 3.5e-7, 3.7e-7 with the
- * float coefficients; all positive, so Horner does not cancel): 3 + 3
- * FMAs, an add and one divide. It replaced t = 1/(1 + p a), Phi(-a) =
+ * R the Mills ratio: smooth, 1.2533 at 0, about 1/a for large a. R = P/Q,
+ * P of degree 3, Q monic of degree 4, poles near -1.8 +- 0.6i and -1.7 +-
+ * 1.9i (a relative minimax fit over [0, 13.2] by iterated linear least
+ * squares with Lawson weights in mpmath, scripts/fit_gelu_mills.py:
+ * 3.5e-7, 3.7e-7 with the float coefficients; all positive, so Horner does
+ * not cancel): 3 + 3 FMAs, an add and one divide. It replaced t = 1/(1 + p a), Phi(-a) =
  * t exp(-a^2/2) Q(t) with Q of degree 6 (forward, 1.3e-6) or 7 (backward):
  * two to four FMA slots and a multiply fewer, a shorter chain (P and Q side
- * by side, then the divide), and 2-3x more accurate than the forward's Q
+ * by side, then the divide), and 3.5x more accurate than the forward's Q
  * (4% fewer cycles per element forward, 13% backward, in L2). dx's two
  * terms cancel where it crosses 0 (x = -0.75): there the parity tolerance's
- * absolute floor (1e-7 max|dx|) needs R to a few 1e-7 (a degree-6 Q failed
- * it, 1.3e-6).
+ * absolute floor (1e-7 max|dx|) needs R to a few 1e-7 (a degree-6 Q(t)
+ * failed it).
  * phi: k from a^2, then r2 = -a^2 - 2k ln2f in one FMA (the product exact
  * inside it) and e^(r2/2) by the polynomial at h = 1/2, 1/sqrt(2pi) folded
  * into its coefficients: a^2 is rounded once (relative error of phi up to
