@@ -63,7 +63,8 @@ typedef struct gelu_ctx {
 /* c e^(h r) 2^k for h = 1 or 1/2 (the coefficients scaled by c h^j, exactly
  * for c = 1), k in the low bits of v. */
 GPA__AVX2_ATTR static inline __m256 exp_finish(__m256 r, __m256 v, float h, float c) {
-  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(c * EP5 * h * h * h * h * h), r, _mm256_set1_ps(c * EP4 * h * h * h * h));
+  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(c * EP5 * h * h * h * h * h), r,
+                             _mm256_set1_ps(c * EP4 * h * h * h * h));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c * EP3 * h * h * h));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c * EP2 * h * h));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c * EP1 * h));
@@ -79,8 +80,9 @@ GPA__AVX2_ATTR static inline __m256 exp_finish(__m256 r, __m256 v, float h, floa
  * 1.9i (a relative minimax fit over [0, 13.2] by iterated linear least
  * squares with Lawson weights in mpmath, scripts/fit_gelu_mills.py:
  * 3.5e-7, 3.7e-7 with the float coefficients; all positive, so Horner does
- * not cancel): 3 + 3 FMAs, an add and one divide. It replaced t = 1/(1 + p a), Phi(-a) =
- * t exp(-a^2/2) Q(t) with Q of degree 6 (forward, 1.3e-6) or 7 (backward):
+ * not cancel): 3 + 3 FMAs, an add and one divide. It replaced
+ * t = 1/(1 + p a), Phi(-a) = t exp(-a^2/2) Q(t) with Q of degree 6
+ * (forward, 1.3e-6) or 7 (backward):
  * two to four FMA slots and a multiply fewer, a shorter chain (P and Q side
  * by side, then the divide), and 3.5x more accurate than the forward's Q
  * (4% fewer cycles per element forward, 13% backward, in L2). dx's two
