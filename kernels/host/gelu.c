@@ -204,14 +204,15 @@ GPA__AVX2_ATTR static inline __m256 bwd_tanh8(__m256 x, __m256 dy) {
  * the body streams (gcc unswitches the loops on nt).
  *
  * With nt the inputs come from DRAM, and each step also prefetches into L2
- * the line GELU_PF floats (a 4 KiB page) ahead of each input. The hardware
- * prefetcher alone let each thread stall at the start of every page: the
- * reorder window of these arithmetic-heavy loops covers only about 60
- * elements, far less than a DRAM latency (in a two-thread A/B at 4M
- * elements the forward kernels gained 5-10%, the backward ones nothing
- * measurable; docs/benchmarks.md). The address is formed as an integer:
- * near the end it points past the arrays, which a prefetch may touch but C
- * pointer arithmetic may not. */
+ * the line GELU_PF floats (a 4 KiB page) ahead of each input: the reorder
+ * window of these arithmetic-heavy loops covers only about 60 elements,
+ * far less than a DRAM latency, so the loads depend on the hardware
+ * prefetcher, which restarts at each page (two threads, 4M elements,
+ * inputs evicted before each call, alternated with the same loops without
+ * the prefetch: 0-2% more GB/s for erf, 4-7% for tanh; 8 KiB ahead or T0
+ * were no better; docs/benchmarks.md). The address is formed as an
+ * integer: near the end it points past the arrays, which a prefetch may
+ * touch but C pointer arithmetic may not. */
 #define GELU_PF 1024
 GPA__AVX2_ATTR static inline void gelu_store(float *p, __m256 v, int nt) {
   if (nt)
