@@ -176,7 +176,8 @@ static inline void gpa__msg_unref_actor(gpa_actor *a, gpa__msg *m) {
 
 /* A ring record (ring.h): a pooled message by pointer, or an op sent
  * without a handle, by value: this header, then its tensors, then its
- * parameters, copied on the actor into a message of the actor's own pool. */
+ * parameters. The actor runs the latter straight from the ring
+ * (gpa__run_record) or copies it into a message of its own pool. */
 enum { GPA__REC_MSG = 1, GPA__REC_OP = 2 };
 typedef struct gpa__rec {
   gpa__rec_head h;

@@ -181,11 +181,13 @@ struct gpa_actor {
   ck_ec32_t ec;             /* wakes the actor */
   ck_ec32_t space_ec;       /* wakes producers waiting for ring space */
   _Atomic int idle;         /* the actor is about to sleep */
-  _Alignas(64) _Atomic uint32_t hurry; /* bumped by callers about to wait (actor.c, coalesce) */
   _Atomic int closing;      /* intake stopped */
   _Atomic int stopping;     /* the actor drains and exits */
   _Atomic int shut;         /* shutdown finished: only host structures remain */
   _Atomic uint32_t producers;
+  /* bumped by callers about to wait (actor.c, coalesce); apart from the
+   * flags above, which every submit reads */
+  _Alignas(64) _Atomic uint32_t hurry;
 
   /* queues */
   pthread_mutex_t queue_lock; /* the list of all queues (freed at destroy) */
@@ -249,9 +251,9 @@ gpa_status gpa__call(gpa_actor *a, gpa__msg *m);
  * the caller's to the actor on success (on failure the caller keeps it). */
 gpa_status gpa__send(gpa_actor *a, gpa__msg *m);
 gpa_status gpa__send_owned(gpa_actor *a, gpa__msg *m);
-/* Actor side: runs each queued message through gpa__intake. Returns count. */
-/* *full: some ring still has records: its budget ran out, or its head
- * waits for its turn. */
+/* Actor side: takes up to budget records per ring and runs or queues them.
+ * Returns the count; *full: some ring still has records (its budget ran
+ * out, or its head waits for its turn). */
 uint32_t gpa__mailbox_drain(gpa_actor *a, uint32_t budget, bool *full);
 bool gpa__mailbox_empty(gpa_actor *a);
 /* Waits until no producer is inside gpa__send (after closing is set). */
