@@ -266,7 +266,7 @@ out:
   atomic_store_explicit(&c->busy, 0, memory_order_release);
   if (st != GPA_OK) return st;
   gpa__fence_light(); /* the ring's commit before the look at idle */
-  if (atomic_load_explicit(&a->idle, memory_order_relaxed)) ck_ec32_inc(&a->ec, &gpa__ec_mp);
+  if (atomic_load_explicit(&a->idle, memory_order_relaxed)) gpa__wake_actor(a);
   return st;
 }
 

@@ -3,7 +3,7 @@
  * Messages reach the actor through per-producer rings, so two messages of
  * one queue can arrive out of ticket order. A message that is not the
  * queue's next waits (hold, below) until it is; a gap always fills, because
- * a ticket is taken only once its ring slot is reserved (mailbox.c).
+ * a ticket is taken only once its ring cells are reserved (mailbox.c).
  *
  * A barrier (batch sync, queue destroy) also waits until the queue's device
  * work has completed: on an asynchronous backend, sync must see every earlier

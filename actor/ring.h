@@ -7,8 +7,9 @@
  * twice per message (the submitter fills them, the actor reads and then
  * frees them, the submitter reuses them), and the submitter's reuse waits on
  * lines the actor wrote last. Ring cells are written in order, so the
- * producer can prefetch them far ahead, and the actor copies a record into a
- * message of its own pool, whose lines never leave its core.
+ * producer can prefetch them far ahead, and the actor runs a record from the
+ * ring or copies it into a message of its own pool, whose lines never leave
+ * its core.
  *
  * Why not ck_ring's SPSC ring: its enqueue loads the consumer's index and its
  * dequeue loads the producer's, on every call. While the actor keeps up, each
@@ -46,7 +47,6 @@ typedef struct gpa__rec_head {
   uint8_t spare;
 } gpa__rec_head;
 #define GPA__REC_PAD 0u
-#define GPA__REC_MAX_CELLS 0xffffu
 
 typedef struct gpa__ring {
   /* the producer's line: tail is read by the consumer once per burst */
@@ -79,16 +79,21 @@ static inline uint32_t gpa__ring_need(const gpa__ring *r, uint32_t t, uint32_t n
   return n > room ? room + n : n;
 }
 
+/* Whether need cells from tail t fit with the consumer at head h. */
+static inline bool gpa__ring_room(const gpa__ring *r, uint32_t t, uint32_t h, uint32_t need) {
+  return t + need - h <= r->mask + 1;
+}
+
 /* Producer: n free consecutive cells to write a record into (its head's
  * `cells` is set here), or NULL when the ring has no room now. n must be at
- * most half the capacity and GPA__REC_MAX_CELLS. Publish with
+ * most half the capacity (and fit the head's 16-bit count). Publish with
  * gpa__ring_commit. */
 static inline void *gpa__ring_reserve(gpa__ring *r, uint32_t n) {
   uint32_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
   uint32_t need = gpa__ring_need(r, t, n);
-  if (__builtin_expect(t + need - r->head_seen > r->mask + 1, 0)) {
+  if (__builtin_expect(!gpa__ring_room(r, t, r->head_seen, need), 0)) {
     r->head_seen = atomic_load_explicit(&r->head, memory_order_acquire); /* the cells' last reads are done */
-    if (t + need - r->head_seen > r->mask + 1) return NULL;
+    if (!gpa__ring_room(r, t, r->head_seen, need)) return NULL;
   }
   /* The cells a few records on, which the actor read last: their lines
    * start coming back now rather than when the stores reach them. */
@@ -112,7 +117,7 @@ static inline void gpa__ring_commit(gpa__ring *r) {
 static inline bool gpa__ring_fits(const gpa__ring *r, uint32_t n) {
   uint32_t t = atomic_load_explicit(&((gpa__ring *)r)->tail, memory_order_acquire);
   uint32_t h = atomic_load_explicit(&((gpa__ring *)r)->head, memory_order_acquire);
-  return t + gpa__ring_need(r, t, n) - h <= r->mask + 1;
+  return gpa__ring_room(r, t, h, gpa__ring_need(r, t, n));
 }
 
 /* Consumer: the next record (padding skipped), or NULL when empty. Free it
