@@ -56,9 +56,17 @@ CUresult gpa_sim__ctx_enter(CUctx_st **out) {
   return CUDA_SUCCESS;
 }
 
+/* The message is stored before the error becomes visible: a caller that
+ * sees the sticky error (a cuCtxSynchronize on another thread) must find
+ * its text. Setting the two the other way round left a window in which the
+ * message was still empty (sim_check_deadlock failed that way under TSan in
+ * CI). The first error wins, as before. */
 void gpa_sim__ctx_set_sticky(CUctx_st *ctx, CUresult r, const std::string &msg) {
-  int expected = 0;
-  if (ctx->sticky.compare_exchange_strong(expected, (int)r)) gpa_sim__fail(r, msg);
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lk(mu);
+  if (ctx->sticky.load()) return;
+  gpa_sim__fail(r, msg);
+  ctx->sticky.store((int)r);
 }
 
 GPA_SIM_API CUresult cuInit(unsigned int flags) {
