@@ -36,13 +36,17 @@ typedef struct gelu_ctx {
  *
  * Both forms are bound by arithmetic on this project's CPUs, and the time of
  * the arithmetic adds to the memory time rather than hiding under it, so
- * every piece is cut to the accuracy the op needs (about 1e-6 relative, the
+ * every piece is cut to the accuracy the op needs (a few 1e-6 relative, the
  * parity tolerance being 1e-5), not to float's last ulp, and counted in
  * slots of the two FMA pipes: on Zen 3 (measured with a port
- * microbenchmark) multiplies, FMAs, blendv and rcp take one slot each and a
- * divide two, while add/sub/min/max/compare/logic and integer add/shift run
- * on the other two pipes almost for free. Hence no blendv, clamps with
- * min/max, signs with logic. Polynomials by Horner: Estrin's scheme (one
+ * microbenchmark) multiplies, FMAs, blendv and rcp take one slot each,
+ * while add/sub/min/max/compare/logic and integer add run on the other
+ * pipes; a divide runs on its own unit, one per 3.5 cycles (ymm), and an
+ * integer shift takes about half a slot. Hence no blendv, clamps with
+ * min/max, signs with logic. "Other pipes" is not "free" inside these
+ * loops, though: one more op per vector in the erf forward cost +0.56
+ * cycles for an FMA, +0.4 for an add, +0.14 for a logic op (session 6,
+ * docs/benchmarks.md), so ops are counted, not only FMA slots. Polynomials by Horner: Estrin's scheme (one
  * more multiply, half the chain) measured 5-8% slower in every kernel.
  *
  * exp: s = k ln2 + r with k = round(s log2e) taken from the low mantissa
@@ -60,6 +64,13 @@ typedef struct gelu_ctx {
 #define EP4 4.19175072496e-2f
 #define EP5 8.36914849086e-3f
 
+/* x's bits plus k << 23, k in the low bits of v (the magic's bits shift
+ * out): x 2^k for x normal and the result in range */
+GPA__AVX2_ATTR static inline __m256 exp_scale(__m256 x, __m256 v) {
+  __m256i e = _mm256_slli_epi32(_mm256_castps_si256(v), 23);
+  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(x), e));
+}
+
 /* c e^(h r) 2^k for h = 1 or 1/2 (the coefficients scaled by c h^j, exactly
  * for c = 1), k in the low bits of v. */
 GPA__AVX2_ATTR static inline __m256 exp_finish(__m256 r, __m256 v, float h, float c) {
@@ -69,8 +80,27 @@ GPA__AVX2_ATTR static inline __m256 exp_finish(__m256 r, __m256 v, float h, floa
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c * EP2 * h * h));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c * EP1 * h));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c * EP0));
-  __m256i e = _mm256_slli_epi32(_mm256_castps_si256(v), 23); /* k << 23 (the magic's bits shift out) */
-  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+  return exp_scale(p, v);
+}
+
+/* The erf forward's exp: e^(h r) ~ (F + r) / (F - r), F = 2/h + EXC h r^2
+ * (e^r's symmetry e^-r = 1/e^r: numerator and denominator share F, a
+ * multiply and an FMA for both where the polynomial takes five FMAs; EXC a
+ * minimax fit on |r| <= ln2/2, scripts/fit_gelu_exp.py: 9.1e-7 relative,
+ * against 7e-6 for the Pade value 1/6 and 1.1e-7 for the polynomial). Its
+ * division folds into the one the kernel has anyway, for two multiplies and
+ * two adds: on this CPU an add in these loops is not free (one more add per
+ * vector measured +0.4 cycles, an FMA +0.56, a logic op +0.14), so it nets
+ * 2-9% fewer cycles per element in L2 (docs/benchmarks.md). Not used where
+ * it measured no gain: the tanh forward (its x d / (d + 2^k n) overflows
+ * past x = 1.7e38, and dividing first gave 1.000 of the polynomial's time
+ * at 0.8e-6 more error) and the tanh backward (the value is used twice:
+ * 1-2% slower). */
+#define EXC 1.663773060e-01f
+GPA__AVX2_ATTR static inline void exp_ratio(__m256 r, float h, __m256 *n, __m256 *d) {
+  __m256 f = _mm256_fmadd_ps(_mm256_mul_ps(r, r), _mm256_set1_ps(EXC * h), _mm256_set1_ps(2.0f / h));
+  *n = _mm256_add_ps(f, r);
+  *d = _mm256_sub_ps(f, r);
 }
 
 /* erf form, a = |x| clamped to 13, phi the normal density:
@@ -96,8 +126,9 @@ GPA__AVX2_ATTR static inline __m256 exp_finish(__m256 r, __m256 v, float h, floa
  * |x| = 13, Phi(-13) = 6e-39 stands for the smaller values. Relative, not
  * absolute: the negative tail keeps its digits (no 1 + erf). Measured worst
  * relative error over the float range (tests/test_host_gelu_accuracy.c): y
- * 1.3e-6 for |x| <= 8, 2.4e-6 beyond; dx 1.2e-6 and 2.3e-6 (relative to
- * the size of its two terms).
+ * 2.2e-6 for |x| <= 8, 3.0e-6 beyond (the forward's rational exp; 1.3e-6
+ * and 2.4e-6 with the polynomial); dx 1.2e-6 and 2.3e-6 (relative to the
+ * size of its two terms).
  *
  * Not done, measured (docs/benchmarks.md): a piecewise polynomial on the
  * bulk |x| < 4 with coefficients picked per lane from in-register tables
@@ -108,7 +139,8 @@ GPA__AVX2_ATTR static inline __m256 exp_finish(__m256 r, __m256 v, float h, floa
  * kernels; a degree-5 Q on the bulk (|x| < 4.5) behind the branch gained
  * 1.4%. Dividing a instead of 1 (s = a t, Q refitted in s) saved the
  * multiply a t but measured 3% slower (a subtraction on the longest
- * chain). */
+ * chain). Lower-degree Mills ratios cost too much accuracy for what they
+ * save: (3,3) 5.1e-6, (2,4) 5.0e-6, (2,3) 1.5e-5 on [0, 9.5]. */
 static const float mills_p[4] = {2.968203699e+01f, 2.139812935e+01f, 7.044400492e+00f, 9.998696625e-01f};
 static const float mills_q[4] = {2.368284722e+01f, 3.596900113e+01f, 2.248161065e+01f, 7.039273313e+00f};
 
@@ -117,32 +149,53 @@ GPA__AVX2_ATTR static inline __m256 erf_abs(__m256 x) {
   return _mm256_min_ps(_mm256_set1_ps(13.0f), _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x));
 }
 
+/* -a^2/2 = k ln2 + r2/2: k in the low bits of v, r2 returned */
+GPA__AVX2_ATTR static inline __m256 erf_reduce(__m256 a, __m256 *v) {
+  __m256 a2 = _mm256_mul_ps(a, a);
+  *v = _mm256_fmadd_ps(a2, _mm256_set1_ps(-0.5f * LOG2E), _mm256_set1_ps(E_MAGIC));
+  __m256 k = _mm256_sub_ps(*v, _mm256_set1_ps(E_MAGIC));
+  return _mm256_fmadd_ps(k, _mm256_set1_ps(-2.0f * LN2F), _mm256_xor_ps(a2, _mm256_set1_ps(-0.0f)));
+}
+
 /* c exp(-a^2/2) */
 GPA__AVX2_ATTR static inline __m256 erf_gauss(__m256 a, float c) {
-  __m256 a2 = _mm256_mul_ps(a, a);
-  __m256 v = _mm256_fmadd_ps(a2, _mm256_set1_ps(-0.5f * LOG2E), _mm256_set1_ps(E_MAGIC));
-  __m256 k = _mm256_sub_ps(v, _mm256_set1_ps(E_MAGIC));
-  __m256 r2 = _mm256_fmadd_ps(k, _mm256_set1_ps(-2.0f * LN2F), _mm256_xor_ps(a2, _mm256_set1_ps(-0.0f)));
+  __m256 v, r2 = erf_reduce(a, &v);
   return exp_finish(r2, v, 0.5f, c);
+}
+
+/* *p = P(a) with P's coefficients pc, *q = Q(a) */
+GPA__AVX2_ATTR static inline void erf_mills_pq(__m256 a, const float *pc, __m256 *p, __m256 *q) {
+  *q = _mm256_add_ps(a, _mm256_set1_ps(mills_q[3]));
+  *p = _mm256_set1_ps(pc[3]);
+  for (int j = 2; j >= 0; j--) {
+    *q = _mm256_fmadd_ps(*q, a, _mm256_set1_ps(mills_q[j]));
+    *p = _mm256_fmadd_ps(*p, a, _mm256_set1_ps(pc[j]));
+  }
 }
 
 /* R(a) = P(a) / Q(a) */
 GPA__AVX2_ATTR static inline __m256 erf_mills(__m256 a) {
-  __m256 q = _mm256_add_ps(a, _mm256_set1_ps(mills_q[3]));
-  __m256 p = _mm256_set1_ps(mills_p[3]);
-  for (int j = 2; j >= 0; j--) {
-    q = _mm256_fmadd_ps(q, a, _mm256_set1_ps(mills_q[j]));
-    p = _mm256_fmadd_ps(p, a, _mm256_set1_ps(mills_p[j]));
-  }
+  __m256 p, q;
+  erf_mills_pq(a, mills_p, &p, &q);
   return _mm256_div_ps(p, q);
 }
 
-/* y = x Phi(x) = max(x, 0) - a Phi(-a) = max(x, 0) - a phi(a) R(a) for either sign. */
+/* y = x Phi(x) = max(x, 0) - a Phi(-a) = max(x, 0) - a phi(a) R(a) for either sign,
+ * with phi(a) = 2^k n/d / sqrt(2pi) (exp_ratio at h = 1/2 on r2 as in
+ * erf_gauss) and R = P/Q: a phi R = 2^k (a P' n) / (Q d), one division,
+ * P' = P / sqrt(2pi). 2^k goes into a P' n, normal wherever k != 0
+ * (a >= 0.83). */
+static const float mills_pn[4] = {2.968203699e+01f * INV_SQRT2PI, 2.139812935e+01f * INV_SQRT2PI,
+                                  7.044400492e+00f * INV_SQRT2PI, 9.998696625e-01f * INV_SQRT2PI};
+
 GPA__AVX2_ATTR static inline __m256 fwd_erf8(__m256 x) {
   __m256 a = erf_abs(x);
-  __m256 r = erf_mills(a);
-  __m256 ag = _mm256_mul_ps(a, erf_gauss(a, INV_SQRT2PI));
-  return _mm256_fnmadd_ps(ag, r, _mm256_max_ps(_mm256_setzero_ps(), x)); /* max: NaN stays */
+  __m256 v, en, ed, p, q;
+  exp_ratio(erf_reduce(a, &v), 0.5f, &en, &ed);
+  erf_mills_pq(a, mills_pn, &p, &q);
+  __m256 num = exp_scale(_mm256_mul_ps(_mm256_mul_ps(p, a), en), v);
+  __m256 t = _mm256_div_ps(num, _mm256_mul_ps(q, ed));
+  return _mm256_sub_ps(_mm256_max_ps(_mm256_setzero_ps(), x), t); /* max: NaN stays */
 }
 
 /* dx = dy (Phi(x) + x phi(x)) = dy (H + sg phi(a) (a - R(a))): H = 1 and
