@@ -24,60 +24,13 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
-#include "kernels/host/pool.h"
+#include "bench/ab/ab_triad.h"
 
 void A_fwd(const gpa__par *, float *, const float *, int64_t, int);
 void A_bwd(const gpa__par *, float *, const float *, const float *, int64_t, int);
 void B_fwd(const gpa__par *, float *, const float *, int64_t, int);
 void B_bwd(const gpa__par *, float *, const float *, const float *, int64_t, int);
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* the triad: a = b + 3 c over blocks of TB floats */
-#define TN (1 << 23)
-#define TB 16384
-typedef struct triad {
-  float *a, *b, *c;
-} triad;
-
-static void triad_plain(int64_t s, int64_t e, void *p) {
-  triad *t = p;
-  for (int64_t i = s * TB; i < e * TB; i++) t->a[i] = t->b[i] + 3.0f * t->c[i];
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-__attribute__((target("avx2,fma"))) static void triad_nt(int64_t s, int64_t e, void *p) {
-  triad *t = p;
-  const __m256 k = _mm256_set1_ps(3.0f);
-  for (int64_t i = s * TB; i < e * TB; i += 8)
-    _mm256_stream_ps(t->a + i, _mm256_fmadd_ps(k, _mm256_load_ps(t->c + i), _mm256_load_ps(t->b + i)));
-  _mm_sfence();
-}
-#else
-#define triad_nt triad_plain
-#endif
-
-/* seconds of the faster of the two triads, run once each */
-static double triad_once(gpa__pool *pool, triad *t) {
-  double t0 = now();
-  gpa__pool_for(pool, TN / TB, 1, triad_plain, t);
-  double t1 = now();
-  gpa__pool_for(pool, TN / TB, 1, triad_nt, t);
-  double t2 = now();
-  return t1 - t0 < t2 - t1 ? t1 - t0 : t2 - t1;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
   long n = argc > 1 ? atol(argv[1]) : 4096;
@@ -88,12 +41,10 @@ int main(int argc, char **argv) {
   gpa__pool *pool = threads > 1 ? gpa__pool_create((uint32_t)threads) : NULL;
   gpa__par par = gpa__pool_par(pool);
   const gpa__par *pp = pool ? &par : NULL;
-  triad tr = {0};
+  ab_triad tr = {0};
   double *qa = malloc((size_t)rounds * sizeof *qa), *qb = malloc((size_t)rounds * sizeof *qb);
   if (pool) {
-    tr.a = aligned_alloc(64, TN * 4), tr.b = aligned_alloc(64, TN * 4), tr.c = aligned_alloc(64, TN * 4);
-    if (!tr.a || !tr.b || !tr.c) return 1;
-    for (int64_t i = 0; i < TN; i++) tr.a[i] = 0.0f, tr.b[i] = 1.0f, tr.c[i] = 2.0f;
+    if (ab_triad_open(&tr)) return 1;
   }
   if (!qa || !qb) return 1;
   float *x = aligned_alloc(64, (size_t)n * 4), *dy = aligned_alloc(64, (size_t)n * 4);
@@ -113,37 +64,37 @@ int main(int argc, char **argv) {
       double rb[2] = {1e30, 1e30}, tt = 1e30;
       for (int v = 0; v < 2; v++)
         for (int i = 0; i < (pool ? 1 : 10); i++) {
-          double t0 = now();
+          double t0 = ab_now();
           if (k < 2)
             (v ? B_fwd : A_fwd)(pp, y, x, n, k);
           else
             (v ? B_bwd : A_bwd)(pp, y, x, dy, n, k - 2);
-          double d = now() - t0;
+          double d = ab_now() - t0;
           if (d < rb[v]) rb[v] = d;
           if (pool) { /* as gpa-bench: a triad after each call, so the next starts from DRAM */
-            double t = triad_once(pool, &tr);
+            double t = ab_triad_once(pool, &tr);
             if (t < tt) tt = t;
           }
         }
       for (int v = 0; v < 2; v++)
         if (rb[v] < best[v]) best[v] = rb[v];
       rat[r] = rb[1] / rb[0];
-      if (pool) { /* ours' GB/s over the triad's: (bytes / ours) / (12 TN / triad) */
+      if (pool) { /* ours' GB/s over the triad's: (bytes / ours) / (12 TRIAD_N / triad) */
         double bytes = (k < 2 ? 8.0 : 12.0) * (double)n;
         if (tt < tbest) tbest = tt;
-        qa[r] = bytes / rb[0] / (12.0 * TN / tt);
-        qb[r] = bytes / rb[1] / (12.0 * TN / tt);
+        qa[r] = bytes / rb[0] / (12.0 * TRIAD_N / tt);
+        qb[r] = bytes / rb[1] / (12.0 * TRIAD_N / tt);
       }
     }
-    qsort(rat, (size_t)rounds, sizeof *rat, cmp);
+    qsort(rat, (size_t)rounds, sizeof *rat, ab_cmp);
     printf("{\"name\":\"gelu_ab_%s\",\"n\":%ld,\"a_ns_per_elem\":%.4f,\"b_ns_per_elem\":%.4f,"
            "\"a_cycles_per_8\":%.2f,\"b_cycles_per_8\":%.2f,\"b_over_a_median\":%.3f,\"q1\":%.3f,\"q3\":%.3f}\n",
            name[k], n, best[0] * 1e9 / (double)n, best[1] * 1e9 / (double)n, best[0] * 1e9 / (double)n * 8 * ghz,
            best[1] * 1e9 / (double)n * 8 * ghz, rat[rounds / 2], rat[rounds / 4], rat[3 * rounds / 4]);
     if (pool) {
-      qsort(qa, (size_t)rounds, sizeof *qa, cmp);
-      qsort(qb, (size_t)rounds, sizeof *qb, cmp);
-      double bytes = (k < 2 ? 8.0 : 12.0) * (double)n, tgb = 12.0 * TN / tbest;
+      qsort(qa, (size_t)rounds, sizeof *qa, ab_cmp);
+      qsort(qb, (size_t)rounds, sizeof *qb, ab_cmp);
+      double bytes = (k < 2 ? 8.0 : 12.0) * (double)n, tgb = 12.0 * TRIAD_N / tbest;
       printf("{\"name\":\"gelu_ab_%s_vs_triad\",\"threads\":%d,\"a_ratio_median\":%.3f,\"b_ratio_median\":%.3f,"
              "\"a_q1\":%.3f,\"a_q3\":%.3f,\"b_q1\":%.3f,\"b_q3\":%.3f,\"triad_best_gbps\":%.1f,"
              "\"a_best_ratio\":%.3f,\"b_best_ratio\":%.3f}\n",
@@ -152,7 +103,7 @@ int main(int argc, char **argv) {
     }
   }
   free(x), free(dy), free(y), free(rat), free(qa), free(qb);
-  free(tr.a), free(tr.b), free(tr.c);
+  if (pool) ab_triad_close(&tr);
   gpa__pool_destroy(pool);
   return 0;
 }

@@ -1,0 +1,75 @@
+/* The STREAM triad of the bench/ab tools (gelu_ab.c, gelu_ceiling.c): a =
+ * b + 3 c over TRIAD_N floats per array on the project's host pool, in
+ * blocks of TRIAD_B, with ordinary and with streaming stores; the faster
+ * counts, as in bench/triad.c (gpa-bench's reference). It also evicts the
+ * caches between two timed calls, as in gpa-bench. Header-only: each tool is
+ * one translation unit (see bench/gelu_ab.sh). */
+#ifndef GPA_BENCH_AB_TRIAD_H
+#define GPA_BENCH_AB_TRIAD_H
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "kernels/host/pool.h"
+
+#define TRIAD_N (1 << 23)
+#define TRIAD_B 16384
+
+typedef struct ab_triad {
+  float *a, *b, *c;
+} ab_triad;
+
+static double ab_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* vectorized as bench/triad.c's: with AVX2 where the CPU has it */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+static void ab_triad_plain(int64_t s, int64_t e, void *p) {
+  ab_triad *t = p;
+  for (int64_t i = s * TRIAD_B; i < e * TRIAD_B; i++) t->a[i] = t->b[i] + 3.0f * t->c[i];
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+__attribute__((target("avx2,fma"))) static void ab_triad_nt(int64_t s, int64_t e, void *p) {
+  ab_triad *t = p;
+  const __m256 k = _mm256_set1_ps(3.0f);
+  for (int64_t i = s * TRIAD_B; i < e * TRIAD_B; i += 8)
+    _mm256_stream_ps(t->a + i, _mm256_fmadd_ps(k, _mm256_load_ps(t->c + i), _mm256_load_ps(t->b + i)));
+  _mm_sfence();
+}
+#else
+#define ab_triad_nt ab_triad_plain
+#endif
+
+/* 0 on success */
+static int ab_triad_open(ab_triad *t) {
+  t->a = aligned_alloc(64, TRIAD_N * 4), t->b = aligned_alloc(64, TRIAD_N * 4), t->c = aligned_alloc(64, TRIAD_N * 4);
+  if (!t->a || !t->b || !t->c) return 1;
+  for (int64_t i = 0; i < TRIAD_N; i++) t->a[i] = 0.0f, t->b[i] = 1.0f, t->c[i] = 2.0f;
+  return 0;
+}
+
+static void ab_triad_close(ab_triad *t) { free(t->a), free(t->b), free(t->c); }
+
+/* seconds of the faster of the two triads, run once each */
+static double ab_triad_once(gpa__pool *pool, ab_triad *t) {
+  double t0 = ab_now();
+  gpa__pool_for(pool, TRIAD_N / TRIAD_B, 1, ab_triad_plain, t);
+  double t1 = ab_now();
+  gpa__pool_for(pool, TRIAD_N / TRIAD_B, 1, ab_triad_nt, t);
+  double t2 = ab_now();
+  return t1 - t0 < t2 - t1 ? t1 - t0 : t2 - t1;
+}
+
+static int ab_cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+#endif
