@@ -8,6 +8,7 @@
 #define GPA_BENCH_AB_TRIAD_H
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "kernels/host/pool.h"
@@ -47,13 +48,21 @@ __attribute__((target("avx2,fma"))) static void ab_triad_nt(int64_t s, int64_t e
 #define ab_triad_nt ab_triad_plain
 #endif
 
-/* 0 on success */
-static int ab_triad_open(ab_triad *t) {
-  t->a = aligned_alloc(64, TRIAD_N * 4), t->b = aligned_alloc(64, TRIAD_N * 4), t->c = aligned_alloc(64, TRIAD_N * 4);
+/* 0 on success; huge: ask for 2 MiB pages (madvise), for measurements of
+ * address translation (gpa-bench's triad uses ordinary pages) */
+static int ab_triad_open_pages(ab_triad *t, int huge) {
+  size_t al = huge ? (size_t)2 << 20 : 64;
+  t->a = aligned_alloc(al, TRIAD_N * 4), t->b = aligned_alloc(al, TRIAD_N * 4), t->c = aligned_alloc(al, TRIAD_N * 4);
   if (!t->a || !t->b || !t->c) return 1;
+#ifdef MADV_HUGEPAGE
+  if (huge) madvise(t->a, TRIAD_N * 4, MADV_HUGEPAGE), madvise(t->b, TRIAD_N * 4, MADV_HUGEPAGE),
+      madvise(t->c, TRIAD_N * 4, MADV_HUGEPAGE);
+#endif
   for (int64_t i = 0; i < TRIAD_N; i++) t->a[i] = 0.0f, t->b[i] = 1.0f, t->c[i] = 2.0f;
   return 0;
 }
+
+static int ab_triad_open(ab_triad *t) { return ab_triad_open_pages(t, 0); }
 
 static void ab_triad_close(ab_triad *t) { free(t->a), free(t->b), free(t->c); }
 

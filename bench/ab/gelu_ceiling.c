@@ -17,14 +17,13 @@
  *            ratio the memory pattern alone allows.
  * Rounds interleave the three; printed per kernel: the median over rounds
  * and its quartiles, and the triad's best GB/s. huge = 1 asks for 2 MiB
- * pages (madvise) for the op's arrays, not the triad's: how much of the
- * op's memory cost is address translation (THP must be "madvise" or
- * "always"; AnonHugePages in /proc/meminfo shows whether it got them).
+ * pages (madvise) for the op's arrays, huge = 2 for the triad's too: how
+ * much of the op's cost is address translation (THP must be "madvise" or
+ * "always"; anon_huge_kb says what the process got).
  * Usage: gelu_ceiling [rounds] [threads] [n] [huge] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 
 #include "bench/ab/ab_triad.h"
 #include "kernels/host/gelu.h"
@@ -101,14 +100,14 @@ int main(int argc, char **argv) {
   gpa__par par = gpa__pool_par(pool);
   const gpa__par *pp = pool ? &par : NULL;
   ab_triad tr;
-  if (ab_triad_open(&tr)) return 1;
+  if (ab_triad_open_pages(&tr, huge == 2)) return 1;
   size_t al = huge ? (size_t)2 << 20 : 64, sz = ((size_t)n * 4 + al - 1) / al * al;
   float *x = aligned_alloc(al, sz), *dy = aligned_alloc(al, sz), *y = aligned_alloc(al, sz);
   double *q = malloc(3 * (size_t)rounds * sizeof *q);
   static ceil_ctx c;
   if (!x || !dy || !y || !q) return 1;
 #ifdef MADV_HUGEPAGE
-  if (huge == 1) madvise(x, sz, MADV_HUGEPAGE), madvise(dy, sz, MADV_HUGEPAGE), madvise(y, sz, MADV_HUGEPAGE);
+  if (huge) madvise(x, sz, MADV_HUGEPAGE), madvise(dy, sz, MADV_HUGEPAGE), madvise(y, sz, MADV_HUGEPAGE);
 #endif
   uint64_t s = 1;
   for (long i = 0; i < n; i++) { /* x in [-4, 4) as in gpa-bench, dy in [-1, 1) */
