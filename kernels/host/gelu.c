@@ -46,8 +46,9 @@ typedef struct gelu_ctx {
  * min/max, signs with logic. "Other pipes" is not "free" inside these
  * loops, though: one more op per vector in the erf forward cost +0.56
  * cycles for an FMA, +0.4 for an add, +0.14 for a logic op (session 6,
- * docs/benchmarks.md), so ops are counted, not only FMA slots. Polynomials by Horner: Estrin's scheme (one
- * more multiply, half the chain) measured 5-8% slower in every kernel.
+ * docs/benchmarks.md), so ops are counted, not only FMA slots. Polynomials
+ * by Horner: Estrin's scheme (one more multiply, half the chain) measured
+ * 5-8% slower in every kernel.
  *
  * exp: s = k ln2 + r with k = round(s log2e) taken from the low mantissa
  * bits of s log2e + 1.5 2^23 (no round or convert instruction), e^r by a
@@ -89,9 +90,10 @@ GPA__AVX2_ATTR static inline __m256 exp_finish(__m256 r, __m256 v, float h, floa
  * minimax fit on |r| <= ln2/2, scripts/fit_gelu_exp.py: 9.1e-7 relative,
  * against 7e-6 for the Pade value 1/6 and 1.1e-7 for the polynomial). Its
  * division folds into the one the kernel has anyway, for two multiplies and
- * two adds: on this CPU an add in these loops is not free (one more add per
- * vector measured +0.4 cycles, an FMA +0.56, a logic op +0.14), so it nets
- * 2-9% fewer cycles per element in L2 (docs/benchmarks.md). Not used where
+ * three adds (one in place of the final FMA): on this CPU an add in these
+ * loops is not free (one more add per vector measured +0.4 cycles, an FMA
+ * +0.56, a logic op +0.14), so it nets 1-10% fewer cycles per element in
+ * L2, the most when the VM runs slow (docs/benchmarks.md). Not used where
  * it measured no gain: the tanh forward (its x d / (d + 2^k n) overflows
  * past x = 1.7e38, and dividing first gave 1.000 of the polynomial's time
  * at 0.8e-6 more error) and the tanh backward (the value is used twice:
