@@ -53,6 +53,7 @@ static void actor_loop(gpa_actor *a) {
       did += gpa__feed_expire(a, gpa__now_ns());
       gpa__msg_return_flush(a);
     }
+    if (did && a->be->flush) a->be->flush(a->bctx);
     if (did) {
       slept = false;
       if (got && !full && streaming) coalesce(a);

@@ -23,7 +23,7 @@ GPA__HOT_INLINE gpa_status run_impl(gpa_actor *a, const gpa__op *first, gpa__msg
     gpa_op_impl_fn impl = a->be->impl_of(op);
     if (!impl) continue;
     x->user_data = op->d.user_data;
-    gpa_status st = a->be->run ? a->be->run(a->bctx, m, impl, x) : impl(x);
+    gpa_status st = a->be->run ? a->be->run(a->bctx, m, op, impl, x) : impl(x);
     if (st == GPA_SKIP) {
       x->msg[0] = 0; /* what a declining implementation said is not the answer */
       continue;

@@ -21,10 +21,10 @@ struct gpa__backend {
   gpa_status (*readback)(void *bctx, void *bq, gpa__msg *m, void *dst_host, const void *src, uint64_t n);
   /* The implementation of an op for this backend (the chain walk is generic). */
   gpa_op_impl_fn (*impl_of)(const gpa__op *op);
-  /* Optional: runs impl for message m. An asynchronous backend enqueues the
-   * work and the completion and returns GPA__DEFERRED. NULL: impl(x) runs
-   * synchronously. */
-  gpa_status (*run)(void *bctx, gpa__msg *m, gpa_op_impl_fn impl, gpa_op_exec *x);
+  /* Optional: runs impl, the implementation of registration op, for message
+   * m. An asynchronous backend enqueues the work and the completion and
+   * returns GPA__DEFERRED. NULL: impl(x) runs synchronously. */
+  gpa_status (*run)(void *bctx, gpa__msg *m, const gpa__op *op, gpa_op_impl_fn impl, gpa_op_exec *x);
   /* Optional (asynchronous backends): completes m once the work already
    * enqueued on bq has finished; returns GPA__DEFERRED. Used after copies
    * issued with m == NULL (several copies, one completion: feed ops). */
@@ -41,6 +41,10 @@ struct gpa__backend {
    * real GPU calls no host function after a sticky error), completes those
    * messages through gpa__complete_async, and returns how many. */
   uint32_t (*poll)(void *bctx);
+  /* Optional (asynchronous backends): called after each pass of the actor
+   * loop that handled messages. Work deferred since the last flush gets its
+   * completions enqueued here, one per stream rather than one per message. */
+  void (*flush)(void *bctx);
   /* Every method completes before it returns (never GPA__DEFERRED): the
    * actor then times runs of one queue's messages instead of each one. */
   bool synchronous;

@@ -2,10 +2,12 @@
  * with a message saying which: no driver library, not a driver, the
  * toolkit's stub library, no device. The backend reads GPA_CUDA_DRIVER at
  * each actor creation; the device is the suite's (GPA_DEVICE). */
+#include <dlfcn.h>
 #include <libgen.h>
 #include <limits.h>
 #include <unistd.h>
 
+#include "backends/cuda/cu.h"
 #include "test_cuda_util.h"
 
 static void expect_nodevice(const char *driver, const char *needle) {
@@ -46,6 +48,30 @@ int main(void) {
   }
   CHECK_OK(st);
   CHECK(!strcmp(gpa_actor_backend(a), !strcmp(dev, "sim") ? "sim" : "cuda"));
+  if (!strcmp(dev, "sim")) {
+    /* A clean shutdown synchronizes the context and does not reset it. It
+     * did reset when cuCtxSynchronize was resolved at 13.0 (the _v2 form,
+     * which takes the context) and called as the (void) form. */
+    tcu_sim s = tcu_sim_api(a);
+    /* The table's cuCtxSynchronize is the (void) export cuda.h declares, not
+     * what the name means at 13.0 (cuCtxSynchronize_v2, which takes the
+     * context: the sim maps it as a driver does). */
+    void *lib = dlopen("libgpa_sim_cuda.so", RTLD_NOW | RTLD_NOLOAD);
+    Dl_info info;
+    CHECK(lib && dladdr(dlsym(lib, "cuInit"), &info) && info.dli_fname);
+    gpa__cu_api api;
+    char msg[256];
+    CHECK_OK(gpa__cu_open(&api, info.dli_fname, msg, sizeof msg));
+    void *plain = dlsym(lib, "cuCtxSynchronize");
+    CHECK(plain && memcmp(&api.cuCtxSynchronize, &plain, sizeof plain) == 0);
+    gpa__cu_close(&api);
+    dlclose(lib);
+    size_t resets = s.primary_resets();
+    CHECK_OK(gpa_actor_destroy(a));
+    CHECK(s.primary_resets() == resets);
+    printf("ok: a clean shutdown does not reset the context\n");
+    return 0;
+  }
   CHECK_OK(gpa_actor_destroy(a));
   return 0;
 }

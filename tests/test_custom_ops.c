@@ -69,9 +69,11 @@ int main(void) {
   gpa_actor *a = tu_actor(NULL);
   gpa_registry *reg = gpa_actor_registry(a);
   gpa_queue *q = gpa_actor_default_queue(a);
+  /* Host only: on cuda and sim it runs on the host fallback's staged copies.
+   * As a .cuda implementation it would be handed device pointers, which only
+   * the simulator lets the host dereference (a real GPU: SIGSEGV). */
   gpa_op_desc d = {.name = "my_scale", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1, .attrs = scale_attrs,
-                   .n_attrs = 2, .params_size = sizeof(scale_params), .shape = scale_shape, .host = scale_host,
-                   .cuda = scale_host};
+                   .n_attrs = 2, .params_size = sizeof(scale_params), .shape = scale_shape, .host = scale_host};
   CHECK_OK(gpa_op_register(reg, &d));
   gpa_tensor x = tu_f32(a, 10), y = tu_f32(a, 10);
   float v[10];
@@ -132,7 +134,7 @@ int main(void) {
 
   /* override a built-in; the built-in stays next in line */
   gpa_op_desc f = {.name = "fill", .n_outputs = 1, .attrs = fill_attrs, .n_attrs = 1, .params_size = 8,
-                   .host = fill_override, .cuda = fill_override};
+                   .host = fill_override};
   CHECK_OK(gpa_op_register(reg, &f));
   CHECK_OK(tu_fill(q, &y, 7, NULL));
   tu_get(q, &y, v, 10);

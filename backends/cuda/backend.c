@@ -164,7 +164,9 @@ static void enter(gpa__cu_ctx *C) { C->cu.cuCtxSetCurrent(C->ctx); }
 /* After a sticky error every driver call fails: the only way to give the
  * device resources back is to reset the primary context (it frees streams,
  * memory and modules; other actors on this device in this process have lost
- * the context already). Events are destroyed in the fresh context. */
+ * the context already). The reset frees events, streams and pinned memory
+ * too: their handles are dangling then, and the driver crashes on a destroy
+ * of one (seen on an H100), so they are only forgotten. */
 static void cu_fini(void *bctx) {
   gpa__cu_ctx *C = bctx;
   enter(C);
@@ -202,8 +204,10 @@ static void cu_fini(void *bctx) {
   while (C->free_recs) {
     gpa__cu_rec *r = C->free_recs;
     C->free_recs = r->next;
-    C->cu.cuEventDestroy(r->ev0);
-    C->cu.cuEventDestroy(r->ev1);
+    if (!reset) {
+      C->cu.cuEventDestroy(r->ev0);
+      C->cu.cuEventDestroy(r->ev1);
+    }
     free(r);
   }
   while (C->free_stages) {
@@ -429,25 +433,38 @@ static void rec_put(gpa__cu_ctx *C, gpa__cu_rec *r) {
   C->free_recs = r;
 }
 
-/* The host function: driver's callback thread. No CUDA call, no allocation.
- * A record the poll claimed is not touched (its message may be gone). */
-static void CUDA_CB done(void *arg) {
-  gpa__cu_rec *r = arg;
+/* Completes one record: the driver's callback thread, or the actor when a
+ * host function could not be enqueued. A record the poll claimed is not
+ * touched (its message may be gone). */
+static void rec_done(gpa__cu_rec *r) {
   if (atomic_exchange_explicit(&r->claimed, 1, memory_order_acq_rel)) return;
   for (gpa__cu_stage *s = r->stages; s; s = s->next)
     if (s->rb_n) memcpy(s->rb_dst, s->p, s->rb_n);
   gpa__complete_async(r->C->a, r->m, GPA_OK);
 }
 
-/* After the message's work was enqueued on q: the end event and the host
- * function. Returns GPA__DEFERRED, or the error (record released). */
+/* The host function of a group (flush): driver's callback thread, no CUDA
+ * call, no allocation. Each record is released to the actor by its
+ * completion, so the link to the next is read first. */
+static void CUDA_CB done(void *arg) {
+  gpa__cu_rec *r = arg;
+  for (uint32_t i = 0, n = r->gcount; i < n; i++) {
+    gpa__cu_rec *next = r->gnext;
+    rec_done(r);
+    r = next;
+  }
+}
+
+/* After the message's work was enqueued on q: the end event, and the record
+ * joins q's open group, whose host function the next flush enqueues. A host
+ * function per message stalled the stream for a round trip to the CPU after
+ * every op (a real GPU sat idle between kernels). Returns GPA__DEFERRED, or
+ * the error (record released). */
 static gpa_status enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r, char *msg, size_t cap) {
   CUresult e = C->cu.cuEventRecord(r->ev1, q->s);
-  if (e == CUDA_SUCCESS) e = C->cu.cuLaunchHostFunc(q->s, done, r);
   if (e != CUDA_SUCCESS) {
-    gpa_status st = gpa__cu_check(C, e, "cuLaunchHostFunc", msg, cap);
-    /* Nothing runs after a failed enqueue of this kind but a sticky error;
-     * the stream may still read the staging block, so let it drain. */
+    gpa_status st = gpa__cu_check(C, e, "cuEventRecord", msg, cap);
+    /* The stream may still read the staging block: let it drain. */
     C->cu.cuStreamSynchronize(q->s);
     rec_put(C, r);
     return st;
@@ -462,7 +479,42 @@ static gpa_status enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r,
     C->busy = q;
   }
   q->tail = r;
+  if (q->open) {
+    q->open_last->gnext = r;
+  } else {
+    q->open = r;
+    q->dirty_next = C->dirty;
+    C->dirty = q;
+  }
+  q->open_last = r;
+  q->open_n++;
   return GPA__DEFERRED;
+}
+
+/* One host function per stream for the records enqueued since the last
+ * flush. If it cannot be enqueued, no host function will complete them: the
+ * stream is drained and they complete here with the error. */
+static void cu_flush(void *bctx) {
+  gpa__cu_ctx *C = bctx;
+  while (C->dirty) {
+    gpa__cu_queue *q = C->dirty;
+    C->dirty = q->dirty_next;
+    gpa__cu_rec *first = q->open;
+    first->gcount = q->open_n;
+    q->open = q->open_last = NULL;
+    q->open_n = 0;
+    CUresult e = C->cu.cuLaunchHostFunc(q->s, done, first);
+    if (e == CUDA_SUCCESS) continue;
+    char msg[GPA__ERR_MAX];
+    gpa_status st = gpa__cu_check(C, e, "cuLaunchHostFunc", msg, sizeof msg);
+    C->cu.cuStreamSynchronize(q->s);
+    gpa__cu_rec *r = first;
+    for (uint32_t i = 0, n = first->gcount; i < n; i++, r = r->gnext) {
+      if (atomic_exchange_explicit(&r->claimed, 1, memory_order_acq_rel)) continue;
+      snprintf(r->m->err, sizeof r->m->err, "%s", msg);
+      gpa__complete_async(C->a, r->m, st);
+    }
+  }
 }
 
 /* Unlinks r (whose predecessor in q is prev) from q's records. */
@@ -652,18 +704,12 @@ static gpa_op_impl_fn cu_impl_of(const gpa__op *op) {
   return op->d.host ? gpa__cu_fallback : NULL;
 }
 
-static gpa_status cu_run(void *bctx, gpa__msg *m, gpa_op_impl_fn impl, gpa_op_exec *x) {
+static gpa_status cu_run(void *bctx, gpa__msg *m, const gpa__op *op, gpa_op_impl_fn impl, gpa_op_exec *x) {
   gpa__cu_ctx *C = bctx;
   if (C->failed) return failed_state(C, m->err, sizeof m->err);
   gpa__cu_queue *q = m->q->bq;
-  /* Which registration's impl this is: dispatch walks the chain in order. */
-  if (C->cur_msg != m) {
-    C->cur_msg = m;
-    C->walk = m->op;
-  }
-  while (C->walk && cu_impl_of(C->walk) != impl) C->walk = C->walk->next;
-  C->cur_op = C->walk ? C->walk : m->op;
-  if (C->walk) C->walk = C->walk->next;
+  C->cur_msg = m;
+  C->cur_op = op; /* the registration whose impl runs: the fallback runs its host implementation */
   C->cur_q = q;
   x->stream = q->s;
   /* gpa_exec_scratch: device scratch for CUDA implementations, host scratch
@@ -701,7 +747,7 @@ static gpa_exec_env *cu_env(void *bctx) { return &((gpa__cu_ctx *)bctx)->env; }
 #define GPA__CU_METHODS                                                                                      \
   .init = cu_init, .fini = cu_fini, .mem_alloc = cu_alloc, .mem_free = cu_free, .queue_init = cu_queue_init, \
   .queue_fini = cu_queue_fini, .upload = cu_upload, .readback = cu_readback, .impl_of = cu_impl_of,          \
-  .run = cu_run, .fence = cu_fence, .env = cu_env, .complete = cu_complete, .poll = cu_poll
+  .run = cu_run, .fence = cu_fence, .env = cu_env, .complete = cu_complete, .poll = cu_poll, .flush = cu_flush
 
 const gpa__backend gpa__backend_cuda = {.name = "cuda", GPA__CU_METHODS};
 const gpa__backend gpa__backend_sim = {.name = "sim", GPA__CU_METHODS};

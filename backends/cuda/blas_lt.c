@@ -1,4 +1,5 @@
-/* cuBLASLt: GEMMs with a fused bias / GELU epilogue for the linear layer.
+/* cuBLASLt: GEMMs with a fused bias epilogue for the linear layer (the GELU
+ * epilogues are not used: ops_blas.c says why; the aux plumbing stays general).
  *
  * Resolved at run time like cuBLAS, lazily, by the first GEMM that asks for
  * an epilogue: GPA_CUBLASLT if set; for GPA_DEVICE=sim the simulator's
@@ -77,7 +78,7 @@ static int lt_open(gpa__cu_ctx *C) {
     goto fail;
   }
   C->lt = L;
-  gpa__log(GPA_LOG_DEBUG, C->a->opts.log_level, "cuda: cuBLASLt from %s: linear bias/GELU epilogues fused", path);
+  gpa__log(GPA_LOG_DEBUG, C->a->opts.log_level, "cuda: cuBLASLt from %s: linear bias epilogue fused", path);
   return 1;
 fail:
   gpa__log(GPA_LOG_INFO, C->a->opts.log_level, "cuda: no cuBLASLt (%s): linear epilogues run as separate kernels",

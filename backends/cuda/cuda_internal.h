@@ -43,6 +43,11 @@ typedef struct gpa__cu_rec {
   _Atomic int claimed;
   bool abandoned; /* claimed by the poll (actor thread only) */
   struct gpa__cu_rec *next;
+  /* One host function completes a group of a stream's records (flush):
+   * gnext links the group, gcount is set on its first record. Separate from
+   * next, which the actor edits while the host function walks the group. */
+  struct gpa__cu_rec *gnext;
+  uint32_t gcount;
 } gpa__cu_rec;
 
 /* The backend's queue: a stream and its records in completion order. */
@@ -54,6 +59,10 @@ typedef struct gpa__cu_queue {
   uint64_t scratch_cap;
   struct gpa__cu_queue *next_free;
   struct gpa__cu_queue *busy_prev, *busy_next; /* on C->busy while it has records */
+  /* records enqueued since the last flush: no host function covers them yet */
+  gpa__cu_rec *open, *open_last;
+  uint32_t open_n;
+  struct gpa__cu_queue *dirty_next; /* on C->dirty while open */
 } gpa__cu_queue;
 
 /* What op implementations reach through x->env. The first four members
@@ -94,7 +103,6 @@ struct gpa__cu_ctx {
   gpa_exec_env env;
   /* the message being run and the registration whose impl runs (run()) */
   gpa__msg *cur_msg;
-  const gpa__op *walk;
   const gpa__op *cur_op;
   gpa__cu_queue *cur_q;
   gpa__cu_post post; /* set by the running op, moved into its record */
@@ -105,6 +113,7 @@ struct gpa__cu_ctx {
    * the poll after a sticky error, freed at fini */
   gpa__cu_queue *busy;
   gpa__cu_rec *abandoned;
+  gpa__cu_queue *dirty; /* queues with open records, for the next flush */
   /* pools */
   gpa__cu_rec *free_recs;
   gpa__cu_stage *free_stages;

@@ -34,6 +34,15 @@ const char *gpa__cu_errstr(const gpa__cu_api *api, CUresult r, char *buf, size_t
 
 typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 
+/* The ABI a name is resolved at: the one cuda.h declares. cuGetProcAddress
+ * gives the newest version up to the one asked for, and from 13.0 the name
+ * cuCtxSynchronize means cuCtxSynchronize_v2(CUcontext) (cudaTypedefs.h:
+ * PFN_cuCtxSynchronize_v13000) while cuda.h still declares the (void) form.
+ * Called as that, it synchronized whatever the argument register held: on an
+ * H100 the actor's shutdown saw CUDA_ERROR_CONTEXT_IS_DESTROYED and reset the
+ * context. Every other name of the table keeps its signature up to 13.0. */
+static int abi_version(const char *name) { return strcmp(name, "cuCtxSynchronize") ? CUDA_VERSION : 2000; }
+
 gpa_status gpa__cu_open(gpa__cu_api *api, const char *path, char *msg, size_t cap) {
   memset(api, 0, sizeof *api);
   const char *lib = path ? path : "libcuda.so.1";
@@ -53,7 +62,7 @@ gpa_status gpa__cu_open(gpa__cu_api *api, const char *path, char *msg, size_t ca
   CUresult r;
 #define GPA__CU_RESOLVE(name)                                                                                   \
   fn = NULL;                                                                                                    \
-  r = gp(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q);                                            \
+  r = gp(#name, &fn, abi_version(#name), CU_GET_PROC_ADDRESS_DEFAULT, &q);                                    \
   if (r == CUDA_ERROR_STUB_LIBRARY) {                                                                           \
     snprintf(msg, cap, "no CUDA driver: %s is the CUDA toolkit's stub library (CUDA_ERROR_STUB_LIBRARY), not a " \
              "driver", lib);                                                                                    \

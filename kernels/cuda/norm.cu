@@ -89,7 +89,9 @@ extern "C" __global__ void gpa_ln_bwd_dx_f32(const float *__restrict__ x, const 
     float sa = 0.0f, sb = 0.0f;
     for (int i = sub; i < len; i += g) {
       const float xh = (xr[i] - m) * r;
-      const float gg = dyr[i] * gamma[i];
+      /* Rounded as the second loop rounds it: with the product contracted
+       * into an FMA there, d = 1 gave dx = the product's rounding error, not 0. */
+      const float gg = __fmul_rn(dyr[i], gamma[i]);
       sa += gg;
       sb += gg * xh;
     }
@@ -98,7 +100,7 @@ extern "C" __global__ void gpa_ln_bwd_dx_f32(const float *__restrict__ x, const 
     const float ma = sa / (float)d, mb = sb / (float)d;
     for (int i = sub; i < len; i += g) {
       const float xh = (xr[i] - m) * r;
-      dxr[i] = r * ((dyr[i] * gamma[i] - ma) - xh * mb);
+      dxr[i] = r * ((__fmul_rn(dyr[i], gamma[i]) - ma) - xh * mb);
     }
   }
 }
@@ -215,7 +217,7 @@ extern "C" __global__ void gpa_ln_bwd_dx_bf16(const gpa_bf16 *__restrict__ x, co
     float sa = 0.0f, sb = 0.0f;
     for (int i = sub; i < len; i += g) {
       const float xh = (gpa_bf2f(xr[i]) - m) * r;
-      const float gg = gpa_bf2f(dyr[i]) * gamma[i];
+      const float gg = __fmul_rn(gpa_bf2f(dyr[i]), gamma[i]); /* as in the f32 kernel */
       sa += gg;
       sb += gg * xh;
     }
@@ -224,7 +226,7 @@ extern "C" __global__ void gpa_ln_bwd_dx_bf16(const gpa_bf16 *__restrict__ x, co
     const float ma = sa / (float)d, mb = sb / (float)d;
     for (int i = sub; i < len; i += g) {
       const float xh = (gpa_bf2f(xr[i]) - m) * r;
-      dxr[i] = gpa_f2bf(r * ((gpa_bf2f(dyr[i]) * gamma[i] - ma) - xh * mb));
+      dxr[i] = gpa_f2bf(r * ((__fmul_rn(gpa_bf2f(dyr[i]), gamma[i]) - ma) - xh * mb));
     }
   }
 }

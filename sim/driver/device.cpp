@@ -13,6 +13,7 @@ namespace {
 std::atomic<bool> g_init{false};
 CUctx_st g_primary;
 std::mutex g_primary_mu;
+std::atomic<size_t> g_resets{0}; /* cuDevicePrimaryCtxReset calls, for tests */
 thread_local CUctx_st *tl_ctx __attribute__((tls_model("initial-exec")));
 
 const size_t TOTAL_MEM = 80ull << 30;
@@ -39,6 +40,7 @@ void ctx_destroy(CUctx_st *c) {
   for (CUstream_st *s : streams) gpa_sim__stream_destroy(s);
   c->null_stream = nullptr;
   gpa_sim__mem_release_all();
+  gpa_sim__events_release_all();
   gpa_sim__modules_release_all();
   c->alive = false;
   c->sticky = 0;
@@ -195,8 +197,11 @@ GPA_SIM_API CUresult cuDevicePrimaryCtxReset(CUdevice d) {
   std::lock_guard<std::mutex> lk(g_primary_mu);
   ctx_destroy(&g_primary);
   if (g_primary.refs > 0) ctx_create(&g_primary);
+  g_resets.fetch_add(1);
   return CUDA_SUCCESS;
 }
+
+GPA_SIM_API size_t gpa_sim_primary_resets(void) { return g_resets.load(); }
 
 GPA_SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned int *flags, int *active) {
   CUresult r = check_dev(d);
@@ -238,6 +243,22 @@ GPA_SIM_API CUresult cuCtxSynchronize(void) {
   GPA_SIM_ENTER(ctx);
   gpa_sim__ctx_sync_all(ctx);
   return (CUresult)ctx->sticky.load();
+}
+
+/* From CUDA 13.0, what cuGetProcAddress gives for the name cuCtxSynchronize
+ * (procaddress.cpp): the context is an argument. A caller that resolves the
+ * name at 13.0 and calls the (void) form passes whatever its argument
+ * register holds; a real driver answered CUDA_ERROR_CONTEXT_IS_DESTROYED to
+ * that, and so does this one for anything but the live primary context. */
+GPA_SIM_API CUresult cuCtxSynchronize_v2(CUcontext c) {
+  {
+    std::lock_guard<std::mutex> lk(g_primary_mu);
+    if (c != &g_primary || !g_primary.alive) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  }
+  GPA_SIM_ENTER(ctx);
+  gpa_sim__ctx_sync_all(c);
+  (void)ctx;
+  return (CUresult)c->sticky.load();
 }
 
 GPA_SIM_API CUresult cuCtxGetLimit(size_t *v, CUlimit limit) {

@@ -101,6 +101,7 @@ CUresult gpa_sim__mem_check_param(CUdeviceptr p, std::string *why);
 CUresult gpa_sim__mem_guards(CUdeviceptr p, std::string *why);
 bool gpa_sim__host_is_pinned(const void *p, size_t n);
 void gpa_sim__mem_release_all(void);
+void gpa_sim__events_release_all(void);
 /* ---- modules (module.cpp) */
 void gpa_sim__modules_release_all(void);
 #endif

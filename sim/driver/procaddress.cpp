@@ -2,7 +2,8 @@
  * point by its API name ("cuMemAlloc"); cuda.h maps those names to the
  * versioned exports (cuMemAlloc -> cuMemAlloc_v2), so `&name` below is the
  * newest version and #name the API name. Versioned names are accepted too.
- * Every version query gets the newest implementation. */
+ * Every version query gets the newest implementation, except where the
+ * newest has another signature (cuCtxSynchronize from 13.0). */
 #include <string.h>
 #include "internal.h"
 
@@ -45,6 +46,14 @@ GPA_SIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cuda_v
                                       CUdriverProcAddressQueryResult *status) {
   (void)flags;
   if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+  /* The one name of this table whose signature changed: from 13.0 it means
+   * cuCtxSynchronize_v2(CUcontext), as the driver maps it (cudaTypedefs.h:
+   * PFN_cuCtxSynchronize_v13000), while cuda.h declares the (void) form. */
+  if (!strcmp(symbol, "cuCtxSynchronize") && cuda_version >= 13000) {
+    *pfn = (void *)&cuCtxSynchronize_v2;
+    if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
+  }
   for (const Entry &e : g_table) {
     if (strcmp(e.api, symbol) == 0 || strcmp(e.symbol, symbol) == 0) {
       *pfn = e.fn;

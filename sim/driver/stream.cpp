@@ -31,6 +31,7 @@ std::mutex g_ev_mu;
 std::condition_variable g_ev_cv;
 std::mutex g_streams_mu;
 std::set<CUstream_st *> g_streams; /* live handles, for handle checks */
+std::set<CUevent> g_events;        /* live events (under g_ev_mu): a context reset frees them */
 
 int64_t now_ns(void) {
   struct timespec ts;
@@ -65,7 +66,10 @@ void stream_main(CUstream_st *s) {
   s->idle_cv.notify_all();
 }
 
-bool event_live(CUevent e) { return e != nullptr; }
+bool event_live(CUevent e) {
+  std::lock_guard<std::mutex> lk(g_ev_mu);
+  return g_events.count(e) != 0;
+}
 } // namespace
 
 CUresult gpa_sim__stream_create(CUctx_st *ctx, unsigned flags, CUstream_st **out) {
@@ -214,6 +218,10 @@ GPA_SIM_API CUresult cuEventCreate(CUevent *out, unsigned int flags) {
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   CUevent e = new CUevent_st();
   e->flags = flags;
+  {
+    std::lock_guard<std::mutex> lk(g_ev_mu);
+    g_events.insert(e);
+  }
   *out = e;
   return CUDA_SUCCESS;
 }
@@ -225,9 +233,20 @@ GPA_SIM_API CUresult cuEventDestroy(CUevent e) {
   /* a pending record still refers to the event: let it land first */
   std::unique_lock<std::mutex> lk(g_ev_mu);
   g_ev_cv.wait(lk, [e] { return e->completed >= e->recorded && e->waiters == 0; });
+  if (!g_events.erase(e)) return CUDA_ERROR_INVALID_HANDLE; /* a reset took it meanwhile */
   lk.unlock();
   delete e;
   return CUDA_SUCCESS;
+}
+
+/* A context reset or destroy frees its events, as a driver does: a handle
+ * kept past that is dangling (a real driver crashes on its destroy; here
+ * every call on it answers CUDA_ERROR_INVALID_HANDLE). The context's streams
+ * are gone first, so no record is pending. */
+void gpa_sim__events_release_all(void) {
+  std::lock_guard<std::mutex> lk(g_ev_mu);
+  for (CUevent e : g_events) delete e;
+  g_events.clear();
 }
 
 GPA_SIM_API CUresult cuEventRecord(CUevent e, CUstream h) {

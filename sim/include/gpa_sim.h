@@ -47,6 +47,9 @@ size_t gpa_sim_live_allocations(void);
 /* Allocation calls so far (device and pinned, failed ones included): the
  * range of N for a loop that fails each allocation of a workload in turn. */
 size_t gpa_sim_allocations(void);
+/* cuDevicePrimaryCtxReset calls so far: an actor resets the context only
+ * after a sticky error (tests check that a clean shutdown does not). */
+size_t gpa_sim_primary_resets(void);
 
 #ifdef __cplusplus
 }

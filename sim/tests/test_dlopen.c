@@ -21,11 +21,12 @@
 
 typedef CUresult (*gpa_t)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 static gpa_t g_gpa;
-static void *get(const char *name) {
+static void *get_at(const char *name, int version) {
   void *p = NULL;
-  CHECK(g_gpa(name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, NULL) == CUDA_SUCCESS && p);
+  CHECK(g_gpa(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, NULL) == CUDA_SUCCESS && p);
   return p;
 }
+static void *get(const char *name) { return get_at(name, CUDA_VERSION); }
 
 int main(void) {
   const char *path = getenv("GPA_CUDA_DRIVER");
@@ -45,7 +46,10 @@ int main(void) {
   CUresult (*dtoh)(void *, CUdeviceptr, size_t) = get("cuMemcpyDtoH");
   CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                      void **, void **) = get("cuLaunchKernel");
-  CUresult (*sync)(void) = get("cuCtxSynchronize");
+  /* The name's ABI changed in 13.0: asked at 13.0 it takes the context
+   * (cuCtxSynchronize_v2), asked at 2.0 it is the (void) form. */
+  CUresult (*sync)(CUcontext) = get_at("cuCtxSynchronize", 13000);
+  CUresult (*sync0)(void) = get_at("cuCtxSynchronize", 2000);
   CUcontext ctx;
   CUmodule m;
   CUfunction f;
@@ -63,7 +67,8 @@ int main(void) {
   CHECK(htod(din, in, sizeof in) == CUDA_SUCCESS);
   void *args[] = {&din, &dsums, &dvotes};
   CHECK(launch(f, B, 1, 1, T, 1, 1, 0, NULL, args, NULL) == CUDA_SUCCESS);
-  CHECK(sync() == CUDA_SUCCESS);
+  CHECK(sync(ctx) == CUDA_SUCCESS && sync0() == CUDA_SUCCESS);
+  CHECK(sync((CUcontext)&ctx) == CUDA_ERROR_CONTEXT_IS_DESTROYED); /* not a context */
   CHECK(dtoh(sums, dsums, sizeof sums) == CUDA_SUCCESS);
   for (int b = 0; b < B; b++) {
     float ref = 0;
