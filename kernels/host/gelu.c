@@ -84,20 +84,19 @@ GPA__AVX2_ATTR static inline __m256 exp_finish(__m256 r, __m256 v, float h, floa
   return exp_scale(p, v);
 }
 
-/* The erf forward's exp: e^(h r) ~ (F + r) / (F - r), F = 2/h + EXC h r^2
+/* The forward kernels' exp: e^(h r) ~ (F + r) / (F - r), F = 2/h + EXC h r^2
  * (e^r's symmetry e^-r = 1/e^r: numerator and denominator share F, a
  * multiply and an FMA for both where the polynomial takes five FMAs; EXC a
  * minimax fit on |r| <= ln2/2, scripts/fit_gelu_exp.py: 9.1e-7 relative,
  * against 7e-6 for the Pade value 1/6 and 1.1e-7 for the polynomial). Its
- * division folds into the one the kernel has anyway, for two multiplies and
- * three adds (one in place of the final FMA): on this CPU an add in these
- * loops is not free (one more add per vector measured +0.4 cycles, an FMA
- * +0.56, a logic op +0.14), so it nets 1-10% fewer cycles per element in
- * L2, the most when the VM runs slow (docs/benchmarks.md). Not used where
- * it measured no gain: the tanh forward (its x d / (d + 2^k n) overflows
- * past x = 1.7e38, and dividing first gave 1.000 of the polynomial's time
- * at 0.8e-6 more error) and the tanh backward (the value is used twice:
- * 1-2% slower). */
+ * division folds into the one each forward kernel has anyway, for two
+ * multiplies and three adds in the erf forward (one in place of the final
+ * FMA), one multiply and one add in the tanh forward: on this CPU an add in
+ * these loops is not free (one more add per vector measured +0.4 cycles,
+ * an FMA +0.56, a logic op +0.14), so it nets 1-10% fewer cycles per
+ * element in L2 for erf, the most when the VM runs slow, and 1-2% for tanh
+ * (2.5% more GB/s on two threads; docs/benchmarks.md). Not in the tanh
+ * backward, which uses the value twice (1-2% slower). */
 #define EXC 1.663773060e-01f
 GPA__AVX2_ATTR static inline void exp_ratio(__m256 r, float h, __m256 *n, __m256 *d) {
   __m256 f = _mm256_fmadd_ps(_mm256_mul_ps(r, r), _mm256_set1_ps(EXC * h), _mm256_set1_ps(2.0f / h));
@@ -217,25 +216,38 @@ GPA__AVX2_ATTR static inline __m256 bwd_erf8(__m256 x, __m256 dy) {
  * 1 + e is 1 (x > 0) or y underflows (x < 0: the numerator is clamped too,
  * y = -1.2e-36 for any x <= -9.9). One-constant reduction r = s - k ln2f.
  * Measured worst relative error (tests/test_host_gelu_accuracy.c): y
- * 4.5e-6, dx 4.4e-6, both near x = -6.9 (|y| ~ 1e-14), where s's own
- * rounding (3 roundings, ~1.8e-7 of |s| = 35) is amplified by exp; a
- * degree-4 exp (2.6e-6) measured 11% faster forward, 5% backward, but
- * raised that to 7e-6, too close to the parity tolerance. */
+ * 5.3e-6 (4.5e-6 with the polynomial exp), dx 4.4e-6, both near x = -6.9
+ * (|y| ~ 1e-14), where s's own rounding (3 roundings, ~1.8e-7 of |s| = 35)
+ * is amplified by exp; a degree-4 exp (2.6e-6) measured 11% faster
+ * forward, 5% backward, but raised that to 7e-6, too close to the parity
+ * tolerance. */
 #define TA (-2.0f * K_TANH)
 #define TB (-2.0f * K_TANH * C_TANH)
 
-GPA__AVX2_ATTR static inline __m256 tanh_e8(__m256 xc, __m256 x2) {
-  __m256 s = _mm256_mul_ps(xc, _mm256_fmadd_ps(x2, _mm256_set1_ps(TB), _mm256_set1_ps(TA)));
-  __m256 v = _mm256_fmadd_ps(s, _mm256_set1_ps(LOG2E), _mm256_set1_ps(E_MAGIC));
-  __m256 k = _mm256_sub_ps(v, _mm256_set1_ps(E_MAGIC));
-  return exp_finish(_mm256_fnmadd_ps(k, _mm256_set1_ps(LN2F), s), v, 1.0f, 1.0f);
+/* s = -2u of xc, times sc (a power of 2: exact); k = round(s log2e) in the
+ * low bits of v; returns (s - k ln2f) sc */
+GPA__AVX2_ATTR static inline __m256 tanh_reduce(__m256 xc, __m256 x2, float sc, __m256 *v) {
+  __m256 s = _mm256_mul_ps(xc, _mm256_fmadd_ps(x2, _mm256_set1_ps(sc * TB), _mm256_set1_ps(sc * TA)));
+  *v = _mm256_fmadd_ps(s, _mm256_set1_ps(LOG2E / sc), _mm256_set1_ps(E_MAGIC));
+  __m256 k = _mm256_sub_ps(*v, _mm256_set1_ps(E_MAGIC));
+  return _mm256_fnmadd_ps(k, _mm256_set1_ps(sc * LN2F), s);
 }
 
+GPA__AVX2_ATTR static inline __m256 tanh_e8(__m256 xc, __m256 x2) {
+  __m256 v, r = tanh_reduce(xc, x2, 1.0f, &v);
+  return exp_finish(r, v, 1.0f, 1.0f);
+}
+
+/* y = x d / (d + 2^k n) with e = 2^k n/d from exp_ratio, all of s, r, F
+ * scaled by 1/4 (exactly: powers of 2) so that d <= 0.6 and x d stays
+ * finite for any x (x d overflowed past x = 1.7e38 at scale 1; dividing
+ * first instead gave back the time saved); 2^k n <= 2^123 0.6. */
 GPA__AVX2_ATTR static inline __m256 fwd_tanh8(__m256 x) {
   __m256 xl = _mm256_max_ps(_mm256_set1_ps(-TCLAMP), x); /* constants first: NaN stays */
   __m256 xc = _mm256_min_ps(_mm256_set1_ps(TCLAMP), xl);
-  __m256 e = tanh_e8(xc, _mm256_mul_ps(xc, xc));
-  return _mm256_div_ps(xl, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+  __m256 v, en, ed;
+  exp_ratio(tanh_reduce(xc, _mm256_mul_ps(xc, xc), 0.25f, &v), 4.0f, &en, &ed);
+  return _mm256_div_ps(_mm256_mul_ps(xl, ed), _mm256_add_ps(ed, exp_scale(en, v)));
 }
 
 /* dy (s + 2 x s (1 - s) u') with s = sigmoid(2u) = 1 / (1 + e), 1 - s = e s:
