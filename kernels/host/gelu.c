@@ -72,8 +72,8 @@ GPA__AVX2_ATTR static inline __m256 exp_scale(__m256 x, __m256 v) {
   return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(x), e));
 }
 
-/* c e^(h r) 2^k for h = 1 or 1/2 (the coefficients scaled by c h^j, exactly
- * for c = 1), k in the low bits of v. */
+/* c e^(h r) 2^k (the coefficients scaled by c h^j; exactly for c = 1 and h
+ * = 1/2), k in the low bits of v. */
 GPA__AVX2_ATTR static inline __m256 exp_finish(__m256 r, __m256 v, float h, float c) {
   __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(c * EP5 * h * h * h * h * h), r,
                              _mm256_set1_ps(c * EP4 * h * h * h * h));
@@ -214,40 +214,43 @@ GPA__AVX2_ATTR static inline __m256 bwd_erf8(__m256 x, __m256 dy) {
 /* tanh form: y = x / (1 + e), e = exp(-2u) = exp(s), s = x (A + B x^2),
  * with x clamped to +-9.9 inside e (|s| <= 85.1, exp's range); past that
  * 1 + e is 1 (x > 0) or y underflows (x < 0: the numerator is clamped too,
- * y = -1.2e-36 for any x <= -9.9). One-constant reduction r = s - k ln2f.
- * Measured worst relative error (tests/test_host_gelu_accuracy.c): y
- * 5.3e-6 (4.5e-6 with the polynomial exp), dx 4.4e-6, both near x = -6.9
- * (|y| ~ 1e-14), where s's own rounding (3 roundings, ~1.8e-7 of |s| = 35)
- * is amplified by exp; a degree-4 exp (2.6e-6) measured 11% faster
- * forward, 5% backward, but raised that to 7e-6, too close to the parity
- * tolerance. */
-#define TA (-2.0f * K_TANH)
-#define TB (-2.0f * K_TANH * C_TANH)
+ * y = -1.2e-36 for any x <= -9.9). Measured worst relative error
+ * (tests/test_host_gelu_accuracy.c): y 3.2e-6, dx 2.5e-6, both near
+ * x = -7 (|y| ~ 1e-14), where the rounding of x^2 and of the reduction's
+ * one FMA (~1.2e-7 of |s log2e| = 50) is amplified by exp (before session
+ * 6, with s formed and reduced by r = s - k ln2f: 4.5e-6 and 4.4e-6); a
+ * degree-4 exp (2.6e-6) measured 11% faster forward, 5% backward, but
+ * raised that to 7e-6, too close to the parity tolerance. */
 
-/* s = -2u of xc, times sc (a power of 2: exact); k = round(s log2e) in the
- * low bits of v; returns (s - k ln2f) sc */
-GPA__AVX2_ATTR static inline __m256 tanh_reduce(__m256 xc, __m256 x2, float sc, __m256 *v) {
-  __m256 s = _mm256_mul_ps(xc, _mm256_fmadd_ps(x2, _mm256_set1_ps(sc * TB), _mm256_set1_ps(sc * TA)));
-  *v = _mm256_fmadd_ps(s, _mm256_set1_ps(LOG2E / sc), _mm256_set1_ps(E_MAGIC));
+/* The reduction in units of log2: k = round(s log2e) in the low bits of v
+ * and r' = s log2e - k returned (|r'| <= 1/2; e^s = 2^k e^(r' ln2)), with
+ * log2e folded into s's coefficients: m = (A + B x^2) log2e, s log2e = x m,
+ * and r' = x m - k in one FMA, so s itself is never formed: a multiply
+ * fewer than s = x (A + B x^2), r = s - k ln2, and one rounding fewer (y's
+ * worst error 5.3e-6 -> 3.2e-6 forward; 12% fewer cycles per element in
+ * L2 forward, docs/benchmarks.md). */
+#define TAL ((float)(-2.0 * 0.7978845608028654 * 1.4426950408889634))
+#define TBL ((float)(-2.0 * 0.7978845608028654 * 0.044715 * 1.4426950408889634))
+GPA__AVX2_ATTR static inline __m256 tanh_reduce(__m256 xc, __m256 x2, __m256 *v) {
+  __m256 m = _mm256_fmadd_ps(x2, _mm256_set1_ps(TBL), _mm256_set1_ps(TAL));
+  *v = _mm256_fmadd_ps(xc, m, _mm256_set1_ps(E_MAGIC));
   __m256 k = _mm256_sub_ps(*v, _mm256_set1_ps(E_MAGIC));
-  return _mm256_fnmadd_ps(k, _mm256_set1_ps(sc * LN2F), s);
+  return _mm256_fmsub_ps(xc, m, k);
 }
 
 GPA__AVX2_ATTR static inline __m256 tanh_e8(__m256 xc, __m256 x2) {
-  __m256 v, r = tanh_reduce(xc, x2, 1.0f, &v);
-  return exp_finish(r, v, 1.0f, 1.0f);
+  __m256 v, r = tanh_reduce(xc, x2, &v);
+  return exp_finish(r, v, LN2F, 1.0f);
 }
 
-/* y = x d / (d + 2^k n) with e = 2^k n/d from exp_ratio, all of s, r, F
- * scaled by 1/4 (exactly: powers of 2) so that d <= 0.6 and x d stays
- * finite for any x (x d overflowed past x = 1.7e38 at scale 1; dividing
- * first instead gave back the time saved); 2^k n <= 2^123 0.6. */
+/* y = x (d / (d + 2^k n)) with e = 2^k n/d from exp_ratio (2^k n <= 2^123
+ * 3.4, finite; divided first, as x d overflows past x = 1e38) */
 GPA__AVX2_ATTR static inline __m256 fwd_tanh8(__m256 x) {
   __m256 xl = _mm256_max_ps(_mm256_set1_ps(-TCLAMP), x); /* constants first: NaN stays */
   __m256 xc = _mm256_min_ps(_mm256_set1_ps(TCLAMP), xl);
   __m256 v, en, ed;
-  exp_ratio(tanh_reduce(xc, _mm256_mul_ps(xc, xc), 0.25f, &v), 4.0f, &en, &ed);
-  return _mm256_div_ps(_mm256_mul_ps(xl, ed), _mm256_add_ps(ed, exp_scale(en, v)));
+  exp_ratio(tanh_reduce(xc, _mm256_mul_ps(xc, xc), &v), LN2F, &en, &ed);
+  return _mm256_mul_ps(xl, _mm256_div_ps(ed, _mm256_add_ps(ed, exp_scale(en, v))));
 }
 
 /* dy (s + 2 x s (1 - s) u') with s = sigmoid(2u) = 1 / (1 + e), 1 - s = e s:
