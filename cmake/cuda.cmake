@@ -61,6 +61,19 @@ set(GPA_CUDA_ARCH_FLAGS
     -gencode arch=compute_90,code=sm_90
     -gencode arch=compute_90,code=compute_90)
 
+# nvcc contracts a*b + c into an FMA by default (-fmad=true); the host
+# compiler on the x86-64 baseline does not, so an emulated kernel rounded
+# products that the GPU does not (layernorm_bwd at D = 1 relied on that and
+# failed on an H100 only). Where the build machine has FMA (the sim runs
+# where it is built), the emulated modules contract as nvcc does; the
+# __f*_rn intrinsics keep their rounding (sim/emu/gpa_sim_math.h).
+include(CheckCSourceRuns)
+check_c_source_runs("int main(void) { return !__builtin_cpu_supports(\"fma\"); }" GPA_HOST_HAS_FMA)
+set(GPA_SIM_CONTRACT "")
+if(GPA_HOST_HAS_FMA)
+  set(GPA_SIM_CONTRACT -mfma -ffp-contract=fast)
+endif()
+
 function(gpa_cuda_kernels name)
   cmake_parse_arguments(K "" "" "SOURCES;INCLUDE_DIRS" ${ARGN})
   if(NOT K_SOURCES)
@@ -146,7 +159,8 @@ extern const unsigned char ${sym}_end[]; /* one past its last byte */
   add_library(${name}_sim MODULE ${wrapper} ${idsrc})
   target_include_directories(${name}_sim PRIVATE
     ${GPA_CUDA_ROOT_DIR}/sim/emu/shadow ${GPA_CUDA_ROOT_DIR}/sim/emu ${GPA_CUDA_INCLUDE} ${incs})
-  target_compile_options(${name}_sim PRIVATE -include gpa_sim_emu.h -fvisibility=hidden ${GPA_SIM_UNINSTRUMENTED})
+  target_compile_options(${name}_sim PRIVATE -include gpa_sim_emu.h -fvisibility=hidden ${GPA_SIM_CONTRACT}
+                         ${GPA_SIM_UNINSTRUMENTED})
   target_link_libraries(${name}_sim PRIVATE gpa_sim_cuda)
   set_target_properties(${name}_sim PROPERTIES
     OUTPUT_NAME gpa_sim_mod_${name}

@@ -24,12 +24,31 @@ inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fsqrt_rn(float x) { return sqrtf(x); }
 inline float __frsqrt_rn(float x) { return 1.0f / sqrtf(x); }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
+/* The _rn intrinsics are never contracted into an FMA by nvcc; the emulated
+ * modules are built with contraction (cmake/cuda.cmake), so the rounded
+ * value is pinned in a register the compiler cannot see through. */
+inline float gpa_sim__pin(float v) {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__("" : "+x"(v));
+#else
+  __asm__("" : "+w"(v));
+#endif
+  return v;
+}
+inline double gpa_sim__pin(double v) {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__("" : "+x"(v));
+#else
+  __asm__("" : "+w"(v));
+#endif
+  return v;
+}
+inline float __fadd_rn(float a, float b) { return gpa_sim__pin(a + b); }
+inline float __fsub_rn(float a, float b) { return gpa_sim__pin(a - b); }
+inline float __fmul_rn(float a, float b) { return gpa_sim__pin(a * b); }
 inline float __fdiv_rn(float a, float b) { return a / b; }
-inline double __dadd_rn(double a, double b) { return a + b; }
-inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __dadd_rn(double a, double b) { return gpa_sim__pin(a + b); }
+inline double __dmul_rn(double a, double b) { return gpa_sim__pin(a * b); }
 inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : (x != x ? 0.0f : x)); }
 inline float exp10f(float x) { return powf(10.0f, x); }
