@@ -33,6 +33,7 @@ typedef struct tcu_sim {
   size_t (*allocations)(void);
   size_t (*live_allocations)(void);
   size_t (*primary_resets)(void);
+  size_t (*host_fns)(void);
   /* internal hook: 1 when [p, p+bytes) is inside one live device allocation */
   int (*device_range_ok)(unsigned long long p, size_t bytes, char *why, size_t n);
 } tcu_sim;
@@ -61,6 +62,7 @@ static inline tcu_sim tcu_sim_api(gpa_actor *a) {
   TCU_SYM(allocations);
   TCU_SYM(live_allocations);
   TCU_SYM(primary_resets);
+  TCU_SYM(host_fns);
 #undef TCU_SYM
   *(void **)&s.device_range_ok = dlsym(lib, "gpa_sim__device_range_ok");
   CHECK(s.device_range_ok);

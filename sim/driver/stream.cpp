@@ -32,6 +32,7 @@ std::condition_variable g_ev_cv;
 std::mutex g_streams_mu;
 std::set<CUstream_st *> g_streams; /* live handles, for handle checks */
 std::set<CUevent> g_events;        /* live events (under g_ev_mu): a context reset frees them */
+std::atomic<size_t> g_host_fns{0}; /* cuLaunchHostFunc calls, for tests */
 
 int64_t now_ns(void) {
   struct timespec ts;
@@ -208,6 +209,7 @@ GPA_SIM_API CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *user_data) 
   CUresult r = gpa_sim__stream_get(ctx, h, &s);
   if (r) return r;
   if (!fn) return CUDA_ERROR_INVALID_VALUE;
+  g_host_fns.fetch_add(1, std::memory_order_relaxed);
   gpa_sim__stream_push(s, [fn, user_data] { fn(user_data); return CUDA_SUCCESS; }, true, true);
   return CUDA_SUCCESS;
 }
@@ -238,6 +240,8 @@ GPA_SIM_API CUresult cuEventDestroy(CUevent e) {
   delete e;
   return CUDA_SUCCESS;
 }
+
+GPA_SIM_API size_t gpa_sim_host_fns(void) { return g_host_fns.load(); }
 
 /* A context reset or destroy frees its events, as a driver does: a handle
  * kept past that is dangling (a real driver crashes on its destroy; here

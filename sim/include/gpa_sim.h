@@ -50,6 +50,8 @@ size_t gpa_sim_allocations(void);
 /* cuDevicePrimaryCtxReset calls so far: an actor resets the context only
  * after a sticky error (tests check that a clean shutdown does not). */
 size_t gpa_sim_primary_resets(void);
+/* cuLaunchHostFunc calls so far (tests of how completions are batched). */
+size_t gpa_sim_host_fns(void);
 
 #ifdef __cplusplus
 }
