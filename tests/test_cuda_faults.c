@@ -148,6 +148,32 @@ static void launch_refused(gpa_actor *a, tcu_sim *sim) {
   CHECK_ST(gpa_sync_batch(q, NULL), GPA_EDEVICE); /* the batch saw the refused launch */
 }
 
+/* The host function that completes a group cannot be enqueued: the group's
+ * messages fail with the driver's error, each once; later ones succeed. A
+ * readback in the failed group must not leave its handle pending. */
+static void host_fn_refused(gpa_actor *a, tcu_sim *sim) {
+  gpa_queue *q = gpa_actor_default_queue(a);
+  gpa_tensor x = tu_f32(a, 100), y = tu_f32(a, 100);
+  CHECK_OK(tu_fill(q, &x, 2.0, NULL));
+  CHECK_OK(gpa_sync_batch(q, NULL));
+  sim->fault_host_fn(1);
+  gpa_handle *h;
+  CHECK_OK(add(q, &x, &x, &y, &h));
+  gpa_status st = gpa_await(h, -1);
+  CHECK(st != GPA_OK && st != GPA_ETIMEDOUT);
+  CHECK(strstr(gpa_handle_error_message(h), "cuLaunchHostFunc"));
+  printf("ok: refused host function: %s: %s\n", gpa_strerror(st), gpa_handle_error_message(h));
+  gpa_handle_release(h);
+  CHECK(gpa_sync_batch(q, NULL) != GPA_OK); /* the batch saw it */
+  CHECK_OK(add(q, &x, &x, &y, &h));
+  CHECK_OK(gpa_await(h, -1));
+  gpa_handle_release(h);
+  float out[100];
+  tu_get(q, &y, out, 100);
+  for (int i = 0; i < 100; i++) CHECK(out[i] == 4.0f);
+  CHECK_OK(gpa_sync_batch(q, NULL));
+}
+
 static void no_busy_wait(gpa_actor *a, tcu_sim *sim) {
   gpa_queue *q = gpa_actor_default_queue(a);
   gpa_tensor t = tu_f32(a, 1024);
@@ -180,6 +206,7 @@ int main(void) {
   scratch_oom(a, &sim);
   staging_oom(a, &sim);
   launch_refused(a, &sim);
+  host_fn_refused(a, &sim);
   no_busy_wait(a, &sim);
   sim.fault_clear();
   CHECK_OK(gpa_actor_destroy(a));

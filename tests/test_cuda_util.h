@@ -23,6 +23,7 @@ static inline const char *tcu_device_or_skip(void) {
 typedef struct tcu_sim {
   void (*fault_alloc)(unsigned n);
   void (*fault_launch)(unsigned n);
+  void (*fault_host_fn)(unsigned n);
   void (*fault_sticky)(unsigned n);
   void (*fault_stream_delay)(void *stream, unsigned us);
   void (*fault_clear)(void);
@@ -52,6 +53,7 @@ static inline tcu_sim tcu_sim_api(gpa_actor *a) {
   CHECK(s.f)
   TCU_SYM(fault_alloc);
   TCU_SYM(fault_launch);
+  TCU_SYM(fault_host_fn);
   TCU_SYM(fault_sticky);
   TCU_SYM(fault_stream_delay);
   TCU_SYM(fault_clear);

@@ -32,6 +32,7 @@ const gpa_sim_options &gpa_sim__opts(void);
 /* ---- faults (options.cpp) */
 bool gpa_sim__fault_take_alloc(void);
 bool gpa_sim__fault_take_launch(void);
+bool gpa_sim__fault_take_host_fn(void);
 bool gpa_sim__fault_take_sticky(void);
 unsigned gpa_sim__fault_delay_all(void);
 unsigned gpa_sim__fault_host_fn_delay(void);

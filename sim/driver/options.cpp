@@ -17,7 +17,7 @@
 namespace {
 gpa_sim_options g_opts;
 std::once_flag g_opts_once;
-std::atomic<unsigned> g_fault_alloc{0}, g_fault_launch{0}, g_fault_sticky{0}, g_delay_all{0}, g_host_fn_delay{0};
+std::atomic<unsigned> g_fault_alloc{0}, g_fault_launch{0}, g_fault_host_fn{0}, g_fault_sticky{0}, g_delay_all{0}, g_host_fn_delay{0};
 std::atomic<unsigned> g_fault_oom{0};
 std::atomic<bool> g_oom{false}, g_skip_host_fns{false};
 std::atomic<size_t> g_allocs{0}; /* allocation calls seen (attempts), for fault loops */
@@ -53,6 +53,7 @@ void parse_faults(const char *spec) {
     if (key == "alloc") g_fault_alloc = (unsigned)v;
     else if (key == "oom") g_fault_oom = (unsigned)v;
     else if (key == "launch") g_fault_launch = (unsigned)v;
+    else if (key == "host_fn") g_fault_host_fn = (unsigned)v;
     else if (key == "sticky") g_fault_sticky = (unsigned)v;
     else if (key == "delay_us") g_delay_all = (unsigned)v;
     else if (key == "host_fn_delay_us") g_host_fn_delay = (unsigned)v;
@@ -111,6 +112,7 @@ bool gpa_sim__fault_take_alloc(void) {
   return fire || g_oom.load();
 }
 bool gpa_sim__fault_take_launch(void) { return gpa_sim__opts(), take(g_fault_launch); }
+bool gpa_sim__fault_take_host_fn(void) { return gpa_sim__opts(), take(g_fault_host_fn); }
 bool gpa_sim__fault_take_sticky(void) { return gpa_sim__opts(), take(g_fault_sticky); }
 unsigned gpa_sim__fault_delay_all(void) { return gpa_sim__opts(), g_delay_all.load(); }
 unsigned gpa_sim__fault_host_fn_delay(void) { return gpa_sim__opts(), g_host_fn_delay.load(); }
@@ -136,6 +138,7 @@ CUresult gpa_sim__failf(CUresult r, const char *fmt, ...) {
 
 GPA_SIM_API void gpa_sim_fault_alloc(unsigned n) { gpa_sim__opts(), g_fault_alloc = n; }
 GPA_SIM_API void gpa_sim_fault_launch(unsigned n) { gpa_sim__opts(), g_fault_launch = n; }
+GPA_SIM_API void gpa_sim_fault_host_fn(unsigned n) { gpa_sim__opts(), g_fault_host_fn = n; }
 GPA_SIM_API void gpa_sim_fault_sticky(unsigned n) { gpa_sim__opts(), g_fault_sticky = n; }
 GPA_SIM_API void gpa_sim_fault_stream_delay(void *stream, unsigned us) {
   gpa_sim__opts();
@@ -158,7 +161,7 @@ GPA_SIM_API void gpa_sim_fault_host_fns_after_sticky(int run) { gpa_sim__opts(),
 GPA_SIM_API size_t gpa_sim_allocations(void) { return g_allocs.load(); }
 GPA_SIM_API void gpa_sim_fault_clear(void) {
   gpa_sim__opts();
-  g_fault_alloc = g_fault_launch = g_fault_sticky = g_delay_all = g_host_fn_delay = g_fault_oom = 0;
+  g_fault_alloc = g_fault_launch = g_fault_host_fn = g_fault_sticky = g_delay_all = g_host_fn_delay = g_fault_oom = 0;
   g_oom = g_skip_host_fns = false;
 }
 GPA_SIM_API size_t gpa_sim_last_error_message(char *buf, size_t n) {

@@ -210,6 +210,8 @@ GPA_SIM_API CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *user_data) 
   if (r) return r;
   if (!fn) return CUDA_ERROR_INVALID_VALUE;
   g_host_fns.fetch_add(1, std::memory_order_relaxed);
+  if (gpa_sim__fault_take_host_fn())
+    return gpa_sim__fail(CUDA_ERROR_OUT_OF_MEMORY, "cuLaunchHostFunc: injected fault (gpa_sim_fault_host_fn)");
   gpa_sim__stream_push(s, [fn, user_data] { fn(user_data); return CUDA_SUCCESS; }, true, true);
   return CUDA_SUCCESS;
 }

@@ -20,6 +20,9 @@ void gpa_sim_fault_oom(unsigned n);
 /* The n-th cuLaunchKernel from now is refused with
  * CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (not sticky). 0 disarms. */
 void gpa_sim_fault_launch(unsigned n);
+/* The n-th cuLaunchHostFunc from now is refused with
+ * CUDA_ERROR_OUT_OF_MEMORY (not sticky); nothing is enqueued. 0 disarms. */
+void gpa_sim_fault_host_fn(unsigned n);
 /* The n-th launch from now faults on the device: the context gets the sticky
  * error CUDA_ERROR_ILLEGAL_ADDRESS, reported by the next synchronizing call
  * and by every call after it until the primary context is reset. 0 disarms. */
