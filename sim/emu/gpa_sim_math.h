@@ -27,15 +27,7 @@ inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 /* The _rn intrinsics are never contracted into an FMA by nvcc; the emulated
  * modules are built with contraction (cmake/cuda.cmake), so the rounded
  * value is pinned in a register the compiler cannot see through. */
-inline float gpa_sim__pin(float v) {
-#if defined(__x86_64__) || defined(__i386__)
-  __asm__("" : "+x"(v));
-#else
-  __asm__("" : "+w"(v));
-#endif
-  return v;
-}
-inline double gpa_sim__pin(double v) {
+template <typename T> inline T gpa_sim__pin(T v) {
 #if defined(__x86_64__) || defined(__i386__)
   __asm__("" : "+x"(v));
 #else
