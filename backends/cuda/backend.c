@@ -433,27 +433,30 @@ static void rec_put(gpa__cu_ctx *C, gpa__cu_rec *r) {
   C->free_recs = r;
 }
 
-/* Completes one record: the driver's callback thread, or the actor when a
- * host function could not be enqueued. A record the poll claimed is not
- * touched (its message may be gone). */
-static void rec_done(gpa__cu_rec *r) {
-  if (atomic_exchange_explicit(&r->claimed, 1, memory_order_acq_rel)) return;
-  for (gpa__cu_stage *s = r->stages; s; s = s->next)
-    if (s->rb_n) memcpy(s->rb_dst, s->p, s->rb_n);
-  gpa__complete_async(r->C->a, r->m, GPA_OK);
-}
-
-/* The host function of a group (flush): driver's callback thread, no CUDA
- * call, no allocation. Each record is released to the actor by its
- * completion, so the link to the next is read first. */
-static void CUDA_CB done(void *arg) {
-  gpa__cu_rec *r = arg;
-  for (uint32_t i = 0, n = r->gcount; i < n; i++) {
+/* Completes a group of a stream's records in order (gnext links them, NULL
+ * ends the group), each one the poll has not claimed (its message may be
+ * gone): with st == GPA_OK the readbacks land from their staging first; else
+ * each message gets st and msg. Runs on the driver's callback thread as the
+ * group's host function (no CUDA call, no allocation), or on the actor when
+ * that host function could not be enqueued. A completed record goes back to
+ * the actor, so the link to the next is read first. */
+static void group_complete(gpa__cu_rec *r, gpa_status st, const char *msg) {
+  while (r) {
     gpa__cu_rec *next = r->gnext;
-    rec_done(r);
+    if (!atomic_exchange_explicit(&r->claimed, 1, memory_order_acq_rel)) {
+      if (st == GPA_OK) {
+        for (gpa__cu_stage *s = r->stages; s; s = s->next)
+          if (s->rb_n) memcpy(s->rb_dst, s->p, s->rb_n);
+      } else {
+        snprintf(r->m->err, sizeof r->m->err, "%s", msg);
+      }
+      gpa__complete_async(r->C->a, r->m, st);
+    }
     r = next;
   }
 }
+
+static void CUDA_CB done(void *arg) { group_complete(arg, GPA_OK, NULL); }
 
 /* After the message's work was enqueued on q: the end event, and the record
  * joins q's open group, whose host function the next flush enqueues. A host
@@ -479,6 +482,7 @@ static gpa_status enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r,
     C->busy = q;
   }
   q->tail = r;
+  r->gnext = NULL;
   if (q->open) {
     q->open_last->gnext = r;
   } else {
@@ -487,7 +491,6 @@ static gpa_status enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r,
     C->dirty = q;
   }
   q->open_last = r;
-  q->open_n++;
   return GPA__DEFERRED;
 }
 
@@ -500,20 +503,13 @@ static void cu_flush(void *bctx) {
     gpa__cu_queue *q = C->dirty;
     C->dirty = q->dirty_next;
     gpa__cu_rec *first = q->open;
-    first->gcount = q->open_n;
     q->open = q->open_last = NULL;
-    q->open_n = 0;
     CUresult e = C->cu.cuLaunchHostFunc(q->s, done, first);
     if (e == CUDA_SUCCESS) continue;
     char msg[GPA__ERR_MAX];
     gpa_status st = gpa__cu_check(C, e, "cuLaunchHostFunc", msg, sizeof msg);
     C->cu.cuStreamSynchronize(q->s);
-    gpa__cu_rec *r = first;
-    for (uint32_t i = 0, n = first->gcount; i < n; i++, r = r->gnext) {
-      if (atomic_exchange_explicit(&r->claimed, 1, memory_order_acq_rel)) continue;
-      snprintf(r->m->err, sizeof r->m->err, "%s", msg);
-      gpa__complete_async(C->a, r->m, st);
-    }
+    group_complete(first, st, msg);
   }
 }
 

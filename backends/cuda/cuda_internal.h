@@ -44,10 +44,9 @@ typedef struct gpa__cu_rec {
   bool abandoned; /* claimed by the poll (actor thread only) */
   struct gpa__cu_rec *next;
   /* One host function completes a group of a stream's records (flush):
-   * gnext links the group, gcount is set on its first record. Separate from
-   * next, which the actor edits while the host function walks the group. */
+   * gnext links the group, NULL after its last. Separate from next, which
+   * the actor edits while the host function walks the group. */
   struct gpa__cu_rec *gnext;
-  uint32_t gcount;
 } gpa__cu_rec;
 
 /* The backend's queue: a stream and its records in completion order. */
@@ -61,7 +60,6 @@ typedef struct gpa__cu_queue {
   struct gpa__cu_queue *busy_prev, *busy_next; /* on C->busy while it has records */
   /* records enqueued since the last flush: no host function covers them yet */
   gpa__cu_rec *open, *open_last;
-  uint32_t open_n;
   struct gpa__cu_queue *dirty_next; /* on C->dirty while open */
 } gpa__cu_queue;
 
