@@ -1,5 +1,5 @@
-/* cuBLASLt: GEMMs with a fused bias epilogue for the linear layer (the GELU
- * epilogues are not used: ops_blas.c says why; the aux plumbing stays general).
+/* cuBLASLt: GEMMs with a fused bias epilogue for the linear layer (its GELU
+ * epilogues are not used: ops_blas.c says why).
  *
  * Resolved at run time like cuBLAS, lazily, by the first GEMM that asks for
  * an epilogue: GPA_CUBLASLT if set; for GPA_DEVICE=sim the simulator's
@@ -130,14 +130,11 @@ static cublasStatus_t call_build(struct gpa__cu_lt *L, lt_call *c, const gpa__lt
   cublasStatus_t s = L->cublasLtMatmulDescCreate(&c->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   int32_t ta = g->trans_a, tb = g->trans_b, bias_type = g->d_type;
   uint32_t epi = g->epilogue;
-  int64_t aux_ld = g->aux_ld;
   if (s == CUBLAS_STATUS_SUCCESS) s = LT_SET(CUBLASLT_MATMUL_DESC_TRANSA, ta);
   if (s == CUBLAS_STATUS_SUCCESS) s = LT_SET(CUBLASLT_MATMUL_DESC_TRANSB, tb);
   if (s == CUBLAS_STATUS_SUCCESS) s = LT_SET(CUBLASLT_MATMUL_DESC_EPILOGUE, epi);
   if (s == CUBLAS_STATUS_SUCCESS && g->bias) s = LT_SET(CUBLASLT_MATMUL_DESC_BIAS_POINTER, g->bias);
   if (s == CUBLAS_STATUS_SUCCESS && g->bias) s = LT_SET(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type);
-  if (s == CUBLAS_STATUS_SUCCESS && g->aux) s = LT_SET(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g->aux);
-  if (s == CUBLAS_STATUS_SUCCESS && g->aux) s = LT_SET(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, aux_ld);
   /* stored shapes: op(A) is m x k, op(B) k x n */
   int ar = g->trans_a == CUBLAS_OP_N ? g->m : g->k, ac = g->trans_a == CUBLAS_OP_N ? g->k : g->m;
   int br = g->trans_b == CUBLAS_OP_N ? g->k : g->n, bc = g->trans_b == CUBLAS_OP_N ? g->n : g->k;

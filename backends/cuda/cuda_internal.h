@@ -169,9 +169,8 @@ gpa_status gpa__cu_blas(const gpa_op_exec *x, cublasHandle_t *h);
 void gpa__cu_blas_release(gpa__cu_ctx *C);
 
 /* blas_lt.c: one GEMM through cublasLtMatmul with a fused epilogue.
- * Column-major: D[m,n] = op(A) op(B) (+ bias[m]) (aux = that, ld aux_ld)
- * (GELU, tanh form); A/B of ab_type, D of d_type, bias of d_type, compute
- * fp32. *done = 0 (and GPA_OK) when cuBLASLt is unavailable or finds no
+ * Column-major: D[m,n] = op(A) op(B) (+ bias[m]); A/B of ab_type, D of
+ * d_type, bias of d_type, compute fp32. *done = 0 (and GPA_OK) when cuBLASLt is unavailable or finds no
  * algorithm for it: the caller runs its cuBLAS + kernel path instead. */
 typedef struct gpa__lt_gemm {
   int trans_a, trans_b; /* cublasOperation_t */
@@ -183,8 +182,6 @@ typedef struct gpa__lt_gemm {
   int ldd;
   unsigned epilogue; /* cublasLtEpilogue_t */
   const void *bias;
-  void *aux;
-  long long aux_ld;
 } gpa__lt_gemm;
 gpa_status gpa__cu_lt_matmul(const gpa_op_exec *x, const gpa__lt_gemm *g, int *done);
 void gpa__cu_lt_release(gpa__cu_ctx *C);

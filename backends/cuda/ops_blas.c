@@ -62,7 +62,7 @@ static gpa_status lin_fwd_lt(const gpa_op_exec *x, int bf, long long N, long lon
   if ((uintptr_t)b & 15) return GPA_OK;
   int dt = bf ? CUDA_R_16BF : CUDA_R_32F;
   gpa__lt_gemm g = {CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)N, (int)in, dt, dt, x->in[1], x->in[0], (int)in,
-                    (int)in, x->out[0], (int)out, CUBLASLT_EPILOGUE_BIAS, b, NULL, 0};
+                    (int)in, x->out[0], (int)out, CUBLASLT_EPILOGUE_BIAS, b};
   return gpa__cu_lt_matmul(x, &g, done);
 }
 
