@@ -15,11 +15,7 @@
 
 #include "bench.h"
 #include "bench_nn_host.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define TRIAD_X86 1
-#endif
+#include "triad_loops.h"
 
 struct gpa_bench_triad {
   float *a, *b, *c;
@@ -29,42 +25,26 @@ struct gpa_bench_triad {
 
 #define BLOCK 16384 /* floats per task: a multiple of 8, so vectors stay aligned */
 
-/* Plain stores; gcc vectorizes it (-O3 for this file; see CMakeLists.txt),
- * with AVX2 where the CPU has it. */
-#if defined(TRIAD_X86) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
 static void plain_range(int64_t s, int64_t e, void *p) {
   gpa_bench_triad *t = p;
-  float *restrict a = t->a + s * BLOCK;
-  const float *restrict b = t->b + s * BLOCK, *restrict c = t->c + s * BLOCK;
-  int64_t n = (e - s) * BLOCK;
-  for (int64_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
+  gpa_triad_plain(t->a + s * BLOCK, t->b + s * BLOCK, t->c + s * BLOCK, (e - s) * BLOCK);
 }
 
-#ifdef TRIAD_X86
-/* Non-temporal stores, AVX2 (arrays 32-byte aligned). */
-__attribute__((target("avx2,fma"))) static void nt_avx2_range(int64_t s, int64_t e, void *p) {
+#ifdef GPA_TRIAD_X86
+static void nt_avx2_range(int64_t s, int64_t e, void *p) {
   gpa_bench_triad *t = p;
-  const __m256 k = _mm256_set1_ps(3.0f);
-  for (int64_t i = s * BLOCK; i < e * BLOCK; i += 8)
-    _mm256_stream_ps(t->a + i, _mm256_fmadd_ps(k, _mm256_load_ps(t->c + i), _mm256_load_ps(t->b + i)));
-  _mm_sfence();
+  gpa_triad_nt_avx2(t->a + s * BLOCK, t->b + s * BLOCK, t->c + s * BLOCK, (e - s) * BLOCK);
 }
-/* Baseline x86-64 (SSE), for CPUs without AVX2. */
 static void nt_sse_range(int64_t s, int64_t e, void *p) {
   gpa_bench_triad *t = p;
-  const __m128 k = _mm_set1_ps(3.0f);
-  for (int64_t i = s * BLOCK; i < e * BLOCK; i += 4)
-    _mm_stream_ps(t->a + i, _mm_add_ps(_mm_load_ps(t->b + i), _mm_mul_ps(k, _mm_load_ps(t->c + i))));
-  _mm_sfence();
+  gpa_triad_nt_sse(t->a + s * BLOCK, t->b + s * BLOCK, t->c + s * BLOCK, (e - s) * BLOCK);
 }
 #endif
 
 static void run_plain(gpa_bench_triad *t) { gpa__pfor(gpa_bench_host_par(), (int64_t)(t->n / BLOCK), 1, plain_range, t); }
 
 static void run_nt(gpa_bench_triad *t) {
-#ifdef TRIAD_X86
+#ifdef GPA_TRIAD_X86
   int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   gpa__pfor(gpa_bench_host_par(), (int64_t)(t->n / BLOCK), 1, avx2 ? nt_avx2_range : nt_sse_range, t);
 #else

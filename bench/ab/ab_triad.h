@@ -1,7 +1,8 @@
 /* The STREAM triad of the bench/ab tools (gelu_ab.c, gelu_ceiling.c): a =
  * b + 3 c over TRIAD_N floats per array on the project's host pool, in
  * blocks of TRIAD_B, with ordinary and with streaming stores; the faster
- * counts, as in bench/triad.c (gpa-bench's reference). It also evicts the
+ * counts, as in bench/triad.c (gpa-bench's reference), whose loops these are
+ * (bench/triad_loops.h). It also evicts the
  * caches between two timed calls, as in gpa-bench. Header-only: each tool is
  * one translation unit (see bench/gelu_ab.sh). */
 #ifndef GPA_BENCH_AB_TRIAD_H
@@ -11,6 +12,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "bench/triad_loops.h"
 #include "kernels/host/pool.h"
 
 #define TRIAD_N (1 << 23)
@@ -26,27 +28,22 @@ static double ab_now(void) {
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* vectorized as bench/triad.c's: with AVX2 where the CPU has it */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
 static void ab_triad_plain(int64_t s, int64_t e, void *p) {
   ab_triad *t = p;
-  for (int64_t i = s * TRIAD_B; i < e * TRIAD_B; i++) t->a[i] = t->b[i] + 3.0f * t->c[i];
+  gpa_triad_plain(t->a + s * TRIAD_B, t->b + s * TRIAD_B, t->c + s * TRIAD_B, (e - s) * TRIAD_B);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-__attribute__((target("avx2,fma"))) static void ab_triad_nt(int64_t s, int64_t e, void *p) {
+static void ab_triad_nt(int64_t s, int64_t e, void *p) {
   ab_triad *t = p;
-  const __m256 k = _mm256_set1_ps(3.0f);
-  for (int64_t i = s * TRIAD_B; i < e * TRIAD_B; i += 8)
-    _mm256_stream_ps(t->a + i, _mm256_fmadd_ps(k, _mm256_load_ps(t->c + i), _mm256_load_ps(t->b + i)));
-  _mm_sfence();
-}
+#ifdef GPA_TRIAD_X86
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    gpa_triad_nt_avx2(t->a + s * TRIAD_B, t->b + s * TRIAD_B, t->c + s * TRIAD_B, (e - s) * TRIAD_B);
+  else
+    gpa_triad_nt_sse(t->a + s * TRIAD_B, t->b + s * TRIAD_B, t->c + s * TRIAD_B, (e - s) * TRIAD_B);
 #else
-#define ab_triad_nt ab_triad_plain
+  gpa_triad_plain(t->a + s * TRIAD_B, t->b + s * TRIAD_B, t->c + s * TRIAD_B, (e - s) * TRIAD_B);
 #endif
+}
 
 /* 0 on success; huge: ask for 2 MiB pages (madvise), for measurements of
  * address translation (gpa-bench's triad uses ordinary pages) */

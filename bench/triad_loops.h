@@ -1,0 +1,39 @@
+/* The STREAM triad's loops, a[i] = b[i] + 3 c[i] for i in [0, n): ordinary
+ * stores (gcc vectorizes them, with AVX2 where the CPU has it) and
+ * non-temporal stores (AVX2+FMA, or SSE on CPUs without; arrays 32-byte
+ * aligned, n a multiple of 8). Shared by gpa-bench's reference
+ * (bench/triad.c) and the bench/ab tools (bench/ab/ab_triad.h), so that both
+ * measure the same loops. Header-only: the ab tools are single translation
+ * units built outside CMake. */
+#ifndef GPA_BENCH_TRIAD_LOOPS_H
+#define GPA_BENCH_TRIAD_LOOPS_H
+#include <stdint.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define GPA_TRIAD_X86 1
+#endif
+
+#if defined(GPA_TRIAD_X86) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+static void gpa_triad_plain(float *restrict a, const float *restrict b, const float *restrict c, int64_t n) {
+  for (int64_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
+}
+
+#ifdef GPA_TRIAD_X86
+__attribute__((target("avx2,fma"))) static void gpa_triad_nt_avx2(float *a, const float *b, const float *c,
+                                                                   int64_t n) {
+  const __m256 k = _mm256_set1_ps(3.0f);
+  for (int64_t i = 0; i < n; i += 8)
+    _mm256_stream_ps(a + i, _mm256_fmadd_ps(k, _mm256_load_ps(c + i), _mm256_load_ps(b + i)));
+  _mm_sfence();
+}
+static void gpa_triad_nt_sse(float *a, const float *b, const float *c, int64_t n) {
+  const __m128 k = _mm_set1_ps(3.0f);
+  for (int64_t i = 0; i < n; i += 4) _mm_stream_ps(a + i, _mm_add_ps(_mm_load_ps(b + i), _mm_mul_ps(k, _mm_load_ps(c + i))));
+  _mm_sfence();
+}
+#endif
+
+#endif
