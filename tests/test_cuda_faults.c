@@ -128,6 +128,17 @@ static void staging_oom(gpa_actor *a, tcu_sim *sim) {
   printf("ok: pinned staging out of memory: cached blocks freed, retried once\n");
 }
 
+/* After a refused operation: the next add y = x + x runs, and y holds want. */
+static void add_runs(gpa_queue *q, const gpa_tensor *x, const gpa_tensor *y, float want) {
+  gpa_handle *h;
+  CHECK_OK(add(q, x, x, y, &h));
+  CHECK_OK(gpa_await(h, -1));
+  gpa_handle_release(h);
+  float out[100];
+  tu_get(q, y, out, 100);
+  for (int i = 0; i < 100; i++) CHECK(out[i] == want);
+}
+
 static void launch_refused(gpa_actor *a, tcu_sim *sim) {
   gpa_queue *q = gpa_actor_default_queue(a);
   gpa_tensor x = tu_f32(a, 100), y = tu_f32(a, 100);
@@ -139,12 +150,7 @@ static void launch_refused(gpa_actor *a, tcu_sim *sim) {
   CHECK(strstr(gpa_handle_error_message(h), "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"));
   printf("ok: refused launch: %s\n", gpa_handle_error_message(h));
   gpa_handle_release(h);
-  CHECK_OK(add(q, &x, &x, &y, &h));
-  CHECK_OK(gpa_await(h, -1));
-  gpa_handle_release(h);
-  float out[100];
-  tu_get(q, &y, out, 100);
-  for (int i = 0; i < 100; i++) CHECK(out[i] == 3.0f);
+  add_runs(q, &x, &y, 3.0f);
   CHECK_ST(gpa_sync_batch(q, NULL), GPA_EDEVICE); /* the batch saw the refused launch */
 }
 
@@ -165,13 +171,15 @@ static void host_fn_refused(gpa_actor *a, tcu_sim *sim) {
   printf("ok: refused host function: %s: %s\n", gpa_strerror(st), gpa_handle_error_message(h));
   gpa_handle_release(h);
   CHECK(gpa_sync_batch(q, NULL) != GPA_OK); /* the batch saw it */
-  CHECK_OK(add(q, &x, &x, &y, &h));
-  CHECK_OK(gpa_await(h, -1));
-  gpa_handle_release(h);
-  float out[100];
-  tu_get(q, &y, out, 100);
-  for (int i = 0; i < 100; i++) CHECK(out[i] == 4.0f);
+  add_runs(q, &x, &y, 4.0f);
   CHECK_OK(gpa_sync_batch(q, NULL));
+  /* a readback alone in the refused group */
+  sim->fault_host_fn(1);
+  CHECK_OK(gpa_readback(q, &y, &h));
+  CHECK(gpa_await(h, -1) == st && strstr(gpa_handle_error_message(h), "cuLaunchHostFunc"));
+  gpa_handle_release(h);
+  CHECK(gpa_sync_batch(q, NULL) != GPA_OK);
+  add_runs(q, &x, &y, 4.0f);
 }
 
 static void no_busy_wait(gpa_actor *a, tcu_sim *sim) {
