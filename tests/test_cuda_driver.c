@@ -49,9 +49,6 @@ int main(void) {
   CHECK_OK(st);
   CHECK(!strcmp(gpa_actor_backend(a), !strcmp(dev, "sim") ? "sim" : "cuda"));
   if (!strcmp(dev, "sim")) {
-    /* A clean shutdown synchronizes the context and does not reset it. It
-     * did reset when cuCtxSynchronize was resolved at 13.0 (the _v2 form,
-     * which takes the context) and called as the (void) form. */
     tcu_sim s = tcu_sim_api(a);
     /* The table's cuCtxSynchronize is the (void) export cuda.h declares, not
      * what the name means at 13.0 (cuCtxSynchronize_v2, which takes the
@@ -66,6 +63,8 @@ int main(void) {
     CHECK(plain && memcmp(&api.cuCtxSynchronize, &plain, sizeof plain) == 0);
     gpa__cu_close(&api);
     dlclose(lib);
+    /* A clean shutdown synchronizes the context and does not reset it. It
+     * did reset when the _v2 form was called as the (void) one. */
     size_t resets = s.primary_resets();
     CHECK_OK(gpa_actor_destroy(a));
     CHECK(s.primary_resets() == resets);

@@ -5,9 +5,10 @@
  * sim's cuBLASLt subset counts the matmuls it ran by epilogue, so this test
  * checks that the fused path ran (BIAS for f32 and bf16) and that GELU did
  * not go through cuBLASLt (its GELU epilogues are not used: a real
- * cuBLASLt's bf16 GELU results were up to 5 ulps off, ops_blas.c), then that the results are the same when
- * cuBLASLt finds no algorithm (GPA_SIM_CUBLASLT_REFUSE=1) and when it is
- * missing (GPA_CUBLASLT naming no library): the cuBLAS + kernel fallback. */
+ * cuBLASLt's bf16 GELU results were up to 5 ulps off, ops_blas.c), then
+ * that the results are the same when cuBLASLt finds no algorithm
+ * (GPA_SIM_CUBLASLT_REFUSE=1) and when it is missing (GPA_CUBLASLT naming no
+ * library): the cuBLAS + kernel fallback. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
