@@ -41,7 +41,9 @@ typedef struct gelu_ctx {
  * slots of the two FMA pipes: on Zen 3 (measured with a port
  * microbenchmark) multiplies, FMAs, blendv and rcp take one slot each,
  * while add/sub/min/max/compare/logic and integer add run on the other
- * pipes; a divide runs on its own unit, one per 3.5 cycles (ymm), and an
+ * pipes; a divide (ymm) issues one per 3 cycles and takes about three
+ * slots from the FMA pipes meanwhile (eight independent FMAs a step: 4.0
+ * cycles, 5.4 with one divide added, 6.7 with two; session 7), and an
  * integer shift takes about half a slot. Hence no blendv, clamps with
  * min/max, signs with logic. "Other pipes" is not "free" inside these
  * loops, though: one more op per vector in the erf forward cost +0.56
@@ -95,10 +97,8 @@ GPA__AVX2_ATTR static inline __m256 exp_finish(__m256 r, __m256 v, float h, floa
  * these loops is not free (one more add per vector measured +0.4 cycles,
  * an FMA +0.56, a logic op +0.14), so it nets 1-10% fewer cycles per
  * element in L2 for erf, the most when the VM runs slow, and 1-2% for tanh
- * (2.5% more GB/s on two threads; docs/benchmarks.md). Not in the tanh
- * backward, which uses the value twice (s = d/(d + 2^k n) and 1 - s from
- * one reciprocal and two multiplies: 1-3% fewer cycles in L2, no gain on
- * two threads, dx's worst error 2.5e-6 -> 3.4e-6). */
+ * (2.5% more GB/s on two threads; docs/benchmarks.md). The tanh backward
+ * takes it too, s = d/(d + 2^k n) and 1 - s by subtraction (see there). */
 #define EXC 1.663773060e-01f
 GPA__AVX2_ATTR static inline void exp_ratio(__m256 r, float h, __m256 *n, __m256 *d) {
   __m256 f = _mm256_fmadd_ps(_mm256_mul_ps(r, r), _mm256_set1_ps(EXC * h), _mm256_set1_ps(2.0f / h));
@@ -217,11 +217,12 @@ GPA__AVX2_ATTR static inline __m256 bwd_erf8(__m256 x, __m256 dy) {
  * with x clamped to +-9.9 inside e (|s| <= 85.1, exp's range); past that
  * 1 + e is 1 (x > 0) or y underflows (x < 0: the numerator is clamped too,
  * y = -1.2e-36 for any x <= -9.9). Measured worst relative error
- * (tests/test_host_gelu_accuracy.c): y 3.2e-6, dx 2.5e-6, both near
+ * (tests/test_host_gelu_accuracy.c): y 3.2e-6, dx 3.1e-6, both near
  * x = -7 (|y| ~ 1e-14), where the rounding of x^2 and of the reduction's
  * one FMA (~1.2e-7 of |s log2e| = 50) is amplified by exp (before session
  * 6, with s formed and reduced by r = s - k ln2f: 4.5e-6 and 4.4e-6). A
- * degree-4 exp (2.6e-6) in the backward measured 4-10% fewer cycles in L2
+ * degree-4 exp polynomial (2.6e-6) in the backward (before it took the
+ * rational exp, below) measured 4-10% fewer cycles in L2
  * and 3-8% more GB/s on two threads, and passes the sweep (dx 4.9e-6), but
  * fails the parity harness where dx crosses 0 near x = -0.75 (its terms
  * cancel: 1.3e-6 absolute against the 1.1e-7 floor): not used. */
@@ -242,11 +243,6 @@ GPA__AVX2_ATTR static inline __m256 tanh_reduce(__m256 xc, __m256 x2, __m256 *v)
   return _mm256_fmsub_ps(xc, m, k);
 }
 
-GPA__AVX2_ATTR static inline __m256 tanh_e8(__m256 xc, __m256 x2) {
-  __m256 v, r = tanh_reduce(xc, x2, &v);
-  return exp_finish(r, v, LN2F, 1.0f);
-}
-
 /* y = x (d / (d + 2^k n)) with e = 2^k n/d from exp_ratio (2^k n <= 2^123
  * 3.4, finite; divided first, as x d overflows past x = 1e38) */
 GPA__AVX2_ATTR static inline __m256 fwd_tanh8(__m256 x) {
@@ -257,17 +253,25 @@ GPA__AVX2_ATTR static inline __m256 fwd_tanh8(__m256 x) {
   return _mm256_mul_ps(xl, _mm256_div_ps(ed, _mm256_add_ps(ed, exp_scale(en, v))));
 }
 
-/* dy (s + 2 x s (1 - s) u') with s = sigmoid(2u) = 1 / (1 + e), 1 - s = e s:
- * dy s (1 + x 2u' e s); x clamped as above (past it the factor is 1 or
- * underflows; e s stays in [0, 1], so nothing overflows). */
+/* dy s (1 + x 2u' (1 - s)) with s = sigmoid(2u) = 1 / (1 + e) = d / (d +
+ * 2^k n), e from exp_ratio: the ratio's division is s's own, so it costs a
+ * multiply and an FMA where the polynomial took five FMAs (session 7, single
+ * thread in L2: 8.5% fewer cycles; two threads streaming, median of 40
+ * rounds against the previous kernel: 2-4% less time). 1 - s by
+ * subtraction: where s nears 1 it keeps an absolute error of half an ulp
+ * of 1, times x 2u' (below ~35 while 1 - s is not 0), 2e-6 of dx at most.
+ * x clamped as above (past it the factor is 1 or underflows). Measured
+ * worst relative error of dx 3.1e-6, near x = -7 (2.5e-6 with e = 2^k p(r)
+ * and s = 1 / (1 + e)). */
 GPA__AVX2_ATTR static inline __m256 bwd_tanh8(__m256 x, __m256 dy) {
   const __m256 one = _mm256_set1_ps(1.0f);
   __m256 xc = _mm256_min_ps(_mm256_set1_ps(TCLAMP), _mm256_max_ps(_mm256_set1_ps(-TCLAMP), x));
   __m256 x2 = _mm256_mul_ps(xc, xc);
-  __m256 e = tanh_e8(xc, x2);
-  __m256 s = _mm256_div_ps(one, _mm256_add_ps(one, e));
+  __m256 v, en, ed;
+  exp_ratio(tanh_reduce(xc, x2, &v), LN2F, &en, &ed);
+  __m256 s = _mm256_div_ps(ed, _mm256_add_ps(ed, exp_scale(en, v)));
   __m256 du2 = _mm256_fmadd_ps(x2, _mm256_set1_ps(6.0f * K_TANH * C_TANH), _mm256_set1_ps(2.0f * K_TANH)); /* 2u' */
-  __m256 in = _mm256_fmadd_ps(_mm256_mul_ps(xc, du2), _mm256_mul_ps(e, s), one);
+  __m256 in = _mm256_fmadd_ps(_mm256_mul_ps(xc, du2), _mm256_sub_ps(one, s), one);
   return _mm256_mul_ps(_mm256_mul_ps(dy, s), in);
 }
 
