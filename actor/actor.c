@@ -68,16 +68,13 @@ static void actor_loop(gpa_actor *a) {
        * work still in flight completes before the actor leaves. */
       if (gpa__mailbox_empty(a) && !a->inflight_total) return;
     }
-    /* Spin a little before sleeping: a wake-up across cores costs ~25 us.
-     * Not again after a sleep that found nothing (a poll's timeout): with
-     * device work in flight for long, that spin would be most of the
-     * actor's CPU time. */
+    /* Spin a little before sleeping (spin.h). Not again after a sleep that
+     * found nothing (a poll's timeout): with device work in flight for
+     * long, that spin would be most of the actor's CPU time. */
     bool work = false;
-    for (int i = 0; i < 2000 && !work && !slept; i++) {
-      gpa__cpu_relax();
+    for (gpa__spin s = gpa__spin_begin(GPA__SPIN_IDLE_NS); !work && !slept && gpa__spin_on(&s);)
       work = !gpa__mailbox_empty(a) || atomic_load_explicit(&a->done, memory_order_relaxed) ||
              (atomic_load_explicit(&a->stopping, memory_order_relaxed) && !a->inflight_total);
-    }
     if (work) continue;
     /* Device work in flight: let the backend look for failures no completion
      * will report, every GPA__POLL_NS at most, and sleep no longer than that. */

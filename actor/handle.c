@@ -115,15 +115,14 @@ void gpa__msg_complete(gpa__msg *m, gpa_status st, const char *msg) {
   if (atomic_load_explicit(&m->waiters, memory_order_relaxed)) futex_wake_all(&m->state);
 }
 
-/* Spin briefly first: waking a sleeper on another core costs ~25 us here. */
+/* Spin briefly first (spin.h): waking a sleeper costs more than a short op. */
 static bool wait_done(gpa__msg *m, int64_t timeout_ns) {
   if (atomic_load_explicit(&m->state, memory_order_acquire)) return true;
   if (timeout_ns == 0) return false;
   int64_t start = gpa__now_ns();
-  for (int i = 0; i < 4000; i++) {
+  int64_t budget = timeout_ns > 0 && timeout_ns < GPA__SPIN_AWAIT_NS ? timeout_ns : GPA__SPIN_AWAIT_NS;
+  for (gpa__spin s = gpa__spin_begin(budget); gpa__spin_on(&s);)
     if (atomic_load_explicit(&m->state, memory_order_acquire)) return true;
-    gpa__cpu_relax();
-  }
   for (int i = 0; i < 20; i++) {
     if (atomic_load_explicit(&m->state, memory_order_acquire)) return true;
     sched_yield();

@@ -353,8 +353,9 @@ gpa_status gpa_outfeed_pop(gpa_feed *s, int64_t timeout_ns, gpa_handle **item) {
     }
   }
   /* A wake-up across cores costs tens of microseconds: spin a little first. */
-  for (int i = 0; i < 4000 && timeout_ns && !atomic_load_explicit(&s->dq_len, memory_order_acquire); i++)
-    gpa__cpu_relax();
+  if (timeout_ns)
+    for (gpa__spin sp = gpa__spin_begin(GPA__SPIN_AWAIT_NS); gpa__spin_on(&sp);)
+      if (atomic_load_explicit(&s->dq_len, memory_order_acquire)) break;
   pthread_mutex_lock(&s->lock);
   gpa__msg *m;
   while (!(m = take_locked(s))) {

@@ -54,13 +54,10 @@ static void *worker_main(void *arg) {
   uint32_t seen = 0;
   for (;;) {
     uint32_t g;
-    int spins = 0;
+    gpa__spin s = gpa__spin_begin(GPA__SPIN_IDLE_NS); /* longer spins fight OpenBLAS's threads */
     while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
       if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
-      if (++spins < 2000) { /* ~30 us: long spins fight OpenBLAS's threads */
-        gpa__cpu_relax();
-        continue;
-      }
+      if (gpa__spin_on(&s)) continue;
       atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
       if (atomic_load_explicit(&p->gen, memory_order_seq_cst) == seen && !atomic_load(&p->stop))
         syscall(SYS_futex, &p->gen, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
@@ -129,10 +126,9 @@ void gpa__pool_for(gpa__pool *p, int64_t n, int64_t grain, gpa_range_fn fn, void
   run_chunks(p);
   in_loop = false;
   /* Only chunks that workers have claimed are left: they are running. */
-  for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < chunks; spins++) {
-    if (spins < 4000) gpa__cpu_relax();
-    else sched_yield(); /* a worker may be preempted: give it the core */
-  }
+  gpa__spin s = gpa__spin_begin(GPA__SPIN_JOIN_NS);
+  while (atomic_load_explicit(&p->done, memory_order_acquire) < chunks)
+    if (!gpa__spin_on(&s)) sched_yield(); /* a worker may be preempted: give it the core */
 }
 
 static void pool_pfor(void *self, int64_t n, int64_t grain, gpa__range_fn fn, void *ctx) {
