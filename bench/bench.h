@@ -52,6 +52,13 @@ double gpa_bench_triad_best_ns(const gpa_bench_triad *t, double *plain_ns, doubl
  * each form (so load from other processes hits ours and the reference
  * alike), after one warm-up of both; *ref_ns = the triad's best. */
 double gpa_bench_vs_triad(gpa_bench_triad *t, int reps, void (*fn)(void *), void *ctx, double *ref_ns);
+/* The last gpa_bench_vs_triad's rounds, paired: each round's triad time
+ * (the faster form) over the op's time in that round, its quartiles and
+ * median (*q1 <= *med <= *q3). Pairs are robust where bests are not: a
+ * shared machine's bandwidth drifts by 10-20% within seconds, and a best
+ * of either side may come from a window the other never saw. Returns the
+ * number of rounds, 0 if none. */
+int gpa_bench_triad_pairs(const gpa_bench_triad *t, double *q1, double *med, double *q3);
 /* Best-of-reps triad time on fresh arrays (open, run, close). */
 double gpa_bench_triad_ns(size_t n, int reps);
 

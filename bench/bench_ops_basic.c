@@ -46,12 +46,19 @@ static float *farr(int64_t n, double lo, double hi, uint64_t seed) {
   return p;
 }
 
+/* ratio_med / _q1 / _q3: the same ratio per round (the op's GB/s over the
+ * triad run right after it), its median and quartiles over the rounds
+ * (gpa_bench_triad_pairs); ratio is the best over the best. */
 static void emit_ns(const char *name, const char *shape, double ns, double ref_ns, double bytes) {
-  double plain, nt;
+  double plain, nt, q1 = 0, med = 0, q3 = 0;
   gpa_bench_triad_best_ns(triad(), &plain, &nt);
-  char extra[128];
-  snprintf(extra, sizeof extra, "\"triad_plain_gbps\":%.3f,\"triad_nt_gbps\":%.3f", 12.0 * TRIAD_N / plain,
-           12.0 * TRIAD_N / nt);
+  gpa_bench_triad_pairs(triad(), &q1, &med, &q3);
+  const double k = bytes / (12.0 * TRIAD_N); /* triad time / op time -> GB/s ratio */
+  char extra[256];
+  snprintf(extra, sizeof extra,
+           "\"triad_plain_gbps\":%.3f,\"triad_nt_gbps\":%.3f,\"ratio_med\":%.4f,\"ratio_q1\":%.4f,"
+           "\"ratio_q3\":%.4f",
+           12.0 * TRIAD_N / plain, 12.0 * TRIAD_N / nt, k * med, k * q1, k * q3);
   gpa_bench_result r = {name, "cpu", shape, "stream_triad", ns, ref_ns, bytes, 0, 12.0 * TRIAD_N, 0, extra};
   gpa_bench_emit(&r);
 }

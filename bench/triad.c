@@ -17,10 +17,16 @@
 #include "bench_nn_host.h"
 #include "triad_loops.h"
 
+#define MAX_PAIRS 1024
+
 struct gpa_bench_triad {
   float *a, *b, *c;
   size_t n;
   double plain_ns, nt_ns; /* best so far */
+  double last_ns;         /* the faster form of the latest run */
+  /* the last gpa_bench_vs_triad: triad time / op time per round, sorted */
+  double pair[MAX_PAIRS];
+  int pairs;
 };
 
 #define BLOCK 16384 /* floats per task: a multiple of 8, so vectors stay aligned */
@@ -82,6 +88,11 @@ void gpa_bench_triad_close(gpa_bench_triad *t) {
   free(t);
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
 void gpa_bench_triad_once(gpa_bench_triad *t) {
   double t0 = gpa_bench_now_ns();
   run_plain(t);
@@ -90,6 +101,7 @@ void gpa_bench_triad_once(gpa_bench_triad *t) {
   double t2 = gpa_bench_now_ns();
   if (t1 - t0 < t->plain_ns) t->plain_ns = t1 - t0;
   if (t2 - t1 < t->nt_ns) t->nt_ns = t2 - t1;
+  t->last_ns = t1 - t0 < t2 - t1 ? t1 - t0 : t2 - t1;
 }
 
 void gpa_bench_triad_reset(gpa_bench_triad *t) { t->plain_ns = t->nt_ns = 1e300; }
@@ -107,15 +119,24 @@ double gpa_bench_vs_triad(gpa_bench_triad *t, int reps, void (*fn)(void *), void
   fn(ctx);
   gpa_bench_triad_once(t);
   double best = 1e300;
+  t->pairs = 0;
   for (int r = 0; r < reps; r++) {
     double t0 = gpa_bench_now_ns();
     fn(ctx);
     double d = gpa_bench_now_ns() - t0;
     if (d < best) best = d;
     gpa_bench_triad_once(t);
+    if (t->pairs < MAX_PAIRS && d > 0) t->pair[t->pairs++] = t->last_ns / d;
   }
+  qsort(t->pair, (size_t)t->pairs, sizeof t->pair[0], cmp_double);
   *ref_ns = gpa_bench_triad_best_ns(t, NULL, NULL);
   return best;
+}
+
+int gpa_bench_triad_pairs(const gpa_bench_triad *t, double *q1, double *med, double *q3) {
+  if (!t->pairs) return 0;
+  *q1 = t->pair[t->pairs / 4], *med = t->pair[t->pairs / 2], *q3 = t->pair[3 * t->pairs / 4];
+  return t->pairs;
 }
 
 double gpa_bench_triad_ns(size_t n, int reps) {
