@@ -38,19 +38,21 @@ typedef struct gelu_ctx {
  * the arithmetic adds to the memory time rather than hiding under it, so
  * every piece is cut to the accuracy the op needs (a few 1e-6 relative, the
  * parity tolerance being 1e-5), not to float's last ulp, and counted in
- * slots of the two FMA pipes: on Zen 3 (measured with a port
- * microbenchmark) multiplies, FMAs, blendv and rcp take one slot each,
- * while add/sub/min/max/compare/logic and integer add run on the other
- * pipes; a divide (ymm) issues one per 3 cycles and takes about three
- * slots from the FMA pipes meanwhile (eight independent FMAs a step: 4.0
- * cycles, 5.4 with one divide added, 6.7 with two; session 7), and an
- * integer shift takes about half a slot. Hence no blendv, clamps with
- * min/max, signs with logic. "Other pipes" is not "free" inside these
- * loops, though: one more op per vector in the erf forward cost +0.56
- * cycles for an FMA, +0.4 for an add, +0.14 for a logic op (session 6,
- * docs/benchmarks.md), so ops are counted, not only FMA slots. Polynomials
- * by Horner: Estrin's scheme (one more multiply, half the chain) measured
- * 5-8% slower in every kernel.
+ * slots of the two FMA pipes. On Zen 3 (bench/fp_ports.sh: one more op
+ * beside eight independent FMAs a step) multiplies, FMAs, blendv and rcp
+ * take one slot each; a divide (ymm) two to three (its own unit, but it
+ * holds up the FMAs' issue); add/sub/min/max/compare/logic and integer
+ * add run on the other pipes yet still cost ~0.35 of a slot, an integer
+ * shift ~0.6. Hence no blendv, clamps with min/max, signs with logic, one
+ * divide per kernel, and every op counted, not only the FMA slots (in the
+ * erf forward itself one more op per vector cost +0.56 cycles for an FMA,
+ * +0.4 for an add, +0.14 for a logic op; session 6). An erf forward of 14
+ * multiplies and FMAs, a divide and ~12 other ops runs at 10.7 cycles per
+ * 8 elements in L2 (session 7), as those costs add up to; unrolling (1 to
+ * 4 vectors a step) or splitting it into passes over an L1 block (short
+ * chains) changed nothing or lost 18-32%: it is bound by issue, not
+ * latency. Polynomials by Horner: Estrin's scheme (one more multiply, half
+ * the chain) measured 5-8% slower in every kernel.
  *
  * exp: s = k ln2 + r with k = round(s log2e) taken from the low mantissa
  * bits of s log2e + 1.5 2^23 (no round or convert instruction), e^r by a
