@@ -50,7 +50,7 @@ typedef struct gelu_ctx {
  * multiplies and FMAs, a divide and ~12 other ops runs at 10.7 cycles per
  * 8 elements in L2 (session 7), as those costs add up to; unrolling (1 to
  * 4 vectors a step) or splitting it into passes over an L1 block (short
- * chains) changed nothing or lost 18-32%: it is bound by issue, not
+ * chains) changed nothing or lost 18% and 33%: it is bound by issue, not
  * latency. Polynomials by Horner: Estrin's scheme (one more multiply, half
  * the chain) measured 5-8% slower in every kernel.
  *
