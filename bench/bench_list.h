@@ -24,6 +24,7 @@ void gpa_bench_embedding_fwd(void);
 void gpa_bench_embedding_bwd(void);
 void gpa_bench_cross_entropy(void);
 void gpa_bench_adamw(void);
+void gpa_bench_actor_overhead(void);
 void gpa_bench_pool_wake(void);
 void gpa_bench_cuda_membound(void);
 void gpa_bench_cuda_linear(void);
@@ -53,6 +54,7 @@ static const gpa_bench_entry gpa_benches[] = {
     {"embedding_bwd", gpa_bench_embedding_bwd},
     {"cross_entropy", gpa_bench_cross_entropy},
     {"adamw", gpa_bench_adamw},
+    {"actor_overhead", gpa_bench_actor_overhead},
     {"pool_wake", gpa_bench_pool_wake},
     {"cuda_membound", gpa_bench_cuda_membound},
     {"cuda_linear", gpa_bench_cuda_linear},

@@ -154,17 +154,22 @@ GPA__AVX2_ATTR static inline __m256 erf_abs(__m256 x) {
   return _mm256_min_ps(_mm256_set1_ps(13.0f), _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x));
 }
 
-/* -a^2/2 = k ln2 + r2/2: k in the low bits of v, r2 returned */
-GPA__AVX2_ATTR static inline __m256 erf_reduce(__m256 a, __m256 *v) {
+/* -a^2/2 = k ln2 + r2/2: k in the low bits of v; returns r2 = -a^2 - 2k
+ * ln2f, or with pos its negation s = a^2 + 2k ln2f, which spares the sign
+ * flip of a^2 (the forward takes e^(-s/2) with its ratio's numerator and
+ * denominator swapped: the same bits, 0.6-2.5% fewer cycles in L2; the
+ * backward's polynomial at h = -1/2 measured 1-2% slower, so it keeps r2) */
+GPA__AVX2_ATTR static inline __m256 erf_reduce(__m256 a, __m256 *v, int pos) {
   __m256 a2 = _mm256_mul_ps(a, a);
   *v = _mm256_fmadd_ps(a2, _mm256_set1_ps(-0.5f * LOG2E), _mm256_set1_ps(E_MAGIC));
   __m256 k = _mm256_sub_ps(*v, _mm256_set1_ps(E_MAGIC));
+  if (pos) return _mm256_fmadd_ps(k, _mm256_set1_ps(2.0f * LN2F), a2);
   return _mm256_fmadd_ps(k, _mm256_set1_ps(-2.0f * LN2F), _mm256_xor_ps(a2, _mm256_set1_ps(-0.0f)));
 }
 
 /* c exp(-a^2/2) */
 GPA__AVX2_ATTR static inline __m256 erf_gauss(__m256 a, float c) {
-  __m256 v, r2 = erf_reduce(a, &v);
+  __m256 v, r2 = erf_reduce(a, &v, 0);
   return exp_finish(r2, v, 0.5f, c);
 }
 
@@ -196,7 +201,7 @@ static const float mills_pn[4] = {2.968203699e+01f * INV_SQRT2PI, 2.139812935e+0
 GPA__AVX2_ATTR static inline __m256 fwd_erf8(__m256 x) {
   __m256 a = erf_abs(x);
   __m256 v, en, ed, p, q;
-  exp_ratio(erf_reduce(a, &v), 0.5f, &en, &ed);
+  exp_ratio(erf_reduce(a, &v, 1), 0.5f, &ed, &en); /* e^(-s/2) = (F - s) / (F + s) */
   erf_mills_pq(a, mills_pn, &p, &q);
   __m256 num = exp_scale(_mm256_mul_ps(_mm256_mul_ps(p, a), en), v);
   __m256 t = _mm256_div_ps(num, _mm256_mul_ps(q, ed));
