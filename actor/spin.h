@@ -28,6 +28,7 @@ static inline void gpa__cpu_relax(void) {
 typedef struct gpa__spin {
   int64_t end; /* CLOCK_MONOTONIC ns */
   uint32_t n;
+  bool spent;
 } gpa__spin;
 
 static inline int64_t gpa__spin_clock(void) {
@@ -36,12 +37,18 @@ static inline int64_t gpa__spin_clock(void) {
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static inline gpa__spin gpa__spin_begin(int64_t budget_ns) { return (gpa__spin){gpa__spin_clock() + budget_ns, 0}; }
+static inline gpa__spin gpa__spin_begin(int64_t budget_ns) {
+  return (gpa__spin){gpa__spin_clock() + budget_ns, 0, false};
+}
 
-/* One pause; false once the budget is spent. */
+/* One pause and true; false (and no pause) from the call that finds the
+ * budget spent on. */
 static inline bool gpa__spin_on(gpa__spin *s) {
+  if (s->spent) return false;
   gpa__cpu_relax();
-  return (++s->n & 15) != 0 || gpa__spin_clock() < s->end;
+  if ((++s->n & 15) != 0 || gpa__spin_clock() < s->end) return true;
+  s->spent = true;
+  return false;
 }
 
 #endif
