@@ -30,6 +30,8 @@ typedef struct gpa_bench_entry {
 } gpa_bench_entry;
 
 double gpa_bench_now_ns(void);
+/* Sorts v[0..n) ascending (for medians and quartiles). */
+void gpa_bench_sort(double *v, size_t n);
 void gpa_bench_emit(const gpa_bench_result *r);
 /* Best-of-`reps` wall time of fn(ctx), in ns, after one warm-up call. */
 double gpa_bench_best_ns(int reps, void (*fn)(void *), void *ctx);

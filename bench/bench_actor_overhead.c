@@ -34,16 +34,11 @@ static void ao_on_op(const gpa_prof_op *op, void *user) {
   if (!strcmp(op->name, "gelu_fwd")) s->start = op->start_ns, s->end = op->end_ns;
 }
 
-static int ao_cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static void ao_emit(const char *name, double *v[4], int reps) {
   static const char *const key[4] = {"submit_to_start", "run", "end_to_await", "direct"};
   printf("{\"name\":\"%s\",\"backend\":\"cpu\",\"shape\":\"%d,tanh\",\"unit\":\"us\"", name, AO_N);
   for (int k = 0; k < 4; k++) {
-    qsort(v[k], (size_t)reps, sizeof *v[k], ao_cmp);
+    gpa_bench_sort(v[k], (size_t)reps);
     printf(",\"%s\":%.1f,\"%s_q1\":%.1f,\"%s_q3\":%.1f", key[k], v[k][reps / 2], key[k], v[k][reps / 4], key[k],
            v[k][3 * reps / 4]);
   }

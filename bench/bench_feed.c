@@ -12,11 +12,6 @@
 
 #include "bench.h"
 
-static int cmp_d(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
 #define OK(x)                                                                             \
   do {                                                                                    \
     if ((x) != GPA_OK) {                                                                  \
@@ -53,8 +48,8 @@ static void one_size(gpa_actor *a, int64_t n) {
     ref[i] = gpa_bench_now_ns() - t0;
     gpa_handle_release(rb);
   }
-  qsort(ours, reps, sizeof *ours, cmp_d);
-  qsort(ref, reps, sizeof *ref, cmp_d);
+  gpa_bench_sort(ours, (size_t)reps);
+  gpa_bench_sort(ref, (size_t)reps);
   char name[64], shape[32], extra[96];
   snprintf(shape, sizeof shape, "%lldB", (long long)n * 4);
   snprintf(name, sizeof name, "feed_roundtrip_%lldB", (long long)n * 4);

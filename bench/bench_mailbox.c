@@ -174,11 +174,6 @@ void gpa_bench_mailbox_async(void) {
   gpa_actor_destroy(a);
 }
 
-static int cmp_d(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
 /* bare ping-pong: two rings, each side sleeps on its own event count */
 typedef struct pp_side { ck_ring_t ring; ck_ring_buffer_t buf[RING]; ck_ec32_t ec; _Atomic int idle; } pp_side;
 typedef struct pingpong { pp_side to_srv, to_cli; long n; } pingpong;
@@ -247,8 +242,8 @@ void gpa_bench_mailbox_roundtrip(void) {
   pthread_join(srv, NULL);
   free(pp);
   gpa_actor_destroy(a);
-  qsort(ours, n, sizeof *ours, cmp_d);
-  qsort(ref, n, sizeof *ref, cmp_d);
+  gpa_bench_sort(ours, (size_t)n);
+  gpa_bench_sort(ref, (size_t)n);
   char extra[160], shape[32];
   snprintf(extra, sizeof extra, "\"p99_ns\":%.1f,\"ref_p99_ns\":%.1f,\"stat\":\"p50\"", ours[n * 99 / 100],
            ref[n * 99 / 100]);

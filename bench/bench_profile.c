@@ -56,11 +56,6 @@ static double noprof(const char *exe, int steps) {
   return ns;
 }
 
-static int by_value(const void *x, const void *y) {
-  double a = *(const double *)x, b = *(const double *)y;
-  return (a > b) - (a < b);
-}
-
 /* Emits the round whose ratio ref/ours is the median, and the spread. */
 static void emit_median(const char *name, const char *ref, const double *ours, const double *refs, int n) {
   double r[MAX_ROUNDS], sorted[MAX_ROUNDS];
@@ -70,7 +65,7 @@ static void emit_median(const char *name, const char *ref, const double *ours, c
     if (r[i] > 0) sorted[valid++] = r[i];
   }
   if (!valid) return;
-  qsort(sorted, (size_t)valid, sizeof *sorted, by_value);
+  gpa_bench_sort(sorted, (size_t)valid);
   double med = sorted[valid / 2];
   int k = 0;
   while (r[k] != med) k++;

@@ -13,6 +13,13 @@ double gpa_bench_now_ns(void) {
   return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+void gpa_bench_sort(double *v, size_t n) { qsort(v, n, sizeof *v, cmp_double); }
+
 int gpa_bench_reps(int dflt) {
   const char *s = getenv("GPA_BENCH_REPS");
   int v = s ? atoi(s) : 0;

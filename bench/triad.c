@@ -88,11 +88,6 @@ void gpa_bench_triad_close(gpa_bench_triad *t) {
   free(t);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 void gpa_bench_triad_once(gpa_bench_triad *t) {
   double t0 = gpa_bench_now_ns();
   run_plain(t);
@@ -128,7 +123,7 @@ double gpa_bench_vs_triad(gpa_bench_triad *t, int reps, void (*fn)(void *), void
     gpa_bench_triad_once(t);
     if (t->pairs < MAX_PAIRS && d > 0) t->pair[t->pairs++] = t->last_ns / d;
   }
-  qsort(t->pair, (size_t)t->pairs, sizeof t->pair[0], cmp_double);
+  gpa_bench_sort(t->pair, (size_t)t->pairs);
   *ref_ns = gpa_bench_triad_best_ns(t, NULL, NULL);
   return best;
 }

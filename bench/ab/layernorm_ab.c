@@ -24,6 +24,7 @@
 #include <time.h>
 #include <x86intrin.h>
 
+#include "bench/triad_loops.h"
 #include "kernels/host/pool.h"
 
 void A_fwd(const gpa__par *, float *, float *, float *, const float *, const float *, const float *, int64_t,
@@ -63,12 +64,9 @@ static float *arr(int64_t n, float lo, float hi, uint32_t s) {
 
 static float *ta, *tb, *tc, *cx, *cy;
 
-__attribute__((target("avx2,fma"))) static void triad_r(int64_t s, int64_t e, void *p) {
+static void triad_r(int64_t s, int64_t e, void *p) {
   (void)p;
-  const __m256 k = _mm256_set1_ps(3.0f);
-  for (int64_t i = s * BLK; i < e * BLK; i += 8)
-    _mm256_stream_ps(ta + i, _mm256_fmadd_ps(k, _mm256_load_ps(tc + i), _mm256_load_ps(tb + i)));
-  _mm_sfence();
+  gpa_triad_nt_avx2(ta + s * BLK, tb + s * BLK, tc + s * BLK, (e - s) * BLK);
 }
 
 __attribute__((target("avx2"))) static void copy_r(int64_t s, int64_t e, void *p) {
