@@ -9,7 +9,11 @@
  * has no cycle counter; its TSC runs at 2.45 GHz, its cores at ~3.25), the
  * best against the triad's best; then B's best / A's best, the median over
  * rounds of A's time / B's (the load-robust figure: > 1 means B is faster)
- * and whether B's outputs equal A's bitwise. `copy` times a plain
+ * and whether B's outputs equal A's bitwise. A and B write their outputs
+ * into two buffers and swap them every round: which buffer a kernel writes
+ * alone moved its GB/s by 4-35% on the reference VM (the same build as A
+ * and B measured B/A 1.04-1.15 while each kept its own buffer, 0.94-0.97
+ * with the buffers swapped; session 8). `copy` times a plain
  * non-temporal copy of x into y instead of B: the forward's memory pattern
  * (one read and one write stream) with no arithmetic.
  * Usage: layernorm_ab fwd|bwd|copy threads N D [rounds] [calls per sample] */
@@ -93,7 +97,7 @@ int main(int argc, char **argv) {
   float *dg[2] = {arr(D, 0, 0, 8), arr(D, 0, 0, 8)}, *db[2] = {arr(D, 0, 0, 9), arr(D, 0, 0, 9)};
   size_t sa = A_scr(N, D), sb = B_scr(N, D);
   void *scr = malloc(sa > sb ? sa : sb);
-  ta = arr(TN, 0, 0, 1), tb = arr(TN, 1, 1, 1), tc = arr(TN, 2, 2, 1), cx = x, cy = y[1];
+  ta = arr(TN, 0, 0, 1), tb = arr(TN, 1, 1, 1), tc = arr(TN, 2, 2, 1), cx = x;
   if (!scr) return 1;
   A_fwd(P, y[0], m, r, x, g, b, N, D, 1e-5);
   double best[2] = {1e300, 1e300}, tbest = 1e300, *ratio = malloc(sizeof(double) * (size_t)rounds);
@@ -101,15 +105,16 @@ int main(int argc, char **argv) {
   for (int k = 0; k < rounds; k++) {
     double t[2];
     for (int v = 0; v < 2; v++) {
+      const int o = (v + k) & 1; /* outputs swap each round: see the head comment */
       uint64_t c0 = __rdtsc();
       double t0 = now();
       for (int i = 0; i < calls; i++) {
         if (copy && v)
-          gpa__pfor(P, nd / BLK, 1, copy_r, NULL);
+          cy = y[o], gpa__pfor(P, nd / BLK, 1, copy_r, NULL);
         else if (bwd)
-          (v ? B_bwd : A_bwd)(P, y[v], dg[v], db[v], x, dy, g, m, r, N, D, scr);
+          (v ? B_bwd : A_bwd)(P, y[o], dg[o], db[o], x, dy, g, m, r, N, D, scr);
         else
-          (v ? B_fwd : A_fwd)(P, y[v], m, r, x, g, b, N, D, 1e-5);
+          (v ? B_fwd : A_fwd)(P, y[o], m, r, x, g, b, N, D, 1e-5);
       }
       t[v] = (now() - t0) / calls;
       uint64_t c = (__rdtsc() - c0) / (uint64_t)calls;
