@@ -51,7 +51,7 @@ void gpa_bench_triad_reset(gpa_bench_triad *t);
 /* Best time of the faster form; each form's best in *plain_ns / *nt_ns (nullable). */
 double gpa_bench_triad_best_ns(const gpa_bench_triad *t, double *plain_ns, double *nt_ns);
 /* Best time of fn(ctx) over reps runs, each followed by one triad run of
- * each form (so load from other processes hits ours and the reference
+ * each form and one copy (so load from other processes hits ours and the reference
  * alike), after one warm-up of both; *ref_ns = the triad's best. */
 double gpa_bench_vs_triad(gpa_bench_triad *t, int reps, void (*fn)(void *), void *ctx, double *ref_ns);
 /* The last gpa_bench_vs_triad's rounds, paired: each round's triad time
@@ -61,6 +61,15 @@ double gpa_bench_vs_triad(gpa_bench_triad *t, int reps, void (*fn)(void *), void
  * of either side may come from a window the other never saw. Returns the
  * number of rounds, 0 if none. */
 int gpa_bench_triad_pairs(const gpa_bench_triad *t, double *q1, double *med, double *q3);
+/* Each triad run is followed by a non-temporal copy a[i] = b[i] over the
+ * same arrays (8 bytes per element): the memory pattern of an op with one
+ * input and one output (gelu_fwd, layernorm_fwd), whose GB/s the triad's
+ * two reads per write do not bound on every machine (on the reference VM
+ * the copy ran at 0.78-0.91 of the triad). Its best time since the reset,
+ * and its paired quartiles as gpa_bench_triad_pairs's (copy time over the
+ * op's per round). */
+double gpa_bench_triad_copy_ns(const gpa_bench_triad *t);
+int gpa_bench_triad_copy_pairs(const gpa_bench_triad *t, double *q1, double *med, double *q3);
 /* Best-of-reps triad time on fresh arrays (open, run, close). */
 double gpa_bench_triad_ns(size_t n, int reps);
 

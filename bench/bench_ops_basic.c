@@ -48,17 +48,22 @@ static float *farr(int64_t n, double lo, double hi, uint64_t seed) {
 
 /* ratio_med / _q1 / _q3: the same ratio per round (the op's GB/s over the
  * triad run right after it), its median and quartiles over the rounds
- * (gpa_bench_triad_pairs); ratio is the best over the best. */
+ * (gpa_bench_triad_pairs); ratio is the best over the best. copy_gbps and
+ * ratio_copy_med: the same against the non-temporal copy run after each
+ * triad, the ceiling of the ops with one input and one output. */
 static void emit_ns(const char *name, const char *shape, double ns, double ref_ns, double bytes) {
-  double plain, nt, q1 = 0, med = 0, q3 = 0;
+  double plain, nt, q1 = 0, med = 0, q3 = 0, c1 = 0, cmed = 0, c3 = 0;
   gpa_bench_triad_best_ns(triad(), &plain, &nt);
   gpa_bench_triad_pairs(triad(), &q1, &med, &q3);
+  gpa_bench_triad_copy_pairs(triad(), &c1, &cmed, &c3);
   const double k = bytes / (12.0 * TRIAD_N); /* triad time / op time -> GB/s ratio */
-  char extra[256];
+  const double kc = bytes / (8.0 * TRIAD_N);  /* the same for the copy */
+  char extra[384];
   snprintf(extra, sizeof extra,
            "\"triad_plain_gbps\":%.3f,\"triad_nt_gbps\":%.3f,\"ratio_med\":%.4f,\"ratio_q1\":%.4f,"
-           "\"ratio_q3\":%.4f",
-           12.0 * TRIAD_N / plain, 12.0 * TRIAD_N / nt, k * med, k * q1, k * q3);
+           "\"ratio_q3\":%.4f,\"copy_gbps\":%.3f,\"ratio_copy_med\":%.4f",
+           12.0 * TRIAD_N / plain, 12.0 * TRIAD_N / nt, k * med, k * q1, k * q3,
+           8.0 * TRIAD_N / gpa_bench_triad_copy_ns(triad()), kc * cmed);
   gpa_bench_result r = {name, "cpu", shape, "stream_triad", ns, ref_ns, bytes, 0, 12.0 * TRIAD_N, 0, extra};
   gpa_bench_emit(&r);
 }

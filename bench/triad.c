@@ -24,8 +24,9 @@ struct gpa_bench_triad {
   size_t n;
   double plain_ns, nt_ns; /* best so far */
   double last_ns;         /* the faster form of the latest run */
-  /* the last gpa_bench_vs_triad: triad time / op time per round, sorted */
-  double pair[MAX_PAIRS];
+  double copy_ns, copy_last_ns; /* the non-temporal copy: best, latest */
+  /* the last gpa_bench_vs_triad: triad (copy) time / op time per round, sorted */
+  double pair[MAX_PAIRS], cpair[MAX_PAIRS];
   int pairs;
 };
 
@@ -46,6 +47,19 @@ static void nt_sse_range(int64_t s, int64_t e, void *p) {
   gpa_triad_nt_sse(t->a + s * BLOCK, t->b + s * BLOCK, t->c + s * BLOCK, (e - s) * BLOCK);
 }
 #endif
+
+static void copy_range(int64_t s, int64_t e, void *p) {
+  gpa_bench_triad *t = p;
+#ifdef GPA_TRIAD_X86
+  if (__builtin_cpu_supports("avx2")) {
+    gpa_copy_nt_avx2(t->a + s * BLOCK, t->b + s * BLOCK, (e - s) * BLOCK);
+    return;
+  }
+  gpa_copy_nt_sse(t->a + s * BLOCK, t->b + s * BLOCK, (e - s) * BLOCK);
+#else
+  memcpy(t->a + s * BLOCK, t->b + s * BLOCK, (size_t)(e - s) * BLOCK * sizeof(float));
+#endif
+}
 
 static void run_plain(gpa_bench_triad *t) { gpa__pfor(gpa_bench_host_par(), (int64_t)(t->n / BLOCK), 1, plain_range, t); }
 
@@ -76,7 +90,7 @@ gpa_bench_triad *gpa_bench_triad_open(size_t n) {
     return NULL;
   }
   gpa__pfor(gpa_bench_host_par(), (int64_t)(n / BLOCK), 1, fill_range, t);
-  t->plain_ns = t->nt_ns = 1e300;
+  t->plain_ns = t->nt_ns = t->copy_ns = 1e300;
   return t;
 }
 
@@ -94,12 +108,16 @@ void gpa_bench_triad_once(gpa_bench_triad *t) {
   double t1 = gpa_bench_now_ns();
   run_nt(t);
   double t2 = gpa_bench_now_ns();
+  gpa__pfor(gpa_bench_host_par(), (int64_t)(t->n / BLOCK), 1, copy_range, t);
+  double t3 = gpa_bench_now_ns();
   if (t1 - t0 < t->plain_ns) t->plain_ns = t1 - t0;
   if (t2 - t1 < t->nt_ns) t->nt_ns = t2 - t1;
+  if (t3 - t2 < t->copy_ns) t->copy_ns = t3 - t2;
   t->last_ns = t1 - t0 < t2 - t1 ? t1 - t0 : t2 - t1;
+  t->copy_last_ns = t3 - t2;
 }
 
-void gpa_bench_triad_reset(gpa_bench_triad *t) { t->plain_ns = t->nt_ns = 1e300; }
+void gpa_bench_triad_reset(gpa_bench_triad *t) { t->plain_ns = t->nt_ns = t->copy_ns = 1e300; }
 
 double gpa_bench_triad_best_ns(const gpa_bench_triad *t, double *plain_ns, double *nt_ns) {
   if (plain_ns) *plain_ns = t->plain_ns;
@@ -121,17 +139,28 @@ double gpa_bench_vs_triad(gpa_bench_triad *t, int reps, void (*fn)(void *), void
     double d = gpa_bench_now_ns() - t0;
     if (d < best) best = d;
     gpa_bench_triad_once(t);
-    if (t->pairs < MAX_PAIRS && d > 0) t->pair[t->pairs++] = t->last_ns / d;
+    if (t->pairs < MAX_PAIRS && d > 0) t->cpair[t->pairs] = t->copy_last_ns / d, t->pair[t->pairs++] = t->last_ns / d;
   }
   gpa_bench_sort(t->pair, (size_t)t->pairs);
+  gpa_bench_sort(t->cpair, (size_t)t->pairs);
   *ref_ns = gpa_bench_triad_best_ns(t, NULL, NULL);
   return best;
 }
 
+static int quartiles(const double *v, int n, double *q1, double *med, double *q3) {
+  if (!n) return 0;
+  *q1 = v[n / 4], *med = v[n / 2], *q3 = v[3 * n / 4];
+  return n;
+}
+
 int gpa_bench_triad_pairs(const gpa_bench_triad *t, double *q1, double *med, double *q3) {
-  if (!t->pairs) return 0;
-  *q1 = t->pair[t->pairs / 4], *med = t->pair[t->pairs / 2], *q3 = t->pair[3 * t->pairs / 4];
-  return t->pairs;
+  return quartiles(t->pair, t->pairs, q1, med, q3);
+}
+
+double gpa_bench_triad_copy_ns(const gpa_bench_triad *t) { return t->copy_ns; }
+
+int gpa_bench_triad_copy_pairs(const gpa_bench_triad *t, double *q1, double *med, double *q3) {
+  return quartiles(t->cpair, t->pairs, q1, med, q3);
 }
 
 double gpa_bench_triad_ns(size_t n, int reps) {

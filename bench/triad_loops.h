@@ -1,7 +1,8 @@
 /* The STREAM triad's loops, a[i] = b[i] + 3 c[i] for i in [0, n): ordinary
  * stores (gcc vectorizes them, with AVX2 where the CPU has it) and
  * non-temporal stores (AVX2+FMA, or SSE on CPUs without; arrays 32-byte
- * aligned, n a multiple of 8). Shared by gpa-bench's reference
+ * aligned, n a multiple of 8); and a non-temporal copy a[i] = b[i], the
+ * memory pattern of an op with one input and one output. Shared by gpa-bench's reference
  * (bench/triad.c) and the bench/ab tools (bench/ab/ab_triad.h), so that both
  * measure the same loops. Header-only: the ab tools are single translation
  * units built outside CMake. */
@@ -32,6 +33,14 @@ __attribute__((target("avx2,fma"))) static void gpa_triad_nt_avx2(float *a, cons
 static void gpa_triad_nt_sse(float *a, const float *b, const float *c, int64_t n) {
   const __m128 k = _mm_set1_ps(3.0f);
   for (int64_t i = 0; i < n; i += 4) _mm_stream_ps(a + i, _mm_add_ps(_mm_load_ps(b + i), _mm_mul_ps(k, _mm_load_ps(c + i))));
+  _mm_sfence();
+}
+__attribute__((target("avx2"))) static void gpa_copy_nt_avx2(float *a, const float *b, int64_t n) {
+  for (int64_t i = 0; i < n; i += 8) _mm256_stream_ps(a + i, _mm256_load_ps(b + i));
+  _mm_sfence();
+}
+static void gpa_copy_nt_sse(float *a, const float *b, int64_t n) {
+  for (int64_t i = 0; i < n; i += 4) _mm_stream_ps(a + i, _mm_load_ps(b + i));
   _mm_sfence();
 }
 #endif

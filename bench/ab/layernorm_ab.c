@@ -73,10 +73,9 @@ static void triad_r(int64_t s, int64_t e, void *p) {
   gpa_triad_nt_avx2(ta + s * BLK, tb + s * BLK, tc + s * BLK, (e - s) * BLK);
 }
 
-__attribute__((target("avx2"))) static void copy_r(int64_t s, int64_t e, void *p) {
+static void copy_r(int64_t s, int64_t e, void *p) {
   (void)p;
-  for (int64_t i = s * BLK; i < e * BLK; i += 8) _mm256_stream_ps(cy + i, _mm256_load_ps(cx + i));
-  _mm_sfence();
+  gpa_copy_nt_avx2(cy + s * BLK, cx + s * BLK, (e - s) * BLK);
 }
 
 int main(int argc, char **argv) {
