@@ -3,7 +3,9 @@
  * builds: ordinary stores (what gcc makes of STREAM) and non-temporal stores
  * (what STREAM's published figures use: the stored line is not read first,
  * 12 bytes of traffic per element instead of 16). The reference is the
- * faster of the two, measured next to the op it is compared with. Arrays:
+ * faster of the two, measured next to the op it is compared with; each
+ * run is followed by a non-temporal copy over the same arrays, the pattern
+ * of the ops with one input and one output (bench.h). Arrays:
  * 64-byte aligned, touched first by the threads that run the triad,
  * ordinary (4 KiB) pages like the backend's buffers.
  * Threads: the benches' host pool (bench_nn_host.h), in blocks of 64 KiB
