@@ -65,7 +65,7 @@ int gpa_bench_triad_pairs(const gpa_bench_triad *t, double *q1, double *med, dou
  * same arrays (8 bytes per element): the memory pattern of an op with one
  * input and one output (gelu_fwd, layernorm_fwd), whose GB/s the triad's
  * two reads per write do not bound on every machine (on the reference VM
- * the copy ran at 0.78-0.91 of the triad). Its best time since the reset,
+ * the copy ran at 0.78-0.99 of the triad). Its best time since the reset,
  * and its paired quartiles as gpa_bench_triad_pairs's (copy time over the
  * op's per round). */
 double gpa_bench_triad_copy_ns(const gpa_bench_triad *t);

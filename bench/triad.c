@@ -39,40 +39,19 @@ static void plain_range(int64_t s, int64_t e, void *p) {
   gpa_triad_plain(t->a + s * BLOCK, t->b + s * BLOCK, t->c + s * BLOCK, (e - s) * BLOCK);
 }
 
-#ifdef GPA_TRIAD_X86
-static void nt_avx2_range(int64_t s, int64_t e, void *p) {
+static void nt_range(int64_t s, int64_t e, void *p) {
   gpa_bench_triad *t = p;
-  gpa_triad_nt_avx2(t->a + s * BLOCK, t->b + s * BLOCK, t->c + s * BLOCK, (e - s) * BLOCK);
+  gpa_triad_nt(t->a + s * BLOCK, t->b + s * BLOCK, t->c + s * BLOCK, (e - s) * BLOCK);
 }
-static void nt_sse_range(int64_t s, int64_t e, void *p) {
-  gpa_bench_triad *t = p;
-  gpa_triad_nt_sse(t->a + s * BLOCK, t->b + s * BLOCK, t->c + s * BLOCK, (e - s) * BLOCK);
-}
-#endif
 
 static void copy_range(int64_t s, int64_t e, void *p) {
   gpa_bench_triad *t = p;
-#ifdef GPA_TRIAD_X86
-  if (__builtin_cpu_supports("avx2")) {
-    gpa_copy_nt_avx2(t->a + s * BLOCK, t->b + s * BLOCK, (e - s) * BLOCK);
-    return;
-  }
-  gpa_copy_nt_sse(t->a + s * BLOCK, t->b + s * BLOCK, (e - s) * BLOCK);
-#else
-  memcpy(t->a + s * BLOCK, t->b + s * BLOCK, (size_t)(e - s) * BLOCK * sizeof(float));
-#endif
+  gpa_copy_nt(t->a + s * BLOCK, t->b + s * BLOCK, (e - s) * BLOCK);
 }
 
 static void run_plain(gpa_bench_triad *t) { gpa__pfor(gpa_bench_host_par(), (int64_t)(t->n / BLOCK), 1, plain_range, t); }
 
-static void run_nt(gpa_bench_triad *t) {
-#ifdef GPA_TRIAD_X86
-  int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  gpa__pfor(gpa_bench_host_par(), (int64_t)(t->n / BLOCK), 1, avx2 ? nt_avx2_range : nt_sse_range, t);
-#else
-  run_plain(t);
-#endif
-}
+static void run_nt(gpa_bench_triad *t) { gpa__pfor(gpa_bench_host_par(), (int64_t)(t->n / BLOCK), 1, nt_range, t); }
 
 static void fill_range(int64_t s, int64_t e, void *p) {
   gpa_bench_triad *t = p;

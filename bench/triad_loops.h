@@ -2,13 +2,15 @@
  * stores (gcc vectorizes them, with AVX2 where the CPU has it) and
  * non-temporal stores (AVX2+FMA, or SSE on CPUs without; arrays 32-byte
  * aligned, n a multiple of 8); and a non-temporal copy a[i] = b[i], the
- * memory pattern of an op with one input and one output. Shared by gpa-bench's reference
+ * memory pattern of an op with one input and one output; gpa_triad_nt and
+ * gpa_copy_nt pick the form for this CPU. Shared by gpa-bench's reference
  * (bench/triad.c) and the bench/ab tools (bench/ab/ab_triad.h), so that both
  * measure the same loops. Header-only: the ab tools are single translation
  * units built outside CMake. */
 #ifndef GPA_BENCH_TRIAD_LOOPS_H
 #define GPA_BENCH_TRIAD_LOOPS_H
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -44,5 +46,28 @@ static void gpa_copy_nt_sse(float *a, const float *b, int64_t n) {
   _mm_sfence();
 }
 #endif
+
+/* The non-temporal forms for this CPU (ordinary stores off x86) */
+static inline void gpa_triad_nt(float *a, const float *b, const float *c, int64_t n) {
+#ifdef GPA_TRIAD_X86
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    gpa_triad_nt_avx2(a, b, c, n);
+  else
+    gpa_triad_nt_sse(a, b, c, n);
+#else
+  gpa_triad_plain(a, b, c, n);
+#endif
+}
+
+static inline void gpa_copy_nt(float *a, const float *b, int64_t n) {
+#ifdef GPA_TRIAD_X86
+  if (__builtin_cpu_supports("avx2"))
+    gpa_copy_nt_avx2(a, b, n);
+  else
+    gpa_copy_nt_sse(a, b, n);
+#else
+  memcpy(a, b, (size_t)n * sizeof *a);
+#endif
+}
 
 #endif

@@ -35,14 +35,7 @@ static void ab_triad_plain(int64_t s, int64_t e, void *p) {
 
 static void ab_triad_nt(int64_t s, int64_t e, void *p) {
   ab_triad *t = p;
-#ifdef GPA_TRIAD_X86
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    gpa_triad_nt_avx2(t->a + s * TRIAD_B, t->b + s * TRIAD_B, t->c + s * TRIAD_B, (e - s) * TRIAD_B);
-  else
-    gpa_triad_nt_sse(t->a + s * TRIAD_B, t->b + s * TRIAD_B, t->c + s * TRIAD_B, (e - s) * TRIAD_B);
-#else
-  gpa_triad_plain(t->a + s * TRIAD_B, t->b + s * TRIAD_B, t->c + s * TRIAD_B, (e - s) * TRIAD_B);
-#endif
+  gpa_triad_nt(t->a + s * TRIAD_B, t->b + s * TRIAD_B, t->c + s * TRIAD_B, (e - s) * TRIAD_B);
 }
 
 /* 0 on success; huge: ask for 2 MiB pages (madvise), for measurements of

@@ -70,12 +70,12 @@ static float *ta, *tb, *tc, *cx, *cy;
 
 static void triad_r(int64_t s, int64_t e, void *p) {
   (void)p;
-  gpa_triad_nt_avx2(ta + s * BLK, tb + s * BLK, tc + s * BLK, (e - s) * BLK);
+  gpa_triad_nt(ta + s * BLK, tb + s * BLK, tc + s * BLK, (e - s) * BLK);
 }
 
 static void copy_r(int64_t s, int64_t e, void *p) {
   (void)p;
-  gpa_copy_nt_avx2(cy + s * BLK, cx + s * BLK, (e - s) * BLK);
+  gpa_copy_nt(cy + s * BLK, cx + s * BLK, (e - s) * BLK);
 }
 
 int main(int argc, char **argv) {
