@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "actor/internal.h"
+#include "actor/spin.h"
 
 const char *gpa_strerror(int status) {
   switch (status) {
@@ -44,11 +45,8 @@ gpa_status gpa__fail(gpa_status st, const char *fmt, ...) {
 unsigned gpa_version(void) { return GPA_VERSION_HEX; }
 const char *gpa_version_string(void) { return GPA_VERSION_STRING; }
 
-int64_t gpa__now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
+/* the spin budgets' clock (spin.h, header-only for the bench tools) */
+int64_t gpa__now_ns(void) { return gpa__spin_clock(); }
 
 /* The duration clock. Timing every message with clock_gettime cost ~17% of
  * the actor's time per no-op, so where the TSC is invariant (CPUID
