@@ -48,3 +48,7 @@ add_dependencies(sim_dlopen gpa_sim_cuda sim_simt_kernels_sim)
 add_test(NAME sim_driver_dlopen COMMAND sim_dlopen)
 set_tests_properties(sim_driver_dlopen PROPERTIES TIMEOUT ${GPA_SIM_TEST_TIMEOUT} SKIP_RETURN_CODE 77
   ENVIRONMENT "GPA_SIM_MODULE_PATH=${GPA_SIM_MODULE_DIR}")
+# kernels/cuda/gpa_mma.h (mma.sync, ldmatrix, cp.async) against the PTX
+# ISA's fragment layouts (sim/emu/gpa_sim_mma.h emulates them).
+gpa_cuda_kernels(sim_mma_kernels SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/tests/kernels/mma_kernels.cu)
+gpa_sim_test(sim_mma tests/test_mma.c MODULES sim_mma_kernels CASES direct ldmatrix tiles)

@@ -1,0 +1,156 @@
+/* gpa-sim: mma.sync m16n8k16, ldmatrix .x4 (.trans) and cp.async for the
+ * emulated kernels (kernels/cuda/gpa_mma.h calls these under GPA_SIM_EMU).
+ *
+ * Every lane keeps only its own fragment registers, laid out as the PTX ISA
+ * documents (the table in gpa_mma.h); what a lane needs from the others it
+ * gets through the warp's shuffles, as the hardware's operand network
+ * would. A kernel that assumes a wrong layout therefore computes wrong
+ * numbers here too. Costs per call: mma 16 shuffles (a lane reads the A
+ * rows g and g+8 from the 4 lanes of its quad and the B columns 2t, 2t+1
+ * from 8 lanes), ldmatrix 4 (.trans 8) shuffles of row addresses.
+ *
+ * cp.async is deferred: a copy lands in shared memory only when the
+ * issuing thread waits for its group (or when the per-thread queue is
+ * full, which the hardware may also do: a copy can land any time before
+ * its wait). A kernel that reads a tile before waiting for it, or without
+ * the barrier after the wait, sees the old contents, as it could on the
+ * device. */
+#ifndef GPA_SIM_MMA_H
+#define GPA_SIM_MMA_H
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <type_traits>
+#include <vector>
+
+/* One 16-bit element of a fragment register, widened exactly. */
+template <class T>
+inline float gpa_sim_mma_f(uint16_t bits) {
+  T v;
+  memcpy((void *)&v, &bits, 2);
+  if constexpr (std::is_same<T, __nv_bfloat16>::value)
+    return __bfloat162float(v);
+  else
+    return __half2float(v);
+}
+inline uint64_t gpa_sim_mma_pair(unsigned lo, unsigned hi) { return (uint64_t)lo | (uint64_t)hi << 32; }
+
+template <class T>
+inline void gpa_sim_mma16816(float d[4], const unsigned a[4], const unsigned b[2]) {
+  const int lane = (int)gpa_sim_self()->lane, g = lane >> 2, t = lane & 3;
+  /* A rows g (ar[0]) and g+8 (ar[1]), k = 0..15, from lanes 4g..4g+3 */
+  float ar[2][16], bc[2][16];
+  const uint64_t a01 = gpa_sim_mma_pair(a[0], a[1]), a23 = gpa_sim_mma_pair(a[2], a[3]);
+  for (int s = 0; s < 4; s++) {
+    const uint64_t x = __shfl_sync(0xffffffffu, a01, 4 * g + s), y = __shfl_sync(0xffffffffu, a23, 4 * g + s);
+    const unsigned r[4] = {(unsigned)x, (unsigned)(x >> 32), (unsigned)y, (unsigned)(y >> 32)};
+    for (int i = 0; i < 4; i++) {
+      const int row = i & 1, k = 2 * s + (i >> 1) * 8;
+      ar[row][k] = gpa_sim_mma_f<T>((uint16_t)r[i]);
+      ar[row][k + 1] = gpa_sim_mma_f<T>((uint16_t)(r[i] >> 16));
+    }
+  }
+  /* B columns 2t (bc[0]) and 2t+1 (bc[1]): column n sits in lanes 4n..4n+3 */
+  const uint64_t b01 = gpa_sim_mma_pair(b[0], b[1]);
+  for (int c = 0; c < 2; c++)
+    for (int s = 0; s < 4; s++) {
+      const uint64_t x = __shfl_sync(0xffffffffu, b01, 4 * (2 * t + c) + s);
+      const unsigned r[2] = {(unsigned)x, (unsigned)(x >> 32)};
+      for (int i = 0; i < 2; i++) {
+        const int k = 2 * s + i * 8;
+        bc[c][k] = gpa_sim_mma_f<T>((uint16_t)r[i]);
+        bc[c][k + 1] = gpa_sim_mma_f<T>((uint16_t)(r[i] >> 16));
+      }
+    }
+  /* products of 16-bit values are exact in fp32; summed in fp32 */
+  for (int i = 0; i < 4; i++) {
+    const float *x = ar[i >> 1], *y = bc[i & 1];
+    float s = 0.0f;
+    for (int k = 0; k < 16; k++) s += x[k] * y[k];
+    d[i] += s;
+  }
+}
+
+inline void gpa_sim_ldmatrix_x4(unsigned r[4], const void *row, bool trans) {
+  const int lane = (int)gpa_sim_self()->lane;
+  const uintptr_t mine = (uintptr_t)row;
+  if ((mine & 15) != 0) gpa_sim_trap("ldmatrix: row address not 16-byte aligned");
+  for (int m = 0; m < 4; m++) {
+    if (!trans) {
+      const uintptr_t p = __shfl_sync(0xffffffffu, mine, 8 * m + (lane >> 2));
+      memcpy(&r[m], (const unsigned char *)p + 4 * (lane & 3), 4);
+    } else {
+      /* row lane/4 of the transpose: column lane/4 of rows 2(lane%4), +1 */
+      const uintptr_t p0 = __shfl_sync(0xffffffffu, mine, 8 * m + 2 * (lane & 3));
+      const uintptr_t p1 = __shfl_sync(0xffffffffu, mine, 8 * m + 2 * (lane & 3) + 1);
+      uint16_t lo, hi;
+      memcpy(&lo, (const unsigned char *)p0 + 2 * (lane >> 2), 2);
+      memcpy(&hi, (const unsigned char *)p1 + 2 * (lane >> 2), 2);
+      r[m] = (unsigned)lo | (unsigned)hi << 16;
+    }
+  }
+}
+
+/* ---- cp.async: a queue of pending copies per CUDA thread of the block
+ * running on this OS worker (a worker runs one block at a time and fibers
+ * never migrate). An entry left by an earlier block (one that exited
+ * without waiting) is dropped: its shared memory is gone. */
+struct gpa_sim_cp_entry {
+  void *dst;
+  const void *src; /* NULL: zero fill */
+  unsigned group;
+};
+struct gpa_sim_cp_queue {
+  enum { CAP = 96 };
+  const void *owner; /* the block's dynamic shared memory identifies it */
+  uint3 block;
+  unsigned n, committed; /* entries; groups committed so far */
+  gpa_sim_cp_entry e[CAP];
+};
+inline gpa_sim_cp_queue &gpa_sim_cp_self(void) {
+  static thread_local std::vector<gpa_sim_cp_queue> qs;
+  const gpa_sim_thread *me = gpa_sim_self();
+  if (qs.size() <= me->linear) qs.resize(me->linear + 1);
+  gpa_sim_cp_queue &q = qs[me->linear];
+  if (q.owner != me->dyn_shared || q.block.x != me->block_idx.x || q.block.y != me->block_idx.y ||
+      q.block.z != me->block_idx.z) {
+    q.owner = me->dyn_shared;
+    q.block = me->block_idx;
+    q.n = q.committed = 0;
+  }
+  return q;
+}
+inline void gpa_sim_cp_land(const gpa_sim_cp_entry &e) {
+  if (e.src)
+    memcpy(e.dst, e.src, 16);
+  else
+    memset(e.dst, 0, 16);
+}
+inline void gpa_sim_cp_async16(void *dst, const void *src, bool valid) {
+  if (((uintptr_t)dst & 15) || (valid && ((uintptr_t)src & 15))) gpa_sim_trap("cp.async: address not 16-byte aligned");
+  gpa_sim_cp_queue &q = gpa_sim_cp_self();
+  if (q.n == gpa_sim_cp_queue::CAP) { /* full: the oldest lands now */
+    gpa_sim_cp_land(q.e[0]);
+    memmove(q.e, q.e + 1, sizeof q.e[0] * (q.n - 1));
+    q.n--;
+  }
+  q.e[q.n++] = {dst, valid ? src : nullptr, q.committed};
+}
+inline void gpa_sim_cp_async_commit(void) { gpa_sim_cp_self().committed++; }
+/* Lands every copy of the groups older than the newest n committed ones
+ * (copies not yet committed belong to no group a wait can name: they stay). */
+inline void gpa_sim_cp_async_wait(int n) {
+  gpa_sim_cp_queue &q = gpa_sim_cp_self();
+  const unsigned upto = q.committed >= (unsigned)n ? q.committed - (unsigned)n : 0;
+  unsigned keep = 0;
+  for (unsigned i = 0; i < q.n; i++) {
+    if (q.e[i].group < upto)
+      gpa_sim_cp_land(q.e[i]);
+    else
+      q.e[keep++] = q.e[i];
+  }
+  q.n = keep;
+}
+#endif
