@@ -6,10 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(cmake make gcc g++ libck-dev libopenblas-dev libjansson-dev valgrind clang libclang-rt-14-dev)
-# The bindings' tests (bindings/python, bindings/erlang) use these; without
-# them those tests are skipped, so they are installed when possible but not
-# required.
-optional=(python3-numpy python3-pytest erlang-dev erlang-eunit elixir)
+# The bindings' tests (bindings/python, bindings/erlang) and the install
+# test (pkg-config) use these; without them those tests are skipped, so they
+# are installed when possible but not required. python3-venv: the pip
+# install test's fresh environment; python3-torch (1.13, CPU; ~80 MB, about
+# 2 minutes to install): gpuactor.torch's tests.
+optional=(python3-numpy python3-pytest python3-venv pkgconf python3-torch erlang-dev erlang-eunit elixir)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=() missing_opt=()
 for p in "${pkgs[@]}"; do installed "$p" || missing+=("$p"); done
