@@ -1,0 +1,255 @@
+/* Attention forward in bf16 and fp16, FlashAttention-2 structure (Dao
+ * 2023, algorithm 1), on mma.sync m16n8k16 with fp32 accumulation
+ * (gpa_mma.h). Masking and key lengths as every attention kernel here
+ * (attention_common.h: bottom-right aligned causal, keys j < len).
+ *
+ * One block per (query tile of BR rows, head, batch), BR / 16 warps, each
+ * owning 16 query rows for the whole kernel. The Q tile and the first K/V
+ * tile are copied with cp.async; then per key tile of BC keys:
+ *   - the copies of the next K/V tile are issued into the other buffer
+ *     (double buffering: they overlap this tile's math);
+ *   - S = Q K^T (A from registers or ldmatrix, B by ldmatrix from K);
+ *   - masked entries (past the row's limit) become -inf, only in the tiles
+ *     that reach a limit;
+ *   - online softmax in base 2 (scale folded with log2 e): the row max over
+ *     the quad's lanes by two shuffles, O and the running sum rescaled by
+ *     2^(m_old - m_new), P = 2^(S scale log2e - m_new);
+ *   - O += P V: the S accumulators, rounded to T, are the A operand
+ *     directly (attention_fa2.h, fa2_acc_to_a); V by ldmatrix.trans.
+ * Causal and length-limited tiles past the block's last visible key are
+ * never loaded. At the end O / l goes out as fp32 (o32) and/or T (oT,
+ * staged through the warp's own Q rows for 16-byte stores), lse =
+ * (m + log2 l) ln 2 in fp32; rows that see no key get o = 0, lse = -inf.
+ *
+ * Classes (compile-time head-dim bound DM; D <= DM, D % 16 == 0 at run
+ * time, the untouched columns skipped 16 at a time):
+ *   DM 64, 96, 128: BR 128 (8 warps), BC 64, Q fragments kept in registers;
+ *   DM 256: BR 64 (4 warps), BC 32, Q re-read by ldmatrix (O alone takes
+ *     128 registers a thread).
+ * Shared memory: (BR + 4 BC) (DM + 8) elements of T (attention_fa2_smem in
+ * ops/attention/cuda.c computes the same).
+ *
+ * Accuracy: the products of T values are exact in fp32 and summed in fp32;
+ * P is rounded to T before P V (relative u of each term, the bound of
+ * tests/test_attention_lowp.c); the sum l is kept unrounded. */
+#include "attention_fa2.h"
+
+template <int DM>
+struct fa2_fwd_cfg {
+  static constexpr int BR = DM > 128 ? 64 : 128, BC = DM > 128 ? 32 : 64, W = BR / 16, NT = W * 32;
+  static constexpr int LD = DM + 8;
+  static constexpr bool keep_q = DM <= 128;
+};
+
+#define FA2F_ARGS(T)                                                                                           \
+  const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, const int *__restrict__ lens,     \
+      float *__restrict__ o32, T *__restrict__ oT, float *__restrict__ lse, int S, int Sk, int H, int Hkv, int D, \
+      float scale, int causal
+#define FA2F_PASS q, k, v, lens, o32, oT, lse, S, Sk, H, Hkv, D, scale, causal
+
+template <class T, int DM>
+static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
+  typedef fa2_fwd_cfg<DM> C;
+  constexpr int BR = C::BR, BC = C::BC, LD = C::LD, NT = C::NT, KF = DM / 16, NB = BC / 8, NO = DM / 8;
+  GPA_DYNAMIC_SHARED(T, sQ);
+  T *sK = sQ + BR * LD, *sV = sK + 2 * BC * LD; /* [2][BC][LD] each */
+  const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane, g = lane >> 2, t = lane & 3;
+  const int row0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
+  const int kvlen = attn_kvlen(lens, b, Sk), nrows = S - row0 < BR ? S - row0 : BR;
+  const int jmax = attn_limit(kvlen, row0 + nrows - 1, S, Sk, causal), ntiles = (jmax + BC - 1) / BC;
+  const int r0 = row0 + w * 16 + g, r1 = r0 + 8;
+  const int lim0 = r0 < S ? attn_limit(kvlen, r0, S, Sk, causal) : 0;
+  const int lim1 = r1 < S ? attn_limit(kvlen, r1, S, Sk, causal) : 0;
+  const long long ldq = (long long)H * D, ldkv = (long long)Hkv * D;
+  const T *kb = k + (long long)b * Sk * ldkv + (long long)kh * D;
+  const T *vb = v + (long long)b * Sk * ldkv + (long long)kh * D;
+
+  fa2_load<T, BR, LD, NT>(sQ, q + ((long long)b * S + row0) * ldq + (long long)h * D, ldq, nrows, D, tid);
+  if (ntiles > 0) {
+    const int nc = jmax < BC ? jmax : BC;
+    fa2_load<T, BC, LD, NT>(sK, kb, ldkv, nc, D, tid);
+    fa2_load<T, BC, LD, NT>(sV, vb, ldkv, nc, D, tid);
+  }
+  gpa_cp_async_commit();
+
+  const float sl2 = scale * 1.4426950408889634f; /* scores to base-2 exponents */
+  float oacc[NO][4];
+  UNROLL
+  for (int n = 0; n < NO; n++) oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.0f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  unsigned qf[C::keep_q ? KF : 1][4];
+  const T *sQw = sQ + (w * 16) * LD;
+
+  for (int it = 0; it < ntiles; it++) {
+    const int j0 = it * BC, buf = it & 1;
+    if (it + 1 < ntiles) {
+      const int j1 = j0 + BC, nc = jmax - j1 < BC ? jmax - j1 : BC;
+      fa2_load<T, BC, LD, NT>(sK + (buf ^ 1) * BC * LD, kb + (long long)j1 * ldkv, ldkv, nc, D, tid);
+      fa2_load<T, BC, LD, NT>(sV + (buf ^ 1) * BC * LD, vb + (long long)j1 * ldkv, ldkv, nc, D, tid);
+      gpa_cp_async_commit();
+      gpa_cp_async_wait<1>();
+    } else {
+      gpa_cp_async_wait<0>();
+    }
+    __syncthreads(); /* tile it (and Q) landed for every thread's copies */
+    const T *tK = sK + buf * BC * LD, *tV = sV + buf * BC * LD;
+    if constexpr (C::keep_q) {
+      if (it == 0) {
+        UNROLL
+        for (int f = 0; f < KF; f++)
+          if (f * 16 < D) fa2_lda<LD>(qf[f], sQw + f * 16, lane);
+      }
+    }
+    /* S = Q K^T, this warp's 16 rows x BC keys */
+    float s[NB][4];
+    UNROLL
+    for (int n = 0; n < NB; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    UNROLL
+    for (int f = 0; f < KF; f++)
+      if (f * 16 < D) {
+        unsigned a[4];
+        if constexpr (C::keep_q) {
+          a[0] = qf[f][0], a[1] = qf[f][1], a[2] = qf[f][2], a[3] = qf[f][3];
+        } else {
+          fa2_lda<LD>(a, sQw + f * 16, lane);
+        }
+        UNROLL
+        for (int n = 0; n < NB; n += 2) {
+          unsigned bk[4];
+          fa2_ldb_nk<LD>(bk, tK + (n * 8) * LD + f * 16, lane);
+          gpa_mma16816<T>(s[n], a, bk);
+          gpa_mma16816<T>(s[n + 1], a, bk + 2);
+        }
+      }
+    /* mask: only tiles reaching a row's limit */
+    if (j0 + BC > lim0 || j0 + BC > lim1) {
+      UNROLL
+      for (int n = 0; n < NB; n++) {
+        const int c = j0 + n * 8 + 2 * t;
+        if (c >= lim0) s[n][0] = -INFINITY;
+        if (c + 1 >= lim0) s[n][1] = -INFINITY;
+        if (c >= lim1) s[n][2] = -INFINITY;
+        if (c + 1 >= lim1) s[n][3] = -INFINITY;
+      }
+    }
+    /* online softmax over the rows g (0) and g + 8 (1) */
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+    UNROLL
+    for (int n = 0; n < NB; n++) {
+      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(GPA_FULL_MASK, mx0, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(GPA_FULL_MASK, mx1, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(GPA_FULL_MASK, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(GPA_FULL_MASK, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0 * sl2), mn1 = fmaxf(m1, mx1 * sl2);
+    /* a row with no visible key so far keeps m = -inf: subtract 0 instead */
+    const float base0 = mn0 == -INFINITY ? 0.0f : mn0, base1 = mn1 == -INFINITY ? 0.0f : mn1;
+    const float al0 = exp2f(m0 - base0), al1 = exp2f(m1 - base1);
+    m0 = mn0;
+    m1 = mn1;
+    float ps0 = 0.0f, ps1 = 0.0f;
+    UNROLL
+    for (int n = 0; n < NB; n++) {
+      s[n][0] = exp2f(fmaf(s[n][0], sl2, -base0));
+      s[n][1] = exp2f(fmaf(s[n][1], sl2, -base0));
+      s[n][2] = exp2f(fmaf(s[n][2], sl2, -base1));
+      s[n][3] = exp2f(fmaf(s[n][3], sl2, -base1));
+      ps0 += s[n][0] + s[n][1];
+      ps1 += s[n][2] + s[n][3];
+    }
+    l0 = fmaf(l0, al0, ps0); /* this lane's columns only: the quad's sum at the end */
+    l1 = fmaf(l1, al1, ps1);
+    UNROLL
+    for (int n = 0; n < NO; n++) {
+      oacc[n][0] *= al0, oacc[n][1] *= al0;
+      oacc[n][2] *= al1, oacc[n][3] *= al1;
+    }
+    /* O += P V, P from the S registers */
+    UNROLL
+    for (int kk = 0; kk < BC / 16; kk++) {
+      unsigned pa[4];
+      fa2_acc_to_a<T>(pa, s[2 * kk], s[2 * kk + 1]);
+      UNROLL
+      for (int f = 0; f < KF; f++)
+        if (f * 16 < D) {
+          unsigned bv[4];
+          fa2_ldb_kn<LD>(bv, tV + (kk * 16) * LD + f * 16, lane);
+          gpa_mma16816<T>(oacc[2 * f], pa, bv);
+          gpa_mma16816<T>(oacc[2 * f + 1], pa, bv + 2);
+        }
+    }
+    __syncthreads(); /* buffer `buf` is read: the next iteration refills it */
+  }
+  gpa_cp_async_wait<0>(); /* no tile at all: the Q copies are still in flight */
+  __syncthreads();
+
+  l0 += __shfl_xor_sync(GPA_FULL_MASK, l0, 1);
+  l1 += __shfl_xor_sync(GPA_FULL_MASK, l1, 1);
+  l0 += __shfl_xor_sync(GPA_FULL_MASK, l0, 2);
+  l1 += __shfl_xor_sync(GPA_FULL_MASK, l1, 2);
+  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+  const long long orow0 = (((long long)b * S + r0) * H + h) * D, orow1 = orow0 + 8LL * H * D;
+  if (o32) {
+    UNROLL
+    for (int n = 0; n < NO; n++) {
+      const int c = n * 8 + 2 * t;
+      if (c < D) {
+        if (r0 < S) *reinterpret_cast<float2 *>(o32 + orow0 + c) = make_float2(oacc[n][0] * inv0, oacc[n][1] * inv0);
+        if (r1 < S) *reinterpret_cast<float2 *>(o32 + orow1 + c) = make_float2(oacc[n][2] * inv1, oacc[n][3] * inv1);
+      }
+    }
+  }
+  if (oT) { /* through the warp's own Q rows: 16-byte stores */
+    T *st = sQ + (w * 16) * LD;
+    UNROLL
+    for (int n = 0; n < NO; n++) {
+      const int c = n * 8 + 2 * t;
+      if (c < D) {
+        *reinterpret_cast<unsigned *>(st + g * LD + c) = gpa_pack2<T>(oacc[n][0] * inv0, oacc[n][1] * inv0);
+        *reinterpret_cast<unsigned *>(st + (g + 8) * LD + c) = gpa_pack2<T>(oacc[n][2] * inv1, oacc[n][3] * inv1);
+      }
+    }
+    __syncwarp();
+    const int cpr = D >> 3;
+    for (int e = lane; e < 16 * cpr; e += 32) {
+      const int r = e / cpr, c = (e - r * cpr) << 3, gr = row0 + w * 16 + r;
+      if (gr < S)
+        *reinterpret_cast<uint4 *>(oT + (((long long)b * S + gr) * H + h) * D + c) =
+            *reinterpret_cast<const uint4 *>(st + r * LD + c);
+    }
+  }
+  if (t == 0) {
+    const float ln2 = 0.6931471805599453f;
+    const long long at = ((long long)b * H + h) * S;
+    if (r0 < S) lse[at + r0] = l0 > 0.0f ? (m0 + log2f(l0)) * ln2 : -INFINITY;
+    if (r1 < S) lse[at + r1] = l1 > 0.0f ? (m1 + log2f(l1)) * ln2 : -INFINITY;
+  }
+}
+
+/* (written out: the emulated build finds kernels by their names in the source) */
+extern "C" __global__ void __launch_bounds__(256, 1) gpa_fa2_fwd_bf16_d64(FA2F_ARGS(__nv_bfloat16)) {
+  fa2_fwd<__nv_bfloat16, 64>(FA2F_PASS);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) gpa_fa2_fwd_bf16_d96(FA2F_ARGS(__nv_bfloat16)) {
+  fa2_fwd<__nv_bfloat16, 96>(FA2F_PASS);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) gpa_fa2_fwd_bf16_d128(FA2F_ARGS(__nv_bfloat16)) {
+  fa2_fwd<__nv_bfloat16, 128>(FA2F_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_fwd_bf16_d256(FA2F_ARGS(__nv_bfloat16)) {
+  fa2_fwd<__nv_bfloat16, 256>(FA2F_PASS);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) gpa_fa2_fwd_f16_d64(FA2F_ARGS(__half)) {
+  fa2_fwd<__half, 64>(FA2F_PASS);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) gpa_fa2_fwd_f16_d96(FA2F_ARGS(__half)) {
+  fa2_fwd<__half, 96>(FA2F_PASS);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) gpa_fa2_fwd_f16_d128(FA2F_ARGS(__half)) {
+  fa2_fwd<__half, 128>(FA2F_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_fwd_f16_d256(FA2F_ARGS(__half)) {
+  fa2_fwd<__half, 256>(FA2F_PASS);
+}

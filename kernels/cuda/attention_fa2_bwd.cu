@@ -1,0 +1,361 @@
+/* Attention backward in bf16 and fp16, FlashAttention-2 partitioning (Dao
+ * 2023, algorithm 2) on mma.sync m16n8k16 (gpa_mma.h), deterministic: no
+ * atomics anywhere, every sum in a fixed order, so repeated runs give the
+ * same bits. Three kernels:
+ *   delta = rowsum(dO o) (attention_common.h's for an fp32 o; fa2_delta
+ *     below for o in T);
+ *   dK, dV: one block per (key tile of 64, kv head, batch), 4 warps, each
+ *     owning 16 keys. Over the group's query heads, then the query tiles
+ *     from the first query that can see the tile (causal), in ascending
+ *     order, double-buffered with cp.async (Q, dO; lse, delta by plain
+ *     loads): S^T = K Q^T and dP^T = V dO^T (keys as rows), P^T =
+ *     2^(S^T scale log2e - lse log2e) and dS^T = P^T (dP^T - delta), both
+ *     re-laid from the accumulators as A operands (no shared-memory round
+ *     trip), dV += P^T dO and dK += dS^T Q with dO and Q by ldmatrix.trans.
+ *   dQ: one block per (query tile of 64, head, batch), 4 warps of 16 query
+ *     rows, key tiles ascending up to the tile's last visible key,
+ *     double-buffered: S = Q K^T, dP = dO V^T, dS as above, dQ += dS K.
+ * dQ without atomics costs a second computation of S and dP (the dQ pass
+ * recomputes what the dK/dV pass had): 7 tile products per (query tile,
+ * key tile) instead of FA2's 5, about 1.4x the backward's tensor work, for
+ * a result that does not depend on the order blocks run in.
+ *
+ * Classes as the forward's: DM 64, 96, 128 accumulate all D columns; DM 256
+ * splits the dK/dV block's columns in two (blockIdx.x = 2 tile + half:
+ * dK and dV alone would take 256 registers a thread), each half computing
+ * the tile's S and dP whole. Query steps of the dK/dV pass: 32 rows (DM
+ * 256: 16); key tiles of the dQ pass: 64 (DM 256: 32).
+ *
+ * Accuracy: P and dS are rounded to T before their products (the bound of
+ * tests/test_attention_lowp.c); everything else is fp32. dq, dk, dv are
+ * fp32 (scaled by `scale` at the end, as the host does). */
+#include "attention_fa2.h"
+
+template <int DM>
+struct fa2_bwd_cfg {
+  static constexpr int LD = DM + 8, W = 4, NT = 128;
+  static constexpr int BKV = 64, BQ = DM > 128 ? 16 : 32, DA = DM > 128 ? 128 : DM; /* dK/dV pass */
+  static constexpr int BQ2 = 64, BC2 = DM > 128 ? 32 : 64;                          /* dQ pass */
+};
+
+#define FA2B_ARGS(T)                                                                                                \
+  const T *__restrict__ dout, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,          \
+      const float *__restrict__ lse, const float *__restrict__ delta, const int *__restrict__ lens,               \
+      float *__restrict__ dq, float *__restrict__ dk, float *__restrict__ dv, int S, int Sk, int H, int Hkv, int D, \
+      float scale, int causal
+#define FA2B_PASS dout, q, k, v, lse, delta, lens, dq, dk, dv, S, Sk, H, Hkv, D, scale, causal
+
+static constexpr float FA2_LOG2E = 1.4426950408889634f;
+
+/* dK, dV of key tile blockIdx.x (DM 256: 2 tile + half) of (kv head
+ * blockIdx.y, batch blockIdx.z). */
+template <class T, int DM>
+static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
+  typedef fa2_bwd_cfg<DM> C;
+  constexpr int LD = C::LD, NT = C::NT, BKV = C::BKV, BQ = C::BQ, KF = DM / 16, NQ = BQ / 8, NA = C::DA / 8;
+  GPA_DYNAMIC_SHARED(T, sK);
+  T *sV = sK + BKV * LD, *sQ = sV + BKV * LD, *sO = sQ + 2 * BQ * LD; /* Q, dO: [2][BQ][LD] */
+  float *sL = reinterpret_cast<float *>(sO + 2 * BQ * LD), *sDl = sL + 2 * BQ;
+  (void)dq;
+  const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane, g = lane >> 2, t = lane & 3;
+  const int half = DM > 128 ? (int)(blockIdx.x & 1) : 0, tile = DM > 128 ? (int)(blockIdx.x >> 1) : (int)blockIdx.x;
+  const int c0 = half * C::DA, j0 = tile * BKV, kh = blockIdx.y, b = blockIdx.z, grp = H / Hkv;
+  const int kvlen = attn_kvlen(lens, b, Sk), nc = Sk - j0 < BKV ? Sk - j0 : BKV;
+  long long qs = causal ? (long long)j0 - (Sk - S) : 0; /* first query that can see key j0 */
+  if (qs < 0) qs = 0;
+  const int qstart = (int)(qs < S ? qs / BQ * BQ : S), nqt = (S - qstart + BQ - 1) / BQ;
+  const int items = j0 < kvlen ? grp * nqt : 0;
+  const long long ldq = (long long)H * D, ldkv = (long long)Hkv * D;
+  const long long kvoff = ((long long)b * Sk + j0) * ldkv + (long long)kh * D;
+  const float sl2 = scale * FA2_LOG2E;
+
+  /* item i: query head kh * grp + i / nqt, rows qstart + (i % nqt) BQ.. */
+  auto load_item = [&](int i, int buf) {
+    const int hq = kh * grp + i / nqt, row0 = qstart + (i % nqt) * BQ, n = S - row0 < BQ ? S - row0 : BQ;
+    const long long off = ((long long)b * S + row0) * ldq + (long long)hq * D;
+    fa2_load<T, BQ, LD, NT>(sQ + buf * BQ * LD, q + off, ldq, n, D, tid);
+    fa2_load<T, BQ, LD, NT>(sO + buf * BQ * LD, dout + off, ldq, n, D, tid);
+    for (int r = tid; r < BQ; r += NT) {
+      const long long at = ((long long)b * H + hq) * S + row0 + r;
+      sL[buf * BQ + r] = r < n ? lse[at] * FA2_LOG2E : -INFINITY;
+      sDl[buf * BQ + r] = r < n ? delta[at] : 0.0f;
+    }
+  };
+
+  float ak[NA][4], av[NA][4];
+  UNROLL
+  for (int n = 0; n < NA; n++)
+    UNROLL
+    for (int i = 0; i < 4; i++) ak[n][i] = av[n][i] = 0.0f;
+  if (items > 0) {
+    fa2_load<T, BKV, LD, NT>(sK, k + kvoff, ldkv, nc, D, tid);
+    fa2_load<T, BKV, LD, NT>(sV, v + kvoff, ldkv, nc, D, tid);
+    load_item(0, 0);
+    gpa_cp_async_commit();
+  }
+  const int key0 = j0 + w * 16 + g, key1 = key0 + 8;
+  for (int it = 0; it < items; it++) {
+    const int buf = it & 1;
+    if (it + 1 < items) {
+      load_item(it + 1, buf ^ 1);
+      gpa_cp_async_commit();
+      gpa_cp_async_wait<1>();
+    } else {
+      gpa_cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T *tQ = sQ + buf * BQ * LD, *tO = sO + buf * BQ * LD;
+    const float *tL = sL + buf * BQ, *tD = sDl + buf * BQ;
+    const int row0 = qstart + (it % nqt) * BQ;
+    /* S^T and dP^T: the warp's 16 keys x BQ queries */
+    float st[NQ][4], dpt[NQ][4];
+    UNROLL
+    for (int n = 0; n < NQ; n++)
+      UNROLL
+      for (int i = 0; i < 4; i++) st[n][i] = dpt[n][i] = 0.0f;
+    UNROLL
+    for (int f = 0; f < KF; f++)
+      if (f * 16 < D) {
+        unsigned a_k[4], a_v[4];
+        fa2_lda<LD>(a_k, sK + (w * 16) * LD + f * 16, lane);
+        fa2_lda<LD>(a_v, sV + (w * 16) * LD + f * 16, lane);
+        UNROLL
+        for (int n = 0; n < NQ; n += 2) {
+          unsigned bq[4], bo[4];
+          fa2_ldb_nk<LD>(bq, tQ + (n * 8) * LD + f * 16, lane);
+          fa2_ldb_nk<LD>(bo, tO + (n * 8) * LD + f * 16, lane);
+          gpa_mma16816<T>(st[n], a_k, bq);
+          gpa_mma16816<T>(st[n + 1], a_k, bq + 2);
+          gpa_mma16816<T>(dpt[n], a_v, bo);
+          gpa_mma16816<T>(dpt[n + 1], a_v, bo + 2);
+        }
+      }
+    /* P^T and dS^T in place; key j visible to query row iff j < its limit */
+    UNROLL
+    for (int n = 0; n < NQ; n++)
+      UNROLL
+      for (int i = 0; i < 4; i++) {
+        const int qi = n * 8 + 2 * t + (i & 1), row = row0 + qi, key = i < 2 ? key0 : key1;
+        const bool vis = row < S && key < kvlen && (!causal || (long long)key <= (long long)row + Sk - S);
+        const float p = vis ? exp2f(fmaf(st[n][i], sl2, -tL[qi])) : 0.0f;
+        st[n][i] = p;
+        dpt[n][i] = p * (dpt[n][i] - tD[qi]);
+      }
+    /* dV += P^T dO, dK += dS^T Q over this step's queries */
+    UNROLL
+    for (int kk = 0; kk < BQ / 16; kk++) {
+      unsigned pa[4], da[4];
+      fa2_acc_to_a<T>(pa, st[2 * kk], st[2 * kk + 1]);
+      fa2_acc_to_a<T>(da, dpt[2 * kk], dpt[2 * kk + 1]);
+      UNROLL
+      for (int f = 0; f < NA / 2; f++)
+        if (c0 + f * 16 < D) {
+          unsigned bo[4], bq[4];
+          fa2_ldb_kn<LD>(bo, tO + (kk * 16) * LD + c0 + f * 16, lane);
+          fa2_ldb_kn<LD>(bq, tQ + (kk * 16) * LD + c0 + f * 16, lane);
+          gpa_mma16816<T>(av[2 * f], pa, bo);
+          gpa_mma16816<T>(av[2 * f + 1], pa, bo + 2);
+          gpa_mma16816<T>(ak[2 * f], da, bq);
+          gpa_mma16816<T>(ak[2 * f + 1], da, bq + 2);
+        }
+    }
+    __syncthreads(); /* buffer `buf` is read: the next iteration refills it */
+  }
+  const long long o0 = kvoff + (long long)(w * 16 + g) * ldkv + c0, o1 = o0 + 8 * ldkv;
+  UNROLL
+  for (int n = 0; n < NA; n++) {
+    const int c = n * 8 + 2 * t;
+    if (c0 + c < D) {
+      if (key0 < Sk) {
+        *reinterpret_cast<float2 *>(dv + o0 + c) = make_float2(av[n][0], av[n][1]);
+        *reinterpret_cast<float2 *>(dk + o0 + c) = make_float2(ak[n][0] * scale, ak[n][1] * scale);
+      }
+      if (key1 < Sk) {
+        *reinterpret_cast<float2 *>(dv + o1 + c) = make_float2(av[n][2], av[n][3]);
+        *reinterpret_cast<float2 *>(dk + o1 + c) = make_float2(ak[n][2] * scale, ak[n][3] * scale);
+      }
+    }
+  }
+}
+
+/* dQ of query tile blockIdx.x of (head blockIdx.y, batch blockIdx.z). */
+template <class T, int DM>
+static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
+  typedef fa2_bwd_cfg<DM> C;
+  constexpr int LD = C::LD, NT = C::NT, BR = C::BQ2, BC = C::BC2, KF = DM / 16, NB = BC / 8, NO = DM / 8;
+  GPA_DYNAMIC_SHARED(T, sQ);
+  T *sO = sQ + BR * LD, *sK = sO + BR * LD, *sV = sK + 2 * BC * LD; /* K, V: [2][BC][LD] */
+  (void)dk;
+  (void)dv;
+  const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane, g = lane >> 2, t = lane & 3;
+  const int row0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
+  const int kvlen = attn_kvlen(lens, b, Sk), nrows = S - row0 < BR ? S - row0 : BR;
+  const int jmax = attn_limit(kvlen, row0 + nrows - 1, S, Sk, causal), ntiles = (jmax + BC - 1) / BC;
+  const int r0 = row0 + w * 16 + g, r1 = r0 + 8;
+  const int lim0 = r0 < S ? attn_limit(kvlen, r0, S, Sk, causal) : 0;
+  const int lim1 = r1 < S ? attn_limit(kvlen, r1, S, Sk, causal) : 0;
+  const long long at = ((long long)b * H + h) * S;
+  const float L0 = r0 < S ? lse[at + r0] * FA2_LOG2E : 0.0f, L1 = r1 < S ? lse[at + r1] * FA2_LOG2E : 0.0f;
+  const float D0 = r0 < S ? delta[at + r0] : 0.0f, D1 = r1 < S ? delta[at + r1] : 0.0f;
+  const long long ldq = (long long)H * D, ldkv = (long long)Hkv * D;
+  const long long qoff = ((long long)b * S + row0) * ldq + (long long)h * D;
+  const T *kb = k + (long long)b * Sk * ldkv + (long long)kh * D;
+  const T *vb = v + (long long)b * Sk * ldkv + (long long)kh * D;
+  const float sl2 = scale * FA2_LOG2E;
+
+  fa2_load<T, BR, LD, NT>(sQ, q + qoff, ldq, nrows, D, tid);
+  fa2_load<T, BR, LD, NT>(sO, dout + qoff, ldq, nrows, D, tid);
+  if (ntiles > 0) {
+    const int nc = jmax < BC ? jmax : BC;
+    fa2_load<T, BC, LD, NT>(sK, kb, ldkv, nc, D, tid);
+    fa2_load<T, BC, LD, NT>(sV, vb, ldkv, nc, D, tid);
+  }
+  gpa_cp_async_commit();
+  float aq[NO][4];
+  UNROLL
+  for (int n = 0; n < NO; n++) aq[n][0] = aq[n][1] = aq[n][2] = aq[n][3] = 0.0f;
+  const T *sQw = sQ + (w * 16) * LD, *sOw = sO + (w * 16) * LD;
+  for (int it = 0; it < ntiles; it++) {
+    const int j0 = it * BC, buf = it & 1;
+    if (it + 1 < ntiles) {
+      const int j1 = j0 + BC, nc = jmax - j1 < BC ? jmax - j1 : BC;
+      fa2_load<T, BC, LD, NT>(sK + (buf ^ 1) * BC * LD, kb + (long long)j1 * ldkv, ldkv, nc, D, tid);
+      fa2_load<T, BC, LD, NT>(sV + (buf ^ 1) * BC * LD, vb + (long long)j1 * ldkv, ldkv, nc, D, tid);
+      gpa_cp_async_commit();
+      gpa_cp_async_wait<1>();
+    } else {
+      gpa_cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T *tK = sK + buf * BC * LD, *tV = sV + buf * BC * LD;
+    float s[NB][4], dp[NB][4];
+    UNROLL
+    for (int n = 0; n < NB; n++)
+      UNROLL
+      for (int i = 0; i < 4; i++) s[n][i] = dp[n][i] = 0.0f;
+    UNROLL
+    for (int f = 0; f < KF; f++)
+      if (f * 16 < D) {
+        unsigned a_q[4], a_o[4];
+        fa2_lda<LD>(a_q, sQw + f * 16, lane);
+        fa2_lda<LD>(a_o, sOw + f * 16, lane);
+        UNROLL
+        for (int n = 0; n < NB; n += 2) {
+          unsigned bk[4], bv[4];
+          fa2_ldb_nk<LD>(bk, tK + (n * 8) * LD + f * 16, lane);
+          fa2_ldb_nk<LD>(bv, tV + (n * 8) * LD + f * 16, lane);
+          gpa_mma16816<T>(s[n], a_q, bk);
+          gpa_mma16816<T>(s[n + 1], a_q, bk + 2);
+          gpa_mma16816<T>(dp[n], a_o, bv);
+          gpa_mma16816<T>(dp[n + 1], a_o, bv + 2);
+        }
+      }
+    UNROLL
+    for (int n = 0; n < NB; n++)
+      UNROLL
+      for (int i = 0; i < 4; i++) {
+        const int col = j0 + n * 8 + 2 * t + (i & 1);
+        const bool vis = col < (i < 2 ? lim0 : lim1);
+        const float p = vis ? exp2f(fmaf(s[n][i], sl2, -(i < 2 ? L0 : L1))) : 0.0f;
+        dp[n][i] = p * (dp[n][i] - (i < 2 ? D0 : D1));
+      }
+    /* dQ += dS K: K as [k = key][n = d], by ldmatrix.trans */
+    UNROLL
+    for (int kk = 0; kk < BC / 16; kk++) {
+      unsigned da[4];
+      fa2_acc_to_a<T>(da, dp[2 * kk], dp[2 * kk + 1]);
+      UNROLL
+      for (int f = 0; f < KF; f++)
+        if (f * 16 < D) {
+          unsigned bk[4];
+          fa2_ldb_kn<LD>(bk, tK + (kk * 16) * LD + f * 16, lane);
+          gpa_mma16816<T>(aq[2 * f], da, bk);
+          gpa_mma16816<T>(aq[2 * f + 1], da, bk + 2);
+        }
+    }
+    __syncthreads();
+  }
+  gpa_cp_async_wait<0>(); /* no key tile at all: Q and dO are still in flight */
+  const long long o0 = qoff + (long long)(w * 16 + g) * ldq, o1 = o0 + 8 * ldq;
+  UNROLL
+  for (int n = 0; n < NO; n++) {
+    const int c = n * 8 + 2 * t;
+    if (c < D) {
+      if (r0 < S) *reinterpret_cast<float2 *>(dq + o0 + c) = make_float2(aq[n][0] * scale, aq[n][1] * scale);
+      if (r1 < S) *reinterpret_cast<float2 *>(dq + o1 + c) = make_float2(aq[n][2] * scale, aq[n][3] * scale);
+    }
+  }
+}
+
+/* delta for an o stored in T (bf16/fp16 outputs); one warp per row. */
+template <class T>
+static __device__ __forceinline__ void fa2_delta(const T *__restrict__ dout, const T *__restrict__ o,
+                                                 float *__restrict__ delta, long long rows, int S, int H, int D) {
+  for (long long r = (long long)blockIdx.x * blockDim.y + threadIdx.y; r < rows;
+       r += (long long)gridDim.x * blockDim.y) {
+    float s = 0.0f;
+    for (int d = threadIdx.x; d < D; d += 32) s = fmaf(attn_f(dout[r * D + d]), attn_f(o[r * D + d]), s);
+    s = gpa_warp_sum(s);
+    const long long bs = r / H, h = r - bs * H, b = bs / S, i = bs - b * S;
+    if (threadIdx.x == 0) delta[(b * H + h) * S + i] = s;
+  }
+}
+extern "C" __global__ void gpa_fa2_delta_bf16(const __nv_bfloat16 *__restrict__ dout,
+                                              const __nv_bfloat16 *__restrict__ o, float *__restrict__ delta,
+                                              long long rows, int S, int H, int D) {
+  fa2_delta(dout, o, delta, rows, S, H, D);
+}
+extern "C" __global__ void gpa_fa2_delta_f16(const __half *__restrict__ dout, const __half *__restrict__ o,
+                                             float *__restrict__ delta, long long rows, int S, int H, int D) {
+  fa2_delta(dout, o, delta, rows, S, H, D);
+}
+
+/* (written out: the emulated build finds kernels by their names in the source) */
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dkv_bf16_d64(FA2B_ARGS(__nv_bfloat16)) {
+  fa2_dkv<__nv_bfloat16, 64>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_bf16_d64(FA2B_ARGS(__nv_bfloat16)) {
+  fa2_dq<__nv_bfloat16, 64>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dkv_bf16_d96(FA2B_ARGS(__nv_bfloat16)) {
+  fa2_dkv<__nv_bfloat16, 96>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_bf16_d96(FA2B_ARGS(__nv_bfloat16)) {
+  fa2_dq<__nv_bfloat16, 96>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dkv_bf16_d128(FA2B_ARGS(__nv_bfloat16)) {
+  fa2_dkv<__nv_bfloat16, 128>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_bf16_d128(FA2B_ARGS(__nv_bfloat16)) {
+  fa2_dq<__nv_bfloat16, 128>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dkv_bf16_d256(FA2B_ARGS(__nv_bfloat16)) {
+  fa2_dkv<__nv_bfloat16, 256>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_bf16_d256(FA2B_ARGS(__nv_bfloat16)) {
+  fa2_dq<__nv_bfloat16, 256>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dkv_f16_d64(FA2B_ARGS(__half)) {
+  fa2_dkv<__half, 64>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_f16_d64(FA2B_ARGS(__half)) {
+  fa2_dq<__half, 64>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dkv_f16_d96(FA2B_ARGS(__half)) {
+  fa2_dkv<__half, 96>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_f16_d96(FA2B_ARGS(__half)) {
+  fa2_dq<__half, 96>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dkv_f16_d128(FA2B_ARGS(__half)) {
+  fa2_dkv<__half, 128>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_f16_d128(FA2B_ARGS(__half)) {
+  fa2_dq<__half, 128>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dkv_f16_d256(FA2B_ARGS(__half)) {
+  fa2_dkv<__half, 256>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_f16_d256(FA2B_ARGS(__half)) {
+  fa2_dq<__half, 256>(FA2B_PASS);
+}
