@@ -20,5 +20,7 @@ from .core import (BF16, F16, F32, I32, I64, U8, Actor, Batch, Buffer, GpaError,
                    dtype_of, numpy_dtype, version)
 from .feed import Feed
 
+__version__ = version()  # the C library's (the package's version is read from version.h)
+
 __all__ = ["Actor", "Batch", "Buffer", "Feed", "GpaError", "Handle", "Queue", "Readback", "Tensor", "F32", "F16",
            "BF16", "I32", "U8", "I64", "dtype_of", "numpy_dtype", "version", "library_path"]

@@ -1,9 +1,11 @@
 """ctypes declarations of the gpuactor C API (nothing to compile).
 
 The shared library is found through, in order: the GPA_LIBRARY environment
-variable (a path to libgpuactor.so), the build trees next to the source tree
-(build/, and $BUILD_DIR), then the dynamic loader's search path
-(libgpuactor.so.0). ctypes.CDLL releases the GIL around every foreign call,
+variable (a path to libgpuactor.so); for an installed package, the library
+its wheel carries (gpuactor/lib/) or the one named at install time
+(GPA_PREFIX, recorded in _build_config.py); in the source tree, the build
+trees next to it (build/, and $BUILD_DIR); then the dynamic loader's search
+path (libgpuactor.so.0). ctypes.CDLL releases the GIL around every foreign call,
 so a blocking call (await, sync, pop, destroy) never holds up other Python
 threads.
 """
@@ -22,7 +24,17 @@ def _candidates():
     if env:
         yield env
         return
-    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+    here = os.path.dirname(os.path.abspath(__file__))
+    bundled = os.path.join(here, "lib", "libgpuactor.so.0")
+    if os.path.exists(bundled):
+        yield bundled
+    try:
+        from ._build_config import LIBRARY
+        if LIBRARY:
+            yield LIBRARY
+    except ImportError:
+        pass  # the source tree: no install step wrote it
+    root = os.path.abspath(os.path.join(here, "..", "..", ".."))
     for build in (os.environ.get("BUILD_DIR"), "build"):
         if build:
             yield os.path.join(root if not os.path.isabs(build) else "", build, "libgpuactor.so")
