@@ -171,6 +171,27 @@ static void to_cache(gpa__bufcache *c, gpa__slot *s) {
   c->bytes_cached += s->capacity;
 }
 
+/* The memory goes back to its owner; the slot is free for reuse (its id's
+ * generation moved on when it was unpublished). */
+static void retire_external(gpa__bufcache *c, gpa__slot *s) {
+  gpa_external_release_fn fn = s->release;
+  void *ptr = s->ptr, *data = s->release_data;
+  c->external_bytes -= s->capacity;
+  s->ptr = NULL;
+  s->external = false;
+  s->release = NULL;
+  s->release_data = NULL;
+  s->state = GPA__SLOT_FREE;
+  slot_free(c, s);
+  if (fn) fn(ptr, data);
+}
+
+/* Where a released buffer goes once no message names it. */
+static void retire(gpa__bufcache *c, gpa__slot *s) {
+  if (s->external) retire_external(c, s);
+  else to_cache(c, s);
+}
+
 uint64_t gpa__bufcache_trim(gpa_actor *a) {
   gpa__bufcache *c = a->cache;
   uint64_t freed = c->bytes_cached;
@@ -289,14 +310,37 @@ gpa_status gpa__bufcache_release(gpa_actor *a, gpa_buffer_id id, char *msg, size
   unpublish(s);
   c->live--;
   if (s->pins) s->state = GPA__SLOT_RELEASING;
-  else to_cache(c, s);
+  else retire(c, s);
+  return GPA_OK;
+}
+
+gpa_status gpa__bufcache_wrap(gpa_actor *a, void *ptr, uint64_t bytes, gpa_external_release_fn release,
+                              void *release_data, gpa_buffer_id *out, char *msg, size_t msz) {
+  gpa__bufcache *c = a->cache;
+  gpa__slot *s = slot_new(c);
+  if (!s) {
+    snprintf(msg, msz, "gpa_buffer_wrap: out of buffer slots or host memory");
+    return GPA_ENOMEM;
+  }
+  if (!s->gen) s->gen = 1;
+  s->ptr = ptr;
+  s->capacity = bytes;
+  s->version = 0;
+  s->pins = 0;
+  s->label = NULL;
+  s->external = true;
+  s->release = release;
+  s->release_data = release_data;
+  c->external_bytes += bytes;
+  make_live(c, s, bytes);
+  *out = atomic_load_explicit(&s->id, memory_order_relaxed);
   return GPA_OK;
 }
 
 void gpa__bufcache_pin(gpa__slot *s) { s->pins++; }
 
 void gpa__bufcache_unpin(gpa_actor *a, gpa__slot *s) {
-  if (--s->pins == 0 && s->state == GPA__SLOT_RELEASING) to_cache(a->cache, s);
+  if (--s->pins == 0 && s->state == GPA__SLOT_RELEASING) retire(a->cache, s);
 }
 
 gpa_status gpa__bufcache_init(gpa_actor *a) {
@@ -315,7 +359,14 @@ void gpa__bufcache_release_memory(gpa_actor *a) {
   for (uint32_t i = 0; i < c->n_slots; i++) {
     gpa__slot *s = slot_at(c, i);
     atomic_store_explicit(&s->id, 0, memory_order_release);
-    if (s->ptr) a->be->mem_free(a->bctx, s->ptr);
+    if (s->external) {
+      /* The streams are gone (queues first): no work uses it any more. */
+      if (s->release) s->release(s->ptr, s->release_data);
+      s->external = false;
+      s->release = NULL;
+    } else if (s->ptr) {
+      a->be->mem_free(a->bctx, s->ptr);
+    }
     s->ptr = NULL;
   }
 }

@@ -5,6 +5,14 @@
  * reject stale or short buffers early. The authoritative check happens when
  * the actor takes a message in (gpa__bufcache_pin): a message pins the
  * buffers it names, so a release waits for them before the memory is reused.
+ *
+ * External buffers (gpa_buffer_wrap, include/gpuactor/external.h) sit in
+ * slots like any other, but their memory is the caller's: they never enter
+ * the LRU, so nothing evicts or reuses them, and where a cached buffer
+ * would go to the LRU (the last release, or the last unpin after it) an
+ * external one is retired instead: its release callback runs and its slot
+ * is freed. Shutdown hands what is left to the callbacks, never to the
+ * backend's mem_free.
  */
 #ifndef GPA_ACTOR_BUFCACHE_H
 #define GPA_ACTOR_BUFCACHE_H
@@ -32,6 +40,10 @@ typedef struct gpa__slot {
   uint64_t version;
   uint64_t lru_tick;
   char *label; /* NULL: anonymous */
+  /* external memory: its owner's callback, called once when retired */
+  bool external;
+  gpa_external_release_fn release;
+  void *release_data;
   struct gpa__slot *lru_prev, *lru_next;
   uint32_t index;
 } gpa__slot;
@@ -49,6 +61,7 @@ struct gpa__bufcache {
   uint64_t budget;
   uint64_t bytes_allocated, bytes_cached, live;
   uint64_t hits, misses, evictions;
+  uint64_t external_bytes; /* wrapped, not allocated: outside the budget */
 };
 
 gpa_status gpa__bufcache_init(gpa_actor *a);
@@ -61,6 +74,9 @@ gpa__slot *gpa__bufcache_peek(gpa__bufcache *c, gpa_buffer_id id);
 gpa_status gpa__bufcache_acquire(gpa_actor *a, const char *label, uint64_t size, gpa_buffer_id *out,
                                  char *msg, size_t cap);
 gpa_status gpa__bufcache_release(gpa_actor *a, gpa_buffer_id id, char *msg, size_t cap);
+/* A live anonymous buffer over the caller's memory (checked by the caller). */
+gpa_status gpa__bufcache_wrap(gpa_actor *a, void *ptr, uint64_t bytes, gpa_external_release_fn release,
+                              void *release_data, gpa_buffer_id *out, char *msg, size_t cap);
 gpa__slot *gpa__bufcache_live(gpa__bufcache *c, gpa_buffer_id id);
 /* The slot an id names, whatever its generation: for pinned messages. */
 gpa__slot *gpa__bufcache_slot(gpa__bufcache *c, gpa_buffer_id id);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "actor/bufcache.h"
+#include "backends/backend.h"
 
 typedef struct buf_args {
   char label[64];
@@ -12,6 +13,11 @@ typedef struct buf_args {
   union {
     gpa_buffer_info info;
     gpa_actor_stats stats;
+    gpa_external_desc ext;
+    struct {
+      void *event;
+      bool wait;
+    } ev;
   };
 } buf_args;
 _Static_assert(sizeof(buf_args) <= GPA_OP_PARAMS_MAX, "buffer call args fit the params block");
@@ -141,3 +147,103 @@ gpa_status gpa_actor_stats_get(gpa_actor *a, gpa_actor_stats *out) {
   gpa__msg_unref(m);
   return st;
 }
+
+/* ---- external buffers (include/gpuactor/external.h) ---------------------------------------------- */
+
+static const char *kind_name(int kind) {
+  switch (kind) {
+    case GPA_MEM_HOST: return "host";
+    case GPA_MEM_DEVICE: return "device";
+    case GPA_MEM_HOST_PINNED: return "pinned host";
+    default: return "unknown";
+  }
+}
+
+static gpa_status wrap_fn(gpa_actor *a, gpa__msg *m) {
+  buf_args *b = (buf_args *)m->params;
+  const gpa_external_desc *d = &b->ext;
+  gpa_status st;
+  if (a->be->external_check) {
+    st = a->be->external_check(a->bctx, d->kind, d->ptr, d->bytes, m->err, sizeof m->err);
+    if (st != GPA_OK) return st;
+  } else if (d->kind == GPA_MEM_DEVICE) {
+    /* A backend without the hook computes on the host. */
+    snprintf(m->err, sizeof m->err,
+             "gpa_buffer_wrap: backend %s runs ops on the host and cannot use device memory (%p)", a->be->name,
+             d->ptr);
+    return GPA_EUNSUPPORTED;
+  }
+  if (d->ready_event) {
+    if (!a->be->external_event) {
+      snprintf(m->err, sizeof m->err, "gpa_buffer_wrap: backend %s has no streams to order with ready_event",
+               a->be->name);
+      return GPA_EUNSUPPORTED;
+    }
+    /* Before the id exists: no work that names it can be ahead of the wait. */
+    for (gpa_queue *q = a->queues; q; q = q->next_all) {
+      if (q->dead || !q->bq) continue;
+      st = a->be->external_event(a->bctx, q->bq, d->ready_event, true, m->err, sizeof m->err);
+      if (st != GPA_OK) return st;
+    }
+  }
+  return gpa__bufcache_wrap(a, d->ptr, d->bytes, d->release, d->user_data, &b->id, m->err, sizeof m->err);
+}
+
+gpa_status gpa_buffer_wrap(gpa_actor *a, const gpa_external_desc *d, gpa_buffer_id *out) {
+  if (!a || !d || !out) return gpa__fail(GPA_EINVAL, "gpa_buffer_wrap: NULL argument");
+  *out = 0;
+  if (d->size_of && d->size_of < sizeof *d)
+    return gpa__fail(GPA_EINVAL, "gpa_buffer_wrap: desc.size_of %u too small", d->size_of);
+  if (d->kind != GPA_MEM_HOST && d->kind != GPA_MEM_DEVICE && d->kind != GPA_MEM_HOST_PINNED)
+    return gpa__fail(GPA_EINVAL, "gpa_buffer_wrap: memory kind %d is not a gpa_mem_kind", d->kind);
+  if (!d->ptr) return gpa__fail(GPA_EINVAL, "gpa_buffer_wrap: ptr is NULL");
+  if (!d->bytes) return gpa__fail(GPA_EINVAL, "gpa_buffer_wrap: size is 0");
+  if (!gpa__size_class(d->bytes) || (uintptr_t)d->ptr + d->bytes < (uintptr_t)d->ptr)
+    return gpa__fail(GPA_EOVERFLOW, "gpa_buffer_wrap: %llu bytes at %p exceed any device (max 2^48 bytes)",
+                     (unsigned long long)d->bytes, d->ptr);
+  if ((uintptr_t)d->ptr % GPA_EXTERNAL_ALIGN)
+    return gpa__fail(GPA_EINVAL,
+                     "gpa_buffer_wrap: %s memory at %p is not %d-byte aligned (wrap the aligned base and use the "
+                     "tensor offset)",
+                     kind_name(d->kind), d->ptr, GPA_EXTERNAL_ALIGN);
+  if (atomic_load_explicit(&a->closing, memory_order_acquire)) return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
+  gpa__msg *m;
+  gpa_status st = buf_call(a, wrap_fn, &m);
+  if (st != GPA_OK) return st;
+  buf_args *b = (buf_args *)m->params;
+  b->ext = *d; /* a larger (newer) desc: its first fields are these */
+  st = gpa__call(a, m);
+  if (st == GPA_OK) *out = b->id;
+  gpa__msg_unref(m);
+  return st;
+}
+
+static gpa_status event_fn(gpa_actor *a, gpa__msg *m) {
+  buf_args *b = (buf_args *)m->params;
+  if (!a->be->external_event) {
+    snprintf(m->err, sizeof m->err, "%s: backend %s has no streams: its ops complete in order on the host",
+             b->ev.wait ? "gpa_queue_wait_event" : "gpa_queue_record_event", a->be->name);
+    return GPA_EUNSUPPORTED;
+  }
+  return a->be->external_event(a->bctx, m->q->bq, b->ev.event, b->ev.wait, m->err, sizeof m->err);
+}
+
+static gpa_status queue_event(gpa_queue *q, void *event, bool wait) {
+  const char *what = wait ? "gpa_queue_wait_event" : "gpa_queue_record_event";
+  if (!q || !event) return gpa__fail(GPA_EINVAL, "%s: NULL argument", what);
+  gpa_status st = gpa__check_queue(q);
+  if (st != GPA_OK) return st;
+  gpa__msg *m;
+  st = buf_call(q->actor, event_fn, &m);
+  if (st != GPA_OK) return st;
+  buf_args *b = (buf_args *)m->params;
+  b->ev.event = event;
+  b->ev.wait = wait;
+  m->q = q; /* in the queue's order: after its earlier messages are on the stream */
+  st = gpa__call(q->actor, m);
+  gpa__msg_unref(m);
+  return st;
+}
+
+gpa_status gpa_queue_wait_event(gpa_queue *q, void *event) { return queue_event(q, event, true); }
+gpa_status gpa_queue_record_event(gpa_queue *q, void *event) { return queue_event(q, event, false); }

@@ -45,6 +45,13 @@ struct gpa__backend {
    * loop that handled messages. Work deferred since the last flush gets its
    * completions enqueued here, one per stream rather than one per message. */
   void (*flush)(void *bctx);
+  /* Optional: whether caller-owned memory [ptr, ptr + bytes) of kind
+   * (gpa_mem_kind) can be a buffer here (gpa_buffer_wrap); GPA_OK or a
+   * status with the reason in msg. NULL: host memory only. */
+  gpa_status (*external_check)(void *bctx, int kind, const void *ptr, uint64_t bytes, char *msg, size_t cap);
+  /* Optional: queue bq's stream waits for event (wait) or records it (!wait),
+   * a CUevent of the caller's (include/gpuactor/external.h). NULL: no streams. */
+  gpa_status (*external_event)(void *bctx, void *bq, void *event, bool wait, char *msg, size_t cap);
   /* Every method completes before it returns (never GPA__DEFERRED): the
    * actor then times runs of one queue's messages instead of each one. */
   bool synchronous;

@@ -8,6 +8,7 @@
 #include "gpuactor/handle.h"
 #include "gpuactor/op.h"
 #include "gpuactor/feed.h"
+#include "gpuactor/external.h"
 #include "gpuactor/plugin.h"
 #include "gpuactor/profile.h"
 #include "gpuactor/ops_basic.h"

@@ -740,10 +740,15 @@ static gpa_status cu_run(void *bctx, gpa__msg *m, const gpa__op *op, gpa_op_impl
 
 static gpa_exec_env *cu_env(void *bctx) { return &((gpa__cu_ctx *)bctx)->env; }
 
+/* extmem.c: external buffers and their events */
+gpa_status gpa__cu_external_check(void *bctx, int kind, const void *ptr, uint64_t bytes, char *msg, size_t cap);
+gpa_status gpa__cu_external_event(void *bctx, void *bq, void *event, bool wait, char *msg, size_t cap);
+
 #define GPA__CU_METHODS                                                                                      \
   .init = cu_init, .fini = cu_fini, .mem_alloc = cu_alloc, .mem_free = cu_free, .queue_init = cu_queue_init, \
   .queue_fini = cu_queue_fini, .upload = cu_upload, .readback = cu_readback, .impl_of = cu_impl_of,          \
-  .run = cu_run, .fence = cu_fence, .env = cu_env, .complete = cu_complete, .poll = cu_poll, .flush = cu_flush
+  .run = cu_run, .fence = cu_fence, .env = cu_env, .complete = cu_complete, .poll = cu_poll, .flush = cu_flush, \
+  .external_check = gpa__cu_external_check, .external_event = gpa__cu_external_event
 
 const gpa__backend gpa__backend_cuda = {.name = "cuda", GPA__CU_METHODS};
 const gpa__backend gpa__backend_sim = {.name = "sim", GPA__CU_METHODS};
