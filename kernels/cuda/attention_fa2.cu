@@ -5,7 +5,7 @@
  *
  * One block per (query tile of BR rows, head, batch), BR / 16 warps, each
  * owning 16 query rows for the whole kernel. The Q tile and the first K/V
- * tile are copied with cp.async; then per key tile of BC keys:
+ * tile are copied with cp.async; then per key tile of KT keys:
  *   - the copies of the next K/V tile are issued into the other buffer
  *     (double buffering: they overlap this tile's math);
  *   - S = Q K^T (A from registers or ldmatrix, B by ldmatrix from K);
@@ -23,10 +23,10 @@
  *
  * Classes (compile-time head-dim bound DM; D <= DM, D % 16 == 0 at run
  * time, the untouched columns skipped 16 at a time):
- *   DM 64, 96, 128: BR 128 (8 warps), BC 64, Q fragments kept in registers;
- *   DM 256: BR 64 (4 warps), BC 32, Q re-read by ldmatrix (O alone takes
+ *   DM 64, 96, 128: BR 128 (8 warps), KT 64, Q fragments kept in registers;
+ *   DM 256: BR 64 (4 warps), KT 32, Q re-read by ldmatrix (O alone takes
  *     128 registers a thread).
- * Shared memory: (BR + 4 BC) (DM + 8) elements of T (attention_fa2_smem in
+ * Shared memory: (BR + 4 KT) (DM + 8) elements of T (fa2_fwd_smem in
  * ops/attention/cuda.c computes the same).
  *
  * Accuracy: the products of T values are exact in fp32 and summed in fp32;
@@ -36,7 +36,7 @@
 
 template <int DM>
 struct fa2_fwd_cfg {
-  static constexpr int BR = DM > 128 ? 64 : 128, BC = DM > 128 ? 32 : 64, W = BR / 16, NT = W * 32;
+  static constexpr int BR = DM > 128 ? 64 : 128, KT = DM > 128 ? 32 : 64, W = BR / 16, NT = W * 32;
   static constexpr int LD = DM + 8;
   static constexpr bool keep_q = DM <= 128;
 };
@@ -50,13 +50,13 @@ struct fa2_fwd_cfg {
 template <class T, int DM>
 static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
   typedef fa2_fwd_cfg<DM> C;
-  constexpr int BR = C::BR, BC = C::BC, LD = C::LD, NT = C::NT, KF = DM / 16, NB = BC / 8, NO = DM / 8;
+  constexpr int BR = C::BR, KT = C::KT, LD = C::LD, NT = C::NT, KF = DM / 16, NB = KT / 8, NO = DM / 8;
   GPA_DYNAMIC_SHARED(T, sQ);
-  T *sK = sQ + BR * LD, *sV = sK + 2 * BC * LD; /* [2][BC][LD] each */
+  T *sK = sQ + BR * LD, *sV = sK + 2 * KT * LD; /* [2][KT][LD] each */
   const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane, g = lane >> 2, t = lane & 3;
   const int row0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
   const int kvlen = attn_kvlen(lens, b, Sk), nrows = S - row0 < BR ? S - row0 : BR;
-  const int jmax = attn_limit(kvlen, row0 + nrows - 1, S, Sk, causal), ntiles = (jmax + BC - 1) / BC;
+  const int jmax = attn_limit(kvlen, row0 + nrows - 1, S, Sk, causal), ntiles = (jmax + KT - 1) / KT;
   const int r0 = row0 + w * 16 + g, r1 = r0 + 8;
   const int lim0 = r0 < S ? attn_limit(kvlen, r0, S, Sk, causal) : 0;
   const int lim1 = r1 < S ? attn_limit(kvlen, r1, S, Sk, causal) : 0;
@@ -66,9 +66,9 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
 
   fa2_load<T, BR, LD, NT>(sQ, q + ((long long)b * S + row0) * ldq + (long long)h * D, ldq, nrows, D, tid);
   if (ntiles > 0) {
-    const int nc = jmax < BC ? jmax : BC;
-    fa2_load<T, BC, LD, NT>(sK, kb, ldkv, nc, D, tid);
-    fa2_load<T, BC, LD, NT>(sV, vb, ldkv, nc, D, tid);
+    const int nc = jmax < KT ? jmax : KT;
+    fa2_load<T, KT, LD, NT>(sK, kb, ldkv, nc, D, tid);
+    fa2_load<T, KT, LD, NT>(sV, vb, ldkv, nc, D, tid);
   }
   gpa_cp_async_commit();
 
@@ -81,18 +81,18 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
   const T *sQw = sQ + (w * 16) * LD;
 
   for (int it = 0; it < ntiles; it++) {
-    const int j0 = it * BC, buf = it & 1;
+    const int j0 = it * KT, buf = it & 1;
     if (it + 1 < ntiles) {
-      const int j1 = j0 + BC, nc = jmax - j1 < BC ? jmax - j1 : BC;
-      fa2_load<T, BC, LD, NT>(sK + (buf ^ 1) * BC * LD, kb + (long long)j1 * ldkv, ldkv, nc, D, tid);
-      fa2_load<T, BC, LD, NT>(sV + (buf ^ 1) * BC * LD, vb + (long long)j1 * ldkv, ldkv, nc, D, tid);
+      const int j1 = j0 + KT, nc = jmax - j1 < KT ? jmax - j1 : KT;
+      fa2_load<T, KT, LD, NT>(sK + (buf ^ 1) * KT * LD, kb + (long long)j1 * ldkv, ldkv, nc, D, tid);
+      fa2_load<T, KT, LD, NT>(sV + (buf ^ 1) * KT * LD, vb + (long long)j1 * ldkv, ldkv, nc, D, tid);
       gpa_cp_async_commit();
       gpa_cp_async_wait<1>();
     } else {
       gpa_cp_async_wait<0>();
     }
     __syncthreads(); /* tile it (and Q) landed for every thread's copies */
-    const T *tK = sK + buf * BC * LD, *tV = sV + buf * BC * LD;
+    const T *tK = sK + buf * KT * LD, *tV = sV + buf * KT * LD;
     if constexpr (C::keep_q) {
       if (it == 0) {
         UNROLL
@@ -100,7 +100,7 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
           if (f * 16 < D) fa2_lda<LD>(qf[f], sQw + f * 16, lane);
       }
     }
-    /* S = Q K^T, this warp's 16 rows x BC keys */
+    /* S = Q K^T, this warp's 16 rows x KT keys */
     float s[NB][4];
     UNROLL
     for (int n = 0; n < NB; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
@@ -122,7 +122,7 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
         }
       }
     /* mask: only tiles reaching a row's limit */
-    if (j0 + BC > lim0 || j0 + BC > lim1) {
+    if (j0 + KT > lim0 || j0 + KT > lim1) {
       UNROLL
       for (int n = 0; n < NB; n++) {
         const int c = j0 + n * 8 + 2 * t;
@@ -168,7 +168,7 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
     }
     /* O += P V, P from the S registers */
     UNROLL
-    for (int kk = 0; kk < BC / 16; kk++) {
+    for (int kk = 0; kk < KT / 16; kk++) {
       unsigned pa[4];
       fa2_acc_to_a<T>(pa, s[2 * kk], s[2 * kk + 1]);
       UNROLL

@@ -5,7 +5,9 @@
  * rows of DM + 8 elements (DM: the head-dim class): a row is then 16 bytes
  * past a multiple of 128, so the 8 rows one ldmatrix phase reads start in
  * 8 different 16-byte bank groups (no conflicts), and every 16-byte chunk
- * stays aligned for cp.async. */
+ * stays aligned for cp.async. Tile sizes are named KT (keys) and QT
+ * (queries): attention.cu, in the same translation unit (the attn module),
+ * defines BC and BQ as macros. */
 #ifndef GPA_ATTENTION_FA2_H
 #define GPA_ATTENTION_FA2_H
 #include "attention_common.h"

@@ -34,7 +34,7 @@
 template <int DM>
 struct fa2_bwd_cfg {
   static constexpr int LD = DM + 8, W = 4, NT = 128;
-  static constexpr int BKV = 64, BQ = DM > 128 ? 16 : 32, DA = DM > 128 ? 128 : DM; /* dK/dV pass */
+  static constexpr int BKV = 64, QT = DM > 128 ? 16 : 32, DA = DM > 128 ? 128 : DM; /* dK/dV pass */
   static constexpr int BQ2 = 64, BC2 = DM > 128 ? 32 : 64;                          /* dQ pass */
 };
 
@@ -52,10 +52,10 @@ static constexpr float FA2_LOG2E = 1.4426950408889634f;
 template <class T, int DM>
 static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
   typedef fa2_bwd_cfg<DM> C;
-  constexpr int LD = C::LD, NT = C::NT, BKV = C::BKV, BQ = C::BQ, KF = DM / 16, NQ = BQ / 8, NA = C::DA / 8;
+  constexpr int LD = C::LD, NT = C::NT, BKV = C::BKV, QT = C::QT, KF = DM / 16, NQ = QT / 8, NA = C::DA / 8;
   GPA_DYNAMIC_SHARED(T, sK);
-  T *sV = sK + BKV * LD, *sQ = sV + BKV * LD, *sO = sQ + 2 * BQ * LD; /* Q, dO: [2][BQ][LD] */
-  float *sL = reinterpret_cast<float *>(sO + 2 * BQ * LD), *sDl = sL + 2 * BQ;
+  T *sV = sK + BKV * LD, *sQ = sV + BKV * LD, *sO = sQ + 2 * QT * LD; /* Q, dO: [2][QT][LD] */
+  float *sL = reinterpret_cast<float *>(sO + 2 * QT * LD), *sDl = sL + 2 * QT;
   (void)dq;
   const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane, g = lane >> 2, t = lane & 3;
   const int half = DM > 128 ? (int)(blockIdx.x & 1) : 0, tile = DM > 128 ? (int)(blockIdx.x >> 1) : (int)blockIdx.x;
@@ -63,22 +63,22 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
   const int kvlen = attn_kvlen(lens, b, Sk), nc = Sk - j0 < BKV ? Sk - j0 : BKV;
   long long qs = causal ? (long long)j0 - (Sk - S) : 0; /* first query that can see key j0 */
   if (qs < 0) qs = 0;
-  const int qstart = (int)(qs < S ? qs / BQ * BQ : S), nqt = (S - qstart + BQ - 1) / BQ;
+  const int qstart = (int)(qs < S ? qs / QT * QT : S), nqt = (S - qstart + QT - 1) / QT;
   const int items = j0 < kvlen ? grp * nqt : 0;
   const long long ldq = (long long)H * D, ldkv = (long long)Hkv * D;
   const long long kvoff = ((long long)b * Sk + j0) * ldkv + (long long)kh * D;
   const float sl2 = scale * FA2_LOG2E;
 
-  /* item i: query head kh * grp + i / nqt, rows qstart + (i % nqt) BQ.. */
+  /* item i: query head kh * grp + i / nqt, rows qstart + (i % nqt) QT.. */
   auto load_item = [&](int i, int buf) {
-    const int hq = kh * grp + i / nqt, row0 = qstart + (i % nqt) * BQ, n = S - row0 < BQ ? S - row0 : BQ;
+    const int hq = kh * grp + i / nqt, row0 = qstart + (i % nqt) * QT, n = S - row0 < QT ? S - row0 : QT;
     const long long off = ((long long)b * S + row0) * ldq + (long long)hq * D;
-    fa2_load<T, BQ, LD, NT>(sQ + buf * BQ * LD, q + off, ldq, n, D, tid);
-    fa2_load<T, BQ, LD, NT>(sO + buf * BQ * LD, dout + off, ldq, n, D, tid);
-    for (int r = tid; r < BQ; r += NT) {
+    fa2_load<T, QT, LD, NT>(sQ + buf * QT * LD, q + off, ldq, n, D, tid);
+    fa2_load<T, QT, LD, NT>(sO + buf * QT * LD, dout + off, ldq, n, D, tid);
+    for (int r = tid; r < QT; r += NT) {
       const long long at = ((long long)b * H + hq) * S + row0 + r;
-      sL[buf * BQ + r] = r < n ? lse[at] * FA2_LOG2E : -INFINITY;
-      sDl[buf * BQ + r] = r < n ? delta[at] : 0.0f;
+      sL[buf * QT + r] = r < n ? lse[at] * FA2_LOG2E : -INFINITY;
+      sDl[buf * QT + r] = r < n ? delta[at] : 0.0f;
     }
   };
 
@@ -104,10 +104,10 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
       gpa_cp_async_wait<0>();
     }
     __syncthreads();
-    const T *tQ = sQ + buf * BQ * LD, *tO = sO + buf * BQ * LD;
-    const float *tL = sL + buf * BQ, *tD = sDl + buf * BQ;
-    const int row0 = qstart + (it % nqt) * BQ;
-    /* S^T and dP^T: the warp's 16 keys x BQ queries */
+    const T *tQ = sQ + buf * QT * LD, *tO = sO + buf * QT * LD;
+    const float *tL = sL + buf * QT, *tD = sDl + buf * QT;
+    const int row0 = qstart + (it % nqt) * QT;
+    /* S^T and dP^T: the warp's 16 keys x QT queries */
     float st[NQ][4], dpt[NQ][4];
     UNROLL
     for (int n = 0; n < NQ; n++)
@@ -143,7 +143,7 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
       }
     /* dV += P^T dO, dK += dS^T Q over this step's queries */
     UNROLL
-    for (int kk = 0; kk < BQ / 16; kk++) {
+    for (int kk = 0; kk < QT / 16; kk++) {
       unsigned pa[4], da[4];
       fa2_acc_to_a<T>(pa, st[2 * kk], st[2 * kk + 1]);
       fa2_acc_to_a<T>(da, dpt[2 * kk], dpt[2 * kk + 1]);
@@ -182,15 +182,15 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
 template <class T, int DM>
 static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
   typedef fa2_bwd_cfg<DM> C;
-  constexpr int LD = C::LD, NT = C::NT, BR = C::BQ2, BC = C::BC2, KF = DM / 16, NB = BC / 8, NO = DM / 8;
+  constexpr int LD = C::LD, NT = C::NT, BR = C::BQ2, KT = C::BC2, KF = DM / 16, NB = KT / 8, NO = DM / 8;
   GPA_DYNAMIC_SHARED(T, sQ);
-  T *sO = sQ + BR * LD, *sK = sO + BR * LD, *sV = sK + 2 * BC * LD; /* K, V: [2][BC][LD] */
+  T *sO = sQ + BR * LD, *sK = sO + BR * LD, *sV = sK + 2 * KT * LD; /* K, V: [2][KT][LD] */
   (void)dk;
   (void)dv;
   const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane, g = lane >> 2, t = lane & 3;
   const int row0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
   const int kvlen = attn_kvlen(lens, b, Sk), nrows = S - row0 < BR ? S - row0 : BR;
-  const int jmax = attn_limit(kvlen, row0 + nrows - 1, S, Sk, causal), ntiles = (jmax + BC - 1) / BC;
+  const int jmax = attn_limit(kvlen, row0 + nrows - 1, S, Sk, causal), ntiles = (jmax + KT - 1) / KT;
   const int r0 = row0 + w * 16 + g, r1 = r0 + 8;
   const int lim0 = r0 < S ? attn_limit(kvlen, r0, S, Sk, causal) : 0;
   const int lim1 = r1 < S ? attn_limit(kvlen, r1, S, Sk, causal) : 0;
@@ -206,9 +206,9 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
   fa2_load<T, BR, LD, NT>(sQ, q + qoff, ldq, nrows, D, tid);
   fa2_load<T, BR, LD, NT>(sO, dout + qoff, ldq, nrows, D, tid);
   if (ntiles > 0) {
-    const int nc = jmax < BC ? jmax : BC;
-    fa2_load<T, BC, LD, NT>(sK, kb, ldkv, nc, D, tid);
-    fa2_load<T, BC, LD, NT>(sV, vb, ldkv, nc, D, tid);
+    const int nc = jmax < KT ? jmax : KT;
+    fa2_load<T, KT, LD, NT>(sK, kb, ldkv, nc, D, tid);
+    fa2_load<T, KT, LD, NT>(sV, vb, ldkv, nc, D, tid);
   }
   gpa_cp_async_commit();
   float aq[NO][4];
@@ -216,18 +216,18 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
   for (int n = 0; n < NO; n++) aq[n][0] = aq[n][1] = aq[n][2] = aq[n][3] = 0.0f;
   const T *sQw = sQ + (w * 16) * LD, *sOw = sO + (w * 16) * LD;
   for (int it = 0; it < ntiles; it++) {
-    const int j0 = it * BC, buf = it & 1;
+    const int j0 = it * KT, buf = it & 1;
     if (it + 1 < ntiles) {
-      const int j1 = j0 + BC, nc = jmax - j1 < BC ? jmax - j1 : BC;
-      fa2_load<T, BC, LD, NT>(sK + (buf ^ 1) * BC * LD, kb + (long long)j1 * ldkv, ldkv, nc, D, tid);
-      fa2_load<T, BC, LD, NT>(sV + (buf ^ 1) * BC * LD, vb + (long long)j1 * ldkv, ldkv, nc, D, tid);
+      const int j1 = j0 + KT, nc = jmax - j1 < KT ? jmax - j1 : KT;
+      fa2_load<T, KT, LD, NT>(sK + (buf ^ 1) * KT * LD, kb + (long long)j1 * ldkv, ldkv, nc, D, tid);
+      fa2_load<T, KT, LD, NT>(sV + (buf ^ 1) * KT * LD, vb + (long long)j1 * ldkv, ldkv, nc, D, tid);
       gpa_cp_async_commit();
       gpa_cp_async_wait<1>();
     } else {
       gpa_cp_async_wait<0>();
     }
     __syncthreads();
-    const T *tK = sK + buf * BC * LD, *tV = sV + buf * BC * LD;
+    const T *tK = sK + buf * KT * LD, *tV = sV + buf * KT * LD;
     float s[NB][4], dp[NB][4];
     UNROLL
     for (int n = 0; n < NB; n++)
@@ -261,7 +261,7 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
       }
     /* dQ += dS K: K as [k = key][n = d], by ldmatrix.trans */
     UNROLL
-    for (int kk = 0; kk < BC / 16; kk++) {
+    for (int kk = 0; kk < KT / 16; kk++) {
       unsigned da[4];
       fa2_acc_to_a<T>(da, dp[2 * kk], dp[2 * kk + 1]);
       UNROLL
@@ -308,6 +308,16 @@ extern "C" __global__ void gpa_fa2_delta_bf16(const __nv_bfloat16 *__restrict__ 
 extern "C" __global__ void gpa_fa2_delta_f16(const __half *__restrict__ dout, const __half *__restrict__ o,
                                              float *__restrict__ delta, long long rows, int S, int H, int D) {
   fa2_delta(dout, o, delta, rows, S, H, D);
+}
+
+/* delta for an fp32 o (attention_common.h) */
+extern "C" __global__ void gpa_fa2_delta32_bf16(const __nv_bfloat16 *__restrict__ dout, const float *__restrict__ o,
+                                                float *__restrict__ delta, long long rows, int S, int H, int D) {
+  attn_delta(dout, o, delta, rows, S, H, D);
+}
+extern "C" __global__ void gpa_fa2_delta32_f16(const __half *__restrict__ dout, const float *__restrict__ o,
+                                               float *__restrict__ delta, long long rows, int S, int H, int D) {
+  attn_delta(dout, o, delta, rows, S, H, D);
 }
 
 /* (written out: the emulated build finds kernels by their names in the source) */
