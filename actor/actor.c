@@ -106,7 +106,9 @@ static void *actor_main(void *arg) {
   gpa_actor *a = args[0];
   startup *su = args[1];
   gpa_status st = gpa__own_pool_init(a);
-  if (st == GPA_OK) st = a->be->init(a, &a->bctx, su->msg, sizeof su->msg);
+  gpa__be_host host = {a, a->opts.device, a->opts.threads, a->opts.log_level, gpa__complete_async,
+                       gpa__bufcache_trim};
+  if (st == GPA_OK) st = a->be->init(&host, &a->bctx, su->msg, sizeof su->msg);
   if (st == GPA_OK) st = gpa__bufcache_init(a);
   if (st == GPA_OK) st = gpa__queue_init_default(a);
   if (st == GPA_OK) st = gpa__profilers_start(a, su->msg, sizeof su->msg);

@@ -20,10 +20,16 @@ static void *tensor_ptr(gpa_actor *a, const gpa_tensor *t) {
 GPA__HOT_INLINE gpa_status run_impl(gpa_actor *a, const gpa__op *first, gpa__msg *m, gpa_op_exec *x,
                                     uint64_t *bytes) {
   for (const gpa__op *op = first; op; op = op->next) {
-    gpa_op_impl_fn impl = a->be->impl_of(op);
+    gpa_op_impl_fn impl = a->be->impl_of(&op->d);
     if (!impl) continue;
     x->user_data = op->d.user_data;
-    gpa_status st = a->be->run ? a->be->run(a->bctx, m, op, impl, x) : impl(x);
+    gpa_status st;
+    if (a->be->run) {
+      gpa__work w = gpa__work_of(m);
+      st = a->be->run(a->bctx, &w, &op->d, impl, x);
+    } else {
+      st = impl(x);
+    }
     if (st == GPA_SKIP) {
       x->msg[0] = 0; /* what a declining implementation said is not the answer */
       continue;
@@ -40,7 +46,7 @@ GPA__HOT_INLINE gpa_status run_impl(gpa_actor *a, const gpa__op *first, gpa__msg
 }
 
 GPA__HOT_INLINE gpa_status run_op(gpa_actor *a, gpa__msg *m) {
-  void *ptrs[128];
+  void *ptrs[GPA__MAX_TENSORS];
   uint32_t n = m->n_in + m->n_out;
   for (uint32_t i = 0; i < n; i++) ptrs[i] = tensor_ptr(a, &m->t[i]);
   gpa_op_exec x = {m->t, m->n_in, m->t + m->n_in, m->n_out, ptrs, ptrs + m->n_in, m->params,
@@ -96,12 +102,14 @@ static gpa_status run_transfer(gpa_actor *a, gpa__msg *m) {
       if (m->q) m->q->batch.skipped++;
       return GPA_OK;
     }
-    st = a->be->upload(a->bctx, bq, m, dev, m->payload, m->payload_size);
+    gpa__work w = gpa__work_of(m);
+    st = a->be->upload(a->bctx, bq, &w, dev, m->payload, m->payload_size);
     /* The version is the buffer's from here on, in stream order. */
     if (st == GPA_OK || st == GPA__DEFERRED) s->version = m->version;
     a->bytes_uploaded += m->payload_size;
   } else {
-    st = a->be->readback(a->bctx, bq, m, m->payload, dev, m->payload_size);
+    gpa__work w = gpa__work_of(m);
+    st = a->be->readback(a->bctx, bq, &w, m->payload, dev, m->payload_size);
     a->bytes_read_back += m->payload_size;
   }
   m->bytes = m->payload_size;
@@ -224,7 +232,10 @@ uint32_t gpa__drain_completions(gpa_actor *a) {
     gpa_queue *q = m->q;
     a->inflight_total--;
     gpa_status st = m->status;
-    if (a->be->complete) st = a->be->complete(a->bctx, m, st);
+    if (a->be->complete) {
+      gpa__work w = gpa__work_of(m);
+      st = a->be->complete(a->bctx, &w, st);
+    }
     finish(a, m, st);
     if (q && --q->inflight == 0) gpa__queue_advance(a, q);
     m = next;

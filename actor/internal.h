@@ -30,7 +30,10 @@
 #include <stdint.h>
 
 #include "gpuactor.h"
-#include "ops/registry.h"
+#include "actor/limits.h"
+#include "actor/registry.h"
+#include "actor/status.h"
+#include "backends/backend.h"
 
 /* The per-message path is a chain of small steps; inlining them saves the
  * register saves and restores that otherwise cost as much as the steps. */
@@ -49,8 +52,6 @@ typedef enum gpa__msg_kind {
   GPA__MSG_OUTFEED,  /* inputs -> a feed session's sink (feed/) */
 } gpa__msg_kind;
 
-#define GPA__MSG_TENSORS 8 /* inline; more go to a heap array */
-#define GPA__ERR_MAX 192
 
 typedef struct gpa_handle gpa__msg;
 typedef gpa_status (*gpa__call_fn)(gpa_actor *a, gpa__msg *m);
@@ -91,7 +92,6 @@ struct gpa_handle {
 };
 
 /* Held messages of one queue from one source ring, in ticket order. */
-#define GPA__LANES 8
 typedef struct gpa__lane {
   const gpa__ctx *src;
   gpa__msg *head, *tail;
@@ -145,7 +145,6 @@ struct gpa_queue {
 };
 
 /* Messages the actor freed, per owner, not yet given back (handle.c). */
-#define GPA__RET_SLOTS 8
 typedef struct gpa__ret_cache {
   gpa__ctx *c;
   gpa__msg *first, *last;
@@ -204,7 +203,7 @@ struct gpa_actor {
   /* actor thread only: off the lines producers read per message */
   _Alignas(64) gpa__ret_cache ret[GPA__RET_SLOTS];
   gpa__ctx *own; /* the pool of messages made from records sent by value (mailbox.c) */
-  gpa_profiler profilers[8];
+  gpa_profiler profilers[GPA__MAX_PROFILERS];
   uint32_t n_profilers;
   gpa_queue *parked;
   uint32_t held_total;
@@ -218,12 +217,6 @@ struct gpa_actor {
   char scratch_err[GPA__ERR_MAX];
 };
 
-/* status.c */
-gpa_status gpa__fail(gpa_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void gpa__clear_error(void);
-/* log.c */
-void gpa__log(int level, int threshold, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-int gpa__log_threshold(void);
 /* options.c */
 gpa_status gpa__options_resolve(const gpa_actor_options *user, gpa__opts *out);
 /* time: gpa__now_ns is CLOCK_MONOTONIC (deadlines); gpa__clock_ns a cheap
@@ -273,10 +266,14 @@ void gpa__queues_release_device(gpa_actor *a);
 void gpa__queues_free(gpa_actor *a);
 
 /* dispatch.c: starts one message on the actor thread. A backend that runs
- * it asynchronously returns GPA__DEFERRED from its method and later calls
- * gpa__complete_async (any thread, no allocation, no driver call). */
-#define GPA__DEFERRED 2
+ * it asynchronously returns GPA__DEFERRED (backends/backend.h) from its
+ * method and later calls gpa__complete_async (any thread, no allocation, no
+ * driver call). */
 void gpa__dispatch(gpa_actor *a, gpa__msg *m);
+/* What a backend sees of m (backends/backend.h). */
+static inline gpa__work gpa__work_of(gpa__msg *m) {
+  return (gpa__work){m, m->q ? m->q->bq : NULL, m->err, sizeof m->err, &m->device_ns};
+}
 void gpa__complete_async(gpa_actor *a, gpa__msg *m, gpa_status st);
 /* Ends the timed run of messages (if any) and starts one for q (or none). */
 void gpa__run_switch(gpa_actor *a, gpa_queue *q);

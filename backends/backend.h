@@ -1,45 +1,108 @@
-/* The backend interface: how an actor executes. One backend per file, chosen
- * in one place (backends/select.c). Every method is called on the actor
- * thread. Optional methods may be NULL. */
+/* The backend interface: how an actor executes. One backend per file (or
+ * folder), chosen in one place (backends/select.c). Every method is called
+ * on the actor thread. Optional methods may be NULL.
+ *
+ * A backend does not see the actor's internals. It gets, at init, what it
+ * needs of the actor (gpa__be_host: options, and the two services it may
+ * call), and for each piece of work a gpa__work: the queue it runs on, where
+ * its error text and device time go, and an opaque token to hand back to
+ * host->complete when the work finishes asynchronously. */
 #ifndef GPA_BACKENDS_BACKEND_H
 #define GPA_BACKENDS_BACKEND_H
-#include "actor/internal.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "actor/status.h"
+#include "gpuactor.h"
+
+typedef struct gpa_handle gpa__msg; /* opaque here: a token for host->complete */
+typedef struct gpa__backend gpa__backend;
+typedef struct gpa__pool gpa__pool;
+
+/* A method that enqueued its work returns GPA__DEFERRED; host->complete
+ * follows when the work is done. */
+#define GPA__DEFERRED 2
+#define GPA__POLL_NS 5000000 /* 5 ms: see poll below */
+
+/* What the actor gives a backend at init. */
+typedef struct gpa__be_host {
+  gpa_actor *actor; /* opaque: the argument of the services below */
+  const char *device; /* "cpu", "sim", "cuda:N", ... */
+  uint32_t threads;   /* host threads for parallel loops (0: the machine's) */
+  int32_t log_level;
+  /* Completes deferred work w->m with st: any thread, no allocation, no
+   * driver call (a driver's host-function thread calls it). Set w's err and
+   * device time first. */
+  void (*complete)(gpa_actor *actor, gpa__msg *m, gpa_status st);
+  /* Frees the cached buffers no one holds (the buffer cache's LRU); returns
+   * the bytes freed. Actor thread; for a backend out of memory for its own
+   * allocations (scratch, staging). */
+  uint64_t (*trim)(gpa_actor *actor);
+} gpa__be_host;
+
+/* One piece of work as the backend sees it. Valid until it completes. */
+typedef struct gpa__work {
+  gpa__msg *m;        /* the token for host->complete */
+  void *bq;           /* the backend queue it runs on */
+  char *err;          /* its error text (set on failure) */
+  size_t err_cap;
+  int64_t *device_ns; /* its device time (set before completion) */
+} gpa__work;
+
+/* What op implementations reach through gpa_op_exec.env: the services of
+ * include/gpuactor/op.h (backends/exec_env.c) and the backend's context.
+ * One definition for every backend. */
+struct gpa_exec_env {
+  gpa__pool *pool;     /* host worker pool; NULL: parallel loops run inline */
+  void *scratch;       /* host scratch (gpa_exec_scratch without scratch_fn) */
+  uint64_t scratch_size;
+  /* gpa_exec_scratch when set: the backend's own scratch (device memory) */
+  void *(*scratch_fn)(gpa_exec_env *env, uint64_t bytes);
+  void *backend; /* the backend's context (cuda: gpa__cu_ctx) */
+};
+/* Frees the host scratch of env (a backend's fini). */
+void gpa__exec_env_fini(gpa_exec_env *env);
+/* The buffer cache's size classes (actor/bufcache.c), for a backend's own
+ * blocks: size rounded up, at most 25% over; 0 past the largest buffer. */
+uint64_t gpa__size_class(uint64_t size);
 
 struct gpa__backend {
   const char *name; /* "cpu", "cuda", "sim" */
-  gpa_status (*init)(gpa_actor *a, void **bctx, char *msg, size_t cap);
+  gpa_status (*init)(const gpa__be_host *host, void **bctx, char *msg, size_t cap);
   void (*fini)(void *bctx);
   gpa_status (*mem_alloc)(void *bctx, uint64_t size, void **ptr);
   void (*mem_free)(void *bctx, void *ptr);
   gpa_status (*queue_init)(void *bctx, void **bq);
   void (*queue_fini)(void *bctx, void *bq);
-  /* Copies. Return GPA_OK when done, or GPA__DEFERRED when the copy was
-   * enqueued and gpa__complete_async(m) will follow (then also set
-   * m->device_ns). With m == NULL: enqueue only, no completion (src stays
-   * valid until a later fence completes); return GPA_OK. */
-  gpa_status (*upload)(void *bctx, void *bq, gpa__msg *m, void *dst, const void *src, uint64_t n);
-  gpa_status (*readback)(void *bctx, void *bq, gpa__msg *m, void *dst_host, const void *src, uint64_t n);
-  /* The implementation of an op for this backend (the chain walk is generic). */
-  gpa_op_impl_fn (*impl_of)(const gpa__op *op);
-  /* Optional: runs impl, the implementation of registration op, for message
-   * m. An asynchronous backend enqueues the work and the completion and
-   * returns GPA__DEFERRED. NULL: impl(x) runs synchronously. */
-  gpa_status (*run)(void *bctx, gpa__msg *m, const gpa__op *op, gpa_op_impl_fn impl, gpa_op_exec *x);
-  /* Optional (asynchronous backends): completes m once the work already
-   * enqueued on bq has finished; returns GPA__DEFERRED. Used after copies
-   * issued with m == NULL (several copies, one completion: feed ops). */
-  gpa_status (*fence)(void *bctx, void *bq, gpa__msg *m);
+  /* Copies on bq. Return GPA_OK when done, or GPA__DEFERRED when the copy
+   * was enqueued and w's completion will follow (then also set its device
+   * time). With w == NULL: enqueue only, no completion (src stays valid
+   * until a later fence completes); return GPA_OK. */
+  gpa_status (*upload)(void *bctx, void *bq, const gpa__work *w, void *dst, const void *src, uint64_t n);
+  gpa_status (*readback)(void *bctx, void *bq, const gpa__work *w, void *dst_host, const void *src, uint64_t n);
+  /* The implementation of registration d for this backend (the chain walk
+   * over registrations of one name is the actor's). */
+  gpa_op_impl_fn (*impl_of)(const gpa_op_desc *d);
+  /* Optional: runs impl, the implementation of registration d, for w. An
+   * asynchronous backend enqueues the work and the completion and returns
+   * GPA__DEFERRED. NULL: impl(x) runs synchronously. */
+  gpa_status (*run)(void *bctx, const gpa__work *w, const gpa_op_desc *d, gpa_op_impl_fn impl, gpa_op_exec *x);
+  /* Optional (asynchronous backends): completes w once the work already
+   * enqueued on w->bq has finished; returns GPA__DEFERRED. Used after copies
+   * issued with w == NULL (several copies, one completion: feed ops). */
+  gpa_status (*fence)(void *bctx, const gpa__work *w);
   gpa_exec_env *(*env)(void *bctx);
-  /* Optional: called on the actor thread for each message that
-   * gpa__complete_async pushed, in completion order, before it is finished;
-   * returns its final status (a device backend turns a sticky device error
-   * into GPA_EDEVICE here and recycles its per-message resources). */
-  gpa_status (*complete)(void *bctx, gpa__msg *m, gpa_status st);
-  /* Optional (asynchronous backends): the actor calls it while messages are
-   * in flight and it is about to sleep, at most every GPA__POLL_NS, and then
+  /* Optional: called on the actor thread for each piece of work that
+   * host->complete finished, in completion order, before the actor finishes
+   * it; returns its final status (a device backend turns a sticky device
+   * error into GPA_EDEVICE here and recycles its per-work resources). */
+  gpa_status (*complete)(void *bctx, const gpa__work *w, gpa_status st);
+  /* Optional (asynchronous backends): the actor calls it while work is in
+   * flight and it is about to sleep, at most every GPA__POLL_NS, and then
    * sleeps no longer than that. It finds what no completion will report (a
-   * real GPU calls no host function after a sticky error), completes those
-   * messages through gpa__complete_async, and returns how many. */
+   * real GPU calls no host function after a sticky error), completes that
+   * work through host->complete, and returns how many. */
   uint32_t (*poll)(void *bctx);
   /* Optional (asynchronous backends): called after each pass of the actor
    * loop that handled messages. Work deferred since the last flush gets its
@@ -56,7 +119,6 @@ struct gpa__backend {
    * actor then times runs of one queue's messages instead of each one. */
   bool synchronous;
 };
-#define GPA__POLL_NS 5000000 /* 5 ms */
 
 extern const gpa__backend gpa__backend_host;
 /* backends/cuda (only in builds with the CUDA toolkit; weak elsewhere). */

@@ -1,5 +1,5 @@
 /* gpa-bench sim_layernorm: the layernorm-forward CUDA kernel
- * (kernels/cuda/layernorm.cu) run by the simulated device's SIMT emulator,
+ * (sim/tests/kernels/layernorm_fixture.cu) run by the simulated device's SIMT emulator,
  * against a plain single-threaded C layernorm on the same shape. It measures
  * what the emulation costs (ratio = host time / emulated time, so a value of
  * 0.02 means 50x slower); the target is a slowdown under 100x, which keeps

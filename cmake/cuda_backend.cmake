@@ -4,15 +4,20 @@
 # after gpa_obj is defined, only when the CUDA toolkit was found.
 include(${CMAKE_CURRENT_LIST_DIR}/cuda.cmake)
 
-file(GLOB GPA_CUDA_BACKEND_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/backends/cuda/*.c)
+# The backend, and the CUDA adapters of the op families with the tables of
+# their kernels (ops/cuda_*.c), which the families' descriptors bind
+# (GPA__CUDA in ops/family.h).
+file(GLOB GPA_CUDA_BACKEND_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/backends/cuda/*.c
+  ${PROJECT_SOURCE_DIR}/ops/cuda_*.c ${PROJECT_SOURCE_DIR}/ops/*/cuda*.c)
 target_sources(gpa_obj PRIVATE ${GPA_CUDA_BACKEND_SOURCES})
 target_include_directories(gpa_obj PRIVATE ${GPA_CUDA_INCLUDE})
+target_compile_definitions(gpa_obj PRIVATE GPA_HAVE_CUDA_BACKEND=1)
 # Code linked with the library's objects (bench/bench_cuda.c) may use the
 # backend's internals when it is built.
 target_include_directories(gpa_obj INTERFACE ${GPA_CUDA_INCLUDE})
 target_compile_definitions(gpa_obj INTERFACE GPA_HAVE_CUDA_BACKEND=1)
 
-# Kernel modules: gpa_cu_<mod> (backends/cuda/kernel_list.h names them),
+# Kernel modules: gpa_cu_<mod> (ops/cuda_kernels.h names them),
 # from one source or several (separated by ","; one translation unit).
 set(GPA_CUDA_KERNEL_MODULES
   "ew:elementwise.cu"
@@ -20,7 +25,7 @@ set(GPA_CUDA_KERNEL_MODULES
   "emb:embedding.cu"
   "met:metrics.cu"
   "lin:linear.cu"
-  "attn:attention.cu,attention_lowp.cu")
+  "attn:attention.cu,attention_fa2.cu,attention_fa2_bwd.cu")
 foreach(entry IN LISTS GPA_CUDA_KERNEL_MODULES)
   string(REPLACE ":" ";" parts "${entry}")
   list(GET parts 0 mod)
@@ -38,13 +43,13 @@ foreach(entry IN LISTS GPA_CUDA_KERNEL_MODULES)
   endif()
 endforeach()
 
-# The attention kernels (fp32, bf16 and fp16: both sources) keep their
+# The attention kernels (fp32, bf16 and fp16: all three sources) keep their
 # accumulators in registers: ptxas must report no spills for sm_80 and sm_90
 # (cmake/check_no_spills.cmake). The result does not depend on the host
 # build's sanitizers: normal builds only.
 if((BUILD_TESTING OR NOT DEFINED BUILD_TESTING) AND NOT GPA_SANITIZE)
   add_test(NAME attention_no_spills COMMAND ${CMAKE_COMMAND} -DNVCC=${GPA_NVCC}
-    "-DSRC=${PROJECT_SOURCE_DIR}/kernels/cuda/attention.cu|${PROJECT_SOURCE_DIR}/kernels/cuda/attention_lowp.cu"
+    "-DSRC=${PROJECT_SOURCE_DIR}/kernels/cuda/attention.cu|${PROJECT_SOURCE_DIR}/kernels/cuda/attention_fa2.cu|${PROJECT_SOURCE_DIR}/kernels/cuda/attention_fa2_bwd.cu"
     -DINC=${PROJECT_SOURCE_DIR}/kernels/cuda
     -DOUT=${CMAKE_BINARY_DIR}/check_no_spills -P ${CMAKE_CURRENT_LIST_DIR}/check_no_spills.cmake)
   set_tests_properties(attention_no_spills PROPERTIES TIMEOUT 900)

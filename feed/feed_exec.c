@@ -89,7 +89,8 @@ static gpa_status run_infeed(gpa_actor *a, gpa__msg *m, gpa_feed *s) {
     if (st != GPA_OK) return st;
     m->bytes += it->t[i].bytes;
   }
-  return a->be->fence ? a->be->fence(a->bctx, m->q->bq, m) : GPA_OK;
+  gpa__work w = gpa__work_of(m);
+  return a->be->fence ? a->be->fence(a->bctx, &w) : GPA_OK;
 }
 
 static gpa_status run_outfeed(gpa_actor *a, gpa__msg *m, gpa_feed *s) {
@@ -114,7 +115,8 @@ static gpa_status run_outfeed(gpa_actor *a, gpa__msg *m, gpa_feed *s) {
   }
   p->seq = s->out_seq++;
   p->placed = 1;
-  return a->be->fence ? a->be->fence(a->bctx, m->q->bq, m) : GPA_OK;
+  gpa__work w = gpa__work_of(m);
+  return a->be->fence ? a->be->fence(a->bctx, &w) : GPA_OK;
 }
 
 gpa_status gpa__feed_run(gpa_actor *a, gpa__msg *m) {

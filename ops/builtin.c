@@ -1,7 +1,6 @@
-/* The built-in op families. Each family file defines its table. The
- * references are strong so that linking the static library pulls every
- * family in. */
-#include "ops/registry.h"
+/* The built-in op families, in registration order: the one list a new
+ * family joins (docs/architecture.md, "Adding an op"). */
+#include "ops/family.h"
 
 #define GPA__OP_FAMILIES(X) \
   X(core)                   \
@@ -15,19 +14,13 @@
   X(optim)                  \
   X(attention)
 
-#define GPA__DECLARE(fam)                  \
-  extern const gpa_op_desc gpa__ops_##fam[]; \
-  extern const uint32_t gpa__ops_##fam##_count;
+#define GPA__DECLARE(fam) extern const gpa__family gpa__family_##fam;
 GPA__OP_FAMILIES(GPA__DECLARE)
 #undef GPA__DECLARE
 
-gpa_status gpa__register_builtins(gpa_registry *reg) {
-#define GPA__REGISTER(fam)                                            \
-  for (uint32_t i = 0; i < gpa__ops_##fam##_count; i++) {             \
-    gpa_status st = gpa__op_register_builtin(reg, &gpa__ops_##fam[i]); \
-    if (st != GPA_OK) return st;                                      \
-  }
-  GPA__OP_FAMILIES(GPA__REGISTER)
-#undef GPA__REGISTER
-  return GPA_OK;
-}
+const gpa__family *const gpa__builtin_families[] = {
+#define GPA__ENTRY(fam) &gpa__family_##fam,
+    GPA__OP_FAMILIES(GPA__ENTRY)
+#undef GPA__ENTRY
+};
+const uint32_t gpa__builtin_family_count = sizeof gpa__builtin_families / sizeof gpa__builtin_families[0];

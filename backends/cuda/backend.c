@@ -39,7 +39,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "actor/bufcache.h"
 #include "backends/cuda/cuda_internal.h"
 
 #define GPA__CU_STAGE_MIN (64u << 10)
@@ -73,7 +72,7 @@ gpa_status gpa__cu_check(gpa__cu_ctx *C, CUresult r, const char *what, char *msg
   if (is_sticky(r) && !C->failed) {
     C->failed = r;
     snprintf(C->fail_msg, sizeof C->fail_msg, "%s", e);
-    gpa__log(GPA_LOG_ERROR, C->a->opts.log_level, "cuda: sticky device error (%s): every pending and later op fails",
+    gpa__log(GPA_LOG_ERROR, C->host.log_level, "cuda: sticky device error (%s): every pending and later op fails",
              e);
   }
   if (msg) {
@@ -111,12 +110,12 @@ static const char *driver_path(bool sim) {
   return sim ? GPA_SIM_DRIVER_DEFAULT : NULL;
 }
 
-static gpa_status cu_init(gpa_actor *a, void **bctx, char *msg, size_t cap) {
+static gpa_status cu_init(const gpa__be_host *host, void **bctx, char *msg, size_t cap) {
   gpa__cu_ctx *C = calloc(1, sizeof *C);
   if (!C) return GPA_ENOMEM;
-  C->a = a;
-  C->env.C = C;
-  gpa_status st = parse_device(a->opts.device, &C->sim, &C->ordinal, msg, cap);
+  C->host = *host;
+  C->env.backend = C;
+  gpa_status st = parse_device(host->device, &C->sim, &C->ordinal, msg, cap);
   if (st == GPA_OK) st = gpa__cu_open(&C->cu, driver_path(C->sim), msg, cap);
   if (st != GPA_OK) {
     free(C);
@@ -151,7 +150,7 @@ static gpa_status cu_init(gpa_actor *a, void **bctx, char *msg, size_t cap) {
   C->row_cap = C->sim ? 4 : C->sm_count * 16;
   char name[128] = "";
   C->cu.cuDeviceGetName(name, sizeof name, C->dev);
-  gpa__log(GPA_LOG_INFO, a->opts.log_level, "cuda: device %d (%s), %d SMs%s", C->ordinal, name, C->sm_count,
+  gpa__log(GPA_LOG_INFO, C->host.log_level, "cuda: device %d (%s), %d SMs%s", C->ordinal, name, C->sm_count,
            C->sim ? ", simulated" : "");
   *bctx = C;
   return GPA_OK;
@@ -171,7 +170,10 @@ static void cu_fini(void *bctx) {
   gpa__cu_ctx *C = bctx;
   enter(C);
   bool reset = C->failed != CUDA_SUCCESS;
-  if (!reset && C->cu.cuCtxSynchronize() != CUDA_SUCCESS) reset = true;
+  /* This actor's streams, not cuCtxSynchronize: the primary context is
+   * shared by every actor of the device in the process (issue 30). */
+  for (gpa__cu_queue *q = C->free_queues; q && !reset; q = q->next_free)
+    if (C->cu.cuStreamSynchronize(q->s) != CUDA_SUCCESS) reset = true;
   gpa__cu_blas_release(C);
   if (reset) {
     C->cu.cuDevicePrimaryCtxReset(C->dev);
@@ -219,7 +221,7 @@ static void cu_fini(void *bctx) {
   C->cu.cuCtxSetCurrent(NULL);
   C->cu.cuDevicePrimaryCtxRelease(C->dev);
   gpa__cu_close(&C->cu);
-  free(C->env.host_scratch);
+  gpa__exec_env_fini(&C->env);
   free(C);
 }
 
@@ -319,7 +321,10 @@ static gpa_status cu_queue_init(void *bctx, void **bq) {
     CUresult r = C->cu.cuStreamCreate(&q->s, CU_STREAM_NON_BLOCKING);
     if (r != CUDA_SUCCESS) {
       free(q);
-      return gpa__cu_check(C, r, "cuStreamCreate", NULL, 0);
+      char msg[200];
+      gpa_status st = gpa__cu_check(C, r, "cuStreamCreate", msg, sizeof msg);
+      gpa__log(GPA_LOG_WARN, C->a->opts.log_level, "cuda: a new queue has no stream: %s", msg);
+      return st;
     }
   }
   q->head = q->tail = NULL;
@@ -327,18 +332,35 @@ static gpa_status cu_queue_init(void *bctx, void **bq) {
   return GPA_OK;
 }
 
-/* Called with nothing in flight (the actor drained its completions). The
- * stream goes back to the pool; fini destroys it. */
+/* Idle streams kept for later queues; a queue destroyed beyond them takes
+ * its stream with it. */
+#define GPA__CU_QUEUE_POOL 8
+
+/* Called with nothing of the queue in flight: at gpa_queue_destroy (a
+ * barrier: its work has completed) and at shutdown. The stream goes back to
+ * the pool for the next queue, or is destroyed once the pool holds
+ * GPA__CU_QUEUE_POOL, so a program that opens and closes queues holds no
+ * more streams than it had queues open at once. After a sticky error the
+ * stream stays in the pool: fini resets the context, which frees it (a
+ * destroy after the reset would crash the driver). */
 static void cu_queue_fini(void *bctx, void *bq) {
   gpa__cu_ctx *C = bctx;
   gpa__cu_queue *q = bq;
   enter(C);
-  C->cu.cuStreamSynchronize(q->s);
+  CUresult r = C->cu.cuStreamSynchronize(q->s);
+  if (r != CUDA_SUCCESS) gpa__cu_check(C, r, "cuStreamSynchronize", NULL, 0);
   stages_put(C, q->unfenced);
   q->unfenced = NULL;
   if (q->scratch) C->cu.cuMemFree(q->scratch);
   q->scratch = 0;
   q->scratch_cap = 0;
+  unsigned pooled = 0;
+  for (gpa__cu_queue *f = C->free_queues; f && pooled < GPA__CU_QUEUE_POOL; f = f->next_free) pooled++;
+  if (pooled >= GPA__CU_QUEUE_POOL && r == CUDA_SUCCESS && !C->failed) {
+    C->cu.cuStreamDestroy(q->s);
+    free(q);
+    return;
+  }
   q->next_free = C->free_queues;
   C->free_queues = q;
 }
@@ -359,8 +381,8 @@ static CUdeviceptr scratch_get(gpa__cu_ctx *C, gpa__cu_queue *q, uint64_t bytes,
   uint64_t cap = gpa__size_class(bytes);
   CUresult r = C->cu.cuMemAlloc(&q->scratch, cap);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-    uint64_t freed = gpa__bufcache_trim(C->a);
-    gpa__log(GPA_LOG_DEBUG, C->a->opts.log_level,
+    uint64_t freed = C->host.trim(C->host.actor);
+    gpa__log(GPA_LOG_DEBUG, C->host.log_level,
              "cuda: scratch of %" PRIu64 " bytes: out of memory, %" PRIu64 " cached bytes evicted, retrying", cap, freed);
     r = C->cu.cuMemAlloc(&q->scratch, cap);
   }
@@ -382,9 +404,8 @@ CUdeviceptr gpa__cu_scratch(const gpa_op_exec *x, uint64_t bytes) {
  * block, device memory, stream ordered (the op's work on x->stream may use it;
  * the next op of the stream reuses it). */
 static void *exec_scratch(gpa_exec_env *env, uint64_t bytes) {
-  gpa__cu_ctx *C = env->C;
-  gpa__msg *m = C->cur_msg;
-  return (void *)(uintptr_t)scratch_get(C, C->cur_q, bytes, m->err, sizeof m->err);
+  gpa__cu_ctx *C = env->backend;
+  return (void *)(uintptr_t)scratch_get(C, C->cur_q, bytes, C->cur_w.err, C->cur_w.err_cap);
 }
 
 gpa_status gpa__cu_sync(const gpa_op_exec *x) {
@@ -394,7 +415,7 @@ gpa_status gpa__cu_sync(const gpa_op_exec *x) {
 
 /* ---- completion ------------------------------------------------------------------------------------ */
 
-static gpa__cu_rec *rec_get(gpa__cu_ctx *C, gpa__msg *m, char *msg, size_t cap) {
+static gpa__cu_rec *rec_get(gpa__cu_ctx *C, const gpa__work *w, char *msg, size_t cap) {
   gpa__cu_rec *r = C->free_recs;
   if (r) {
     C->free_recs = r->next;
@@ -414,7 +435,7 @@ static gpa__cu_rec *rec_get(gpa__cu_ctx *C, gpa__msg *m, char *msg, size_t cap) 
     }
     r->C = C;
   }
-  r->m = m;
+  r->w = *w;
   r->stages = NULL;
   r->post = (gpa__cu_post){0};
   atomic_store_explicit(&r->claimed, 0, memory_order_relaxed); /* published by cuLaunchHostFunc */
@@ -428,7 +449,7 @@ static void rec_put(gpa__cu_ctx *C, gpa__cu_rec *r) {
   r->stages = NULL;
   gpa__cu_stage_put(C, r->post.stage);
   r->post = (gpa__cu_post){0};
-  r->m = NULL;
+  r->w = (gpa__work){0};
   r->next = C->free_recs;
   C->free_recs = r;
 }
@@ -448,9 +469,9 @@ static void group_complete(gpa__cu_rec *r, gpa_status st, const char *msg) {
         for (gpa__cu_stage *s = r->stages; s; s = s->next)
           if (s->rb_n) memcpy(s->rb_dst, s->p, s->rb_n);
       } else {
-        snprintf(r->m->err, sizeof r->m->err, "%s", msg);
+        snprintf(r->w.err, r->w.err_cap, "%s", msg);
       }
-      gpa__complete_async(r->C->a, r->m, st);
+      r->C->host.complete(r->C->host.actor, r->w.m, st);
     }
     r = next;
   }
@@ -541,26 +562,26 @@ static uint32_t cu_poll(void *bctx) {
     for (gpa__cu_rec *r = q->head; r; r = r->next) {
       if (r->abandoned || atomic_exchange_explicit(&r->claimed, 1, memory_order_acq_rel)) continue;
       r->abandoned = true;
-      snprintf(r->m->err, sizeof r->m->err, "device failed: %s", C->fail_msg);
-      gpa__complete_async(C->a, r->m, GPA_EDEVICE);
+      snprintf(r->w.err, r->w.err_cap, "device failed: %s", C->fail_msg);
+      C->host.complete(C->host.actor, r->w.m, GPA_EDEVICE);
       n++;
     }
   return n;
 }
 
-static gpa_status post_status(const gpa__cu_rec *r, gpa__msg *m) {
+static gpa_status post_status(const gpa__cu_rec *r, const gpa__work *w) {
   unsigned long long res[2];
   memcpy(res, r->post.stage->p, sizeof res);
   if (res[0] == ~0ull) return GPA_OK;
   long long pos = (long long)res[0], val = (long long)res[1];
   if (r->post.kind == GPA__CU_POST_IDS2D)
-    snprintf(m->err, sizeof m->err, "%s: ids[%lld,%lld] = %lld out of range [0, %lld)", r->post.op,
+    snprintf(w->err, w->err_cap, "%s: ids[%lld,%lld] = %lld out of range [0, %lld)", r->post.op,
              pos / r->post.a, pos % r->post.a, val, r->post.b);
   else if (r->post.kind == GPA__CU_POST_LENGTHS)
-    snprintf(m->err, sizeof m->err, "%s: lengths[%lld] = %lld is outside [0, Sk = %lld]", r->post.op, pos, val,
+    snprintf(w->err, w->err_cap, "%s: lengths[%lld] = %lld is outside [0, Sk = %lld]", r->post.op, pos, val,
              r->post.a);
   else
-    snprintf(m->err, sizeof m->err, "%s: targets[%lld] = %lld out of range [0, %lld) (ignore_index %lld)",
+    snprintf(w->err, w->err_cap, "%s: targets[%lld] = %lld out of range [0, %lld) (ignore_index %lld)",
              r->post.op, pos, val, r->post.a, r->post.b);
   return GPA_ERANGE;
 }
@@ -583,35 +604,35 @@ gpa_status gpa__cu_post_check(const gpa_op_exec *x, int kind, const char *op, CU
   return GPA_OK;
 }
 
-static gpa_status cu_complete(void *bctx, gpa__msg *m, gpa_status st) {
+static gpa_status cu_complete(void *bctx, const gpa__work *w, gpa_status st) {
   gpa__cu_ctx *C = bctx;
-  gpa__cu_queue *q = m->q->bq;
+  gpa__cu_queue *q = w->bq;
   /* Host functions complete a stream's records in order; the poll's claims
    * may overtake one still on its way. */
   gpa__cu_rec *prev = NULL, *r = q->head;
-  while (r && r->m != m) {
+  while (r && r->w.m != w->m) {
     prev = r;
     r = r->next;
   }
   if (!r) {
-    snprintf(m->err, sizeof m->err, "cuda: completion of an unknown message (internal error)");
+    snprintf(w->err, w->err_cap, "cuda: completion of an unknown message (internal error)");
     return GPA_EINTERNAL;
   }
   rec_unlink(C, q, prev, r);
   if (r->abandoned) {
-    r->m = NULL;
+    r->w = (gpa__work){0};
     r->next = C->abandoned;
     C->abandoned = r;
-    return GPA_EDEVICE; /* m->err was set by the poll */
+    return GPA_EDEVICE; /* its error text was set by the poll */
   }
   float ms = 0;
   CUresult e = C->cu.cuEventElapsedTime(&ms, r->ev0, r->ev1);
-  if (e == CUDA_SUCCESS) m->device_ns = (int64_t)((double)ms * 1e6);
+  if (e == CUDA_SUCCESS) *w->device_ns = (int64_t)((double)ms * 1e6);
   else if (is_sticky(e)) gpa__cu_check(C, e, "cuEventElapsedTime", NULL, 0);
-  if (r->post.kind && st == GPA_OK && !C->failed) st = post_status(r, m);
+  if (r->post.kind && st == GPA_OK && !C->failed) st = post_status(r, w);
   rec_put(C, r);
   if (C->failed && st == GPA_OK) {
-    snprintf(m->err, sizeof m->err, "device failed: %s", C->fail_msg);
+    snprintf(w->err, w->err_cap, "device failed: %s", C->fail_msg);
     return GPA_EDEVICE;
   }
   return st;
@@ -619,18 +640,18 @@ static gpa_status cu_complete(void *bctx, gpa__msg *m, gpa_status st) {
 
 /* ---- copies ---------------------------------------------------------------------------------------- */
 
-/* m == NULL (feed ops): enqueue only; the staging waits on q->unfenced for
+/* w == NULL (feed ops): enqueue only; the staging waits on q->unfenced for
  * the fence that completes the message. */
-static gpa_status copy(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__msg *m, bool up, void *host, CUdeviceptr dev,
+static gpa_status copy(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, bool up, void *host, CUdeviceptr dev,
                        uint64_t n) {
-  char scratch[GPA__ERR_MAX];
-  char *msg = m ? m->err : scratch;
-  size_t cap = m ? sizeof m->err : sizeof scratch;
+  char scratch[192];
+  char *msg = w ? w->err : scratch;
+  size_t cap = w ? w->err_cap : sizeof scratch;
   if (C->failed) return failed_state(C, msg, cap);
   if (!n) return GPA_OK;
   gpa__cu_rec *r = NULL;
-  if (m) {
-    r = rec_get(C, m, msg, cap);
+  if (w) {
+    r = rec_get(C, w, msg, cap);
     if (!r) return C->failed ? GPA_EDEVICE : GPA_ENOMEM;
   }
   gpa__cu_stage *s = gpa__cu_stage_get(C, n);
@@ -663,60 +684,61 @@ static gpa_status copy(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__msg *m, bool up, v
   return enqueue_done(C, q, r, msg, cap);
 }
 
-static gpa_status cu_upload(void *bctx, void *bq, gpa__msg *m, void *dst, const void *src, uint64_t n) {
-  return copy(bctx, bq, m, true, (void *)src, (CUdeviceptr)(uintptr_t)dst, n);
+static gpa_status cu_upload(void *bctx, void *bq, const gpa__work *w, void *dst, const void *src, uint64_t n) {
+  return copy(bctx, bq, w, true, (void *)src, (CUdeviceptr)(uintptr_t)dst, n);
 }
 
-static gpa_status cu_readback(void *bctx, void *bq, gpa__msg *m, void *dst, const void *src, uint64_t n) {
-  return copy(bctx, bq, m, false, dst, (CUdeviceptr)(uintptr_t)src, n);
+static gpa_status cu_readback(void *bctx, void *bq, const gpa__work *w, void *dst, const void *src, uint64_t n) {
+  return copy(bctx, bq, w, false, dst, (CUdeviceptr)(uintptr_t)src, n);
 }
 
-/* Feed ops: several copies enqueued with m == NULL, then one completion. */
-static gpa_status cu_fence(void *bctx, void *bq, gpa__msg *m) {
+/* Feed ops: several copies enqueued with w == NULL, then one completion. */
+static gpa_status cu_fence(void *bctx, const gpa__work *w) {
   gpa__cu_ctx *C = bctx;
-  gpa__cu_queue *q = bq;
-  if (C->failed) return failed_state(C, m->err, sizeof m->err);
-  gpa__cu_rec *r = rec_get(C, m, m->err, sizeof m->err);
+  gpa__cu_queue *q = w->bq;
+  if (C->failed) return failed_state(C, w->err, w->err_cap);
+  gpa__cu_rec *r = rec_get(C, w, w->err, w->err_cap);
   if (!r) return C->failed ? GPA_EDEVICE : GPA_ENOMEM;
   CUresult e = C->cu.cuEventRecord(r->ev0, q->s);
   if (e != CUDA_SUCCESS) {
     rec_put(C, r);
-    return gpa__cu_check(C, e, "cuEventRecord", m->err, sizeof m->err);
+    return gpa__cu_check(C, e, "cuEventRecord", w->err, w->err_cap);
   }
   r->stages = q->unfenced;
   q->unfenced = NULL;
-  return enqueue_done(C, q, r, m->err, sizeof m->err);
+  return enqueue_done(C, q, r, w->err, w->err_cap);
 }
 
 /* ---- ops ------------------------------------------------------------------------------------------- */
 
-/* Built-in ops: our kernels by name. User ops: their CUDA implementation.
- * Either way, an op with only a host implementation runs on the host
- * fallback (staged copies), the last resort of DESIGN.md section 8. */
-static gpa_op_impl_fn cu_impl_of(const gpa__op *op) {
-  gpa_op_impl_fn f = op->builtin ? gpa__cu_builtin(op->d.name) : op->d.cuda;
-  if (f) return f;
-  if (!op->builtin && op->d.cuda_image) return gpa__cu_user_kernel;
-  return op->d.host ? gpa__cu_fallback : NULL;
+/* A registration's CUDA implementation (built-in families bind theirs in
+ * their descriptors), else its kernel image, else its host implementation
+ * on the host fallback (staged copies), the last resort of DESIGN.md
+ * section 8. */
+static gpa_op_impl_fn cu_impl_of(const gpa_op_desc *d) {
+  if (d->cuda) return d->cuda;
+  if (d->cuda_image) return gpa__cu_user_kernel;
+  return d->host ? gpa__cu_fallback : NULL;
 }
 
-static gpa_status cu_run(void *bctx, gpa__msg *m, const gpa__op *op, gpa_op_impl_fn impl, gpa_op_exec *x) {
+static gpa_status cu_run(void *bctx, const gpa__work *w, const gpa_op_desc *d, gpa_op_impl_fn impl,
+                         gpa_op_exec *x) {
   gpa__cu_ctx *C = bctx;
-  if (C->failed) return failed_state(C, m->err, sizeof m->err);
-  gpa__cu_queue *q = m->q->bq;
-  C->cur_msg = m;
-  C->cur_op = op; /* the registration whose impl runs: the fallback runs its host implementation */
+  if (C->failed) return failed_state(C, w->err, w->err_cap);
+  gpa__cu_queue *q = w->bq;
+  C->cur_w = *w;
+  C->cur_op = d; /* the registration whose impl runs: the fallback runs its host implementation */
   C->cur_q = q;
   x->stream = q->s;
   /* gpa_exec_scratch: device scratch for CUDA implementations, host scratch
    * for a host implementation on the fallback. */
   C->env.scratch_fn = impl == gpa__cu_fallback ? NULL : exec_scratch;
-  gpa__cu_rec *r = rec_get(C, m, m->err, sizeof m->err);
+  gpa__cu_rec *r = rec_get(C, w, w->err, w->err_cap);
   if (!r) return C->failed ? GPA_EDEVICE : GPA_ENOMEM;
   CUresult e = C->cu.cuEventRecord(r->ev0, q->s);
   if (e != CUDA_SUCCESS) {
     rec_put(C, r);
-    return gpa__cu_check(C, e, "cuEventRecord", m->err, sizeof m->err);
+    return gpa__cu_check(C, e, "cuEventRecord", w->err, w->err_cap);
   }
   C->post = (gpa__cu_post){0};
   gpa_status st = impl(x);
@@ -732,10 +754,10 @@ static gpa_status cu_run(void *bctx, gpa__msg *m, const gpa__op *op, gpa_op_impl
   if (st != GPA_OK || impl == gpa__cu_fallback) {
     /* Declined, failed, or ran synchronously (the host fallback). */
     rec_put(C, r);
-    if (st != GPA_OK && st != GPA_SKIP && C->failed && !m->err[0]) failed_state(C, m->err, sizeof m->err);
+    if (st != GPA_OK && st != GPA_SKIP && C->failed && !w->err[0]) failed_state(C, w->err, w->err_cap);
     return st;
   }
-  return enqueue_done(C, q, r, m->err, sizeof m->err);
+  return enqueue_done(C, q, r, w->err, w->err_cap);
 }
 
 static gpa_exec_env *cu_env(void *bctx) { return &((gpa__cu_ctx *)bctx)->env; }

@@ -16,7 +16,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "actor/internal.h"
 #include "backends/cuda/cuda_internal.h"
 
 #ifndef GPA_SIM_CUBLASLT_DEFAULT
@@ -78,10 +77,10 @@ static int lt_open(gpa__cu_ctx *C) {
     goto fail;
   }
   C->lt = L;
-  gpa__log(GPA_LOG_DEBUG, C->a->opts.log_level, "cuda: cuBLASLt from %s: linear bias epilogue fused", path);
+  gpa__log(GPA_LOG_DEBUG, C->host.log_level, "cuda: cuBLASLt from %s: linear bias epilogue fused", path);
   return 1;
 fail:
-  gpa__log(GPA_LOG_INFO, C->a->opts.log_level, "cuda: no cuBLASLt (%s): linear epilogues run as separate kernels",
+  gpa__log(GPA_LOG_INFO, C->host.log_level, "cuda: no cuBLASLt (%s): linear epilogues run as separate kernels",
            why);
   if (L->lib) dlclose(L->lib);
   free(L);
@@ -174,7 +173,7 @@ gpa_status gpa__cu_lt_matmul(const gpa_op_exec *x, const gpa__lt_gemm *g, int *d
     s = L->cublasLtMatmulAlgoGetHeuristic(L->h, c.op, c.a, c.b, c.d, c.d, c.pref, 1, &heur, &found);
   if (s != CUBLAS_STATUS_SUCCESS || found < 1) {
     /* no algorithm for this shape/epilogue: not an error, the caller's path runs */
-    gpa__log(GPA_LOG_DEBUG, C->a->opts.log_level, "cuda: cuBLASLt declines epilogue %u for %d x %d x %d (%s)",
+    gpa__log(GPA_LOG_DEBUG, C->host.log_level, "cuda: cuBLASLt declines epilogue %u for %d x %d x %d (%s)",
              g->epilogue, g->m, g->n, g->k, L->cublasLtGetStatusString(s));
     call_free(L, &c);
     return GPA_OK;

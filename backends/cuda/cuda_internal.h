@@ -5,6 +5,9 @@
  * the message it completes, and the actor's lock-free completion stack). */
 #ifndef GPA_BACKENDS_CUDA_INTERNAL_H
 #define GPA_BACKENDS_CUDA_INTERNAL_H
+#include <stdatomic.h>
+
+#include "actor/limits.h"
 #include "backends/backend.h"
 #include "backends/cuda/cu.h"
 
@@ -36,7 +39,7 @@ typedef struct gpa__cu_post {
  * such a record is kept, untouched, until the context is torn down). */
 typedef struct gpa__cu_rec {
   gpa__cu_ctx *C;
-  gpa__msg *m;
+  gpa__work w; /* the work it completes */
   CUevent ev0, ev1;
   gpa__cu_stage *stages; /* held until the work is done; readbacks land from here */
   gpa__cu_post post;
@@ -63,33 +66,20 @@ typedef struct gpa__cu_queue {
   struct gpa__cu_queue *dirty_next; /* on C->dirty while open */
 } gpa__cu_queue;
 
-/* What op implementations reach through x->env. The first four members
- * mirror the host backend's env so that gpa_exec_parallel_for/_threads work
- * (inline) for user ops and gpa_exec_scratch reaches scratch_fn. */
-struct gpa_exec_env {
-  void *host_pool;       /* NULL: parallel loops run inline */
-  void *host_scratch;    /* host.c's gpa_exec_scratch: the host fallback's scratch */
-  uint64_t host_scratch_size;
-  /* gpa_exec_scratch: device scratch of the running op's stream; NULL while
-   * the host fallback runs a host implementation (host scratch then). */
-  void *(*scratch_fn)(gpa_exec_env *env, uint64_t bytes);
-  gpa__cu_ctx *C;
-};
-
 #define GPA__CU_MODULES_MAX 16
 #define GPA__CU_FUNCS_MAX 128
 
 /* A user op's kernel from its own image, loaded once per actor. */
 #define GPA__CU_USER_MAX 64
 typedef struct gpa__cu_user {
-  const gpa__op *op;
+  const gpa_op_desc *op;
   const void *image;
   CUmodule mod;
   CUfunction fn;
 } gpa__cu_user;
 
 struct gpa__cu_ctx {
-  gpa_actor *a;
+  gpa__be_host host; /* what the actor gave at init */
   gpa__cu_api cu;
   bool sim;
   int ordinal;
@@ -98,10 +88,13 @@ struct gpa__cu_ctx {
   int sm_count, max_smem_optin;
   int grid_cap; /* blocks of a grid-stride elementwise launch */
   int row_cap;  /* blocks of a row-kernel launch */
+  /* x->env of our implementations: no pool (parallel loops run inline),
+   * scratch_fn = the running op's device scratch, cleared while the host
+   * fallback runs a host implementation (host scratch then) */
   gpa_exec_env env;
-  /* the message being run and the registration whose impl runs (run()) */
-  gpa__msg *cur_msg;
-  const gpa__op *cur_op;
+  /* the work being run and the registration whose impl runs (run()) */
+  gpa__work cur_w;
+  const gpa_op_desc *cur_op;
   gpa__cu_queue *cur_q;
   gpa__cu_post post; /* set by the running op, moved into its record */
   /* sticky device error: every later op fails with it */
@@ -130,10 +123,12 @@ struct gpa__cu_ctx {
   char blas_msg[160];
   /* cuBLASLt (blas_lt.c), loaded by the first linear whose epilogue it can fuse */
   struct gpa__cu_lt *lt;
+  /* cuDNN (cudnn.c): loaded by the first attention op, with its plan cache */
+  struct gpa__dnn *dnn;
   int lt_state; /* 0 not tried, 1 ready, -1 unavailable (cuBLAS + our epilogue kernels) */
 };
 
-static inline gpa__cu_ctx *gpa__cu_of(const gpa_op_exec *x) { return x->env->C; }
+static inline gpa__cu_ctx *gpa__cu_of(const gpa_op_exec *x) { return x->env->backend; }
 
 /* user_kernel.c: the implementation of kernel-image user ops. */
 gpa_status gpa__cu_user_kernel(const gpa_op_exec *x);
@@ -160,8 +155,7 @@ void gpa__cu_stage_put(gpa__cu_ctx *C, gpa__cu_stage *s);
  * the cases a kernel declines. */
 gpa_status gpa__cu_fallback(const gpa_op_exec *x);
 
-/* ops.c: the built-in CUDA implementations by op name. */
-gpa_op_impl_fn gpa__cu_builtin(const char *name);
+/* kernels.c */
 void gpa__cu_kernels_release(gpa__cu_ctx *C);
 
 /* blas.c */

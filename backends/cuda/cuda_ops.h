@@ -1,4 +1,6 @@
-/* Helpers for the CUDA implementations of built-in ops (backends/cuda/ops_*.c). */
+/* What the CUDA adapters of op families (ops/<family>/cuda.c) use: kernel
+ * launches by id (ids from ops/cuda_kernels.h), scratch, cuBLAS, the host
+ * fallback and a few launch-shape helpers. */
 #ifndef GPA_BACKENDS_CUDA_OPS_H
 #define GPA_BACKENDS_CUDA_OPS_H
 #include "backends/cuda/cuda_internal.h"
@@ -12,16 +14,15 @@
     if (cu_try_st_ != GPA_OK) return cu_try_st_; \
   } while (0)
 
-typedef struct gpa__cu_impl {
+/* The op families' kernels (ops/cuda_kernels.c): module images and names,
+ * and each kernel's module and name, indexed by the ids of ops/cuda_kernels.h. */
+typedef struct gpa__cu_kdef {
+  int mod;
   const char *name;
-  gpa_op_impl_fn fn;
-} gpa__cu_impl;
-
-/* Attributes by name, from the registration that parsed them (the params
- * layouts are private to the op families; names and offsets are in the
- * registration's schema). dflt when the op has no such attribute. */
-double gpa__cu_attr_f(const gpa_op_exec *x, const char *name, double dflt);
-int64_t gpa__cu_attr_i(const gpa_op_exec *x, const char *name, int64_t dflt);
+} gpa__cu_kdef;
+extern const unsigned char *const gpa__cu_mod_images[];
+extern const char *const gpa__cu_mod_names[];
+extern const gpa__cu_kdef gpa__cu_kdefs[];
 
 /* Kernels: module and function ids (kernels.c). Modules load lazily. */
 CUfunction gpa__cu_fn(const gpa_op_exec *x, int id);
@@ -35,5 +36,30 @@ int gpa__cu_row_group(long long len);
 unsigned gpa__cu_row_blocks(const gpa_op_exec *x, long long n, int group, int warps);
 /* Blocks for a grid-stride elementwise launch over n items. */
 unsigned gpa__cu_blocks(const gpa_op_exec *x, int64_t n, unsigned threads);
+
+#define GPA__CU_THREADS 256 /* per block of a grid-stride elementwise launch */
+
+static inline long long gpa__cu_numel(const gpa_tensor *t) { return (long long)gpa_tensor_numel(t); }
+
+/* A grid-stride launch over n items (nothing when n <= 0). */
+static inline gpa_status gpa__cu_launch1d(const gpa_op_exec *x, int id, long long n, void **args) {
+  if (n <= 0) return GPA_OK;
+  return gpa__cu_launch(x, id, gpa__cu_blocks(x, n, GPA__CU_THREADS), 1, 1, GPA__CU_THREADS, 1, 0, args);
+}
+/* A bf16 launch over n items, 8 per thread (one 16-byte access) when vec. */
+static inline gpa_status gpa__cu_launch_bf(const gpa_op_exec *x, int id, long long n, int vec, void **args) {
+  return gpa__cu_launch1d(x, id, vec ? (n + 7) / 8 : n, args);
+}
+/* 16-byte alignment of every tensor of x (the bf16 kernels' 8-wide path). */
+static inline int gpa__cu_aligned16(const gpa_op_exec *x) {
+  int ok = 1;
+  for (uint32_t i = 0; i < x->n_inputs; i++) ok &= ((uintptr_t)x->in[i] & 15) == 0;
+  for (uint32_t i = 0; i < x->n_outputs; i++) ok &= ((uintptr_t)x->out[i] & 15) == 0;
+  return ok;
+}
+/* Zeroes n floats at p on the op's stream. */
+gpa_status gpa__cu_zero_f32(const gpa_op_exec *x, void *p, long long n);
+/* A cuBLAS status as ours: GPA_OK, or "what: cuBLAS's text" and EDEVICE/ENOMEM. */
+gpa_status gpa__cu_blas_status(const gpa_op_exec *x, cublasStatus_t s, const char *what);
 
 #endif

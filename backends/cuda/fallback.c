@@ -29,15 +29,15 @@ static uint64_t tensor_bytes(const gpa_tensor *t) {
 
 gpa_status gpa__cu_fallback(const gpa_op_exec *x) {
   gpa__cu_ctx *C = gpa__cu_of(x);
-  const gpa__op *op = C->cur_op;
-  if (!op || !op->d.host) {
+  const gpa_op_desc *op = C->cur_op;
+  if (!op || !op->host) {
     snprintf(x->msg, x->msg_size, "%s: no CUDA kernel and no host implementation to fall back to",
-             op ? op->d.name : "op");
+             op ? op->name : "op");
     return GPA_EUNSUPPORTED;
   }
-  gpa__log(GPA_LOG_DEBUG, C->a->opts.log_level, "cuda: %s runs on the host fallback", op->d.name);
+  gpa__log(GPA_LOG_DEBUG, C->host.log_level, "cuda: %s runs on the host fallback", op->name);
   uint32_t nt = x->n_inputs + x->n_outputs;
-  span sp[128];
+  span sp[GPA__MAX_TENSORS];
   uint32_t ns = 0;
   for (uint32_t i = 0; i < nt; i++) {
     const gpa_tensor *t = i < x->n_inputs ? &x->inputs[i] : &x->outputs[i - x->n_inputs];
@@ -62,7 +62,7 @@ gpa_status gpa__cu_fallback(const gpa_op_exec *x) {
   if (st != GPA_OK) return st;
   gpa__cu_stage *stage = gpa__cu_stage_get(C, total ? total : 64);
   if (!stage) {
-    snprintf(x->msg, x->msg_size, "%s (host fallback): out of pinned memory for %llu bytes", op->d.name,
+    snprintf(x->msg, x->msg_size, "%s (host fallback): out of pinned memory for %llu bytes", op->name,
              (unsigned long long)total);
     return GPA_ENOMEM;
   }
@@ -76,7 +76,7 @@ gpa_status gpa__cu_fallback(const gpa_op_exec *x) {
     gpa__cu_stage_put(C, stage);
     return gpa__cu_check(C, e, "host fallback: copy in", x->msg, x->msg_size);
   }
-  void *ptrs[128];
+  void *ptrs[GPA__MAX_TENSORS];
   for (uint32_t i = 0; i < nt; i++) {
     const gpa_tensor *t = i < x->n_inputs ? &x->inputs[i] : &x->outputs[i - x->n_inputs];
     uint32_t k = 0;
@@ -88,8 +88,8 @@ gpa_status gpa__cu_fallback(const gpa_op_exec *x) {
   hx.out = ptrs + x->n_inputs;
   hx.stream = NULL;
   hx.env = x->env; /* inline loops, host scratch (run() cleared scratch_fn) */
-  hx.user_data = op->d.user_data;
-  st = op->d.host(&hx);
+  hx.user_data = op->user_data;
+  st = op->host(&hx);
   if (st == GPA_OK) {
     for (uint32_t k = 0; k < ns && e == CUDA_SUCCESS; k++)
       if (sp[k].written && sp[k].hi > sp[k].lo)

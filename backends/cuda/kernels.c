@@ -1,37 +1,14 @@
 /* Kernel modules (the kernels/cuda .cu files, embedded fatbins) loaded lazily per
- * module and cached by the actor; functions cached by id. Also: the table of
- * built-in CUDA implementations by op name, and attribute lookup by name. */
+ * module and cached by the actor; functions cached by id. The modules and
+ * kernels are the op families' (tables in ops/cuda_kernels.c). */
 #include <stdio.h>
 #include <string.h>
 
 #include "backends/cuda/cuda_ops.h"
-#include "backends/cuda/kernel_list.h"
 
-#define GPA__CU_FATBIN_DECL(mod) extern const unsigned char gpa_fatbin_gpa_cu_##mod[];
-GPA__CU_MODULES(GPA__CU_FATBIN_DECL)
-#undef GPA__CU_FATBIN_DECL
-
-static const unsigned char *const mod_image[] = {
-#define GPA__CU_IMG(mod) gpa_fatbin_gpa_cu_##mod,
-    GPA__CU_MODULES(GPA__CU_IMG)
-#undef GPA__CU_IMG
-};
-static const char *const mod_name[] = {
-#define GPA__CU_MNAME(mod) #mod,
-    GPA__CU_MODULES(GPA__CU_MNAME)
-#undef GPA__CU_MNAME
-};
-static const struct {
-  int mod;
-  const char *name;
-} kdefs[] = {
-#define GPA__CU_KDEF(id, mod, name) {GPA__CU_MOD_##mod, #name},
-    GPA__CU_KERNELS(GPA__CU_KDEF)
-#undef GPA__CU_KDEF
-};
-
-_Static_assert(GPA__CU_NMODS <= GPA__CU_MODULES_MAX, "raise GPA__CU_MODULES_MAX");
-_Static_assert(GPA__CU_NKERNELS <= GPA__CU_FUNCS_MAX, "raise GPA__CU_FUNCS_MAX");
+#define mod_image gpa__cu_mod_images
+#define mod_name gpa__cu_mod_names
+#define kdefs gpa__cu_kdefs
 
 CUfunction gpa__cu_fn(const gpa_op_exec *x, int id) {
   gpa__cu_ctx *C = gpa__cu_of(x);
@@ -98,56 +75,16 @@ void gpa__cu_kernels_release(gpa__cu_ctx *C) {
   C->n_user = 0;
 }
 
-static const gpa_attr_spec *attr_spec(const gpa_op_exec *x, const char *name) {
-  const gpa__op *op = gpa__cu_of(x)->cur_msg ? gpa__cu_of(x)->cur_msg->op : NULL;
-  if (!op) return NULL;
-  for (uint32_t i = 0; i < op->d.n_attrs; i++)
-    if (!strcmp(op->d.attrs[i].name, name)) return &op->d.attrs[i];
-  return NULL;
+gpa_status gpa__cu_zero_f32(const gpa_op_exec *x, void *p, long long n) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  if (n <= 0) return GPA_OK;
+  return gpa__cu_check(C, C->cu.cuMemsetD32Async(GPA__DP(p), 0, (size_t)n, (CUstream)x->stream),
+                       "cuMemsetD32Async", x->msg, x->msg_size);
 }
 
-double gpa__cu_attr_f(const gpa_op_exec *x, const char *name, double dflt) {
-  const gpa_attr_spec *s = attr_spec(x, name);
-  if (!s) return dflt;
-  const unsigned char *p = (const unsigned char *)x->params + s->offset;
-  if (s->type == GPA_ATTR_INT) {
-    int64_t v;
-    memcpy(&v, p, sizeof v);
-    return (double)v;
-  }
-  double v;
-  memcpy(&v, p, sizeof v);
-  return v;
-}
-
-int64_t gpa__cu_attr_i(const gpa_op_exec *x, const char *name, int64_t dflt) {
-  const gpa_attr_spec *s = attr_spec(x, name);
-  if (!s) return dflt;
-  const unsigned char *p = (const unsigned char *)x->params + s->offset;
-  if (s->type == GPA_ATTR_FLOAT) {
-    double v;
-    memcpy(&v, p, sizeof v);
-    return (int64_t)v;
-  }
-  int64_t v;
-  memcpy(&v, p, sizeof v);
-  return v;
-}
-
-/* Built-in implementations, by op name. */
-#define GPA__CU_FAMILIES(X) X(core) X(ew) X(norm) X(emb_met) X(blas) X(attn)
-#define GPA__CU_FAM_DECL(f) extern const gpa__cu_impl gpa__cu_ops_##f[];
-GPA__CU_FAMILIES(GPA__CU_FAM_DECL)
-#undef GPA__CU_FAM_DECL
-
-gpa_op_impl_fn gpa__cu_builtin(const char *name) {
-  static const gpa__cu_impl *const fams[] = {
-#define GPA__CU_FAM(f) gpa__cu_ops_##f,
-      GPA__CU_FAMILIES(GPA__CU_FAM)
-#undef GPA__CU_FAM
-  };
-  for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++)
-    for (const gpa__cu_impl *e = fams[i]; e->name; e++)
-      if (!strcmp(e->name, name)) return e->fn;
-  return NULL;
+gpa_status gpa__cu_blas_status(const gpa_op_exec *x, cublasStatus_t s, const char *what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return GPA_OK;
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  snprintf(x->msg, x->msg_size, "%s: %s", what, C->blas.cublasGetStatusString(s));
+  return s == CUBLAS_STATUS_ALLOC_FAILED ? GPA_ENOMEM : GPA_EDEVICE;
 }

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "kernels/host/bf16.h"
-#include "ops/registry.h"
+#include "actor/registry.h"
 #include "tests/parity/harness_internal.h"
 
 /* ---- specs ---------------------------------------------------------------- */
@@ -411,7 +411,7 @@ gpa_parity *gpa_parity_open(const char *suite) {
   gpa_parity *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->suite = suite;
-  p->reg_ok = gpa__registry_init(&p->reg) == GPA_OK && gpa__register_builtins(&p->reg) == GPA_OK;
+  p->reg_ok = gpa__registry_init(&p->reg) == GPA_OK;
   if (!p->reg_ok) fprintf(stderr, "[%s] FAIL: cannot build a registry of the built-in ops\n", suite);
   gpa_status st = gpa_actor_create(NULL, &p->actor);
   if (st != GPA_OK) {

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ops/registry.h"
+#include "actor/registry.h"
 #include "tests/parity/harness.h"
 
 struct gpa_parity {

@@ -1,0 +1,70 @@
+/* Attention's params (host and CUDA adapters) and its CUDA kernels
+ * (kernels/cuda/attention.cu fp32, attention_fa2.cu and attention_fa2_bwd.cu
+ * bf16/fp16; module "attn"). */
+#ifndef GPA_OPS_ATTENTION_H
+#define GPA_OPS_ATTENTION_H
+#include "ops/family.h"
+
+typedef struct gpa__attn_params {
+  double scale;   /* 0: 1/sqrt(D) */
+  int64_t causal; /* bottom-right aligned when S != Sk */
+} gpa__attn_params;
+
+gpa_status gpa__attn_fwd_cu(const gpa_op_exec *x);
+gpa_status gpa__attn_bwd_cu(const gpa_op_exec *x);
+/* Our own kernels only (fp32 flash; bf16/fp16 FlashAttention-2), then the
+ * host fallback: what the two above run when cuDNN declines; gpa-bench
+ * cuda_attention_fa2 calls them directly to force this path. */
+gpa_status gpa__attn_own_fwd_cu(const gpa_op_exec *x);
+gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x);
+
+/* K(id, module, kernel name) */
+#define GPA__CU_KERNELS_ATTENTION(K)                                      \
+  /* per head-dim class 32, 64, 96, 128, 256, in this order */ \
+  K(ATT_FWD32, attn, gpa_attn_fwd_d32)           \
+  K(ATT_FWD64, attn, gpa_attn_fwd_d64)           \
+  K(ATT_FWD96, attn, gpa_attn_fwd_d96)           \
+  K(ATT_FWD128, attn, gpa_attn_fwd_d128)         \
+  K(ATT_FWD256, attn, gpa_attn_fwd_d256)         \
+  K(ATT_DKV32, attn, gpa_attn_dkv_d32)           \
+  K(ATT_DKV64, attn, gpa_attn_dkv_d64)           \
+  K(ATT_DKV96, attn, gpa_attn_dkv_d96)           \
+  K(ATT_DKV128, attn, gpa_attn_dkv_d128)         \
+  K(ATT_DKV256, attn, gpa_attn_dkv_d256)         \
+  K(ATT_DQ32, attn, gpa_attn_dq_d32)             \
+  K(ATT_DQ64, attn, gpa_attn_dq_d64)             \
+  K(ATT_DQ96, attn, gpa_attn_dq_d96)             \
+  K(ATT_DQ128, attn, gpa_attn_dq_d128)           \
+  K(ATT_DQ256, attn, gpa_attn_dq_d256)           \
+  K(ATT_DELTA, attn, gpa_attn_bwd_delta)         \
+  /* FA2 kernels (attention_fa2*.cu): bf16 then fp16, D <= 64, 96, 128, 256 */  \
+  K(FA2_FWD_BF64, attn, gpa_fa2_fwd_bf16_d64)                                   \
+  K(FA2_FWD_BF96, attn, gpa_fa2_fwd_bf16_d96)                                   \
+  K(FA2_FWD_BF128, attn, gpa_fa2_fwd_bf16_d128)                                 \
+  K(FA2_FWD_BF256, attn, gpa_fa2_fwd_bf16_d256)                                 \
+  K(FA2_FWD_H64, attn, gpa_fa2_fwd_f16_d64)                                     \
+  K(FA2_FWD_H96, attn, gpa_fa2_fwd_f16_d96)                                     \
+  K(FA2_FWD_H128, attn, gpa_fa2_fwd_f16_d128)                                   \
+  K(FA2_FWD_H256, attn, gpa_fa2_fwd_f16_d256)                                   \
+  K(FA2_DKV_BF64, attn, gpa_fa2_dkv_bf16_d64)                                   \
+  K(FA2_DKV_BF96, attn, gpa_fa2_dkv_bf16_d96)                                   \
+  K(FA2_DKV_BF128, attn, gpa_fa2_dkv_bf16_d128)                                 \
+  K(FA2_DKV_BF256, attn, gpa_fa2_dkv_bf16_d256)                                 \
+  K(FA2_DKV_H64, attn, gpa_fa2_dkv_f16_d64)                                     \
+  K(FA2_DKV_H96, attn, gpa_fa2_dkv_f16_d96)                                     \
+  K(FA2_DKV_H128, attn, gpa_fa2_dkv_f16_d128)                                   \
+  K(FA2_DKV_H256, attn, gpa_fa2_dkv_f16_d256)                                   \
+  K(FA2_DQ_BF64, attn, gpa_fa2_dq_bf16_d64)                                     \
+  K(FA2_DQ_BF96, attn, gpa_fa2_dq_bf16_d96)                                     \
+  K(FA2_DQ_BF128, attn, gpa_fa2_dq_bf16_d128)                                   \
+  K(FA2_DQ_BF256, attn, gpa_fa2_dq_bf16_d256)                                   \
+  K(FA2_DQ_H64, attn, gpa_fa2_dq_f16_d64)                                       \
+  K(FA2_DQ_H96, attn, gpa_fa2_dq_f16_d96)                                       \
+  K(FA2_DQ_H128, attn, gpa_fa2_dq_f16_d128)                                     \
+  K(FA2_DQ_H256, attn, gpa_fa2_dq_f16_d256)                                     \
+  K(FA2_DELTA32_BF, attn, gpa_fa2_delta32_bf16)                                 \
+  K(FA2_DELTA32_H, attn, gpa_fa2_delta32_f16)                                   \
+  K(FA2_DELTA_BF, attn, gpa_fa2_delta_bf16)                                     \
+  K(FA2_DELTA_H, attn, gpa_fa2_delta_f16)
+
+#endif

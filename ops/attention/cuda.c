@@ -1,0 +1,167 @@
+/* Attention on CUDA: fp32 flash attention (kernels/cuda/attention.cu),
+ * forward and deterministic backward, head dims up to 256; bf16 and fp16
+ * with tensor cores, FlashAttention-2 structure on mma.sync (kernels/cuda/
+ * attention_fa2.cu, attention_fa2_bwd.cu), forward (o in fp32 or in the
+ * storage type) and deterministic backward, head dims that are multiples
+ * of 16 up to 256.
+ *
+ * Lengths: each value must lie in [0, Sk] (GPA_ERANGE otherwise, with the
+ * host's message), checked on the device and read at completion (no
+ * synchronization; the kernels clamp them meanwhile). Shapes the kernels
+ * do not take (grid dimensions over the limits, shared memory over the
+ * device's opt-in maximum) run on the host fallback. */
+#include <math.h>
+#include <stdio.h>
+
+#include "backends/cuda/cuda_ops.h"
+#include "ops/attention/attention.h"
+#include "ops/cuda_kernels.h"
+
+#define BC 32 /* keys per tile (attention.cu) */
+#define FWD_BR 16
+#define BQ 32
+
+/* Head-dim class: index of the kernel variant (32, 64, 96, 128, 256). */
+static int dclass(int64_t D) { return D <= 32 ? 0 : D <= 64 ? 1 : D <= 96 ? 2 : D <= 128 ? 3 : 4; }
+
+typedef struct attn_geom {
+  int B, S, Sk, H, Hkv, D, causal;
+  float scale;
+} attn_geom;
+
+static gpa_status geom(const gpa_op_exec *x, const gpa_tensor *q, const gpa_tensor *k, attn_geom *g) {
+  for (int i = 0; i < 4; i++)
+    if (q->shape[i] > 0x7fffffff || k->shape[i] > 0x7fffffff) return GPA_SKIP;
+  g->B = (int)q->shape[0];
+  g->S = (int)q->shape[1];
+  g->H = (int)q->shape[2];
+  g->D = (int)q->shape[3];
+  g->Sk = (int)k->shape[1];
+  g->Hkv = (int)k->shape[2];
+  const gpa__attn_params *p = x->params;
+  g->scale = p->scale > 0 ? (float)p->scale : (float)(1.0 / sqrt((double)g->D));
+  g->causal = (int)p->causal;
+  if (g->B > 65535 || g->H > 65535) return GPA_SKIP; /* grid y, z */
+  return GPA_OK;
+}
+
+/* Lengths must lie in [0, Sk]: checked on the device, read at completion
+ * (the op then fails with ERANGE and the host's message). The kernels clamp
+ * them, so a bad length reads nothing out of range meanwhile. */
+static gpa_status check_lengths(const gpa_op_exec *x, const char *op, void *lens, const attn_geom *g,
+                                CUdeviceptr res) {
+  if (!lens) return GPA_OK;
+  return gpa__cu_check_index(x, res, lens, g->B, (long long)g->Sk + 1, 0, 0, GPA__CU_POST_LENGTHS, op, g->Sk, 0);
+}
+
+/* Allows kernel id `smem` bytes of dynamic shared memory; 0 if it cannot. */
+static int allow_smem(const gpa_op_exec *x, int id, unsigned smem) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  if (smem <= 48 * 1024) return 1;
+  if ((int)smem > C->max_smem_optin) return 0;
+  CUfunction f = gpa__cu_fn(x, id);
+  return f && C->cu.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem) ==
+                  CUDA_SUCCESS;
+}
+
+static unsigned fwd_smem(int D) { return (unsigned)(sizeof(float) * (size_t)(BC * (D | 1) + BC * D + FWD_BR * D + 4 * 32)); }
+static unsigned bwd_smem(int D) {
+  return (unsigned)(sizeof(float) * (size_t)(2 * BC * (D | 1) + 2 * BQ * D + 2 * BQ * (BC + 1) + 2 * BQ));
+}
+
+/* bf16/fp16: the FlashAttention-2-structured kernels (attention_fa2.cu,
+ * attention_fa2_bwd.cu; their head comments have the tiling). Variant:
+ * bf16 then fp16, each of the head-dim classes 64, 96, 128, 256; D a
+ * multiple of 16 (the mma k step), else -1 and the host fallback runs it.
+ * Shared memory: tiles of T with rows of class + 8 elements. Forward: a Q
+ * tile of 128 rows (class 256: 64) and double-buffered K and V tiles of 64
+ * keys (32). Backward dK/dV: K and V tiles of 64 keys, double-buffered Q
+ * and dO steps of 32 rows (16) and their lse and delta; dQ: Q and dO tiles
+ * of 64 rows, double-buffered K and V tiles of 64 keys (32). */
+static int fa2_class(int D) { return D <= 64 ? 0 : D <= 96 ? 1 : D <= 128 ? 2 : 3; }
+static int fa2_variant(int dtype, int D) {
+  if (dtype != GPA_BF16 && dtype != GPA_F16) return -1;
+  if (D % 16 || D > 256) return -1;
+  return (dtype == GPA_F16 ? 4 : 0) + fa2_class(D);
+}
+static unsigned fa2_ld(int D) { static const int dm[4] = {64, 96, 128, 256}; return (unsigned)dm[fa2_class(D)] + 8; }
+static unsigned fa2_fwd_br(int D) { return D > 128 ? 64 : 128; }
+static unsigned fa2_fwd_smem(int D) { return (fa2_fwd_br(D) + 4 * (D > 128 ? 32 : 64)) * fa2_ld(D) * 2; }
+static unsigned fa2_dkv_smem(int D) {
+  const unsigned bq = D > 128 ? 16 : 32;
+  return (2 * 64 + 4 * bq) * fa2_ld(D) * 2 + 4 * bq * 4;
+}
+static unsigned fa2_dq_smem(int D) { return (2 * 64 + 4 * (D > 128 ? 32 : 64)) * fa2_ld(D) * 2; }
+/* cp.async moves 16 bytes, the fp32 outputs are written in pairs */
+static int fa2_aligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
+
+gpa_status gpa__attn_own_fwd_cu(const gpa_op_exec *x) {
+  attn_geom g;
+  gpa_status st = geom(x, &x->inputs[0], &x->inputs[1], &g);
+  if (st == GPA_SKIP) return gpa__cu_fallback(x);
+  int lowp = x->inputs[0].dtype != GPA_F32, var = fa2_variant(x->inputs[0].dtype, g.D);
+  void *q = x->in[0], *k = x->in[1], *v = x->in[2], *o = x->out[0], *lse = x->out[1];
+  const int o_f32 = x->outputs[0].dtype == GPA_F32;
+  if (lowp && (var < 0 || !fa2_aligned(q, 16) || !fa2_aligned(k, 16) || !fa2_aligned(v, 16) ||
+               !fa2_aligned(o, o_f32 ? 8 : 16)))
+    return gpa__cu_fallback(x);
+  void *lens = x->n_inputs > 3 ? x->in[3] : NULL;
+  CUdeviceptr res = lens ? gpa__cu_scratch(x, GPA__CU_INDEX_RES_BYTES) : 0;
+  if (lens && !res) return GPA_ENOMEM;
+  GPA__CU_TRY(check_lengths(x, "attention_fwd", lens, &g, res));
+  int id = lowp ? GPA__K_FA2_FWD_BF64 + var : GPA__K_ATT_FWD32 + dclass(g.D);
+  unsigned smem = lowp ? fa2_fwd_smem(g.D) : fwd_smem(g.D), br = lowp ? fa2_fwd_br(g.D) : FWD_BR;
+  if (!allow_smem(x, id, smem)) return gpa__cu_fallback(x);
+  if (lowp) { /* o in fp32 or in the storage type */
+    void *o32 = o_f32 ? o : NULL, *oT = o_f32 ? NULL : o;
+    void *a[] = {&q, &k, &v, &lens, &o32, &oT, &lse, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale, &g.causal};
+    return gpa__cu_launch(x, id, (unsigned)((g.S + br - 1) / br), (unsigned)g.H, (unsigned)g.B, 32, br / 16, smem, a);
+  }
+  void *args[] = {&q, &k, &v, &lens, &o, &lse, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale, &g.causal};
+  return gpa__cu_launch(x, id, (unsigned)((g.S + br - 1) / br), (unsigned)g.H, (unsigned)g.B, 32, 4, smem, args);
+}
+
+gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x) {
+  attn_geom g;
+  gpa_status st = geom(x, &x->inputs[1], &x->inputs[2], &g);
+  if (st == GPA_SKIP) return gpa__cu_fallback(x);
+  int dtype = x->inputs[1].dtype, lowp = dtype != GPA_F32, var = fa2_variant(dtype, g.D);
+  const int o_f32 = x->inputs[4].dtype == GPA_F32;
+  if (lowp) {
+    int ok = var >= 0;
+    for (int i = 0; i < 4; i++) ok = ok && fa2_aligned(x->in[i], 16);
+    for (int i = 0; i < 3; i++) ok = ok && x->outputs[i].dtype == GPA_F32 && fa2_aligned(x->out[i], 8);
+    if (!ok) return gpa__cu_fallback(x);
+  }
+  void *lens = x->n_inputs > 6 ? x->in[6] : NULL;
+  int cls = dclass(g.D), warps = lowp ? 4 : cls == 4 ? 8 : 4;
+  int kdkv = lowp ? GPA__K_FA2_DKV_BF64 + var : GPA__K_ATT_DKV32 + cls;
+  int kdq = lowp ? GPA__K_FA2_DQ_BF64 + var : GPA__K_ATT_DQ32 + cls;
+  int kdelta = !lowp ? GPA__K_ATT_DELTA
+               : o_f32 ? (dtype == GPA_F16 ? GPA__K_FA2_DELTA32_H : GPA__K_FA2_DELTA32_BF)
+                       : (dtype == GPA_F16 ? GPA__K_FA2_DELTA_H : GPA__K_FA2_DELTA_BF);
+  unsigned smem = lowp ? fa2_dkv_smem(g.D) : bwd_smem(g.D), smem_q = lowp ? fa2_dq_smem(g.D) : smem;
+  unsigned bk = lowp ? 64 : BC, bq = lowp ? 64 : BQ;
+  unsigned halves = lowp && g.D > 128 ? 2 : 1; /* dK/dV blocks per key tile */
+  if (!allow_smem(x, kdkv, smem) || !allow_smem(x, kdq, smem_q)) return gpa__cu_fallback(x);
+  long long rows = (long long)g.B * g.S * g.H;
+  CUdeviceptr scr = gpa__cu_scratch(x, GPA__CU_INDEX_RES_BYTES + (uint64_t)(rows > 0 ? rows : 1) * sizeof(float));
+  if (!scr) return GPA_ENOMEM;
+  CUdeviceptr delta = scr + GPA__CU_INDEX_RES_BYTES;
+  GPA__CU_TRY(check_lengths(x, "attention_bwd", lens, &g, scr));
+  void *dout = x->in[0], *q = x->in[1], *k = x->in[2], *v = x->in[3], *o = x->in[4], *lse = x->in[5];
+  void *dq = x->out[0], *dk = x->out[1], *dv = x->out[2], *dl = (void *)(uintptr_t)delta;
+  void *a0[] = {&dout, &o, &dl, &rows, &g.S, &g.H, &g.D};
+  if (rows > 0) GPA__CU_TRY(gpa__cu_launch(x, kdelta, gpa__cu_blocks(x, (rows + 7) / 8, 1), 1, 1, 32, 8, 0, a0));
+  void *a1[] = {&dout, &q, &k, &v, &lse, &dl, &lens, &dq, &dk, &dv, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale,
+                &g.causal};
+  GPA__CU_TRY(gpa__cu_launch(x, kdkv, (g.Sk + bk - 1) / bk * halves, (unsigned)g.Hkv, (unsigned)g.B, 32,
+                             (unsigned)warps, smem, a1));
+  return gpa__cu_launch(x, kdq, (g.S + bq - 1) / bq * (lowp ? 1 : halves), (unsigned)g.H, (unsigned)g.B, 32,
+                        (unsigned)warps, smem_q, a1);
+}
+
+/* The op's CUDA implementations: cuDNN's fused SDPA first where it takes the
+ * call (issue 22), then our own kernels (and their host fallback). */
+gpa_status gpa__attn_fwd_cu(const gpa_op_exec *x) { return gpa__attn_own_fwd_cu(x); }
+gpa_status gpa__attn_bwd_cu(const gpa_op_exec *x) { return gpa__attn_own_bwd_cu(x); }

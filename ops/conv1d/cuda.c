@@ -1,0 +1,143 @@
+/* conv1d on CUDA: im2col (kernels/cuda/linear.cu) + cuBLAS GEMMs per
+ * group, in chunks of batches whose column matrices fit CONV_SCRATCH_CAP;
+ * col2im for dx. dW sums over batches in order (deterministic). Row-major
+ * operands go to column-major cuBLAS as their transposes. */
+#include <limits.h>
+
+#include "backends/cuda/cuda_ops.h"
+#include "ops/conv1d/conv1d.h"
+#include "ops/cuda_kernels.h"
+
+#define CONV_SCRATCH_CAP ((uint64_t)256 << 20)
+
+static const float one = 1.0f, zero = 0.0f;
+
+static int fits(long long v) { return v >= 0 && v <= INT_MAX; }
+
+typedef struct geom {
+  long long B, Cin, L, Cout, K, stride, pad_l, dil, G, Lout, cin_g, cout_g, R;
+} geom;
+
+static void conv_geom(const gpa_op_exec *x, const gpa_tensor *xt, const gpa_tensor *W, long long lout, geom *g) {
+  const gpa__conv_params *p = x->params;
+  g->B = xt->shape[0];
+  g->Cin = xt->shape[1];
+  g->L = xt->shape[2];
+  g->Cout = W->shape[0];
+  g->K = W->shape[2];
+  g->stride = p->stride;
+  g->dil = p->dilation;
+  g->G = p->groups;
+  g->pad_l = p->causal ? g->dil * (g->K - 1) : p->padding;
+  g->Lout = lout;
+  g->cin_g = g->Cin / g->G;
+  g->cout_g = g->Cout / g->G;
+  g->R = g->cin_g * g->K;
+}
+
+static int conv_fits(const geom *g) {
+  return fits(g->B) && fits(g->Lout) && fits(g->R) && fits(g->cout_g) && fits(g->R * g->Lout) &&
+         fits(g->Cout * g->Lout);
+}
+
+/* Batches per chunk so that `bufs` column matrices fit the cap. */
+static long long chunk_of(const geom *g, int bufs) {
+  uint64_t per = (uint64_t)g->R * (uint64_t)g->Lout * sizeof(float) * (uint64_t)bufs;
+  long long c = per ? (long long)(CONV_SCRATCH_CAP / per) : g->B;
+  if (c < 1) c = 1;
+  return c < g->B ? c : g->B;
+}
+
+static gpa_status im2col(const gpa_op_exec *x, const geom *g, void *col, const float *xb, long long nb,
+                         long long c0, int back) {
+  long long cin = g->Cin, cin_g = g->cin_g, l = g->L, k = g->K, lout = g->Lout, st = g->stride, pl = g->pad_l,
+            dil = g->dil;
+  void *xp = (void *)xb;
+  void *args[] = {back ? &xp : &col, back ? &col : &xp, &nb, &cin, &c0, &cin_g, &l, &k, &lout, &st, &pl, &dil};
+  return gpa__cu_launch1d(x, back ? GPA__K_CONV_COL2IM : GPA__K_CONV_IM2COL, back ? nb * cin_g * l : nb * g->R * lout,
+                  args);
+}
+
+gpa_status gpa__conv_fwd_cu(const gpa_op_exec *x) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  geom g;
+  conv_geom(x, &x->inputs[0], &x->inputs[1], x->outputs[0].shape[2], &g);
+  if (!conv_fits(&g)) return gpa__cu_fallback(x);
+  if (g.B == 0) return GPA_OK;
+  cublasHandle_t h;
+  GPA__CU_TRY(gpa__cu_blas(x, &h));
+  long long nbc = chunk_of(&g, 1);
+  CUdeviceptr col = gpa__cu_scratch(x, (uint64_t)nbc * (uint64_t)(g.R * g.Lout) * sizeof(float));
+  if (!col) return GPA_ENOMEM;
+  const float *xs = x->in[0], *W = x->in[1];
+  float *y = x->out[0];
+  for (long long b0 = 0; b0 < g.B; b0 += nbc) {
+    long long nb = g.B - b0 < nbc ? g.B - b0 : nbc;
+    for (long long gi = 0; gi < g.G; gi++) {
+      GPA__CU_TRY(im2col(x, &g, (void *)(uintptr_t)col, xs + b0 * g.Cin * g.L, nb, gi * g.cin_g, 0));
+      GPA__CU_TRY(gpa__cu_blas_status(x,
+                          C->blas.cublasSgemmStridedBatched(
+                              h, CUBLAS_OP_N, CUBLAS_OP_N, (int)g.Lout, (int)g.cout_g, (int)g.R, &one,
+                              (const float *)(uintptr_t)col, (int)g.Lout, g.R * g.Lout, W + gi * g.cout_g * g.R,
+                              (int)g.R, 0, &zero, y + (b0 * g.Cout + gi * g.cout_g) * g.Lout, (int)g.Lout,
+                              g.Cout * g.Lout, (int)nb),
+                          "conv1d_fwd: cublasSgemmStridedBatched"));
+    }
+  }
+  if (x->n_inputs < 3) return GPA_OK;
+  long long n = g.B * g.Cout * g.Lout, cout = g.Cout, lout = g.Lout;
+  void *bp = x->in[2], *yp = y;
+  void *args[] = {&yp, &bp, &n, &cout, &lout};
+  return gpa__cu_launch1d(x, GPA__K_CONV_BIAS, n, args);
+}
+
+gpa_status gpa__conv_bwd_cu(const gpa_op_exec *x) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  geom g;
+  conv_geom(x, &x->inputs[1], &x->inputs[2], x->inputs[0].shape[2], &g);
+  if (!conv_fits(&g)) return gpa__cu_fallback(x);
+  const float *dy = x->in[0], *xs = x->in[1], *W = x->in[2];
+  float *dx = x->out[0], *dW = x->out[1];
+  void *db = x->n_outputs > 2 ? x->out[2] : NULL;
+  if (db) {
+    long long nb = g.B, cout = g.Cout, lout = g.Lout;
+    void *dyp = (void *)dy;
+    void *args[] = {&db, &dyp, &nb, &cout, &lout};
+    GPA__CU_TRY(gpa__cu_launch1d(x, GPA__K_CONV_DB, cout, args));
+  }
+  if (g.B == 0) return gpa__cu_zero_f32(x, dW, g.Cout * g.R);
+  cublasHandle_t h;
+  GPA__CU_TRY(gpa__cu_blas(x, &h));
+  long long nbc = chunk_of(&g, 2);
+  uint64_t cb = (uint64_t)nbc * (uint64_t)(g.R * g.Lout) * sizeof(float);
+  CUdeviceptr scr = gpa__cu_scratch(x, 2 * cb);
+  if (!scr) return GPA_ENOMEM;
+  float *col = (float *)(uintptr_t)scr, *dcol = (float *)(uintptr_t)(scr + cb);
+  for (long long b0 = 0; b0 < g.B; b0 += nbc) {
+    long long nb = g.B - b0 < nbc ? g.B - b0 : nbc;
+    for (long long gi = 0; gi < g.G; gi++) {
+      const float *Wg = W + gi * g.cout_g * g.R;
+      float *dWg = dW + gi * g.cout_g * g.R;
+      GPA__CU_TRY(im2col(x, &g, col, xs + b0 * g.Cin * g.L, nb, gi * g.cin_g, 0));
+      /* dW_g += dy_bg col_b^T, batch by batch in order (deterministic) */
+      for (long long b = 0; b < nb; b++) {
+        const float *dyb = dy + ((b0 + b) * g.Cout + gi * g.cout_g) * g.Lout;
+        const float *beta = (b0 + b == 0) ? &zero : &one;
+        GPA__CU_TRY(gpa__cu_blas_status(x,
+                            C->blas.cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)g.R, (int)g.cout_g, (int)g.Lout,
+                                                &one, col + b * g.R * g.Lout, (int)g.Lout, dyb, (int)g.Lout, beta,
+                                                dWg, (int)g.R),
+                            "conv1d_bwd: cublasSgemm (dW)"));
+      }
+      /* dcol_b = W_g^T dy_bg */
+      GPA__CU_TRY(gpa__cu_blas_status(x,
+                          C->blas.cublasSgemmStridedBatched(
+                              h, CUBLAS_OP_N, CUBLAS_OP_T, (int)g.Lout, (int)g.R, (int)g.cout_g, &one,
+                              dy + (b0 * g.Cout + gi * g.cout_g) * g.Lout, (int)g.Lout, g.Cout * g.Lout, Wg, (int)g.R,
+                              0, &zero, dcol, (int)g.Lout, g.R * g.Lout, (int)nb),
+                          "conv1d_bwd: cublasSgemmStridedBatched (dx)"));
+      GPA__CU_TRY(im2col(x, &g, dcol, dx + b0 * g.Cin * g.L, nb, gi * g.cin_g, 1));
+    }
+  }
+  return GPA_OK;
+}

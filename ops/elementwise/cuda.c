@@ -1,0 +1,73 @@
+/* Elementwise ops on CUDA (kernels/cuda/elementwise.cu). Shapes were
+ * validated at submit; the kernels are launched on the queue's stream with a
+ * capped grid-stride grid. bf16 tensors (the dtype of input 0 decides;
+ * submit checked the others match) take the _bf16 kernels, which move eight
+ * values per 16-byte access when every pointer is aligned. */
+#include "backends/cuda/cuda_ops.h"
+#include "ops/cuda_kernels.h"
+#include "ops/elementwise/elementwise.h"
+
+gpa_status gpa__ew_add_cu(const gpa_op_exec *x) {
+  long long n = gpa__cu_numel(&x->inputs[0]);
+  void *y = x->out[0], *a = x->in[0], *b = x->in[1];
+  int vec = gpa__cu_aligned16(x);
+  void *args[] = {&y, &a, &b, &n, &vec};
+  if ((x->inputs[0].dtype == GPA_BF16)) return gpa__cu_launch_bf(x, GPA__K_ADD_BF, n, vec, args);
+  return gpa__cu_launch1d(x, GPA__K_ADD, n, args);
+}
+
+static gpa_status axpy_common(const gpa_op_exec *x, void *y0) {
+  long long n = gpa__cu_numel(&x->inputs[0]);
+  float alpha = (float)((const gpa__ew_params *)x->params)->alpha;
+  void *y = x->out[0], *xx = x->in[0];
+  int vec = gpa__cu_aligned16(x);
+  void *args[] = {&y, &xx, &y0, &alpha, &n, &vec};
+  if ((x->inputs[0].dtype == GPA_BF16)) return gpa__cu_launch_bf(x, GPA__K_AXPY_BF, n, vec, args);
+  return gpa__cu_launch1d(x, GPA__K_AXPY, n, args);
+}
+gpa_status gpa__ew_scale_cu(const gpa_op_exec *x) { return axpy_common(x, NULL); }
+gpa_status gpa__ew_axpy_cu(const gpa_op_exec *x) { return axpy_common(x, x->in[1]); }
+
+static int mask_i32(const gpa_tensor *m) { return m->dtype == GPA_I32; }
+
+gpa_status gpa__ew_mask_zero_cu(const gpa_op_exec *x) {
+  const gpa_tensor *t = &x->inputs[0];
+  long long rows = t->shape[0] * t->shape[1], d = t->rank == 3 ? t->shape[2] : 1;
+  int i32 = mask_i32(&x->inputs[1]);
+  void *y = x->out[0], *xx = x->in[0], *m = x->in[1];
+  int vec = d % 8 == 0 && ((uintptr_t)y & 15) == 0 && ((uintptr_t)xx & 15) == 0;
+  void *args[] = {&y, &xx, &m, &i32, &rows, &d, &vec};
+  if ((x->inputs[0].dtype == GPA_BF16)) return gpa__cu_launch_bf(x, GPA__K_MASK_ZERO_BF, rows * d, vec, args);
+  return gpa__cu_launch1d(x, GPA__K_MASK_ZERO, rows * d, args);
+}
+
+static gpa_status sum_over_l(const gpa_op_exec *x, const void *mask, int i32, int mean) {
+  const gpa_tensor *t = &x->inputs[0];
+  long long B = t->shape[0], L = t->shape[1], D = t->shape[2];
+  void *y = x->out[0], *xx = x->in[0];
+  void *args[] = {&y, &xx, (void *)&mask, &i32, &B, &L, &D, &mean};
+  return gpa__cu_launch1d(x, (x->inputs[0].dtype == GPA_BF16) ? GPA__K_SUM_OVER_L_BF : GPA__K_SUM_OVER_L, B * D, args);
+}
+gpa_status gpa__ew_mm_fwd_cu(const gpa_op_exec *x) {
+  return sum_over_l(x, x->in[1], mask_i32(&x->inputs[1]), 1);
+}
+gpa_status gpa__ew_bc_bwd_cu(const gpa_op_exec *x) { return sum_over_l(x, NULL, 0, 0); }
+
+gpa_status gpa__ew_mm_bwd_cu(const gpa_op_exec *x) {
+  const gpa_tensor *dy = &x->inputs[0], *m = &x->inputs[1];
+  long long B = m->shape[0], L = m->shape[1], D = dy->shape[1];
+  int i32 = mask_i32(m);
+  void *dx = x->out[0], *g = x->in[0], *mk = x->in[1];
+  void *args[] = {&dx, &g, &mk, &i32, &B, &L, &D};
+  return gpa__cu_launch1d(x, (x->inputs[0].dtype == GPA_BF16) ? GPA__K_MM_BWD_BF : GPA__K_MM_BWD, B * D, args);
+}
+
+gpa_status gpa__ew_bc_fwd_cu(const gpa_op_exec *x) {
+  const gpa_tensor *t = &x->inputs[0];
+  long long L = t->shape[1], D = t->shape[2], n = gpa__cu_numel(t);
+  void *y = x->out[0], *xx = x->in[0], *v = x->in[1];
+  int vec = D % 8 == 0 && gpa__cu_aligned16(x);
+  void *args[] = {&y, &xx, &v, &L, &D, &n, &vec};
+  if ((x->inputs[0].dtype == GPA_BF16)) return gpa__cu_launch_bf(x, GPA__K_ADD_BCAST_BF, n, vec, args);
+  return gpa__cu_launch1d(x, GPA__K_ADD_BCAST, n, args);
+}

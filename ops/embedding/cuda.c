@@ -1,0 +1,49 @@
+/* Embedding on CUDA (kernels/cuda/embedding.cu); a bf16 table (and dy)
+ * selects the _bf16 kernels. The ids are checked on the device
+ * (gpa__cu_check_index); the outcome is read when the op completes, so
+ * nothing synchronizes here. The backward sorts (id, row) keys with a
+ * bitonic network and sums each id's rows in order: deterministic. */
+#include "backends/cuda/cuda_ops.h"
+#include "ops/cuda_kernels.h"
+#include "ops/embedding/embedding.h"
+
+gpa_status gpa__emb_fwd_cu(const gpa_op_exec *x) {
+  const gpa_tensor *ids = &x->inputs[0], *tab = &x->inputs[1];
+  long long n = ids->shape[0] * ids->shape[1], d = tab->shape[1], v = tab->shape[0];
+  if (n <= 0) return GPA_OK;
+  CUdeviceptr res = gpa__cu_scratch(x, GPA__CU_INDEX_RES_BYTES);
+  if (!res) return GPA_ENOMEM;
+  GPA__CU_TRY(gpa__cu_check_index(x, res, x->in[0], n, v, 0, 0, GPA__CU_POST_IDS2D, "embedding_fwd", ids->shape[1], v));
+  void *y = x->out[0], *ip = x->in[0], *tp = x->in[1];
+  void *args[] = {&y, &ip, &tp, &n, &d, &v};
+  if (n * d <= 0) return GPA_OK;
+  int id = tab->dtype == GPA_BF16 ? GPA__K_EMB_FWD_BF : GPA__K_EMB_FWD;
+  return gpa__cu_launch(x, id, gpa__cu_blocks(x, n * d, GPA__CU_THREADS), 1, 1, GPA__CU_THREADS, 1, 0, args);
+}
+
+gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x) {
+  const gpa_tensor *ids = &x->inputs[1], *dt = &x->outputs[0];
+  long long n = ids->shape[0] * ids->shape[1], v = dt->shape[0], d = dt->shape[1];
+  int acc = (int)((const gpa__emb_params *)x->params)->accumulate;
+  if (v <= 0 || d <= 0) return GPA_OK;
+  long long npow2 = 1;
+  while (npow2 < n) npow2 *= 2;
+  CUdeviceptr scr = gpa__cu_scratch(x, GPA__CU_INDEX_RES_BYTES + (uint64_t)(n > 0 ? npow2 : 1) * 8);
+  if (!scr) return GPA_ENOMEM;
+  CUdeviceptr res = scr, keys = scr + GPA__CU_INDEX_RES_BYTES;
+  GPA__CU_TRY(gpa__cu_check_index(x, res, x->in[1], n, v, 0, 0, GPA__CU_POST_IDS2D, "embedding_bwd", ids->shape[1], v));
+  void *ip = x->in[1], *dy = x->in[0], *out = x->out[0];
+  if (n > 0) {
+    void *ak[] = {&keys, &ip, &n, &npow2};
+    unsigned grid = gpa__cu_blocks(x, npow2, GPA__CU_THREADS);
+    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_EMB_KEYS, grid, 1, 1, GPA__CU_THREADS, 1, 0, ak));
+    for (long long k = 2; k <= npow2; k *= 2)
+      for (long long j = k / 2; j > 0; j /= 2) {
+        void *ab[] = {&keys, &npow2, &j, &k};
+        GPA__CU_TRY(gpa__cu_launch(x, GPA__K_EMB_BITONIC, grid, 1, 1, GPA__CU_THREADS, 1, 0, ab));
+      }
+  }
+  void *args[] = {&out, &dy, &keys, &n, &v, &d, &acc};
+  int id = x->inputs[0].dtype == GPA_BF16 ? GPA__K_EMB_BWD_BF : GPA__K_EMB_BWD;
+  return gpa__cu_launch(x, id, gpa__cu_blocks(x, v * d, GPA__CU_THREADS), 1, 1, GPA__CU_THREADS, 1, 0, args);
+}

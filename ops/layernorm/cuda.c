@@ -1,0 +1,63 @@
+/* LayerNorm on CUDA (kernels/cuda/norm.cu). bf16 x (and dy) take the _bf16
+ * kernels: x/y/dy/dx bf16, gamma/beta/mean/rstd and dgamma/dbeta fp32. */
+#include <stdio.h>
+
+#include "backends/cuda/cuda_ops.h"
+#include "ops/cuda_kernels.h"
+#include "ops/layernorm/layernorm.h"
+
+#define WARPS 4 /* per forward/dx block */
+#define PART_ROWS 64     /* rows per dgamma/dbeta partial */
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+gpa_status gpa__ln_fwd_cu(const gpa_op_exec *x) {
+  const gpa_tensor *t = &x->inputs[0];
+  long long n = t->shape[0];
+  int d = (int)t->shape[1];
+  if (t->shape[1] > 0x7fffffff) return gpa__cu_fallback(x);
+  float eps = (float)((const gpa__ln_params *)x->params)->eps;
+  int bf = t->dtype == GPA_BF16;
+  /* fp32: float4 when D % 4 == 0; bf16: 8 values (16 bytes) when D % 8 == 0 */
+  int vec4 = d % (bf ? 8 : 4) == 0 && aligned16(x->in[0]) && aligned16(x->in[1]) && aligned16(x->in[2]) &&
+             aligned16(x->out[0]);
+  void *xx = x->in[0], *g = x->in[1], *b = x->in[2], *y = x->out[0], *m = x->out[1], *r = x->out[2];
+  int grp = gpa__cu_row_group(d);
+  void *args[] = {&xx, &g, &b, &y, &m, &r, &n, &d, &eps, &vec4, &grp};
+  if (n <= 0) return GPA_OK;
+  return gpa__cu_launch(x, bf ? GPA__K_LN_FWD_BF : GPA__K_LN_FWD, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32,
+                        WARPS, 0, args);
+}
+
+gpa_status gpa__ln_bwd_cu(const gpa_op_exec *x) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  const gpa_tensor *t = &x->inputs[0];
+  long long n = t->shape[0];
+  int d = (int)t->shape[1];
+  if (t->shape[1] > 0x7fffffff) return gpa__cu_fallback(x);
+  if (d == 0) return GPA_OK;
+  void *dx = x->out[0], *dg = x->out[1], *db = x->out[2];
+  void *xx = x->in[0], *dy = x->in[1], *g = x->in[2], *m = x->in[3], *r = x->in[4];
+  if (n == 0) {
+    gpa_status st = gpa__cu_check(C, C->cu.cuMemsetD32Async(GPA__DP(dg), 0, (size_t)d, (CUstream)x->stream),
+                                  "cuMemsetD32Async", x->msg, x->msg_size);
+    if (st != GPA_OK) return st;
+    return gpa__cu_check(C, C->cu.cuMemsetD32Async(GPA__DP(db), 0, (size_t)d, (CUstream)x->stream),
+                         "cuMemsetD32Async", x->msg, x->msg_size);
+  }
+  int grp = gpa__cu_row_group(d), bf = t->dtype == GPA_BF16;
+  void *a1[] = {&xx, &dy, &g, &m, &r, &dx, &n, &d, &grp};
+  gpa_status st = gpa__cu_launch(x, bf ? GPA__K_LN_BWD_DX_BF : GPA__K_LN_BWD_DX, gpa__cu_row_blocks(x, n, grp, WARPS),
+                                 1, 1, 32, WARPS, 0, a1);
+  if (st != GPA_OK) return st;
+  int rows = PART_ROWS, nblk = (int)((n + rows - 1) / rows);
+  CUdeviceptr part = gpa__cu_scratch(x, (uint64_t)nblk * 2 * (uint64_t)d * sizeof(float));
+  if (!part) return GPA_ENOMEM;
+  void *a2[] = {&xx, &dy, &m, &r, &part, &n, &d, &rows};
+  st = gpa__cu_launch(x, bf ? GPA__K_LN_BWD_PART_BF : GPA__K_LN_BWD_PART, (unsigned)((d + 127) / 128), (unsigned)nblk,
+                      1, 128, 1, 0, a2);
+  if (st != GPA_OK) return st;
+  void *a3[] = {&part, &dg, &db, &d, &nblk};
+  return gpa__cu_launch(x, GPA__K_LN_BWD_COLS, (unsigned)((d + 127) / 128), 1, 1, 128, 1, 0, a3);
+}
+

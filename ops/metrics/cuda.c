@@ -1,0 +1,69 @@
+/* Metrics on CUDA (kernels/cuda/metrics.cu): per-row partial sums, then one
+ * block sums them in a fixed order (deterministic); only scalars are read
+ * back. bf16 logits select the _bf16 kernels. Targets are checked on the
+ * device (gpa__cu_check_index), the outcome read at completion. */
+#include "backends/cuda/cuda_ops.h"
+#include "ops/cuda_kernels.h"
+#include "ops/metrics/metrics.h"
+
+#define WARPS 8 /* per block of the row kernels */
+
+gpa_status gpa__ce_fwd_cu(const gpa_op_exec *x) {
+  long long n = x->inputs[0].shape[0], v = x->inputs[0].shape[1];
+  long long ign = ((const gpa__met_params *)x->params)->ignore_index;
+  CUdeviceptr scr = gpa__cu_scratch(x, GPA__CU_INDEX_RES_BYTES + (uint64_t)(n > 0 ? n : 1) * 8);
+  if (!scr) return GPA_ENOMEM;
+  CUdeviceptr res = scr, part = scr + GPA__CU_INDEX_RES_BYTES;
+  GPA__CU_TRY(gpa__cu_check_index(x, res, x->in[1], n, v, ign, 1, GPA__CU_POST_TARGETS, "cross_entropy_fwd", v, ign));
+  void *lg = x->in[0], *tg = x->in[1], *out = x->out[0];
+  if (n > 0) {
+    int grp = gpa__cu_row_group(v);
+    void *a1[] = {&part, &lg, &tg, &n, &v, &ign, &grp};
+    int id = x->inputs[0].dtype == GPA_BF16 ? GPA__K_CE_ROWS_BF : GPA__K_CE_ROWS;
+    GPA__CU_TRY(gpa__cu_launch(x, id, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32, WARPS, 0, a1));
+  }
+  double div = 0;
+  void *a2[] = {&out, &part, &n, &div, &tg, &ign};
+  return gpa__cu_launch(x, GPA__K_SUM_FINAL, 1, 1, 1, GPA__CU_THREADS, 1, 0, a2);
+}
+
+gpa_status gpa__ce_bwd_cu(const gpa_op_exec *x) {
+  long long n = x->inputs[0].shape[0], v = x->inputs[0].shape[1];
+  long long ign = ((const gpa__met_params *)x->params)->ignore_index;
+  double scale = ((const gpa__met_params *)x->params)->scale;
+  if (n <= 0 || v <= 0) return GPA_OK;
+  CUdeviceptr scr = gpa__cu_scratch(x, GPA__CU_INDEX_RES_BYTES + 8);
+  if (!scr) return GPA_ENOMEM;
+  CUdeviceptr res = scr, cnt = scr + GPA__CU_INDEX_RES_BYTES;
+  GPA__CU_TRY(gpa__cu_check_index(x, res, x->in[1], n, v, ign, 1, GPA__CU_POST_TARGETS, "cross_entropy_bwd", v, ign));
+  void *lg = x->in[0], *tg = x->in[1], *out = x->out[0];
+  void *a1[] = {&cnt, &tg, &n, &ign};
+  GPA__CU_TRY(gpa__cu_launch(x, GPA__K_CE_COUNT, 1, 1, 1, GPA__CU_THREADS, 1, 0, a1));
+  int grp = gpa__cu_row_group(v);
+  void *a2[] = {&out, &lg, &tg, &cnt, &n, &v, &ign, &scale, &grp};
+  int id = x->inputs[0].dtype == GPA_BF16 ? GPA__K_CE_BWD_BF : GPA__K_CE_BWD;
+  return gpa__cu_launch(x, id, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32, WARPS, 0, a2);
+}
+
+static gpa_status pair_cu(const gpa_op_exec *x, int cosine) {
+  const gpa_tensor *y = &x->inputs[0];
+  long long d = y->shape[y->rank - 1], rows = 1;
+  for (uint32_t i = 0; i + 1 < y->rank; i++) rows *= y->shape[i];
+  double eps = ((const gpa__met_params *)x->params)->eps; /* mse: unused */
+  CUdeviceptr part = gpa__cu_scratch(x, (uint64_t)(rows > 0 ? rows : 1) * 8);
+  if (!part) return GPA_ENOMEM;
+  void *yp = x->in[0], *tp = x->in[1], *out = x->out[0];
+  if (rows > 0) {
+    int grp = gpa__cu_row_group(d);
+    void *a1[] = {&part, &yp, &tp, &rows, &d, &eps, &cosine, &grp};
+    GPA__CU_TRY(
+        gpa__cu_launch(x, GPA__K_PAIR_ROWS, gpa__cu_row_blocks(x, rows, grp, WARPS), 1, 1, 32, WARPS, 0, a1));
+  }
+  double div = cosine ? (double)rows : (double)rows * (double)(d > 0 ? d : 0);
+  void *tg = NULL;
+  long long ign = 0;
+  void *a2[] = {&out, &part, &rows, &div, &tg, &ign};
+  return gpa__cu_launch(x, GPA__K_SUM_FINAL, 1, 1, 1, GPA__CU_THREADS, 1, 0, a2);
+}
+gpa_status gpa__mse_cu(const gpa_op_exec *x) { return pair_cu(x, 0); }
+gpa_status gpa__cosine_cu(const gpa_op_exec *x) { return pair_cu(x, 1); }

@@ -1,0 +1,22 @@
+/* The optimizers' params (host and CUDA adapters) and their CUDA kernels
+ * (kernels/cuda/elementwise.cu, module "ew"). */
+#ifndef GPA_OPS_OPTIM_H
+#define GPA_OPS_OPTIM_H
+#include "ops/family.h"
+
+typedef struct gpa__opt_params {
+  double lr, beta1, beta2, eps, weight_decay, momentum;
+  int64_t step, nesterov;
+} gpa__opt_params;
+
+gpa_status gpa__adamw_cu(const gpa_op_exec *x);
+gpa_status gpa__sgd_cu(const gpa_op_exec *x);
+
+/* K(id, module, kernel name) */
+#define GPA__CU_KERNELS_OPTIM(K)    \
+  K(ADAMW, ew, gpa_adamw_f32)       \
+  K(SGD, ew, gpa_sgd_f32)           \
+  K(ADAMW_BF, ew, gpa_adamw_bf16)   \
+  K(SGD_BF, ew, gpa_sgd_bf16)
+
+#endif
