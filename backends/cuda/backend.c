@@ -323,7 +323,7 @@ static gpa_status cu_queue_init(void *bctx, void **bq) {
       free(q);
       char msg[200];
       gpa_status st = gpa__cu_check(C, r, "cuStreamCreate", msg, sizeof msg);
-      gpa__log(GPA_LOG_WARN, C->a->opts.log_level, "cuda: a new queue has no stream: %s", msg);
+      gpa__log(GPA_LOG_WARN, C->host.log_level, "cuda: a new queue has no stream: %s", msg);
       return st;
     }
   }
