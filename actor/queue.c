@@ -222,9 +222,14 @@ gpa_status gpa_queue_create(gpa_actor *a, const char *name, gpa_queue **out) {
   return st;
 }
 
+/* A barrier: the queue's device work has completed, so its backend queue
+ * (a stream) is given back now rather than at shutdown; a program that opens
+ * and closes queues would otherwise hold a stream per queue it ever had. */
 static gpa_status destroy_fn(gpa_actor *a, gpa__msg *m) {
-  (void)a;
-  m->q->dead = true;
+  gpa_queue *q = m->q;
+  q->dead = true;
+  if (a->be->queue_fini && q->bq) a->be->queue_fini(a->bctx, q->bq);
+  q->bq = NULL;
   return GPA_OK;
 }
 

@@ -5,18 +5,20 @@
 
 GPA_SIM_API CUresult gpa_sim__enqueue(CUstream h, int (*fn)(void *, char *, size_t), void *arg,
                                       void (*free_arg)(void *)) {
-  GPA_SIM_ENTER(ctx);
-  CUstream_st *s;
-  CUresult r = gpa_sim__stream_get(ctx, h, &s);
-  if (r) return r;
-  gpa_sim__stream_push(s, [ctx, fn, arg, free_arg] {
-    char why[512] = "";
-    if (ctx->sticky.load() == 0 && fn(arg, why, sizeof why) != 0)
-      gpa_sim__ctx_set_sticky(ctx, CUDA_ERROR_ILLEGAL_ADDRESS, why);
-    if (free_arg) free_arg(arg);
+  return gpa_sim__guard("gpa_sim__enqueue", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    CUstream_st *s;
+    CUresult r = gpa_sim__stream_get(ctx, h, &s);
+    if (r) return r;
+    gpa_sim__stream_push(s, [ctx, fn, arg, free_arg] {
+      char why[512] = "";
+      if (ctx->sticky.load() == 0 && fn(arg, why, sizeof why) != 0)
+        gpa_sim__ctx_set_sticky(ctx, CUDA_ERROR_ILLEGAL_ADDRESS, why);
+      if (free_arg) free_arg(arg);
+      return CUDA_SUCCESS;
+    }, true /* runs after a sticky error too, only to free its argument */);
     return CUDA_SUCCESS;
-  }, true /* runs after a sticky error too, only to free its argument */);
-  return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API int gpa_sim__device_range_ok(CUdeviceptr p, size_t bytes, char *why, size_t n) {

@@ -44,6 +44,24 @@ bool gpa_sim__fault_skip_host_fns(void);
 CUresult gpa_sim__fail(CUresult r, const std::string &msg);
 CUresult gpa_sim__failf(CUresult r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- no C++ exception crosses the C API
+ * Callers are C (the CUDA backend, the cuBLAS subset): an exception that
+ * reached them would terminate the process, as std::system_error from a
+ * stream thread that could not start once did. Every exported entry point
+ * runs its body through gpa_sim__guard, which turns what the body throws
+ * into a CUresult with a message: out of host memory or of threads and
+ * mappings -> CUDA_ERROR_OUT_OF_MEMORY, another system error ->
+ * CUDA_ERROR_OPERATING_SYSTEM, anything else -> CUDA_ERROR_UNKNOWN. */
+CUresult gpa_sim__caught(const char *api) noexcept; /* call inside a catch block only */
+template <class F>
+CUresult gpa_sim__guard(const char *api, F &&body) noexcept {
+  try {
+    return body();
+  } catch (...) {
+    return gpa_sim__caught(api);
+  }
+}
+
 /* ---- contexts (device.cpp) */
 struct CUstream_st;
 struct CUctx_st {
@@ -70,26 +88,40 @@ struct gpa_sim_op {
   bool always;  /* runs even after a sticky error (event records, waits, host functions) */
   bool host_fn; /* a cuLaunchHostFunc: its own delay, and skipped after a sticky error on request */
 };
+/* A stream is shared by its creator and whoever waits on it: a context-wide
+ * synchronization (cuCtxSynchronize, cuMemFree, synchronous copies) of one
+ * actor takes a reference on every stream of the context, another actor's
+ * included, so a cuStreamDestroy meanwhile cannot free a stream under it.
+ * The last reference joins the thread and frees the stream. Waits count
+ * operations: a wait covers what was queued before it, so a stream that
+ * never runs dry (another actor streaming work) cannot starve it. */
 struct CUstream_st {
   CUctx_st *ctx;
   unsigned flags;
+  std::atomic<int> refs{1}; /* the creator's, plus one per waiter from outside */
   std::thread th;
   std::mutex mu;
   std::condition_variable cv, idle_cv;
   std::deque<gpa_sim_op> q;
-  bool busy = false, stop = false;
+  uint64_t pushed = 0, done = 0; /* operations queued / finished, under mu */
+  unsigned waiters = 0;          /* threads in gpa_sim__stream_wait, under mu */
+  bool stop = false;
   std::atomic<unsigned> delay_us{0};
 };
+/* Throws (std::system_error, std::bad_alloc) when no thread can be started:
+ * callers are inside gpa_sim__guard. */
 CUresult gpa_sim__stream_create(CUctx_st *ctx, unsigned flags, CUstream_st **out);
+/* Drops the creator's reference: the handle is dead from now on; queued work
+ * still runs, and the last reference frees the stream. */
 void gpa_sim__stream_destroy(CUstream_st *s);
 /* Resolves NULL / CU_STREAM_LEGACY / CU_STREAM_PER_THREAD and checks the handle. */
 CUresult gpa_sim__stream_get(CUctx_st *ctx, CUstream h, CUstream_st **out);
 void gpa_sim__stream_push(CUstream_st *s, std::function<CUresult()> fn, bool always = false, bool host_fn = false);
-void gpa_sim__stream_wait_idle(CUstream_st *s);
-void gpa_sim__ctx_sync_all(CUctx_st *ctx);
-/* Waits for the NULL stream and every blocking stream (synchronous copies). */
-void gpa_sim__ctx_sync_legacy(CUctx_st *ctx);
-
+/* Waits until every operation queued on s before the call has finished. */
+void gpa_sim__stream_wait(CUstream_st *s);
+/* The same for every stream of the context (legacy: only the NULL stream and
+ * the blocking streams, what a synchronous copy waits for). */
+void gpa_sim__ctx_sync(CUctx_st *ctx, bool legacy);
 /* ---- memory (memory.cpp) */
 enum { GPA_SIM_HOST_PAGEABLE, GPA_SIM_HOST_PINNED };
 CUresult gpa_sim__mem_alloc(CUdeviceptr *out, size_t n, const char *api);

@@ -102,39 +102,41 @@ CUresult run_launch(CUctx_st *ctx, Launch *ln) {
 GPA_SIM_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
                                     unsigned int by, unsigned int bz, unsigned int shmem, CUstream h, void **params,
                                     void **extra) {
-  GPA_SIM_ENTER(ctx);
-  if (!f) return CUDA_ERROR_INVALID_HANDLE;
-  const gpa_sim_kernel *k = gpa_sim__func_kernel(f);
-  CUstream_st *s;
-  CUresult r = gpa_sim__stream_get(ctx, h, &s);
-  if (r) return r;
-  if (bx == 0 || by == 0 || bz == 0 || gx == 0 || gy == 0 || gz == 0)
-    return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel(%s): zero grid or block dimension", k->name);
-  if (bx > 1024 || by > 1024 || bz > 64 || (unsigned long long)bx * by * bz > 1024)
-    return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel(%s): block (%u,%u,%u) exceeds 1024 threads or the "
-                          "per-dimension limits (1024,1024,64)", k->name, bx, by, bz);
-  if (gx > 2147483647u || gy > 65535 || gz > 65535)
-    return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel(%s): grid (%u,%u,%u) exceeds (2^31-1,65535,65535)",
-                          k->name, gx, gy, gz);
-  if ((int)shmem < 0 || (int)shmem > gpa_sim__func_max_dyn(f))
-    return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel(%s): %u bytes of dynamic shared memory exceed the "
-                          "function's limit of %d (raise it with CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)",
-                          k->name, shmem, gpa_sim__func_max_dyn(f));
-  auto ln = std::make_shared<Launch>();
-  ln->f = f;
-  r = pack_params(f, params, extra, &ln->args);
-  if (r) return r;
-  if (gpa_sim__fault_take_launch())
-    return gpa_sim__failf(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "cuLaunchKernel(%s): injected launch failure", k->name);
-  ln->sticky_fault = gpa_sim__fault_take_sticky();
-  ln->L.kernel = k;
-  ln->L.grid = dim3(gx, gy, gz);
-  ln->L.block = dim3(bx, by, bz);
-  ln->L.dyn_shared = shmem;
-  ln->L.serial = gpa_sim__func_serial(f);
-  gpa_sim__stream_push(s, [ctx, ln] {
-    run_launch(ctx, ln.get());
-    return CUDA_SUCCESS; /* failures already made the context sticky, with their own message */
+  return gpa_sim__guard("cuLaunchKernel", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    if (!f) return CUDA_ERROR_INVALID_HANDLE;
+    const gpa_sim_kernel *k = gpa_sim__func_kernel(f);
+    CUstream_st *s;
+    CUresult r = gpa_sim__stream_get(ctx, h, &s);
+    if (r) return r;
+    if (bx == 0 || by == 0 || bz == 0 || gx == 0 || gy == 0 || gz == 0)
+      return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel(%s): zero grid or block dimension", k->name);
+    if (bx > 1024 || by > 1024 || bz > 64 || (unsigned long long)bx * by * bz > 1024)
+      return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel(%s): block (%u,%u,%u) exceeds 1024 threads or the "
+                            "per-dimension limits (1024,1024,64)", k->name, bx, by, bz);
+    if (gx > 2147483647u || gy > 65535 || gz > 65535)
+      return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel(%s): grid (%u,%u,%u) exceeds (2^31-1,65535,65535)",
+                            k->name, gx, gy, gz);
+    if ((int)shmem < 0 || (int)shmem > gpa_sim__func_max_dyn(f))
+      return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel(%s): %u bytes of dynamic shared memory exceed the "
+                            "function's limit of %d (raise it with CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+                            k->name, shmem, gpa_sim__func_max_dyn(f));
+    auto ln = std::make_shared<Launch>();
+    ln->f = f;
+    r = pack_params(f, params, extra, &ln->args);
+    if (r) return r;
+    if (gpa_sim__fault_take_launch())
+      return gpa_sim__failf(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "cuLaunchKernel(%s): injected launch failure", k->name);
+    ln->sticky_fault = gpa_sim__fault_take_sticky();
+    ln->L.kernel = k;
+    ln->L.grid = dim3(gx, gy, gz);
+    ln->L.block = dim3(bx, by, bz);
+    ln->L.dyn_shared = shmem;
+    ln->L.serial = gpa_sim__func_serial(f);
+    gpa_sim__stream_push(s, [ctx, ln] {
+      run_launch(ctx, ln.get());
+      return CUDA_SUCCESS; /* failures already made the context sticky, with their own message */
+    });
+    return CUDA_SUCCESS;
   });
-  return CUDA_SUCCESS;
 }

@@ -46,7 +46,7 @@ CUresult submit(CUctx_st *ctx, CUstream h, bool async, std::function<CUresult(st
   CUresult r = gpa_sim__stream_get(ctx, async ? h : nullptr, &s);
   if (r) return r;
   if (!async) {
-    gpa_sim__ctx_sync_legacy(ctx); /* the NULL stream and every blocking stream, as the legacy stream would */
+    gpa_sim__ctx_sync(ctx, true); /* the NULL stream and every blocking stream, as the legacy stream would */
     std::string why;
     r = op(&why);
     if (r) gpa_sim__ctx_set_sticky(ctx, r, why);
@@ -102,118 +102,162 @@ CUresult memset_n(const char *api, CUdeviceptr p, unsigned v, unsigned width, si
 } // namespace
 
 GPA_SIM_API CUresult cuMemAlloc(CUdeviceptr *p, size_t n) {
-  GPA_SIM_ENTER(ctx);
-  (void)ctx;
-  return gpa_sim__mem_alloc(p, n, "cuMemAlloc");
+  return gpa_sim__guard("cuMemAlloc", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    (void)ctx;
+    return gpa_sim__mem_alloc(p, n, "cuMemAlloc");
+  });
 }
 
 GPA_SIM_API CUresult cuMemFree(CUdeviceptr p) {
-  GPA_SIM_ENTER(ctx);
-  if (!p) return CUDA_SUCCESS;
-  gpa_sim__ctx_sync_all(ctx); /* cuMemFree synchronizes, as on a GPU */
-  CUresult r = gpa_sim__mem_free(p, "cuMemFree");
-  if (r == CUDA_ERROR_ILLEGAL_ADDRESS) gpa_sim__ctx_set_sticky(ctx, r, "guard zone damaged (see above)");
-  return r;
-}
-
-GPA_SIM_API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream h) {
-  GPA_SIM_ENTER(ctx);
-  CUstream_st *s;
-  CUresult r = gpa_sim__stream_get(ctx, h, &s);
-  if (r) return r;
-  return gpa_sim__mem_alloc(p, n, "cuMemAllocAsync");
-}
-
-GPA_SIM_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream h) {
-  if (pool != g_pool) return CUDA_ERROR_INVALID_VALUE;
-  return cuMemAllocAsync(p, n, h);
-}
-
-GPA_SIM_API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream h) {
-  GPA_SIM_ENTER(ctx);
-  std::string why;
-  if (!p) return CUDA_SUCCESS;
-  if (gpa_sim__mem_check(p, 1, &why) != CUDA_SUCCESS)
-    return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuMemFreeAsync: %s", why.c_str());
-  return submit(ctx, h, true, [p](std::string *w) {
-    CUresult r = gpa_sim__mem_free(p, "cuMemFreeAsync");
-    if (r) *w = "cuMemFreeAsync failed (see above)";
+  return gpa_sim__guard("cuMemFree", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    if (!p) return CUDA_SUCCESS;
+    gpa_sim__ctx_sync(ctx, false); /* cuMemFree synchronizes, as on a GPU */
+    CUresult r = gpa_sim__mem_free(p, "cuMemFree");
+    if (r == CUDA_ERROR_ILLEGAL_ADDRESS) gpa_sim__ctx_set_sticky(ctx, r, "guard zone damaged (see above)");
     return r;
   });
 }
 
+GPA_SIM_API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream h) {
+  return gpa_sim__guard("cuMemAllocAsync", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    CUstream_st *s;
+    CUresult r = gpa_sim__stream_get(ctx, h, &s);
+    if (r) return r;
+    return gpa_sim__mem_alloc(p, n, "cuMemAllocAsync");
+  });
+}
+
+GPA_SIM_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream h) {
+  return gpa_sim__guard("cuMemAllocFromPoolAsync", [&]() -> CUresult {
+    if (pool != g_pool) return CUDA_ERROR_INVALID_VALUE;
+    return cuMemAllocAsync(p, n, h);
+  });
+}
+
+GPA_SIM_API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream h) {
+  return gpa_sim__guard("cuMemFreeAsync", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    std::string why;
+    if (!p) return CUDA_SUCCESS;
+    if (gpa_sim__mem_check(p, 1, &why) != CUDA_SUCCESS)
+      return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuMemFreeAsync: %s", why.c_str());
+    return submit(ctx, h, true, [p](std::string *w) {
+      CUresult r = gpa_sim__mem_free(p, "cuMemFreeAsync");
+      if (r) *w = "cuMemFreeAsync failed (see above)";
+      return r;
+    });
+  });
+}
+
 GPA_SIM_API CUresult cuMemGetInfo(size_t *free_b, size_t *total) {
-  GPA_SIM_ENTER(ctx);
-  (void)ctx;
-  if (!free_b || !total) return CUDA_ERROR_INVALID_VALUE;
-  *total = 80ull << 30;
-  *free_b = *total; /* host memory backs the device: not accounted per byte */
-  return CUDA_SUCCESS;
+  return gpa_sim__guard("cuMemGetInfo", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    (void)ctx;
+    if (!free_b || !total) return CUDA_ERROR_INVALID_VALUE;
+    *total = 80ull << 30;
+    *free_b = *total; /* host memory backs the device: not accounted per byte */
+    return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
-  if (!pool) return CUDA_ERROR_INVALID_VALUE;
-  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *pool = g_pool;
-  return CUDA_SUCCESS;
+  return gpa_sim__guard("cuDeviceGetDefaultMemPool", [&]() -> CUresult {
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
+    *pool = g_pool;
+    return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice d) { return cuDeviceGetDefaultMemPool(pool, d); }
 
 GPA_SIM_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
-  if (pool != g_pool || !v) return CUDA_ERROR_INVALID_VALUE;
-  if (a == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) g_pool_threshold = *(cuuint64_t *)v;
-  return CUDA_SUCCESS;
+  return gpa_sim__guard("cuMemPoolSetAttribute", [&]() -> CUresult {
+    if (pool != g_pool || !v) return CUDA_ERROR_INVALID_VALUE;
+    if (a == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) g_pool_threshold = *(cuuint64_t *)v;
+    return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
-  if (pool != g_pool || !v) return CUDA_ERROR_INVALID_VALUE;
-  if (a == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) *(cuuint64_t *)v = g_pool_threshold;
-  else if (a == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES || a == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
-           a == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES)
-    *(int *)v = 1;
-  else *(cuuint64_t *)v = 0;
-  return CUDA_SUCCESS;
+  return gpa_sim__guard("cuMemPoolGetAttribute", [&]() -> CUresult {
+    if (pool != g_pool || !v) return CUDA_ERROR_INVALID_VALUE;
+    if (a == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) *(cuuint64_t *)v = g_pool_threshold;
+    else if (a == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES || a == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
+             a == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES)
+      *(int *)v = 1;
+    else *(cuuint64_t *)v = 0;
+    return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
-  (void)keep;
-  return pool == g_pool ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  return gpa_sim__guard("cuMemPoolTrimTo", [&]() -> CUresult {
+    (void)keep;
+    return pool == g_pool ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  });
 }
 
 GPA_SIM_API CUresult cuMemcpyHtoD(CUdeviceptr d, const void *h, size_t n) {
-  return copy("cuMemcpyHtoD", d, h, 0, nullptr, n, nullptr, false);
+  return gpa_sim__guard("cuMemcpyHtoD", [&]() -> CUresult {
+    return copy("cuMemcpyHtoD", d, h, 0, nullptr, n, nullptr, false);
+  });
 }
 GPA_SIM_API CUresult cuMemcpyDtoH(void *h, CUdeviceptr s, size_t n) {
-  return copy("cuMemcpyDtoH", 0, nullptr, s, h, n, nullptr, false);
+  return gpa_sim__guard("cuMemcpyDtoH", [&]() -> CUresult {
+    return copy("cuMemcpyDtoH", 0, nullptr, s, h, n, nullptr, false);
+  });
 }
 GPA_SIM_API CUresult cuMemcpyDtoD(CUdeviceptr d, CUdeviceptr s, size_t n) {
-  return copy("cuMemcpyDtoD", d, nullptr, s, nullptr, n, nullptr, false);
+  return gpa_sim__guard("cuMemcpyDtoD", [&]() -> CUresult {
+    return copy("cuMemcpyDtoD", d, nullptr, s, nullptr, n, nullptr, false);
+  });
 }
 GPA_SIM_API CUresult cuMemcpyHtoDAsync(CUdeviceptr d, const void *h, size_t n, CUstream st) {
-  return copy("cuMemcpyHtoDAsync", d, h, 0, nullptr, n, st, true);
+  return gpa_sim__guard("cuMemcpyHtoDAsync", [&]() -> CUresult {
+    return copy("cuMemcpyHtoDAsync", d, h, 0, nullptr, n, st, true);
+  });
 }
 GPA_SIM_API CUresult cuMemcpyDtoHAsync(void *h, CUdeviceptr s, size_t n, CUstream st) {
-  return copy("cuMemcpyDtoHAsync", 0, nullptr, s, h, n, st, true);
+  return gpa_sim__guard("cuMemcpyDtoHAsync", [&]() -> CUresult {
+    return copy("cuMemcpyDtoHAsync", 0, nullptr, s, h, n, st, true);
+  });
 }
 GPA_SIM_API CUresult cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
-  return copy("cuMemcpyDtoDAsync", d, nullptr, s, nullptr, n, st, true);
+  return gpa_sim__guard("cuMemcpyDtoDAsync", [&]() -> CUresult {
+    return copy("cuMemcpyDtoDAsync", d, nullptr, s, nullptr, n, st, true);
+  });
 }
 GPA_SIM_API CUresult cuMemsetD8(CUdeviceptr p, unsigned char v, size_t n) {
-  return memset_n("cuMemsetD8", p, v, 1, n, nullptr, false);
+  return gpa_sim__guard("cuMemsetD8", [&]() -> CUresult {
+    return memset_n("cuMemsetD8", p, v, 1, n, nullptr, false);
+  });
 }
 GPA_SIM_API CUresult cuMemsetD16(CUdeviceptr p, unsigned short v, size_t n) {
-  return memset_n("cuMemsetD16", p, v, 2, n, nullptr, false);
+  return gpa_sim__guard("cuMemsetD16", [&]() -> CUresult {
+    return memset_n("cuMemsetD16", p, v, 2, n, nullptr, false);
+  });
 }
 GPA_SIM_API CUresult cuMemsetD32(CUdeviceptr p, unsigned int v, size_t n) {
-  return memset_n("cuMemsetD32", p, v, 4, n, nullptr, false);
+  return gpa_sim__guard("cuMemsetD32", [&]() -> CUresult {
+    return memset_n("cuMemsetD32", p, v, 4, n, nullptr, false);
+  });
 }
 GPA_SIM_API CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream s) {
-  return memset_n("cuMemsetD8Async", p, v, 1, n, s, true);
+  return gpa_sim__guard("cuMemsetD8Async", [&]() -> CUresult {
+    return memset_n("cuMemsetD8Async", p, v, 1, n, s, true);
+  });
 }
 GPA_SIM_API CUresult cuMemsetD16Async(CUdeviceptr p, unsigned short v, size_t n, CUstream s) {
-  return memset_n("cuMemsetD16Async", p, v, 2, n, s, true);
+  return gpa_sim__guard("cuMemsetD16Async", [&]() -> CUresult {
+    return memset_n("cuMemsetD16Async", p, v, 2, n, s, true);
+  });
 }
 GPA_SIM_API CUresult cuMemsetD32Async(CUdeviceptr p, unsigned int v, size_t n, CUstream s) {
-  return memset_n("cuMemsetD32Async", p, v, 4, n, s, true);
+  return gpa_sim__guard("cuMemsetD32Async", [&]() -> CUresult {
+    return memset_n("cuMemsetD32Async", p, v, 4, n, s, true);
+  });
 }

@@ -248,40 +248,48 @@ CUresult unpin(void *p, bool owned) {
 } // namespace
 
 GPA_SIM_API CUresult cuMemHostAlloc(void **pp, size_t n, unsigned int flags) {
-  GPA_SIM_ENTER(ctx);
-  (void)ctx;
-  (void)flags;
-  if (!pp || n == 0) return CUDA_ERROR_INVALID_VALUE;
-  if (gpa_sim__fault_take_alloc())
-    return gpa_sim__failf(CUDA_ERROR_OUT_OF_MEMORY, "cuMemHostAlloc(%zu): injected allocation failure", n);
-  void *p = malloc(n);
-  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
-  pin(p, n, true);
-  *pp = p;
-  return CUDA_SUCCESS;
+  return gpa_sim__guard("cuMemHostAlloc", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    (void)ctx;
+    (void)flags;
+    if (!pp || n == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (gpa_sim__fault_take_alloc())
+      return gpa_sim__failf(CUDA_ERROR_OUT_OF_MEMORY, "cuMemHostAlloc(%zu): injected allocation failure", n);
+    void *p = malloc(n);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    pin(p, n, true);
+    *pp = p;
+    return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuMemAllocHost(void **pp, size_t n) { return cuMemHostAlloc(pp, n, 0); }
 
 GPA_SIM_API CUresult cuMemFreeHost(void *p) {
-  GPA_SIM_ENTER(ctx);
-  (void)ctx;
-  if (unpin(p, true) != CUDA_SUCCESS)
-    return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuMemFreeHost(%p): not allocated by cuMemAllocHost/HostAlloc", p);
-  free(p);
-  return CUDA_SUCCESS;
+  return gpa_sim__guard("cuMemFreeHost", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    (void)ctx;
+    if (unpin(p, true) != CUDA_SUCCESS)
+      return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuMemFreeHost(%p): not allocated by cuMemAllocHost/HostAlloc", p);
+    free(p);
+    return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuMemHostRegister(void *p, size_t n, unsigned int flags) {
-  GPA_SIM_ENTER(ctx);
-  (void)ctx;
-  (void)flags;
-  if (!p || n == 0) return CUDA_ERROR_INVALID_VALUE;
-  return pin(p, n, false);
+  return gpa_sim__guard("cuMemHostRegister", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    (void)ctx;
+    (void)flags;
+    if (!p || n == 0) return CUDA_ERROR_INVALID_VALUE;
+    return pin(p, n, false);
+  });
 }
 
 GPA_SIM_API CUresult cuMemHostUnregister(void *p) {
-  GPA_SIM_ENTER(ctx);
-  (void)ctx;
-  return unpin(p, false);
+  return gpa_sim__guard("cuMemHostUnregister", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    (void)ctx;
+    return unpin(p, false);
+  });
 }

@@ -174,102 +174,128 @@ std::mutex *gpa_sim__func_serial(CUfunc_st *f) {
 }
 
 GPA_SIM_API CUresult cuModuleLoadData(CUmodule *out, const void *image) {
-  GPA_SIM_ENTER(ctx);
-  (void)ctx;
-  return load(out, image);
+  return gpa_sim__guard("cuModuleLoadData", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    (void)ctx;
+    return load(out, image);
+  });
 }
 
 GPA_SIM_API CUresult cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned int n, CUjit_option *o, void **v) {
-  (void)n, (void)o, (void)v; /* JIT options do not apply to emulated modules */
-  return cuModuleLoadData(out, image);
+  return gpa_sim__guard("cuModuleLoadDataEx", [&]() -> CUresult {
+    (void)n, (void)o, (void)v; /* JIT options do not apply to emulated modules */
+    return cuModuleLoadData(out, image);
+  });
 }
 
 GPA_SIM_API CUresult cuModuleLoadFatBinary(CUmodule *out, const void *image) { return cuModuleLoadData(out, image); }
 
 GPA_SIM_API CUresult cuModuleUnload(CUmodule m) {
-  GPA_SIM_ENTER(ctx);
-  (void)ctx;
-  return unload(m);
+  return gpa_sim__guard("cuModuleUnload", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    (void)ctx;
+    return unload(m);
+  });
 }
 
 GPA_SIM_API CUresult cuModuleGetFunction(CUfunction *out, CUmodule m, const char *name) {
-  GPA_SIM_ENTER(ctx);
-  (void)ctx;
-  return get_function(out, m, name);
+  return gpa_sim__guard("cuModuleGetFunction", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    (void)ctx;
+    return get_function(out, m, name);
+  });
 }
 
 GPA_SIM_API CUresult cuLibraryLoadData(CUlibrary *out, const void *code, CUjit_option *jo, void **jv, unsigned int nj,
                                        CUlibraryOption *lo, void **lv, unsigned int nl) {
-  (void)jo, (void)jv, (void)nj, (void)lo, (void)lv, (void)nl;
-  GPA_SIM_ENTER(ctx);
-  (void)ctx;
-  if (!out) return CUDA_ERROR_INVALID_VALUE;
-  CUmod_st *m;
-  CUresult r = load(&m, code);
-  if (r) return r;
-  *out = (CUlibrary)m;
-  return CUDA_SUCCESS;
+  return gpa_sim__guard("cuLibraryLoadData", [&]() -> CUresult {
+    (void)jo, (void)jv, (void)nj, (void)lo, (void)lv, (void)nl;
+    GPA_SIM_ENTER(ctx);
+    (void)ctx;
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+    CUmod_st *m;
+    CUresult r = load(&m, code);
+    if (r) return r;
+    *out = (CUlibrary)m;
+    return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuLibraryUnload(CUlibrary lib) {
-  return unload((CUmod_st *)lib);
+  return gpa_sim__guard("cuLibraryUnload", [&]() -> CUresult {
+    return unload((CUmod_st *)lib);
+  });
 }
 
 GPA_SIM_API CUresult cuLibraryGetKernel(CUkernel *out, CUlibrary lib, const char *name) {
-  if (!lib) return CUDA_ERROR_INVALID_HANDLE;
-  CUfunc_st *f;
-  CUresult r = get_function(&f, (CUmod_st *)lib, name);
-  if (r == CUDA_SUCCESS) *out = (CUkernel)f;
-  return r;
+  return gpa_sim__guard("cuLibraryGetKernel", [&]() -> CUresult {
+    if (!lib) return CUDA_ERROR_INVALID_HANDLE;
+    CUfunc_st *f;
+    CUresult r = get_function(&f, (CUmod_st *)lib, name);
+    if (r == CUDA_SUCCESS) *out = (CUkernel)f;
+    return r;
+  });
 }
 
 GPA_SIM_API CUresult cuLibraryGetModule(CUmodule *out, CUlibrary lib) {
-  if (!out || !lib) return CUDA_ERROR_INVALID_VALUE;
-  *out = (CUmod_st *)lib;
-  return CUDA_SUCCESS;
+  return gpa_sim__guard("cuLibraryGetModule", [&]() -> CUresult {
+    if (!out || !lib) return CUDA_ERROR_INVALID_VALUE;
+    *out = (CUmod_st *)lib;
+    return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuKernelGetFunction(CUfunction *out, CUkernel k) {
-  GPA_SIM_ENTER(ctx);
-  (void)ctx;
-  if (!out || !k) return CUDA_ERROR_INVALID_VALUE;
-  *out = (CUfunction)k; /* one device, one context: the kernel is its function */
-  return CUDA_SUCCESS;
+  return gpa_sim__guard("cuKernelGetFunction", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    (void)ctx;
+    if (!out || !k) return CUDA_ERROR_INVALID_VALUE;
+    *out = (CUfunction)k; /* one device, one context: the kernel is its function */
+    return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
-  if (!f) return CUDA_ERROR_INVALID_HANDLE;
-  if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
-    if (v < 0 || v > 227 * 1024)
-      return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuFuncSetAttribute: %d bytes of dynamic shared memory is "
-                            "above the device's opt-in limit (232448)", v);
-    f->max_dyn = v;
-    return CUDA_SUCCESS;
-  }
-  if (a == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) return CUDA_SUCCESS;
-  return CUDA_ERROR_INVALID_VALUE;
+  return gpa_sim__guard("cuFuncSetAttribute", [&]() -> CUresult {
+    if (!f) return CUDA_ERROR_INVALID_HANDLE;
+    if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+      if (v < 0 || v > 227 * 1024)
+        return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuFuncSetAttribute: %d bytes of dynamic shared memory is "
+                              "above the device's opt-in limit (232448)", v);
+      f->max_dyn = v;
+      return CUDA_SUCCESS;
+    }
+    if (a == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) return CUDA_SUCCESS;
+    return CUDA_ERROR_INVALID_VALUE;
+  });
 }
 
 GPA_SIM_API CUresult cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f) {
-  if (!v) return CUDA_ERROR_INVALID_VALUE;
-  if (!f) return CUDA_ERROR_INVALID_HANDLE;
-  switch (a) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
-    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *v = f->max_dyn; break;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *v = 32; break;
-    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *v = 90; break;
-    default: *v = 0; break; /* static shared / local / const sizes are not known to the emulation */
-  }
-  return CUDA_SUCCESS;
+  return gpa_sim__guard("cuFuncGetAttribute", [&]() -> CUresult {
+    if (!v) return CUDA_ERROR_INVALID_VALUE;
+    if (!f) return CUDA_ERROR_INVALID_HANDLE;
+    switch (a) {
+      case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+      case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *v = f->max_dyn; break;
+      case CU_FUNC_ATTRIBUTE_NUM_REGS: *v = 32; break;
+      case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+      case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *v = 90; break;
+      default: *v = 0; break; /* static shared / local / const sizes are not known to the emulation */
+    }
+    return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuKernelSetAttribute(CUfunction_attribute a, int v, CUkernel k, CUdevice d) {
-  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
-  return cuFuncSetAttribute((CUfunction)k, a, v);
+  return gpa_sim__guard("cuKernelSetAttribute", [&]() -> CUresult {
+    if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
+    return cuFuncSetAttribute((CUfunction)k, a, v);
+  });
 }
 
 GPA_SIM_API CUresult cuKernelGetAttribute(int *v, CUfunction_attribute a, CUkernel k, CUdevice d) {
-  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
-  return cuFuncGetAttribute(v, a, (CUfunction)k);
+  return gpa_sim__guard("cuKernelGetAttribute", [&]() -> CUresult {
+    if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
+    return cuFuncGetAttribute(v, a, (CUfunction)k);
+  });
 }

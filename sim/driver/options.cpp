@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <unistd.h>
+#include <new>
+#include <system_error>
 #include "internal.h"
 
 namespace {
@@ -134,6 +137,35 @@ CUresult gpa_sim__failf(CUresult r, const char *fmt, ...) {
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   return gpa_sim__fail(r, buf);
+}
+
+/* Rethrows the exception being handled to classify it. The message goes
+ * into a fixed buffer first: recording it may itself run out of memory, and
+ * then only the code is returned. */
+CUresult gpa_sim__caught(const char *api) noexcept {
+  char b[256];
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  try {
+    throw;
+  } catch (const std::bad_alloc &) {
+    r = CUDA_ERROR_OUT_OF_MEMORY;
+    snprintf(b, sizeof b, "%s: out of host memory", api);
+  } catch (const std::system_error &e) {
+    int c = e.code().value();
+    bool res = e.code().category() == std::generic_category() || e.code().category() == std::system_category();
+    r = res && (c == EAGAIN || c == ENOMEM) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_OPERATING_SYSTEM;
+    snprintf(b, sizeof b, "%s: %s%s", api, e.what(),
+             r == CUDA_ERROR_OUT_OF_MEMORY ? " (the process is out of threads, memory or memory mappings)" : "");
+  } catch (const std::exception &e) {
+    snprintf(b, sizeof b, "%s: internal error: %s", api, e.what());
+  } catch (...) {
+    snprintf(b, sizeof b, "%s: internal error (unknown exception)", api);
+  }
+  try {
+    return gpa_sim__fail(r, b);
+  } catch (...) {
+    return r;
+  }
 }
 
 GPA_SIM_API void gpa_sim_fault_alloc(unsigned n) { gpa_sim__opts(), g_fault_alloc = n; }

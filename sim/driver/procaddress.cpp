@@ -44,31 +44,35 @@ const Entry g_table[] = {GPA_SIM_DRIVER_API(X)};
 
 GPA_SIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags,
                                       CUdriverProcAddressQueryResult *status) {
-  (void)flags;
-  if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
-  /* The one name of this table whose signature changed: from 13.0 it means
-   * cuCtxSynchronize_v2(CUcontext), as the driver maps it (cudaTypedefs.h:
-   * PFN_cuCtxSynchronize_v13000), while cuda.h declares the (void) form. */
-  if (!strcmp(symbol, "cuCtxSynchronize") && cuda_version >= 13000) {
-    *pfn = (void *)&cuCtxSynchronize_v2;
-    if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
-    return CUDA_SUCCESS;
-  }
-  for (const Entry &e : g_table) {
-    if (strcmp(e.api, symbol) == 0 || strcmp(e.symbol, symbol) == 0) {
-      *pfn = e.fn;
+  return gpa_sim__guard("cuGetProcAddress", [&]() -> CUresult {
+    (void)flags;
+    if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    /* The one name of this table whose signature changed: from 13.0 it means
+     * cuCtxSynchronize_v2(CUcontext), as the driver maps it (cudaTypedefs.h:
+     * PFN_cuCtxSynchronize_v13000), while cuda.h declares the (void) form. */
+    if (!strcmp(symbol, "cuCtxSynchronize") && cuda_version >= 13000) {
+      *pfn = (void *)&cuCtxSynchronize_v2;
       if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
       return CUDA_SUCCESS;
     }
-  }
-  *pfn = nullptr;
-  if (status) *status = cuda_version > CUDA_VERSION ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
-                                                     : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-  return CUDA_ERROR_NOT_FOUND;
+    for (const Entry &e : g_table) {
+      if (strcmp(e.api, symbol) == 0 || strcmp(e.symbol, symbol) == 0) {
+        *pfn = e.fn;
+        if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+        return CUDA_SUCCESS;
+      }
+    }
+    *pfn = nullptr;
+    if (status) *status = cuda_version > CUDA_VERSION ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                                                       : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
+  });
 }
 
 /* The pre-12.0 export (no status argument) that loaders may still look up. */
 #undef cuGetProcAddress
 GPA_SIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cuda_version, cuuint64_t flags) {
-  return cuGetProcAddress_v2(symbol, pfn, cuda_version, flags, nullptr);
+  return gpa_sim__guard("cuGetProcAddress", [&]() -> CUresult {
+    return cuGetProcAddress_v2(symbol, pfn, cuda_version, flags, nullptr);
+  });
 }

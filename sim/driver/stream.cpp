@@ -40,16 +40,30 @@ int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Runs one operation; what it throws becomes a sticky error of the
+ * context (an asynchronous failure, as a fault in a kernel would be). */
+void run_op(CUstream_st *s, gpa_sim_op &op) {
+  CUresult r;
+  try {
+    r = op.fn();
+    if (r != CUDA_SUCCESS) gpa_sim__ctx_set_sticky(s->ctx, r, "asynchronous operation failed");
+    return;
+  } catch (...) {
+    r = gpa_sim__caught("stream operation");
+  }
+  try {
+    gpa_sim__ctx_set_sticky(s->ctx, r, "asynchronous operation failed (see above)");
+  } catch (...) {
+    int none = 0;
+    s->ctx->sticky.compare_exchange_strong(none, (int)r);
+  }
+}
+
 void stream_main(CUstream_st *s) {
   std::unique_lock<std::mutex> lk(s->mu);
   for (;;) {
-    while (s->q.empty() && !s->stop) {
-      s->busy = false;
-      s->idle_cv.notify_all();
-      s->cv.wait(lk);
-    }
+    while (s->q.empty() && !s->stop) s->cv.wait(lk);
     if (s->q.empty()) break;
-    s->busy = true;
     gpa_sim_op op = std::move(s->q.front());
     s->q.pop_front();
     lk.unlock();
@@ -57,14 +71,23 @@ void stream_main(CUstream_st *s) {
     if (op.host_fn) delay += gpa_sim__fault_host_fn_delay();
     if (delay) usleep(delay);
     bool sticky = s->ctx->sticky.load() != 0;
-    if (!sticky || (op.always && !(op.host_fn && gpa_sim__fault_skip_host_fns()))) {
-      CUresult r = op.fn();
-      if (r != CUDA_SUCCESS) gpa_sim__ctx_set_sticky(s->ctx, r, "asynchronous operation failed");
-    }
+    if (!sticky || (op.always && !(op.host_fn && gpa_sim__fault_skip_host_fns()))) run_op(s, op);
+    op.fn = nullptr; /* what it captured goes before the wait ends */
     lk.lock();
+    s->done++;
+    if (s->waiters) s->idle_cv.notify_all();
   }
-  s->busy = false;
-  s->idle_cv.notify_all();
+}
+
+void stream_unref(CUstream_st *s) {
+  if (s->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  {
+    std::lock_guard<std::mutex> lk(s->mu);
+    s->stop = true;
+  }
+  s->cv.notify_all();
+  s->th.join(); /* pending work completes first, as on a GPU */
+  delete s;
 }
 
 bool event_live(CUevent e) {
@@ -77,14 +100,29 @@ CUresult gpa_sim__stream_create(CUctx_st *ctx, unsigned flags, CUstream_st **out
   CUstream_st *s = new CUstream_st();
   s->ctx = ctx;
   s->flags = flags;
-  s->th = std::thread(stream_main, s);
-  {
-    std::lock_guard<std::mutex> lk(ctx->mu);
-    ctx->streams.insert(s);
-  }
-  {
+  try {
+    s->th = std::thread(stream_main, s);
+    {
+      std::lock_guard<std::mutex> lk(ctx->mu);
+      ctx->streams.insert(s);
+    }
     std::lock_guard<std::mutex> lk(g_streams_mu);
     g_streams.insert(s);
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lk(ctx->mu);
+      ctx->streams.erase(s);
+    }
+    if (s->th.joinable()) {
+      {
+        std::lock_guard<std::mutex> lk(s->mu);
+        s->stop = true;
+      }
+      s->cv.notify_all();
+      s->th.join();
+    }
+    delete s;
+    throw;
   }
   *out = s;
   return CUDA_SUCCESS;
@@ -95,13 +133,7 @@ void gpa_sim__stream_destroy(CUstream_st *s) {
     std::lock_guard<std::mutex> lk(g_streams_mu);
     g_streams.erase(s);
   }
-  {
-    std::lock_guard<std::mutex> lk(s->mu);
-    s->stop = true;
-  }
-  s->cv.notify_all();
-  s->th.join();
-  delete s;
+  stream_unref(s);
 }
 
 CUresult gpa_sim__stream_get(CUctx_st *ctx, CUstream h, CUstream_st **out) {
@@ -120,127 +152,144 @@ void gpa_sim__stream_push(CUstream_st *s, std::function<CUresult()> fn, bool alw
   {
     std::lock_guard<std::mutex> lk(s->mu);
     s->q.push_back(gpa_sim_op{std::move(fn), always, host_fn});
-    s->busy = true;
+    s->pushed++;
   }
   s->cv.notify_one();
 }
 
-void gpa_sim__stream_wait_idle(CUstream_st *s) {
+void gpa_sim__stream_wait(CUstream_st *s) {
   std::unique_lock<std::mutex> lk(s->mu);
-  s->idle_cv.wait(lk, [s] { return !s->busy && s->q.empty(); });
+  uint64_t target = s->pushed;
+  s->waiters++;
+  s->idle_cv.wait(lk, [s, target] { return s->done >= target; });
+  s->waiters--;
 }
 
-void gpa_sim__ctx_sync_all(CUctx_st *ctx) {
+void gpa_sim__ctx_sync(CUctx_st *ctx, bool legacy) {
   std::vector<CUstream_st *> v;
   {
     std::lock_guard<std::mutex> lk(ctx->mu);
-    v.assign(ctx->streams.begin(), ctx->streams.end());
-  }
-  for (CUstream_st *s : v) gpa_sim__stream_wait_idle(s);
-}
-
-void gpa_sim__ctx_sync_legacy(CUctx_st *ctx) {
-  std::vector<CUstream_st *> v;
-  {
-    std::lock_guard<std::mutex> lk(ctx->mu);
+    v.reserve(ctx->streams.size());
     for (CUstream_st *s : ctx->streams)
-      if (s == ctx->null_stream || !(s->flags & CU_STREAM_NON_BLOCKING)) v.push_back(s);
+      if (!legacy || s == ctx->null_stream || !(s->flags & CU_STREAM_NON_BLOCKING)) {
+        s->refs.fetch_add(1, std::memory_order_relaxed);
+        v.push_back(s);
+      }
   }
-  for (CUstream_st *s : v) gpa_sim__stream_wait_idle(s);
+  for (CUstream_st *s : v) gpa_sim__stream_wait(s);
+  for (CUstream_st *s : v) stream_unref(s);
 }
 
 GPA_SIM_API CUresult cuStreamCreate(CUstream *out, unsigned int flags) {
-  GPA_SIM_ENTER(ctx);
-  if (!out || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
-  return gpa_sim__stream_create(ctx, flags, out);
+  return gpa_sim__guard("cuStreamCreate", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    if (!out || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
+    return gpa_sim__stream_create(ctx, flags, out);
+  });
 }
 
 GPA_SIM_API CUresult cuStreamCreateWithPriority(CUstream *out, unsigned int flags, int priority) {
-  (void)priority; /* priorities do not change the emulation's schedule */
-  return cuStreamCreate(out, flags);
+  return gpa_sim__guard("cuStreamCreateWithPriority", [&]() -> CUresult {
+    (void)priority; /* priorities do not change the emulation's schedule */
+    return cuStreamCreate(out, flags);
+  });
 }
 
 GPA_SIM_API CUresult cuStreamDestroy(CUstream h) {
-  GPA_SIM_ENTER(ctx);
-  CUstream_st *s;
-  if (!h) return CUDA_ERROR_INVALID_HANDLE;
-  CUresult r = gpa_sim__stream_get(ctx, h, &s);
-  if (r) return r;
-  if (s == ctx->null_stream) return CUDA_ERROR_INVALID_HANDLE;
-  {
-    std::lock_guard<std::mutex> lk(ctx->mu);
-    ctx->streams.erase(s);
-  }
-  gpa_sim__stream_destroy(s); /* pending work completes first, as on a GPU */
-  return CUDA_SUCCESS;
+  return gpa_sim__guard("cuStreamDestroy", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    CUstream_st *s;
+    if (!h) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult r = gpa_sim__stream_get(ctx, h, &s);
+    if (r) return r;
+    if (s == ctx->null_stream) return CUDA_ERROR_INVALID_HANDLE;
+    {
+      std::lock_guard<std::mutex> lk(ctx->mu);
+      ctx->streams.erase(s);
+    }
+    gpa_sim__stream_destroy(s);
+    return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuStreamSynchronize(CUstream h) {
-  GPA_SIM_ENTER(ctx);
-  CUstream_st *s;
-  CUresult r = gpa_sim__stream_get(ctx, h, &s);
-  if (r) return r;
-  gpa_sim__stream_wait_idle(s);
-  return (CUresult)ctx->sticky.load();
+  return gpa_sim__guard("cuStreamSynchronize", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    CUstream_st *s;
+    CUresult r = gpa_sim__stream_get(ctx, h, &s);
+    if (r) return r;
+    gpa_sim__stream_wait(s);
+    return (CUresult)ctx->sticky.load();
+  });
 }
 
 GPA_SIM_API CUresult cuStreamQuery(CUstream h) {
-  GPA_SIM_ENTER(ctx);
-  CUstream_st *s;
-  CUresult r = gpa_sim__stream_get(ctx, h, &s);
-  if (r) return r;
-  std::lock_guard<std::mutex> lk(s->mu);
-  return s->busy || !s->q.empty() ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+  return gpa_sim__guard("cuStreamQuery", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    CUstream_st *s;
+    CUresult r = gpa_sim__stream_get(ctx, h, &s);
+    if (r) return r;
+    std::lock_guard<std::mutex> lk(s->mu);
+    return s->done < s->pushed ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuStreamGetFlags(CUstream h, unsigned int *flags) {
-  GPA_SIM_ENTER(ctx);
-  CUstream_st *s;
-  CUresult r = gpa_sim__stream_get(ctx, h, &s);
-  if (r) return r;
-  if (!flags) return CUDA_ERROR_INVALID_VALUE;
-  *flags = s->flags;
-  return CUDA_SUCCESS;
+  return gpa_sim__guard("cuStreamGetFlags", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    CUstream_st *s;
+    CUresult r = gpa_sim__stream_get(ctx, h, &s);
+    if (r) return r;
+    if (!flags) return CUDA_ERROR_INVALID_VALUE;
+    *flags = s->flags;
+    return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void *user_data) {
-  GPA_SIM_ENTER(ctx);
-  CUstream_st *s;
-  CUresult r = gpa_sim__stream_get(ctx, h, &s);
-  if (r) return r;
-  if (!fn) return CUDA_ERROR_INVALID_VALUE;
-  g_host_fns.fetch_add(1, std::memory_order_relaxed);
-  if (gpa_sim__fault_take_host_fn())
-    return gpa_sim__fail(CUDA_ERROR_OUT_OF_MEMORY, "cuLaunchHostFunc: injected fault (gpa_sim_fault_host_fn)");
-  gpa_sim__stream_push(s, [fn, user_data] { fn(user_data); return CUDA_SUCCESS; }, true, true);
-  return CUDA_SUCCESS;
+  return gpa_sim__guard("cuLaunchHostFunc", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    CUstream_st *s;
+    CUresult r = gpa_sim__stream_get(ctx, h, &s);
+    if (r) return r;
+    if (!fn) return CUDA_ERROR_INVALID_VALUE;
+    g_host_fns.fetch_add(1, std::memory_order_relaxed);
+    if (gpa_sim__fault_take_host_fn())
+      return gpa_sim__fail(CUDA_ERROR_OUT_OF_MEMORY, "cuLaunchHostFunc: injected fault (gpa_sim_fault_host_fn)");
+    gpa_sim__stream_push(s, [fn, user_data] { fn(user_data); return CUDA_SUCCESS; }, true, true);
+    return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuEventCreate(CUevent *out, unsigned int flags) {
-  GPA_SIM_ENTER(ctx);
-  (void)ctx;
-  if (!out) return CUDA_ERROR_INVALID_VALUE;
-  CUevent e = new CUevent_st();
-  e->flags = flags;
-  {
-    std::lock_guard<std::mutex> lk(g_ev_mu);
-    g_events.insert(e);
-  }
-  *out = e;
-  return CUDA_SUCCESS;
+  return gpa_sim__guard("cuEventCreate", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    (void)ctx;
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+    CUevent e = new CUevent_st();
+    e->flags = flags;
+    {
+      std::lock_guard<std::mutex> lk(g_ev_mu);
+      g_events.insert(e);
+    }
+    *out = e;
+    return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuEventDestroy(CUevent e) {
-  GPA_SIM_ENTER(ctx);
-  (void)ctx;
-  if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
-  /* a pending record still refers to the event: let it land first */
-  std::unique_lock<std::mutex> lk(g_ev_mu);
-  g_ev_cv.wait(lk, [e] { return e->completed >= e->recorded && e->waiters == 0; });
-  if (!g_events.erase(e)) return CUDA_ERROR_INVALID_HANDLE; /* a reset took it meanwhile */
-  lk.unlock();
-  delete e;
-  return CUDA_SUCCESS;
+  return gpa_sim__guard("cuEventDestroy", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    (void)ctx;
+    if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
+    /* a pending record still refers to the event: let it land first */
+    std::unique_lock<std::mutex> lk(g_ev_mu);
+    g_ev_cv.wait(lk, [e] { return e->completed >= e->recorded && e->waiters == 0; });
+    if (!g_events.erase(e)) return CUDA_ERROR_INVALID_HANDLE; /* a reset took it meanwhile */
+    lk.unlock();
+    delete e;
+    return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API size_t gpa_sim_host_fns(void) { return g_host_fns.load(); }
@@ -256,83 +305,95 @@ void gpa_sim__events_release_all(void) {
 }
 
 GPA_SIM_API CUresult cuEventRecord(CUevent e, CUstream h) {
-  GPA_SIM_ENTER(ctx);
-  CUstream_st *s;
-  CUresult r = gpa_sim__stream_get(ctx, h, &s);
-  if (r) return r;
-  if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
-  uint64_t seq;
-  {
-    std::lock_guard<std::mutex> lk(g_ev_mu);
-    seq = ++e->recorded;
-  }
-  gpa_sim__stream_push(s, [e, seq] {
-    std::lock_guard<std::mutex> lk(g_ev_mu);
-    if (seq > e->completed) {
-      e->completed = seq;
-      e->t_ns = now_ns();
+  return gpa_sim__guard("cuEventRecord", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    CUstream_st *s;
+    CUresult r = gpa_sim__stream_get(ctx, h, &s);
+    if (r) return r;
+    if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t seq;
+    {
+      std::lock_guard<std::mutex> lk(g_ev_mu);
+      seq = ++e->recorded;
     }
-    g_ev_cv.notify_all();
+    gpa_sim__stream_push(s, [e, seq] {
+      std::lock_guard<std::mutex> lk(g_ev_mu);
+      if (seq > e->completed) {
+        e->completed = seq;
+        e->t_ns = now_ns();
+      }
+      g_ev_cv.notify_all();
+      return CUDA_SUCCESS;
+    }, true);
     return CUDA_SUCCESS;
-  }, true);
-  return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuEventRecordWithFlags(CUevent e, CUstream h, unsigned int flags) {
-  (void)flags;
-  return cuEventRecord(e, h);
+  return gpa_sim__guard("cuEventRecordWithFlags", [&]() -> CUresult {
+    (void)flags;
+    return cuEventRecord(e, h);
+  });
 }
 
 GPA_SIM_API CUresult cuEventQuery(CUevent e) {
-  GPA_SIM_ENTER(ctx);
-  (void)ctx;
-  if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
-  std::lock_guard<std::mutex> lk(g_ev_mu);
-  return e->completed >= e->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  return gpa_sim__guard("cuEventQuery", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    (void)ctx;
+    if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
+    std::lock_guard<std::mutex> lk(g_ev_mu);
+    return e->completed >= e->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  });
 }
 
 GPA_SIM_API CUresult cuEventSynchronize(CUevent e) {
-  GPA_SIM_ENTER(ctx);
-  if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
-  std::unique_lock<std::mutex> lk(g_ev_mu);
-  uint64_t target = e->recorded;
-  g_ev_cv.wait(lk, [e, target] { return e->completed >= target; });
-  return (CUresult)ctx->sticky.load();
+  return gpa_sim__guard("cuEventSynchronize", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
+    std::unique_lock<std::mutex> lk(g_ev_mu);
+    uint64_t target = e->recorded;
+    g_ev_cv.wait(lk, [e, target] { return e->completed >= target; });
+    return (CUresult)ctx->sticky.load();
+  });
 }
 
 GPA_SIM_API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
-  GPA_SIM_ENTER(ctx);
-  (void)ctx;
-  if (!ms) return CUDA_ERROR_INVALID_VALUE;
-  if (!event_live(a) || !event_live(b)) return CUDA_ERROR_INVALID_HANDLE;
-  if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
-  std::lock_guard<std::mutex> lk(g_ev_mu);
-  if (!a->recorded || !b->recorded) return CUDA_ERROR_INVALID_HANDLE;
-  if (a->completed < a->recorded || b->completed < b->recorded) return CUDA_ERROR_NOT_READY;
-  *ms = (float)((double)(b->t_ns - a->t_ns) / 1e6);
-  return CUDA_SUCCESS;
+  return gpa_sim__guard("cuEventElapsedTime", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    (void)ctx;
+    if (!ms) return CUDA_ERROR_INVALID_VALUE;
+    if (!event_live(a) || !event_live(b)) return CUDA_ERROR_INVALID_HANDLE;
+    if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+    std::lock_guard<std::mutex> lk(g_ev_mu);
+    if (!a->recorded || !b->recorded) return CUDA_ERROR_INVALID_HANDLE;
+    if (a->completed < a->recorded || b->completed < b->recorded) return CUDA_ERROR_NOT_READY;
+    *ms = (float)((double)(b->t_ns - a->t_ns) / 1e6);
+    return CUDA_SUCCESS;
+  });
 }
 
 GPA_SIM_API CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
-  GPA_SIM_ENTER(ctx);
-  (void)flags;
-  CUstream_st *s;
-  CUresult r = gpa_sim__stream_get(ctx, h, &s);
-  if (r) return r;
-  if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
-  uint64_t target;
-  {
-    std::lock_guard<std::mutex> lk(g_ev_mu);
-    target = e->recorded; /* the record issued before this call; none = no wait */
-    if (target == 0) return CUDA_SUCCESS;
-    e->waiters++;
-  }
-  gpa_sim__stream_push(s, [e, target] {
-    std::unique_lock<std::mutex> lk(g_ev_mu);
-    g_ev_cv.wait(lk, [e, target] { return e->completed >= target; });
-    e->waiters--;
-    g_ev_cv.notify_all();
+  return gpa_sim__guard("cuStreamWaitEvent", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    (void)flags;
+    CUstream_st *s;
+    CUresult r = gpa_sim__stream_get(ctx, h, &s);
+    if (r) return r;
+    if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t target;
+    {
+      std::lock_guard<std::mutex> lk(g_ev_mu);
+      target = e->recorded; /* the record issued before this call; none = no wait */
+      if (target == 0) return CUDA_SUCCESS;
+      e->waiters++;
+    }
+    gpa_sim__stream_push(s, [e, target] {
+      std::unique_lock<std::mutex> lk(g_ev_mu);
+      g_ev_cv.wait(lk, [e, target] { return e->completed >= target; });
+      e->waiters--;
+      g_ev_cv.notify_all();
+      return CUDA_SUCCESS;
+    }, true);
     return CUDA_SUCCESS;
-  }, true);
-  return CUDA_SUCCESS;
+  });
 }

@@ -44,7 +44,14 @@ void run_blocks(Grid *g) {
       uint3 bi = make_uint3((unsigned)(b % L->grid.x), (unsigned)(b / L->grid.x % L->grid.y),
                             (unsigned)(b / ((uint64_t)L->grid.x * L->grid.y)));
       std::string err;
-      if (gpa_sim__block_run(g->L, bi, &err) != 0) {
+      int rc;
+      try {
+        rc = gpa_sim__block_run(g->L, bi, &err);
+      } catch (...) { /* a pool worker has no caller to throw to: the launch fails */
+        rc = -1;
+        err = "out of host memory while starting a block";
+      }
+      if (rc != 0) {
         std::lock_guard<std::mutex> lk(g->err_mu);
         if (!g->failed.exchange(true)) g->L->error = err;
       }
@@ -76,10 +83,16 @@ void worker(Pool *p) {
   }
 }
 
+/* Workers that cannot start are done without: the launching thread runs
+ * every block a worker does not claim. */
 void pool_start(void) {
-  g_pool = new Pool();
+  Pool *p = new Pool();
   unsigned n = gpa_sim__opt_workers();
-  for (unsigned i = 0; i < n; i++) g_pool->threads.emplace_back(worker, g_pool);
+  try {
+    for (unsigned i = 0; i < n; i++) p->threads.emplace_back(worker, p);
+  } catch (...) {
+  }
+  g_pool = p;
 }
 
 __attribute__((destructor)) void pool_stop(void) {

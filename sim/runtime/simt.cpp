@@ -29,6 +29,16 @@
 #include <sanitizer/asan_interface.h>
 #define GPA_SIM_SIMT_ASAN 1
 #endif
+/* valgrind follows a switch to another stack only onto stacks it was told
+ * about; otherwise it takes the jump for a huge stack frame and reports the
+ * fibers' frames as invalid accesses. The client requests are a few no-op
+ * instructions when not running under valgrind. */
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define GPA_SIM_SIMT_VALGRIND 1
+#endif
+#endif
 
 namespace {
 enum { F_RUN, F_BAR, F_WARP, F_DONE };
@@ -62,14 +72,27 @@ struct Exec {
   bool failed = false, dirty = false;
   unsigned char *dyn = nullptr;
   size_t dyn_cap = 0;
+#ifdef GPA_SIM_SIMT_VALGRIND
+  unsigned vg_stack[MAX_THREADS]; /* valgrind's stack ids, while stacks are mapped */
+#endif
 };
+
+void stacks_unmap(Exec *e) {
+  if (!e->stacks) return;
+#ifdef GPA_SIM_SIMT_VALGRIND
+  for (unsigned i = 0; i < e->nstacks; i++) VALGRIND_STACK_DEREGISTER(e->vg_stack[i]);
+#endif
+  munmap(e->stacks, (size_t)e->nstacks * e->stack_bytes);
+  e->stacks = nullptr;
+  e->nstacks = 0;
+}
 
 struct ExecHolder {
   Exec *e = nullptr;
   ~ExecHolder() {
     if (!e) return;
     for (unsigned i = 0; i < MAX_THREADS; i++) gpa_sim__ctx_destroy(&e->fibers[i].ctx);
-    if (e->stacks) munmap(e->stacks, (size_t)e->nstacks * e->stack_bytes);
+    stacks_unmap(e);
     free(e->dyn);
     delete e;
   }
@@ -91,7 +114,7 @@ Exec *exec_get(void) {
  * under each stack so an overflow faults instead of corrupting a neighbour. */
 bool stacks_reserve(Exec *e, unsigned n) {
   if (e->nstacks >= n) return true;
-  if (e->stacks) munmap(e->stacks, (size_t)e->nstacks * e->stack_bytes);
+  stacks_unmap(e);
   e->stack_bytes = gpa_sim__opt_stack_bytes() + 4096;
   size_t total = (size_t)MAX_THREADS * e->stack_bytes;
   void *p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -102,7 +125,13 @@ bool stacks_reserve(Exec *e, unsigned n) {
   }
   e->stacks = (char *)p;
   e->nstacks = MAX_THREADS;
-  for (unsigned i = 0; i < MAX_THREADS; i++) mprotect(e->stacks + (size_t)i * e->stack_bytes, 4096, PROT_NONE);
+  for (unsigned i = 0; i < MAX_THREADS; i++) {
+    char *lo = e->stacks + (size_t)i * e->stack_bytes;
+    mprotect(lo, 4096, PROT_NONE);
+#ifdef GPA_SIM_SIMT_VALGRIND
+    e->vg_stack[i] = VALGRIND_STACK_REGISTER(lo + 4096, lo + e->stack_bytes);
+#endif
+  }
   return true;
 }
 
