@@ -14,6 +14,7 @@ typedef struct buf_args {
     gpa_buffer_info info;
     gpa_actor_stats stats;
     gpa_external_desc ext;
+    gpa_buffer_loan loan;
     struct {
       void *event;
       bool wait;
@@ -247,3 +248,35 @@ static gpa_status queue_event(gpa_queue *q, void *event, bool wait) {
 
 gpa_status gpa_queue_wait_event(gpa_queue *q, void *event) { return queue_event(q, event, true); }
 gpa_status gpa_queue_record_event(gpa_queue *q, void *event) { return queue_event(q, event, false); }
+
+static gpa_status lend_fn(gpa_actor *a, gpa__msg *m) {
+  buf_args *b = (buf_args *)m->params;
+  gpa__slot *s = gpa__bufcache_live(a->cache, b->id);
+  if (!s) {
+    snprintf(m->err, sizeof m->err, "gpa_buffer_lend: buffer 0x%llx is stale", (unsigned long long)b->id);
+    return GPA_ESTALE;
+  }
+  s->refs++; /* the borrower's: gpa_buffer_release gives it back */
+  b->loan.size_of = sizeof b->loan;
+  /* Backends that take device memory keep theirs there too. */
+  b->loan.kind = a->be->external_check ? GPA_MEM_DEVICE : GPA_MEM_HOST;
+  b->loan.ptr = s->ptr;
+  b->loan.bytes = atomic_load_explicit(&s->size, memory_order_relaxed);
+  return GPA_OK;
+}
+
+gpa_status gpa_buffer_lend(gpa_actor *a, gpa_buffer_id id, gpa_buffer_loan *out) {
+  if (!a || !out) return gpa__fail(GPA_EINVAL, "gpa_buffer_lend: NULL argument");
+  if (out->size_of && out->size_of < sizeof *out)
+    return gpa__fail(GPA_EINVAL, "gpa_buffer_lend: loan.size_of %u too small", out->size_of);
+  if (atomic_load_explicit(&a->closing, memory_order_acquire)) return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
+  gpa__msg *m;
+  gpa_status st = buf_call(a, lend_fn, &m);
+  if (st != GPA_OK) return st;
+  buf_args *b = (buf_args *)m->params;
+  b->id = id;
+  st = gpa__call(a, m);
+  if (st == GPA_OK) *out = b->loan;
+  gpa__msg_unref(m);
+  return st;
+}

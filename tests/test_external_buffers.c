@@ -167,10 +167,30 @@ static void bad_input(gpa_actor *a) {
   free(mem);
 }
 
+/* A loan keeps a cache buffer allocated after its owner released it. */
+static void lend(gpa_actor *a) {
+  gpa_queue *q = gpa_actor_default_queue(a);
+  gpa_tensor t = tu_f32(a, 64);
+  CHECK_OK(tu_fill(q, &t, 4.0, NULL));
+  gpa_buffer_loan loan = {.size_of = sizeof loan};
+  CHECK_OK(gpa_buffer_lend(a, t.buffer, &loan));
+  CHECK(loan.ptr && loan.bytes == 64 * sizeof(float));
+  CHECK(loan.kind == (!strcmp(gpa_actor_backend(a), "cpu") ? GPA_MEM_HOST : GPA_MEM_DEVICE));
+  CHECK_OK(gpa_buffer_release(a, t.buffer));
+  float back[64];
+  tu_get(q, &t, back, 64); /* still live: the loan's reference */
+  CHECK(back[63] == 4.0f);
+  if (loan.kind == GPA_MEM_HOST) CHECK(((const float *)loan.ptr)[0] == 4.0f);
+  CHECK_OK(gpa_buffer_release(a, t.buffer));
+  CHECK_ST(gpa_buffer_lend(a, t.buffer, &loan), GPA_ESTALE);
+  CHECK_ST(gpa_buffer_lend(a, t.buffer, NULL), GPA_EINVAL);
+}
+
 int main(void) {
   gpa_actor *a = tu_actor(NULL);
   bool host = !strcmp(gpa_actor_backend(a), "cpu");
   bad_input(a);
+  lend(a);
   if (host) zero_copy(a);
   CHECK_OK(gpa_actor_destroy(a));
   if (host) never_evicted();

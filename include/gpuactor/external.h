@@ -50,8 +50,10 @@ typedef enum gpa_mem_kind {
  * unaligned view and address the view through the tensor's offset. */
 #define GPA_EXTERNAL_ALIGN 16
 
-/* Called once per wrapped buffer, on the actor thread, when the actor no
- * longer needs the memory. It must not call back into the actor. */
+/* Called once per wrapped buffer when the actor no longer needs the memory:
+ * on the actor thread, or, for buffers still wrapped when the actor is
+ * destroyed, on the thread calling gpa_actor_destroy. It must not call back
+ * into the actor. */
 typedef void (*gpa_external_release_fn)(void *ptr, void *user_data);
 
 typedef struct gpa_external_desc {
@@ -81,6 +83,22 @@ gpa_status gpa_queue_wait_event(gpa_queue *q, void *event);
  * stream after the queue's earlier work. Any thread; returns once it is
  * recorded. GPA_EUNSUPPORTED on a backend without streams. */
 gpa_status gpa_queue_record_event(gpa_queue *q, void *event);
+
+/* Lending a buffer out (DLPack export): where its memory is, and one more
+ * reference to it, so it stays allocated until the borrower calls
+ * gpa_buffer_release (which any thread may do). The actor must outlive
+ * the loan: its destruction frees the memory whatever the references. The
+ * memory holds what the work submitted before it wrote only once that work
+ * is done: await a later message of its queue (cpu), or order with an
+ * event (gpa_queue_record_event). */
+typedef struct gpa_buffer_loan {
+  uint32_t size_of; /* sizeof(gpa_buffer_loan), set by the caller; 0 = this version */
+  int32_t kind;     /* gpa_mem_kind of the memory */
+  void *ptr;
+  uint64_t bytes; /* the buffer's requested size */
+} gpa_buffer_loan;
+/* GPA_ESTALE for a released id. Any thread; waits for the actor. */
+gpa_status gpa_buffer_lend(gpa_actor *actor, gpa_buffer_id id, gpa_buffer_loan *out);
 
 #pragma GCC visibility pop
 #ifdef __cplusplus

@@ -163,3 +163,23 @@ outfeed = _fn("gpa_outfeed", c_status, c_p, c_p, P(Tensor), ctypes.c_uint32, P(c
 outfeed_pop = _fn("gpa_outfeed_pop", c_status, c_p, ctypes.c_int64, P(c_p))
 outfeed_item_count = _fn("gpa_outfeed_item_count", ctypes.c_uint32, c_p)
 outfeed_item_tensor = _fn("gpa_outfeed_item_tensor", c_status, c_p, ctypes.c_uint32, P(HostTensor))
+
+# External buffers and loans (include/gpuactor/external.h).
+MEM_HOST, MEM_DEVICE, MEM_HOST_PINNED = 1, 2, 3
+EXTERNAL_ALIGN = 16
+RELEASE_FN = ctypes.CFUNCTYPE(None, c_p, c_p)
+
+
+class ExternalDesc(ctypes.Structure):
+    _fields_ = [("size_of", ctypes.c_uint32), ("kind", ctypes.c_int32), ("ptr", c_p), ("bytes", ctypes.c_uint64),
+                ("release", RELEASE_FN), ("user_data", c_p), ("ready_event", c_p)]
+
+
+class BufferLoan(ctypes.Structure):
+    _fields_ = [("size_of", ctypes.c_uint32), ("kind", ctypes.c_int32), ("ptr", c_p), ("bytes", ctypes.c_uint64)]
+
+
+buffer_wrap = _fn("gpa_buffer_wrap", c_status, c_p, P(ExternalDesc), P(ctypes.c_uint64))
+buffer_lend = _fn("gpa_buffer_lend", c_status, c_p, ctypes.c_uint64, P(BufferLoan))
+queue_wait_event = _fn("gpa_queue_wait_event", c_status, c_p, c_p)
+queue_record_event = _fn("gpa_queue_record_event", c_status, c_p, c_p)

@@ -201,11 +201,14 @@ class Tensor:
         with (queue or self.buffer.actor.queue).readback(self) as h:
             return h.result(timeout)
 
-    def __dlpack__(self, stream=None):
-        return self.buffer.actor.queue.readback(self).__dlpack__()
+    def __dlpack__(self, stream=None, **protocol):
+        """A DLPack capsule over the tensor's own memory (no copy); the buffer
+        stays allocated until the consumer's deleter runs."""
+        from . import dlpack
+        return dlpack.export_tensor(self, stream)
 
     def __dlpack_device__(self):
-        return (1, 0)
+        return (1, 0) if self.buffer.actor.backend == "cpu" else (2, 0)  # kDLCPU / kDLCUDA
 
     def __repr__(self):
         return "<gpuactor.Tensor %s %s buffer %#x>" % (np.dtype(_NP_OF[self.dtype]).name, self.shape, self.buffer.id)
@@ -213,6 +216,15 @@ class Tensor:
 
 class Buffer:
     """Device memory of an actor (gpa_buffer_acquire); released on close()."""
+
+    external = False  # True: the memory is a DLPack producer's (gpa_buffer_wrap)
+
+    @classmethod
+    def _adopt(cls, actor, buffer_id, nbytes):
+        """The Python owner of a buffer id the library already gave out."""
+        b = cls.__new__(cls)
+        b.actor, b.nbytes, b.label, b.id = actor, int(nbytes), None, buffer_id
+        return b
 
     def __init__(self, actor, nbytes, label=None):
         self.actor = actor
@@ -368,6 +380,14 @@ class Queue:
         _check(L.infeed(self._p(), feed._p(), outs, len(outputs), _timeout_ns(timeout), ctypes.byref(h)))
         return Handle(h.value, "infeed")
 
+    def wait_event(self, event):
+        """The queue's later work waits for `event` (a CUevent handle, int)."""
+        _check(L.queue_wait_event(self._p(), event))
+
+    def record_event(self, event):
+        """Records `event` (a CUevent handle, int) after the queue's earlier work."""
+        _check(L.queue_record_event(self._p(), event))
+
     def outfeed(self, feed, inputs):
         ins = _tensors(inputs)
         h = ctypes.c_void_p()
@@ -387,6 +407,7 @@ class Actor:
         p = ctypes.c_void_p()
         _check(L.actor_create(ctypes.byref(opts), ctypes.byref(p)))
         self._ptr = p.value
+        self._exports = 0  # DLPack exports whose deleter has not run yet
         self._lock = threading.Lock()
         self.queue = Queue(self, L.actor_default_queue(self._ptr), owned=False)
 
@@ -397,6 +418,9 @@ class Actor:
 
     def close(self):
         with self._lock:
+            if getattr(self, "_exports", 0):
+                raise GpaError(-20, "actor has %d DLPack exports alive: their consumers still use its memory"
+                               % self._exports)
             p, self._ptr = self._ptr, None
         if p:
             L.actor_destroy(p)
@@ -444,10 +468,13 @@ class Actor:
         (queue or self.queue).upload(t, arr).release()
         return t
 
-    def from_dlpack(self, obj, label=None, queue=None):
-        """A tensor holding a copy of any DLPack producer's CPU data."""
+    def from_dlpack(self, obj, label=None, queue=None, copy=False, stream=None):
+        """A tensor over a DLPack producer's memory, without a copy (kDLCPU on
+        cpu, kDLCUDA on cuda/sim): ops read and write the producer's array.
+        copy=True: a tensor holding a copy (CPU data, any strides). `stream`
+        is passed to the producer's __dlpack__."""
         from . import dlpack
-        return dlpack.import_tensor(self, obj, label, queue)
+        return dlpack.import_tensor(self, obj, label, queue, copy, stream)
 
     def feed(self, tag=b"", sink=None, outfeed_capacity=0, outfeed_policy=0, infeed_capacity=0):
         from .feed import Feed

@@ -19,15 +19,16 @@ def test_dlpack_export_is_zero_copy(actor):
     rb.release()  # the export holds its own reference
     assert np.array_equal(arr, src)
     del arr
-    assert np.array_equal(np.from_dlpack(t), src)  # a tensor exports through a readback
+    if actor.backend == "cpu":
+        assert np.array_equal(np.from_dlpack(t), src)  # a tensor lends its own memory
 
 
 def test_dlpack_import(actor):
     src = np.arange(24, dtype=np.int64).reshape(4, 6)
-    t = actor.from_dlpack(src)
+    t = actor.from_dlpack(src, copy=actor.backend != "cpu")  # a device backend cannot use host memory in place
     assert t.dtype == ga.I64 and np.array_equal(t.numpy(), src)
     strided = np.arange(40, dtype=np.float32).reshape(5, 8)[:, ::3]  # non-contiguous producer
-    t2 = actor.from_dlpack(strided)
+    t2 = actor.from_dlpack(strided, copy=True)  # a copy may take any strides
     assert np.array_equal(t2.numpy(), strided)
     with pytest.raises(ga.GpaError) as e:
         actor.from_dlpack(np.zeros(3, np.complex64))
