@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""What gpuactor.torch costs over the same op on gpuactor tensors (docs/benchmarks.md):
+each round runs the op both ways, alternating, and the ratio is of medians
+over rounds. gpuactor.torch adds the DLPack wraps and releases of each
+tensor (a round trip to the actor each) and nothing else: no copy.
+
+usage: bench_torch.py [--rounds N] [--shape R C]   (GPA_DEVICE=cpu)
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+import gpuactor as ga
+import gpuactor.torch as gt
+
+
+def timed(fn, reps):
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t0) / reps
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--shape", type=int, nargs=2, default=(1024, 1024))
+    args = ap.parse_args()
+    with ga.Actor(threads=2) as a:
+        for op in ("gelu_fwd", "add"):
+            n_in = 2 if op == "add" else 1
+            xs = [torch.randn(*args.shape) for _ in range(n_in)]
+            y = torch.empty(*args.shape)
+            gxs = [a.from_numpy(x.numpy()) for x in xs]
+            gy = a.tensor(args.shape)
+            q = a.queue
+            ours = lambda: q.submit(op, gxs, [gy]).result()  # noqa: E731
+            via_torch = lambda: gt.run(a, op, xs, [y])  # noqa: E731
+            ours(), via_torch()
+            r_ours, r_torch = [], []
+            for _ in range(args.rounds):
+                r_ours.append(timed(ours, args.reps))
+                r_torch.append(timed(via_torch, args.reps))
+            m_ours, m_torch = statistics.median(r_ours), statistics.median(r_torch)
+            print(json.dumps({"name": "torch_" + op, "backend": a.backend, "shape": list(args.shape),
+                              "ns": int(m_torch * 1e9), "ref": "same op on gpuactor tensors",
+                              "ref_ns": int(m_ours * 1e9), "ratio": round(m_ours / m_torch, 3),
+                              "overhead_x": round(m_torch / m_ours, 3)}))
+
+
+if __name__ == "__main__":
+    main()
