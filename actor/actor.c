@@ -106,8 +106,13 @@ static void *actor_main(void *arg) {
   gpa_actor *a = args[0];
   startup *su = args[1];
   gpa_status st = gpa__own_pool_init(a);
-  gpa__be_host host = {a, a->opts.device, a->opts.threads, a->opts.log_level, gpa__complete_async,
-                       gpa__bufcache_trim};
+  const gpa__opts *o = &a->opts;
+  gpa__be_host host = {.actor = a, .device = o->device, .threads = o->threads, .log_level = o->log_level,
+                       .cuda_driver = o->cuda_driver[0] ? o->cuda_driver : NULL,
+                       .cublas = o->cublas[0] ? o->cublas : NULL,
+                       .cublaslt = o->cublaslt[0] ? o->cublaslt : NULL,
+                       .cudnn = o->cudnn[0] ? o->cudnn : NULL,
+                       .complete = gpa__complete_async, .trim = gpa__bufcache_trim};
   if (st == GPA_OK) st = a->be->init(&host, &a->bctx, su->msg, sizeof su->msg);
   if (st == GPA_OK) st = gpa__bufcache_init(a);
   if (st == GPA_OK) st = gpa__queue_init_default(a);
@@ -164,7 +169,7 @@ gpa_status gpa_actor_create(const gpa_actor_options *opts, gpa_actor **out) {
   if (a) memset(a, 0, sizeof *a);
   if (!a) return gpa__fail(GPA_ENOMEM, "gpa_actor_create: out of memory");
   gpa_status st = gpa__options_resolve(opts, &a->opts);
-  if (st == GPA_OK) st = gpa__backend_select(a->opts.device, &a->be);
+  if (st == GPA_OK) st = gpa__backend_select(a->opts.device, a->opts.cuda_driver[0] ? a->opts.cuda_driver : NULL, &a->be);
   if (st != GPA_OK) {
     free(a);
     return st;

@@ -1,5 +1,6 @@
 /* Asymmetric fences (see fence.h). */
 #include "actor/fence.h"
+#include "actor/internal.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -15,8 +16,7 @@ static pthread_once_t fence_once = PTHREAD_ONCE_INIT;
 static void fence_setup(void) {
 #if defined(__linux__) && defined(SYS_membarrier) && !defined(GPA_TSAN)
   /* Tests run the fallback too (it is what a kernel without membarrier gets). */
-  const char *off = getenv("GPA_NO_MEMBARRIER");
-  if (off && off[0] == '1') return;
+  if (gpa__options_process()->no_membarrier) return;
   long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
   if (cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
       syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)

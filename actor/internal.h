@@ -163,6 +163,12 @@ typedef struct gpa__opts {
   int32_t log_level;
   char trace_path[256];
   int32_t profile;
+  /* libraries of the cuda backend ("" = the default search), read from the
+   * environment at each actor creation */
+  char cuda_driver[256], cublas[256], cublaslt[256], cudnn[256];
+  /* process-wide: read once, applied at the first actor (options.c) */
+  int32_t host_nt;       /* 0 auto, 1 never stream, 2 always stream */
+  int32_t no_membarrier; /* asymmetric fences off (the fallback's tests) */
 } gpa__opts;
 
 struct gpa_actor {
@@ -219,6 +225,9 @@ struct gpa_actor {
 
 /* options.c */
 gpa_status gpa__options_resolve(const gpa_actor_options *user, gpa__opts *out);
+/* The process-wide options (environment and config file; no program
+ * layer), read once. Any thread. */
+const gpa__opts *gpa__options_process(void);
 /* time: gpa__now_ns is CLOCK_MONOTONIC (deadlines); gpa__clock_ns a cheap
  * duration clock on the same scale (TSC where invariant), set up by
  * gpa__clock_init before the first actor runs. */

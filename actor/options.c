@@ -1,7 +1,17 @@
-/* The options table. Precedence: environment (GPA_*) over the JSON file
- * named by GPA_CONFIG over the program's explicit options over built-in
- * defaults. Environment and file are read once, lazily, and never written;
- * an unknown key or a malformed value is ignored with a warning naming it. */
+/* The options table: every GPA_* variable the library reads is here (and in
+ * docs/api.md, "Configuration"). Precedence: environment (GPA_*) over the
+ * JSON file named by GPA_CONFIG over the program's explicit options over
+ * built-in defaults: the environment wins so that an operator (or the test
+ * suite, which runs every test on each device through GPA_DEVICE) can
+ * redirect a program without rebuilding it. Environment and file are read
+ * once, lazily, and never written; an unknown key or a malformed value is
+ * ignored with a warning naming it. Two kinds of entries differ:
+ *   - FRESH: the cuda backend's library paths are read from the environment
+ *     at each actor creation (a program may point two actors at different
+ *     libraries; the tests of the loaders do);
+ *   - PROCESS: process-wide switches (streaming stores, asymmetric fences),
+ *     read once and applied before the first actor runs; not settable by a
+ *     program (gpa_actor_options has no field for them). */
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -12,36 +22,48 @@
 #include <unistd.h>
 
 #include "actor/internal.h"
+#include "kernels/host/nt_store.h"
 
 void gpa__config_read(const char *path, gpa__opts *vals, bool *set);
 
 typedef enum { OPT_DEVICE, OPT_U32, OPT_U64, OPT_I64_MS, OPT_ENUM, OPT_PATH, OPT_BOOL } opt_kind;
 
+enum { FRESH = 1, PROCESS = 2 };
 typedef struct opt_def {
   const char *env;
   const char *key; /* in the GPA_CONFIG JSON file */
   opt_kind kind;
-  size_t offset; /* into gpa__opts */
   const char *const *names; /* OPT_ENUM: names, value = index (+ enum_base) */
   int enum_base;
+  int flags; /* FRESH, PROCESS */
+  size_t offset, size; /* the field in gpa__opts */
 } opt_def;
 
 static const char *const full_names[] = {"wait", "fail", NULL};
 static const char *const shutdown_names[] = {"drain", "cancel", NULL};
 static const char *const log_names[] = {"error", "warn", "info", "debug", NULL};
+static const char *const nt_names[] = {"0", "1", NULL}; /* stored as 1, 2: 0 is "auto" */
+#define FIELD(f) offsetof(gpa__opts, f), sizeof(((gpa__opts *)0)->f)
+#define OPT(env, key, kind, f, names, base, flags) {env, key, kind, names, base, flags, FIELD(f)}
 
 static const opt_def gpa__opt_table[] = {
-    {"GPA_DEVICE", "device", OPT_DEVICE, offsetof(gpa__opts, device), NULL, 0},
-    {"GPA_MAILBOX_SIZE", "mailbox_size", OPT_U32, offsetof(gpa__opts, mailbox_size), NULL, 0},
-    {"GPA_FULL_POLICY", "full_policy", OPT_ENUM, offsetof(gpa__opts, full_policy), full_names, 0},
-    {"GPA_FULL_TIMEOUT_MS", "full_timeout_ms", OPT_I64_MS, offsetof(gpa__opts, full_timeout_ns), NULL, 0},
-    {"GPA_SHUTDOWN", "shutdown", OPT_ENUM, offsetof(gpa__opts, shutdown_policy), shutdown_names, 0},
-    {"GPA_MEM_BUDGET", "mem_budget", OPT_U64, offsetof(gpa__opts, mem_budget), NULL, 0},
-    {"GPA_THREADS", "threads", OPT_U32, offsetof(gpa__opts, threads), NULL, 0},
-    {"GPA_MAX_PENDING", "max_pending", OPT_U32, offsetof(gpa__opts, max_pending), NULL, 0},
-    {"GPA_LOG", "log", OPT_ENUM, offsetof(gpa__opts, log_level), log_names, GPA_LOG_ERROR},
-    {"GPA_TRACE", "trace", OPT_PATH, offsetof(gpa__opts, trace_path), NULL, 0},
-    {"GPA_PROFILE", "profile", OPT_BOOL, offsetof(gpa__opts, profile), NULL, 0},
+    OPT("GPA_DEVICE", "device", OPT_DEVICE, device, NULL, 0, 0),
+    OPT("GPA_MAILBOX_SIZE", "mailbox_size", OPT_U32, mailbox_size, NULL, 0, 0),
+    OPT("GPA_FULL_POLICY", "full_policy", OPT_ENUM, full_policy, full_names, 0, 0),
+    OPT("GPA_FULL_TIMEOUT_MS", "full_timeout_ms", OPT_I64_MS, full_timeout_ns, NULL, 0, 0),
+    OPT("GPA_SHUTDOWN", "shutdown", OPT_ENUM, shutdown_policy, shutdown_names, 0, 0),
+    OPT("GPA_MEM_BUDGET", "mem_budget", OPT_U64, mem_budget, NULL, 0, 0),
+    OPT("GPA_THREADS", "threads", OPT_U32, threads, NULL, 0, 0),
+    OPT("GPA_MAX_PENDING", "max_pending", OPT_U32, max_pending, NULL, 0, 0),
+    OPT("GPA_LOG", "log", OPT_ENUM, log_level, log_names, GPA_LOG_ERROR, 0),
+    OPT("GPA_TRACE", "trace", OPT_PATH, trace_path, NULL, 0, 0),
+    OPT("GPA_PROFILE", "profile", OPT_BOOL, profile, NULL, 0, 0),
+    OPT("GPA_CUDA_DRIVER", "cuda_driver", OPT_PATH, cuda_driver, NULL, 0, FRESH),
+    OPT("GPA_CUBLAS", "cublas", OPT_PATH, cublas, NULL, 0, FRESH),
+    OPT("GPA_CUBLASLT", "cublaslt", OPT_PATH, cublaslt, NULL, 0, FRESH),
+    OPT("GPA_CUDNN", "cudnn", OPT_PATH, cudnn, NULL, 0, FRESH),
+    OPT("GPA_HOST_NT", "host_nt", OPT_ENUM, host_nt, nt_names, 1, PROCESS),
+    OPT("GPA_NO_MEMBARRIER", "no_membarrier", OPT_BOOL, no_membarrier, NULL, 0, PROCESS),
 };
 #define N_OPTS (sizeof gpa__opt_table / sizeof gpa__opt_table[0])
 
@@ -85,14 +107,7 @@ bool gpa__device_valid(const char *s) {
   return strlen(s) < 16;
 }
 
-static size_t opt_size(const opt_def *d) {
-  switch (d->kind) {
-    case OPT_DEVICE: return sizeof(((gpa__opts *)0)->device);
-    case OPT_PATH: return sizeof(((gpa__opts *)0)->trace_path);
-    case OPT_U64: case OPT_I64_MS: return 8;
-    default: return 4;
-  }
-}
+static size_t opt_size(const opt_def *d) { return d->size; }
 
 /* Parses text for option d into dst. Returns false if malformed. */
 static bool parse_opt(const opt_def *d, const char *text, gpa__opts *dst) {
@@ -133,8 +148,9 @@ static bool parse_opt(const opt_def *d, const char *text, gpa__opts *dst) {
   return false;
 }
 
-static void read_env(opt_layer *l) {
+static void read_env(opt_layer *l, int flags) {
   for (size_t i = 0; i < N_OPTS; i++) {
+    if ((gpa__opt_table[i].flags & FRESH) != (flags & FRESH)) continue;
     const char *s = getenv(gpa__opt_table[i].env);
     if (!s || !*s) continue;
     if (parse_opt(&gpa__opt_table[i], s, &l->vals)) l->set[i] = true;
@@ -142,10 +158,23 @@ static void read_env(opt_layer *l) {
   }
 }
 
+static void apply_layer(gpa__opts *o, const opt_layer *l);
+
+static gpa__opts gpa__process; /* the snapshot layers alone (PROCESS entries) */
+
 static void read_layers(void) {
   const char *cfg = getenv("GPA_CONFIG");
   if (cfg && *cfg) gpa__config_read(cfg, &gpa__layers.file.vals, gpa__layers.file.set);
-  read_env(&gpa__layers.env);
+  read_env(&gpa__layers.env, 0);
+  apply_layer(&gpa__process, &gpa__layers.file);
+  apply_layer(&gpa__process, &gpa__layers.env);
+  /* The process-wide switches take effect here, before any kernel runs. */
+  if (gpa__process.host_nt) gpa__nt_force(gpa__process.host_nt == 2);
+}
+
+const gpa__opts *gpa__options_process(void) {
+  pthread_once(&gpa__layers.once, read_layers);
+  return &gpa__process;
 }
 
 /* The config file (config.c) hands each key's value here as text. */
@@ -212,9 +241,12 @@ gpa_status gpa__options_resolve(const gpa_actor_options *user, gpa__opts *o) {
   }
   o->profile = u->profile != 0;
 
-  pthread_once(&gpa__layers.once, read_layers);
+  gpa__options_process();
   apply_layer(o, &gpa__layers.file);
   apply_layer(o, &gpa__layers.env);
+  opt_layer fresh = {0};
+  read_env(&fresh, FRESH);
+  apply_layer(o, &fresh);
 
   /* Defaults for what is still zero. */
   if (!o->mailbox_size) o->mailbox_size = 1024;

@@ -31,6 +31,9 @@ typedef struct gpa__be_host {
   const char *device; /* "cpu", "sim", "cuda:N", ... */
   uint32_t threads;   /* host threads for parallel loops (0: the machine's) */
   int32_t log_level;
+  /* device libraries from the options table (GPA_CUDA_DRIVER, GPA_CUBLAS,
+   * GPA_CUBLASLT, GPA_CUDNN): NULL = the backend's default search */
+  const char *cuda_driver, *cublas, *cublaslt, *cudnn;
   /* Completes deferred work w->m with st: any thread, no allocation, no
    * driver call (a driver's host-function thread calls it). Set w's err and
    * device time first. */
@@ -124,9 +127,11 @@ extern const gpa__backend gpa__backend_host;
 /* backends/cuda (only in builds with the CUDA toolkit; weak elsewhere). */
 extern const gpa__backend gpa__backend_cuda __attribute__((weak));
 extern const gpa__backend gpa__backend_sim __attribute__((weak));
-/* A CUDA driver with at least one device can be opened ("auto"). */
-bool gpa__cuda_probe(void) __attribute__((weak));
-/* Picks the backend for a device string ("auto", "cpu", "cuda:N", "sim"). */
-gpa_status gpa__backend_select(const char *device, const gpa__backend **out);
+/* A CUDA driver with at least one device can be opened ("auto"); driver:
+ * the library to try (NULL: libcuda.so.1). */
+bool gpa__cuda_probe(const char *driver) __attribute__((weak));
+/* Picks the backend for a device string ("auto", "cpu", "cuda:N", "sim");
+ * driver as for gpa__cuda_probe. */
+gpa_status gpa__backend_select(const char *device, const char *driver, const gpa__backend **out);
 
 #endif

@@ -3,7 +3,7 @@
 
 #include "backends/backend.h"
 
-gpa_status gpa__backend_select(const char *device, const gpa__backend **out) {
+gpa_status gpa__backend_select(const char *device, const char *driver, const gpa__backend **out) {
   *out = NULL;
   /* The cuda backend is linked only in builds with the CUDA toolkit. */
   bool have_cuda = &gpa__backend_cuda && &gpa__backend_sim && gpa__cuda_probe;
@@ -14,7 +14,7 @@ gpa_status gpa__backend_select(const char *device, const gpa__backend **out) {
   if (!strcmp(device, "auto")) {
     /* auto = CUDA when a driver and a device are present (opening the driver
      * costs little; cuBLAS is loaded lazily). */
-    *out = have_cuda && gpa__cuda_probe() ? &gpa__backend_cuda : &gpa__backend_host;
+    *out = have_cuda && gpa__cuda_probe(driver) ? &gpa__backend_cuda : &gpa__backend_host;
     return GPA_OK;
   }
   bool sim = !strcmp(device, "sim");

@@ -4,7 +4,7 @@
  * thread's range, on its own; both must agree, as must the backward's
  * column partials. A fake parallel-for cuts the range at chosen points
  * (one to three pieces) and the results are compared with one serial run,
- * with streaming stores forced on (GPA_HOST_NT=1) and y/dx at every float
+ * with streaming stores forced on (gpa__nt_force(1), what GPA_HOST_NT=1 does) and y/dx at every float
  * offset modulo 32 bytes, so heads and tails of every length occur. */
 #include <math.h>
 #include <stdint.h>
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/host/layernorm.h"
+#include "kernels/host/nt_store.h"
 #include "util/nn_test.h"
 #include "util/testutil.h"
 
@@ -78,7 +79,7 @@ static void check(int64_t N, int64_t D, int64_t fstep, int64_t bstep) {
 }
 
 int main(void) {
-  CHECK(setenv("GPA_HOST_NT", "1", 1) == 0);
+  gpa__nt_force(1);
   const int64_t Ds[] = {1024, 1000, 97, 37, 5, 1};
   /* 131 rows: 5 blocks of GPA__LN_BLOCK_ROWS, the last partial */
   for (size_t di = 0; di < sizeof Ds / sizeof Ds[0]; di++) check(131, Ds[di], 29, 3);

@@ -1,6 +1,6 @@
 /* The host kernels' streaming-store paths (kernels/host/nt_store.h), which
  * the parity tests reach only for tensors larger than the L3: forced on
- * here (GPA_HOST_NT=1 before the first kernel call) and checked against
+ * here (gpa__nt_force(1), what GPA_HOST_NT=1 does, before the first kernel call) and checked against
  * plain references, on a pool, with outputs at every alignment modulo 16
  * bytes and lengths that leave heads and tails (gelu, add/scale/axpy,
  * layernorm fwd/bwd, embedding_bwd's zero and copied rows). Device
@@ -27,7 +27,7 @@ static void near(const char *what, const float *got, const double *ref, int64_t 
 }
 
 int main(void) {
-  CHECK(setenv("GPA_HOST_NT", "1", 1) == 0);
+  gpa__nt_force(1);
   CHECK(gpa__nt_worth(4)); /* forced on */
   gpa__pool *pool = gpa__pool_create(2);
   CHECK(pool);

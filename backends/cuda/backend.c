@@ -104,10 +104,9 @@ static gpa_status parse_device(const char *dev, bool *sim, int *ordinal, char *m
   return GPA_OK;
 }
 
-static const char *driver_path(bool sim) {
-  const char *p = gpa__cu_env_driver();
-  if (p) return p;
-  return sim ? GPA_SIM_DRIVER_DEFAULT : NULL;
+static const char *driver_path(const gpa__cu_ctx *C) {
+  if (C->host.cuda_driver) return C->host.cuda_driver;
+  return C->sim ? GPA_SIM_DRIVER_DEFAULT : NULL;
 }
 
 static gpa_status cu_init(const gpa__be_host *host, void **bctx, char *msg, size_t cap) {
@@ -116,7 +115,7 @@ static gpa_status cu_init(const gpa__be_host *host, void **bctx, char *msg, size
   C->host = *host;
   C->env.backend = C;
   gpa_status st = parse_device(host->device, &C->sim, &C->ordinal, msg, cap);
-  if (st == GPA_OK) st = gpa__cu_open(&C->cu, driver_path(C->sim), msg, cap);
+  if (st == GPA_OK) st = gpa__cu_open(&C->cu, driver_path(C), msg, cap);
   if (st != GPA_OK) {
     free(C);
     return st;
@@ -776,10 +775,10 @@ const gpa__backend gpa__backend_cuda = {.name = "cuda", GPA__CU_METHODS};
 const gpa__backend gpa__backend_sim = {.name = "sim", GPA__CU_METHODS};
 
 /* "auto": a driver with a device is present (GPA_CUDA_DRIVER or libcuda.so.1). */
-bool gpa__cuda_probe(void) {
+bool gpa__cuda_probe(const char *driver) {
   gpa__cu_api api;
   char msg[256];
-  if (gpa__cu_open(&api, gpa__cu_env_driver(), msg, sizeof msg) != GPA_OK) return false;
+  if (gpa__cu_open(&api, driver, msg, sizeof msg) != GPA_OK) return false;
   gpa__cu_close(&api);
   return true;
 }

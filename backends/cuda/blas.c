@@ -12,7 +12,7 @@
 gpa_status gpa__cu_blas(const gpa_op_exec *x, cublasHandle_t *h) {
   gpa__cu_ctx *C = gpa__cu_of(x);
   if (C->blas_state == 0) {
-    const char *path = gpa__cu_env_cublas();
+    const char *path = C->host.cublas;
     if (!path && C->sim) path = GPA_SIM_CUBLAS_DEFAULT;
     C->blas_state = -1;
     if (gpa__cublas_open(&C->blas, path, C->blas_msg, sizeof C->blas_msg) == GPA_OK) {

@@ -39,10 +39,10 @@ struct gpa__cu_lt {
 };
 
 static const char *lt_path(const gpa__cu_ctx *C, char *buf, size_t cap) {
-  const char *p = gpa__cu_env_cublaslt();
+  const char *p = C->host.cublaslt;
   if (p) return p;
   if (C->sim) return GPA_SIM_CUBLASLT_DEFAULT;
-  const char *blas = gpa__cu_env_cublas(), *slash = blas ? strrchr(blas, '/') : NULL;
+  const char *blas = C->host.cublas, *slash = blas ? strrchr(blas, '/') : NULL;
   if (slash && (size_t)(slash - blas) + sizeof "/" LT_LIB <= cap) {
     snprintf(buf, cap, "%.*s/%s", (int)(slash - blas), blas, LT_LIB);
     if (access(buf, R_OK) == 0) return buf;

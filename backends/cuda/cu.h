@@ -61,11 +61,4 @@ typedef struct gpa__cublas_api {
 gpa_status gpa__cublas_open(gpa__cublas_api *api, const char *path, char *msg, size_t cap);
 void gpa__cublas_close(gpa__cublas_api *api);
 
-/* The backend's environment options (read once per actor creation, here and
- * nowhere else): GPA_CUDA_DRIVER, GPA_CUBLAS, GPA_CUBLASLT. NULL when unset
- * or empty. */
-const char *gpa__cu_env_driver(void);
-const char *gpa__cu_env_cublas(void);
-const char *gpa__cu_env_cublaslt(void);
-
 #endif

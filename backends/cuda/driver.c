@@ -16,13 +16,6 @@
 #define GPA__STR2(x) #x
 #define GPA__STR(x) GPA__STR2(x)
 
-static const char *env_path(const char *name) {
-  const char *v = getenv(name);
-  return v && v[0] ? v : NULL;
-}
-const char *gpa__cu_env_driver(void) { return env_path("GPA_CUDA_DRIVER"); }
-const char *gpa__cu_env_cublas(void) { return env_path("GPA_CUBLAS"); }
-const char *gpa__cu_env_cublaslt(void) { return env_path("GPA_CUBLASLT"); }
 
 const char *gpa__cu_errstr(const gpa__cu_api *api, CUresult r, char *buf, size_t cap) {
   const char *name = NULL, *text = NULL;

@@ -29,6 +29,7 @@
 #include <x86intrin.h>
 
 #include "bench/triad_loops.h"
+#include "kernels/host/nt_store.h"
 #include "kernels/host/pool.h"
 
 void A_fwd(const gpa__par *, float *, float *, float *, const float *, const float *, const float *, int64_t,
@@ -83,6 +84,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: layernorm_ab fwd|bwd|copy threads N D [rounds] [calls per sample]\n");
     return 2;
   }
+  /* The library reads GPA_HOST_NT through its options table; this tool
+   * links the kernels alone. */
+  const char *nt = getenv("GPA_HOST_NT");
+  if (nt && (!strcmp(nt, "0") || !strcmp(nt, "1"))) gpa__nt_force(nt[0] == '1');
   const char *op = argv[1];
   const int th = atoi(argv[2]), bwd = !strcmp(op, "bwd"), copy = !strcmp(op, "copy");
   const int64_t N = atoll(argv[3]), D = atoll(argv[4]), nd = N * D;

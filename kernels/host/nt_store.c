@@ -27,23 +27,23 @@ static int64_t l3_bytes(void) {
   return l3 > 0 ? (int64_t)l3 : 0;
 }
 
-/* Last-level cache size in bytes, read once; 32 MiB when unknown. The
- * environment variable GPA_HOST_NT (0/1) forces the choice, for tests and
- * measurements. */
+static _Atomic int64_t gpa__nt_threshold = -1;
+
+void gpa__nt_force(int always) {
+  atomic_store_explicit(&gpa__nt_threshold, always ? 0 : INT64_MAX, memory_order_relaxed);
+}
+
+/* Last-level cache size in bytes, read once; 32 MiB when unknown, unless
+ * gpa__nt_force chose. */
 static int64_t threshold(void) {
-  static _Atomic int64_t cached = -1;
-  int64_t t = atomic_load_explicit(&cached, memory_order_relaxed);
+  int64_t t = atomic_load_explicit(&gpa__nt_threshold, memory_order_relaxed);
   if (t < 0) {
-    const char *e = getenv("GPA_HOST_NT");
-    if (e && e[0] == '0' && !e[1]) {
-      t = INT64_MAX;
-    } else if (e && e[0] == '1' && !e[1]) {
-      t = 0;
-    } else {
-      t = l3_bytes();
-      if (t <= 0) t = (int64_t)32 << 20;
-    }
-    atomic_store_explicit(&cached, t, memory_order_relaxed);
+    t = l3_bytes();
+    if (t <= 0) t = (int64_t)32 << 20;
+    int64_t unset = -1; /* a concurrent force wins */
+    if (!atomic_compare_exchange_strong_explicit(&gpa__nt_threshold, &unset, t, memory_order_relaxed,
+                                                 memory_order_relaxed))
+      t = unset;
   }
   return t;
 }

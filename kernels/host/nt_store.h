@@ -13,6 +13,10 @@
 
 /* 1 if a call touching `bytes` should stream its output. Any thread. */
 int gpa__nt_worth(uint64_t bytes);
+/* Forces the choice (1: always stream, 0: never) instead of comparing with
+ * the last-level cache: the options table's GPA_HOST_NT, and kernel tests.
+ * Call before the first kernel runs. */
+void gpa__nt_force(int always);
 
 /* Kernels that stream compute a piece of output into a small buffer (in L1)
  * with their ordinary loop, then stream it out: dst[0..n) = src[0..n) with
