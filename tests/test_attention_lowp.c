@@ -2,10 +2,11 @@
  * against the double reference computed from the same rounded values:
  * GQA ratios 1, 2 and 8, causal and not, odd S and Sk, S > Sk, key lengths
  * (including 0), S = 0, Sk = 0, head dims 16, 32, 48, 64, 96, 128, 160, 256
- * (the tensor-core kernels on CUDA; 160 and 256 their wide class, checked
- * to run there and not on the host fallback) and 40 (the host fallback
- * there); bitwise determinism of both ops; on the host, equality with the
- * f32 ops run on the widened values; dtype errors.
+ * (the FlashAttention-2 kernels on CUDA, kernels/cuda/attention_fa2*.cu;
+ * 160 and 256 their wide class, checked to run there and not on the host
+ * fallback) and 40 (the host fallback there); bitwise determinism of both
+ * ops; on the host, equality with the f32 ops run on the widened values;
+ * dtype errors.
  *
  * Tolerance. On the host the inputs are widened exactly and the f32 kernels
  * run: bit-equal to the f32 ops. On CUDA the products of two bf16/fp16
@@ -255,10 +256,12 @@ int main(void) {
       {2, 3, 0, 2, 2, 32, 0, 1, 0},   {1, 67, 1, 2, 2, 96, 1, 0, 0},  {3, 90, 41, 2, 1, 48, 1, 1, 0},
       {1, 3, 2, 2, 1, 256, 1, 1, 0},  {1, 0, 5, 2, 1, 32, 1, 0, 0},   {2, 19, 23, 4, 1, 16, 0, 1, 0},
   };
-  /* several tiles each way (64 rows a tile); few heads: the simulator
-   * emulates every wmma product on each of the 32 lanes */
-  const acase big[] = {{2, 65, 140, 2, 2, 64, 0, 1, 0}, {1, 129, 129, 2, 1, 96, 1, 0, 0},
-                       {1, 65, 66, 1, 1, 256, 1, 0, 0}, {1, 40, 33, 1, 1, 160, 0, 0, 0}};
+  /* several tiles each way (forward: 128 query rows, 64 keys; class 256:
+   * 64, 32; backward: 64 keys and 32 queries a step, dQ 64 rows); few
+   * heads: the simulator emulates every mma with shuffles between lanes */
+  const acase big[] = {{2, 65, 140, 2, 2, 64, 0, 1, 0},  {1, 129, 129, 2, 1, 96, 1, 0, 0},
+                       {1, 65, 66, 1, 1, 256, 1, 0, 0},  {1, 40, 33, 1, 1, 160, 0, 0, 0},
+                       {2, 33, 150, 2, 2, 128, 1, 1, 0}};
   /* Sanitizer builds (t.quick) run the emulated kernels instrumented, about
    * 20x slower: there every case runs in bf16 but one (the same template
    * covers fp16), fp16 only the cheap ones. 2: both dtypes, 1: bf16, 0: none. */

@@ -11,7 +11,7 @@
 #include <math.h>
 #include <stdint.h>
 #include "sim_test.h"
-#include "attention_fa2_fatbin.h"
+#include "gpa_cu_attn_fatbin.h"
 #include "util/attn_ref.h"
 
 static uint16_t to16(float f, int half) {
@@ -169,7 +169,8 @@ static void run_case(CUmodule m, const acase *c, int half, uint64_t seed) {
   CUdeviceptr gq = dev(NULL, 4 * nq), gk = dev(NULL, 4 * nk), gv = dev(NULL, 4 * nk);
   void *ba[] = {&ddo, &dq_, &dk_, &dv_, &dlse, &dlt, &dl, &gq, &gk, &gv, &iS, &iSk, &iH, &iHk, &iD, &scale, &causal};
   const int bq = dm > 128 ? 16 : 32, bc2 = dm > 128 ? 32 : 64, halves = dm > 128 ? 2 : 1;
-  const unsigned ksm = (unsigned)((2 * 64 + 4 * bq) * ld * 2 + 4 * bq * 4), qsm = (unsigned)((2 * 64 + 4 * bc2) * ld * 2);
+  const unsigned ksm = (unsigned)((2 * 64 + 4 * bq) * ld * 2 + 4 * bq * 4);
+  const unsigned qsm = (unsigned)((2 * 64 + 4 * bc2) * ld * 2);
   const int64_t ng = nq + 2 * nk;
   float *got[2] = {malloc(4 * (size_t)(ng + 1)), malloc(4 * (size_t)(ng + 1))};
   for (int rep = 0; rep < 2; rep++) {
@@ -215,7 +216,7 @@ static const acase big[] = {
 static int run(const acase *cs, size_t n, int halves) {
   sim_setup();
   CUmodule m;
-  CK(cuModuleLoadData(&m, gpa_fatbin_attention_fa2));
+  CK(cuModuleLoadData(&m, gpa_fatbin_gpa_cu_attn));
   uint64_t seed = 99;
   for (int half = 0; half < halves; half++)
     for (size_t i = 0; i < n; i++) run_case(m, &cs[i], half, seed++);

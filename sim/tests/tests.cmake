@@ -52,10 +52,9 @@ set_tests_properties(sim_driver_dlopen PROPERTIES TIMEOUT ${GPA_SIM_TEST_TIMEOUT
 # ISA's fragment layouts (sim/emu/gpa_sim_mma.h emulates them).
 gpa_cuda_kernels(sim_mma_kernels SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/tests/kernels/mma_kernels.cu)
 gpa_sim_test(sim_mma tests/test_mma.c MODULES sim_mma_kernels CASES direct ldmatrix tiles)
-# The FlashAttention-2-structured attention kernels launched directly
-# (kernels/cuda/attention_fa2*.cu) against tests/util/attn_ref.c.
-gpa_cuda_kernels(attention_fa2 SOURCES ${PROJECT_SOURCE_DIR}/kernels/cuda/attention_fa2.cu
-                 ${PROJECT_SOURCE_DIR}/kernels/cuda/attention_fa2_bwd.cu)
-gpa_sim_test(sim_attention_fa2 tests/test_attention_fa2.c MODULES attention_fa2 CASES small big LIBS m)
+# The FlashAttention-2-structured attention kernels (kernels/cuda/
+# attention_fa2*.cu, in the backend's attn module) launched directly against
+# tests/util/attn_ref.c.
+gpa_sim_test(sim_attention_fa2 tests/test_attention_fa2.c MODULES gpa_cu_attn CASES small big LIBS m)
 target_sources(sim_attention_fa2 PRIVATE ${PROJECT_SOURCE_DIR}/tests/util/attn_ref.c)
 target_include_directories(sim_attention_fa2 PRIVATE ${PROJECT_SOURCE_DIR}/tests)
