@@ -7,6 +7,10 @@
 #   train     the main job's training run on the GPU
 #   bench     gpa-bench cuda_membound, cuda_linear, cuda_attention
 #   sanitize  compute-sanitizer memcheck over the parity tests (quick shapes)
+#   attention the bf16/fp16 FlashAttention-2 kernels (issue 23): their tests
+#             on cuda, memcheck and racecheck on them, gpa-bench
+#             cuda_attention_fa2 beside PyTorch's FlashAttention-2 backend
+#             (bench/sdpa_torch.py), one ncu report of the forward
 # Logs go to ${OUT:-gpu-check}/. Exits 77 when no GPU is visible.
 # GPA_DEPS_PREFIX: where the Debian packages libck-dev, libopenblas-dev
 # (openblas-pthread) and libjansson-dev were unpacked (dpkg -x) on a machine
@@ -55,8 +59,46 @@ sanitize() {
   return $rc
 }
 
+# issue 23: everything the FlashAttention-2 kernels need a GPU for, in one
+# go; files under $OUT: attention_*.txt, bench_attention_fa2.json,
+# ncu_fa2_fwd.ncu-rep and ncu_fa2_fwd.txt (the forward at B4 S4096 H16 D128
+# bf16: achieved occupancy, tensor pipe utilisation, SM throughput).
+attention() {
+  local rc=0 r
+  GPA_DEVICE=cuda ctest --test-dir "$B" --timeout 600 --output-on-failure \
+    -R '^(attention|attention_lowp|attention_no_spills)$' >"$OUT/attention_ctest.txt" 2>&1 || rc=1
+  tail -n 4 "$OUT/attention_ctest.txt"
+  for tool in memcheck racecheck; do
+    GPA_DEVICE=cuda GPA_PARITY_QUICK=1 "$sanitizer" --tool "$tool" --error-exitcode 9 "$B/tests/test_attention_lowp" \
+      >"$OUT/attention_$tool.txt" 2>&1
+    r=$?
+    echo "$tool attention_lowp: exit $r, $(grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/attention_$tool.txt" | tail -n 1)"
+    [ $r = 0 ] || rc=1
+  done
+  local torch=
+  [ -f bench/sdpa_torch.py ] && torch=$PWD/bench/sdpa_torch.py
+  GPA_DEVICE=cuda GPA_BENCH_SDPA_TORCH=$torch "$B/bench/gpa-bench" cuda_attention_fa2 \
+    >"$OUT/bench_attention_fa2.json" 2>"$OUT/bench_attention_fa2.err" || rc=1
+  cat "$OUT/bench_attention_fa2.json"
+  local ncu
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  if [ -x "$ncu" ]; then
+    GPA_DEVICE=cuda GPA_BENCH_REPS=1 "$ncu" --kernel-name regex:gpa_fa2_fwd_bf16_d128 --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
+      --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
+      -f -o "$OUT/ncu_fa2_fwd" "$B/bench/gpa-bench" cuda_attention_fa2 >"$OUT/ncu_fa2_run.txt" 2>&1 || rc=1
+    "$ncu" --import "$OUT/ncu_fa2_fwd.ncu-rep" --page details >"$OUT/ncu_fa2_fwd.txt" 2>&1 || rc=1
+    grep -E "Achieved Occupancy|Theoretical Occupancy|Compute \(SM\) Throughput|hmma|Registers Per|Duration" \
+      "$OUT/ncu_fa2_fwd.txt"
+  else
+    echo "attention: no ncu"
+    rc=1
+  fi
+  return $rc
+}
+
 steps=("$@")
-[ ${#steps[@]} = 0 ] && steps=(build ctest train bench sanitize)
+[ ${#steps[@]} = 0 ] && steps=(build ctest train bench sanitize attention)
 for s in "${steps[@]}"; do
   case $s in
     build) step build build || exit 1 ;;
@@ -64,6 +106,7 @@ for s in "${steps[@]}"; do
     train) step train "$B/examples/gpa-train-lm" --steps 600 ;;
     bench) TAIL=20 step bench env GPA_DEVICE=cuda "$B/bench/gpa-bench" cuda_ ;;
     sanitize) TAIL=12 step sanitize sanitize ;;
+    attention) TAIL=40 step attention attention ;;
     *) echo "gpu_check: unknown step $s" >&2; exit 2 ;;
   esac
 done
