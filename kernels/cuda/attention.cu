@@ -1,5 +1,5 @@
 /* Flash attention of the CUDA backend, fp32 (SIMT): forward and a
- * deterministic backward (bf16 and fp16 with tensor cores: attention_lowp.cu;
+ * deterministic backward (bf16 and fp16 with tensor cores: attention_fa2*.cu;
  * the masking helpers: attention_common.h). Semantics as the host's (ops/attention.c,
  * kernels/host/attention.c): q [B,S,H,D], k/v [B,Sk,Hkv,D], optional
  * lengths [B] (already checked by the host side: in [0, Sk]), query i sees

@@ -1,4 +1,4 @@
-/* What the attention kernels share (attention.cu: fp32; attention_lowp.cu:
+/* What the attention kernels share (attention.cu: fp32; attention_fa2*.cu:
  * bf16 and fp16 with tensor cores): the masking rule, the key-length clamp,
  * the element conversions and the delta kernel's body. Semantics as the
  * host's (kernels/host/attention.h): query row s sees keys j < min(len,
