@@ -29,13 +29,29 @@ BUILD_DIR=build scripts/setup.sh
 for d in $(devices build); do run_suite build "$d"; done
 
 if [ "${GPA_QUICK:-0}" != 1 ]; then
-  # valgrind: the core runtime's tests, leak-checked (stress scaled down).
+  # valgrind: the core runtime's tests, leak-checked (stress scaled down);
+  # then, where the sim is built, a few of its own tests and of the cuda
+  # backend's on it, kernels included (the fiber stacks are registered with
+  # valgrind, sim/runtime/simt.cpp): about 30 s.
   if command -v valgrind >/dev/null; then
-    for t in status submit_await batch fifo backpressure buffers destroy misuse options feed custom_ops stress by_value; do
+    vg=(valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect
+        --show-leak-kinds=definite,indirect --suppressions=scripts/valgrind.supp)
+    for t in status submit_await batch fifo backpressure buffers destroy misuse options feed custom_ops stress by_value \
+             actor_churn queue_churn; do
       echo "== valgrind: $t ($(( $(date +%s) - start )) s in)"
-      GPA_DEVICE=cpu GPA_STRESS_PER=20000 valgrind -q --error-exitcode=1 --leak-check=full \
-        --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect "build/tests/test_$t" >/dev/null
+      GPA_DEVICE=cpu GPA_STRESS_PER=20000 GPA_CHURN_PER=5 GPA_QUEUE_CHURN_CYCLES=500 "${vg[@]}" "build/tests/test_$t" >/dev/null
     done
+    if [ "$(devices build | grep -c sim)" = 1 ]; then
+      for c in "sim_simt barrier" "sim_simt shuffle" "sim_simt dynshared" "sim_kernel layernorm" "sim_kernel wmma" \
+               "sim_driver stream_order" "sim_driver events"; do
+        echo "== valgrind: $c ($(( $(date +%s) - start )) s in)"
+        GPA_SIM_MODULE_PATH=build/sim/modules "${vg[@]}" build/sim/$c >/dev/null
+      done
+      for t in batch submit_await cuda_faults cuda_sticky custom_kernel actor_churn queue_churn; do
+        echo "== valgrind: $t on sim ($(( $(date +%s) - start )) s in)"
+        GPA_DEVICE=sim GPA_CHURN_PER=3 GPA_QUEUE_CHURN_CYCLES=200 "${vg[@]}" "build/tests/test_$t" >/dev/null
+      done
+    fi
   fi
   BUILD_DIR=build-asan scripts/setup.sh -DGPA_SANITIZE=address
   for d in $(devices build-asan); do
