@@ -38,6 +38,44 @@ static void coalesce(gpa_actor *a) {
     gpa__cpu_relax();
 }
 
+void *gpa__ext_state(gpa_actor *a, const gpa__ext *e) {
+  for (uint32_t i = 0; i < GPA__MAX_EXTS; i++) {
+    void *st = atomic_load_explicit(&a->ext_state[i], memory_order_acquire);
+    if (st && a->ext[i] == e) return st;
+  }
+  pthread_mutex_lock(&a->ext_lock);
+  void *st = NULL;
+  uint32_t i = 0;
+  while (i < GPA__MAX_EXTS && a->ext[i] && a->ext[i] != e) i++;
+  if (i == GPA__MAX_EXTS) {
+    gpa__fail(GPA_EINTERNAL, "more than %d runtime extensions", GPA__MAX_EXTS);
+  } else if (a->ext[i]) {
+    st = atomic_load_explicit(&a->ext_state[i], memory_order_relaxed);
+  } else if ((st = e->create(a))) {
+    a->ext[i] = e;
+    atomic_store_explicit(&a->ext_state[i], st, memory_order_release);
+  } else {
+    gpa__fail(GPA_ENOMEM, "out of memory");
+  }
+  pthread_mutex_unlock(&a->ext_lock);
+  return st;
+}
+
+void gpa__exts_shutdown(gpa_actor *a) {
+  pthread_mutex_lock(&a->ext_lock);
+  for (uint32_t i = 0; i < GPA__MAX_EXTS && a->ext[i]; i++)
+    if (a->ext[i]->shutdown) a->ext[i]->shutdown(a, atomic_load_explicit(&a->ext_state[i], memory_order_relaxed));
+  pthread_mutex_unlock(&a->ext_lock);
+}
+
+void gpa__exts_destroy(gpa_actor *a) {
+  for (uint32_t i = 0; i < GPA__MAX_EXTS && a->ext[i]; i++) {
+    a->ext[i]->destroy(a, atomic_load_explicit(&a->ext_state[i], memory_order_relaxed));
+    a->ext[i] = NULL;
+    atomic_store_explicit(&a->ext_state[i], NULL, memory_order_relaxed);
+  }
+}
+
 static void actor_loop(gpa_actor *a) {
   int64_t poll_at = 0; /* next backend poll while device work is in flight */
   bool slept = false;   /* the last sleep ended and nothing has arrived since */
@@ -50,7 +88,7 @@ static void actor_loop(gpa_actor *a) {
     uint32_t got = gpa__mailbox_drain(a, 64, &full);
     did += got;
     if (a->parked) {
-      did += gpa__feed_expire(a, gpa__now_ns());
+      did += gpa__queues_expire(a, gpa__now_ns());
       gpa__msg_return_flush(a);
     }
     if (did && a->be->flush) a->be->flush(a->bctx);
@@ -78,7 +116,7 @@ static void actor_loop(gpa_actor *a) {
     if (work) continue;
     /* Device work in flight: let the backend look for failures no completion
      * will report, every GPA__POLL_NS at most, and sleep no longer than that. */
-    int64_t dl = gpa__feed_next_deadline(a);
+    int64_t dl = gpa__queues_next_deadline(a);
     if (a->inflight_total && a->be->poll) {
       int64_t now = gpa__now_ns();
       if (now >= poll_at) {
@@ -92,7 +130,7 @@ static void actor_loop(gpa_actor *a) {
     gpa__fence_heavy(); /* the rare side of the idle/ring pair (fence.h) */
     if (gpa__mailbox_empty(a) && !atomic_load_explicit(&a->done, memory_order_acquire) &&
         !(atomic_load_explicit(&a->stopping, memory_order_acquire) && !a->inflight_total)) {
-      /* A parked infeed with a timeout bounds the sleep, and so does a poll. */
+      /* A parked message with a deadline bounds the sleep, and so does a poll. */
       struct timespec ts = {dl / 1000000000, dl % 1000000000};
       ck_ec32_wait(&a->ec, &gpa__ec_mp, snap, dl ? &ts : NULL);
     }
@@ -129,7 +167,7 @@ static void *actor_main(void *arg) {
   }
   actor_loop(a);
   gpa__queues_cancel_held(a);
-  gpa__feeds_shutdown(a);
+  gpa__exts_shutdown(a);
   gpa__profilers_stop(a);
   gpa__msg_return_flush(a);
   gpa__own_pool_fini(a);
@@ -148,7 +186,7 @@ static void release_device(gpa_actor *a) {
  * runs (flags, queue and slot tables, the registry). */
 static void actor_free(gpa_actor *a) {
   release_device(a);
-  gpa__feeds_free(a);
+  gpa__exts_destroy(a);
   gpa__queues_free(a);
   gpa__bufcache_fini(a);
   gpa__registry_fini(&a->registry);
@@ -156,7 +194,7 @@ static void actor_free(gpa_actor *a) {
   gpa__tls_drop_dead();
   pthread_mutex_destroy(&a->ctx_lock);
   pthread_mutex_destroy(&a->queue_lock);
-  pthread_mutex_destroy(&a->feed_lock);
+  pthread_mutex_destroy(&a->ext_lock);
   free(a);
 }
 
@@ -177,7 +215,7 @@ gpa_status gpa_actor_create(const gpa_actor_options *opts, gpa_actor **out) {
   a->backend_name = a->be->name;
   pthread_mutex_init(&a->ctx_lock, NULL);
   pthread_mutex_init(&a->queue_lock, NULL);
-  pthread_mutex_init(&a->feed_lock, NULL);
+  pthread_mutex_init(&a->ext_lock, NULL);
   ck_ec32_init(&a->ec, 0);
   ck_ec32_init(&a->space_ec, 0);
   st = gpa__registry_init(&a->registry);

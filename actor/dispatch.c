@@ -141,14 +141,8 @@ GPA__HOT_INLINE void finish(gpa_actor *a, gpa__msg *m, gpa_status st) {
   gpa_queue *q = m->q;
   if (q && m->kind != GPA__MSG_CALL) gpa__batch_account(q, m, m->device_ns, st == GPA_OK ? m->bytes : 0);
   if (GPA__PROFILING(a) && m->kind != GPA__MSG_CALL) gpa__prof_op(a, m, st, gpa__clock_ns());
-  if (m->kind == GPA__MSG_OUTFEED || m->kind == GPA__MSG_INFEED) {
-    /* An outfeed's handle completes at delivery, in the session's order
-     * (failures too, once they have a place in it). */
-    if (gpa__feed_release(m, st)) {
-      gpa__feed_landed(a, m);
-      return;
-    }
-  }
+  /* An extension's message may complete later (an outfeed at delivery). */
+  if (m->kind == GPA__MSG_EXT && m->cls->finished(a, m, st)) return;
   /* Nobody else holds it: no one can wait or look, skip the wake-up. */
   if (atomic_load_explicit(&m->refs, memory_order_relaxed) != 1) gpa__msg_complete(m, st, m->err);
   gpa__msg_unref_actor(a, m); /* the actor's reference */
@@ -182,8 +176,7 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
     switch (m->kind) {
       case GPA__MSG_CALL: st = m->fn(a, m); break;
       case GPA__MSG_OP: st = run_op(a, m); break;
-      case GPA__MSG_INFEED:
-      case GPA__MSG_OUTFEED: st = gpa__feed_run(a, m); break;
+      case GPA__MSG_EXT: st = m->cls->run(a, m); break;
       default: st = run_transfer(a, m); break;
     }
     if (range) gpa__nvtx_pop();

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "gpuactor.h"
+#include "actor/hooks.h"
 #include "actor/limits.h"
 #include "actor/registry.h"
 #include "actor/status.h"
@@ -48,8 +49,7 @@ typedef enum gpa__msg_kind {
   GPA__MSG_UPLOAD,   /* payload -> tensor t[0] */
   GPA__MSG_READBACK, /* tensor t[0] -> payload */
   GPA__MSG_CALL,     /* fn(actor, msg) on the actor thread: control requests */
-  GPA__MSG_INFEED,   /* next item of a feed session -> outputs (feed/) */
-  GPA__MSG_OUTFEED,  /* inputs -> a feed session's sink (feed/) */
+  GPA__MSG_EXT,      /* of an extension's message class (m->cls: actor/hooks.h; feed/) */
 } gpa__msg_kind;
 
 
@@ -75,7 +75,10 @@ struct gpa_handle {
   gpa_queue *q;   /* NULL: not queue-ordered (control calls) */
   uint64_t ticket;
   const gpa__op *op;
-  gpa__call_fn fn;
+  union {
+    gpa__call_fn fn;            /* GPA__MSG_CALL */
+    const gpa__msg_class *cls;  /* GPA__MSG_EXT */
+  };
   uint32_t n_in, n_out;
   gpa_tensor *t; /* inputs then outputs: t_inline or heap */
   void *payload; /* upload source copy or readback destination (host) */
@@ -131,13 +134,14 @@ struct gpa_queue {
   gpa__msg *spill;
   uint32_t n_held;
   uint32_t inflight; /* started on the device, not yet completed */
-  /* parking (feed/): the head message waits for data or room */
+  /* parking (actor/hooks.h): the head message waits for its class */
   bool parked;
-  struct gpa_feed *park_feed;
+  void *park_on;         /* what it waits for: its class's business */
   int64_t park_deadline; /* CLOCK_MONOTONIC ns; 0 = none */
   gpa_queue *parked_next; /* the actor's list of parked queues */
-  /* after an infeed timeout, later messages of the batch fail with this */
+  /* after a parked message timed out, later messages of the batch fail with this */
   int32_t poison;
+  const char *poison_by; /* the class of the message that timed out */
   bool dead;
   gpa__batch batch;
   void *bq; /* backend's queue (stream) */
@@ -202,9 +206,10 @@ struct gpa_actor {
 
   _Atomic(gpa__msg *) done; /* device completions pushed by other threads */
 
-  pthread_mutex_t feed_lock; /* the list of open feed sessions */
-  struct gpa_feed *feeds;
-  uint64_t next_feed_id;
+  /* extensions' per-actor state (actor/hooks.h), made on first use */
+  pthread_mutex_t ext_lock;
+  const gpa__ext *ext[GPA__MAX_EXTS];
+  void *_Atomic ext_state[GPA__MAX_EXTS];
 
   /* actor thread only: off the lines producers read per message */
   _Alignas(64) gpa__ret_cache ret[GPA__RET_SLOTS];
@@ -303,19 +308,13 @@ static inline void gpa__batch_account(gpa_queue *q, gpa__msg *m, int64_t device_
   if (m->status != GPA_OK || m->kind == GPA__MSG_READBACK) gpa__batch_note(b, m);
 }
 
-/* feed/feed_exec.c: the actor side of feed sessions. */
-bool gpa__feed_must_park(gpa_actor *a, gpa_queue *q, gpa__msg *m);
-gpa_status gpa__feed_run(gpa_actor *a, gpa__msg *m);
-/* finish() of an outfeed op that succeeded: hand it to delivery. */
-void gpa__feed_landed(gpa_actor *a, gpa__msg *m);
-/* A feed op finished with st: gives back what it holds and returns false,
- * or returns true if it is an outfeed that must go through gpa__feed_landed. */
-bool gpa__feed_release(gpa__msg *m, gpa_status st);
-int64_t gpa__feed_next_deadline(gpa_actor *a);
-uint32_t gpa__feed_expire(gpa_actor *a, int64_t now);
+/* queue.c: parked queues (actor/hooks.h). */
 void gpa__queue_unpark(gpa_actor *a, gpa_queue *q);
-void gpa__feeds_shutdown(gpa_actor *a); /* actor thread, at exit */
-void gpa__feeds_free(gpa_actor *a);     /* destroy */
+int64_t gpa__queues_next_deadline(gpa_actor *a); /* 0: none */
+uint32_t gpa__queues_expire(gpa_actor *a, int64_t now);
+/* actor.c: the extensions' shutdown (actor thread) and destroy hooks. */
+void gpa__exts_shutdown(gpa_actor *a);
+void gpa__exts_destroy(gpa_actor *a);
 
 /* profile.c: profiling hooks, all on the actor thread. GPA_NO_PROFILING
  * compiles them out (for measuring what the idle check costs). */

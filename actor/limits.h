@@ -14,5 +14,6 @@
 #define GPA__MAX_PROFILERS 8  /* gpa_profiler_add per actor */
 #define GPA__LANES 8          /* source rings a queue tracks in lanes before its spill list */
 #define GPA__RET_SLOTS 8      /* message owners the actor batches returns for */
+#define GPA__MAX_EXTS 4       /* runtime extensions with per-actor state (actor/hooks.h) */
 
 #endif

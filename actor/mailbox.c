@@ -322,7 +322,7 @@ static gpa__msg *msg_of_rec(gpa_actor *a, const gpa__rec *r) {
  * merges the rings by ticket and runs most records straight from them,
  * instead of making each early one a message and holding it. A record found
  * waiting twice in a row is held as a message after all: its turn may be
- * far off (a parked feed, a barrier, a ticket behind another ring's waiting
+ * far off (a parked message, a barrier, a ticket behind another ring's waiting
  * head), and the ring's later records, of any queue, must not wait for it. */
 static uint32_t drain_ring(gpa_actor *a, gpa__ctx *c, uint32_t budget, bool *waiting) {
   uint32_t got = 0;

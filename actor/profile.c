@@ -9,8 +9,7 @@ const char *gpa__prof_msg_name(const gpa__msg *m) {
     case GPA__MSG_OP: return m->op->d.name;
     case GPA__MSG_UPLOAD: return "upload";
     case GPA__MSG_READBACK: return "readback";
-    case GPA__MSG_INFEED: return "infeed";
-    case GPA__MSG_OUTFEED: return "outfeed";
+    case GPA__MSG_EXT: return m->cls->name;
     default: return "call";
   }
 }

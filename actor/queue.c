@@ -109,7 +109,8 @@ GPA__HOT_INLINE void run(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
       snprintf(m->err, sizeof m->err, "queue '%s' was destroyed before this message ran", q->name);
     } else if (q->poison) {
       m->status = q->poison;
-      snprintf(m->err, sizeof m->err, "skipped: an infeed earlier in this batch of queue '%s' timed out", q->name);
+      snprintf(m->err, sizeof m->err, "skipped: a %s earlier in this batch of queue '%s' timed out", q->poison_by,
+               q->name);
     }
   }
   gpa__dispatch(a, m);
@@ -120,7 +121,7 @@ void gpa__queue_advance(gpa_actor *a, gpa_queue *q) {
     gpa__msg *m = held_at(q, w);
     if (m->barrier && q->inflight) return; /* resumed by the last completion */
     if (q->parked) return;                  /* resumed by gpa__queue_unpark */
-    if ((m->kind == GPA__MSG_INFEED || m->kind == GPA__MSG_OUTFEED) && gpa__feed_must_park(a, q, m)) {
+    if (m->kind == GPA__MSG_EXT && m->cls->must_park(a, q, m)) {
       q->parked = true;
       q->parked_next = a->parked;
       a->parked = q;
@@ -138,10 +139,39 @@ void gpa__queue_unpark(gpa_actor *a, gpa_queue *q) {
       break;
     }
   q->parked = false;
-  q->park_feed = NULL;
+  q->park_on = NULL;
   q->park_deadline = 0;
   q->parked_next = NULL;
   gpa__queue_advance(a, q);
+}
+
+int64_t gpa__queues_next_deadline(gpa_actor *a) {
+  int64_t dl = 0;
+  for (gpa_queue *q = a->parked; q; q = q->parked_next)
+    if (q->park_deadline && (!dl || q->park_deadline < dl)) dl = q->park_deadline;
+  return dl;
+}
+
+/* Parked heads whose class now lets them run, and those past their
+ * deadline (failed by their class; the rest of their batch with them). */
+uint32_t gpa__queues_expire(gpa_actor *a, int64_t now) {
+  uint32_t n = 0;
+  for (gpa_queue *q = a->parked, *next; q; q = next) {
+    next = q->parked_next;
+    gpa__msg *m = gpa__queue_head(q);
+    if (m && m->cls->ready && m->cls->ready(a, q, m)) {
+      gpa__queue_unpark(a, q);
+      n++;
+      continue;
+    }
+    if (!m || !q->park_deadline || q->park_deadline > now) continue;
+    m->cls->timed_out(a, q, m);
+    q->poison = m->status;
+    q->poison_by = m->cls->name;
+    gpa__queue_unpark(a, q);
+    n++;
+  }
+  return n;
 }
 
 void gpa__intake(gpa_actor *a, gpa__msg *m, const gpa__ctx *src) {
@@ -152,8 +182,8 @@ void gpa__intake(gpa_actor *a, gpa__msg *m, const gpa__ctx *src) {
     return;
   }
   /* The common case: its turn, nothing waiting, a plain op. */
-  if (!q->n_held && m->ticket == q->expect && !q->parked && m->kind != GPA__MSG_INFEED &&
-      m->kind != GPA__MSG_OUTFEED && !(m->barrier && q->inflight)) {
+  if (!q->n_held && m->ticket == q->expect && !q->parked && m->kind != GPA__MSG_EXT &&
+      !(m->barrier && q->inflight)) {
     run(a, q, m);
     return;
   }

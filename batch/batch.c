@@ -53,7 +53,7 @@ static gpa_status begin_fn(gpa_actor *a, gpa__msg *m) {
   /* Work since the last sync that was not synced stays in the new batch:
    * nothing is dropped, its readbacks too. */
   gpa__batch old = q->batch;
-  q->poison = 0; /* an infeed timeout taints its batch only */
+  q->poison = 0; /* a parked message's timeout taints its batch only */
   batch_reset(&q->batch, args->label, args->t0);
   q->batch.ops = old.ops;
   q->batch.errors = old.errors;

@@ -58,7 +58,7 @@ static gpa_status room_fn(gpa_actor *a, gpa__msg *m) {
   gpa_feed *s = ((gpa__feed_params *)m->params)->s;
   for (gpa_queue *q = a->parked, *next; q; q = next) {
     next = q->parked_next;
-    if (q->park_feed == s) gpa__queue_unpark(a, q);
+    if (q->park_on == s) gpa__queue_unpark(a, q);
   }
   gpa__feed_unref(s);
   return GPA_OK;
@@ -121,6 +121,8 @@ gpa_status gpa_feed_open(gpa_actor *a, const gpa_feed_options *o, gpa_feed **out
   if (o->outfeed_policy != GPA_OUTFEED_PARK && o->outfeed_policy != GPA_OUTFEED_FAIL)
     return gpa__fail(GPA_EINVAL, "gpa_feed_open: outfeed_policy %d: expected PARK or FAIL", o->outfeed_policy);
   if (atomic_load(&a->closing)) return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
+  gpa__feeds *f = gpa__ext_state(a, &gpa__feed_ext);
+  if (!f) return gpa__fail(GPA_ENOMEM, "gpa_feed_open: out of memory");
   gpa_feed *s = calloc(1, sizeof *s);
   if (!s) return gpa__fail(GPA_ENOMEM, "gpa_feed_open: out of memory");
   s->a = a;
@@ -145,11 +147,11 @@ gpa_status gpa_feed_open(gpa_actor *a, const gpa_feed_options *o, gpa_feed **out
     }
     s->has_thread = true;
   }
-  pthread_mutex_lock(&a->feed_lock);
-  s->id = ++a->next_feed_id;
-  s->next = a->feeds;
-  a->feeds = s;
-  pthread_mutex_unlock(&a->feed_lock);
+  pthread_mutex_lock(&f->lock);
+  s->id = ++f->next_id;
+  s->next = f->list;
+  f->list = s;
+  pthread_mutex_unlock(&f->lock);
   *out = s;
   return GPA_OK;
 }
@@ -162,7 +164,7 @@ static gpa_status close_fn(gpa_actor *a, gpa__msg *m) {
   /* Parked infeed/outfeed ops see `closed` and complete with ECANCELED. */
   for (gpa_queue *q = a->parked, *next; q; q = next) {
     next = q->parked_next;
-    if (q->park_feed == s) gpa__queue_unpark(a, q);
+    if (q->park_on == s) gpa__queue_unpark(a, q);
   }
   return GPA_OK;
 }
@@ -184,14 +186,14 @@ static void stop_delivery(gpa_feed *s) {
 }
 
 static void unlist(gpa_feed *s) {
-  gpa_actor *a = s->a;
-  pthread_mutex_lock(&a->feed_lock);
-  for (gpa_feed **pp = &a->feeds; *pp; pp = &(*pp)->next)
+  gpa__feeds *f = gpa__ext_state(s->a, &gpa__feed_ext); /* made by gpa_feed_open */
+  pthread_mutex_lock(&f->lock);
+  for (gpa_feed **pp = &f->list; *pp; pp = &(*pp)->next)
     if (*pp == s) {
       *pp = s->next;
       break;
     }
-  pthread_mutex_unlock(&a->feed_lock);
+  pthread_mutex_unlock(&f->lock);
 }
 
 gpa_status gpa_feed_close(gpa_feed *s) {
@@ -232,7 +234,7 @@ static gpa_status push_fn(gpa_actor *a, gpa__msg *m) {
     s->in_tail = it;
     for (gpa_queue *q = a->parked, *next; q; q = next) {
       next = q->parked_next;
-      if (q->park_feed == s) gpa__queue_unpark(a, q);
+      if (q->park_on == s) gpa__queue_unpark(a, q);
     }
   }
   gpa__feed_unref(s);
@@ -295,23 +297,25 @@ gpa_status gpa_infeed_push(gpa_feed *s, const gpa_host_tensor *t, uint32_t n) {
 
 /* ---- infeed / outfeed ops ------------------------------------------------ */
 
-static gpa_status feed_op(gpa_queue *q, gpa_feed *s, const gpa_tensor *t, uint32_t n, int64_t timeout_ns, int kind,
-                          gpa_handle **out) {
-  const char *name = kind == GPA__MSG_INFEED ? "gpa_infeed" : "gpa_outfeed";
+static gpa_status feed_op(gpa_queue *q, gpa_feed *s, const gpa_tensor *t, uint32_t n, int64_t timeout_ns,
+                          const gpa__msg_class *cls, gpa_handle **out) {
+  bool in = cls == &gpa__infeed_class;
+  const char *name = in ? "gpa_infeed" : "gpa_outfeed";
   if (out) *out = NULL;
   gpa_status st = gpa__check_queue(q);
   if (st != GPA_OK) return st;
   if (!s || (n && !t)) return gpa__fail(GPA_EINVAL, "%s: NULL argument", name);
   if (s->a != q->actor) return gpa__fail(GPA_EINVAL, "%s: the session belongs to another actor", name);
-  if (n > 64) return gpa__fail(GPA_EINVAL, "%s: %u tensors (at most 64)", name, n);
+  if (n > GPA__MAX_IN) return gpa__fail(GPA_EINVAL, "%s: %u tensors (at most %d)", name, n, GPA__MAX_IN);
   if (atomic_load(&s->closed)) return gpa__fail(GPA_ECLOSED, "%s: session %llu is closed", name, (unsigned long long)s->id);
   for (uint32_t i = 0; i < n; i++) {
-    st = gpa__check_tensor_at(q->actor, &t[i], name, kind == GPA__MSG_INFEED ? "outputs" : "inputs", i);
+    st = gpa__check_tensor_at(q->actor, &t[i], name, in ? "outputs" : "inputs", i);
     if (st != GPA_OK) return st;
   }
-  gpa__msg *m = gpa__msg_new(q->actor, kind);
+  gpa__msg *m = gpa__msg_new(q->actor, GPA__MSG_EXT);
   if (!m) return GPA_ENOMEM;
-  st = kind == GPA__MSG_INFEED ? gpa__msg_set_tensors(m, NULL, 0, t, n) : gpa__msg_set_tensors(m, t, n, NULL, 0);
+  m->cls = cls;
+  st = in ? gpa__msg_set_tensors(m, NULL, 0, t, n) : gpa__msg_set_tensors(m, t, n, NULL, 0);
   if (st == GPA_OK) {
     gpa__feed_params *p = (gpa__feed_params *)m->params;
     memset(p, 0, sizeof *p); /* pooled messages keep old bytes */
@@ -329,11 +333,11 @@ static gpa_status feed_op(gpa_queue *q, gpa_feed *s, const gpa_tensor *t, uint32
 
 gpa_status gpa_infeed(gpa_queue *q, gpa_feed *s, const gpa_tensor *outputs, uint32_t n, int64_t timeout_ns,
                       gpa_handle **out) {
-  return feed_op(q, s, outputs, n, timeout_ns, GPA__MSG_INFEED, out);
+  return feed_op(q, s, outputs, n, timeout_ns, &gpa__infeed_class, out);
 }
 
 gpa_status gpa_outfeed(gpa_queue *q, gpa_feed *s, const gpa_tensor *inputs, uint32_t n, gpa_handle **out) {
-  return feed_op(q, s, inputs, n, 0, GPA__MSG_OUTFEED, out);
+  return feed_op(q, s, inputs, n, 0, &gpa__outfeed_class, out);
 }
 
 /* ---- pop ------------------------------------------------------------------ */
@@ -378,13 +382,14 @@ gpa_status gpa_outfeed_pop(gpa_feed *s, int64_t timeout_ns, gpa_handle **item) {
 }
 
 uint32_t gpa_outfeed_item_count(const gpa_handle *h) {
-  if (!h || h->kind != GPA__MSG_OUTFEED || !h->payload || !atomic_load(&h->state) || h->status != GPA_OK) return 0;
+  if (!h || h->kind != GPA__MSG_EXT || h->cls != &gpa__outfeed_class || !h->payload || !atomic_load(&h->state) || h->status != GPA_OK) return 0;
   return ((const gpa__feed_item *)h->payload)->n;
 }
 
 gpa_status gpa_outfeed_item_tensor(const gpa_handle *h, uint32_t i, gpa_host_tensor *out) {
   if (!h || !out) return gpa__fail(GPA_EINVAL, "gpa_outfeed_item_tensor: NULL argument");
-  if (h->kind != GPA__MSG_OUTFEED) return gpa__fail(GPA_EINVAL, "gpa_outfeed_item_tensor: not an outfeed item");
+  if (h->kind != GPA__MSG_EXT || h->cls != &gpa__outfeed_class)
+    return gpa__fail(GPA_EINVAL, "gpa_outfeed_item_tensor: not an outfeed item");
   if (!atomic_load(&h->state)) return gpa__fail(GPA_EPENDING, "gpa_outfeed_item_tensor: not delivered yet");
   if (h->status != GPA_OK) return gpa__fail(h->status, "%s", h->err);
   const gpa__feed_item *it = h->payload;
@@ -394,11 +399,13 @@ gpa_status gpa_outfeed_item_tensor(const gpa_handle *h, uint32_t i, gpa_host_ten
 }
 
 /* Destroy: sessions the program left open are closed and freed here. */
-void gpa__feeds_free(gpa_actor *a) {
-  pthread_mutex_lock(&a->feed_lock);
-  gpa_feed *s = a->feeds;
-  a->feeds = NULL;
-  pthread_mutex_unlock(&a->feed_lock);
+void gpa__feeds_destroy(gpa_actor *a, void *st) {
+  (void)a;
+  gpa__feeds *f = st;
+  pthread_mutex_lock(&f->lock);
+  gpa_feed *s = f->list;
+  f->list = NULL;
+  pthread_mutex_unlock(&f->lock);
   while (s) {
     gpa_feed *next = s->next;
     if (!atomic_exchange(&s->closed, 1)) {
@@ -407,4 +414,6 @@ void gpa__feeds_free(gpa_actor *a) {
     }
     s = next;
   }
+  pthread_mutex_destroy(&f->lock);
+  free(f);
 }

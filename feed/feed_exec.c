@@ -11,14 +11,14 @@
 
 static gpa__feed_params *params(gpa__msg *m) { return (gpa__feed_params *)m->params; }
 
-bool gpa__feed_must_park(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
+static bool must_park(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
   (void)a;
   gpa__feed_params *p = params(m);
   gpa_feed *s = p->s;
   if (m->status != GPA_OK || q->poison || q->dead || atomic_load(&s->closed)) return false; /* runs to fail */
-  if (m->kind == GPA__MSG_INFEED) {
+  if (m->cls == &gpa__infeed_class) {
     if (s->in_head) return false;
-    q->park_feed = s;
+    q->park_on = s;
     if (p->timeout_ns >= 0 && !q->park_deadline) q->park_deadline = gpa__now_ns() + p->timeout_ns;
     return true;
   }
@@ -40,7 +40,7 @@ bool gpa__feed_must_park(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
      * after giving room back, so one of us sees the other. */
     atomic_store(&s->out_waiters, 1);
   }
-  q->park_feed = s;
+  q->park_on = s;
   return true;
 }
 
@@ -119,10 +119,10 @@ static gpa_status run_outfeed(gpa_actor *a, gpa__msg *m, gpa_feed *s) {
   return a->be->fence ? a->be->fence(a->bctx, &w) : GPA_OK;
 }
 
-gpa_status gpa__feed_run(gpa_actor *a, gpa__msg *m) {
+static gpa_status run(gpa_actor *a, gpa__msg *m) {
   gpa_feed *s = params(m)->s;
   if (atomic_load(&s->closed)) return cancelled(m, s);
-  return m->kind == GPA__MSG_INFEED ? run_infeed(a, m, s) : run_outfeed(a, m, s);
+  return m->cls == &gpa__infeed_class ? run_infeed(a, m, s) : run_outfeed(a, m, s);
 }
 
 /* Hands in-order items to delivery; failed ones complete in their turn. */
@@ -156,52 +156,41 @@ static void place(gpa_feed *s, gpa__msg *m) {
   flush(s);
 }
 
-void gpa__feed_landed(gpa_actor *a, gpa__msg *m) {
+/* An outfeed that ran goes to delivery, in the session's order (failures
+ * too, once they have a place in it): its handle completes there. */
+static bool finished(gpa_actor *a, gpa__msg *m, gpa_status st) {
   (void)a;
-  place(params(m)->s, m);
-}
-
-bool gpa__feed_release(gpa__msg *m, gpa_status st) {
   gpa__feed_params *p = params(m);
   gpa_feed *s = p->s;
-  if (m->kind == GPA__MSG_OUTFEED && (st == GPA_OK || p->placed)) {
+  bool out = m->cls == &gpa__outfeed_class;
+  if (out && (st == GPA_OK || p->placed)) {
     m->status = st;
+    place(s, m);
     return true;
   }
-  if (m->kind == GPA__MSG_OUTFEED && p->reserved) gpa__feed_room(s);
+  if (out && p->reserved) gpa__feed_room(s);
   gpa__feed_unref(s);
   return false;
 }
 
-int64_t gpa__feed_next_deadline(gpa_actor *a) {
-  int64_t dl = 0;
-  for (gpa_queue *q = a->parked; q; q = q->parked_next)
-    if (q->park_deadline && (!dl || q->park_deadline < dl)) dl = q->park_deadline;
-  return dl;
+/* Outfeed room given back on the actor thread itself (no message wakes it). */
+static bool room_ready(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
+  (void)a;
+  (void)m;
+  gpa_feed *s = q->park_on;
+  return atomic_load(&s->out_pending) < s->out_cap;
 }
 
-/* Timeouts, and outfeed room given back on the actor thread itself. */
-uint32_t gpa__feed_expire(gpa_actor *a, int64_t now) {
-  uint32_t n = 0;
-  for (gpa_queue *q = a->parked, *next; q; q = next) {
-    next = q->parked_next;
-    gpa__msg *head = gpa__queue_head(q);
-    if (head && head->kind == GPA__MSG_OUTFEED && atomic_load(&q->park_feed->out_pending) < q->park_feed->out_cap) {
-      gpa__queue_unpark(a, q);
-      n++;
-      continue;
-    }
-    if (!q->park_deadline || q->park_deadline > now) continue;
-    gpa__msg *m = gpa__queue_head(q); /* the parked one */
-    m->status = GPA_ETIMEDOUT;
-    snprintf(m->err, sizeof m->err, "infeed: no item arrived in session %llu within %lld ms",
-             (unsigned long long)params(m)->s->id, (long long)(params(m)->timeout_ns / 1000000));
-    q->poison = GPA_ETIMEDOUT;
-    gpa__queue_unpark(a, q);
-    n++;
-  }
-  return n;
+static void timed_out(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
+  (void)a;
+  (void)q;
+  m->status = GPA_ETIMEDOUT;
+  snprintf(m->err, sizeof m->err, "infeed: no item arrived in session %llu within %lld ms",
+           (unsigned long long)params(m)->s->id, (long long)(params(m)->timeout_ns / 1000000));
 }
+
+const gpa__msg_class gpa__infeed_class = {"infeed", must_park, NULL, timed_out, run, finished};
+const gpa__msg_class gpa__outfeed_class = {"outfeed", must_park, room_ready, timed_out, run, finished};
 
 void gpa__feed_drop_pending(gpa_feed *s) {
   while (s->in_head) {
@@ -218,8 +207,22 @@ void gpa__feed_drop_pending(gpa_feed *s) {
   }
 }
 
-void gpa__feeds_shutdown(gpa_actor *a) {
-  pthread_mutex_lock(&a->feed_lock);
-  for (gpa_feed *s = a->feeds; s; s = s->next) gpa__feed_drop_pending(s);
-  pthread_mutex_unlock(&a->feed_lock);
+static void *feeds_create(gpa_actor *a) {
+  (void)a;
+  gpa__feeds *f = calloc(1, sizeof *f);
+  if (f) pthread_mutex_init(&f->lock, NULL);
+  return f;
 }
+
+/* The actor exits: items nobody took are freed, landed ones cancelled. */
+static void feeds_shutdown(gpa_actor *a, void *st) {
+  (void)a;
+  gpa__feeds *f = st;
+  pthread_mutex_lock(&f->lock);
+  for (gpa_feed *s = f->list; s; s = s->next) gpa__feed_drop_pending(s);
+  pthread_mutex_unlock(&f->lock);
+}
+
+void gpa__feeds_destroy(gpa_actor *a, void *st); /* feed.c */
+
+const gpa__ext gpa__feed_ext = {feeds_create, feeds_shutdown, gpa__feeds_destroy};

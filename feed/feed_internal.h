@@ -35,7 +35,7 @@ struct gpa_feed {
   _Atomic uint32_t in_count;    /* pushed, not taken */
   _Atomic uint32_t out_pending; /* outfeed ops started, not delivered */
   _Atomic int out_waiters;      /* a queue is parked for outfeed room */
-  struct gpa_feed *next;        /* the actor's list (feed_lock) */
+  struct gpa_feed *next;        /* the actor's list (gpa__feeds.lock) */
   /* actor thread only */
   gpa__feed_item *in_head, *in_tail;
   uint64_t out_seq;     /* next outfeed op's place */
@@ -50,6 +50,16 @@ struct gpa_feed {
   bool has_thread;
   pthread_t thread;
 };
+
+/* The actor's sessions (its extension state: actor/hooks.h). */
+typedef struct gpa__feeds {
+  pthread_mutex_t lock;
+  gpa_feed *list;
+  uint64_t next_id;
+} gpa__feeds;
+extern const gpa__ext gpa__feed_ext;
+/* The classes of infeed and outfeed messages (feed_exec.c). */
+extern const gpa__msg_class gpa__infeed_class, gpa__outfeed_class;
 
 /* The params block of infeed/outfeed messages. */
 typedef struct gpa__feed_params {
