@@ -122,6 +122,10 @@ static inline gpa__msg *gpa__msg_take(gpa__ctx *c, int kind) {
   m->payload = NULL;
   m->payload_size = 0;
   m->version = 0;
+#if GPA_DEBUG
+  m->dbg_magic = GPA__MSG_LIVE;
+  atomic_store_explicit(&m->dbg_user, 0, memory_order_relaxed);
+#endif
   return m;
 }
 
@@ -131,9 +135,14 @@ void gpa__ctx_free(gpa__ctx *c);
  * clean for its pool). */
 static inline bool gpa__msg_drop_ref(gpa__msg *m) {
   /* The only reference: nobody else can take one, no atomic RMW needed. */
+  GPA__ASSERT(1, m->dbg_magic == GPA__MSG_LIVE);
+  GPA__ASSERT(1, atomic_load_explicit(&m->refs, memory_order_relaxed) != 0);
   if (atomic_load_explicit(&m->refs, memory_order_acquire) != 1 &&
       atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
     return false;
+#if GPA_DEBUG
+  m->dbg_magic = GPA__MSG_FREE;
+#endif
   if (m->t != m->t_inline) free(m->t);
   if (m->payload) {
     free(m->payload);

@@ -103,6 +103,7 @@ gpa_status gpa__msg_set_tensors(gpa__msg *m, const gpa_tensor *in, uint32_t n_in
 }
 
 void gpa__msg_complete(gpa__msg *m, gpa_status st, const char *msg) {
+  GPA__ASSERT(1, !atomic_load_explicit(&m->state, memory_order_relaxed)); /* exactly once */
   m->status = st;
   if (st != GPA_OK) {
     if (msg && msg != m->err) snprintf(m->err, sizeof m->err, "%s", msg);
@@ -144,8 +145,23 @@ static bool wait_done(gpa__msg *m, int64_t timeout_ns) {
   }
 }
 
+/* A debug build checks that the caller still holds h (actor/debug.h). */
+static gpa_status handle_check(const gpa_handle *h, const char *fn) {
+#if GPA_DEBUG
+  if (h->dbg_magic != GPA__MSG_LIVE || !atomic_load_explicit(&h->dbg_user, memory_order_relaxed)) {
+    gpa__log(GPA_LOG_ERROR, GPA_LOG_ERROR, "%s: handle %p was already released (use after release)", fn, (void *)h);
+    return gpa__fail(GPA_EINVAL, "%s: handle %p was already released (use after release)", fn, (void *)h);
+  }
+#else
+  (void)h;
+  (void)fn;
+#endif
+  return GPA_OK;
+}
+
 gpa_status gpa_await(gpa_handle *h, int64_t timeout_ns) {
   if (!h) return gpa__fail(GPA_EINVAL, "gpa_await: handle is NULL");
+  if (GPA_DEBUG && handle_check(h, "gpa_await") != GPA_OK) return GPA_EINVAL;
   if (!wait_done(h, timeout_ns)) return gpa__fail(GPA_ETIMEDOUT, "gpa_await: handle still pending");
   if (h->status != GPA_OK) return gpa__fail(h->status, "%s", h->err);
   atomic_store_explicit(&h->synced, 1, memory_order_release);
@@ -154,6 +170,7 @@ gpa_status gpa_await(gpa_handle *h, int64_t timeout_ns) {
 
 gpa_status gpa_handle_status(const gpa_handle *h) {
   if (!h) return gpa__fail(GPA_EINVAL, "gpa_handle_status: handle is NULL");
+  if (GPA_DEBUG && handle_check(h, "gpa_handle_status") != GPA_OK) return GPA_EINVAL;
   if (!atomic_load_explicit(&h->state, memory_order_acquire)) return GPA_EPENDING;
   return h->status;
 }
@@ -164,15 +181,34 @@ const char *gpa_handle_error_message(const gpa_handle *h) {
 }
 
 void gpa_handle_retain(gpa_handle *h) {
-  if (h) gpa__msg_ref(h);
+  if (!h || (GPA_DEBUG && handle_check(h, "gpa_handle_retain") != GPA_OK)) return;
+#if GPA_DEBUG
+  atomic_fetch_add_explicit(&h->dbg_user, 1, memory_order_relaxed);
+#endif
+  gpa__msg_ref(h);
 }
 
 void gpa_handle_release(gpa_handle *h) {
-  if (h) gpa__msg_unref(h);
+  if (!h) return;
+#if GPA_DEBUG
+  /* The caller's count, not the message's: the actor may still hold it. A
+   * message already back in its pool fails the first test, one released by
+   * the caller but still held by the actor the second. */
+  uint32_t u = atomic_load_explicit(&h->dbg_user, memory_order_relaxed);
+  do {
+    if (h->dbg_magic != GPA__MSG_LIVE || !u) {
+      handle_check(h, "gpa_handle_release");
+      return;
+    }
+  } while (!atomic_compare_exchange_weak_explicit(&h->dbg_user, &u, u - 1, memory_order_relaxed,
+                                                  memory_order_relaxed));
+#endif
+  gpa__msg_unref(h);
 }
 
 gpa_status gpa_handle_data(gpa_handle *h, const void **data, uint64_t *size) {
   if (!h || !data || !size) return gpa__fail(GPA_EINVAL, "gpa_handle_data: NULL argument");
+  if (GPA_DEBUG && handle_check(h, "gpa_handle_data") != GPA_OK) return GPA_EINVAL;
   *data = NULL;
   *size = 0;
   if (h->kind != GPA__MSG_READBACK) return gpa__fail(GPA_EINVAL, "gpa_handle_data: not a readback handle");

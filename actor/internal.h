@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "gpuactor.h"
+#include "actor/debug.h"
 #include "actor/hooks.h"
 #include "actor/limits.h"
 #include "actor/registry.h"
@@ -92,7 +93,19 @@ struct gpa_handle {
   _Alignas(16) unsigned char params[GPA_OP_PARAMS_MAX];
   gpa_tensor t_inline[GPA__MSG_TENSORS];
   char err[GPA__ERR_MAX];
+#if GPA_DEBUG
+  uint32_t dbg_magic; /* GPA__MSG_LIVE or GPA__MSG_FREE (actor/debug.h) */
+  _Atomic uint32_t dbg_user; /* references the caller holds (handed out + retained - released) */
+#endif
 };
+/* The caller gets a reference to m as a handle (a debug build counts it). */
+static inline void gpa__handle_out(gpa__msg *m) {
+#if GPA_DEBUG
+  atomic_fetch_add_explicit(&m->dbg_user, 1, memory_order_relaxed);
+#else
+  (void)m;
+#endif
+}
 
 /* Held messages of one queue from one source ring, in ticket order. */
 typedef struct gpa__lane {

@@ -102,6 +102,7 @@ static void pin_buffers(gpa_actor *a, gpa__msg *m) {
 }
 
 GPA__HOT_INLINE void run(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
+  GPA__ASSERT(2, m->ticket == q->expect); /* each queue runs in ticket order */
   q->expect++;
   if (m->kind != GPA__MSG_CALL && m->status == GPA_OK) {
     if (q->dead) {

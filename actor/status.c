@@ -1,6 +1,7 @@
 /* Status strings, the per-thread last error, version and time. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
 #include <time.h>
@@ -90,4 +91,9 @@ int64_t gpa__clock_ns(void) {
   if (gpa__clk.tsc) return gpa__clk.ns0 + (int64_t)((double)(__rdtsc() - gpa__clk.tsc0) * gpa__clk.ns_per_tick);
 #endif
   return gpa__now_ns();
+}
+
+void gpa__assert_fail(const char *what, const char *file, int line) {
+  fprintf(stderr, "gpuactor: internal assertion failed: %s (%s:%d)\n", what, file, line);
+  abort();
 }

@@ -155,6 +155,6 @@ gpa_status gpa_submit(gpa_queue *q, const gpa_op_call *call, gpa_handle **out) {
     st = gpa__send_inline(a, c, &v);
   }
   if (st != GPA_OK) gpa__msg_unref(m);
-  else if (out) *out = m;
+  else if (out) gpa__handle_out(*out = m);
   return st;
 }

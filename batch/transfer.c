@@ -23,7 +23,7 @@ static gpa_status transfer_msg(gpa_queue *q, const gpa_tensor *t, int kind, cons
 static gpa_status send_or_drop(gpa_queue *q, gpa__msg *m, gpa_handle **out) {
   gpa_status st = out ? gpa__send(q->actor, m) : gpa__send_owned(q->actor, m);
   if (st != GPA_OK) gpa__msg_unref(m);
-  else if (out) *out = m;
+  else if (out) gpa__handle_out(*out = m);
   return st;
 }
 

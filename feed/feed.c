@@ -116,7 +116,9 @@ gpa_status gpa_feed_open(gpa_actor *a, const gpa_feed_options *o, gpa_feed **out
   gpa_feed_options zero = {0};
   if (!o) o = &zero;
   if (o->size && o->size < sizeof *o) return gpa__fail(GPA_EINVAL, "gpa_feed_open: options.size %u too small", o->size);
-  if (o->tag_len > 64) return gpa__fail(GPA_EINVAL, "gpa_feed_open: tag_len %u exceeds 64 bytes", o->tag_len);
+  if (o->tag_len > GPA_FEED_TAG_MAX)
+    return gpa__fail(GPA_EINVAL, "gpa_feed_open: tag_len %u exceeds %d bytes (GPA_FEED_TAG_MAX)", o->tag_len,
+                     GPA_FEED_TAG_MAX);
   if (o->tag_len && !o->tag) return gpa__fail(GPA_EINVAL, "gpa_feed_open: tag is NULL but tag_len is %u", o->tag_len);
   if (o->outfeed_policy != GPA_OUTFEED_PARK && o->outfeed_policy != GPA_OUTFEED_FAIL)
     return gpa__fail(GPA_EINVAL, "gpa_feed_open: outfeed_policy %d: expected PARK or FAIL", o->outfeed_policy);
@@ -258,7 +260,9 @@ static gpa_status check_host_tensor(const gpa_host_tensor *t, uint32_t i, uint64
 
 gpa_status gpa_infeed_push(gpa_feed *s, const gpa_host_tensor *t, uint32_t n) {
   if (!s || (n && !t)) return gpa__fail(GPA_EINVAL, "gpa_infeed_push: NULL argument");
-  if (n > 64) return gpa__fail(GPA_EINVAL, "gpa_infeed_push: %u tensors (at most 64 per item)", n);
+  if (n > GPA_FEED_MAX_TENSORS)
+    return gpa__fail(GPA_EINVAL, "gpa_infeed_push: %u tensors (at most %d per item, GPA_FEED_MAX_TENSORS)", n,
+                     GPA_FEED_MAX_TENSORS);
   if (atomic_load(&s->closed)) return gpa__fail(GPA_ECLOSED, "gpa_infeed_push: session is closed");
   uint64_t bytes[64];
   for (uint32_t i = 0; i < n; i++) {
@@ -306,7 +310,8 @@ static gpa_status feed_op(gpa_queue *q, gpa_feed *s, const gpa_tensor *t, uint32
   if (st != GPA_OK) return st;
   if (!s || (n && !t)) return gpa__fail(GPA_EINVAL, "%s: NULL argument", name);
   if (s->a != q->actor) return gpa__fail(GPA_EINVAL, "%s: the session belongs to another actor", name);
-  if (n > GPA__MAX_IN) return gpa__fail(GPA_EINVAL, "%s: %u tensors (at most %d)", name, n, GPA__MAX_IN);
+  if (n > GPA_FEED_MAX_TENSORS)
+    return gpa__fail(GPA_EINVAL, "%s: %u tensors (at most %d, GPA_FEED_MAX_TENSORS)", name, n, GPA_FEED_MAX_TENSORS);
   if (atomic_load(&s->closed)) return gpa__fail(GPA_ECLOSED, "%s: session %llu is closed", name, (unsigned long long)s->id);
   for (uint32_t i = 0; i < n; i++) {
     st = gpa__check_tensor_at(q->actor, &t[i], name, in ? "outputs" : "inputs", i);
@@ -327,7 +332,7 @@ static gpa_status feed_op(gpa_queue *q, gpa_feed *s, const gpa_tensor *t, uint32
     if (st != GPA_OK) gpa__feed_unref(s);
   }
   if (st != GPA_OK || !out) gpa__msg_unref(m);
-  else *out = m;
+  else gpa__handle_out(*out = m);
   return st;
 }
 
@@ -377,7 +382,7 @@ gpa_status gpa_outfeed_pop(gpa_feed *s, int64_t timeout_ns, gpa_handle **item) {
   pthread_mutex_unlock(&s->lock);
   if (!m) return gpa__fail(GPA_ETIMEDOUT, "gpa_outfeed_pop: no item delivered in time");
   gpa__feed_delivered(s, m, GPA_OK, true); /* the actor's reference becomes the caller's */
-  *item = m;
+  gpa__handle_out(*item = m);
   return GPA_OK;
 }
 
