@@ -214,6 +214,12 @@ class Tensor:
         return "<gpuactor.Tensor %s %s buffer %#x>" % (np.dtype(_NP_OF[self.dtype]).name, self.shape, self.buffer.id)
 
 
+def _release_later(actor, buffer_id):
+    with actor._lock:  # close() swaps the pointer under it: the actor is alive while this runs
+        if actor._ptr:
+            L.buffer_release(actor._ptr, buffer_id)
+
+
 class Buffer:
     """Device memory of an actor (gpa_buffer_acquire); released on close()."""
 
@@ -235,9 +241,16 @@ class Buffer:
         self.id = out.value
 
     def release(self):
-        if self.id and self.actor._ptr:
-            L.buffer_release(self.actor._ptr, self.id)
-        self.id = 0
+        buffer_id, self.id = self.id, 0
+        if not buffer_id or not self.actor._ptr:
+            return
+        if isinstance(threading.current_thread(), threading._DummyThread):
+            # A thread Python did not start, maybe the actor's own (garbage
+            # collected during a release callback into Python): the release
+            # waits for the actor, so it goes to a thread of its own.
+            threading.Thread(target=_release_later, args=(self.actor, buffer_id), daemon=True).start()
+        else:
+            L.buffer_release(self.actor._ptr, buffer_id)
 
     close = release
 
