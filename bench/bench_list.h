@@ -29,6 +29,7 @@ void gpa_bench_pool_wake(void);
 void gpa_bench_cuda_membound(void);
 void gpa_bench_cuda_linear(void);
 void gpa_bench_cuda_attention(void);
+void gpa_bench_cuda_sdpa(void);
 void gpa_bench_cuda_attention_fa2(void);
 #ifdef GPA_BENCH_SIM
 void gpa_bench_sim_layernorm(void);
@@ -59,6 +60,7 @@ static const gpa_bench_entry gpa_benches[] = {
     {"pool_wake", gpa_bench_pool_wake},
     {"cuda_membound", gpa_bench_cuda_membound},
     {"cuda_linear", gpa_bench_cuda_linear},
+    {"cuda_sdpa", gpa_bench_cuda_sdpa},
     {"cuda_attention", gpa_bench_cuda_attention},
     {"cuda_attention_fa2", gpa_bench_cuda_attention_fa2},
 #ifdef GPA_BENCH_SIM

@@ -65,6 +65,12 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/sim/CMakeLists.txt)
   set_property(SOURCE ${PROJECT_SOURCE_DIR}/backends/cuda/blas_lt.c APPEND PROPERTY COMPILE_DEFINITIONS
     GPA_SIM_CUBLASLT_DEFAULT="${CMAKE_BINARY_DIR}/sim/libgpa_sim_cublasLt.so")
   add_dependencies(gpa_obj gpa_sim_cuda gpa_sim_cublas gpa_sim_cublasLt)
+  # cuDNN's fused attention (backends/cuda/cudnn.c): the simulator's subset.
+  if(EXISTS ${PROJECT_SOURCE_DIR}/sim/cudnn/cudnn.c)
+    set_property(SOURCE ${PROJECT_SOURCE_DIR}/backends/cuda/cudnn.c APPEND PROPERTY COMPILE_DEFINITIONS
+      GPA_SIM_CUDNN_DEFAULT="${CMAKE_BINARY_DIR}/sim/libgpa_sim_cudnn.so")
+    add_dependencies(gpa_obj gpa_sim_cudnn)
+  endif()
 endif()
 
 # Test helper: a driver that reports no device (tests/test_cuda_driver.c

@@ -11,6 +11,9 @@
 #             on cuda, memcheck and racecheck on them, gpa-bench
 #             cuda_attention_fa2 beside PyTorch's FlashAttention-2 backend
 #             (bench/sdpa_torch.py), one ncu report of the forward
+#   cudnn     cuDNN's fused attention (issue 22): the attention tests on cuda,
+#             compute-sanitizer memcheck over test_cudnn_attention, and
+#             gpa-bench cuda_sdpa beside PyTorch's SDPA backends (about 3 min)
 # Logs go to ${OUT:-gpu-check}/. Exits 77 when no GPU is visible.
 # GPA_DEPS_PREFIX: where the Debian packages libck-dev, libopenblas-dev
 # (openblas-pthread) and libjansson-dev were unpacked (dpkg -x) on a machine
@@ -59,6 +62,17 @@ sanitize() {
   return $rc
 }
 
+cudnn() {
+  local rc=0
+  GPA_DEVICE=cuda ctest --test-dir "$B" -R attention -E no_spills --timeout 300 --output-on-failure || rc=1
+  GPA_DEVICE=cuda GPA_PARITY_QUICK=1 GPA_LOG=info "$sanitizer" --tool memcheck --error-exitcode 9 \
+    "$B/tests/test_cudnn_attention" >"$OUT/memcheck_cudnn_attention.txt" 2>&1 || rc=1
+  echo "memcheck cudnn_attention: $(grep -h "ERROR SUMMARY" "$OUT/memcheck_cudnn_attention.txt")"
+  GPA_DEVICE=cuda GPA_BENCH_REPS=3 GPA_BENCH_SDPA_TORCH="$PWD/bench/sdpa_torch.py" \
+    timeout 240 "$B/bench/gpa-bench" cuda_sdpa || rc=1
+  return $rc
+}
+
 # issue 23: everything the FlashAttention-2 kernels need a GPU for, in one
 # go; files under $OUT: attention_*.txt, bench_attention_fa2.json,
 # ncu_fa2_fwd.ncu-rep and ncu_fa2_fwd.txt (the forward at B4 S4096 H16 D128
@@ -98,7 +112,7 @@ attention() {
 }
 
 steps=("$@")
-[ ${#steps[@]} = 0 ] && steps=(build ctest train bench sanitize attention)
+[ ${#steps[@]} = 0 ] && steps=(build ctest train bench sanitize cudnn attention)
 for s in "${steps[@]}"; do
   case $s in
     build) step build build || exit 1 ;;
@@ -107,6 +121,7 @@ for s in "${steps[@]}"; do
     bench) TAIL=20 step bench env GPA_DEVICE=cuda "$B/bench/gpa-bench" cuda_ ;;
     sanitize) TAIL=12 step sanitize sanitize ;;
     attention) TAIL=40 step attention attention ;;
+    cudnn) TAIL=30 step cudnn cudnn ;;
     *) echo "gpu_check: unknown step $s" >&2; exit 2 ;;
   esac
 done

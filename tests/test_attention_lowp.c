@@ -228,7 +228,8 @@ static void errors(gpa_nt *t) {
   int64_t qs[4] = {2, 5, 8, 32}, ks[4] = {2, 7, 4, 32}, ls[3] = {2, 8, 5};
   gpa_tensor qh = gpa_nt_tensor(t, GPA_F16, 4, qs, NULL), kh = gpa_nt_tensor(t, GPA_F16, 4, ks, NULL);
   gpa_tensor kb = gpa_nt_tensor(t, GPA_BF16, 4, ks, NULL), qi = gpa_nt_tensor(t, GPA_I32, 4, qs, NULL);
-  gpa_tensor ob = gpa_nt_tensor(t, GPA_F16, 4, qs, NULL), o = gpa_nt_out(t, 4, qs), lse = gpa_nt_out(t, 3, ls);
+  /* o may be f32 or q's storage type (f16 here): bf16 is neither */
+  gpa_tensor ob = gpa_nt_tensor(t, GPA_BF16, 4, qs, NULL), o = gpa_nt_out(t, 4, qs), lse = gpa_nt_out(t, 3, ls);
   gpa_tensor out[2] = {o, lse}, bout[3] = {o, gpa_nt_out(t, 4, ks), gpa_nt_out(t, 4, ks)};
   gpa_tensor a[3] = {qh, kb, kb};
   gpa_nt_expect_error(t, "attention_fwd", a, 3, out, 2, NULL, 0, GPA_EDTYPE, "k has dtype bf16, expected f16");
@@ -239,7 +240,7 @@ static void errors(gpa_nt *t) {
   gpa_tensor d[6] = {o, qh, kh, kh, o, lse};
   gpa_nt_expect_error(t, "attention_bwd", d, 6, bout, 3, NULL, 0, GPA_EDTYPE, "dout has dtype f32, expected f16");
   gpa_tensor e[6] = {qh, qh, kh, kh, ob, lse};
-  gpa_nt_expect_error(t, "attention_bwd", e, 6, bout, 3, NULL, 0, GPA_EDTYPE, "o has dtype f16, expected f32");
+  gpa_nt_expect_error(t, "attention_bwd", e, 6, bout, 3, NULL, 0, GPA_EDTYPE, "o has dtype bf16, expected f32 or f16");
   gpa_tensor f[6] = {qh, qh, kh, kb, o, lse};
   gpa_nt_expect_error(t, "attention_bwd", f, 6, bout, 3, NULL, 0, GPA_EDTYPE, "v has dtype bf16, expected f16");
 }

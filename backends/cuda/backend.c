@@ -174,6 +174,7 @@ static void cu_fini(void *bctx) {
   for (gpa__cu_queue *q = C->free_queues; q && !reset; q = q->next_free)
     if (C->cu.cuStreamSynchronize(q->s) != CUDA_SUCCESS) reset = true;
   gpa__cu_blas_release(C);
+  gpa__cudnn_release(C);
   if (reset) {
     C->cu.cuDevicePrimaryCtxReset(C->dev);
     memset(C->mods, 0, sizeof C->mods);

@@ -161,6 +161,8 @@ void gpa__cu_kernels_release(gpa__cu_ctx *C);
 /* blas.c */
 gpa_status gpa__cu_blas(const gpa_op_exec *x, cublasHandle_t *h);
 void gpa__cu_blas_release(gpa__cu_ctx *C);
+/* cudnn.c: the actor's cuDNN (plans, handle, library), at fini */
+void gpa__cudnn_release(gpa__cu_ctx *C);
 
 /* blas_lt.c: one GEMM through cublasLtMatmul with a fused epilogue.
  * Column-major: D[m,n] = op(A) op(B) (+ bias[m]); A/B of ab_type, D of

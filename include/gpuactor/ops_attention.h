@@ -15,8 +15,9 @@
  * Layouts: q, o [B,S,H,D]; k, v [B,Sk,Hkv,D] with H a multiple of Hkv
  * (MHA, GQA, MQA; query head h uses kv head h / (H/Hkv)); lse [B,H,S];
  * lengths [B] i32, optional (buffer 0 = absent: every key visible).
- * dtypes: q, k, v (and dout) f32, bf16 or f16, all alike; o, lse, dq, dk,
- * dv always f32. 1 <= D <= 256.
+ * dtypes: q, k, v (and dout) f32, bf16 or f16, all alike; lse f32; o, dq,
+ * dk, dv each f32 or the storage type of q (bf16/f16 outputs halve the
+ * bytes; the backward's o input likewise). 1 <= D <= 256.
  * Masking: key j is visible to query i of batch b iff j < lengths[b] and,
  * when causal, j <= i + Sk - S (bottom-right aligned). A query with no
  * visible key gets o = 0, lse = -inf and zero gradients.

@@ -4,10 +4,11 @@
  *   attention_bwd  in: dout [B,S,H,D], q, k, v, o, lse (as the forward wrote them), lengths (optional)
  *                  out: dq [B,S,H,D], dk [B,Sk,Hkv,D], dv [B,Sk,Hkv,D]
  * dtypes: q, k, v (and dout) are f32, bf16 or f16, all alike; lengths i32;
- * everything else f32 (o, lse, dq, dk, dv: the outputs keep fp32 precision
- * whatever the inputs' storage). The host widens bf16/f16 inputs to f32
- * (exact) and runs the f32 kernels: the reference of the CUDA tensor-core
- * kernels.
+ * lse f32; o, dq, dk, dv each f32 or the storage type of q (bf16/f16: half
+ * the bytes, what cuDNN and the FlashAttention kernels write; the
+ * backward's o input likewise). The host widens bf16/f16 inputs to f32
+ * (exact), runs the f32 kernels and rounds 16-bit outputs once (to nearest
+ * even): the reference of the CUDA tensor-core kernels.
  * attrs: scale (float; <= 0 or absent: 1/sqrt(D)), causal (int 0/1).
  * H must be a multiple of Hkv (MHA: Hkv = H, GQA, MQA: Hkv = 1); query head
  * h uses kv head h / (H/Hkv). 1 <= D <= 256.
@@ -25,6 +26,7 @@
 #include <string.h>
 
 #include "kernels/host/attention.h"
+#include "kernels/host/bf16.h"
 #include "ops/attention/attention.h"
 #include "ops/nn_util.h"
 
@@ -75,12 +77,18 @@ static gpa_status check_qkv(const char *op, const gpa_tensor *q, const gpa_tenso
   return GPA_OK;
 }
 
+/* o, dq, dk, dv: the storage type of q when the caller gives that and it is
+ * bf16/f16, else f32 (the expected dtype the caller's output is held to). */
+static int out_dtype(const gpa_tensor *q, const gpa_tensor *given) {
+  return q->dtype != GPA_F32 && given->dtype == q->dtype ? q->dtype : GPA_F32;
+}
+
 static gpa_status fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   const gpa_tensor *q = &s->inputs[0];
   GPA__CHK(check_qkv("attention_fwd", q, &s->inputs[1], &s->inputs[2], s->n_inputs > 3 ? &s->inputs[3] : NULL, msg,
                      ms));
   int64_t lse[3] = {q->shape[0], q->shape[2], q->shape[1]};
-  gpa__chk_set(&e[0], GPA_F32, 4, q->shape);
+  gpa__chk_set(&e[0], out_dtype(q, &s->outputs[0]), 4, q->shape);
   gpa__chk_set(&e[1], GPA_F32, 3, lse);
   return GPA_OK;
 }
@@ -91,13 +99,18 @@ static gpa_status bwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_
   GPA__CHK(check_qkv(op, q, k, &s->inputs[3], s->n_inputs > 6 ? &s->inputs[6] : NULL, msg, ms));
   GPA__CHK(gpa__chk_dtype(op, "dout", &s->inputs[0], q->dtype, 0, msg, ms));
   GPA__CHK(gpa__chk_shape(op, "dout", &s->inputs[0], 4, q->shape, "the shape of q", msg, ms));
-  GPA__CHK(gpa__chk_f32_like(op, "o", &s->inputs[4], q, "q", msg, ms));
+  if (s->inputs[4].dtype != out_dtype(q, &s->inputs[4])) {
+    snprintf(msg, ms, "%s: o has dtype %s, expected f32 or %s (q's)", op, gpa_dtype_name(s->inputs[4].dtype),
+             gpa_dtype_name(q->dtype));
+    return GPA_EDTYPE;
+  }
+  GPA__CHK(gpa__chk_shape(op, "o", &s->inputs[4], 4, q->shape, "the shape of q", msg, ms));
   int64_t lse[3] = {q->shape[0], q->shape[2], q->shape[1]};
   GPA__CHK(gpa__chk_dtype(op, "lse", &s->inputs[5], GPA_F32, 0, msg, ms));
   GPA__CHK(gpa__chk_shape(op, "lse", &s->inputs[5], 3, lse, "[B,H,S] of q", msg, ms));
-  gpa__chk_set(&e[0], GPA_F32, 4, q->shape);
-  gpa__chk_set(&e[1], GPA_F32, 4, k->shape);
-  gpa__chk_set(&e[2], GPA_F32, 4, k->shape);
+  gpa__chk_set(&e[0], out_dtype(q, &s->outputs[0]), 4, q->shape);
+  gpa__chk_set(&e[1], out_dtype(q, &s->outputs[1]), 4, k->shape);
+  gpa__chk_set(&e[2], out_dtype(q, &s->outputs[2]), 4, k->shape);
   return GPA_OK;
 }
 
@@ -177,15 +190,51 @@ static void unwiden(float **wide, int n) {
   for (int i = 0; i < n; i++) free(wide[i]);
 }
 
+/* fp32 to f16, round to nearest even (overflow to inf, subnormals kept). */
+static uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to 65520 or more: inf */
+  if (a < 0x38800000u) {                                   /* subnormal: a multiple of 2^-24 */
+    float v;
+    memcpy(&v, &a, sizeof v);
+    return (uint16_t)(sign | (uint32_t)(int)rintf(v * 0x1p24f));
+  }
+  uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
+  return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+/* An fp32 buffer for output i of x when it is 16-bit (the kernels write
+ * fp32), else the output itself; NULL when out of memory. */
+static float *out_f32(const gpa_op_exec *x, uint32_t i) {
+  if (x->outputs[i].dtype == GPA_F32) return x->out[i];
+  int64_t n = gpa__chk_numel(&x->outputs[i]);
+  return malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+}
+
+/* Rounds the fp32 results into the 16-bit output i and frees them. */
+static void out_done(const gpa_op_exec *x, uint32_t i, float *f, int ok) {
+  if (!f || f == x->out[i]) return;
+  int64_t n = gpa__chk_numel(&x->outputs[i]);
+  uint16_t *u = x->out[i];
+  for (int64_t j = 0; ok && j < n; j++) u[j] = x->outputs[i].dtype == GPA_F16 ? f32_to_f16(f[j]) : gpa__f32_to_bf16(f[j]);
+  free(f);
+}
+
 static gpa_status fwd_host(const gpa_op_exec *x) {
   gpa__attn_geom g;
   const int32_t *lens = x->n_inputs > 3 ? x->in[3] : NULL;
   GPA__CHK(exec_geom(x, "attention_fwd", &x->inputs[0], &x->inputs[1], lens, &g));
   gpa__par par = gpa__ops_par(x->env);
   const float *f[3];
-  float *wide[3];
+  float *wide[3] = {0};
   gpa_status st = widen_inputs(x, 3, f, wide);
-  if (st == GPA_OK) st = gpa__attention_fwd(&par, &g, f[0], f[1], f[2], lens, x->out[0], x->out[1]);
+  float *o = out_f32(x, 0);
+  if (st == GPA_OK && !o) st = GPA_ENOMEM;
+  if (st == GPA_OK) st = gpa__attention_fwd(&par, &g, f[0], f[1], f[2], lens, o, x->out[1]);
+  out_done(x, 0, o, st == GPA_OK);
   unwiden(wide, 3);
   if (st != GPA_OK) snprintf(x->msg, x->msg_size, "attention_fwd: no memory for the tile workspace");
   return st;
@@ -196,13 +245,16 @@ static gpa_status bwd_host(const gpa_op_exec *x) {
   const int32_t *lens = x->n_inputs > 6 ? x->in[6] : NULL;
   GPA__CHK(exec_geom(x, "attention_bwd", &x->inputs[1], &x->inputs[2], lens, &g));
   gpa__par par = gpa__ops_par(x->env);
-  const float *f[4]; /* dout, q, k, v */
-  float *wide[4];
-  gpa_status st = widen_inputs(x, 4, f, wide);
-  if (st == GPA_OK)
-    st = gpa__attention_bwd(&par, &g, f[0], f[1], f[2], f[3], x->in[4], x->in[5], lens, x->out[0], x->out[1],
-                            x->out[2]);
-  unwiden(wide, 4);
+  const float *f[5]; /* dout, q, k, v, o */
+  float *wide[5] = {0}, *d[3];
+  gpa_status st = widen_inputs(x, 5, f, wide);
+  for (uint32_t i = 0; i < 3; i++) {
+    d[i] = out_f32(x, i);
+    if (!d[i]) st = GPA_ENOMEM;
+  }
+  if (st == GPA_OK) st = gpa__attention_bwd(&par, &g, f[0], f[1], f[2], f[3], f[4], x->in[5], lens, d[0], d[1], d[2]);
+  for (uint32_t i = 0; i < 3; i++) out_done(x, i, d[i], st == GPA_OK);
+  unwiden(wide, 5);
   if (st != GPA_OK) snprintf(x->msg, x->msg_size, "attention_bwd: no memory for the tile workspace");
   return st;
 }

@@ -17,6 +17,9 @@ gpa_status gpa__attn_bwd_cu(const gpa_op_exec *x);
  * cuda_attention_fa2 calls them directly to force this path. */
 gpa_status gpa__attn_own_fwd_cu(const gpa_op_exec *x);
 gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x);
+/* cuDNN's fused SDPA (cuda_cudnn.c), bwd = 0 or 1: GPA_SKIP when cuDNN does
+ * not take the call (nothing enqueued then). */
+gpa_status gpa__attn_cudnn_cu(const gpa_op_exec *x, int bwd);
 
 /* K(id, module, kernel name) */
 #define GPA__CU_KERNELS_ATTENTION(K)                                      \

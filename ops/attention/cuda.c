@@ -163,5 +163,11 @@ gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x) {
 
 /* The op's CUDA implementations: cuDNN's fused SDPA first where it takes the
  * call (issue 22), then our own kernels (and their host fallback). */
-gpa_status gpa__attn_fwd_cu(const gpa_op_exec *x) { return gpa__attn_own_fwd_cu(x); }
-gpa_status gpa__attn_bwd_cu(const gpa_op_exec *x) { return gpa__attn_own_bwd_cu(x); }
+gpa_status gpa__attn_fwd_cu(const gpa_op_exec *x) {
+  gpa_status st = gpa__attn_cudnn_cu(x, 0);
+  return st == GPA_SKIP ? gpa__attn_own_fwd_cu(x) : st;
+}
+gpa_status gpa__attn_bwd_cu(const gpa_op_exec *x) {
+  gpa_status st = gpa__attn_cudnn_cu(x, 1);
+  return st == GPA_SKIP ? gpa__attn_own_bwd_cu(x) : st;
+}

@@ -164,6 +164,9 @@ const char *sim_sdpa_refuses(const sdpa_spec *s) {
 
 typedef struct job {
   sdpa_spec s;
+  /* the tensors' descriptors as they were at the call: the caller may
+   * destroy the plan (and its graph) while this job is queued */
+  sdesc t[16];
   void *q, *k, *v, *o, *stats, *seq_kv, *dout, *dq, *dk, *dv, *delta;
   float scale;
   int32_t shift;
@@ -323,6 +326,14 @@ cudnnStatus_t sim_sdpa_execute(const sdpa_spec *s, const sdesc *vp, int64_t work
   job *J = calloc(1, sizeof *J);
   if (!J) return CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
   J->s = *s;
+  const sdesc **fields[] = {&J->s.q,  &J->s.k,    &J->s.v,  &J->s.o,  &J->s.stats, &J->s.scale, &J->s.shift, &J->s.seq_q,
+                            &J->s.seq_kv, &J->s.neg, &J->s.dout, &J->s.dq, &J->s.dk, &J->s.dv, &J->s.delta, &J->s.one};
+  for (int i = 0; i < 16; i++)
+    if (*fields[i]) {
+      J->t[i] = **fields[i];
+      J->t[i].n_attrs = 0; /* the copy owns no attribute data */
+      *fields[i] = &J->t[i];
+    }
   T real_t[] = {s->q, s->k, s->v, s->o, s->stats, s->seq_q, s->seq_kv, s->dout, s->dq, s->dk, s->dv, s->delta};
   void **dst[] = {&J->q, &J->k, &J->v, &J->o, &J->stats, NULL, &J->seq_kv, &J->dout, &J->dq, &J->dk, &J->dv, &J->delta};
   for (size_t i = 0; i < sizeof real_t / sizeof real_t[0]; i++) {

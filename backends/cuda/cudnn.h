@@ -1,0 +1,134 @@
+/* cuDNN's fused attention (docs/cuda.md, "cuDNN"): the first implementation
+ * the CUDA attention adapter tries, before our own kernels and the host
+ * fallback. Every entry point answers GPA_SKIP ("not for these inputs") for
+ * anything cuDNN cannot or should not do, so the next implementation runs;
+ * only failures after work was enqueued are errors.
+ *
+ * libcudnn.so.9 is dlopened by the first attention op of an actor (GPA_CUDNN
+ * names another library; GPA_DEVICE=sim uses the simulator's subset) and its
+ * backend API resolved into a table of the actor: no process-global state.
+ * A missing or too old library, or a cudnnCreate that fails, is logged once
+ * at info level and every later call declines. */
+#ifndef GPA_BACKENDS_CUDA_CUDNN_H
+#define GPA_BACKENDS_CUDA_CUDNN_H
+#include <cudnn_graph.h>
+
+#include "backends/cuda/cuda_internal.h"
+
+/* The oldest cuDNN whose fused SDPA engines take what we build (bottom-right
+ * causal masks on any S and Sk, per-batch key lengths, GQA): 9.6. */
+#define GPA__CUDNN_MIN_VERSION 90600
+/* Plans an actor keeps (LRU beyond that). */
+#define GPA__CUDNN_PLANS 32
+
+#define GPA__CUDNN_API(X)                                                                                     \
+  X(cudnnGetVersion) X(cudnnGetErrorString) X(cudnnCreate) X(cudnnDestroy) X(cudnnSetStream)                  \
+  X(cudnnBackendCreateDescriptor) X(cudnnBackendDestroyDescriptor) X(cudnnBackendSetAttribute)                \
+  X(cudnnBackendGetAttribute) X(cudnnBackendFinalize) X(cudnnBackendExecute)
+
+typedef struct gpa__cudnn_api {
+  void *lib;
+#define GPA__CUDNN_MEMBER(name) __typeof__(name) *name;
+  GPA__CUDNN_API(GPA__CUDNN_MEMBER)
+#undef GPA__CUDNN_MEMBER
+} gpa__cudnn_api;
+
+/* One SDPA call in our layout: q, o, dout, dq [B,S,H,D]; k, v, dk, dv
+ * [B,Sk,Hkv,D]; lse [B,H,S] fp32; lens [B] int32 or NULL. Filled by the
+ * attention adapter from its typed params. `dtype` is the storage type of
+ * q/k/v/dout; `out_dtype` that of o (forward) or dq/dk/dv (backward):
+ * cuDNN writes only the storage type, so anything else declines. */
+typedef struct gpa__sdpa_args {
+  int64_t B, S, Sk, H, Hkv, D;
+  int dtype, out_dtype;
+  int o_dtype; /* backward: the dtype of o as given (cuDNN reads it in the storage type) */
+  float scale;
+  int causal;
+  int nondeterministic; /* the backward may use a faster non-deterministic engine */
+  uint64_t scratch_reserved; /* bytes at the start of the stream's scratch the caller keeps (its lengths check) */
+  /* Called once cuDNN takes the call, before anything is enqueued, with the
+   * reserved bytes of the scratch (the adapter's lengths check); NULL: none.
+   * A failure fails the op. */
+  gpa_status (*before)(const gpa_op_exec *x, CUdeviceptr reserved, void *ctx);
+  void *before_ctx;
+  const void *q, *k, *v, *lens;
+  void *o, *lse;                 /* forward outputs; backward inputs */
+  const void *dout;              /* backward */
+  void *dq, *dk, *dv;            /* backward outputs */
+} gpa__sdpa_args;
+
+/* What the plan cache did, for tests and the docs' measurements. */
+typedef struct gpa__cudnn_stats {
+  uint64_t hits, misses, evictions, builds_failed, declines;
+  uint32_t plans; /* held now */
+} gpa__cudnn_stats;
+
+gpa_status gpa__cudnn_sdpa_fwd(const gpa_op_exec *x, const gpa__sdpa_args *a);
+gpa_status gpa__cudnn_sdpa_bwd(const gpa_op_exec *x, const gpa__sdpa_args *a);
+
+/* Tests: the counters, the reason of the last decline ("" if none), and a
+ * smaller bound on the plans (evicting down to it). */
+void gpa__cudnn_get_stats(gpa__cu_ctx *C, gpa__cudnn_stats *s);
+const char *gpa__cudnn_last_decline(gpa__cu_ctx *C);
+void gpa__cudnn_set_plan_bound(gpa__cu_ctx *C, uint32_t bound);
+
+/* backend.c's fini: plans, handle, library. */
+void gpa__cudnn_release(gpa__cu_ctx *C);
+
+/* ---- shared by backends/cuda/cudnn*.c ------------------------------------------------------------- */
+
+typedef struct gpa__dnn_plan gpa__dnn_plan;
+typedef struct gpa__dnn gpa__dnn;
+
+/* The library's path: GPA_CUDNN (the options table will take it over), the
+ * simulator's subset for sim, else libcudnn.so.9. */
+const char *gpa__cudnn_path(const gpa__cu_ctx *C);
+/* The actor's cuDNN, loaded on first use and set to the op's stream; NULL
+ * when unavailable (*why says why; logged once, at the load). */
+gpa__dnn *gpa__cudnn_get(const gpa_op_exec *x, const char **why);
+const gpa__cudnn_api *gpa__dnn_api(const gpa__dnn *d);
+cudnnHandle_t gpa__dnn_handle(const gpa__dnn *d);
+/* Records why the current call declines (debug log, last_decline). */
+gpa_status gpa__dnn_decline(const gpa_op_exec *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Plan cache (cudnn_plan.c). The key is everything a plan depends on. */
+typedef struct gpa__dnn_key {
+  int32_t bwd, dtype, causal, lens, nondet, ordinal;
+  int64_t B, S, Sk, H, Hkv, D;
+} gpa__dnn_key;
+/* The descriptors of one operation graph: kept alive with its plan (the
+ * plan refers to the graph through its engine config). */
+#define GPA__DNN_DESCS 192
+typedef struct gpa__dnn_descs {
+  cudnnBackendDescriptor_t d[GPA__DNN_DESCS];
+  unsigned char op[GPA__DNN_DESCS]; /* d[i] is an operation of the graph */
+  int n;
+  cudnnBackendDescriptor_t graph; /* finalized; also in d[] */
+} gpa__dnn_descs;
+void gpa__dnn_descs_free(const gpa__cudnn_api *A, gpa__dnn_descs *g);
+/* Builds the graph for key k into *g (cudnn_sdpa.c): 1, or 0 (declined:
+ * why in why[], g freed). */
+typedef int (*gpa__dnn_build_fn)(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_descs *g, char *why, size_t n);
+/* The plan for key k, built on a miss; NULL when none (why says why). */
+gpa__dnn_plan *gpa__dnn_plan_get(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_build_fn build, char *why, size_t n);
+cudnnBackendDescriptor_t gpa__dnn_plan_desc(const gpa__dnn_plan *p);
+int64_t gpa__dnn_plan_workspace(const gpa__dnn_plan *p);
+void gpa__dnn_plans_release(gpa__dnn *d);
+
+/* The state kept by the actor (hung off gpa__cu_ctx.dnn). */
+struct gpa__dnn {
+  int state; /* 0 not tried, 1 ready, -1 unavailable */
+  gpa__cudnn_api api;
+  cudnnHandle_t h;
+  size_t version;
+  int cc_major; /* the device's compute capability, 0 until read */
+  gpa__cu_ctx *C;
+  gpa__dnn_plan *plans; /* most recently used first */
+  uint32_t n_plans, bound;
+  uint64_t tick;
+  gpa__cudnn_stats st;
+  char why[256];      /* the last decline */
+  char load_why[200]; /* why the library is unavailable */
+};
+
+#endif

@@ -1,0 +1,150 @@
+/* Attention through cuDNN's fused SDPA (design in cudnn.h).
+ *
+ * Declines (GPA_SKIP: our kernels, then the host fallback, run instead):
+ * no usable cuDNN; f32 storage (cuDNN's fused engines take fp16/bf16); o or
+ * dq/dk/dv in another type than q (cuDNN writes the storage type); a device
+ * below sm_80; D not a multiple of 8 or above 128 (sm_80..sm_89) / 256
+ * (sm_90 and later); causal with S > Sk (the first S - Sk queries see no
+ * key: cuDNN refuses a bottom-right diagonal there); empty tensors;
+ * operands not 16-byte aligned; a graph or plan cuDNN refuses; no device
+ * memory for the workspace. All of these are decided before anything is
+ * enqueued. After that, a failing cudnnBackendExecute is an error of the op
+ * (GPA_EDEVICE with cuDNN's text), except NOT_SUPPORTED, which enqueued
+ * nothing and declines.
+ *
+ * Workspace: the stream's scratch (ops of a stream never overlap), laid out
+ * as [reserved by the caller][seq_len_q: B int32][delta: B H S fp32,
+ * backward][cuDNN's workspace], each part 256-byte aligned. seq_len_q is S for every batch (every query
+ * row is valid), written by a memset on the op's stream. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/cuda/cudnn_sdpa.h"
+
+static uint64_t up256(uint64_t n) { return (n + 255) & ~(uint64_t)255; }
+
+static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* Device capability, read once per actor: a driver call per op would be
+ * host time on every attention call. */
+static int cc_major(gpa__cu_ctx *C, gpa__dnn *d) {
+  if (!d->cc_major &&
+      C->cu.cuDeviceGetAttribute(&d->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, C->dev) != CUDA_SUCCESS)
+    d->cc_major = 0;
+  return d->cc_major;
+}
+
+/* What cuDNN cannot take, as a decline reason; NULL when it can. */
+static const char *unsupported(gpa__cu_ctx *C, gpa__dnn *d, const gpa__sdpa_args *a, int bwd) {
+  if (a->dtype != GPA_BF16 && a->dtype != GPA_F16) return "storage is not bf16/fp16";
+  if (a->out_dtype != a->dtype) return bwd ? "dq/dk/dv are not in the storage dtype" : "o is not in the storage dtype";
+  if (bwd && a->o_dtype != a->dtype) return "o is not in the storage dtype";
+  int cc = cc_major(C, d);
+  if (cc < 8) return "device below sm_80";
+  if (a->D % 8 || a->D > (cc >= 9 ? 256 : 128)) return "head dim not a multiple of 8 or over the engines' limit";
+  if (a->causal && a->S > a->Sk) return "causal with S > Sk (rows that see no key)";
+  if (a->B < 1 || a->S < 1 || a->Sk < 1 || a->H < 1 || a->Hkv < 1 || a->H % a->Hkv) return "empty or malformed shape";
+  const void *p[] = {a->q, a->k, a->v, a->o, a->lse, a->lens, a->dout, a->dq, a->dk, a->dv};
+  for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+    if (!aligned16(p[i])) return "an operand is not 16-byte aligned";
+  return NULL;
+}
+
+typedef struct vpack {
+  int64_t uid[16];
+  void *ptr[16];
+  int n;
+} vpack;
+
+static void put(vpack *v, int64_t uid, const void *p) {
+  v->uid[v->n] = uid;
+  v->ptr[v->n++] = (void *)(uintptr_t)p;
+}
+
+static gpa_status run(const gpa_op_exec *x, const gpa__sdpa_args *a, int bwd) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  const char *no_lib;
+  gpa__dnn *d = gpa__cudnn_get(x, &no_lib);
+  if (!d) return gpa__dnn_decline(x, "no cuDNN: %s", no_lib);
+  const char *no = unsupported(C, d, a, bwd);
+  if (no) return gpa__dnn_decline(x, "%s", no);
+  gpa__dnn_key k;
+  memset(&k, 0, sizeof k); /* compared with memcmp: padding too */
+  k.bwd = bwd, k.dtype = a->dtype, k.causal = !!a->causal, k.lens = a->lens != NULL;
+  k.nondet = bwd && a->nondeterministic, k.ordinal = C->ordinal;
+  k.B = a->B, k.S = a->S, k.Sk = a->Sk, k.H = a->H, k.Hkv = a->Hkv, k.D = a->D;
+  char why[256];
+  gpa__dnn_plan *p = gpa__dnn_plan_get(d, &k, gpa__dnn_build_sdpa, why, sizeof why);
+  if (!p) return gpa__dnn_decline(x, "%s", why);
+
+  uint64_t seq_bytes = a->lens ? up256((uint64_t)a->B * 4) : 0;
+  uint64_t delta_bytes = bwd ? up256((uint64_t)(a->B * a->H * a->S) * 4) : 0;
+  uint64_t ws = (uint64_t)gpa__dnn_plan_workspace(p);
+  uint64_t skip = up256(a->scratch_reserved);
+  CUdeviceptr base = gpa__cu_scratch(x, skip + seq_bytes + delta_bytes + ws + 1);
+  if (!base) {
+    x->msg[0] = 0; /* not the op's failure: the next implementation runs */
+    return gpa__dnn_decline(x, "no device memory for cuDNN's workspace (%llu bytes)",
+                            (unsigned long long)(seq_bytes + delta_bytes + ws));
+  }
+  if (a->before) {
+    gpa_status st = a->before(x, base, a->before_ctx);
+    if (st != GPA_OK) return st;
+  }
+  base += skip;
+  CUdeviceptr seq_q = base, delta = base + seq_bytes, work = base + seq_bytes + delta_bytes;
+  if (a->lens) {
+    gpa_status st = gpa__cu_check(C, C->cu.cuMemsetD32Async(seq_q, (unsigned)a->S, (size_t)a->B, (CUstream)x->stream),
+                                  "cuMemsetD32Async", x->msg, x->msg_size);
+    if (st != GPA_OK) return st;
+  }
+  float scale = a->scale, one = 1.0f;
+  float neg = d->version >= 91000 ? -INFINITY : -FLT_MAX;
+  int32_t shift = (int32_t)(a->Sk - a->S);
+  vpack v = {.n = 0};
+  put(&v, GPA__DNN_UID_Q, a->q);
+  put(&v, GPA__DNN_UID_K, a->k);
+  put(&v, GPA__DNN_UID_V, a->v);
+  put(&v, GPA__DNN_UID_O, a->o);
+  put(&v, GPA__DNN_UID_STATS, a->lse);
+  put(&v, GPA__DNN_UID_SCALE, &scale);
+  if (a->causal || a->lens) put(&v, GPA__DNN_UID_NEG, &neg);
+  if (a->causal && shift) put(&v, GPA__DNN_UID_SHIFT, &shift);
+  if (a->lens) {
+    put(&v, GPA__DNN_UID_SEQ_Q, (void *)(uintptr_t)seq_q);
+    put(&v, GPA__DNN_UID_SEQ_KV, a->lens);
+  }
+  if (bwd) {
+    put(&v, GPA__DNN_UID_DO, a->dout);
+    put(&v, GPA__DNN_UID_DQ, a->dq);
+    put(&v, GPA__DNN_UID_DK, a->dk);
+    put(&v, GPA__DNN_UID_DV, a->dv);
+    put(&v, GPA__DNN_UID_DELTA, (void *)(uintptr_t)delta);
+    put(&v, GPA__DNN_UID_ONE, &one);
+  }
+  const gpa__cudnn_api *A = gpa__dnn_api(d);
+  cudnnBackendDescriptor_t vp = NULL;
+  void *wsp = (void *)(uintptr_t)work;
+  cudnnStatus_t s = A->cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+  if (!s) s = A->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, v.n, v.uid);
+  if (!s) s = A->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, v.n, v.ptr);
+  if (!s) s = A->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &wsp);
+  if (!s) s = A->cudnnBackendFinalize(vp);
+  const char *what = "variant pack";
+  if (!s) {
+    what = "cudnnBackendExecute";
+    s = A->cudnnBackendExecute(gpa__dnn_handle(d), gpa__dnn_plan_desc(p), vp);
+  }
+  if (vp) A->cudnnBackendDestroyDescriptor(vp);
+  if (!s) return GPA_OK;
+  if (s >= CUDNN_STATUS_NOT_SUPPORTED && s < CUDNN_STATUS_INTERNAL_ERROR)
+    return gpa__dnn_decline(x, "%s: %s", what, A->cudnnGetErrorString(s));
+  snprintf(x->msg, x->msg_size, "attention_%s: cuDNN %s failed: %s", bwd ? "bwd" : "fwd", what,
+           A->cudnnGetErrorString(s));
+  return GPA_EDEVICE;
+}
+
+gpa_status gpa__cudnn_sdpa_fwd(const gpa_op_exec *x, const gpa__sdpa_args *a) { return run(x, a, 0); }
+gpa_status gpa__cudnn_sdpa_bwd(const gpa_op_exec *x, const gpa__sdpa_args *a) { return run(x, a, 1); }

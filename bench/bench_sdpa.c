@@ -1,0 +1,215 @@
+/* gpa-bench cuda_sdpa: attention through cuDNN's fused SDPA path
+ * (backends/cuda/cudnn*.c), forced (a user op that runs only that path and
+ * fails if it declines), beside PyTorch's SDPA backends on the same shapes
+ * in the same run (bench/sdpa_torch.py, when python3 can import torch with
+ * CUDA: cudnn, flash, efficient).
+ *
+ * Shapes (issue 22): B4 S4096 H16 D128 and B4 S4096 H32 D64, causal and
+ * not, plus GQA B4 S4096 H32 Hkv8 D128; bf16 and fp16, forward and
+ * backward. FLOPs 4 B H S Sk D forward, halved when causal, 2.5x backward.
+ * Device time from the batch's CUDA events (k ops a batch, best of reps).
+ * host_us: host time inside the cuDNN path per call with the plan cached
+ * (variant pack + execute), measured on the actor thread.
+ * Each line's ratio is ours over the best PyTorch backend of that shape
+ * (ref names which); without PyTorch, ref is "none".
+ * On sim the shapes are tiny and every line says the numbers mean nothing. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+#include "gpuactor.h"
+
+#ifdef GPA_HAVE_CUDA_BACKEND
+#include "backends/cuda/cudnn.h"
+
+typedef struct sp {
+  int64_t causal, bwd;
+} sp;
+static const gpa_attr_spec sp_attrs[] = {
+    {"causal", GPA_ATTR_INT, 0, offsetof(sp, causal), 0, 0.0, 0, 1},
+    {"bwd", GPA_ATTR_INT, 0, offsetof(sp, bwd), 0, 0.0, 0, 1},
+};
+
+/* Host time in the path (actor thread only; read after a batch synced). */
+static double host_ns_sum;
+static long host_calls;
+
+static double now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static gpa_status sdpa_cuda(const gpa_op_exec *x) {
+  const sp *p = x->params;
+  const gpa_tensor *q = &x->inputs[p->bwd ? 1 : 0], *k = &x->inputs[p->bwd ? 2 : 1];
+  gpa__sdpa_args a = {.B = q->shape[0], .S = q->shape[1], .H = q->shape[2], .D = q->shape[3], .Sk = k->shape[1],
+                      .Hkv = k->shape[2], .dtype = q->dtype, .out_dtype = x->outputs[0].dtype,
+                      .scale = (float)(1.0 / sqrt((double)q->shape[3])), .causal = (int)p->causal};
+  double t0 = now_ns();
+  gpa_status st;
+  if (p->bwd) {
+    a.dout = x->in[0], a.q = x->in[1], a.k = x->in[2], a.v = x->in[3], a.o = x->in[4], a.lse = x->in[5];
+    a.dq = x->out[0], a.dk = x->out[1], a.dv = x->out[2];
+    a.o_dtype = x->inputs[4].dtype;
+    st = gpa__cudnn_sdpa_bwd(x, &a);
+  } else {
+    a.q = x->in[0], a.k = x->in[1], a.v = x->in[2], a.o = x->out[0], a.lse = x->out[1];
+    st = gpa__cudnn_sdpa_fwd(x, &a);
+  }
+  host_ns_sum += now_ns() - t0;
+  host_calls++;
+  if (st == GPA_SKIP) {
+    snprintf(x->msg, x->msg_size, "cuDNN declined: %s", gpa__cudnn_last_decline(gpa__cu_of(x)));
+    return GPA_EUNSUPPORTED;
+  }
+  return st;
+}
+
+static gpa_tensor tensor(gpa_actor *a, gpa_queue *q, int dt, int rank, const int64_t *shape, uint64_t *seed) {
+  gpa_tensor t = {0};
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= shape[i], t.shape[i] = shape[i];
+  t.rank = (uint32_t)rank, t.dtype = dt;
+  size_t es = dt == GPA_F32 ? 4 : 2, bytes = (size_t)n * es;
+  if (gpa_buffer_acquire(a, NULL, bytes, &t.buffer) != GPA_OK) {
+    fprintf(stderr, "gpa-bench cuda_sdpa: %s\n", gpa_last_error_message());
+    exit(1);
+  }
+  /* random values, never zeros: |x| < 1 in either 16-bit format */
+  uint16_t *h = malloc(bytes);
+  for (size_t i = 0; i < bytes / 2; i++) {
+    *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+    h[i] = (uint16_t)(dt == GPA_BF16 ? 0x3c00u | ((*seed >> 33) & 0x3ffu) : 0x3400u | ((*seed >> 33) & 0x3ffu));
+    if ((*seed >> 60) & 1) h[i] |= 0x8000u;
+  }
+  gpa_upload(q, &t, h, bytes, 0, NULL);
+  gpa_sync_batch(q, NULL);
+  free(h);
+  return t;
+}
+
+static double batch_ns(gpa_queue *q, const gpa_op_call *call, int k, int reps, char *err, size_t n) {
+  double best = 1e300;
+  for (int r = 0; r <= reps; r++) {
+    gpa_sync_batch(q, NULL);
+    for (int i = 0; i < k; i++) gpa_submit(q, call, NULL);
+    gpa_batch_stats st = {.size = sizeof st};
+    if (gpa_sync_batch(q, &st) != GPA_OK) {
+      snprintf(err, n, "%s", st.first_error_message);
+      return 0;
+    }
+    if (r && (double)st.device_ns / k < best) best = (double)st.device_ns / k;
+    if (!r) host_ns_sum = 0, host_calls = 0; /* r == 0 built the plan: host time counts cached calls only */
+  }
+  return best;
+}
+
+/* PyTorch's figures for one shape: TFLOP/s per backend, fwd and bwd. */
+typedef struct torch_row {
+  char backend[16];
+  double fwd, bwd;
+} torch_row;
+
+static int torch_rows(const char *shape_args, torch_row *rows, int max) {
+  const char *script = getenv("GPA_BENCH_SDPA_TORCH");
+  if (!script || !*script) return 0;
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "python3 %s %s 2>/dev/null", script, shape_args);
+  FILE *f = popen(cmd, "r");
+  if (!f) return 0;
+  int n = 0;
+  char line[512];
+  while (n < max && fgets(line, sizeof line, f))
+    if (sscanf(line, "%15s %lf %lf", rows[n].backend, &rows[n].fwd, &rows[n].bwd) == 3) n++;
+  pclose(f);
+  return n;
+}
+
+void gpa_bench_cuda_sdpa(void) {
+  gpa_actor *a;
+  if (gpa_actor_create(NULL, &a) != GPA_OK) return;
+  const char *be = gpa_actor_backend(a);
+  int sim = !strcmp(be, "sim");
+  if (!sim && strcmp(be, "cuda")) {
+    fprintf(stderr, "gpa-bench cuda_sdpa: skipped on backend %s\n", be);
+    gpa_actor_destroy(a);
+    return;
+  }
+  gpa_op_desc d = {.size = sizeof d, .name = "bench_cudnn_sdpa", .min_inputs = 3, .max_inputs = 6, .n_outputs = 3,
+                   .attrs = sp_attrs, .n_attrs = 2, .params_size = sizeof(sp), .cuda = sdpa_cuda};
+  gpa_op_desc d2 = d;
+  d2.name = "bench_cudnn_sdpa_fwd", d2.n_outputs = 2;
+  gpa_op_register(gpa_actor_registry(a), &d);
+  gpa_op_register(gpa_actor_registry(a), &d2);
+  gpa_queue *q = gpa_actor_default_queue(a);
+  const int reps = gpa_bench_reps(5), k = sim ? 1 : 5;
+  const char *note = sim ? "\"note\":\"simulated device: plumbing only, the numbers mean nothing\""
+                         : "\"note\":\"device time from CUDA events\"";
+  static const int64_t shapes[][5] = {{4, 4096, 16, 16, 128}, {4, 4096, 32, 32, 64}, {4, 4096, 32, 8, 128}};
+  uint64_t seed = 12345;
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+    for (int dti = 0; dti < 2; dti++)
+      for (int causal = 0; causal <= 1; causal++) {
+        int dt = dti ? GPA_F16 : GPA_BF16;
+        int64_t B = sim ? 1 : shapes[si][0], S = sim ? 64 : shapes[si][1], H = sim ? shapes[si][2] / 8 : shapes[si][2];
+        int64_t Hk = sim ? shapes[si][3] / 8 : shapes[si][3], D = shapes[si][4];
+        if (si == 2 && causal) continue; /* one GQA row per dtype */
+        int64_t qs[4] = {B, S, H, D}, ks[4] = {B, S, Hk, D}, ls[3] = {B, H, S};
+        gpa_tensor tq = tensor(a, q, dt, 4, qs, &seed), tk = tensor(a, q, dt, 4, ks, &seed);
+        gpa_tensor tv = tensor(a, q, dt, 4, ks, &seed), tdo = tensor(a, q, dt, 4, qs, &seed);
+        gpa_tensor to = tensor(a, q, dt, 4, qs, &seed), tl = tensor(a, q, GPA_F32, 3, ls, &seed);
+        gpa_tensor tdq = tensor(a, q, dt, 4, qs, &seed), tdk = tensor(a, q, dt, 4, ks, &seed);
+        gpa_tensor tdv = tensor(a, q, dt, 4, ks, &seed);
+        gpa_attr at[2] = {{"causal", GPA_ATTR_INT, causal, 0}, {"bwd", GPA_ATTR_INT, 0, 0}};
+        gpa_tensor fin[3] = {tq, tk, tv}, fout[2] = {to, tl};
+        gpa_op_call fwd = {"bench_cudnn_sdpa_fwd", fin, 3, fout, 2, at, 2};
+        char err[256] = "", shape[96], args[96], extra[512];
+        /* lse must be real for the backward: the forward writes it first */
+        host_ns_sum = 0, host_calls = 0;
+        double fns = batch_ns(q, &fwd, k, reps, err, sizeof err);
+        double fhost = host_calls ? host_ns_sum / host_calls : 0;
+        at[1].i = 1;
+        gpa_tensor bin[6] = {tdo, tq, tk, tv, to, tl}, bout[3] = {tdq, tdk, tdv};
+        gpa_op_call bwd = {"bench_cudnn_sdpa", bin, 6, bout, 3, at, 2};
+        host_ns_sum = 0, host_calls = 0;
+        double bns = fns > 0 ? batch_ns(q, &bwd, k, reps, err, sizeof err) : 0;
+        double bhost = host_calls ? host_ns_sum / host_calls : 0;
+        snprintf(shape, sizeof shape, "%s B%lld S%lld H%lld Hkv%lld D%lld%s", gpa_dtype_name(dt), (long long)B,
+                 (long long)S, (long long)H, (long long)Hk, (long long)D, causal ? " causal" : "");
+        snprintf(args, sizeof args, "%s %lld %lld %lld %lld %lld %d", gpa_dtype_name(dt), (long long)B, (long long)S,
+                 (long long)H, (long long)Hk, (long long)D, causal);
+        torch_row rows[4];
+        int nr = sim ? 0 : torch_rows(args, rows, 4);
+        double flops = 4.0 * (double)(B * H * S * S * D) * (causal ? 0.5 : 1.0);
+        for (int dir = 0; dir < 2; dir++) {
+          double ns = dir ? bns : fns, fl = dir ? 2.5 * flops : flops, best = 0;
+          const char *ref = "none";
+          int len = snprintf(extra, sizeof extra, "%s,\"host_us\":%.2f", note, (dir ? bhost : fhost) / 1e3);
+          for (int r = 0; r < nr; r++) {
+            double tf = dir ? rows[r].bwd : rows[r].fwd;
+            len += snprintf(extra + len, sizeof extra - (size_t)len, ",\"torch_%s_tflops\":%.1f", rows[r].backend, tf);
+            if (tf > best) best = tf, ref = rows[r].backend;
+          }
+          if (ns <= 0) {
+            fprintf(stderr, "gpa-bench cuda_sdpa %s %s: %s\n", shape, dir ? "bwd" : "fwd", err);
+            continue;
+          }
+          /* the reference's time for the same flops at its best rate */
+          double ref_ns = best > 0 ? fl / (best * 1e3) : ns;
+          gpa_bench_result res = {.name = dir ? "cuda_sdpa_bwd" : "cuda_sdpa_fwd", .backend = sim ? "sim" : "cuda",
+                                  .shape = shape, .ref = ref, .ns = ns, .ref_ns = ref_ns, .flops = fl, .extra = extra};
+          gpa_bench_emit(&res);
+        }
+        gpa_sync_batch(q, NULL);
+        const gpa_tensor all[9] = {tq, tk, tv, tdo, to, tl, tdq, tdk, tdv};
+        for (int i = 0; i < 9; i++) gpa_buffer_release(a, all[i].buffer);
+      }
+  gpa_actor_destroy(a);
+}
+#else
+void gpa_bench_cuda_sdpa(void) {}
+#endif

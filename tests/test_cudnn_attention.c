@@ -1,0 +1,659 @@
+/* cuDNN's fused attention path (backends/cuda/cudnn*.c, docs/cuda.md "cuDNN").
+ *
+ * Drives the path through two user ops whose CUDA implementations call it
+ * (the attention adapter calls it the same way), so that a decline shows:
+ * the ops fail with GPA_EUNSUPPORTED "declined: <reason>" instead of
+ * running another implementation.
+ *   - parity: bf16 and fp16, MHA/GQA/MQA, causal with S < Sk and S = Sk,
+ *     key lengths (one of them 0), against the double reference of
+ *     tests/util/attn_ref.c; o, dq, dk, dv in the storage dtype, lse fp32;
+ *   - the backward twice: the same bits; on sim, the deterministic engine
+ *     ran, and the non-deterministic one when allowed;
+ *   - the plan cache: a hit on the second call (no plan built), eviction
+ *     past a bound of 2, the evicted key built again;
+ *   - declines: f32 storage, o in f32, D not a multiple of 8, causal with
+ *     S > Sk; on sim also no library, a too old library, cudnnCreate
+ *     failing;
+ *   - faults (sim): graph refused, plan refused (declines), execute failing
+ *     (EDEVICE with cuDNN's text, and the next op runs), no memory for the
+ *     workspace (decline); every descriptor destroyed at actor shutdown;
+ *   - any device, where the machine has libcudnn.so.9 (no GPU needed): our
+ *     graphs' descriptors, operation graphs and heuristics finalize in the
+ *     real library (not in sanitizer builds).
+ *   - attention_fwd / attention_bwd with 16-bit o, dq, dk, dv (any device):
+ *     the f32 results rounded (bit for bit on the host), cuDNN taking them
+ *     on sim and declining f32 outputs; the other 16-bit type refused.
+ * cpu: the real-library part and the 16-bit outputs. A real GPU: parity, determinism and declines (cuDNN must be
+ * loadable there: without it the test is skipped). */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/attn_ref.h"
+#include "util/nn_test.h"
+#include "util/testutil.h"
+
+#ifndef GPA_HAVE_CUDA_BACKEND
+int main(void) {
+  fprintf(stderr, "skipped: built without the CUDA backend\n");
+  return 77;
+}
+#else
+#include "backends/cuda/cudnn.h"
+#include "backends/cuda/cudnn_sdpa.h"
+
+typedef struct tparams {
+  double scale;
+  int64_t causal, nondet, bound;
+} tparams;
+
+static const gpa_attr_spec tattrs[] = {
+    {"scale", GPA_ATTR_FLOAT, 0, offsetof(tparams, scale), 0, 0.0, 1, 0},
+    {"causal", GPA_ATTR_INT, 0, offsetof(tparams, causal), 0, 0.0, 0, 1},
+    {"nondet", GPA_ATTR_INT, 0, offsetof(tparams, nondet), 0, 0.0, 0, 1},
+    {"bound", GPA_ATTR_INT, 0, offsetof(tparams, bound), 0, 0.0, 0, 64},
+};
+
+/* What the last op saw, written on the actor thread and read after its
+ * handle completed. */
+static gpa__cudnn_stats last_stats;
+
+static gpa_status finish(const gpa_op_exec *x, gpa_status st) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  gpa__cudnn_get_stats(C, &last_stats);
+  if (st == GPA_SKIP) {
+    snprintf(x->msg, x->msg_size, "declined: %s", gpa__cudnn_last_decline(C));
+    return GPA_EUNSUPPORTED;
+  }
+  return st;
+}
+
+static void geometry(const gpa_op_exec *x, const gpa_tensor *q, const gpa_tensor *k, gpa__sdpa_args *a) {
+  const tparams *p = x->params;
+  memset(a, 0, sizeof *a);
+  a->B = q->shape[0], a->S = q->shape[1], a->H = q->shape[2], a->D = q->shape[3];
+  a->Sk = k->shape[1], a->Hkv = k->shape[2];
+  a->dtype = q->dtype;
+  a->scale = p->scale > 0 ? (float)p->scale : (float)(1.0 / sqrt((double)a->D));
+  a->causal = (int)p->causal;
+  a->nondeterministic = (int)p->nondet;
+  if (p->bound) gpa__cudnn_set_plan_bound(gpa__cu_of(x), (uint32_t)p->bound);
+}
+
+/* The adapter's hook (its lengths check): called once cuDNN took the call,
+ * before anything is enqueued, with the scratch bytes it reserved. */
+static int hook_calls, hook_bad;
+static gpa_status hook(const gpa_op_exec *x, CUdeviceptr reserved, void *ctx) {
+  (void)x;
+  hook_calls++;
+  if (!reserved || ctx != &hook_calls) hook_bad++;
+  return GPA_OK;
+}
+
+static gpa_status fwd_cuda(const gpa_op_exec *x) {
+  gpa__sdpa_args a;
+  geometry(x, &x->inputs[0], &x->inputs[1], &a);
+  a.scratch_reserved = 256, a.before = hook, a.before_ctx = &hook_calls;
+  a.out_dtype = x->outputs[0].dtype;
+  a.q = x->in[0], a.k = x->in[1], a.v = x->in[2], a.lens = x->n_inputs > 3 ? x->in[3] : NULL;
+  a.o = x->out[0], a.lse = x->out[1];
+  return finish(x, gpa__cudnn_sdpa_fwd(x, &a));
+}
+
+static gpa_status bwd_cuda(const gpa_op_exec *x) {
+  gpa__sdpa_args a;
+  geometry(x, &x->inputs[1], &x->inputs[2], &a);
+  a.out_dtype = x->outputs[0].dtype;
+  a.dout = x->in[0], a.q = x->in[1], a.k = x->in[2], a.v = x->in[3], a.o = x->in[4], a.lse = x->in[5];
+  a.lens = x->n_inputs > 6 ? x->in[6] : NULL;
+  a.dq = x->out[0], a.dk = x->out[1], a.dv = x->out[2];
+  a.o_dtype = x->inputs[4].dtype;
+  return finish(x, gpa__cudnn_sdpa_bwd(x, &a));
+}
+
+static void register_ops(gpa_actor *a) {
+  gpa_op_desc f = {.size = sizeof f, .name = "dnn_fwd", .min_inputs = 3, .max_inputs = 4, .n_outputs = 2,
+                   .attrs = tattrs, .n_attrs = 4, .params_size = sizeof(tparams), .cuda = fwd_cuda};
+  gpa_op_desc b = {.size = sizeof b, .name = "dnn_bwd", .min_inputs = 6, .max_inputs = 7, .n_outputs = 3,
+                   .attrs = tattrs, .n_attrs = 4, .params_size = sizeof(tparams), .cuda = bwd_cuda};
+  CHECK_OK(gpa_op_register(gpa_actor_registry(a), &f));
+  CHECK_OK(gpa_op_register(gpa_actor_registry(a), &b));
+}
+
+/* ---- the simulator's control API (sim only) ---------------------------------------------------------- */
+
+static struct {
+  void (*graph)(unsigned), (*plan)(unsigned), (*exec)(unsigned), (*create)(unsigned), (*clear)(void);
+  void (*version)(size_t), (*counts)(long long *, long long *, long long *, int *);
+  long long (*live)(void);
+  void (*oom)(unsigned);
+} simc;
+static int on_sim;
+static void *sim_lib; /* held open: the counters are read after the actor closed its handle */
+
+static void sim_api(void) {
+  void *lib = dlopen("libgpa_sim_cudnn.so", RTLD_NOW | RTLD_NOLOAD), *drv = dlopen("libgpa_sim_cuda.so", RTLD_NOW | RTLD_NOLOAD);
+  CHECK(lib && drv);
+  *(void **)&simc.graph = dlsym(lib, "gpa_sim_cudnn_fault_graph");
+  *(void **)&simc.plan = dlsym(lib, "gpa_sim_cudnn_fault_plan");
+  *(void **)&simc.exec = dlsym(lib, "gpa_sim_cudnn_fault_exec");
+  *(void **)&simc.create = dlsym(lib, "gpa_sim_cudnn_fault_create");
+  *(void **)&simc.clear = dlsym(lib, "gpa_sim_cudnn_fault_clear");
+  *(void **)&simc.version = dlsym(lib, "gpa_sim_cudnn_set_version");
+  *(void **)&simc.counts = dlsym(lib, "gpa_sim_cudnn_counts");
+  *(void **)&simc.live = dlsym(lib, "gpa_sim_cudnn_live_descriptors");
+  *(void **)&simc.oom = dlsym(drv, "gpa_sim_fault_oom");
+  CHECK(simc.graph && simc.plan && simc.exec && simc.create && simc.clear && simc.version && simc.counts &&
+        simc.live && simc.oom);
+  sim_lib = lib;
+  dlclose(drv);
+}
+
+static long long sim_plans(void) {
+  long long p = 0;
+  simc.counts(NULL, &p, NULL, NULL);
+  return p;
+}
+static int sim_engine(void) {
+  int e = -1;
+  simc.counts(NULL, NULL, NULL, &e);
+  return e;
+}
+
+/* ---- 16-bit values ----------------------------------------------------------------------------------- */
+
+static uint16_t to16(int dt, float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if (dt == GPA_BF16) return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  /* fp16, round to nearest even (finite, in range: the test's values) */
+  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+  int32_t e = (int32_t)((u >> 23) & 0xff) - 127 + 15;
+  uint32_t m = u & 0x7fffffu;
+  if (e <= 0) { /* subnormal: m * 2^-24 with the implicit bit */
+    if (e < -10) return sign;
+    m |= 0x800000u;
+    uint32_t sh = (uint32_t)(14 - e), h = m >> sh, rem = m & ((1u << sh) - 1), mid = 1u << (sh - 1);
+    if (rem > mid || (rem == mid && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+  }
+  uint32_t h = ((uint32_t)e << 10) | (m >> 13), rem = m & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
+  return (uint16_t)(sign | h);
+}
+
+static float from16(int dt, uint16_t h) {
+  if (dt == GPA_BF16) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+  }
+  uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  float f = e ? ldexpf((float)(m | 0x400u), (int)e - 25) : ldexpf((float)m, -24);
+  return (h & 0x8000u) ? -f : f;
+}
+
+/* n values in [-lim, lim) rounded to dt: bits into u, values into f. */
+static void fill16(int dt, float *f, uint16_t *u, int64_t n, double lim, uint64_t *seed) {
+  gpa_nt_fill(f, n, -lim, lim, seed);
+  for (int64_t i = 0; i < n; i++) f[i] = from16(dt, u[i] = to16(dt, f[i]));
+}
+
+static uint16_t *nan16(int64_t n) {
+  uint16_t *u = malloc(2 * (size_t)(n + 1));
+  for (int64_t i = 0; i < n; i++) u[i] = 0xffff; /* NaN in bf16 and fp16: catches what is not written */
+  return u;
+}
+
+static float *read16(gpa_nt *t, int dt, const gpa_tensor *x, int64_t n) {
+  uint16_t *u = malloc(2 * (size_t)(n + 1));
+  float *f = malloc(sizeof(float) * (size_t)(n + 1));
+  gpa_nt_read(t, x, u);
+  for (int64_t i = 0; i < n; i++) f[i] = from16(dt, u[i]);
+  free(u);
+  return f;
+}
+
+/* The backward reads o in the storage type: delta_i = dO_i . o_i moves by
+ * up to e_i = u sum_d |dO_id o_id|, and dS_ij = scale P_ij (dP_ij - delta_i)
+ * with it, so dq_id by scale sum_j P_ij e_i |k_jd| and dk_jd by
+ * scale sum_i P_ij e_i |q_id|. Added to the reference's magnitudes (units
+ * of FLT_EPSILON). */
+static void delta_mags(const aref *r, const double *o, const double *lse, double u, double *mq, double *mk) {
+  const acase *c = r->c;
+  int64_t S = c->S, Sk = c->Sk, H = c->H, Hk = c->Hkv, D = c->D, G = H / Hk;
+  for (int64_t b = 0; b < c->B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t i = 0; i < S; i++) {
+        const double *q = r->q + ((b * S + i) * H + h) * D, *w = r->w + ((b * S + i) * H + h) * D;
+        const double *oi = o + ((b * S + i) * H + h) * D;
+        double e = 0, l = lse[(b * H + h) * S + i];
+        for (int64_t d = 0; d < D; d++) e += u * fabs(w[d] * oi[d]);
+        int64_t len = r->lens ? r->lens[b] : Sk;
+        for (int64_t j = 0; j < Sk; j++) {
+          if (j >= len || (c->causal && j > i + Sk - S)) continue;
+          const double *k = r->k + ((b * Sk + j) * Hk + h / G) * D;
+          double s = 0;
+          for (int64_t d = 0; d < D; d++) s += q[d] * k[d];
+          double pe = r->scale * exp(r->scale * s - l) * e / 0x1p-23;
+          for (int64_t d = 0; d < D; d++) {
+            mq[((b * S + i) * H + h) * D + d] += pe * fabs(k[d]);
+            mk[((b * Sk + j) * Hk + h / G) * D + d] += pe * fabs(q[d]);
+          }
+        }
+      }
+}
+
+/* ---- one case ------------------------------------------------------------------------------------------ */
+
+typedef struct bufs {
+  gpa_tensor q, k, v, dout, lens, o, lse, dq, dk, dv;
+  uint32_t nf, nb;
+} bufs;
+
+static gpa_attr attr_i(const char *name, int64_t v) { return (gpa_attr){name, GPA_ATTR_INT, v, 0}; }
+
+/* The ops the cases run: the user ops that call only the cuDNN path, or
+ * attention_fwd / attention_bwd themselves (their adapter tries cuDNN first). */
+static const char *op_fwd = "dnn_fwd", *op_bwd = "dnn_bwd";
+
+static gpa_status run_fwd(gpa_nt *t, const bufs *x, const gpa_attr *at, uint32_t n_at) {
+  gpa_tensor in[4] = {x->q, x->k, x->v, x->lens}, out[2] = {x->o, x->lse};
+  return gpa_nt_run(t, op_fwd, in, x->nf, out, 2, at, n_at);
+}
+
+static gpa_status run_bwd(gpa_nt *t, const bufs *x, const gpa_attr *at, uint32_t n_at) {
+  gpa_tensor in[7] = {x->dout, x->q, x->k, x->v, x->o, x->lse, x->lens}, out[3] = {x->dq, x->dk, x->dv};
+  return gpa_nt_run(t, op_bwd, in, x->nb, out, 3, at, n_at);
+}
+
+static void expect(gpa_nt *t, const char *what, gpa_status got, gpa_status want, const char *sub) {
+  char w[768];
+  if (got != want || (sub && !strstr(gpa_nt_msg, sub))) {
+    snprintf(w, sizeof w, "%s: %s '%s', expected %s mentioning '%s'", what, gpa_status_name(got), gpa_nt_msg,
+             gpa_status_name(want), sub ? sub : "");
+    gpa_nt_fail(t, w);
+  } else {
+    printf("ok: %s: %s%s%s\n", what, gpa_status_name(got), got ? ": " : "", got ? gpa_nt_msg : "");
+  }
+}
+
+static void parity(gpa_nt *t, const acase *c, int dt, uint64_t seed) {
+  int64_t B = c->B, S = c->S, Sk = c->Sk, H = c->H, Hk = c->Hkv, D = c->D;
+  int64_t nq = B * S * H * D, nk = B * Sk * Hk * D, nl = B * H * S;
+  int64_t qs[4] = {B, S, H, D}, ks[4] = {B, Sk, Hk, D}, ls[3] = {B, H, S};
+  char what[200], w[400];
+  snprintf(what, sizeof what, "cuDNN %s B=%lld S=%lld Sk=%lld H=%lld Hkv=%lld D=%lld%s%s", gpa_dtype_name(dt),
+           (long long)B, (long long)S, (long long)Sk, (long long)H, (long long)Hk, (long long)D,
+           c->causal ? " causal" : "", c->lens ? " lengths" : "");
+  int64_t n[4] = {nq, nk, nk, nq};
+  float *f[4];
+  uint16_t *u[4];
+  for (int i = 0; i < 4; i++) {
+    f[i] = malloc(sizeof(float) * (size_t)(n[i] + 1));
+    u[i] = malloc(2 * (size_t)(n[i] + 1));
+    fill16(dt, f[i], u[i], n[i], i < 2 ? 1.5 : 1.0, &seed);
+  }
+  int32_t lens[8];
+  for (int64_t b = 0; b < B; b++) lens[b] = (int32_t)(b == 0 ? Sk : b == 1 ? 0 : 1 + (b * 7919) % Sk);
+  aref r = {c, 1.0 / sqrt((double)D), c->lens ? lens : NULL, gpa_nt_to_double(f[0], nq), gpa_nt_to_double(f[1], nk),
+            gpa_nt_to_double(f[2], nk), gpa_nt_to_double(f[3], nq), dt == GPA_F16 ? 0x1p-11 : 0x1p-8,
+            dt == GPA_F16 ? 0x1p-25 : 0x1p-134};
+  double *o = malloc(8 * (size_t)nq), *lse = malloc(8 * (size_t)nl), *dq = malloc(8 * (size_t)nq);
+  double *dk = malloc(8 * (size_t)nk), *dv = malloc(8 * (size_t)nk);
+  amag mg = {malloc(8 * (size_t)nq), malloc(8 * (size_t)nl), malloc(8 * (size_t)nq), malloc(8 * (size_t)nk),
+             malloc(8 * (size_t)nk)};
+  gpa_attn_ref(&r, o, lse, dq, dk, dv, &mg);
+  delta_mags(&r, o, lse, r.u, mg.dq, mg.dk);
+  /* the backward reads o in the storage type: the reference's, rounded */
+  uint16_t *ro = malloc(2 * (size_t)(nq + 1));
+  float *rl = malloc(sizeof(float) * (size_t)(nl + 1));
+  for (int64_t i = 0; i < nq; i++) ro[i] = to16(dt, (float)o[i]);
+  for (int64_t i = 0; i < nl; i++) rl[i] = (float)lse[i];
+  uint16_t *nanq = nan16(nq), *nank = nan16(nk);
+  bufs x = {gpa_nt_tensor(t, dt, 4, qs, u[0]), gpa_nt_tensor(t, dt, 4, ks, u[1]), gpa_nt_tensor(t, dt, 4, ks, u[2]),
+            gpa_nt_tensor(t, dt, 4, qs, u[3]), gpa_nt_tensor(t, GPA_I32, 1, &B, lens),
+            gpa_nt_tensor(t, dt, 4, qs, nanq), gpa_nt_out(t, 3, ls), gpa_nt_tensor(t, dt, 4, qs, nanq),
+            gpa_nt_tensor(t, dt, 4, ks, nank), gpa_nt_tensor(t, dt, 4, ks, nank), c->lens ? 4 : 3, c->lens ? 7 : 6};
+  gpa_attr at = attr_i("causal", c->causal);
+  snprintf(w, sizeof w, "%s: forward", what);
+  expect(t, w, run_fwd(t, &x, &at, 1), GPA_OK, NULL);
+  double ulp = dt == GPA_F16 ? 0x1p-11 : 0x1p-8; /* the output's rounding: half an ulp */
+  float *go = read16(t, dt, &x.o, nq), *gl = malloc(sizeof(float) * (size_t)(nl + 1));
+  gpa_nt_read(t, &x.lse, gl);
+  snprintf(w, sizeof w, "%s: o", what);
+  gpa_nt_close_to(t, w, go, o, mg.o, nq, ulp);
+  snprintf(w, sizeof w, "%s: lse", what);
+  gpa_nt_close_to(t, w, gl, lse, mg.lse, nl, 1e-5);
+
+  /* backward from the reference's o (rounded) and lse, twice: same bits */
+  x.o = gpa_nt_tensor(t, dt, 4, qs, ro);
+  x.lse = gpa_nt_tensor(t, GPA_F32, 3, ls, rl);
+  float *g[2][3];
+  for (int rep = 0; rep < 2; rep++) {
+    snprintf(w, sizeof w, "%s: backward #%d", what, rep + 1);
+    expect(t, w, run_bwd(t, &x, &at, 1), GPA_OK, NULL);
+    if (on_sim && sim_engine() != 1) gpa_nt_fail(t, "the default backward did not run the deterministic engine");
+    g[rep][0] = read16(t, dt, &x.dq, nq);
+    g[rep][1] = read16(t, dt, &x.dk, nk);
+    g[rep][2] = read16(t, dt, &x.dv, nk);
+  }
+  const char *names[3] = {"dq", "dk", "dv"};
+  const double *refs[3] = {dq, dk, dv}, *mags[3] = {mg.dq, mg.dk, mg.dv};
+  const int64_t ns[3] = {nq, nk, nk};
+  for (int i = 0; i < 3; i++) {
+    snprintf(w, sizeof w, "%s: %s", what, names[i]);
+    gpa_nt_close_to(t, w, g[0][i], refs[i], mags[i], ns[i], ulp);
+    snprintf(w, sizeof w, "%s: %s, deterministic", what, names[i]);
+    gpa_nt_same_bits(t, w, g[0][i], g[1][i], ns[i]);
+  }
+  for (int rep = 0; rep < 2; rep++)
+    for (int i = 0; i < 3; i++) free(g[rep][i]);
+  for (int i = 0; i < 4; i++) free(f[i]), free(u[i]);
+  free(r.q), free(r.k), free(r.v), free(r.w);
+  free(o), free(lse), free(dq), free(dk), free(dv), free(mg.o), free(mg.lse), free(mg.dq), free(mg.dk), free(mg.dv);
+  free(ro), free(rl), free(nanq), free(nank), free(go), free(gl);
+}
+
+/* A small bf16 case's buffers (values random), for the cache, declines and faults. */
+static bufs small(gpa_nt *t, int dt, int64_t B, int64_t S, int64_t Sk, int64_t H, int64_t Hk, int64_t D, int odt) {
+  int64_t nq = B * S * H * D, nk = B * Sk * Hk * D, qs[4] = {B, S, H, D}, ks[4] = {B, Sk, Hk, D}, ls[3] = {B, H, S};
+  uint64_t seed = 99;
+  int64_t nmax = nq > nk ? nq : nk;
+  float *f = malloc(sizeof(float) * (size_t)(2 * nmax + 1));
+  uint16_t *u = malloc(4 * (size_t)(nmax + 1));
+  fill16(GPA_BF16, f, u, 2 * nmax, 1.0, &seed);
+  const void *d = dt == GPA_F32 ? (const void *)f : (const void *)u;
+  bufs x = {gpa_nt_tensor(t, dt, 4, qs, d), gpa_nt_tensor(t, dt, 4, ks, d), gpa_nt_tensor(t, dt, 4, ks, d),
+            gpa_nt_tensor(t, dt, 4, qs, d), {0}, gpa_nt_tensor(t, odt, 4, qs, NULL), gpa_nt_out(t, 3, ls),
+            gpa_nt_tensor(t, odt, 4, qs, NULL), gpa_nt_tensor(t, odt, 4, ks, NULL),
+            gpa_nt_tensor(t, odt, 4, ks, NULL), 3, 6};
+  free(f);
+  free(u);
+  return x;
+}
+
+static void cache_and_engines(gpa_nt *t) {
+  bufs a = small(t, GPA_BF16, 1, 16, 16, 2, 2, 16, GPA_BF16), b = small(t, GPA_BF16, 1, 8, 16, 2, 1, 16, GPA_BF16);
+  bufs c = small(t, GPA_BF16, 2, 8, 8, 2, 2, 32, GPA_BF16);
+  gpa_attr two = attr_i("bound", 2);
+  expect(t, "cache: first call of a shape", run_fwd(t, &a, NULL, 0), GPA_OK, NULL);
+  gpa__cudnn_stats s0 = last_stats;
+  long long p0 = on_sim ? sim_plans() : 0;
+  expect(t, "cache: second call of the shape", run_fwd(t, &a, NULL, 0), GPA_OK, NULL);
+  CHECK(last_stats.hits == s0.hits + 1 && last_stats.misses == s0.misses);
+  if (on_sim) CHECK(sim_plans() == p0);
+  /* bound 2: a, b, c leave b and c; a is built again */
+  expect(t, "cache: shape b", run_fwd(t, &b, &two, 1), GPA_OK, NULL);
+  expect(t, "cache: shape c", run_fwd(t, &c, &two, 1), GPA_OK, NULL);
+  CHECK(last_stats.plans == 2 && last_stats.evictions >= 1);
+  uint64_t miss = last_stats.misses;
+  expect(t, "cache: shape a after its eviction", run_fwd(t, &a, &two, 1), GPA_OK, NULL);
+  CHECK(last_stats.misses == miss + 1 && last_stats.plans == 2);
+  if (on_sim) CHECK(sim_plans() == p0 + 3);
+  printf("ok: plan cache: hits %llu, misses %llu, evictions %llu\n", (unsigned long long)last_stats.hits,
+         (unsigned long long)last_stats.misses, (unsigned long long)last_stats.evictions);
+  /* the non-deterministic backward engine when allowed */
+  gpa_attr nd = attr_i("nondet", 1);
+  expect(t, "backward, non-deterministic allowed", run_bwd(t, &a, &nd, 1), GPA_OK, NULL);
+  if (on_sim) CHECK(sim_engine() == 0);
+  expect(t, "backward, default", run_bwd(t, &a, NULL, 0), GPA_OK, NULL);
+  if (on_sim) CHECK(sim_engine() == 1);
+}
+
+static void declines(gpa_nt *t) {
+  int calls = hook_calls;
+  bufs f32 = small(t, GPA_F32, 1, 8, 8, 2, 2, 16, GPA_F32), of32 = small(t, GPA_BF16, 1, 8, 8, 2, 2, 16, GPA_F32);
+  bufs d20 = small(t, GPA_F16, 1, 8, 8, 2, 2, 20, GPA_F16), sgt = small(t, GPA_BF16, 1, 9, 8, 2, 2, 16, GPA_BF16);
+  gpa_attr causal = attr_i("causal", 1);
+  expect(t, "decline f32", run_fwd(t, &f32, NULL, 0), GPA_EUNSUPPORTED, "storage is not bf16/fp16");
+  expect(t, "decline f32 o", run_fwd(t, &of32, NULL, 0), GPA_EUNSUPPORTED, "o is not in the storage dtype");
+  expect(t, "decline f32 dq", run_bwd(t, &of32, NULL, 0), GPA_EUNSUPPORTED, "dq/dk/dv are not in the storage dtype");
+  expect(t, "decline D = 20", run_fwd(t, &d20, NULL, 0), GPA_EUNSUPPORTED, "head dim");
+  expect(t, "decline causal S > Sk", run_fwd(t, &sgt, &causal, 1), GPA_EUNSUPPORTED, "S > Sk");
+  CHECK(hook_calls == calls); /* declines enqueue nothing: the adapter's hook did not run */
+  expect(t, "no decline without causal at S > Sk", run_fwd(t, &sgt, NULL, 0), GPA_OK, NULL);
+  CHECK(hook_calls == calls + 1 && hook_bad == 0);
+}
+
+static void faults(gpa_nt *t) {
+  bufs a = small(t, GPA_BF16, 1, 24, 24, 2, 2, 16, GPA_BF16), b = small(t, GPA_F16, 1, 24, 24, 2, 2, 16, GPA_F16);
+  simc.graph(1);
+  expect(t, "fault: graph refused", run_fwd(t, &a, NULL, 0), GPA_EUNSUPPORTED, "GRAPH_PATTERN");
+  simc.plan(1);
+  expect(t, "fault: plan refused", run_fwd(t, &a, NULL, 0), GPA_EUNSUPPORTED, "execution plan: CUDNN_STATUS_NOT_SUPPORTED");
+  expect(t, "after the plan fault", run_fwd(t, &a, NULL, 0), GPA_OK, NULL);
+  simc.exec(1);
+  expect(t, "fault: execute fails", run_fwd(t, &a, NULL, 0), GPA_EDEVICE, "CUDNN_STATUS_EXECUTION_FAILED");
+  expect(t, "after the execute fault", run_fwd(t, &a, NULL, 0), GPA_OK, NULL);
+  /* a fresh queue has no scratch: its first op allocates the workspace */
+  gpa_queue *q0 = t->q, *q2;
+  CHECK_OK(gpa_queue_create(t->a, "ws", &q2));
+  t->q = q2;
+  simc.oom(1);
+  expect(t, "fault: no memory for the workspace", run_fwd(t, &b, NULL, 0), GPA_EUNSUPPORTED, "workspace");
+  simc.oom(0);
+  expect(t, "after the workspace fault", run_fwd(t, &b, NULL, 0), GPA_OK, NULL);
+  t->q = q0;
+  CHECK_OK(gpa_queue_destroy(q2));
+  simc.clear();
+}
+
+/* attention_fwd / attention_bwd themselves with o, dq, dk, dv in the
+ * storage type (any device): the same as the f32 outputs rounded once;
+ * bit for bit on the host, which rounds its f32 results; within two ulps
+ * where another implementation computes them (on sim: cuDNN for the 16-bit
+ * outputs, which the counters show, our kernels for the f32 ones). */
+static void storage_outputs(gpa_nt *t, int dt) {
+  const int64_t B = 2, S = 9, Sk = 13, H = 4, Hk = 2, D = 32, nq = B * S * H * D, nk = B * Sk * Hk * D;
+  int64_t qs[4] = {B, S, H, D}, ks[4] = {B, Sk, Hk, D}, ls[3] = {B, H, S};
+  uint64_t seed = 5;
+  float *f = malloc(sizeof(float) * (size_t)(2 * nq + 2 * nk));
+  uint16_t *u = malloc(2 * (size_t)(2 * nq + 2 * nk));
+  fill16(dt, f, u, 2 * nq + 2 * nk, 1.0, &seed);
+  int32_t lens[2] = {(int32_t)Sk, 5};
+  gpa_tensor q = gpa_nt_tensor(t, dt, 4, qs, u), k = gpa_nt_tensor(t, dt, 4, ks, u + nq);
+  gpa_tensor v = gpa_nt_tensor(t, dt, 4, ks, u + nq + nk), dout = gpa_nt_tensor(t, dt, 4, qs, u + nq + 2 * nk);
+  gpa_tensor l = gpa_nt_tensor(t, GPA_I32, 1, &B, lens);
+  gpa_tensor o32 = gpa_nt_out(t, 4, qs), o16 = gpa_nt_tensor(t, dt, 4, qs, NULL), lse = gpa_nt_out(t, 3, ls);
+  gpa_tensor lse2 = gpa_nt_out(t, 3, ls);
+  gpa_attr at = attr_i("causal", 1);
+  const char *what = dt == GPA_BF16 ? "bf16 outputs" : "f16 outputs";
+  char w[200];
+  gpa_tensor in[4] = {q, k, v, l}, out32[2] = {o32, lse}, out16[2] = {o16, lse2};
+  gpa_tensor g16[3] = {gpa_nt_tensor(t, dt, 4, qs, NULL), gpa_nt_tensor(t, dt, 4, ks, NULL),
+                       gpa_nt_tensor(t, dt, 4, ks, NULL)};
+  if (strcmp(gpa_actor_backend(t->a), "cpu")) {
+    /* another implementation computes each: both against the reference */
+    long long e0 = 0, e1 = 0, e2 = 0;
+    if (on_sim) simc.counts(NULL, NULL, &e0, NULL);
+    expect(t, "attention_fwd, f32 o", gpa_nt_run(t, "attention_fwd", in, 4, out32, 2, &at, 1), GPA_OK, NULL);
+    if (on_sim) simc.counts(NULL, NULL, &e1, NULL);
+    static const acase c = {2, 9, 13, 4, 2, 32, 1, 1, 0};
+    op_fwd = "attention_fwd", op_bwd = "attention_bwd";
+    parity(t, &c, dt, 5);
+    op_fwd = "dnn_fwd", op_bwd = "dnn_bwd";
+    if (on_sim) simc.counts(NULL, NULL, &e2, NULL);
+    /* f32 o: our kernels; 16-bit: cuDNN, forward once, backward twice */
+    if (on_sim && (e1 != e0 || e2 != e1 + 3)) gpa_nt_fail(t, "attention ops: cuDNN ran for f32 o, or not for 16 bits");
+  } else {
+    /* the host rounds its f32 results once: bit for bit */
+    expect(t, "attention_fwd, f32 o", gpa_nt_run(t, "attention_fwd", in, 4, out32, 2, &at, 1), GPA_OK, NULL);
+    expect(t, "attention_fwd, 16-bit o", gpa_nt_run(t, "attention_fwd", in, 4, out16, 2, &at, 1), GPA_OK, NULL);
+    float *a = malloc(sizeof(float) * (size_t)nq), *r = read16(t, dt, &o16, nq);
+    gpa_nt_read(t, &o32, a);
+    for (int64_t i = 0; i < nq; i++) a[i] = from16(dt, to16(dt, a[i]));
+    snprintf(w, sizeof w, "%s: o against the f32 o rounded", what);
+    gpa_nt_same_bits(t, w, r, a, nq);
+    gpa_tensor bin[7] = {dout, q, k, v, o16, lse2, l};
+    gpa_tensor g32[3] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 4, ks), gpa_nt_out(t, 4, ks)};
+    expect(t, "attention_bwd, f32 gradients", gpa_nt_run(t, "attention_bwd", bin, 7, g32, 3, &at, 1), GPA_OK, NULL);
+    expect(t, "attention_bwd, 16-bit gradients", gpa_nt_run(t, "attention_bwd", bin, 7, g16, 3, &at, 1), GPA_OK,
+           NULL);
+    const int64_t n[3] = {nq, nk, nk};
+    for (int i = 0; i < 3; i++) {
+      float *g = malloc(sizeof(float) * (size_t)n[i]), *h = read16(t, dt, &g16[i], n[i]);
+      gpa_nt_read(t, &g32[i], g);
+      for (int64_t j = 0; j < n[i]; j++) g[j] = from16(dt, to16(dt, g[j]));
+      snprintf(w, sizeof w, "%s: gradient %d against the f32 one rounded", what, i);
+      gpa_nt_same_bits(t, w, h, g, n[i]);
+      free(g), free(h);
+    }
+    free(a), free(r);
+  }
+  /* a length past Sk: ERANGE naming the element (on sim after cuDNN ran:
+   * the adapter's device check, read when the op completes) */
+  int32_t bad_lens[2] = {(int32_t)Sk + 1, 5};
+  gpa_tensor lb = gpa_nt_tensor(t, GPA_I32, 1, &B, bad_lens), inl[4] = {q, k, v, lb};
+  snprintf(w, sizeof w, "lengths[0] = %d is outside [0, Sk = %d]", (int)Sk + 1, (int)Sk);
+  long long x0 = 0, x1 = 0;
+  if (on_sim) simc.counts(NULL, NULL, &x0, NULL);
+  gpa_nt_expect_error(t, "attention_fwd", inl, 4, out16, 2, &at, 1, GPA_ERANGE, w);
+  if (on_sim) simc.counts(NULL, NULL, &x1, NULL);
+  if (on_sim && x1 != x0 + 1) gpa_nt_fail(t, "the bad length did not go through cuDNN");
+  /* the other 16-bit type is no storage type of q */
+  int other = dt == GPA_BF16 ? GPA_F16 : GPA_BF16;
+  gpa_tensor bad = gpa_nt_tensor(t, other, 4, qs, NULL), outb[2] = {bad, lse};
+  gpa_nt_expect_error(t, "attention_fwd", in, 4, outb, 2, &at, 1, GPA_EDTYPE, "outputs[0]");
+  gpa_tensor binb[7] = {dout, q, k, v, bad, lse2, l};
+  snprintf(w, sizeof w, "o has dtype %s, expected f32 or %s", gpa_dtype_name(other), gpa_dtype_name(dt));
+  gpa_nt_expect_error(t, "attention_bwd", binb, 7, g16, 3, &at, 1, GPA_EDTYPE, w);
+  printf("ok: %s of attention_fwd / attention_bwd\n", what);
+  free(f), free(u);
+}
+
+/* An actor whose cuDNN cannot be had: the first op declines with why. */
+static void unavailable(const char *what, const char *sub) {
+  gpa_nt u;
+  CHECK(gpa_nt_open(&u) == 0);
+  register_ops(u.a);
+  bufs a = small(&u, GPA_BF16, 1, 8, 8, 2, 2, 16, GPA_BF16);
+  expect(&u, what, run_fwd(&u, &a, NULL, 0), GPA_EUNSUPPORTED, sub);
+  expect(&u, what, run_fwd(&u, &a, NULL, 0), GPA_EUNSUPPORTED, "no cuDNN");
+  CHECK(gpa_nt_close(&u) == 0);
+}
+
+/* The real libcudnn, where the machine has it (no GPU needed): every
+ * descriptor of our SDPA graphs, the operation graphs and their heuristics
+ * pass its finalize. Engines, plans and execution need a GPU. Any device. */
+static int real_graphs(void) {
+#if defined(GPA_ASAN) || defined(GPA_TSAN)
+  /* not ours to leak- or race-check: an uninstrumented library with its own threads */
+  printf("skipped part: the real libcudnn in a sanitizer build\n");
+  return 0;
+#endif
+  const char *cand[] = {getenv("GPA_CUDNN"), "libcudnn.so.9", "/usr/local/cuda/lib/libcudnn.so.9",
+                        "/usr/local/cuda/lib64/libcudnn.so.9", "/usr/lib/x86_64-linux-gnu/libcudnn.so.9"};
+  gpa__dnn d;
+  memset(&d, 0, sizeof d);
+  for (size_t i = 0; i < sizeof cand / sizeof cand[0] && !d.api.lib; i++)
+    if (cand[i] && *cand[i] && !strstr(cand[i], "gpa_sim")) d.api.lib = dlopen(cand[i], RTLD_NOW | RTLD_LOCAL);
+  if (!d.api.lib) {
+    printf("skipped part: no libcudnn.so.9 on this machine\n");
+    return 0;
+  }
+#define RESOLVE(name)                         \
+  *(void **)&d.api.name = dlsym(d.api.lib, #name); \
+  CHECK(d.api.name);
+  GPA__CUDNN_API(RESOLVE)
+#undef RESOLVE
+  d.version = d.api.cudnnGetVersion();
+  int fails = 0;
+  for (int bwd = 0; bwd < 2; bwd++)
+    for (int dt = 0; dt < 2; dt++)
+      for (int m = 0; m < 4; m++) {
+        gpa__dnn_key k;
+        memset(&k, 0, sizeof k);
+        k.bwd = bwd, k.dtype = dt ? GPA_F16 : GPA_BF16, k.causal = m >= 1, k.lens = m >= 2;
+        k.B = 2, k.S = 100, k.Sk = m == 3 ? 100 : 160, k.H = 8, k.Hkv = m == 1 ? 2 : m == 3 ? 1 : 8, k.D = 64;
+        gpa__dnn_descs g;
+        char why[256] = "";
+        cudnnBackendDescriptor_t heur = NULL;
+        cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+        cudnnStatus_t s = gpa__dnn_build_sdpa(&d, &k, &g, why, sizeof why) ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM;
+        if (!s) {
+          s = d.api.cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
+          if (!s) s = d.api.cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g.graph);
+          if (!s) s = d.api.cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+          if (!s) s = d.api.cudnnBackendFinalize(heur);
+          if (s) snprintf(why, sizeof why, "heuristics: %s", d.api.cudnnGetErrorString(s));
+          if (heur) d.api.cudnnBackendDestroyDescriptor(heur);
+          gpa__dnn_descs_free(&d.api, &g);
+        }
+        printf("%s: real cuDNN %zu, %s %s causal=%d lengths=%d Hkv=%lld: %s\n", s ? "FAIL" : "ok", d.version,
+               bwd ? "backward" : "forward", gpa_dtype_name(k.dtype), k.causal, k.lens, (long long)k.Hkv,
+               s ? why : "graph and heuristics finalized");
+        fails += s != 0;
+      }
+  dlclose(d.api.lib);
+  return fails;
+}
+
+int main(void) {
+  if (real_graphs()) return 1;
+  /* Before any actor: the environment is read at each actor's first op. */
+  const char *dev = getenv("GPA_DEVICE");
+  if (dev && !strcmp(dev, "sim")) {
+    setenv("GPA_CUDNN", "/nonexistent/libcudnn.so.9", 1);
+    unavailable("no library", "no cuDNN");
+    unsetenv("GPA_CUDNN");
+  }
+  gpa_nt t;
+  int rc = gpa_nt_open(&t);
+  if (rc) return rc;
+  const char *be = gpa_actor_backend(t.a);
+  if (!strcmp(be, "cpu")) {
+    /* the host's half: 16-bit outputs of the attention ops */
+    storage_outputs(&t, GPA_BF16);
+    storage_outputs(&t, GPA_F16);
+    return gpa_nt_close(&t);
+  }
+  on_sim = !strcmp(be, "sim");
+  register_ops(t.a);
+  /* first op: loads cuDNN (or finds it missing on a GPU machine) */
+  bufs probe = small(&t, GPA_BF16, 1, 8, 8, 2, 2, 16, GPA_BF16);
+  gpa_status st = run_fwd(&t, &probe, NULL, 0);
+  if (!on_sim && st == GPA_EUNSUPPORTED && strstr(gpa_nt_msg, "no cuDNN")) {
+    gpa_nt_close(&t);
+    fprintf(stderr, "skipped: %s\n", gpa_nt_msg);
+    return 77;
+  }
+  expect(&t, "first op", st, GPA_OK, NULL);
+  if (on_sim) sim_api();
+  storage_outputs(&t, GPA_BF16);
+  storage_outputs(&t, GPA_F16);
+
+  static const acase cases[] = {
+      {2, 19, 19, 4, 4, 32, 0, 0, 0}, /* MHA */
+      {3, 13, 29, 4, 2, 16, 1, 1, 0}, /* GQA, causal S < Sk, lengths (one 0) */
+      {1, 33, 33, 4, 1, 64, 1, 0, 0}, /* MQA, causal S = Sk */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (int dt = 0; dt < 2; dt++)
+      if (!t.quick || dt == (int)(i & 1)) parity(&t, &cases[i], dt ? GPA_F16 : GPA_BF16, 100 + i);
+  cache_and_engines(&t);
+  declines(&t);
+  if (on_sim) {
+    faults(&t);
+    simc.create(1);
+    unavailable("cudnnCreate fails", "cudnnCreate: CUDNN_STATUS_NOT_INITIALIZED");
+    simc.version(90100);
+    unavailable("too old", "older than 90600");
+    simc.version(91400);
+  }
+  rc = gpa_nt_close(&t);
+  if (on_sim) {
+    long long live = simc.live();
+    if (live) {
+      fprintf(stderr, "cuDNN descriptors alive after shutdown: %lld\n", live);
+      rc = 1;
+    }
+    dlclose(sim_lib);
+  }
+  return rc;
+}
+#endif
