@@ -8,7 +8,7 @@
 #include "backends/backend.h"
 
 #define TOMB ((char *)1)
-#define MAX_BUFFER_BYTES (1ull << 48)
+#define MAX_BUFFER_BYTES GPA_MAX_BUFFER_BYTES
 
 uint64_t gpa__size_class(uint64_t size) {
   if (size <= 256) return 256;

@@ -6,7 +6,7 @@
 #include "backends/backend.h"
 
 typedef struct buf_args {
-  char label[64];
+  char label[GPA_LABEL_MAX];
   bool has_label;
   uint64_t size;
   gpa_buffer_id id;
@@ -85,8 +85,8 @@ gpa_status gpa_buffer_acquire(gpa_actor *a, const char *label, uint64_t size, gp
   if (!gpa__size_class(size))
     return gpa__fail(GPA_EOVERFLOW, "gpa_buffer_acquire: size %llu is beyond any device (max 2^48 bytes)",
                      (unsigned long long)size);
-  if (label && (!label[0] || strlen(label) >= 64))
-    return gpa__fail(GPA_EINVAL, "gpa_buffer_acquire: label must be 1 to 63 bytes");
+  if (label && (!label[0] || strlen(label) >= GPA_LABEL_MAX))
+    return gpa__fail(GPA_EINVAL, "gpa_buffer_acquire: label must be 1 to %d bytes (GPA_LABEL_MAX)", GPA_LABEL_MAX - 1);
   if (atomic_load_explicit(&a->closing, memory_order_acquire)) return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
   gpa__msg *m;
   gpa_status st = buf_call(a, acquire_fn, &m);

@@ -162,8 +162,10 @@ const gpa__op *gpa__ctx_find_op_slow(gpa__ctx *c, const gpa_registry *reg, const
 }
 
 /* Waits for space in c's ring per the actor's full policy. Control calls
- * (sync, acquire, ...) always wait: failing them fast would only make the
- * caller spin on a round trip it cannot do without. */
+ * (sync, acquire, ...) never fail fast (GPA_FULL_FAIL is for submits):
+ * failing them at once would only make the caller spin on a round trip it
+ * cannot do without. They wait like a submit does, up to full_timeout_ns, so
+ * a stuck actor cannot hang them either (docs/api.md, "Control calls"). */
 static gpa_status wait_space(gpa_actor *a, gpa__ctx *c, uint32_t cells, bool control) {
   if (a->opts.full_policy == GPA_FULL_FAIL && !control)
     return gpa__fail(GPA_EAGAIN, "mailbox full (%u slots); message not accepted", a->opts.mailbox_size);
@@ -173,8 +175,8 @@ static gpa_status wait_space(gpa_actor *a, gpa__ctx *c, uint32_t cells, bool con
     if (atomic_load_explicit(&a->closing, memory_order_acquire))
       return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
     if (limit > 0 && gpa__now_ns() - start > limit)
-      return gpa__fail(GPA_ETIMEDOUT, "mailbox full for %lld ms; message not accepted",
-                       (long long)(limit / 1000000));
+      return gpa__fail(GPA_ETIMEDOUT, "mailbox full for %.3f ms (full_timeout_ns); message not accepted",
+                       (double)limit / 1e6);
     if (spin < 64) {
       gpa__cpu_relax();
       continue;

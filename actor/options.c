@@ -250,14 +250,15 @@ gpa_status gpa__options_resolve(const gpa_actor_options *user, gpa__opts *o) {
 
   /* Defaults for what is still zero. */
   if (!o->mailbox_size) o->mailbox_size = 1024;
-  if (!pow2(o->mailbox_size) || o->mailbox_size < 4 || o->mailbox_size > (1u << 24))
+  if (!pow2(o->mailbox_size) || o->mailbox_size < GPA_MAILBOX_MIN || o->mailbox_size > GPA_MAILBOX_MAX)
     return gpa__fail(GPA_EINVAL, "mailbox_size %u: expected a power of two in [4, 2^24]", o->mailbox_size);
   if (!o->full_timeout_ns) o->full_timeout_ns = 10ll * 1000000000;
   if (!o->threads) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = n > 0 ? (uint32_t)n : 1;
   }
-  if (o->threads > 256) return gpa__fail(GPA_EINVAL, "threads %u: at most 256", o->threads);
+  if (o->threads > GPA_MAX_THREADS)
+    return gpa__fail(GPA_EINVAL, "threads %u: at most %d (GPA_MAX_THREADS)", o->threads, GPA_MAX_THREADS);
   if (!o->max_pending) o->max_pending = 65536;
   if (!o->log_level) o->log_level = GPA_LOG_WARN;
   return GPA_OK;

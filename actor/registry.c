@@ -69,8 +69,12 @@ gpa_registry *gpa_actor_registry(gpa_actor *a) { return a ? &a->registry : NULL;
 
 static gpa_status check_desc(const gpa_op_desc *d) {
   if (!d->name || !d->name[0]) return gpa__fail(GPA_EINVAL, "gpa_op_register: name is empty");
-  if (strlen(d->name) >= sizeof(((gpa__op *)0)->name_buf))
-    return gpa__fail(GPA_EINVAL, "gpa_op_register: name '%s' is longer than 63 bytes", d->name);
+  if (strlen(d->name) >= GPA_OP_NAME_MAX)
+    return gpa__fail(GPA_EINVAL, "gpa_op_register: name '%.64s...' is longer than %d bytes (GPA_OP_NAME_MAX)", d->name,
+                     GPA_OP_NAME_MAX - 1);
+  if (d->cuda_kernel && strlen(d->cuda_kernel) >= GPA_OP_KERNEL_NAME_MAX)
+    return gpa__fail(GPA_EINVAL, "gpa_op_register('%s'): cuda_kernel is longer than %d bytes (GPA_OP_KERNEL_NAME_MAX)",
+                     d->name, GPA_OP_KERNEL_NAME_MAX - 1);
   if (d->size && d->size < offsetof(gpa_op_desc, cuda_launch_shape) + sizeof(void *))
     return gpa__fail(GPA_EINVAL, "gpa_op_register('%s'): desc.size %u is too small", d->name, d->size);
   if (d->min_inputs > d->max_inputs || d->max_inputs > GPA__MAX_IN || d->n_outputs > GPA__MAX_OUT)
@@ -141,12 +145,12 @@ gpa_status gpa_op_register(gpa_registry *reg, const gpa_op_desc *desc) {
   pthread_mutex_lock(&reg->lock);
   bool found;
   uint32_t i = find_slot(reg, desc->name, &found);
-  if (i == UINT32_MAX || (!found && reg->count + 1 >= GPA__REG_NAMES)) {
+  if (i == UINT32_MAX || (!found && reg->count >= GPA__REG_NAMES)) {
     pthread_mutex_unlock(&reg->lock);
     free(op->attrs);
     free(op->attr_names);
     free(op);
-    return gpa__fail(GPA_ENOMEM, "gpa_op_register: registry full (%d names)", GPA__REG_NAMES);
+    return gpa__fail(GPA_ENOMEM, "gpa_op_register: registry full (%d names, GPA_MAX_OP_NAMES)", GPA__REG_NAMES);
   }
   op->next = atomic_load_explicit(&reg->slot[i], memory_order_relaxed);
   if (!found) reg->count++;

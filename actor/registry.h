@@ -15,10 +15,10 @@
 typedef struct gpa__op {
   gpa_op_desc d;        /* name points at name_buf */
   struct gpa__op *next; /* the registration this one overrides */
-  char name_buf[64];
+  char name_buf[GPA_OP_NAME_MAX];
   gpa_attr_spec *attrs; /* owned copy; names point into attr_names */
   char *attr_names;
-  char kernel_buf[128];
+  char kernel_buf[GPA_OP_KERNEL_NAME_MAX];
 } gpa__op;
 
 

@@ -24,7 +24,7 @@ typedef struct gpa__feed_item {
 struct gpa_feed {
   gpa_actor *a;
   uint64_t id;
-  unsigned char tag[64];
+  unsigned char tag[GPA_FEED_TAG_MAX];
   uint32_t tag_len;
   gpa_outfeed_fn sink;
   void *user_data;

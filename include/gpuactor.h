@@ -2,6 +2,7 @@
 #ifndef GPUACTOR_H
 #define GPUACTOR_H
 #include "gpuactor/version.h"
+#include "gpuactor/limits.h"
 #include "gpuactor/status.h"
 #include "gpuactor/tensor.h"
 #include "gpuactor/actor.h"

@@ -98,7 +98,7 @@ typedef struct gpa_op_desc {
   uint32_t n_outputs;
   const gpa_attr_spec *attrs;
   uint32_t n_attrs;
-  uint32_t params_size;        /* <= GPA_OP_PARAMS_MAX */
+  uint32_t params_size;        /* <= GPA_OP_PARAMS_MAX (limits.h) */
   /* Checks inputs and params; writes the expected dtype/rank/shape of each
    * output into expected_outputs[0..n_outputs) (the caller's outputs are then
    * compared with them). NULL: no check beyond arity. Called on the submitting
@@ -119,8 +119,6 @@ typedef struct gpa_op_desc {
   gpa_status (*cuda_launch_shape)(const gpa_op_sig *sig, uint32_t grid[3], uint32_t block[3],
                                   uint32_t *shared_bytes);
 } gpa_op_desc;
-
-#define GPA_OP_PARAMS_MAX 256
 
 /* Registers desc (copied, name included). Any thread; takes effect for
  * submits that start after it returns. Errors: EINVAL (message says why). */

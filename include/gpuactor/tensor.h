@@ -2,6 +2,8 @@
 #define GPUACTOR_TENSOR_H
 #include <stdint.h>
 
+#include "limits.h" /* GPA_MAX_RANK */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -28,7 +30,6 @@ const char *gpa_dtype_name(int dtype);
 /* A buffer id: slot index and generation. 0 is never a valid id. */
 typedef uint64_t gpa_buffer_id;
 
-#define GPA_MAX_RANK 8
 
 /* A view of a buffer: row-major contiguous, starting `offset` bytes in. */
 typedef struct gpa_tensor {
