@@ -178,7 +178,8 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
   }
 }
 
-/* dQ of query tile blockIdx.x of (head blockIdx.y, batch blockIdx.z). */
+/* dQ of query tile blockIdx.x (causal: counted from the last) of (head
+ * blockIdx.y, batch blockIdx.z). */
 template <class T, int DM>
 static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
   typedef fa2_bwd_cfg<DM> C;
@@ -188,7 +189,10 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
   (void)dk;
   (void)dv;
   const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane, g = lane >> 2, t = lane & 3;
-  const int row0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
+  /* causal: the last query tiles see the most keys; they start first (the
+   * grid's x varies fastest), so the short ones fill in at the end */
+  const int qtile = causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+  const int row0 = qtile * BR, h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
   const int kvlen = attn_kvlen(lens, b, Sk), nrows = S - row0 < BR ? S - row0 : BR;
   const int jmax = attn_limit(kvlen, row0 + nrows - 1, S, Sk, causal), ntiles = (jmax + KT - 1) / KT;
   const int r0 = row0 + w * 16 + g, r1 = r0 + 8;
