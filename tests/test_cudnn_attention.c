@@ -479,6 +479,14 @@ static void storage_outputs(gpa_nt *t, int dt) {
     if (on_sim) simc.counts(NULL, NULL, &e2, NULL);
     /* f32 o: our kernels; 16-bit: cuDNN, forward once, backward twice */
     if (on_sim && (e1 != e0 || e2 != e1 + 3)) gpa_nt_fail(t, "attention ops: cuDNN ran for f32 o, or not for 16 bits");
+    /* deterministic = 0 lets the backward take the non-deterministic engine */
+    gpa_tensor bin[7] = {dout, q, k, v, o16, lse2, l};
+    gpa_attr nd[2] = {at, attr_i("deterministic", 0)};
+    expect(t, "attention_fwd, 16-bit o", gpa_nt_run(t, "attention_fwd", in, 4, out16, 2, &at, 1), GPA_OK, NULL);
+    expect(t, "attention_bwd, deterministic = 0", gpa_nt_run(t, "attention_bwd", bin, 7, g16, 3, nd, 2), GPA_OK, NULL);
+    if (on_sim && sim_engine() != 0) gpa_nt_fail(t, "attention_bwd, deterministic = 0: not the fast engine");
+    expect(t, "attention_bwd, default", gpa_nt_run(t, "attention_bwd", bin, 7, g16, 3, &at, 1), GPA_OK, NULL);
+    if (on_sim && sim_engine() != 1) gpa_nt_fail(t, "attention_bwd by default: not the deterministic engine");
   } else {
     /* the host rounds its f32 results once: bit for bit */
     expect(t, "attention_fwd, f32 o", gpa_nt_run(t, "attention_fwd", in, 4, out32, 2, &at, 1), GPA_OK, NULL);

@@ -9,7 +9,9 @@
  * backward's o input likewise). The host widens bf16/f16 inputs to f32
  * (exact), runs the f32 kernels and rounds 16-bit outputs once (to nearest
  * even): the reference of the CUDA tensor-core kernels.
- * attrs: scale (float; <= 0 or absent: 1/sqrt(D)), causal (int 0/1).
+ * attrs: scale (float; <= 0 or absent: 1/sqrt(D)), causal (int 0/1),
+ * deterministic (int 0/1, default 1: the backward gives the same bits every
+ * run; 0 allows cuDNN's faster non-deterministic backward engine).
  * H must be a multiple of Hkv (MHA: Hkv = H, GQA, MQA: Hkv = 1); query head
  * h uses kv head h / (H/Hkv). 1 <= D <= 256.
  * Masking: key j is visible to query i of batch b iff j < lengths[b] (when
@@ -37,6 +39,7 @@ typedef gpa__attn_params attn_params;
 static const gpa_attr_spec attn_attrs[] = {
     {"scale", GPA_ATTR_FLOAT, 0, offsetof(attn_params, scale), 0, 0.0, 1, 0},
     {"causal", GPA_ATTR_INT, 0, offsetof(attn_params, causal), 0, 0.0, 0, 1},
+    {"deterministic", GPA_ATTR_INT, 0, offsetof(attn_params, deterministic), 1, 0.0, 0, 1},
 };
 
 /* q: f32, bf16 or f16; k and v alike. */
@@ -260,9 +263,9 @@ static gpa_status bwd_host(const gpa_op_exec *x) {
 }
 
 static const gpa_op_desc attention_ops[] = {
-    {sizeof(gpa_op_desc), "attention_fwd", 3, 4, 2, attn_attrs, 2, sizeof(attn_params), fwd_shape, fwd_host,
+    {sizeof(gpa_op_desc), "attention_fwd", 3, 4, 2, attn_attrs, 3, sizeof(attn_params), fwd_shape, fwd_host,
      GPA__CUDA(gpa__attn_fwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
-    {sizeof(gpa_op_desc), "attention_bwd", 6, 7, 3, attn_attrs, 2, sizeof(attn_params), bwd_shape, bwd_host,
+    {sizeof(gpa_op_desc), "attention_bwd", 6, 7, 3, attn_attrs, 3, sizeof(attn_params), bwd_shape, bwd_host,
      GPA__CUDA(gpa__attn_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
 };
 GPA__FAMILY(attention, attention_ops);

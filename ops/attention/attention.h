@@ -8,6 +8,9 @@
 typedef struct gpa__attn_params {
   double scale;   /* 0: 1/sqrt(D) */
   int64_t causal; /* bottom-right aligned when S != Sk */
+  /* backward, default 1; 0 lets cuDNN pick a faster non-deterministic
+   * engine (our own kernels are deterministic either way) */
+  int64_t deterministic;
 } gpa__attn_params;
 
 gpa_status gpa__attn_fwd_cu(const gpa_op_exec *x);

@@ -29,7 +29,8 @@ gpa_status gpa__attn_cudnn_cu(const gpa_op_exec *x, int bwd) {
   const gpa__attn_params *p = x->params;
   const gpa_tensor *q = &x->inputs[bwd ? 1 : 0], *k = &x->inputs[bwd ? 2 : 1];
   gpa__sdpa_args a = {.B = q->shape[0], .S = q->shape[1], .H = q->shape[2], .D = q->shape[3], .Sk = k->shape[1],
-                      .Hkv = k->shape[2], .dtype = q->dtype, .causal = (int)p->causal};
+                      .Hkv = k->shape[2], .dtype = q->dtype, .causal = (int)p->causal,
+                      .nondeterministic = bwd && !p->deterministic};
   a.scale = p->scale > 0 ? (float)p->scale : (float)(1.0 / sqrt((double)a.D));
   if (bwd) {
     a.dout = x->in[0], a.q = x->in[1], a.k = x->in[2], a.v = x->in[3], a.o = x->in[4], a.lse = x->in[5];
