@@ -420,12 +420,19 @@ static void declines(gpa_nt *t) {
 }
 
 static void faults(gpa_nt *t) {
-  bufs a = small(t, GPA_BF16, 1, 24, 24, 2, 2, 16, GPA_BF16), b = small(t, GPA_F16, 1, 24, 24, 2, 2, 16, GPA_F16);
+  bufs a = small(t, GPA_BF16, 1, 24, 24, 2, 2, 32, GPA_BF16), b = small(t, GPA_F16, 1, 24, 24, 2, 2, 16, GPA_F16);
+  bufs a1 = small(t, GPA_BF16, 1, 24, 24, 2, 2, 16, GPA_BF16), a2 = small(t, GPA_BF16, 1, 24, 24, 2, 2, 24, GPA_BF16);
+  long long graphs = 0, graphs2 = 0;
   simc.graph(1);
-  expect(t, "fault: graph refused", run_fwd(t, &a, NULL, 0), GPA_EUNSUPPORTED, "GRAPH_PATTERN");
+  expect(t, "fault: graph refused", run_fwd(t, &a1, NULL, 0), GPA_EUNSUPPORTED, "GRAPH_PATTERN");
+  /* a refusal is remembered: the next call declines without a new graph */
+  simc.counts(&graphs, NULL, NULL, NULL);
+  expect(t, "the refused key again", run_fwd(t, &a1, NULL, 0), GPA_EUNSUPPORTED, "GRAPH_PATTERN (cached)");
+  simc.counts(&graphs2, NULL, NULL, NULL);
+  CHECK(graphs2 == graphs);
   simc.plan(1);
-  expect(t, "fault: plan refused", run_fwd(t, &a, NULL, 0), GPA_EUNSUPPORTED, "execution plan: CUDNN_STATUS_NOT_SUPPORTED");
-  expect(t, "after the plan fault", run_fwd(t, &a, NULL, 0), GPA_OK, NULL);
+  expect(t, "fault: plan refused", run_fwd(t, &a2, NULL, 0), GPA_EUNSUPPORTED, "execution plan: CUDNN_STATUS_NOT_SUPPORTED");
+  expect(t, "another key after the plan fault", run_fwd(t, &a, NULL, 0), GPA_OK, NULL);
   simc.exec(1);
   expect(t, "fault: execute fails", run_fwd(t, &a, NULL, 0), GPA_EDEVICE, "CUDNN_STATUS_EXECUTION_FAILED");
   expect(t, "after the execute fault", run_fwd(t, &a, NULL, 0), GPA_OK, NULL);

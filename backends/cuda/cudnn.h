@@ -60,7 +60,7 @@ typedef struct gpa__sdpa_args {
 /* What the plan cache did, for tests and the docs' measurements. */
 typedef struct gpa__cudnn_stats {
   uint64_t hits, misses, evictions, builds_failed, declines;
-  uint32_t plans; /* held now */
+  uint32_t plans; /* held now (refused keys included) */
 } gpa__cudnn_stats;
 
 gpa_status gpa__cudnn_sdpa_fwd(const gpa_op_exec *x, const gpa__sdpa_args *a);

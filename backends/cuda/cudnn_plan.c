@@ -10,7 +10,11 @@
  * Engine choice: the heuristics' candidates in their order; unless the key
  * allows it, an engine whose numerical notes include NONDETERMINISTIC is
  * skipped (the deterministic backward is the default). The first candidate
- * whose plan finalizes wins; none is a decline, never an error. */
+ * whose plan finalizes wins; none is a decline, never an error.
+ *
+ * A key cuDNN refused (graph, heuristics or plan) is cached too, with the
+ * reason, so that a shape it never takes costs a lookup per call, not a
+ * graph build (milliseconds) per call. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +25,10 @@
 
 struct gpa__dnn_plan {
   gpa__dnn_key key;
-  cudnnBackendDescriptor_t plan, cfg;
+  cudnnBackendDescriptor_t plan, cfg; /* plan NULL: cuDNN refused this key (why) */
   gpa__dnn_descs g;
   int64_t workspace;
+  char *why;
   struct gpa__dnn_plan *next;
 };
 
@@ -40,6 +45,7 @@ static void plan_free(gpa__dnn *d, gpa__dnn_plan *p) {
   if (p->plan) d->api.cudnnBackendDestroyDescriptor(p->plan);
   if (p->cfg) d->api.cudnnBackendDestroyDescriptor(p->cfg);
   gpa__dnn_descs_free(&d->api, &p->g);
+  free(p->why);
   free(p);
 }
 
@@ -161,6 +167,10 @@ gpa__dnn_plan *gpa__dnn_plan_get(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_bu
     p->next = d->plans;
     d->plans = p;
     d->st.hits++;
+    if (!p->plan) {
+      snprintf(why, n, "%s (cached)", p->why);
+      return NULL;
+    }
     return p;
   }
   d->st.misses++;
@@ -172,14 +182,18 @@ gpa__dnn_plan *gpa__dnn_plan_get(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_bu
   }
   if (build(d, k, &p->g, why, n)) p->plan = make_plan(d, p->g.graph, k->nondet, &p->workspace, &p->cfg, why, n);
   if (!p->plan) {
-    plan_free(d, p);
     d->st.builds_failed++;
-    return NULL;
+    gpa__dnn_descs_free(&d->api, &p->g);
+    p->why = strdup(why);
+    if (!p->why) {
+      plan_free(d, p);
+      return NULL;
+    }
   }
   p->key = *k;
   trim(d, d->bound - 1);
   p->next = d->plans;
   d->plans = p;
   d->n_plans++;
-  return p;
+  return p->plan ? p : NULL;
 }
