@@ -195,3 +195,16 @@ def test_export_lends_the_buffer(actor):
         while actor._exports and time.monotonic() < deadline:
             time.sleep(0.01)
         assert actor._exports == 0
+
+
+def test_cuda_host_capsule_is_host_memory_on_cpu(actor):
+    on_cpu(actor)
+    # kDLCUDAHost (page-locked host memory) is host memory to the cpu backend
+    src = np.zeros(32, np.float32)
+    cap = src.__dlpack__()
+    mt = ctypes.cast(dlpack._api.PyCapsule_GetPointer(cap, b"dltensor"), ctypes.POINTER(dlpack.DLManagedTensor))
+    mt.contents.dl_tensor.device.device_type = 3
+    x = actor.from_dlpack(cap)
+    actor.queue.submit("fill", [], [x], {"value": 6.0}).result()
+    assert np.all(src == 6)
+    x.buffer.release()
