@@ -9,8 +9,8 @@
  * operands not 16-byte aligned; a graph or plan cuDNN refuses; no device
  * memory for the workspace. All of these are decided before anything is
  * enqueued. After that, a failing cudnnBackendExecute is an error of the op
- * (GPA_EDEVICE with cuDNN's text), except NOT_SUPPORTED, which enqueued
- * nothing and declines.
+ * (GPA_EDEVICE with cuDNN's text), except NOT_SUPPORTED when nothing was
+ * enqueued for the call (no lengths): that declines.
  *
  * Workspace: the stream's scratch (ops of a stream never overlap), laid out
  * as [reserved by the caller][seq_len_q: B int32][delta: B H S fp32,
@@ -139,7 +139,9 @@ static gpa_status run(const gpa_op_exec *x, const gpa__sdpa_args *a, int bwd) {
   }
   if (vp) A->cudnnBackendDestroyDescriptor(vp);
   if (!s) return GPA_OK;
-  if (s >= CUDNN_STATUS_NOT_SUPPORTED && s < CUDNN_STATUS_INTERNAL_ERROR)
+  /* NOT_SUPPORTED enqueued nothing of cuDNN's; a decline is still only
+   * clean if we enqueued nothing either (the caller's check, the memset) */
+  if (s >= CUDNN_STATUS_NOT_SUPPORTED && s < CUDNN_STATUS_INTERNAL_ERROR && !a->before && !a->lens)
     return gpa__dnn_decline(x, "%s: %s", what, A->cudnnGetErrorString(s));
   snprintf(x->msg, x->msg_size, "attention_%s: cuDNN %s failed: %s", bwd ? "bwd" : "fwd", what,
            A->cudnnGetErrorString(s));
