@@ -277,7 +277,9 @@ static void grad_kv(gb *b, const sdpa_t *t, cudnnBackendDescriptor_t xt, cudnnBa
     mm(b, xt, y, out);
     return;
   }
-  cudnnBackendDescriptor_t full = vt(b, CUDNN_DATA_FLOAT, t->B, t->H, t->Sk, t->D);
+  /* in the storage type, as cudnn-frontend types it (the engines fuse the
+   * group's sum; the pattern is what they match) */
+  cudnnBackendDescriptor_t full = vt(b, t->io, t->B, t->H, t->Sk, t->D);
   mm(b, xt, y, full);
   red(b, CUDNN_REDUCE_TENSOR_ADD, full, out);
 }
