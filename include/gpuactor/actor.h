@@ -43,30 +43,47 @@ typedef struct gpa_actor_options {
 } gpa_actor_options;
 
 /* Creates an actor and its thread. opts may be NULL. Any thread.
- * Errors: EINVAL (bad option, message names it), EUNSUPPORTED (a device kind
- * not built in), ENODEVICE, ENOMEM. */
+ * Errors: EINVAL (bad option, message names it; limits.h bounds mailbox_size
+ * and threads), EUNSUPPORTED (a device kind not built in), ENODEVICE,
+ * ENOMEM. */
 gpa_status gpa_actor_create(const gpa_actor_options *opts, gpa_actor **out);
 /* Stops intake (calls that have not enqueued yet answer ESHUTDOWN), drains or
- * cancels queued work per shutdown_policy (every handle completes), joins the
- * actor thread and frees every device resource. The actor and its queues stay
- * valid objects that answer ESHUTDOWN, so other threads may still be calling
- * into it while and after this runs; free it with gpa_actor_destroy once they
- * are done. Idempotent. Any thread but the actor's own. */
+ * cancels queued work per shutdown_policy (every handle completes; control
+ * calls already accepted answer ECANCELED under GPA_SHUTDOWN_CANCEL, having
+ * done nothing), joins the actor thread and frees every device resource. The
+ * actor and its queues stay valid objects that answer ESHUTDOWN, so other
+ * threads may still be calling into it while and after this runs; free it
+ * with gpa_actor_destroy once they are done. Idempotent. Any thread but the
+ * actor's own. Errors: EINVAL (NULL, or the actor's own thread), ESHUTDOWN
+ * (another thread's shutdown is still running). */
 gpa_status gpa_actor_shutdown(gpa_actor *actor);
 /* gpa_actor_shutdown if not done yet, then frees the actor and its queues: no
  * other thread may use them any more. Handles still held stay valid until
- * released. Any thread but the actor's own; once. */
+ * released. Any thread but the actor's own; once. Errors: EINVAL, ESHUTDOWN
+ * (as gpa_actor_shutdown; the actor is then not freed). */
 gpa_status gpa_actor_destroy(gpa_actor *actor);
 /* The backend in use: "cpu", "cuda", "sim". Any thread. */
 const char *gpa_actor_backend(const gpa_actor *actor);
 
 /* Queues: ordered lanes of work. Ops of one queue run in submission order. */
 gpa_queue *gpa_actor_default_queue(gpa_actor *actor);
-/* Any thread; round trip to the actor. name may be NULL. */
+
+/* Control calls (queue create/destroy, buffer acquire/release/query, stats,
+ * batch begin/sync, profilers) are round trips to the actor. They never
+ * answer EAGAIN: on a full mailbox they wait like a submit, up to
+ * full_timeout_ns, then fail with ETIMEDOUT having done nothing. A call the
+ * actor accepted and a GPA_SHUTDOWN_CANCEL shutdown then cancelled answers
+ * ECANCELED and did nothing either (docs/api.md, "Control calls"). */
+
+/* Any thread; round trip to the actor. name may be NULL. A stream per queue
+ * on a device, given back when the queue is destroyed. Errors: EINVAL,
+ * ENOMEM, EDEVICE (no stream), ESHUTDOWN, ETIMEDOUT, ECANCELED. */
 gpa_status gpa_queue_create(gpa_actor *actor, const char *name, gpa_queue **out);
 /* Work already submitted to q still runs; later submits answer ECLOSED. The
- * queue object stays valid (answering ECLOSED) until the actor is destroyed.
- * The default queue cannot be destroyed (EINVAL). Any thread. */
+ * queue object stays valid (answering ECLOSED) until the actor is destroyed;
+ * its stream goes back to the backend once its work has completed. Any
+ * thread; round trip. Errors: EINVAL (NULL, the default queue), ECLOSED
+ * (destroyed already), ENOMEM, ESHUTDOWN, ETIMEDOUT, ECANCELED. */
 gpa_status gpa_queue_destroy(gpa_queue *q);
 gpa_actor *gpa_queue_actor(gpa_queue *q);
 
@@ -76,11 +93,16 @@ gpa_actor *gpa_queue_actor(gpa_queue *q);
  * label if there is one (its size must match: EMISMATCH otherwise), else the
  * cached one (contents and version kept) if not evicted, else a new one.
  * Without a label (NULL): a new or reused anonymous buffer. Any thread; a
- * round trip to the actor. Errors: EINVAL, EOVERFLOW, ENOMEM, ESHUTDOWN. */
+ * round trip to the actor. Errors: EINVAL (size 0, label empty or not shorter
+ * than GPA_LABEL_MAX), EOVERFLOW (past GPA_MAX_BUFFER_BYTES), EMISMATCH,
+ * EBUSY (label released but still in use by queued work), ENOMEM (device or
+ * budget), ESHUTDOWN, ETIMEDOUT, ECANCELED (*out is 0 on every error). */
 gpa_status gpa_buffer_acquire(gpa_actor *actor, const char *label, uint64_t size, gpa_buffer_id *out);
 /* Releases one acquisition. At the last one the id turns stale (ESTALE on
  * use) and the memory goes back to the cache once the work already submitted
- * by this thread on it has run. Any thread. Errors: ESTALE, EINVAL. */
+ * by this thread on it has run. Any thread; round trip. Errors: EINVAL,
+ * ESTALE (released already, or never acquired), ENOMEM, ESHUTDOWN, ETIMEDOUT,
+ * ECANCELED (released nothing: the shutdown frees the buffer). */
 gpa_status gpa_buffer_release(gpa_actor *actor, gpa_buffer_id id);
 
 typedef struct gpa_buffer_info {
@@ -91,7 +113,8 @@ typedef struct gpa_buffer_info {
   uint32_t refs;     /* acquisitions */
   char label[64];
 } gpa_buffer_info;
-/* Snapshot of a buffer's state. Any thread; round trip. */
+/* Snapshot of a buffer's state. Any thread; round trip. Errors: EINVAL,
+ * ESTALE, ENOMEM, ESHUTDOWN, ETIMEDOUT, ECANCELED. */
 gpa_status gpa_buffer_query(gpa_actor *actor, gpa_buffer_id id, gpa_buffer_info *out);
 
 typedef struct gpa_actor_stats {
@@ -108,7 +131,8 @@ typedef struct gpa_actor_stats {
   uint64_t bytes_read_back;
   uint64_t producers;       /* producer threads registered */
 } gpa_actor_stats;
-/* Any thread; round trip. */
+/* Any thread; round trip. Errors: EINVAL, ENOMEM, ESHUTDOWN, ETIMEDOUT,
+ * ECANCELED. */
 gpa_status gpa_actor_stats_get(gpa_actor *actor, gpa_actor_stats *out);
 
 #pragma GCC visibility pop

@@ -68,20 +68,25 @@ typedef struct gpa_external_desc {
 
 /* Wraps the caller's memory as a buffer of the actor; *out gets its id (one
  * reference, released with gpa_buffer_release). On failure nothing was
- * taken: release is not called and the memory stays the caller's.
- * GPA_EINVAL (NULL, zero size, misaligned, size_of), GPA_EOVERFLOW (size),
- * GPA_EUNSUPPORTED (a kind this backend cannot use, or a pointer that is not
- * of that kind), GPA_EDEVICE (the ready event could not be waited on),
- * GPA_ESHUTDOWN. Any thread; waits for the actor. */
+ * taken: release is not called and the memory stays the caller's. Any
+ * thread; a round trip (a control call). Errors: EINVAL (NULL, zero size,
+ * misaligned, size_of), EOVERFLOW (past GPA_MAX_BUFFER_BYTES), EUNSUPPORTED
+ * (a kind this backend cannot use, or a pointer that is not of that kind),
+ * EDEVICE (the ready event could not be waited on), ENOMEM, ESHUTDOWN,
+ * ETIMEDOUT, ECANCELED. */
 gpa_status gpa_buffer_wrap(gpa_actor *actor, const gpa_external_desc *desc, gpa_buffer_id *out);
 
 /* Queue-ordered (after the queue's earlier messages are on its stream):
  * q's later work waits for `event` (a CUevent). Any thread; waits until the
- * wait is enqueued. GPA_EUNSUPPORTED on a backend without streams. */
+ * wait is enqueued (a control call). Errors: EINVAL, ECLOSED, EUNSUPPORTED
+ * (a backend without streams), EDEVICE, ENOMEM, ESHUTDOWN, ETIMEDOUT,
+ * ECANCELED. */
 gpa_status gpa_queue_wait_event(gpa_queue *q, void *event);
 /* Queue-ordered: records `event` (a CUevent of the actor's context) on q's
  * stream after the queue's earlier work. Any thread; returns once it is
- * recorded. GPA_EUNSUPPORTED on a backend without streams. */
+ * recorded (a control call). Errors: EINVAL, ECLOSED, EUNSUPPORTED (a
+ * backend without streams), EDEVICE, ENOMEM, ESHUTDOWN, ETIMEDOUT,
+ * ECANCELED. */
 gpa_status gpa_queue_record_event(gpa_queue *q, void *event);
 
 /* Lending a buffer out (DLPack export): where its memory is, and one more
@@ -97,7 +102,8 @@ typedef struct gpa_buffer_loan {
   void *ptr;
   uint64_t bytes; /* the buffer's requested size */
 } gpa_buffer_loan;
-/* GPA_ESTALE for a released id. Any thread; waits for the actor. */
+/* Any thread; a round trip (a control call). Errors: EINVAL, ESTALE (a
+ * released id), ENOMEM, ESHUTDOWN, ETIMEDOUT, ECANCELED. */
 gpa_status gpa_buffer_lend(gpa_actor *actor, gpa_buffer_id id, gpa_buffer_loan *out);
 
 #pragma GCC visibility pop

@@ -50,8 +50,8 @@ typedef struct gpa_feed_options {
   uint32_t infeed_capacity;   /* pushed items not yet taken; 0 = 1024; more: EAGAIN */
 } gpa_feed_options;
 
-/* Opens a session. Any thread. Errors: EINVAL (tag too long, bad policy),
- * ENOMEM, ESHUTDOWN. */
+/* Opens a session. Any thread; does not wait for the actor. Errors: EINVAL
+ * (tag past GPA_FEED_TAG_MAX, bad policy), ENOMEM, ESHUTDOWN. */
 gpa_status gpa_feed_open(gpa_actor *actor, const gpa_feed_options *opts, gpa_feed **out);
 /* Closes the session: infeed ops parked on it and outfeed items not yet
  * delivered complete with GPA_ECANCELED, pushed items not taken are freed,
@@ -59,14 +59,16 @@ gpa_status gpa_feed_open(gpa_actor *actor, const gpa_feed_options *opts, gpa_fee
  * complete with ECANCELED when their turn comes). Waits for the delivery
  * thread to finish its current callback. The session is freed once nothing
  * refers to it; the caller must not use it after this returns. Any thread
- * but the sink's own. */
+ * but the sink's own. Errors: EINVAL (NULL, the sink's own thread), ECLOSED
+ * (closed already). */
 gpa_status gpa_feed_close(gpa_feed *session);
 /* A number unique within the actor. */
 uint64_t gpa_feed_id(const gpa_feed *session);
 
 /* Pushes one item of n tensors (copied before the call returns). Any thread.
- * Errors: EINVAL, EDTYPE, ESHAPE (bytes do not match the shape), ECLOSED,
- * EAGAIN (infeed_capacity items are waiting), ESHUTDOWN, ENOMEM. */
+ * Errors: EINVAL (also past GPA_FEED_MAX_TENSORS), EDTYPE, ESHAPE (bytes do
+ * not match the shape), ECLOSED, EAGAIN (infeed_capacity items are waiting),
+ * ESHUTDOWN, ENOMEM. */
 gpa_status gpa_infeed_push(gpa_feed *session, const gpa_host_tensor *tensors, uint32_t n);
 
 /* Queues an infeed op: when its turn comes it takes the session's next item
@@ -76,7 +78,10 @@ gpa_status gpa_infeed_push(gpa_feed *session, const gpa_host_tensor *tensors, ui
  * timeout_ns passes (< 0: no limit). On a timeout the op fails with
  * GPA_ETIMEDOUT and so does every later message of the queue up to the end
  * of its batch (they depend on the missing data): they complete without
- * running. The next gpa_batch_begin or gpa_sync_batch ends that. Any thread. */
+ * running. The next gpa_batch_begin or gpa_sync_batch ends that. Any thread.
+ * Errors at the call: EINVAL (also past GPA_FEED_MAX_TENSORS), EDTYPE,
+ * ERANGE, EOVERFLOW, ESTALE, ECLOSED (queue or session), ESHUTDOWN, EAGAIN,
+ * ETIMEDOUT (mailbox full past full_timeout_ns), ENOMEM. */
 gpa_status gpa_infeed(gpa_queue *q, gpa_feed *session, const gpa_tensor *outputs, uint32_t n, int64_t timeout_ns,
                       gpa_handle **out);
 
@@ -85,15 +90,20 @@ gpa_status gpa_infeed(gpa_queue *q, gpa_feed *session, const gpa_tensor *outputs
  * completes when the item is delivered (the sink returned, or
  * gpa_outfeed_pop took it) or with ECANCELED if the session closes first; a
  * batch sync does not wait for delivery. A full outfeed parks the queue or
- * fails the op per outfeed_policy. Any thread. */
+ * fails the op per outfeed_policy. Any thread. Errors at the call: EINVAL
+ * (also past GPA_FEED_MAX_TENSORS), EDTYPE, ERANGE, EOVERFLOW, ESTALE,
+ * ECLOSED (queue or session), ESHUTDOWN, EAGAIN, ETIMEDOUT, ENOMEM. */
 gpa_status gpa_outfeed(gpa_queue *q, gpa_feed *session, const gpa_tensor *inputs, uint32_t n, gpa_handle **out);
 
 /* Sessions without a sink: takes the next delivered item (waits up to
- * timeout_ns; < 0: no limit). ETIMEDOUT when none came, ECLOSED after close
- * (sessions with a sink: EINVAL). The item is a handle: read it with
- * gpa_outfeed_item_tensor, release it with gpa_handle_release. Any thread. */
+ * timeout_ns; < 0: no limit). The item is a handle: read it with
+ * gpa_outfeed_item_tensor, release it with gpa_handle_release. Any thread.
+ * Errors: EINVAL (NULL, or a session with a sink), ETIMEDOUT (none came),
+ * ECLOSED (after close). */
 gpa_status gpa_outfeed_pop(gpa_feed *session, int64_t timeout_ns, gpa_handle **item);
-/* Tensors of a popped outfeed item. Valid while the handle is held. */
+/* Tensors of a popped outfeed item. Valid while the handle is held.
+ * gpa_outfeed_item_tensor errors: EINVAL (not an outfeed item), EPENDING
+ * (not delivered yet), ERANGE (i past the count). */
 uint32_t gpa_outfeed_item_count(const gpa_handle *item);
 gpa_status gpa_outfeed_item_tensor(const gpa_handle *item, uint32_t i, gpa_host_tensor *out);
 

@@ -16,9 +16,11 @@ extern "C" {
 
 /* Waits until h completes or timeout_ns passes (< 0: no limit; 0: poll).
  * Returns the handle's status, or ETIMEDOUT if it is still pending. Spins
- * briefly, then sleeps. A successful await makes a readback's data readable. */
+ * briefly, then sleeps. A successful await makes a readback's data readable.
+ * Errors: EINVAL (NULL), ETIMEDOUT; otherwise the handle's own status. */
 gpa_status gpa_await(gpa_handle *h, int64_t timeout_ns);
-/* The status, or EPENDING while not complete. Does not mark a readback synced. */
+/* The status, or EPENDING while not complete. Does not mark a readback
+ * synced. Errors: EINVAL (NULL), EPENDING; otherwise the handle's status. */
 gpa_status gpa_handle_status(const gpa_handle *h);
 /* The error detail ("" when ok or pending). Valid while the reference is held. */
 const char *gpa_handle_error_message(const gpa_handle *h);
@@ -28,13 +30,16 @@ void gpa_handle_release(gpa_handle *h);
 
 /* Readbacks --------------------------------------------------------------- */
 
-/* Copies tensor src to host memory owned by the returned handle. Validated
- * at once (EINVAL, ESTALE, ESHAPE, EOVERFLOW, ECLOSED, ESHUTDOWN, EAGAIN). */
+/* Copies tensor src to host memory owned by the returned handle (out is
+ * required). Validated at once. Errors: EINVAL, EDTYPE, ERANGE, EOVERFLOW,
+ * ESTALE, ECLOSED, ESHUTDOWN, EAGAIN (mailbox full with GPA_FULL_FAIL),
+ * ETIMEDOUT (mailbox full past full_timeout_ns), ENOMEM. */
 gpa_status gpa_readback(gpa_queue *q, const gpa_tensor *src, gpa_handle **out);
 /* The data of a readback handle. ENOTSYNCED until the handle was awaited
  * successfully or the batch it was submitted in was synced, even if the copy
  * has landed; the handle's error if it failed; EINVAL for a handle that is not
- * a readback. The data stays valid while the reference is held. */
+ * a readback. The data stays valid while the reference is held. Errors:
+ * EINVAL, ENOTSYNCED; otherwise the handle's own error. */
 gpa_status gpa_handle_data(gpa_handle *h, const void **data, uint64_t *size);
 
 /* Uploads ----------------------------------------------------------------- */
@@ -43,7 +48,9 @@ gpa_status gpa_handle_data(gpa_handle *h, const void **data, uint64_t *size);
  * free it at once) into tensor dst; size must equal dst's byte size. A
  * version > 0 equal to the buffer's current version skips the copy (counted
  * in the batch and actor stats); a completed upload with version > 0 sets the
- * buffer's version. out may be NULL (tracked by the batch only). */
+ * buffer's version. out may be NULL (tracked by the batch only). Errors:
+ * EINVAL, ESHAPE (size is not dst's), EDTYPE, ERANGE, EOVERFLOW, ESTALE,
+ * ECLOSED, ESHUTDOWN, EAGAIN, ETIMEDOUT, ENOMEM. */
 gpa_status gpa_upload(gpa_queue *q, const gpa_tensor *dst, const void *src, uint64_t size,
                       uint64_t version, gpa_handle **out);
 
@@ -62,12 +69,16 @@ typedef struct gpa_batch_stats {
   char label[64];
 } gpa_batch_stats;
 
-/* Opens a batch on q. EBUSY if one is open on q. Any thread. */
+/* Opens a batch on q. Any thread; does not wait for the actor. Errors:
+ * EINVAL, EBUSY (a batch is open on q), ECLOSED, ENOMEM, ESHUTDOWN,
+ * ETIMEDOUT (a control call: never EAGAIN). */
 gpa_status gpa_batch_begin(gpa_queue *q, const char *label);
 /* Waits for every message submitted to q since the batch began (or since the
  * last sync), makes the batch's readbacks readable, fills stats (nullable),
  * closes the batch and returns its first error (GPA_OK if none). Blocks the
- * calling thread; any thread but the actor's. */
+ * calling thread; any thread but the actor's. A destroyed queue can still be
+ * synced. Errors: EINVAL, ENOMEM, ESHUTDOWN, ETIMEDOUT, ECANCELED (the
+ * batch's readbacks stay unreadable); otherwise the batch's first error. */
 gpa_status gpa_sync_batch(gpa_queue *q, gpa_batch_stats *stats);
 
 #pragma GCC visibility pop

@@ -25,9 +25,10 @@ typedef struct gpa_op_call {
 /* Validates the call on the calling thread (op name, arity, attributes,
  * dtypes, shapes, buffer ids and bounds) and enqueues it. out may be NULL:
  * the message is then tracked by the batch only. Any thread except inside an
- * op implementation. Errors: EINVAL, ENOTFOUND, ESHAPE, EDTYPE, ERANGE,
- * EOVERFLOW, ESTALE, ECLOSED, ESHUTDOWN, EAGAIN (mailbox full with
- * GPA_FULL_FAIL), ETIMEDOUT (mailbox full past full_timeout_ns). */
+ * op implementation. Errors: EINVAL (also past GPA_MAX_INPUTS /
+ * GPA_MAX_OUTPUTS, limits.h), ENOTFOUND, ESHAPE, EDTYPE, ERANGE, EOVERFLOW,
+ * ESTALE, ECLOSED, ESHUTDOWN, EAGAIN (mailbox full with GPA_FULL_FAIL),
+ * ETIMEDOUT (mailbox full past full_timeout_ns), ENOMEM. */
 gpa_status gpa_submit(gpa_queue *q, const gpa_op_call *call, gpa_handle **out);
 
 /* The op registry ------------------------------------------------------------
@@ -121,7 +122,11 @@ typedef struct gpa_op_desc {
 } gpa_op_desc;
 
 /* Registers desc (copied, name included). Any thread; takes effect for
- * submits that start after it returns. Errors: EINVAL (message says why). */
+ * submits that start after it returns. Errors: EINVAL (message says why; the
+ * name must be shorter than GPA_OP_NAME_MAX, arity and params_size within
+ * limits.h), ENOMEM (out of memory, or the registry holds GPA_MAX_OP_NAMES
+ * names already: "registry full"; a name it holds can still be
+ * re-registered). */
 gpa_status gpa_op_register(gpa_registry *reg, const gpa_op_desc *desc);
 
 #pragma GCC visibility pop

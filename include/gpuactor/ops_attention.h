@@ -2,10 +2,11 @@
  * an S x Sk matrix in memory.
  *
  * Each call fills a gpa_op_call from its argument struct and goes through
- * gpa_submit: the same validation and errors (EINVAL, ESHAPE, EDTYPE,
- * ESTALE, EOVERFLOW, ECLOSED, ESHUTDOWN, EAGAIN, ETIMEDOUT; the message names
- * the offending argument, e.g. "attention_fwd: k has 3 heads, not a divisor
- * of q's 8 heads"). A lengths value outside [0, Sk] fails the op when it
+ * gpa_submit: the same validation and the same errors but ENOTFOUND (the name
+ * is fixed): Errors: EINVAL, ESHAPE, EDTYPE, ERANGE, EOVERFLOW, ESTALE,
+ * ECLOSED, ESHUTDOWN, EAGAIN, ETIMEDOUT, ENOMEM. The message names the
+ * offending argument, e.g. "attention_fwd: k has 3 heads, not a divisor
+ * of q's 8 heads". A lengths value outside [0, Sk] fails the op when it
  * runs: the handle completes with ERANGE and a message naming the element.
  *
  * Threads: any thread may call these, as gpa_submit (not from inside an op

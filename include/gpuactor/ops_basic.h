@@ -2,9 +2,10 @@
  * embedding, metrics and optimizers (docs/ops.md has the semantics).
  *
  * Each call fills a gpa_op_call from its argument struct and goes through
- * gpa_submit: the same validation, the same errors (EINVAL, ESHAPE, EDTYPE,
- * ERANGE, ESTALE, EOVERFLOW, ECLOSED, ESHUTDOWN, EAGAIN, ETIMEDOUT; the
- * message names the offending argument), the same ordering within the queue.
+ * gpa_submit: the same validation and the same errors but ENOTFOUND (the name
+ * is fixed): Errors: EINVAL, ESHAPE, EDTYPE, ERANGE, EOVERFLOW, ESTALE,
+ * ECLOSED, ESHUTDOWN, EAGAIN, ETIMEDOUT, ENOMEM. The message names the
+ * offending argument; the same ordering within the queue.
  * Errors found while the op runs (an id or target out of range: ERANGE)
  * complete the handle with that status and message.
  *

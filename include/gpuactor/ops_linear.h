@@ -2,9 +2,10 @@
  * "linear" and "conv1d", has the semantics and the op names).
  *
  * Each call fills a gpa_op_call from its argument struct and goes through
- * gpa_submit: the same validation, the same errors (EINVAL, ESHAPE, EDTYPE,
- * ERANGE, ESTALE, EOVERFLOW, ECLOSED, ESHUTDOWN, EAGAIN, ETIMEDOUT; the
- * message names the offending argument), the same ordering within the queue.
+ * gpa_submit: the same validation and the same errors but ENOTFOUND (the name
+ * is fixed): Errors: EINVAL, ESHAPE, EDTYPE, ERANGE, EOVERFLOW, ESTALE,
+ * ECLOSED, ESHUTDOWN, EAGAIN, ETIMEDOUT, ENOMEM. The message names the
+ * offending argument; the same ordering within the queue.
  *
  * Threads: any thread may call these, as gpa_submit (not from inside an op
  * implementation). The argument struct is read during the call only.

@@ -24,7 +24,8 @@ typedef gpa_status (*gpa_plugin_init_fn)(gpa_registry *reg);
  * library stays loaded until the registry's actor is destroyed. Any thread.
  * Errors: EINVAL (NULL), ENOTFOUND (cannot open, or a symbol is missing; the
  * message carries dlerror's text), EUNSUPPORTED (ABI mismatch), ENOMEM
- * (too many plugins), or whatever gpa_plugin_init returned, with its message. */
+ * (GPA_MAX_PLUGINS loaded already), or whatever gpa_plugin_init returned,
+ * with its message. */
 gpa_status gpa_plugin_load(gpa_registry *reg, const char *path);
 
 #pragma GCC visibility pop

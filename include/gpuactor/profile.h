@@ -52,9 +52,11 @@ typedef struct gpa_profiler {
 /* Attaches a profiler (copied). Every callback runs on the actor thread, so
  * it must be quick and must not call into the actor. destroy runs when the
  * actor shuts down, after a last flush. Any thread; round trip. Errors:
- * EINVAL, ENOMEM (at most 8 profilers), ESHUTDOWN. */
+ * EINVAL, ENOMEM (GPA_MAX_PROFILERS attached already, or out of memory),
+ * ESHUTDOWN, ETIMEDOUT, ECANCELED. */
 gpa_status gpa_actor_add_profiler(gpa_actor *actor, const gpa_profiler *profiler);
-/* Calls every profiler's flush on the actor thread. Any thread; round trip. */
+/* Calls every profiler's flush on the actor thread. Any thread; round trip.
+ * Errors: EINVAL, ENOMEM, ESHUTDOWN, ETIMEDOUT, ECANCELED. */
 gpa_status gpa_actor_profile_flush(gpa_actor *actor);
 
 #pragma GCC visibility pop
