@@ -6,7 +6,9 @@
  * 160 and 256 their wide class, checked to run there and not on the host
  * fallback) and 40 (the host fallback there); bitwise determinism of both
  * ops; on the host, equality with the f32 ops run on the widened values;
- * dtype errors.
+ * o, dq, dk, dv in the storage type (the f32 results rounded once); dtype
+ * errors. cuDNN is kept out (GPA_CUDNN points nowhere): these are the
+ * checks of our own kernels.
  *
  * Tolerance. On the host the inputs are widened exactly and the f32 kernels
  * run: bit-equal to the f32 ops. On CUDA the products of two bf16/fp16
@@ -62,6 +64,46 @@ static float from_bf16(uint16_t h) {
   float f;
   memcpy(&f, &u, sizeof f);
   return f;
+}
+
+/* Outputs in the storage type (o, dq, dk, dv as bf16/fp16): run the op
+ * again into 16-bit tensors filled with NaN (an element left unwritten
+ * stays NaN) and compare with the f32 run's results rounded once: the
+ * kernels (and the host) round the same fp32 values they write as f32. */
+static void lowp_outputs(gpa_nt *t, const char *what, const char *op, int dtype, const gpa_tensor *in, uint32_t nin,
+                         const gpa_tensor *outs32, uint32_t nout, const float *const *want, const gpa_attr *at) {
+  gpa_tensor out[3];
+  uint16_t *got[3] = {NULL, NULL, NULL};
+  for (uint32_t i = 0; i < nout; i++) {
+    out[i] = outs32[i];
+    if (i == 1 && nout == 2) continue; /* the forward's lse stays f32 */
+    const int64_t n = gpa_tensor_numel(&outs32[i]);
+    got[i] = malloc(2 * (size_t)(n + 1));
+    for (int64_t j = 0; j < n; j++) got[i][j] = dtype == GPA_F16 ? 0x7e00u : 0x7fc0u;
+    out[i] = gpa_nt_tensor(t, dtype, outs32[i].rank, outs32[i].shape, got[i]);
+  }
+  char w2[1024];
+  gpa_status st = gpa_nt_run(t, op, in, nin, out, nout, at, 1);
+  if (st != GPA_OK) {
+    snprintf(w2, sizeof w2, "%s: %s with %s outputs: %s: %s", what, op, gpa_dtype_name(dtype), gpa_status_name(st),
+             gpa_nt_msg);
+    gpa_nt_fail(t, w2);
+  }
+  for (uint32_t i = 0; i < nout; i++) {
+    if (!got[i]) continue;
+    const int64_t n = gpa_tensor_numel(&outs32[i]);
+    gpa_nt_read(t, &out[i], got[i]);
+    for (int64_t j = 0; j < n; j++) {
+      const uint16_t r = dtype == GPA_F16 ? to_f16(want[i][j]) : to_bf16(want[i][j]);
+      if (got[i][j] != r) {
+        snprintf(w2, sizeof w2, "%s: %s output %u in %s: element %lld is 0x%04x, the f32 result rounds to 0x%04x",
+                 what, op, i, gpa_dtype_name(dtype), (long long)j, got[i][j], r);
+        gpa_nt_fail(t, w2);
+        break;
+      }
+    }
+    free(got[i]);
+  }
 }
 
 /* n uniform values in [lo, hi) rounded to dtype: bits into u, values into f. */
@@ -140,6 +182,11 @@ static void lowp_case(gpa_nt *t, const acase *c, int dtype, uint64_t seed) {
   }
   snprintf(w2, sizeof w2, "%s: o", what);
   gpa_nt_close_to(t, w2, go[0], o, mg.o, nq, 1e-5);
+  {
+    gpa_tensor in[4] = {tq, tk, tv, tl}, out[2] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 3, ls)};
+    const float *want[2] = {go[0], NULL};
+    lowp_outputs(t, what, "attention_fwd", dtype, in, nfi, out, 2, want, &at);
+  }
   snprintf(w2, sizeof w2, "%s: lse", what);
   gpa_nt_close_to(t, w2, gl[0], lse, mg.lse, nl, 1e-5);
 
@@ -162,6 +209,12 @@ static void lowp_case(gpa_nt *t, const acase *c, int dtype, uint64_t seed) {
   if (reps == 2) {
     snprintf(w2, sizeof w2, "%s: backward determinism", what);
     gpa_nt_same_bits(t, w2, g[0], g[1], ng);
+  }
+  {
+    gpa_tensor in[7] = {tdo, tq, tk, tv, to, tlse, tl};
+    gpa_tensor out[3] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 4, ks), gpa_nt_out(t, 4, ks)};
+    const float *want[3] = {g[0], g[0] + nq, g[0] + nq + nk};
+    lowp_outputs(t, what, "attention_bwd", dtype, in, nbi, out, 3, want, &at);
   }
   snprintf(w2, sizeof w2, "%s: dq", what);
   gpa_nt_close_to(t, w2, g[0], dq, mg.dq, nq, 1e-5);
@@ -246,6 +299,9 @@ static void errors(gpa_nt *t) {
 }
 
 int main(void) {
+  /* CUDA: our own kernels, not cuDNN's fused path, which runs first where
+   * the library is present (tests/test_cudnn_attention.c checks that one) */
+  setenv("GPA_CUDNN", "/nonexistent/libcudnn.so.9", 1);
   gpa_nt t;
   int rc = gpa_nt_open(&t);
   if (rc) return rc;

@@ -28,7 +28,8 @@
  *
  * Accuracy: P and dS are rounded to T before their products (the bound of
  * tests/test_attention_lowp.c); everything else is fp32. dq, dk, dv are
- * fp32 (scaled by `scale` at the end, as the host does). */
+ * written in fp32 or, when grads_t, in T (each rounded once from its fp32
+ * sum), scaled by `scale` at the end as the host does. */
 #include "attention_fa2.h"
 
 template <int DM>
@@ -38,12 +39,22 @@ struct fa2_bwd_cfg {
   static constexpr int BQ2 = 64, BC2 = DM > 128 ? 32 : 64;                          /* dQ pass */
 };
 
-#define FA2B_ARGS(T)                                                                                                \
-  const T *__restrict__ dout, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,          \
-      const float *__restrict__ lse, const float *__restrict__ delta, const int *__restrict__ lens,               \
-      float *__restrict__ dq, float *__restrict__ dk, float *__restrict__ dv, int S, int Sk, int H, int Hkv, int D, \
-      float scale, int causal
-#define FA2B_PASS dout, q, k, v, lse, delta, lens, dq, dk, dv, S, Sk, H, Hkv, D, scale, causal
+/* dq, dk, dv: fp32, or T when grads_t (rounded once from the fp32 sums) */
+#define FA2B_ARGS(T)                                                                                               \
+  const T *__restrict__ dout, const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,         \
+      const float *__restrict__ lse, const float *__restrict__ delta, const int *__restrict__ lens,              \
+      void *__restrict__ dq, void *__restrict__ dk, void *__restrict__ dv, int S, int Sk, int H, int Hkv, int D, \
+      float scale, int causal, int grads_t
+#define FA2B_PASS dout, q, k, v, lse, delta, lens, dq, dk, dv, S, Sk, H, Hkv, D, scale, causal, grads_t
+
+/* Two adjacent gradient values at element `at` of an fp32 or T array. */
+template <class T>
+static __device__ __forceinline__ void fa2_put2(void *base, long long at, float a, float b, int grads_t) {
+  if (grads_t)
+    *reinterpret_cast<unsigned *>(static_cast<T *>(base) + at) = gpa_pack2<T>(a, b);
+  else
+    *reinterpret_cast<float2 *>(static_cast<float *>(base) + at) = make_float2(a, b);
+}
 
 static constexpr float FA2_LOG2E = 1.4426950408889634f;
 
@@ -167,12 +178,12 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
     const int c = n * 8 + 2 * t;
     if (c0 + c < D) {
       if (key0 < Sk) {
-        *reinterpret_cast<float2 *>(dv + o0 + c) = make_float2(av[n][0], av[n][1]);
-        *reinterpret_cast<float2 *>(dk + o0 + c) = make_float2(ak[n][0] * scale, ak[n][1] * scale);
+        fa2_put2<T>(dv, o0 + c, av[n][0], av[n][1], grads_t);
+        fa2_put2<T>(dk, o0 + c, ak[n][0] * scale, ak[n][1] * scale, grads_t);
       }
       if (key1 < Sk) {
-        *reinterpret_cast<float2 *>(dv + o1 + c) = make_float2(av[n][2], av[n][3]);
-        *reinterpret_cast<float2 *>(dk + o1 + c) = make_float2(ak[n][2] * scale, ak[n][3] * scale);
+        fa2_put2<T>(dv, o1 + c, av[n][2], av[n][3], grads_t);
+        fa2_put2<T>(dk, o1 + c, ak[n][2] * scale, ak[n][3] * scale, grads_t);
       }
     }
   }
@@ -285,8 +296,8 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
   for (int n = 0; n < NO; n++) {
     const int c = n * 8 + 2 * t;
     if (c < D) {
-      if (r0 < S) *reinterpret_cast<float2 *>(dq + o0 + c) = make_float2(aq[n][0] * scale, aq[n][1] * scale);
-      if (r1 < S) *reinterpret_cast<float2 *>(dq + o1 + c) = make_float2(aq[n][2] * scale, aq[n][3] * scale);
+      if (r0 < S) fa2_put2<T>(dq, o0 + c, aq[n][0] * scale, aq[n][1] * scale, grads_t);
+      if (r1 < S) fa2_put2<T>(dq, o1 + c, aq[n][2] * scale, aq[n][3] * scale, grads_t);
     }
   }
 }

@@ -130,7 +130,8 @@ gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x) {
   if (lowp) {
     int ok = var >= 0;
     for (int i = 0; i < 4; i++) ok = ok && fa2_aligned(x->in[i], 16);
-    for (int i = 0; i < 3; i++) ok = ok && x->outputs[i].dtype == GPA_F32 && fa2_aligned(x->out[i], 8);
+    for (int i = 0; i < 3; i++)
+      ok = ok && x->outputs[i].dtype == x->outputs[0].dtype && fa2_aligned(x->out[i], 8); /* fp32 or all T */
     if (!ok) return gpa__cu_fallback(x);
   }
   void *lens = x->n_inputs > 6 ? x->in[6] : NULL;
@@ -153,8 +154,9 @@ gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x) {
   void *dq = x->out[0], *dk = x->out[1], *dv = x->out[2], *dl = (void *)(uintptr_t)delta;
   void *a0[] = {&dout, &o, &dl, &rows, &g.S, &g.H, &g.D};
   if (rows > 0) GPA__CU_TRY(gpa__cu_launch(x, kdelta, gpa__cu_blocks(x, (rows + 7) / 8, 1), 1, 1, 32, 8, 0, a0));
+  int grads_t = x->outputs[0].dtype != GPA_F32; /* FA2 kernels: dq, dk, dv in the storage type */
   void *a1[] = {&dout, &q, &k, &v, &lse, &dl, &lens, &dq, &dk, &dv, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale,
-                &g.causal};
+                &g.causal, &grads_t};
   GPA__CU_TRY(gpa__cu_launch(x, kdkv, (g.Sk + bk - 1) / bk * halves, (unsigned)g.Hkv, (unsigned)g.B, 32,
                              (unsigned)warps, smem, a1));
   return gpa__cu_launch(x, kdq, (g.S + bq - 1) / bq * (lowp ? 1 : halves), (unsigned)g.H, (unsigned)g.B, 32,

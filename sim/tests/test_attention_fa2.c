@@ -3,7 +3,8 @@
  * of tests/util/attn_ref.c with its low-precision error bound (P and dS
  * rounded to the storage type): the forward's o in fp32 and in the storage
  * type (the rounding of the fp32 one), lse; the backward's dq, dk, dv from
- * the reference's o and lse, bitwise equal over two runs; the delta kernel
+ * the reference's o and lse, bitwise equal over two runs, and in the
+ * storage type (the rounding of the fp32 ones); the delta kernel
  * on a bf16/fp16 o. Shapes: S = 1, Sk = 1, odd sizes, several tiles, key
  * lengths (0 included), GQA 1/2/8, causal with S != Sk, D = 64, 96, 128,
  * 160, 256. Small, because the emulation runs every mma on every lane. */
@@ -167,18 +168,32 @@ static void run_case(CUmodule m, const acase *c, int half, uint64_t seed) {
   CK(cuMemcpyHtoD(dlse, rl, 4 * nl));
   CK(cuMemcpyHtoD(dlt, rd, 4 * nl));
   CUdeviceptr gq = dev(NULL, 4 * nq), gk = dev(NULL, 4 * nk), gv = dev(NULL, 4 * nk);
-  void *ba[] = {&ddo, &dq_, &dk_, &dv_, &dlse, &dlt, &dl, &gq, &gk, &gv, &iS, &iSk, &iH, &iHk, &iD, &scale, &causal};
+  int grads_t = 0;
+  void *ba[] = {&ddo, &dq_, &dk_, &dv_, &dlse, &dlt, &dl, &gq, &gk, &gv, &iS, &iSk, &iH, &iHk, &iD, &scale, &causal,
+                &grads_t};
   const int bq = dm > 128 ? 16 : 32, bc2 = dm > 128 ? 32 : 64, halves = dm > 128 ? 2 : 1;
   const unsigned ksm = (unsigned)((2 * 64 + 4 * bq) * ld * 2 + 4 * bq * 4);
   const unsigned qsm = (unsigned)((2 * 64 + 4 * bc2) * ld * 2);
   const int64_t ng = nq + 2 * nk;
   float *got[2] = {malloc(4 * (size_t)(ng + 1)), malloc(4 * (size_t)(ng + 1))};
-  for (int rep = 0; rep < 2; rep++) {
+  for (int rep = 0; rep < 3; rep++) { /* rep 2: the gradients in T, over the fp32 buffers */
+    grads_t = rep == 2;
     if (Sk)
       CK(cuLaunchKernel(fn(m, "dkv", half, dm, ksm), (unsigned)((Sk + 63) / 64 * halves), (unsigned)Hk, (unsigned)B,
                         32, 4, 1, ksm, NULL, ba, NULL));
     CK(cuLaunchKernel(fn(m, "dq", half, dm, qsm), (unsigned)((S + 63) / 64), (unsigned)H, (unsigned)B, 32, 4, 1, qsm,
                       NULL, ba, NULL));
+    if (rep == 2) { /* each the fp32 result rounded once */
+      uint16_t *h = malloc(2 * (size_t)(ng + 1));
+      CK(cuMemcpyDtoH(h, gq, 2 * nq));
+      if (Sk) {
+        CK(cuMemcpyDtoH(h + nq, gk, 2 * nk));
+        CK(cuMemcpyDtoH(h + nq + nk, gv, 2 * nk));
+      }
+      for (int64_t i = 0; i < ng; i++) CHECK(h[i] == to16(got[0][i], half));
+      free(h);
+      break;
+    }
     CK(cuMemcpyDtoH(got[rep], gq, 4 * nq));
     if (Sk) {
       CK(cuMemcpyDtoH(got[rep] + nq, gk, 4 * nk));
