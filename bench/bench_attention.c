@@ -182,9 +182,8 @@ void gpa_bench_attention_bwd(void) { sweep(1); }
  * GPA_BENCH_SDPA_TORCH, when python3 has torch with CUDA); ratio = ours over
  * PyTorch's "flash" (ref "none" without it). Shapes of the issue's targets:
  * B4 S4096 H16 D128 and B4 S4096 H32 D64, causal and not, bf16 (fp16 with
- * GPA_BENCH_FULL=1); o in the storage type, dq/dk/dv fp32 (what these
- * kernels write). Device time from the batch's CUDA events. On sim: tiny
- * shapes, plumbing only. */
+ * GPA_BENCH_FULL=1); o, dq, dk, dv in the storage type, as PyTorch's. Device
+ * time from the batch's CUDA events. On sim: tiny shapes, plumbing only. */
 #ifdef GPA_HAVE_CUDA_BACKEND
 #include "gpuactor.h"
 #include "ops/attention/attention.h"
@@ -270,7 +269,7 @@ void gpa_bench_cuda_attention_fa2(void) {
   gpa_queue *q = gpa_actor_default_queue(a);
   const int reps = gpa_bench_reps(5), k = sim ? 1 : 5, ndt = gpa_bench_full() ? 2 : 1;
   const char *note = sim ? "\"note\":\"simulated device: plumbing only, the numbers mean nothing\""
-                         : "\"note\":\"device time from CUDA events; dq/dk/dv fp32\"";
+                         : "\"note\":\"device time from CUDA events\"";
   static const int64_t shapes[][3] = {{16, 4096, 128}, {32, 4096, 64}}; /* H, S, D at B = 4 */
   uint64_t seed = 2323;
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
@@ -282,8 +281,8 @@ void gpa_bench_cuda_attention_fa2(void) {
         gpa_tensor tq = fa2_tensor(a, q, dt, 4, qs, &seed), tk = fa2_tensor(a, q, dt, 4, qs, &seed);
         gpa_tensor tv = fa2_tensor(a, q, dt, 4, qs, &seed), tdo = fa2_tensor(a, q, dt, 4, qs, &seed);
         gpa_tensor to = fa2_tensor(a, q, dt, 4, qs, &seed), tl = fa2_tensor(a, q, GPA_F32, 3, ls, &seed);
-        gpa_tensor g[3] = {fa2_tensor(a, q, GPA_F32, 4, qs, &seed), fa2_tensor(a, q, GPA_F32, 4, qs, &seed),
-                           fa2_tensor(a, q, GPA_F32, 4, qs, &seed)};
+        gpa_tensor g[3] = {fa2_tensor(a, q, dt, 4, qs, &seed), fa2_tensor(a, q, dt, 4, qs, &seed),
+                           fa2_tensor(a, q, dt, 4, qs, &seed)};
         gpa_attr at = {"causal", GPA_ATTR_INT, causal, 0};
         gpa_tensor fin[3] = {tq, tk, tv}, fout[2] = {to, tl}, bin[6] = {tdo, tq, tk, tv, to, tl};
         gpa_op_call fwd = {"bench_fa2_fwd", fin, 3, fout, 2, &at, 1}, bwd = {"bench_fa2_bwd", bin, 6, g, 3, &at, 1};
