@@ -154,7 +154,9 @@ gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x) {
   void *dq = x->out[0], *dk = x->out[1], *dv = x->out[2], *dl = (void *)(uintptr_t)delta;
   void *a0[] = {&dout, &o, &dl, &rows, &g.S, &g.H, &g.D};
   if (rows > 0) GPA__CU_TRY(gpa__cu_launch(x, kdelta, gpa__cu_blocks(x, (rows + 7) / 8, 1), 1, 1, 32, 8, 0, a0));
-  int grads_t = x->outputs[0].dtype != GPA_F32; /* FA2 kernels: dq, dk, dv in the storage type */
+  /* the FA2 kernels' last parameter: dq, dk, dv in the storage type (the
+   * fp32 kernels have 17 parameters; a launch reads as many as its kernel has) */
+  int grads_t = x->outputs[0].dtype != GPA_F32;
   void *a1[] = {&dout, &q, &k, &v, &lse, &dl, &lens, &dq, &dk, &dv, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale,
                 &g.causal, &grads_t};
   GPA__CU_TRY(gpa__cu_launch(x, kdkv, (g.Sk + bk - 1) / bk * halves, (unsigned)g.Hkv, (unsigned)g.B, 32,
