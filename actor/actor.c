@@ -8,6 +8,7 @@
 #include "actor/fence.h"
 #include "actor/spin.h"
 #include "backends/backend.h"
+#include "kernels/host/blas_lib.h"
 
 extern const struct ck_ec_mode gpa__ec_mp;
 void gpa__tls_drop_dead(void);
@@ -242,6 +243,9 @@ gpa_status gpa_actor_create(const gpa_actor_options *opts, gpa_actor **out) {
     return gpa__fail(su.st, "gpa_actor_create: %s", su.msg[0] ? su.msg : gpa_strerror(su.st));
   }
   gpa__log(GPA_LOG_INFO, a->opts.log_level, "actor started on backend %s", a->be->name);
+  /* Loaded here, before a device library that links OpenBLAS (the
+   * simulator's cuBLAS) could initialise it with another kernel set. */
+  gpa__log(GPA_LOG_INFO, a->opts.log_level, "host BLAS: %s", gpa__blas()->note);
   *out = a;
   return GPA_OK;
 }

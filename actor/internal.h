@@ -186,6 +186,8 @@ typedef struct gpa__opts {
   /* process-wide: read once, applied at the first actor (options.c) */
   int32_t host_nt;       /* 0 auto, 1 never stream, 2 always stream */
   int32_t no_membarrier; /* asymmetric fences off (the fallback's tests) */
+  char blas[256];          /* the host BLAS library ("" = libopenblas.so.0) */
+  char blas_coretype[32];  /* its kernel set ("" / "auto" = the best the CPU runs) */
 } gpa__opts;
 
 struct gpa_actor {

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "actor/internal.h"
+#include "kernels/host/blas_lib.h"
 #include "kernels/host/nt_store.h"
 
 void gpa__config_read(const char *path, gpa__opts *vals, bool *set);
@@ -64,6 +65,8 @@ static const opt_def gpa__opt_table[] = {
     OPT("GPA_CUDNN", "cudnn", OPT_PATH, cudnn, NULL, 0, FRESH),
     OPT("GPA_HOST_NT", "host_nt", OPT_ENUM, host_nt, nt_names, 1, PROCESS),
     OPT("GPA_NO_MEMBARRIER", "no_membarrier", OPT_BOOL, no_membarrier, NULL, 0, PROCESS),
+    OPT("GPA_BLAS", "blas", OPT_PATH, blas, NULL, 0, PROCESS),
+    OPT("GPA_BLAS_CORETYPE", "blas_coretype", OPT_PATH, blas_coretype, NULL, 0, PROCESS),
 };
 #define N_OPTS (sizeof gpa__opt_table / sizeof gpa__opt_table[0])
 
@@ -170,6 +173,7 @@ static void read_layers(void) {
   apply_layer(&gpa__process, &gpa__layers.env);
   /* The process-wide switches take effect here, before any kernel runs. */
   if (gpa__process.host_nt) gpa__nt_force(gpa__process.host_nt == 2);
+  gpa__blas_configure(gpa__process.blas, gpa__process.blas_coretype);
 }
 
 const gpa__opts *gpa__options_process(void) {

@@ -9,13 +9,13 @@
  * B in {1,4}, S=Sk in {512,1024,2048,4096}, D in {64,128}, causal 0/1.
  * GPA_BENCH_SHAPE=text runs only the shapes whose name (B4_H8_S2048_Sk2048_D128,
  * ..._causal) contains text, e.g. one point of the full sweep. */
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
+#include "bench/cblas_loaded.h"
 #include "bench_nn_host.h"
 #include "kernels/host/attention.h"
 

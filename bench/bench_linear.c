@@ -2,7 +2,9 @@
  * shapes, measured alternately in the same run. Ours: the GEMMs split across
  * the host pool, OpenBLAS single-threaded (kernels/host/blas.h). The
  * reference: plain cblas_sgemm on OpenBLAS's own threads, one per CPU
- * (switched on for each reference run and off after it):
+ * (switched on for each reference run and off after it), with the kernel set
+ * the library loaded it with: the best this CPU runs (bench/cblas_loaded.h;
+ * "blas_kernels" in each row):
  *   linear_fwd       y = x W^T + b, 1024^3 (bias broadcast + GEMM beta=1)
  *   linear_fwd_gelu  the same with the fused tanh GELU
  *   linear_bwd       dx, dW, db (ref: the two GEMMs)
@@ -11,11 +13,11 @@
  *   conv1d_bwd       dx, dW, db (ref: the two GEMMs of the same shapes)
  *   conv1d_*_im2col  the same through the im2col path (im2col + one K = 768 GEMM per chunk)
  * GPA_BENCH_THREADS=1 compares one thread with one OpenBLAS thread. */
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "bench.h"
+#include "bench/cblas_loaded.h"
 #include "bench_nn_host.h"
 #include "kernels/host/blas.h"
 #include "kernels/host/conv1d.h"
@@ -66,9 +68,9 @@ static char extra_buf[256];
 static const char *extra(double cold, double cold_ref) {
   snprintf(extra_buf, sizeof extra_buf,
            "\"threads\":%d,\"blas_threads\":%d,\"ref_blas_threads\":%d,\"cold_ns\":%.1f,\"cold_ref_ns\":%.1f,"
-           "\"cold_ratio\":%.4f",
+           "\"cold_ratio\":%.4f,\"blas_kernels\":\"%s\"",
            gpa_bench_host_threads(), openblas_get_num_threads(), gpa_bench_host_threads(), cold, cold_ref,
-           cold_ref / cold);
+           cold_ref / cold, gpa__blas()->kernels);
   return extra_buf;
 }
 

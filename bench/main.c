@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "bench_list.h"
+#include "actor/internal.h"
 
 double gpa_bench_now_ns(void) {
   struct timespec ts;
@@ -67,6 +68,9 @@ int main(int argc, char **argv) {
       printf("  %s\n", gpa_benches[i].name);
     return 0;
   }
+  /* The process-wide options (GPA_BLAS_CORETYPE, GPA_HOST_NT, ...) apply to
+   * the kernels the benches call directly, as they do in an actor. */
+  gpa__options_process();
   int ran = 0;
   for (size_t i = 0; i < sizeof gpa_benches / sizeof gpa_benches[0]; i++) {
     if (filter && !strstr(gpa_benches[i].name, filter)) continue;

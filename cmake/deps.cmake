@@ -1,5 +1,8 @@
-# Dependencies from Debian: libck (mailbox rings, event counts), OpenBLAS
-# (host GEMMs), pthreads, libdl. The CUDA toolkit is optional.
+# Dependencies from Debian: libck (mailbox rings, event counts), pthreads,
+# libdl. OpenBLAS (host GEMMs) is loaded at run time, not linked
+# (kernels/host/blas_lib.h: its kernel set is chosen before it initialises);
+# the simulator's cuBLAS subset and a few tests link it. The CUDA toolkit is
+# optional.
 find_package(Threads REQUIRED)
 find_path(CK_INCLUDE_DIR ck_ring.h REQUIRED)
 find_library(CK_LIBRARY ck REQUIRED)
@@ -19,7 +22,7 @@ else()
   message(STATUS "gpuactor: libjansson not found: GPA_CONFIG files are ignored (install libjansson-dev)")
 endif()
 target_include_directories(gpa_deps INTERFACE ${CK_INCLUDE_DIR} ${CBLAS_INCLUDE_DIR})
-target_link_libraries(gpa_deps INTERFACE ${CK_LIBRARY} ${OPENBLAS_LIBRARY} Threads::Threads ${CMAKE_DL_LIBS} m)
+target_link_libraries(gpa_deps INTERFACE ${CK_LIBRARY} Threads::Threads ${CMAKE_DL_LIBS} m)
 
 set(GPA_CUDA_ROOT "/usr/local/cuda" CACHE PATH "CUDA toolkit location (optional)")
 option(GPA_WITH_CUDA "build the cuda backend, kernels and sim when the toolkit is there" ON)

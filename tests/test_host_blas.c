@@ -8,10 +8,10 @@
  * columns past N in each leading dimension are untouched. Device
  * independent: runs the kernels directly. */
 #include <math.h>
-#include <cblas.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "bench/cblas_loaded.h"
 #include "kernels/host/blas.h"
 #include "kernels/host/pool.h"
 #include "util/nn_test.h"

@@ -2,11 +2,13 @@
  * backend's pool. See blas.h. */
 #include "kernels/host/blas.h"
 
-#include <cblas.h>
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "kernels/host/blas_lib.h"
+#include "kernels/host/tgemm.h"
 
 /* Blocks of C are multiples of this many rows/columns (OpenBLAS's AVX2
  * kernels work in 16 x 4 and 8 x 8 tiles), and a GEMM below GRAIN_FLOPS is
@@ -18,9 +20,9 @@ static _Atomic int single; /* 1: OpenBLAS set to one thread by us */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void make_single(void) {
-  void (*set)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "openblas_set_num_threads");
-  if (!set) return; /* another CBLAS: its threading is its own */
-  set(1);
+  const gpa__blas_lib *b = gpa__blas();
+  if (!b->set_threads) return; /* another CBLAS, or none: its threading is its own */
+  b->set_threads(1);
   atomic_store(&single, 1);
 }
 
@@ -39,10 +41,41 @@ typedef struct gemm_ctx {
   int by_rows;
 } gemm_ctx;
 
+/* Without a BLAS: our register-blocked kernel (tgemm), B transposed into
+ * a copy when it comes transposed. Correct, not fast. */
+static void own_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                     int64_t ldb, float beta, float *C, int64_t ldc) {
+  float *bt = tb ? malloc((size_t)K * (size_t)N * sizeof(float)) : NULL;
+  if (tb && !bt) { /* no room for the copy: plain loops */
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; k++) acc += (ta ? A[k * lda + i] : A[i * lda + k]) * B[j * ldb + k];
+        C[i * ldc + j] = beta == 0.0f ? acc : beta * C[i * ldc + j] + acc;
+      }
+    return;
+  }
+  if (tb) {
+    gpa__transpose(N, K, B, ldb, bt, N);
+    B = bt;
+    ldb = N;
+  }
+  if (beta != 0.0f && beta != 1.0f)
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) C[i * ldc + j] *= beta;
+  gpa__tgemm(M, N, K, A, ta ? 1 : lda, ta ? lda : 1, B, ldb, C, ldc, beta != 0.0f);
+  free(bt);
+}
+
 static void one(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                 int64_t ldb, float beta, float *C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
-              (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+  gpa__cblas_sgemm_fn sgemm = gpa__blas()->sgemm;
+  if (!sgemm) {
+    own_gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  sgemm(GPA__CBLAS_ROW_MAJOR, ta ? GPA__CBLAS_TRANS : GPA__CBLAS_NO_TRANS, tb ? GPA__CBLAS_TRANS : GPA__CBLAS_NO_TRANS,
+        (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
 static void gemm_blocks(int64_t b0, int64_t b1, void *p) {
