@@ -1,4 +1,4 @@
-/* cuDNN's fused attention (docs/cuda.md, "cuDNN"): the first implementation
+/* cuDNN's fused attention (docs/cuda.md, "cuDNN fused attention"): the first implementation
  * the CUDA attention adapter tries, before our own kernels and the host
  * fallback. Every entry point answers GPA_SKIP ("not for these inputs") for
  * anything cuDNN cannot or should not do, so the next implementation runs;
@@ -80,7 +80,7 @@ void gpa__cudnn_release(gpa__cu_ctx *C);
 typedef struct gpa__dnn_plan gpa__dnn_plan;
 typedef struct gpa__dnn gpa__dnn;
 
-/* The library's path: GPA_CUDNN (the options table will take it over), the
+/* The library's path: GPA_CUDNN (the options table's `cudnn`), the
  * simulator's subset for sim, else libcudnn.so.9. */
 const char *gpa__cudnn_path(const gpa__cu_ctx *C);
 /* The actor's cuDNN, loaded on first use and set to the op's stream; NULL
