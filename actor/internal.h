@@ -299,10 +299,6 @@ void gpa__queues_free(gpa_actor *a);
  * method and later calls gpa__complete_async (any thread, no allocation, no
  * driver call). */
 void gpa__dispatch(gpa_actor *a, gpa__msg *m);
-/* What a backend sees of m (backends/backend.h). */
-static inline gpa__work gpa__work_of(gpa__msg *m) {
-  return (gpa__work){m, m->q ? m->q->bq : NULL, m->err, sizeof m->err, &m->device_ns};
-}
 void gpa__complete_async(gpa_actor *a, gpa__msg *m, gpa_status st);
 /* Ends the timed run of messages (if any) and starts one for q (or none). */
 void gpa__run_switch(gpa_actor *a, gpa_queue *q);
@@ -338,6 +334,11 @@ void gpa__exts_destroy(gpa_actor *a);
 #else
 #define GPA__PROFILING(a) ((a)->n_profilers != 0)
 #endif
+/* What a backend sees of m (backends/backend.h). */
+static inline gpa__work gpa__work_of(gpa__msg *m) {
+  return (gpa__work){m, m->q ? m->q->bq : NULL, m->err, sizeof m->err, &m->device_ns,
+                     m->q && GPA__PROFILING(m->q->actor)};
+}
 void gpa__prof_op(gpa_actor *a, gpa__msg *m, gpa_status st, int64_t end_ns);
 /* The name profilers and NVTX give a message: its op's, or "upload", "readback", ... */
 const char *gpa__prof_msg_name(const gpa__msg *m);

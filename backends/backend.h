@@ -51,6 +51,10 @@ typedef struct gpa__work {
   char *err;          /* its error text (set on failure) */
   size_t err_cap;
   int64_t *device_ns; /* its device time (set before completion) */
+  bool timed;         /* profiling wants its own device time; else a batch's
+                         total is enough (an asynchronous backend may time
+                         groups of work instead, and give a group's time to
+                         its last piece) */
 } gpa__work;
 
 /* What op implementations reach through gpa_op_exec.env: the services of

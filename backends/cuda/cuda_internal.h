@@ -45,6 +45,7 @@ typedef struct gpa__cu_rec {
   gpa__cu_post post;
   _Atomic int claimed;
   bool abandoned; /* claimed by the poll (actor thread only) */
+  bool group_end; /* untimed: the last of its group, holding the group's events */
   struct gpa__cu_rec *next;
   /* One host function completes a group of a stream's records (flush):
    * gnext links the group, NULL after its last. Separate from next, which
