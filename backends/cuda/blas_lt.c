@@ -30,12 +30,43 @@
   X(cublasLtMatrixLayoutDestroy) X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceSetAttribute)    \
   X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
 
+/* Descriptors of one GEMM shape; destroyed together. */
+typedef struct lt_call {
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t a, b, d;
+  cublasLtMatmulPreference_t pref;
+} lt_call;
+
+/* What decides the descriptors and the heuristic's answer: everything of a
+ * GEMM but its pointers' values (their alignments count). */
+typedef struct lt_key {
+  int trans_a, trans_b, m, n, k, ab_type, d_type, lda, ldb, ldd, has_bias;
+  unsigned epilogue;
+  uint32_t align[3];
+  uint64_t ws;
+} lt_key;
+
+/* Building the descriptors and asking the heuristic cost more host time
+ * than the GEMM of a small layer: a trainer repeats the same shapes every
+ * step, so both are kept per shape (declines too), LRU, per actor. */
+#define LT_CACHE 32
+typedef struct lt_entry {
+  lt_key k;
+  lt_call c;
+  cublasLtMatmulHeuristicResult_t heur;
+  int found;
+  uint64_t used; /* 0: empty */
+} lt_entry;
+
 struct gpa__cu_lt {
   void *lib;
 #define GPA__LT_MEMBER(name) __typeof__(name) *name;
   GPA__CUBLASLT_API(GPA__LT_MEMBER)
 #undef GPA__LT_MEMBER
   cublasLtHandle_t h;
+  lt_entry cache[LT_CACHE];
+  uint64_t tick;
+  uint64_t hits, misses; /* for tests and benches */
 };
 
 static const char *lt_path(const gpa__cu_ctx *C, char *buf, size_t cap) {
@@ -87,9 +118,18 @@ fail:
   return 0;
 }
 
+static void call_free(struct gpa__cu_lt *L, lt_call *c);
+
+void gpa__cu_lt_stats(const gpa__cu_ctx *C, uint64_t *hits, uint64_t *misses) {
+  *hits = C->lt ? C->lt->hits : 0;
+  *misses = C->lt ? C->lt->misses : 0;
+}
+
 void gpa__cu_lt_release(gpa__cu_ctx *C) {
   struct gpa__cu_lt *L = C->lt;
   if (L) {
+    for (int i = 0; i < LT_CACHE; i++)
+      if (L->cache[i].used) call_free(L, &L->cache[i].c);
     L->cublasLtDestroy(L->h);
     dlclose(L->lib);
     free(L);
@@ -97,13 +137,6 @@ void gpa__cu_lt_release(gpa__cu_ctx *C) {
   C->lt = NULL;
   C->lt_state = 0;
 }
-
-/* Descriptors of one call; destroyed together. */
-typedef struct lt_call {
-  cublasLtMatmulDesc_t op;
-  cublasLtMatrixLayout_t a, b, d;
-  cublasLtMatmulPreference_t pref;
-} lt_call;
 
 static void call_free(struct gpa__cu_lt *L, lt_call *c) {
   if (c->pref) L->cublasLtMatmulPreferenceDestroy(c->pref);
@@ -155,6 +188,50 @@ static cublasStatus_t call_build(struct gpa__cu_lt *L, lt_call *c, const gpa__lt
   return s;
 }
 
+/* The cached descriptors and heuristic answer for g (built on a miss, into
+ * the least recently used entry). */
+static lt_entry *lookup(struct gpa__cu_lt *L, const gpa__lt_gemm *g, uint64_t ws) {
+  lt_key k;
+  memset(&k, 0, sizeof k); /* compared bytewise: padding zeroed, fields set one by one */
+  k.trans_a = g->trans_a;
+  k.trans_b = g->trans_b;
+  k.m = g->m;
+  k.n = g->n;
+  k.k = g->k;
+  k.ab_type = g->ab_type;
+  k.d_type = g->d_type;
+  k.lda = g->lda;
+  k.ldb = g->ldb;
+  k.ldd = g->ldd;
+  k.has_bias = g->bias != NULL;
+  k.epilogue = g->epilogue;
+  k.align[0] = align_of(g->A);
+  k.align[1] = align_of(g->B);
+  k.align[2] = align_of(g->D);
+  k.ws = ws;
+  lt_entry *victim = &L->cache[0];
+  for (int i = 0; i < LT_CACHE; i++) {
+    lt_entry *e = &L->cache[i];
+    if (e->used && !memcmp(&e->k, &k, sizeof k)) {
+      e->used = ++L->tick;
+      L->hits++;
+      return e;
+    }
+    if (e->used < victim->used) victim = e;
+  }
+  L->misses++;
+  if (victim->used) call_free(L, &victim->c);
+  memset(victim, 0, sizeof *victim);
+  victim->k = k;
+  victim->used = ++L->tick;
+  cublasStatus_t s = call_build(L, &victim->c, g, ws);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = L->cublasLtMatmulAlgoGetHeuristic(L->h, victim->c.op, victim->c.a, victim->c.b, victim->c.d, victim->c.d,
+                                          victim->c.pref, 1, &victim->heur, &victim->found);
+  if (s != CUBLAS_STATUS_SUCCESS) victim->found = 0;
+  return victim;
+}
+
 gpa_status gpa__cu_lt_matmul(const gpa_op_exec *x, const gpa__lt_gemm *g, int *done) {
   gpa__cu_ctx *C = gpa__cu_of(x);
   *done = 0;
@@ -164,24 +241,22 @@ gpa_status gpa__cu_lt_matmul(const gpa_op_exec *x, const gpa__lt_gemm *g, int *d
   CUdeviceptr ws = gpa__cu_scratch(x, LT_WORKSPACE);
   uint64_t ws_size = ws ? LT_WORKSPACE : 0;
   x->msg[0] = 0; /* a scratch failure only costs the workspace */
-  lt_call c;
-  memset(&c, 0, sizeof c);
-  cublasLtMatmulHeuristicResult_t heur;
-  int found = 0;
-  cublasStatus_t s = call_build(L, &c, g, ws_size);
-  if (s == CUBLAS_STATUS_SUCCESS)
-    s = L->cublasLtMatmulAlgoGetHeuristic(L->h, c.op, c.a, c.b, c.d, c.d, c.pref, 1, &heur, &found);
-  if (s != CUBLAS_STATUS_SUCCESS || found < 1) {
+  lt_entry *e = lookup(L, g, ws_size);
+  if (!e->found) {
     /* no algorithm for this shape/epilogue: not an error, the caller's path runs */
-    gpa__log(GPA_LOG_DEBUG, C->host.log_level, "cuda: cuBLASLt declines epilogue %u for %d x %d x %d (%s)",
-             g->epilogue, g->m, g->n, g->k, L->cublasLtGetStatusString(s));
-    call_free(L, &c);
+    gpa__log(GPA_LOG_DEBUG, C->host.log_level, "cuda: cuBLASLt declines epilogue %u for %d x %d x %d", g->epilogue,
+             g->m, g->n, g->k);
     return GPA_OK;
   }
+  cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+  if (g->bias) s = L->cublasLtMatmulDescSetAttribute(e->c.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+                                                     sizeof g->bias);
+  lt_call c = e->c;
+  cublasLtMatmulHeuristicResult_t heur = e->heur;
+  if (s != CUBLAS_STATUS_SUCCESS) return GPA_OK;
   static const float one = 1.0f, zero = 0.0f;
   s = L->cublasLtMatmul(L->h, c.op, &one, g->A, c.a, g->B, c.b, &zero, g->D, c.d, g->D, c.d, &heur.algo,
                         (void *)(uintptr_t)ws, heur.workspaceSize <= ws_size ? ws_size : 0, (cudaStream_t)C->cur_q->s);
-  call_free(L, &c);
   if (s == CUBLAS_STATUS_NOT_SUPPORTED) return GPA_OK;
   if (s != CUBLAS_STATUS_SUCCESS) {
     snprintf(x->msg, x->msg_size, "cublasLtMatmul: %s", L->cublasLtGetStatusString(s));

@@ -182,5 +182,8 @@ typedef struct gpa__lt_gemm {
 } gpa__lt_gemm;
 gpa_status gpa__cu_lt_matmul(const gpa_op_exec *x, const gpa__lt_gemm *g, int *done);
 void gpa__cu_lt_release(gpa__cu_ctx *C);
+/* The per-shape cache of descriptors and heuristic answers: lookups that
+ * found their shape, and those that built it. */
+void gpa__cu_lt_stats(const gpa__cu_ctx *C, uint64_t *hits, uint64_t *misses);
 
 #endif
