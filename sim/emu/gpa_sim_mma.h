@@ -3,11 +3,14 @@
  *
  * Every lane keeps only its own fragment registers, laid out as the PTX ISA
  * documents (the table in gpa_mma.h); what a lane needs from the others it
- * gets through the warp's shuffles, as the hardware's operand network
- * would. A kernel that assumes a wrong layout therefore computes wrong
- * numbers here too. Costs per call: mma 16 shuffles (a lane reads the A
- * rows g and g+8 from the 4 lanes of its quad and the B columns 2t, 2t+1
- * from 8 lanes), ldmatrix 4 (.trans 8) shuffles of row addresses.
+ * reads from a per-warp exchange area (the hardware's operand network):
+ * every lane posts its registers (mma) or row address (ldmatrix), a
+ * __syncwarp, each lane reads the lanes it needs (mma: the A rows g and
+ * g+8 from the 4 lanes of its quad, the B columns 2t, 2t+1 from 8 lanes),
+ * a second __syncwarp before the area is reused. A kernel that assumes a
+ * wrong layout therefore computes wrong numbers here too. Two warp
+ * collectives per call (sixteen shuffles cost eight times the fiber
+ * switches).
  *
  * cp.async is deferred: a copy lands in shared memory only when the
  * issuing thread waits for its group (or when the per-thread queue is
@@ -35,17 +38,29 @@ inline float gpa_sim_mma_f(uint16_t bits) {
   else
     return __half2float(v);
 }
-inline uint64_t gpa_sim_mma_pair(unsigned lo, unsigned hi) { return (uint64_t)lo | (uint64_t)hi << 32; }
+
+/* The exchange area of each warp of the block this OS worker runs (a
+ * worker runs one block at a time; 32 warps at most). */
+struct gpa_sim_mma_xchg {
+  unsigned a[32][4], b[32][2];
+  uintptr_t row[32];
+};
+inline gpa_sim_mma_xchg &gpa_sim_mma_area(void) {
+  static thread_local gpa_sim_mma_xchg x[32];
+  return x[gpa_sim_self()->warp & 31];
+}
 
 template <class T>
 inline void gpa_sim_mma16816(float d[4], const unsigned a[4], const unsigned b[2]) {
   const int lane = (int)gpa_sim_self()->lane, g = lane >> 2, t = lane & 3;
+  gpa_sim_mma_xchg &x = gpa_sim_mma_area();
+  memcpy(x.a[lane], a, sizeof x.a[lane]);
+  memcpy(x.b[lane], b, sizeof x.b[lane]);
+  __syncwarp();
   /* A rows g (ar[0]) and g+8 (ar[1]), k = 0..15, from lanes 4g..4g+3 */
   float ar[2][16], bc[2][16];
-  const uint64_t a01 = gpa_sim_mma_pair(a[0], a[1]), a23 = gpa_sim_mma_pair(a[2], a[3]);
   for (int s = 0; s < 4; s++) {
-    const uint64_t x = __shfl_sync(0xffffffffu, a01, 4 * g + s), y = __shfl_sync(0xffffffffu, a23, 4 * g + s);
-    const unsigned r[4] = {(unsigned)x, (unsigned)(x >> 32), (unsigned)y, (unsigned)(y >> 32)};
+    const unsigned *r = x.a[4 * g + s];
     for (int i = 0; i < 4; i++) {
       const int row = i & 1, k = 2 * s + (i >> 1) * 8;
       ar[row][k] = gpa_sim_mma_f<T>((uint16_t)r[i]);
@@ -53,22 +68,21 @@ inline void gpa_sim_mma16816(float d[4], const unsigned a[4], const unsigned b[2
     }
   }
   /* B columns 2t (bc[0]) and 2t+1 (bc[1]): column n sits in lanes 4n..4n+3 */
-  const uint64_t b01 = gpa_sim_mma_pair(b[0], b[1]);
   for (int c = 0; c < 2; c++)
     for (int s = 0; s < 4; s++) {
-      const uint64_t x = __shfl_sync(0xffffffffu, b01, 4 * (2 * t + c) + s);
-      const unsigned r[2] = {(unsigned)x, (unsigned)(x >> 32)};
+      const unsigned *r = x.b[4 * (2 * t + c) + s];
       for (int i = 0; i < 2; i++) {
         const int k = 2 * s + i * 8;
         bc[c][k] = gpa_sim_mma_f<T>((uint16_t)r[i]);
         bc[c][k + 1] = gpa_sim_mma_f<T>((uint16_t)(r[i] >> 16));
       }
     }
+  __syncwarp(); /* every lane has read the area */
   /* products of 16-bit values are exact in fp32; summed in fp32 */
   for (int i = 0; i < 4; i++) {
-    const float *x = ar[i >> 1], *y = bc[i & 1];
+    const float *ra = ar[i >> 1], *cb = bc[i & 1];
     float s = 0.0f;
-    for (int k = 0; k < 16; k++) s += x[k] * y[k];
+    for (int k = 0; k < 16; k++) s += ra[k] * cb[k];
     d[i] += s;
   }
 }
@@ -77,20 +91,24 @@ inline void gpa_sim_ldmatrix_x4(unsigned r[4], const void *row, bool trans) {
   const int lane = (int)gpa_sim_self()->lane;
   const uintptr_t mine = (uintptr_t)row;
   if ((mine & 15) != 0) gpa_sim_trap("ldmatrix: row address not 16-byte aligned");
+  gpa_sim_mma_xchg &x = gpa_sim_mma_area();
+  x.row[lane] = mine;
+  __syncwarp();
   for (int m = 0; m < 4; m++) {
     if (!trans) {
-      const uintptr_t p = __shfl_sync(0xffffffffu, mine, 8 * m + (lane >> 2));
+      const uintptr_t p = x.row[8 * m + (lane >> 2)];
       memcpy(&r[m], (const unsigned char *)p + 4 * (lane & 3), 4);
     } else {
       /* row lane/4 of the transpose: column lane/4 of rows 2(lane%4), +1 */
-      const uintptr_t p0 = __shfl_sync(0xffffffffu, mine, 8 * m + 2 * (lane & 3));
-      const uintptr_t p1 = __shfl_sync(0xffffffffu, mine, 8 * m + 2 * (lane & 3) + 1);
+      const uintptr_t p0 = x.row[8 * m + 2 * (lane & 3)];
+      const uintptr_t p1 = x.row[8 * m + 2 * (lane & 3) + 1];
       uint16_t lo, hi;
       memcpy(&lo, (const unsigned char *)p0 + 2 * (lane >> 2), 2);
       memcpy(&hi, (const unsigned char *)p1 + 2 * (lane >> 2), 2);
       r[m] = (unsigned)lo | (unsigned)hi << 16;
     }
   }
+  __syncwarp(); /* every lane has read the addresses */
 }
 
 /* ---- cp.async: a queue of pending copies per CUDA thread of the block
