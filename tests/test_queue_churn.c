@@ -77,8 +77,12 @@ int main(void) {
    * its fiber stacks as ~2,000 mappings */
   CHECK(maps1 <= maps0 + 16);
   /* a destroyed queue keeps its object (under 1 KiB): 10,000 of them, with
-   * the allocator's slack, stay far below one stream per cycle */
+   * the allocator's slack, stay far below one stream per cycle. Under the
+   * sanitizers the resident set is mostly their shadow memory and
+   * quarantine (ASan holds freed blocks back): threads and mappings say it. */
+#if !defined(GPA_ASAN) && !defined(GPA_TSAN)
   CHECK(rss1 - rss0 <= cycles * 2 + 4096);
+#endif
   CHECK_OK(gpa_actor_destroy(a));
   return 0;
 }
