@@ -124,8 +124,11 @@ static bool wait_done(gpa__msg *m, int64_t timeout_ns) {
   int64_t budget = timeout_ns > 0 && timeout_ns < GPA__SPIN_AWAIT_NS ? timeout_ns : GPA__SPIN_AWAIT_NS;
   for (gpa__spin s = gpa__spin_begin(budget); gpa__spin_on(&s);)
     if (atomic_load_explicit(&m->state, memory_order_acquire)) return true;
+  /* A few yields before sleeping, bounded by the timeout: on a loaded
+   * machine each one may give a whole time slice away. */
   for (int i = 0; i < 20; i++) {
     if (atomic_load_explicit(&m->state, memory_order_acquire)) return true;
+    if (timeout_ns > 0 && gpa__now_ns() - start >= timeout_ns) return false;
     sched_yield();
   }
   for (;;) {
