@@ -144,7 +144,10 @@ GPA_SIM_API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice d) {
   });
 }
 
-GPA_SIM_API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
+GPA_SIM_API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute attr, CUdevice d) {
+  /* an int inside the guard: a bad value read through the lambda's reference
+   * would be a load of an invalid enum (UBSan) */
+  int a = (int)attr;
   return gpa_sim__guard("cuDeviceGetAttribute", [&]() -> CUresult {
     CUresult r = check_dev(d);
     if (r) return r;
@@ -305,7 +308,10 @@ GPA_SIM_API CUresult cuCtxSynchronize_v2(CUcontext c) {
   });
 }
 
-GPA_SIM_API CUresult cuCtxGetLimit(size_t *v, CUlimit limit) {
+GPA_SIM_API CUresult cuCtxGetLimit(size_t *v, CUlimit which) {
+  /* an int inside the guard: a bad value read through the lambda's reference
+   * would be a load of an invalid enum (UBSan) */
+  int limit = (int)which;
   return gpa_sim__guard("cuCtxGetLimit", [&]() -> CUresult {
     GPA_SIM_ENTER(ctx);
     (void)ctx;
@@ -348,7 +354,10 @@ GPA_SIM_API CUresult cuCtxGetLimit(size_t *v, CUlimit limit) {
   X(CUDA_ERROR_OPERATING_SYSTEM, "OS call failed or operation not supported on this OS")  \
   X(CUDA_ERROR_UNKNOWN, "unknown error")
 
-GPA_SIM_API CUresult cuGetErrorName(CUresult e, const char **s) {
+GPA_SIM_API CUresult cuGetErrorName(CUresult err, const char **s) {
+  /* an int inside the guard: a bad value read through the lambda's reference
+   * would be a load of an invalid enum (UBSan) */
+  int e = (int)err;
   return gpa_sim__guard("cuGetErrorName", [&]() -> CUresult {
     if (!s) return CUDA_ERROR_INVALID_VALUE;
     switch (e) {
@@ -361,7 +370,10 @@ GPA_SIM_API CUresult cuGetErrorName(CUresult e, const char **s) {
   });
 }
 
-GPA_SIM_API CUresult cuGetErrorString(CUresult e, const char **s) {
+GPA_SIM_API CUresult cuGetErrorString(CUresult err, const char **s) {
+  /* an int inside the guard: a bad value read through the lambda's reference
+   * would be a load of an invalid enum (UBSan) */
+  int e = (int)err;
   return gpa_sim__guard("cuGetErrorString", [&]() -> CUresult {
     if (!s) return CUDA_ERROR_INVALID_VALUE;
     switch (e) {

@@ -174,7 +174,10 @@ GPA_SIM_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
 
 GPA_SIM_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice d) { return cuDeviceGetDefaultMemPool(pool, d); }
 
-GPA_SIM_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
+GPA_SIM_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *v) {
+  /* an int inside the guard: a bad value read through the lambda's reference
+   * would be a load of an invalid enum (UBSan) */
+  int a = (int)attr;
   return gpa_sim__guard("cuMemPoolSetAttribute", [&]() -> CUresult {
     if (pool != g_pool || !v) return CUDA_ERROR_INVALID_VALUE;
     if (a == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) g_pool_threshold = *(cuuint64_t *)v;
@@ -182,7 +185,10 @@ GPA_SIM_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribut
   });
 }
 
-GPA_SIM_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute a, void *v) {
+GPA_SIM_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *v) {
+  /* an int inside the guard: a bad value read through the lambda's reference
+   * would be a load of an invalid enum (UBSan) */
+  int a = (int)attr;
   return gpa_sim__guard("cuMemPoolGetAttribute", [&]() -> CUresult {
     if (pool != g_pool || !v) return CUDA_ERROR_INVALID_VALUE;
     if (a == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) *(cuuint64_t *)v = g_pool_threshold;

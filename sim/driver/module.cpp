@@ -255,7 +255,10 @@ GPA_SIM_API CUresult cuKernelGetFunction(CUfunction *out, CUkernel k) {
   });
 }
 
-GPA_SIM_API CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
+GPA_SIM_API CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr, int v) {
+  /* an int inside the guard: a bad value read through the lambda's reference
+   * would be a load of an invalid enum (UBSan) */
+  int a = (int)attr;
   return gpa_sim__guard("cuFuncSetAttribute", [&]() -> CUresult {
     if (!f) return CUDA_ERROR_INVALID_HANDLE;
     if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
@@ -270,7 +273,10 @@ GPA_SIM_API CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, in
   });
 }
 
-GPA_SIM_API CUresult cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f) {
+GPA_SIM_API CUresult cuFuncGetAttribute(int *v, CUfunction_attribute attr, CUfunction f) {
+  /* an int inside the guard: a bad value read through the lambda's reference
+   * would be a load of an invalid enum (UBSan) */
+  int a = (int)attr;
   return gpa_sim__guard("cuFuncGetAttribute", [&]() -> CUresult {
     if (!v) return CUDA_ERROR_INVALID_VALUE;
     if (!f) return CUDA_ERROR_INVALID_HANDLE;
@@ -287,15 +293,11 @@ GPA_SIM_API CUresult cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfuncti
 }
 
 GPA_SIM_API CUresult cuKernelSetAttribute(CUfunction_attribute a, int v, CUkernel k, CUdevice d) {
-  return gpa_sim__guard("cuKernelSetAttribute", [&]() -> CUresult {
-    if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
-    return cuFuncSetAttribute((CUfunction)k, a, v);
-  });
+  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
+  return cuFuncSetAttribute((CUfunction)k, a, v); /* guarded there */
 }
 
 GPA_SIM_API CUresult cuKernelGetAttribute(int *v, CUfunction_attribute a, CUkernel k, CUdevice d) {
-  return gpa_sim__guard("cuKernelGetAttribute", [&]() -> CUresult {
-    if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
-    return cuFuncGetAttribute(v, a, (CUfunction)k);
-  });
+  if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
+  return cuFuncGetAttribute(v, a, (CUfunction)k); /* guarded there */
 }
