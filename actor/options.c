@@ -240,7 +240,8 @@ gpa_status gpa__options_resolve(const gpa_actor_options *user, gpa__opts *o) {
     return gpa__fail(GPA_EINVAL, "options.log_level %d out of range [0, 4]", u->log_level);
   if (u->trace_path) {
     if (strlen(u->trace_path) >= sizeof o->trace_path)
-      return gpa__fail(GPA_EINVAL, "options.trace_path is longer than %zu bytes", sizeof o->trace_path - 1);
+      return gpa__fail(GPA_EINVAL, "options.trace_path is longer than %zu bytes (GPA_TRACE_PATH_MAX)",
+                       sizeof o->trace_path - 1);
     snprintf(o->trace_path, sizeof o->trace_path, "%s", u->trace_path);
   }
   o->profile = u->profile != 0;
@@ -261,6 +262,7 @@ gpa_status gpa__options_resolve(const gpa_actor_options *user, gpa__opts *o) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = n > 0 ? (uint32_t)n : 1;
   }
+  _Static_assert(sizeof o->trace_path == GPA_TRACE_PATH_MAX, "limits.h names the trace path's room");
   if (o->threads > GPA_MAX_THREADS)
     return gpa__fail(GPA_EINVAL, "threads %u: at most %d (GPA_MAX_THREADS)", o->threads, GPA_MAX_THREADS);
   if (!o->max_pending) o->max_pending = 65536;

@@ -3,7 +3,9 @@
 /* Every fixed limit that can make a call fail, by name. Each is in the error
  * list of the calls it bounds (the headers' comments and docs/api.md): going
  * past it is an error with a message that names it, never a truncation or a
- * crash. The runtime's own code uses these names (actor/limits.h). */
+ * crash. The runtime's own code uses these names (actor/limits.h). Names
+ * that only label (a queue's, 31 bytes; a batch's, 63) are cut short
+ * instead. */
 
 /* Tensors ------------------------------------------------------------------ */
 #define GPA_MAX_RANK 8                          /* dimensions of a tensor (EINVAL past it) */
@@ -26,6 +28,7 @@
 #define GPA_MAILBOX_MAX (1u << 24)
 #define GPA_MAX_THREADS 256                     /* options.threads (EINVAL past it) */
 #define GPA_MAX_PROFILERS 8                     /* gpa_actor_add_profiler per actor (ENOMEM) */
+#define GPA_TRACE_PATH_MAX 256                  /* options.trace_path, terminator included (EINVAL at create) */
 
 /* Feed sessions ------------------------------------------------------------- */
 #define GPA_FEED_TAG_MAX 64                     /* a session's tag bytes (EINVAL past it) */
