@@ -32,8 +32,8 @@ int main(void) {
   gpa_tensor x = {bx, 0, GPA_F32, 2, {N, IN}}, w = {bw, 0, GPA_F32, 2, {OUT, IN}}, b = {bb, 0, GPA_F32, 1, {OUT}},
              y = {by, 0, GPA_F32, 2, {N, OUT}}, w2 = {bw2, 0, GPA_F32, 2, {OUT2, IN}},
              b2 = {bb2, 0, GPA_F32, 1, {OUT2}}, y2 = {by2, 0, GPA_F32, 2, {N, OUT2}};
-  float host[N * IN];
-  for (int i = 0; i < N * IN; i++) host[i] = (float)(i % 13) / 13.0f - 0.5f;
+  float host[OUT * IN]; /* the largest tensor uploaded from it */
+  for (int i = 0; i < OUT * IN; i++) host[i] = (float)(i % 13) / 13.0f - 0.5f;
   CHECK_OK(gpa_upload(q, &x, host, sizeof(float) * N * IN, 0, NULL));
   CHECK_OK(gpa_upload(q, &w, host, sizeof(float) * OUT * IN, 0, NULL));
   CHECK_OK(gpa_upload(q, &b, host, sizeof(float) * OUT, 0, NULL));
