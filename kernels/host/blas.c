@@ -20,7 +20,7 @@ static _Atomic int single; /* 1: OpenBLAS set to one thread by us */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void make_single(void) {
-  const gpa__blas_lib *b = gpa__blas();
+  const gpa__blas_lib *b = gpa__blas(); /* the load sets OpenBLAS to one thread */
   if (!b->set_threads) return; /* another CBLAS, or none: its threading is its own */
   b->set_threads(1);
   atomic_store(&single, 1);

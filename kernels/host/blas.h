@@ -8,9 +8,9 @@
  * after a call, and steps of a training loop ran 4-5x slower on 2 cores
  * (docs/ops.md, "BLAS threads"). So when a GEMM comes with a pool of more
  * than one thread, gpa__sgemm splits C into one block of rows (or columns)
- * per thread, each a single-threaded cblas_sgemm, and it sets OpenBLAS to
- * one thread, once, through openblas_set_num_threads looked up at run time
- * (dlsym: any CBLAS links; one without that entry is left as it is). The
+ * per thread, each a single-threaded cblas_sgemm. OpenBLAS runs on one
+ * thread from its load on (blas_lib.c: openblas_set_num_threads(1), when
+ * the library has it): the pool is the one thread budget. The
  * block bounds depend on the sizes and the pool's thread count only, and
  * each element of C is computed whole by one call: results do not depend on
  * scheduling. */

@@ -122,6 +122,12 @@ static void load(void) {
   }
   lib.set_threads = (void (*)(int))dlsym(h, "openblas_set_num_threads");
   lib.get_threads = (int (*)(void))dlsym(h, "openblas_get_num_threads");
+  /* One thread budget: the host pool splits GEMMs across the cores
+   * (blas.h), so OpenBLAS runs each call on the calling thread from the
+   * start. Its own threads, next to the pool's, fought them for the cores;
+   * and their hand-off (spinning on plain variables) is invisible to
+   * ThreadSanitizer, which then reported races on every output. */
+  if (lib.set_threads) lib.set_threads(1);
   char *(*core)(void) = (char *(*)(void))dlsym(h, "openblas_get_corename");
   snprintf(lib.kernels, sizeof lib.kernels, "%s", core ? core() : "unknown");
   if (already)
