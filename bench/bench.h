@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpuactor.h"
+
 typedef struct gpa_bench_result {
   const char *name;    /* "layernorm_fwd" */
   const char *backend; /* "cpu", "sim", "cuda", or "none" for pure references */
@@ -37,6 +39,10 @@ void gpa_bench_emit(const gpa_bench_result *r);
 double gpa_bench_best_ns(int reps, void (*fn)(void *), void *ctx);
 /* Repetitions from GPA_BENCH_REPS (default `dflt`); lets CI run a quick pass. */
 int gpa_bench_reps(int dflt);
+/* An actor on a CUDA device (cuda or sim, *sim says which) for the cuda_*
+ * benches; NULL (after a "skipped" line on stderr naming bench) on any
+ * other backend. */
+gpa_actor *gpa_bench_cuda_actor(const char *bench, int *sim);
 /* The memory-bandwidth reference (bench/triad.c): a STREAM triad
  * a[i] = b[i] + s*c[i] on all online CPUs over n floats per array (bytes
  * moved = 12*n), with ordinary and with non-temporal stores; its time is the

@@ -249,15 +249,9 @@ static void fa2_torch(const char *args, double *fwd, double *bwd) {
 }
 
 void gpa_bench_cuda_attention_fa2(void) {
-  gpa_actor *a;
-  if (gpa_actor_create(NULL, &a) != GPA_OK) return;
-  const char *be = gpa_actor_backend(a);
-  int sim = !strcmp(be, "sim");
-  if (!sim && strcmp(be, "cuda")) {
-    fprintf(stderr, "gpa-bench cuda_attention_fa2: skipped on backend %s (GPA_DEVICE=cuda or sim)\n", be);
-    gpa_actor_destroy(a);
-    return;
-  }
+  int sim;
+  gpa_actor *a = gpa_bench_cuda_actor("cuda_attention_fa2", &sim);
+  if (!a) return;
   gpa_op_desc d = {.size = sizeof d, .name = "bench_fa2_fwd", .min_inputs = 3, .max_inputs = 4, .n_outputs = 2,
                    .attrs = fa2_attrs, .n_attrs = 2, .params_size = sizeof(gpa__attn_params), .cuda = fa2_fwd_op};
   gpa_op_desc d2 = d;

@@ -130,15 +130,9 @@ static int torch_rows(const char *shape_args, torch_row *rows, int max) {
 }
 
 void gpa_bench_cuda_sdpa(void) {
-  gpa_actor *a;
-  if (gpa_actor_create(NULL, &a) != GPA_OK) return;
-  const char *be = gpa_actor_backend(a);
-  int sim = !strcmp(be, "sim");
-  if (!sim && strcmp(be, "cuda")) {
-    fprintf(stderr, "gpa-bench cuda_sdpa: skipped on backend %s\n", be);
-    gpa_actor_destroy(a);
-    return;
-  }
+  int sim;
+  gpa_actor *a = gpa_bench_cuda_actor("cuda_sdpa", &sim);
+  if (!a) return;
   gpa_op_desc d = {.size = sizeof d, .name = "bench_cudnn_sdpa", .min_inputs = 3, .max_inputs = 6, .n_outputs = 3,
                    .attrs = sp_attrs, .n_attrs = 2, .params_size = sizeof(sp), .cuda = sdpa_cuda};
   gpa_op_desc d2 = d;

@@ -27,6 +27,17 @@ int gpa_bench_reps(int dflt) {
   return v > 0 ? v : dflt;
 }
 
+gpa_actor *gpa_bench_cuda_actor(const char *bench, int *sim) {
+  gpa_actor *a;
+  if (gpa_actor_create(NULL, &a) != GPA_OK) return NULL;
+  const char *be = gpa_actor_backend(a);
+  *sim = !strcmp(be, "sim");
+  if (*sim || !strcmp(be, "cuda")) return a;
+  fprintf(stderr, "gpa-bench %s: skipped on backend %s (GPA_DEVICE=cuda or sim)\n", bench, be);
+  gpa_actor_destroy(a);
+  return NULL;
+}
+
 double gpa_bench_best_ns(int reps, void (*fn)(void *), void *ctx) {
   fn(ctx);
   double best = 1e300;
