@@ -26,45 +26,12 @@
 #include <string.h>
 
 #include "util/attn_ref.h"
+#include "util/half.h"
 #include "util/nn_test.h"
 
-/* IEEE half, round to nearest even (finite, in range: the test's values). */
-static uint16_t to_f16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-  int32_t e = (int32_t)((u >> 23) & 0xff) - 127 + 15;
-  uint32_t m = u & 0x7fffffu;
-  if (e <= 0) { /* subnormal: m * 2^-24 with the implicit bit */
-    if (e < -10) return sign;
-    m |= 0x800000u;
-    uint32_t sh = (uint32_t)(14 - e), h = m >> sh, rem = m & ((1u << sh) - 1), mid = 1u << (sh - 1);
-    if (rem > mid || (rem == mid && (h & 1))) h++;
-    return (uint16_t)(sign | h);
-  }
-  uint32_t h = ((uint32_t)e << 10) | (m >> 13), rem = m & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
-  return (uint16_t)(sign | h);
-}
 
-static float from_f16(uint16_t h) {
-  uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  float f = e ? ldexpf((float)(m | 0x400u), (int)e - 25) : ldexpf((float)m, -24);
-  return (h & 0x8000u) ? -f : f;
-}
 
-static uint16_t to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 
-static float from_bf16(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 /* Outputs in the storage type (o, dq, dk, dv as bf16/fp16): run the op
  * again into 16-bit tensors filled with NaN (an element left unwritten
@@ -94,7 +61,7 @@ static void lowp_outputs(gpa_nt *t, const char *what, const char *op, int dtype,
     const int64_t n = gpa_tensor_numel(&outs32[i]);
     gpa_nt_read(t, &out[i], got[i]);
     for (int64_t j = 0; j < n; j++) {
-      const uint16_t r = dtype == GPA_F16 ? to_f16(want[i][j]) : to_bf16(want[i][j]);
+      const uint16_t r = dtype == GPA_F16 ? tu_to_f16(want[i][j]) : tu_to_bf16(want[i][j]);
       if (got[i][j] != r) {
         snprintf(w2, sizeof w2, "%s: %s output %u in %s: element %lld is 0x%04x, the f32 result rounds to 0x%04x",
                  what, op, i, gpa_dtype_name(dtype), (long long)j, got[i][j], r);
@@ -110,8 +77,8 @@ static void lowp_outputs(gpa_nt *t, const char *what, const char *op, int dtype,
 static void fill_lowp(int dtype, float *f, uint16_t *u, int64_t n, double lo, double hi, uint64_t *seed) {
   gpa_nt_fill(f, n, lo, hi, seed);
   for (int64_t i = 0; i < n; i++) {
-    u[i] = dtype == GPA_F16 ? to_f16(f[i]) : to_bf16(f[i]);
-    f[i] = dtype == GPA_F16 ? from_f16(u[i]) : from_bf16(u[i]);
+    u[i] = dtype == GPA_F16 ? tu_to_f16(f[i]) : tu_to_bf16(f[i]);
+    f[i] = dtype == GPA_F16 ? tu_from_f16(u[i]) : tu_from_bf16(u[i]);
   }
 }
 

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "util/attn_ref.h"
+#include "util/half.h"
 #include "util/nn_test.h"
 #include "util/testutil.h"
 
@@ -164,37 +165,8 @@ static int sim_engine(void) {
 
 /* ---- 16-bit values ----------------------------------------------------------------------------------- */
 
-static uint16_t to16(int dt, float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  if (dt == GPA_BF16) return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  /* fp16, round to nearest even (finite, in range: the test's values) */
-  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-  int32_t e = (int32_t)((u >> 23) & 0xff) - 127 + 15;
-  uint32_t m = u & 0x7fffffu;
-  if (e <= 0) { /* subnormal: m * 2^-24 with the implicit bit */
-    if (e < -10) return sign;
-    m |= 0x800000u;
-    uint32_t sh = (uint32_t)(14 - e), h = m >> sh, rem = m & ((1u << sh) - 1), mid = 1u << (sh - 1);
-    if (rem > mid || (rem == mid && (h & 1))) h++;
-    return (uint16_t)(sign | h);
-  }
-  uint32_t h = ((uint32_t)e << 10) | (m >> 13), rem = m & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
-  return (uint16_t)(sign | h);
-}
-
-static float from16(int dt, uint16_t h) {
-  if (dt == GPA_BF16) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-  }
-  uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  float f = e ? ldexpf((float)(m | 0x400u), (int)e - 25) : ldexpf((float)m, -24);
-  return (h & 0x8000u) ? -f : f;
-}
+static uint16_t to16(int dt, float f) { return dt == GPA_BF16 ? tu_to_bf16(f) : tu_to_f16(f); }
+static float from16(int dt, uint16_t h) { return dt == GPA_BF16 ? tu_from_bf16(h) : tu_from_f16(h); }
 
 /* n values in [-lim, lim) rounded to dt: bits into u, values into f. */
 static void fill16(int dt, float *f, uint16_t *u, int64_t n, double lim, uint64_t *seed) {

@@ -29,6 +29,7 @@
 
 #include "kernels/host/attention.h"
 #include "kernels/host/bf16.h"
+#include "kernels/host/f16.h"
 #include "ops/attention/attention.h"
 #include "ops/nn_util.h"
 
@@ -140,22 +141,6 @@ static gpa_status exec_geom(const gpa_op_exec *x, const char *op, const gpa_tens
   return GPA_OK;
 }
 
-/* IEEE half to float (exact). */
-static float f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-  if (e == 0x1f) {
-    u = sign | 0x7f800000u | (m << 13); /* inf, NaN */
-  } else if (e) {
-    u = sign | ((e + 112u) << 23) | (m << 13);
-  } else { /* zero or subnormal: m * 2^-24 */
-    float f = (float)m * 0x1p-24f;
-    memcpy(&u, &f, sizeof u);
-    u |= sign;
-  }
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 /* A bf16 or f16 tensor widened to an f32 copy (exact): the f32 kernels then
  * run on it, the reference the CUDA tensor-core kernels are compared with. */
@@ -166,7 +151,7 @@ static float *widen(const gpa_tensor *t, const void *p) {
   const uint16_t *u = p;
   for (int64_t i = 0; i < n; i++) {
     if (t->dtype == GPA_F16) {
-      f[i] = f16_to_f32(u[i]);
+      f[i] = gpa__f16_to_f32(u[i]);
     } else {
       uint32_t w = (uint32_t)u[i] << 16;
       memcpy(&f[i], &w, sizeof w);
@@ -193,21 +178,6 @@ static void unwiden(float **wide, int n) {
   for (int i = 0; i < n; i++) free(wide[i]);
 }
 
-/* fp32 to f16, round to nearest even (overflow to inf, subnormals kept). */
-static uint16_t f32_to_f16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
-  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to 65520 or more: inf */
-  if (a < 0x38800000u) {                                   /* subnormal: a multiple of 2^-24 */
-    float v;
-    memcpy(&v, &a, sizeof v);
-    return (uint16_t)(sign | (uint32_t)(int)rintf(v * 0x1p24f));
-  }
-  uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
-  return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
-}
 
 /* An fp32 buffer for output i of x when it is 16-bit (the kernels write
  * fp32), else the output itself; NULL when out of memory. */
@@ -222,7 +192,7 @@ static void out_done(const gpa_op_exec *x, uint32_t i, float *f, int ok) {
   if (!f || f == x->out[i]) return;
   int64_t n = gpa__chk_numel(&x->outputs[i]);
   uint16_t *u = x->out[i];
-  for (int64_t j = 0; ok && j < n; j++) u[j] = x->outputs[i].dtype == GPA_F16 ? f32_to_f16(f[j]) : gpa__f32_to_bf16(f[j]);
+  for (int64_t j = 0; ok && j < n; j++) u[j] = x->outputs[i].dtype == GPA_F16 ? gpa__f32_to_f16(f[j]) : gpa__f32_to_bf16(f[j]);
   free(f);
 }
 

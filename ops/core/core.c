@@ -4,7 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/host/bf16.h"
 #include "kernels/host/copy.h"
+#include "kernels/host/f16.h"
 #include "ops/core/core.h"
 
 static gpa_status noop_host(const gpa_op_exec *x) {
@@ -57,35 +59,6 @@ static gpa_status fill_shape(const gpa_op_sig *s, gpa_tensor *out, char *msg, si
   return GPA_OK;
 }
 
-/* IEEE half, round to nearest even (portable: not every compiler has
- * _Float16 on x86). */
-static uint16_t f32_to_f16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
-  uint32_t e = (u >> 23) & 0xff, m = u & 0x7fffff;
-  if (e == 0xff) return sign | 0x7c00 | (m ? 0x200 : 0); /* inf, NaN */
-  int32_t he = (int32_t)e - 127 + 15;
-  if (he >= 0x1f) return sign | 0x7c00; /* overflow */
-  if (he <= 0) {                         /* subnormal or zero */
-    if (he < -10) return sign;
-    m |= 0x800000;
-    uint32_t shift = (uint32_t)(14 - he);
-    uint32_t half = m >> shift, rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1))) half++;
-    return sign | (uint16_t)half;
-  }
-  uint32_t half = ((uint32_t)he << 10) | (m >> 13), rem = m & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++; /* may carry into the exponent: still right */
-  return sign | (uint16_t)half;
-}
-
-static uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-  return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);                /* round to nearest even */
-}
 
 typedef struct fill_job {
   unsigned char *dst;
@@ -107,8 +80,8 @@ static gpa_status fill_host(const gpa_op_exec *x) {
   uint16_t h;
   switch (x->outputs[0].dtype) {
     case GPA_F32: memcpy(j.pattern, &f, 4); break;
-    case GPA_F16: h = f32_to_f16(f); memcpy(j.pattern, &h, 2); break;
-    case GPA_BF16: h = f32_to_bf16(f); memcpy(j.pattern, &h, 2); break;
+    case GPA_F16: h = gpa__f32_to_f16(f); memcpy(j.pattern, &h, 2); break;
+    case GPA_BF16: h = gpa__f32_to_bf16(f); memcpy(j.pattern, &h, 2); break;
     case GPA_I32: memcpy(j.pattern, &i32, 4); break;
     case GPA_U8: j.pattern[0] = (unsigned char)p->value; break;
     case GPA_I64: memcpy(j.pattern, &i64, 8); break;

@@ -14,36 +14,10 @@
 #include "sim_test.h"
 #include "gpa_cu_attn_fatbin.h"
 #include "util/attn_ref.h"
+#include "util/half.h"
 
-static uint16_t to16(float f, int half) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if (!half) return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-  int32_t e = (int32_t)((u >> 23) & 0xff) - 112;
-  uint32_t m = u & 0x7fffffu;
-  if (e <= 0) { /* subnormal half */
-    if (e < -10) return sign;
-    m |= 0x800000u;
-    uint32_t sh = (uint32_t)(14 - e), h = m >> sh, rem = m & ((1u << sh) - 1), mid = 1u << (sh - 1);
-    if (rem > mid || (rem == mid && (h & 1))) h++;
-    return (uint16_t)(sign | h);
-  }
-  uint32_t h = ((uint32_t)e << 10) | (m >> 13), rem = m & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
-  return (uint16_t)(sign | h);
-}
-static float from16(uint16_t h, int half) {
-  if (!half) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-  }
-  uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  float f = e ? ldexpf((float)(m | 0x400u), (int)e - 25) : ldexpf((float)m, -24);
-  return (h & 0x8000u) ? -f : f;
-}
+static uint16_t to16(float f, int half) { return half ? tu_to_f16(f) : tu_to_bf16(f); }
+static float from16(uint16_t h, int half) { return half ? tu_from_f16(h) : tu_from_bf16(h); }
 
 static CUdeviceptr dev(const void *p, size_t n) {
   CUdeviceptr d;
