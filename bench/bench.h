@@ -43,6 +43,22 @@ int gpa_bench_reps(int dflt);
  * benches; NULL (after a "skipped" line on stderr naming bench) on any
  * other backend. */
 gpa_actor *gpa_bench_cuda_actor(const char *bench, int *sim);
+/* bench_device.c, for the cuda_* benches: */
+/* A device tensor of random, never-zero values (|x| in [0.25, 1)), uploaded
+ * and synced; exits on a failed acquire. */
+gpa_tensor gpa_bench_device_tensor(gpa_actor *a, gpa_queue *q, int dt, int rank, const int64_t *shape,
+                                   uint64_t *seed);
+/* The best device time of one call in batches of k, over reps batches after
+ * a warm-up batch (then warmed(), if given); 0 and err on a failed batch. */
+double gpa_bench_batch_ns(gpa_queue *q, const gpa_op_call *call, int k, int reps, void (*warmed)(void), char *err,
+                          size_t n);
+/* PyTorch SDPA's TFLOP/s per backend for a shape, from the script named by
+ * GPA_BENCH_SDPA_TORCH (bench/sdpa_torch.py); 0 rows without it. */
+typedef struct gpa_bench_torch_row {
+  char backend[16];
+  double fwd, bwd;
+} gpa_bench_torch_row;
+int gpa_bench_torch_sdpa(const char *shape_args, gpa_bench_torch_row *rows, int max);
 /* The memory-bandwidth reference (bench/triad.c): a STREAM triad
  * a[i] = b[i] + s*c[i] on all online CPUs over n floats per array (bytes
  * moved = 12*n), with ordinary and with non-temporal stores; its time is the

@@ -198,55 +198,6 @@ static const gpa_attr_spec fa2_attrs[] = {
     {"causal", GPA_ATTR_INT, 0, offsetof(gpa__attn_params, causal), 0, 0.0, 0, 1},
 };
 
-static gpa_tensor fa2_tensor(gpa_actor *a, gpa_queue *q, int dt, int rank, const int64_t *shape, uint64_t *seed) {
-  gpa_tensor t = {0};
-  int64_t n = 1;
-  for (int i = 0; i < rank; i++) n *= shape[i], t.shape[i] = shape[i];
-  t.rank = (uint32_t)rank, t.dtype = dt;
-  size_t es = dt == GPA_F32 ? 4 : 2, bytes = (size_t)n * es;
-  if (gpa_buffer_acquire(a, NULL, bytes, &t.buffer) != GPA_OK) {
-    fprintf(stderr, "gpa-bench cuda_attention_fa2: %s\n", gpa_last_error_message());
-    exit(1);
-  }
-  uint16_t *h = malloc(bytes); /* random, never zeros: |x| in [0.25, 1) (f32: pairs of those bits) */
-  for (size_t i = 0; i < bytes / 2; i++) {
-    *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
-    h[i] = (uint16_t)((dt == GPA_F16 ? 0x3400u : 0x3e80u) | ((*seed >> 33) & 0x7fu) | ((*seed >> 60) & 1) << 15);
-  }
-  gpa_upload(q, &t, h, bytes, 0, NULL);
-  free(h);
-  return t;
-}
-
-static double fa2_batch_ns(gpa_queue *q, const gpa_op_call *call, int k, int reps, char *err, size_t n) {
-  double best = 1e300;
-  for (int r = 0; r <= reps; r++) { /* r == 0: warm-up (module load) */
-    gpa_sync_batch(q, NULL);
-    for (int i = 0; i < k; i++) gpa_submit(q, call, NULL);
-    gpa_batch_stats st = {.size = sizeof st};
-    if (gpa_sync_batch(q, &st) != GPA_OK) {
-      snprintf(err, n, "%s", st.first_error_message);
-      return 0;
-    }
-    if (r && (double)st.device_ns / k < best) best = (double)st.device_ns / k;
-  }
-  return best;
-}
-
-/* PyTorch's FlashAttention-2 TFLOP/s for one shape (fwd, bwd); 0 without it. */
-static void fa2_torch(const char *args, double *fwd, double *bwd) {
-  *fwd = *bwd = 0;
-  const char *script = getenv("GPA_BENCH_SDPA_TORCH");
-  if (!script || !*script) return;
-  char cmd[1024], line[256], name[16];
-  snprintf(cmd, sizeof cmd, "python3 %s %s 2>/dev/null", script, args);
-  FILE *f = popen(cmd, "r");
-  if (!f) return;
-  double a, b;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "%15s %lf %lf", name, &a, &b) == 3 && !strcmp(name, "flash")) *fwd = a, *bwd = b;
-  pclose(f);
-}
 
 void gpa_bench_cuda_attention_fa2(void) {
   int sim;
@@ -272,24 +223,27 @@ void gpa_bench_cuda_attention_fa2(void) {
         const int dt = dti ? GPA_F16 : GPA_BF16;
         const int64_t B = sim ? 1 : 4, H = sim ? 2 : shapes[si][0], S = sim ? 80 : shapes[si][1], D = shapes[si][2];
         int64_t qs[4] = {B, S, H, D}, ls[3] = {B, H, S};
-        gpa_tensor tq = fa2_tensor(a, q, dt, 4, qs, &seed), tk = fa2_tensor(a, q, dt, 4, qs, &seed);
-        gpa_tensor tv = fa2_tensor(a, q, dt, 4, qs, &seed), tdo = fa2_tensor(a, q, dt, 4, qs, &seed);
-        gpa_tensor to = fa2_tensor(a, q, dt, 4, qs, &seed), tl = fa2_tensor(a, q, GPA_F32, 3, ls, &seed);
-        gpa_tensor g[3] = {fa2_tensor(a, q, dt, 4, qs, &seed), fa2_tensor(a, q, dt, 4, qs, &seed),
-                           fa2_tensor(a, q, dt, 4, qs, &seed)};
+        gpa_tensor tq = gpa_bench_device_tensor(a, q, dt, 4, qs, &seed), tk = gpa_bench_device_tensor(a, q, dt, 4, qs, &seed);
+        gpa_tensor tv = gpa_bench_device_tensor(a, q, dt, 4, qs, &seed), tdo = gpa_bench_device_tensor(a, q, dt, 4, qs, &seed);
+        gpa_tensor to = gpa_bench_device_tensor(a, q, dt, 4, qs, &seed), tl = gpa_bench_device_tensor(a, q, GPA_F32, 3, ls, &seed);
+        gpa_tensor g[3] = {gpa_bench_device_tensor(a, q, dt, 4, qs, &seed), gpa_bench_device_tensor(a, q, dt, 4, qs, &seed),
+                           gpa_bench_device_tensor(a, q, dt, 4, qs, &seed)};
         gpa_attr at = {"causal", GPA_ATTR_INT, causal, 0};
         gpa_tensor fin[3] = {tq, tk, tv}, fout[2] = {to, tl}, bin[6] = {tdo, tq, tk, tv, to, tl};
         gpa_op_call fwd = {"bench_fa2_fwd", fin, 3, fout, 2, &at, 1}, bwd = {"bench_fa2_bwd", bin, 6, g, 3, &at, 1};
         char err[256] = "", shape[96], args[96], extra[384];
         double ns[2];
-        ns[0] = fa2_batch_ns(q, &fwd, k, reps, err, sizeof err); /* also the backward's o and lse */
-        ns[1] = ns[0] > 0 ? fa2_batch_ns(q, &bwd, k, reps, err, sizeof err) : 0;
+        ns[0] = gpa_bench_batch_ns(q, &fwd, k, reps, NULL, err, sizeof err); /* also the backward's o and lse */
+        ns[1] = ns[0] > 0 ? gpa_bench_batch_ns(q, &bwd, k, reps, NULL, err, sizeof err) : 0;
         snprintf(shape, sizeof shape, "%s B%lld S%lld H%lld D%lld%s", gpa_dtype_name(dt), (long long)B, (long long)S,
                  (long long)H, (long long)D, causal ? " causal" : "");
         snprintf(args, sizeof args, "%s %lld %lld %lld %lld %lld %d", gpa_dtype_name(dt), (long long)B, (long long)S,
                  (long long)H, (long long)H, (long long)D, causal);
-        double tf[2] = {0, 0};
-        if (!sim) fa2_torch(args, &tf[0], &tf[1]);
+        double tf[2] = {0, 0}; /* PyTorch's FlashAttention-2 TFLOP/s, fwd and bwd; 0 without it */
+        gpa_bench_torch_row rows[4];
+        int nr = sim ? 0 : gpa_bench_torch_sdpa(args, rows, 4);
+        for (int i = 0; i < nr; i++)
+          if (!strcmp(rows[i].backend, "flash")) tf[0] = rows[i].fwd, tf[1] = rows[i].bwd;
         const double flops = 4.0 * (double)(B * H * S * S * D) * (causal ? 0.5 : 1.0);
         for (int dir = 0; dir < 2; dir++) {
           if (ns[dir] <= 0) {

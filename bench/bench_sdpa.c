@@ -37,11 +37,6 @@ static const gpa_attr_spec sp_attrs[] = {
 static double host_ns_sum;
 static long host_calls;
 
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
 
 static gpa_status sdpa_cuda(const gpa_op_exec *x) {
   const sp *p = x->params;
@@ -49,7 +44,7 @@ static gpa_status sdpa_cuda(const gpa_op_exec *x) {
   gpa__sdpa_args a = {.B = q->shape[0], .S = q->shape[1], .H = q->shape[2], .D = q->shape[3], .Sk = k->shape[1],
                       .Hkv = k->shape[2], .dtype = q->dtype, .out_dtype = x->outputs[0].dtype,
                       .scale = (float)(1.0 / sqrt((double)q->shape[3])), .causal = (int)p->causal};
-  double t0 = now_ns();
+  double t0 = gpa_bench_now_ns();
   gpa_status st;
   if (p->bwd) {
     a.dout = x->in[0], a.q = x->in[1], a.k = x->in[2], a.v = x->in[3], a.o = x->in[4], a.lse = x->in[5];
@@ -60,7 +55,7 @@ static gpa_status sdpa_cuda(const gpa_op_exec *x) {
     a.q = x->in[0], a.k = x->in[1], a.v = x->in[2], a.o = x->out[0], a.lse = x->out[1];
     st = gpa__cudnn_sdpa_fwd(x, &a);
   }
-  host_ns_sum += now_ns() - t0;
+  host_ns_sum += gpa_bench_now_ns() - t0;
   host_calls++;
   if (st == GPA_SKIP) {
     snprintf(x->msg, x->msg_size, "cuDNN declined: %s", gpa__cudnn_last_decline(gpa__cu_of(x)));
@@ -69,65 +64,9 @@ static gpa_status sdpa_cuda(const gpa_op_exec *x) {
   return st;
 }
 
-static gpa_tensor tensor(gpa_actor *a, gpa_queue *q, int dt, int rank, const int64_t *shape, uint64_t *seed) {
-  gpa_tensor t = {0};
-  int64_t n = 1;
-  for (int i = 0; i < rank; i++) n *= shape[i], t.shape[i] = shape[i];
-  t.rank = (uint32_t)rank, t.dtype = dt;
-  size_t es = dt == GPA_F32 ? 4 : 2, bytes = (size_t)n * es;
-  if (gpa_buffer_acquire(a, NULL, bytes, &t.buffer) != GPA_OK) {
-    fprintf(stderr, "gpa-bench cuda_sdpa: %s\n", gpa_last_error_message());
-    exit(1);
-  }
-  /* random values, never zeros: |x| < 1 in either 16-bit format */
-  uint16_t *h = malloc(bytes);
-  for (size_t i = 0; i < bytes / 2; i++) {
-    *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
-    h[i] = (uint16_t)(dt == GPA_BF16 ? 0x3c00u | ((*seed >> 33) & 0x3ffu) : 0x3400u | ((*seed >> 33) & 0x3ffu));
-    if ((*seed >> 60) & 1) h[i] |= 0x8000u;
-  }
-  gpa_upload(q, &t, h, bytes, 0, NULL);
-  gpa_sync_batch(q, NULL);
-  free(h);
-  return t;
-}
+/* r == 0 built the plan: host time counts cached calls only */
+static void host_reset(void) { host_ns_sum = 0, host_calls = 0; }
 
-static double batch_ns(gpa_queue *q, const gpa_op_call *call, int k, int reps, char *err, size_t n) {
-  double best = 1e300;
-  for (int r = 0; r <= reps; r++) {
-    gpa_sync_batch(q, NULL);
-    for (int i = 0; i < k; i++) gpa_submit(q, call, NULL);
-    gpa_batch_stats st = {.size = sizeof st};
-    if (gpa_sync_batch(q, &st) != GPA_OK) {
-      snprintf(err, n, "%s", st.first_error_message);
-      return 0;
-    }
-    if (r && (double)st.device_ns / k < best) best = (double)st.device_ns / k;
-    if (!r) host_ns_sum = 0, host_calls = 0; /* r == 0 built the plan: host time counts cached calls only */
-  }
-  return best;
-}
-
-/* PyTorch's figures for one shape: TFLOP/s per backend, fwd and bwd. */
-typedef struct torch_row {
-  char backend[16];
-  double fwd, bwd;
-} torch_row;
-
-static int torch_rows(const char *shape_args, torch_row *rows, int max) {
-  const char *script = getenv("GPA_BENCH_SDPA_TORCH");
-  if (!script || !*script) return 0;
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "python3 %s %s 2>/dev/null", script, shape_args);
-  FILE *f = popen(cmd, "r");
-  if (!f) return 0;
-  int n = 0;
-  char line[512];
-  while (n < max && fgets(line, sizeof line, f))
-    if (sscanf(line, "%15s %lf %lf", rows[n].backend, &rows[n].fwd, &rows[n].bwd) == 3) n++;
-  pclose(f);
-  return n;
-}
 
 void gpa_bench_cuda_sdpa(void) {
   int sim;
@@ -153,31 +92,29 @@ void gpa_bench_cuda_sdpa(void) {
         int64_t Hk = sim ? shapes[si][3] / 8 : shapes[si][3], D = shapes[si][4];
         if (si == 2 && causal) continue; /* one GQA row per dtype */
         int64_t qs[4] = {B, S, H, D}, ks[4] = {B, S, Hk, D}, ls[3] = {B, H, S};
-        gpa_tensor tq = tensor(a, q, dt, 4, qs, &seed), tk = tensor(a, q, dt, 4, ks, &seed);
-        gpa_tensor tv = tensor(a, q, dt, 4, ks, &seed), tdo = tensor(a, q, dt, 4, qs, &seed);
-        gpa_tensor to = tensor(a, q, dt, 4, qs, &seed), tl = tensor(a, q, GPA_F32, 3, ls, &seed);
-        gpa_tensor tdq = tensor(a, q, dt, 4, qs, &seed), tdk = tensor(a, q, dt, 4, ks, &seed);
-        gpa_tensor tdv = tensor(a, q, dt, 4, ks, &seed);
+        gpa_tensor tq = gpa_bench_device_tensor(a, q, dt, 4, qs, &seed), tk = gpa_bench_device_tensor(a, q, dt, 4, ks, &seed);
+        gpa_tensor tv = gpa_bench_device_tensor(a, q, dt, 4, ks, &seed), tdo = gpa_bench_device_tensor(a, q, dt, 4, qs, &seed);
+        gpa_tensor to = gpa_bench_device_tensor(a, q, dt, 4, qs, &seed), tl = gpa_bench_device_tensor(a, q, GPA_F32, 3, ls, &seed);
+        gpa_tensor tdq = gpa_bench_device_tensor(a, q, dt, 4, qs, &seed), tdk = gpa_bench_device_tensor(a, q, dt, 4, ks, &seed);
+        gpa_tensor tdv = gpa_bench_device_tensor(a, q, dt, 4, ks, &seed);
         gpa_attr at[2] = {{"causal", GPA_ATTR_INT, causal, 0}, {"bwd", GPA_ATTR_INT, 0, 0}};
         gpa_tensor fin[3] = {tq, tk, tv}, fout[2] = {to, tl};
         gpa_op_call fwd = {"bench_cudnn_sdpa_fwd", fin, 3, fout, 2, at, 2};
         char err[256] = "", shape[96], args[96], extra[512];
         /* lse must be real for the backward: the forward writes it first */
-        host_ns_sum = 0, host_calls = 0;
-        double fns = batch_ns(q, &fwd, k, reps, err, sizeof err);
+        double fns = gpa_bench_batch_ns(q, &fwd, k, reps, host_reset, err, sizeof err);
         double fhost = host_calls ? host_ns_sum / host_calls : 0;
         at[1].i = 1;
         gpa_tensor bin[6] = {tdo, tq, tk, tv, to, tl}, bout[3] = {tdq, tdk, tdv};
         gpa_op_call bwd = {"bench_cudnn_sdpa", bin, 6, bout, 3, at, 2};
-        host_ns_sum = 0, host_calls = 0;
-        double bns = fns > 0 ? batch_ns(q, &bwd, k, reps, err, sizeof err) : 0;
+        double bns = fns > 0 ? gpa_bench_batch_ns(q, &bwd, k, reps, host_reset, err, sizeof err) : 0;
         double bhost = host_calls ? host_ns_sum / host_calls : 0;
         snprintf(shape, sizeof shape, "%s B%lld S%lld H%lld Hkv%lld D%lld%s", gpa_dtype_name(dt), (long long)B,
                  (long long)S, (long long)H, (long long)Hk, (long long)D, causal ? " causal" : "");
         snprintf(args, sizeof args, "%s %lld %lld %lld %lld %lld %d", gpa_dtype_name(dt), (long long)B, (long long)S,
                  (long long)H, (long long)Hk, (long long)D, causal);
-        torch_row rows[4];
-        int nr = sim ? 0 : torch_rows(args, rows, 4);
+        gpa_bench_torch_row rows[4];
+        int nr = sim ? 0 : gpa_bench_torch_sdpa(args, rows, 4);
         double flops = 4.0 * (double)(B * H * S * S * D) * (causal ? 0.5 : 1.0);
         for (int dir = 0; dir < 2; dir++) {
           double ns = dir ? bns : fns, fl = dir ? 2.5 * flops : flops, best = 0;
