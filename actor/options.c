@@ -110,8 +110,6 @@ bool gpa__device_valid(const char *s) {
   return strlen(s) < 16;
 }
 
-static size_t opt_size(const opt_def *d) { return d->size; }
-
 /* Parses text for option d into dst. Returns false if malformed. */
 static bool parse_opt(const opt_def *d, const char *text, gpa__opts *dst) {
   char *field = (char *)dst + d->offset;
@@ -119,11 +117,11 @@ static bool parse_opt(const opt_def *d, const char *text, gpa__opts *dst) {
   switch (d->kind) {
     case OPT_DEVICE:
       if (!gpa__device_valid(text)) return false;
-      snprintf(field, opt_size(d), "%s", text);
+      snprintf(field, d->size, "%s", text);
       return true;
     case OPT_PATH:
-      if (strlen(text) >= opt_size(d)) return false;
-      snprintf(field, opt_size(d), "%s", text);
+      if (strlen(text) >= d->size) return false;
+      snprintf(field, d->size, "%s", text);
       return true;
     case OPT_BOOL:
       if (!strcmp(text, "1") || !strcmp(text, "true") || !strcmp(text, "yes")) *(int32_t *)field = 1;
@@ -200,7 +198,7 @@ static void apply_layer(gpa__opts *o, const opt_layer *l) {
   for (size_t i = 0; i < N_OPTS; i++)
     if (l->set[i]) {
       size_t off = gpa__opt_table[i].offset;
-      memcpy((char *)o + off, (const char *)&l->vals + off, opt_size(&gpa__opt_table[i]));
+      memcpy((char *)o + off, (const char *)&l->vals + off, gpa__opt_table[i].size);
     }
 }
 

@@ -673,7 +673,7 @@ static gpa_status cu_complete(void *bctx, const gpa__work *w, gpa_status st) {
  * the fence that completes the message. */
 static gpa_status copy(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, bool up, void *host, CUdeviceptr dev,
                        uint64_t n) {
-  char scratch[192];
+  char scratch[GPA__ERR_MAX];
   char *msg = w ? w->err : scratch;
   size_t cap = w ? w->err_cap : sizeof scratch;
   if (C->failed) return failed_state(C, msg, cap);
