@@ -30,7 +30,6 @@ gpa_status gpa__ln_fwd_cu(const gpa_op_exec *x) {
 }
 
 gpa_status gpa__ln_bwd_cu(const gpa_op_exec *x) {
-  gpa__cu_ctx *C = gpa__cu_of(x);
   const gpa_tensor *t = &x->inputs[0];
   long long n = t->shape[0];
   int d = (int)t->shape[1];
@@ -39,11 +38,8 @@ gpa_status gpa__ln_bwd_cu(const gpa_op_exec *x) {
   void *dx = x->out[0], *dg = x->out[1], *db = x->out[2];
   void *xx = x->in[0], *dy = x->in[1], *g = x->in[2], *m = x->in[3], *r = x->in[4];
   if (n == 0) {
-    gpa_status st = gpa__cu_check(C, C->cu.cuMemsetD32Async(GPA__DP(dg), 0, (size_t)d, (CUstream)x->stream),
-                                  "cuMemsetD32Async", x->msg, x->msg_size);
-    if (st != GPA_OK) return st;
-    return gpa__cu_check(C, C->cu.cuMemsetD32Async(GPA__DP(db), 0, (size_t)d, (CUstream)x->stream),
-                         "cuMemsetD32Async", x->msg, x->msg_size);
+    GPA__CU_TRY(gpa__cu_zero_f32(x, dg, d));
+    return gpa__cu_zero_f32(x, db, d);
   }
   int grp = gpa__cu_row_group(d), bf = t->dtype == GPA_BF16;
   void *a1[] = {&xx, &dy, &g, &m, &r, &dx, &n, &d, &grp};
