@@ -110,7 +110,7 @@ GPA__HOT_INLINE void run(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
       snprintf(m->err, sizeof m->err, "queue '%s' was destroyed before this message ran", q->name);
     } else if (q->poison) {
       m->status = q->poison;
-      snprintf(m->err, sizeof m->err, "skipped: a %s earlier in this batch of queue '%s' timed out", q->poison_by,
+      snprintf(m->err, sizeof m->err, "skipped: an earlier %s in this batch of queue '%s' timed out", q->poison_by,
                q->name);
     }
   }
