@@ -111,10 +111,15 @@ static void actor_loop(gpa_actor *a) {
      * found nothing (a poll's timeout): with device work in flight for
      * long, that spin would be most of the actor's CPU time. */
     bool work = false;
-    for (gpa__spin s = gpa__spin_begin(GPA__SPIN_IDLE_NS); !work && !slept && gpa__spin_on(&s);)
+    for (gpa__spin s = gpa__spin_begin(GPA__SPIN_IDLE_NS); !work && !slept && gpa__spin_on(&s);) {
       work = !gpa__mailbox_empty(a) || atomic_load_explicit(&a->done, memory_order_relaxed) ||
              (atomic_load_explicit(&a->stopping, memory_order_relaxed) && !a->inflight_total);
+      /* device work done while we spin completes here, not via a driver
+       * thread's host function and a wake-up (a round trip's two hops) */
+      if (!work && a->inflight_total && a->be->reap && (s.n & 7) == 0) work = a->be->reap(a->bctx) != 0;
+    }
     if (work) continue;
+    if (a->be->park) a->be->park(a->bctx); /* about to sleep: host functions take over */
     /* Device work in flight: let the backend look for failures no completion
      * will report, every GPA__POLL_NS at most, and sleep no longer than that. */
     int64_t dl = gpa__queues_next_deadline(a);
@@ -151,6 +156,7 @@ static void *actor_main(void *arg) {
                        .cublas = o->cublas[0] ? o->cublas : NULL,
                        .cublaslt = o->cublaslt[0] ? o->cublaslt : NULL,
                        .cudnn = o->cudnn[0] ? o->cudnn : NULL,
+                       .cuda_no_poll = gpa__options_process()->cuda_no_poll != 0,
                        .complete = gpa__complete_async, .trim = gpa__bufcache_trim};
   if (st == GPA_OK) st = a->be->init(&host, &a->bctx, su->msg, sizeof su->msg);
   if (st == GPA_OK) st = gpa__bufcache_init(a);

@@ -65,6 +65,7 @@ static const opt_def gpa__opt_table[] = {
     OPT("GPA_CUDNN", "cudnn", OPT_PATH, cudnn, NULL, 0, FRESH),
     OPT("GPA_HOST_NT", "host_nt", OPT_ENUM, host_nt, nt_names, 1, PROCESS),
     OPT("GPA_NO_MEMBARRIER", "no_membarrier", OPT_BOOL, no_membarrier, NULL, 0, PROCESS),
+    OPT("GPA_CUDA_NO_POLL", "cuda_no_poll", OPT_BOOL, cuda_no_poll, NULL, 0, PROCESS),
     OPT("GPA_BLAS", "blas", OPT_PATH, blas, NULL, 0, PROCESS),
     OPT("GPA_BLAS_CORETYPE", "blas_coretype", OPT_PATH, blas_coretype, NULL, 0, PROCESS),
 };

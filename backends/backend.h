@@ -34,6 +34,7 @@ typedef struct gpa__be_host {
   /* device libraries from the options table (GPA_CUDA_DRIVER, GPA_CUBLAS,
    * GPA_CUBLASLT, GPA_CUDNN): NULL = the backend's default search */
   const char *cuda_driver, *cublas, *cublaslt, *cudnn;
+  bool cuda_no_poll; /* GPA_CUDA_NO_POLL: no completion polling while the actor spins */
   /* Completes deferred work w->m with st: any thread, no allocation, no
    * driver call (a driver's host-function thread calls it). Set w's err and
    * device time first. */
@@ -115,6 +116,14 @@ struct gpa__backend {
    * loop that handled messages. Work deferred since the last flush gets its
    * completions enqueued here, one per stream rather than one per message. */
   void (*flush)(void *bctx);
+  /* Optional (asynchronous backends that defer completion signals): the
+   * spinning actor calls reap to complete, through host->complete, flushed
+   * work it finds done, and returns how many; park before it sleeps, after
+   * which every flushed piece of work completes without further calls (a
+   * host function covers it). A message someone awaits then completes on the
+   * actor thread, with no hop through a driver thread (docs/cuda.md). */
+  uint32_t (*reap)(void *bctx);
+  void (*park)(void *bctx);
   /* Optional: whether caller-owned memory [ptr, ptr + bytes) of kind
    * (gpa_mem_kind) can be a buffer here (gpa_buffer_wrap); GPA_OK or a
    * status with the reason in msg. NULL: host memory only. */

@@ -5,14 +5,20 @@
  * op while 48 fills queue up behind it; once released it runs them in one
  * pass, so their completions take a handful of host functions, not 48. Every
  * op still completes, in order: the last fill's value is what a readback
- * sees. On sim only (the simulator counts cuLaunchHostFunc calls). */
+ * sees. On sim only (the simulator counts cuLaunchHostFunc calls).
+ *
+ * Then round trips: ops awaited one at a time complete on the actor while it
+ * spins (it queries the group's end event: no host function, no driver
+ * thread), so fewer host functions than ops; with GPA_CUDA_NO_POLL=1 (the
+ * cuda_completion_no_poll ctest) exactly one each. */
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "test_cuda_util.h"
 
-enum { FILLS = 48, N = 64 };
+enum { FILLS = 48, N = 64, ROUNDS = 200 };
 
 static atomic_int held, release_hold;
 
@@ -50,6 +56,22 @@ int main(void) {
   for (int i = 0; i < N; i++) CHECK(v[i] == FILLS - 1);
   printf("completion: %d fills queued behind a held op completed through %zu host functions\n", FILLS, fns);
   CHECK(fns <= 8);
+
+  const char *np = getenv("GPA_CUDA_NO_POLL");
+  const int no_poll = np && !strcmp(np, "1");
+  before = sim.host_fns();
+  for (int i = 0; i < ROUNDS; i++) {
+    CHECK_OK(tu_fill(q, &t, 1000 + i, &h));
+    CHECK_OK(gpa_await(h, -1));
+    gpa_handle_release(h);
+  }
+  fns = sim.host_fns() - before;
+  tu_get(q, &t, v, N);
+  for (int i = 0; i < N; i++) CHECK(v[i] == 1000 + ROUNDS - 1);
+  printf("completion: %d awaited ops completed through %zu host functions (%s)\n", ROUNDS, fns,
+         no_poll ? "GPA_CUDA_NO_POLL=1" : "polling");
+  if (no_poll) CHECK(fns == ROUNDS);
+  else CHECK(fns < ROUNDS);
   CHECK_OK(gpa_actor_destroy(a));
   return 0;
 }

@@ -3,8 +3,14 @@
  *
  * Completion path
  * ---------------
- * Every deferred message gets a record: an event before and after its work
- * on the queue's stream, then cuLaunchHostFunc(stream, done, rec). `done`
+ * Every deferred message gets a record; each flush closes a stream's group
+ * of records with one end event (two events per op only when timed). While
+ * the actor spins, it queries those end events and completes finished
+ * groups itself (cu_reap): an awaited op's round trip then crosses no
+ * driver thread. Before it sleeps, or once GPA__CU_POLL_MAX records wait,
+ * the pending groups get one cuLaunchHostFunc(stream, done, first) (cu_park;
+ * GPA_CUDA_NO_POLL: at every flush). A record is reaped or covered by a
+ * host function, never both. `done`
  * runs on the driver's callback thread: it copies a readback's pinned
  * staging into the message's payload (memcpy only: no CUDA call, no
  * allocation) and pushes the message onto the actor's lock-free completion
@@ -113,6 +119,7 @@ static gpa_status cu_init(const gpa__be_host *host, void **bctx, char *msg, size
   gpa__cu_ctx *C = calloc(1, sizeof *C);
   if (!C) return GPA_ENOMEM;
   C->host = *host;
+  C->no_poll = host->cuda_no_poll;
   C->env.backend = C;
   gpa_status st = parse_device(host->device, &C->sim, &C->ordinal, msg, cap);
   if (st == GPA_OK) st = gpa__cu_open(&C->cu, driver_path(C), msg, cap);
@@ -349,6 +356,12 @@ static void cu_queue_fini(void *bctx, void *bq) {
   enter(C);
   CUresult r = C->cu.cuStreamSynchronize(q->s);
   if (r != CUDA_SUCCESS) gpa__cu_check(C, r, "cuStreamSynchronize", NULL, 0);
+  if (q->on_polled) { /* its records are done; a parked chain left it listed */
+    gpa__cu_queue **pq = &C->polled;
+    while (*pq != q) pq = &(*pq)->polled_next;
+    *pq = q->polled_next;
+    q->on_polled = false;
+  }
   stages_put(C, q->unfenced);
   q->unfenced = NULL;
   if (q->scratch) C->cu.cuMemFree(q->scratch);
@@ -443,6 +456,7 @@ static gpa__cu_rec *rec_get(gpa__cu_ctx *C, const gpa__work *w, char *msg, size_
   }
   r->w = *w;
   r->group_end = false;
+  r->has_end = false;
   r->stages = NULL;
   r->post = (gpa__cu_post){0};
   atomic_store_explicit(&r->claimed, 0, memory_order_relaxed); /* published by cuLaunchHostFunc */
@@ -511,6 +525,7 @@ static gpa_status enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r,
   }
   q->tail = r;
   r->gnext = NULL;
+  r->has_end = r->w.timed;
   if (q->open) {
     q->open_last->gnext = r;
   } else {
@@ -519,6 +534,7 @@ static gpa_status enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r,
     C->dirty = q;
   }
   q->open_last = r;
+  q->n_open++;
   return GPA__DEFERRED;
 }
 
@@ -529,9 +545,11 @@ static gpa_status enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r,
  * would cost two events per op: 5.25 against 2.66 us per launch on an H100,
  * docs/cuda.md). */
 static CUresult group_timing(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *first, gpa__cu_rec *last) {
-  if (last->w.timed || first->w.timed) return CUDA_SUCCESS; /* their own events */
+  if (last->w.timed) return CUDA_SUCCESS; /* its own events */
   CUresult e = C->cu.cuEventRecord(last->ev1, q->s);
   if (e != CUDA_SUCCESS) return e;
+  last->has_end = true; /* what reap queries */
+  if (first->w.timed) return CUDA_SUCCESS; /* a mixed group: its timed records carry the times */
   if (first != last) {
     CUevent t = first->ev0;
     first->ev0 = last->ev0;
@@ -541,23 +559,102 @@ static CUresult group_timing(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *firs
   return CUDA_SUCCESS;
 }
 
-/* One host function per stream for the records enqueued since the last
- * flush. If it cannot be enqueued, no host function will complete them: the
- * stream is drained and they complete here with the error. */
+/* One host function for a stream's records from first (gnext-linked). If
+ * it cannot be enqueued, no host function will complete them: the stream is
+ * drained and they complete here with the error. */
+static void launch_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *first, CUresult e, const char *what) {
+  if (e == CUDA_SUCCESS) e = C->cu.cuLaunchHostFunc(q->s, done, first), what = "cuLaunchHostFunc";
+  if (e == CUDA_SUCCESS) return;
+  char msg[GPA__ERR_MAX];
+  gpa_status st = gpa__cu_check(C, e, what, msg, sizeof msg);
+  C->cu.cuStreamSynchronize(q->s);
+  group_complete(first, st, msg);
+}
+
+/* Hands q's polled records to one host function. */
+static void park_queue(gpa__cu_ctx *C, gpa__cu_queue *q) {
+  gpa__cu_rec *first = q->poll_first;
+  q->poll_first = q->poll_last = NULL;
+  q->n_polled = 0;
+  if (first) launch_done(C, q, first, CUDA_SUCCESS, NULL);
+}
+
+/* Closes each stream's group of records enqueued since the last flush (its
+ * end event). Completion polling (the default): the group joins the
+ * stream's polled records, which the spinning actor reaps (cu_reap) or, once
+ * GPA__CU_POLL_MAX are pending or the actor goes to sleep (cu_park), one
+ * host function covers. GPA_CUDA_NO_POLL: a host function per group. */
+#define GPA__CU_POLL_MAX 64
 static void cu_flush(void *bctx) {
   gpa__cu_ctx *C = bctx;
   while (C->dirty) {
     gpa__cu_queue *q = C->dirty;
     C->dirty = q->dirty_next;
     gpa__cu_rec *first = q->open, *last = q->open_last;
+    uint32_t n = q->n_open;
     q->open = q->open_last = NULL;
+    q->n_open = 0;
     CUresult e = group_timing(C, q, first, last);
-    if (e == CUDA_SUCCESS) e = C->cu.cuLaunchHostFunc(q->s, done, first);
-    if (e == CUDA_SUCCESS) continue;
-    char msg[GPA__ERR_MAX];
-    gpa_status st = gpa__cu_check(C, e, "cuLaunchHostFunc", msg, sizeof msg);
-    C->cu.cuStreamSynchronize(q->s);
-    group_complete(first, st, msg);
+    if (C->no_poll || e != CUDA_SUCCESS) {
+      park_queue(C, q); /* older records first: a stream's host functions run in order */
+      launch_done(C, q, first, e, "cuEventRecord");
+      continue;
+    }
+    if (q->poll_last) q->poll_last->gnext = first;
+    else q->poll_first = first;
+    q->poll_last = last;
+    q->n_polled += n;
+    if (!q->on_polled) {
+      q->on_polled = true;
+      q->polled_next = C->polled;
+      C->polled = q;
+    }
+    if (q->n_polled >= GPA__CU_POLL_MAX) park_queue(C, q);
+  }
+}
+
+/* Completes the polled records whose group's end event has passed, on the
+ * actor thread (as group_complete does on the driver's). A query error is
+ * left to the poll (a sticky error) or to the host function park enqueues. */
+static uint32_t cu_reap(void *bctx) {
+  gpa__cu_ctx *C = bctx;
+  uint32_t n = 0;
+  for (gpa__cu_queue **pq = &C->polled; *pq;) {
+    gpa__cu_queue *q = *pq;
+    while (q->poll_first) {
+      gpa__cu_rec *end = q->poll_first;
+      while (!end->has_end) end = end->gnext; /* every group's last has one */
+      if (C->cu.cuEventQuery(end->ev1) != CUDA_SUCCESS) break;
+      gpa__cu_rec *r = q->poll_first, *stop = end->gnext;
+      q->poll_first = stop;
+      if (!stop) q->poll_last = NULL;
+      for (gpa__cu_rec *next; r != stop; r = next) {
+        next = r->gnext;
+        q->n_polled--;
+        if (atomic_exchange_explicit(&r->claimed, 1, memory_order_acq_rel)) continue; /* the poll's */
+        for (gpa__cu_stage *s = r->stages; s; s = s->next)
+          if (s->rb_n) memcpy(s->rb_dst, s->p, s->rb_n);
+        C->host.complete(C->host.actor, r->w.m, GPA_OK);
+        n++;
+      }
+    }
+    if (q->poll_first) {
+      pq = &q->polled_next;
+    } else {
+      q->on_polled = false;
+      *pq = q->polled_next;
+    }
+  }
+  return n;
+}
+
+static void cu_park(void *bctx) {
+  gpa__cu_ctx *C = bctx;
+  while (C->polled) {
+    gpa__cu_queue *q = C->polled;
+    C->polled = q->polled_next;
+    q->on_polled = false;
+    park_queue(C, q);
   }
 }
 
@@ -799,6 +896,7 @@ gpa_status gpa__cu_external_event(void *bctx, void *bq, void *event, bool wait, 
   .init = cu_init, .fini = cu_fini, .mem_alloc = cu_alloc, .mem_free = cu_free, .queue_init = cu_queue_init, \
   .queue_fini = cu_queue_fini, .upload = cu_upload, .readback = cu_readback, .impl_of = cu_impl_of,          \
   .run = cu_run, .fence = cu_fence, .env = cu_env, .complete = cu_complete, .poll = cu_poll, .flush = cu_flush, \
+  .reap = cu_reap, .park = cu_park, \
   .external_check = gpa__cu_external_check, .external_event = gpa__cu_external_event
 
 const gpa__backend gpa__backend_cuda = {.name = "cuda", GPA__CU_METHODS};

@@ -25,7 +25,7 @@
   X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxReset) X(cuCtxSetCurrent)           \
   X(cuCtxGetCurrent) X(cuCtxSynchronize) X(cuGetErrorName) X(cuGetErrorString) X(cuStreamCreate)                \
   X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery) X(cuLaunchHostFunc) X(cuEventCreate)               \
-  X(cuEventDestroy) X(cuEventRecord) X(cuEventElapsedTime) X(cuEventSynchronize) X(cuMemAlloc) X(cuMemFree)     \
+  X(cuEventDestroy) X(cuEventRecord) X(cuEventElapsedTime) X(cuEventSynchronize) X(cuEventQuery) X(cuMemAlloc) X(cuMemFree)     \
   X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemGetInfo) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)                  \
   X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuModuleLoadData)           \
   X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel)

@@ -46,6 +46,7 @@ typedef struct gpa__cu_rec {
   _Atomic int claimed;
   bool abandoned; /* claimed by the poll (actor thread only) */
   bool group_end; /* untimed: the last of its group, holding the group's events */
+  bool has_end;   /* ev1 was recorded after its work: reap can query it */
   struct gpa__cu_rec *next;
   /* One host function completes a group of a stream's records (flush):
    * gnext links the group, NULL after its last. Separate from next, which
@@ -64,7 +65,14 @@ typedef struct gpa__cu_queue {
   struct gpa__cu_queue *busy_prev, *busy_next; /* on C->busy while it has records */
   /* records enqueued since the last flush: no host function covers them yet */
   gpa__cu_rec *open, *open_last;
+  uint32_t n_open;
   struct gpa__cu_queue *dirty_next; /* on C->dirty while open */
+  /* flushed records no host function covers yet (gnext-linked): the
+   * spinning actor reaps them, or park hands them to one host function */
+  gpa__cu_rec *poll_first, *poll_last;
+  uint32_t n_polled;
+  bool on_polled;
+  struct gpa__cu_queue *polled_next; /* on C->polled while poll_first */
 } gpa__cu_queue;
 
 #define GPA__CU_MODULES_MAX 16
@@ -106,6 +114,8 @@ struct gpa__cu_ctx {
   gpa__cu_queue *busy;
   gpa__cu_rec *abandoned;
   gpa__cu_queue *dirty; /* queues with open records, for the next flush */
+  gpa__cu_queue *polled; /* queues with flushed records that reap may complete */
+  bool no_poll;          /* GPA_CUDA_NO_POLL: a host function at every flush */
   /* pools */
   gpa__cu_rec *free_recs;
   gpa__cu_stage *free_stages;
