@@ -52,8 +52,9 @@ gpa_tensor gpa_bench_device_tensor(gpa_actor *a, gpa_queue *q, int dt, int rank,
  * a warm-up batch (then warmed(), if given); 0 and err on a failed batch. */
 double gpa_bench_batch_ns(gpa_queue *q, const gpa_op_call *call, int k, int reps, void (*warmed)(void), char *err,
                           size_t n);
-/* PyTorch SDPA's TFLOP/s per backend for a shape, from the script named by
- * GPA_BENCH_SDPA_TORCH (bench/sdpa_torch.py); 0 rows without it. */
+/* PyTorch SDPA's TFLOP/s per backend for a shape: from the file named by
+ * GPA_BENCH_SDPA_TORCH_CACHE when it has the shape, else from the script named
+ * by GPA_BENCH_SDPA_TORCH (bench/sdpa_torch.py); 0 rows without either. */
 typedef struct gpa_bench_torch_row {
   char backend[16];
   double fwd, bwd;

@@ -31,6 +31,7 @@ void gpa_bench_cuda_linear(void);
 void gpa_bench_cuda_attention(void);
 void gpa_bench_cuda_sdpa(void);
 void gpa_bench_cuda_attention_fa2(void);
+void gpa_bench_cuda_actor_cost(void);
 #ifdef GPA_BENCH_SIM
 void gpa_bench_sim_layernorm(void);
 #endif
@@ -63,6 +64,7 @@ static const gpa_bench_entry gpa_benches[] = {
     {"cuda_sdpa", gpa_bench_cuda_sdpa},
     {"cuda_attention", gpa_bench_cuda_attention},
     {"cuda_attention_fa2", gpa_bench_cuda_attention_fa2},
+    {"cuda_actor", gpa_bench_cuda_actor_cost},
 #ifdef GPA_BENCH_SIM
     {"sim_layernorm", gpa_bench_sim_layernorm},
 #endif

@@ -74,7 +74,7 @@ void gpa_bench_emit(const gpa_bench_result *r) {
 int main(int argc, char **argv) {
   const char *filter = argc > 1 ? argv[1] : NULL;
   if (filter && (!strcmp(filter, "-h") || !strcmp(filter, "--help"))) {
-    printf("usage: gpa-bench [name-filter]\nbenchmarks:\n");
+    printf("usage: gpa-bench [name-filter...] (a benchmark runs when its name contains one of them)\nbenchmarks:\n");
     for (size_t i = 0; i < sizeof gpa_benches / sizeof gpa_benches[0]; i++)
       printf("  %s\n", gpa_benches[i].name);
     return 0;
@@ -84,7 +84,9 @@ int main(int argc, char **argv) {
   gpa__options_process();
   int ran = 0;
   for (size_t i = 0; i < sizeof gpa_benches / sizeof gpa_benches[0]; i++) {
-    if (filter && !strstr(gpa_benches[i].name, filter)) continue;
+    int hit = !filter;
+    for (int k = 1; k < argc && !hit; k++) hit = strstr(gpa_benches[i].name, argv[k]) != NULL;
+    if (!hit) continue;
     gpa_benches[i].fn();
     ran++;
   }

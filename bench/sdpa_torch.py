@@ -2,9 +2,12 @@
 (bench/bench_sdpa.c runs it when GPA_BENCH_SDPA_TORCH names this file).
 
     python3 sdpa_torch.py DTYPE B S H HKV D CAUSAL
+    python3 sdpa_torch.py - < shapes     (one "DTYPE B S H HKV D CAUSAL" a line)
 
 prints one line per backend that runs: "name fwd_tflops bwd_tflops"
-(cudnn, flash, efficient). Layout [B,S,H,D] viewed as [B,H,S,D] by a
+(cudnn, flash, efficient); with "-", each line prefixed by its shape's seven
+fields, for GPA_BENCH_SDPA_TORCH_CACHE (bench/bench_device.c): one python
+start for every shape of a GPU run instead of one per shape and bench. Layout [B,S,H,D] viewed as [B,H,S,D] by a
 transpose, as our tensors are. S = Sk, so PyTorch's top-left causal mask is
 our bottom-right one. CUDA events, median of 7 after 3 warm-up runs, fresh
 random inputs (never zeros). FLOPs: 4 B H S S D forward, halved when causal,
@@ -21,7 +24,17 @@ def main():
         return
     if not torch.cuda.is_available():
         return
-    dt, B, S, H, Hk, D, causal = sys.argv[1], *map(int, sys.argv[2:8])
+    if sys.argv[1:] == ["-"]:
+        for line in sys.stdin:
+            f = line.split()
+            if len(f) == 7:
+                run(torch, F, SDPBackend, sdpa_kernel, f, " ".join(f) + " ")
+    else:
+        run(torch, F, SDPBackend, sdpa_kernel, sys.argv[1:8], "")
+
+
+def run(torch, F, SDPBackend, sdpa_kernel, args, prefix):
+    dt, B, S, H, Hk, D, causal = args[0], *map(int, args[1:7])
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dt]
     dev = "cuda"
 
@@ -62,9 +75,9 @@ def main():
                     torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
 
                 tb = timed(bwd)
-            print(f"{name} {flops / tf / 1e12:.1f} {2.5 * flops / tb / 1e12:.1f}", flush=True)
+            print(f"{prefix}{name} {flops / tf / 1e12:.1f} {2.5 * flops / tb / 1e12:.1f}", flush=True)
         except Exception as e:  # a backend that does not take the shape: no line
-            print(f"# {name}: {e}", file=sys.stderr)
+            print(f"# {prefix}{name}: {e}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,22 @@
 #   cudnn     cuDNN's fused attention (issue 22): the attention tests on cuda,
 #             compute-sanitizer memcheck over test_cudnn_attention, and
 #             gpa-bench cuda_sdpa beside PyTorch's SDPA backends (about 3 min)
-# Logs go to ${OUT:-gpu-check}/. Exits 77 when no GPU is visible.
+#   actor     the actor's own cost (issue 24): gpa-bench cuda_actor beside
+#             a bare driver loop and PyTorch (bench/actor_torch.py); the main
+#             job eager and with GPA_PROFILE=1; the same model in PyTorch,
+#             eager and as a CUDA graph (bench/train_lm_torch.py)
+#   torch     PyTorch SDPA on every attention bench shape, once, into
+#             $OUT/torch_sdpa.txt (the cudnn and attention steps read it)
+#   checks    the suite on cuda, and in parallel compute-sanitizer over the
+#             attention kernels (memcheck of the FA2 and cuDNN tests,
+#             racecheck of the FA2 test) and the parity tests
+#   ncu       one ncu report of the FA2 forward (inside `attention` too)
+#   lease     one device lease in value order: build checks torch cudnn
+#             attention-bench actor ncu bench; each step under a time limit
+# Logs go to ${OUT:-gpu-check}/; with GPA_CHECK_TAR, that folder is tarred
+# there after every step (a lease returns few files: one tarball keeps
+# everything, even when the lease runs out mid-way). Exits 77 when no GPU is
+# visible.
 # GPA_DEPS_PREFIX: where the Debian packages libck-dev, libopenblas-dev
 # (openblas-pthread) and libjansson-dev were unpacked (dpkg -x) on a machine
 # that does not have them installed.
@@ -116,19 +131,105 @@ attention() {
   return $rc
 }
 
+# PyTorch SDPA once for every shape the cuda_sdpa and cuda_attention_fa2
+# benches run (their GPA_BENCH_SDPA_TORCH_CACHE)
+torch_sdpa() {
+  local dt c
+  for dt in bf16 f16; do
+    for c in 0 1; do
+      echo "$dt 4 4096 16 16 128 $c"
+      echo "$dt 4 4096 32 32 64 $c"
+    done
+    echo "$dt 4 4096 32 8 128 0"
+  done | python3 bench/sdpa_torch.py - >"$OUT/torch_sdpa.txt"
+  cat "$OUT/torch_sdpa.txt"
+  [ -s "$OUT/torch_sdpa.txt" ]
+}
+OUT_ABS=$(cd "$OUT" && pwd)
+[ -s "$OUT/torch_sdpa.txt" ] && export GPA_BENCH_SDPA_TORCH_CACHE=$OUT_ABS/torch_sdpa.txt
+
+# the suite on cuda with the sanitizers beside it (none of it is timed)
+checks() {
+  local rc=0 pids=() t
+  GPA_DEVICE=cuda timeout 150 ctest --test-dir "$B" -j8 --timeout 150 --output-on-failure -E '^python_package$' \
+    >"$OUT/ctest.txt" 2>&1 &
+  pids+=($!)
+  for t in attention_lowp cudnn_attention; do
+    GPA_DEVICE=cuda GPA_PARITY_QUICK=1 timeout 150 "$sanitizer" --tool memcheck --error-exitcode 9 \
+      "$B/tests/test_$t" >"$OUT/memcheck_$t.txt" 2>&1 &
+    pids+=($!)
+  done
+  GPA_DEVICE=cuda GPA_PARITY_QUICK=1 timeout 150 "$sanitizer" --tool racecheck --error-exitcode 9 \
+    "$B/tests/test_attention_lowp" \
+    >"$OUT/racecheck_attention_lowp.txt" 2>&1 &
+  pids+=($!)
+  timeout 150 bash -c "$(declare -f sanitize); B=$B OUT=$OUT sanitizer=$sanitizer sanitize" >"$OUT/sanitize.txt" 2>&1 &
+  pids+=($!)
+  for t in "${pids[@]}"; do wait "$t" || rc=1; done
+  tail -n 25 "$OUT/ctest.txt"
+  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/memcheck_attention_lowp.txt "$OUT"/memcheck_cudnn_attention.txt \
+    "$OUT"/racecheck_attention_lowp.txt
+  cat "$OUT/sanitize.txt"
+  return $rc
+}
+
+attention_bench() {
+  GPA_DEVICE=cuda GPA_BENCH_REPS=3 timeout 150 "$B/bench/gpa-bench" cuda_sdpa cuda_attention_fa2
+}
+
+ncu_fa2() {
+  local ncu
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  [ -x "$ncu" ] || { echo "no ncu"; return 1; }
+  GPA_DEVICE=cuda GPA_BENCH_REPS=1 GPA_BENCH_SDPA_TORCH= GPA_BENCH_SDPA_TORCH_CACHE= "$ncu" \
+    --kernel-name regex:gpa_fa2_fwd_bf16_d128 --launch-count 1 --section SpeedOfLight --section Occupancy \
+    --section LaunchStats --section ComputeWorkloadAnalysis \
+    --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active -f -o "$OUT/ncu_fa2_fwd" \
+    "$B/bench/gpa-bench" cuda_attention_fa2 >"$OUT/ncu_fa2_run.txt" 2>&1
+  "$ncu" --import "$OUT/ncu_fa2_fwd.ncu-rep" --page details >"$OUT/ncu_fa2_fwd.txt" 2>&1 || return 1
+  grep -E "Achieved Occupancy|Theoretical Occupancy|Compute \(SM\) Throughput|hmma|Registers Per|Duration" \
+    "$OUT/ncu_fa2_fwd.txt"
+}
+
+actor() {
+  local rc=0
+  GPA_DEVICE=cuda GPA_BENCH_ACTOR_TORCH=$PWD/bench/actor_torch.py "$B/bench/gpa-bench" cuda_actor || rc=1
+  echo "-- GPA_CUDA_NO_POLL=1 (completions by host functions only)"
+  GPA_DEVICE=cuda GPA_CUDA_NO_POLL=1 "$B/bench/gpa-bench" cuda_actor || rc=1
+  GPA_DEVICE=cuda "$B/examples/gpa-train-lm" --steps 600 >"$OUT/train.txt" 2>&1 || rc=1
+  tail -n 4 "$OUT/train.txt"
+  GPA_DEVICE=cuda GPA_CUDA_NO_POLL=1 "$B/examples/gpa-train-lm" --steps 600 >"$OUT/train_no_poll.txt" 2>&1 || rc=1
+  tail -n 4 "$OUT/train_no_poll.txt"
+  GPA_DEVICE=cuda GPA_PROFILE=1 "$B/examples/gpa-train-lm" --steps 600 >"$OUT/train_profiled.txt" 2>&1 || rc=1
+  tail -n 4 "$OUT/train_profiled.txt"
+  if [ -f bench/train_lm_torch.py ]; then
+    timeout 120 python3 bench/train_lm_torch.py --device cuda || rc=1
+  fi
+  return $rc
+}
+
 steps=("$@")
 [ ${#steps[@]} = 0 ] && steps=(build ctest train bench sanitize cudnn attention)
+[ "${steps[*]}" = lease ] && steps=(build checks torch attention-bench actor ncu membound)
 for s in "${steps[@]}"; do
   case $s in
     build) step build build || exit 1 ;;
     ctest) TAIL=20 step ctest env GPA_DEVICE=cuda ctest --test-dir "$B" -j8 --timeout 300 --output-on-failure ;;
     train) step train "$B/examples/gpa-train-lm" --steps 600 ;;
     bench) TAIL=20 step bench env GPA_DEVICE=cuda "$B/bench/gpa-bench" cuda_ ;;
+    membound) TAIL=20 step membound env GPA_DEVICE=cuda timeout 60 "$B/bench/gpa-bench" cuda_membound cuda_linear ;;
     sanitize) TAIL=12 step sanitize sanitize ;;
     attention) TAIL=40 step attention attention ;;
     cudnn) TAIL=30 step cudnn cudnn ;;
+    checks) TAIL=60 step checks checks ;;
+    torch) TAIL=30 step torch timeout 90 bash -c "$(declare -f torch_sdpa); OUT=$OUT torch_sdpa" &&
+      export GPA_BENCH_SDPA_TORCH_CACHE=$OUT_ABS/torch_sdpa.txt ;;
+    attention-bench) TAIL=60 step attention_bench attention_bench ;;
+    actor) TAIL=30 step actor timeout 150 bash -c "$(declare -f actor); B=$B OUT=$OUT actor" ;;
+    ncu) TAIL=20 step ncu timeout 90 bash -c "$(declare -f ncu_fa2); B=$B OUT=$OUT ncu_fa2" ;;
     *) echo "gpu_check: unknown step $s" >&2; exit 2 ;;
   esac
+  [ -n "${GPA_CHECK_TAR:-}" ] && tar czf "$GPA_CHECK_TAR" -C "$OUT" . 2>/dev/null
 done
 echo "gpu_check: $fails step(s) failed; logs in $OUT/"
 [ $fails = 0 ]
