@@ -151,19 +151,19 @@ OUT_ABS=$(cd "$OUT" && pwd)
 # the suite on cuda with the sanitizers beside it (none of it is timed)
 checks() {
   local rc=0 pids=() t
-  GPA_DEVICE=cuda timeout 150 ctest --test-dir "$B" -j8 --timeout 150 --output-on-failure -E '^python_package$' \
+  GPA_DEVICE=cuda timeout 120 ctest --test-dir "$B" -j8 --timeout 150 --output-on-failure -E '^python_package$' \
     >"$OUT/ctest.txt" 2>&1 &
   pids+=($!)
   for t in attention_lowp cudnn_attention; do
-    GPA_DEVICE=cuda GPA_PARITY_QUICK=1 timeout 150 "$sanitizer" --tool memcheck --error-exitcode 9 \
+    GPA_DEVICE=cuda GPA_PARITY_QUICK=1 timeout 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
       "$B/tests/test_$t" >"$OUT/memcheck_$t.txt" 2>&1 &
     pids+=($!)
   done
-  GPA_DEVICE=cuda GPA_PARITY_QUICK=1 timeout 150 "$sanitizer" --tool racecheck --error-exitcode 9 \
+  GPA_DEVICE=cuda GPA_PARITY_QUICK=1 timeout 120 "$sanitizer" --tool racecheck --error-exitcode 9 \
     "$B/tests/test_attention_lowp" \
     >"$OUT/racecheck_attention_lowp.txt" 2>&1 &
   pids+=($!)
-  timeout 150 bash -c "$(declare -f sanitize); B=$B OUT=$OUT sanitizer=$sanitizer sanitize" >"$OUT/sanitize.txt" 2>&1 &
+  timeout 120 bash -c "$(declare -f sanitize); B=$B OUT=$OUT sanitizer=$sanitizer sanitize" >"$OUT/sanitize.txt" 2>&1 &
   pids+=($!)
   for t in "${pids[@]}"; do wait "$t" || rc=1; done
   tail -n 25 "$OUT/ctest.txt"
