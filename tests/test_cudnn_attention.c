@@ -380,12 +380,16 @@ static void declines(gpa_nt *t) {
   int calls = hook_calls;
   bufs f32 = small(t, GPA_F32, 1, 8, 8, 2, 2, 16, GPA_F32), of32 = small(t, GPA_BF16, 1, 8, 8, 2, 2, 16, GPA_F32);
   bufs d20 = small(t, GPA_F16, 1, 8, 8, 2, 2, 20, GPA_F16), sgt = small(t, GPA_BF16, 1, 9, 8, 2, 2, 16, GPA_BF16);
+  bufs slt = small(t, GPA_BF16, 1, 8, 12, 2, 2, 16, GPA_BF16);
+  int32_t len1 = 7;
+  slt.lens = gpa_nt_tensor(t, GPA_I32, 1, (int64_t[]){1}, &len1), slt.nf = 4, slt.nb = 7;
   gpa_attr causal = attr_i("causal", 1);
   expect(t, "decline f32", run_fwd(t, &f32, NULL, 0), GPA_EUNSUPPORTED, "storage is not bf16/fp16");
   expect(t, "decline f32 o", run_fwd(t, &of32, NULL, 0), GPA_EUNSUPPORTED, "o is not in the storage dtype");
   expect(t, "decline f32 dq", run_bwd(t, &of32, NULL, 0), GPA_EUNSUPPORTED, "dq/dk/dv are not in the storage dtype");
   expect(t, "decline D = 20", run_fwd(t, &d20, NULL, 0), GPA_EUNSUPPORTED, "head dim");
   expect(t, "decline causal S > Sk", run_fwd(t, &sgt, &causal, 1), GPA_EUNSUPPORTED, "S > Sk");
+  expect(t, "decline causal, lengths, S < Sk", run_fwd(t, &slt, &causal, 1), GPA_EUNSUPPORTED, "key lengths and S != Sk");
   CHECK(hook_calls == calls); /* declines enqueue nothing: the adapter's hook did not run */
   expect(t, "no decline without causal at S > Sk", run_fwd(t, &sgt, NULL, 0), GPA_OK, NULL);
   CHECK(hook_calls == calls + 1 && hook_bad == 0);
@@ -427,7 +431,7 @@ static void faults(gpa_nt *t) {
  * where another implementation computes them (on sim: cuDNN for the 16-bit
  * outputs, which the counters show, our kernels for the f32 ones). */
 static void storage_outputs(gpa_nt *t, int dt) {
-  const int64_t B = 2, S = 9, Sk = 13, H = 4, Hk = 2, D = 32, nq = B * S * H * D, nk = B * Sk * Hk * D;
+  const int64_t B = 2, S = 13, Sk = 13, H = 4, Hk = 2, D = 32, nq = B * S * H * D, nk = B * Sk * Hk * D;
   int64_t qs[4] = {B, S, H, D}, ks[4] = {B, Sk, Hk, D}, ls[3] = {B, H, S};
   uint64_t seed = 5;
   float *f = malloc(sizeof(float) * (size_t)(2 * nq + 2 * nk));
@@ -451,7 +455,7 @@ static void storage_outputs(gpa_nt *t, int dt) {
     if (on_sim) simc.counts(NULL, NULL, &e0, NULL);
     expect(t, "attention_fwd, f32 o", gpa_nt_run(t, "attention_fwd", in, 4, out32, 2, &at, 1), GPA_OK, NULL);
     if (on_sim) simc.counts(NULL, NULL, &e1, NULL);
-    static const acase c = {2, 9, 13, 4, 2, 32, 1, 1, 0};
+    static const acase c = {2, 13, 13, 4, 2, 32, 1, 1, 0};
     op_fwd = "attention_fwd", op_bwd = "attention_bwd";
     parity(t, &c, dt, 5);
     op_fwd = "dnn_fwd", op_bwd = "dnn_bwd";
@@ -616,7 +620,8 @@ int main(void) {
 
   static const acase cases[] = {
       {2, 19, 19, 4, 4, 32, 0, 0, 0}, /* MHA */
-      {3, 13, 29, 4, 2, 16, 1, 1, 0}, /* GQA, causal S < Sk, lengths (one 0) */
+      {3, 29, 29, 4, 2, 16, 1, 1, 0}, /* GQA, causal, lengths (one 0) */
+      {2, 13, 29, 4, 2, 16, 1, 0, 0}, /* GQA, causal S < Sk (the shifted diagonal) */
       {1, 33, 33, 4, 1, 64, 1, 0, 0}, /* MQA, causal S = Sk */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

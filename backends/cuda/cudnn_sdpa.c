@@ -5,7 +5,8 @@
  * dq/dk/dv in another type than q (cuDNN writes the storage type); a device
  * below sm_80; D not a multiple of 8 or above 128 (sm_80..sm_89) / 256
  * (sm_90 and later); causal with S > Sk (the first S - Sk queries see no
- * key: cuDNN refuses a bottom-right diagonal there); empty tensors;
+ * key: cuDNN refuses a bottom-right diagonal there); causal with key
+ * lengths and S != Sk (cuDNN computes another mask there); empty tensors;
  * operands not 16-byte aligned; a graph or plan cuDNN refuses; no device
  * memory for the workspace. All of these are decided before anything is
  * enqueued. After that, a failing cudnnBackendExecute is an error of the op
@@ -45,6 +46,9 @@ static const char *unsupported(gpa__cu_ctx *C, gpa__dnn *d, const gpa__sdpa_args
   if (cc < 8) return "device below sm_80";
   if (a->D % 8 || a->D > (cc >= 9 ? 256 : 128)) return "head dim not a multiple of 8 or over the engines' limit";
   if (a->causal && a->S > a->Sk) return "causal with S > Sk (rows that see no key)";
+  /* Measured on an H100 (cuDNN 9.14): with key lengths, the engines align a
+   * shifted diagonal to each batch's length, not to Sk as our rule does */
+  if (a->causal && a->lens && a->S != a->Sk) return "causal with key lengths and S != Sk";
   if (a->B < 1 || a->S < 1 || a->Sk < 1 || a->H < 1 || a->Hkv < 1 || a->H % a->Hkv) return "empty or malformed shape";
   const void *p[] = {a->q, a->k, a->v, a->o, a->lse, a->lens, a->dout, a->dq, a->dk, a->dv};
   for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
@@ -53,8 +57,8 @@ static const char *unsupported(gpa__cu_ctx *C, gpa__dnn *d, const gpa__sdpa_args
 }
 
 typedef struct vpack {
-  int64_t uid[16];
-  void *ptr[16];
+  int64_t uid[GPA__DNN_VP_MAX];
+  void *ptr[GPA__DNN_VP_MAX];
   int n;
 } vpack;
 
@@ -100,18 +104,19 @@ static gpa_status run(const gpa_op_exec *x, const gpa__sdpa_args *a, int bwd) {
                                   "cuMemsetD32Async", x->msg, x->msg_size);
     if (st != GPA_OK) return st;
   }
-  float scale = a->scale, one = 1.0f;
-  float neg = d->version >= 91000 ? -INFINITY : -FLT_MAX;
-  int32_t shift = (int32_t)(a->Sk - a->S);
+  gpa__dnn_scalars *sc = gpa__dnn_plan_scalars(p);
+  sc->scale = a->scale, sc->one = 1.0f;
+  sc->neg = d->version >= 91000 ? -INFINITY : -FLT_MAX;
+  sc->shift = (int32_t)(a->Sk - a->S);
   vpack v = {.n = 0};
   put(&v, GPA__DNN_UID_Q, a->q);
   put(&v, GPA__DNN_UID_K, a->k);
   put(&v, GPA__DNN_UID_V, a->v);
   put(&v, GPA__DNN_UID_O, a->o);
   put(&v, GPA__DNN_UID_STATS, a->lse);
-  put(&v, GPA__DNN_UID_SCALE, &scale);
-  if (a->causal || a->lens) put(&v, GPA__DNN_UID_NEG, &neg);
-  if (a->causal && shift) put(&v, GPA__DNN_UID_SHIFT, &shift);
+  put(&v, GPA__DNN_UID_SCALE, &sc->scale);
+  if (a->causal || a->lens) put(&v, GPA__DNN_UID_NEG, &sc->neg);
+  if (a->causal && sc->shift) put(&v, GPA__DNN_UID_SHIFT, &sc->shift);
   if (a->lens) {
     put(&v, GPA__DNN_UID_SEQ_Q, (void *)(uintptr_t)seq_q);
     put(&v, GPA__DNN_UID_SEQ_KV, a->lens);
@@ -122,22 +127,16 @@ static gpa_status run(const gpa_op_exec *x, const gpa__sdpa_args *a, int bwd) {
     put(&v, GPA__DNN_UID_DK, a->dk);
     put(&v, GPA__DNN_UID_DV, a->dv);
     put(&v, GPA__DNN_UID_DELTA, (void *)(uintptr_t)delta);
-    put(&v, GPA__DNN_UID_ONE, &one);
+    put(&v, GPA__DNN_UID_ONE, &sc->one);
   }
   const gpa__cudnn_api *A = gpa__dnn_api(d);
-  cudnnBackendDescriptor_t vp = NULL;
-  void *wsp = (void *)(uintptr_t)work;
-  cudnnStatus_t s = A->cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
-  if (!s) s = A->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, v.n, v.uid);
-  if (!s) s = A->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, v.n, v.ptr);
-  if (!s) s = A->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &wsp);
-  if (!s) s = A->cudnnBackendFinalize(vp);
+  cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
+  cudnnBackendDescriptor_t vp = gpa__dnn_plan_pack(d, p, v.n, v.uid, v.ptr, (void *)(uintptr_t)work, &s);
   const char *what = "variant pack";
-  if (!s) {
+  if (vp) {
     what = "cudnnBackendExecute";
     s = A->cudnnBackendExecute(gpa__dnn_handle(d), gpa__dnn_plan_desc(p), vp);
   }
-  if (vp) A->cudnnBackendDestroyDescriptor(vp);
   if (!s) return GPA_OK;
   /* NOT_SUPPORTED enqueued nothing of cuDNN's; a decline is still only
    * clean if we enqueued nothing either (the caller's check, the memset) */
