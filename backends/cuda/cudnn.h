@@ -113,6 +113,19 @@ typedef int (*gpa__dnn_build_fn)(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_de
 gpa__dnn_plan *gpa__dnn_plan_get(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_build_fn build, char *why, size_t n);
 cudnnBackendDescriptor_t gpa__dnn_plan_desc(const gpa__dnn_plan *p);
 int64_t gpa__dnn_plan_workspace(const gpa__dnn_plan *p);
+/* By-value scalars of a call, held by its plan: their addresses stay the
+ * same from call to call, so a variant pack can be reused. */
+typedef struct gpa__dnn_scalars {
+  float scale, neg, one;
+  int32_t shift;
+} gpa__dnn_scalars;
+gpa__dnn_scalars *gpa__dnn_plan_scalars(gpa__dnn_plan *p);
+/* The plan's finalized variant pack for these uids, pointers and workspace:
+ * the last one again when they are the same (a training step calls each
+ * shape with the same buffers), else built anew. NULL and *st on failure. */
+#define GPA__DNN_VP_MAX 16
+cudnnBackendDescriptor_t gpa__dnn_plan_pack(gpa__dnn *d, gpa__dnn_plan *p, int n, const int64_t *uid,
+                                            void *const *ptr, void *ws, cudnnStatus_t *st);
 void gpa__dnn_plans_release(gpa__dnn *d);
 
 /* The state kept by the actor (hung off gpa__cu_ctx.dnn). */

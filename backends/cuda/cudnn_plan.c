@@ -30,7 +30,39 @@ struct gpa__dnn_plan {
   int64_t workspace;
   char *why;
   struct gpa__dnn_plan *next;
+  gpa__dnn_scalars sc;
+  cudnnBackendDescriptor_t vp; /* the last variant pack and what it holds */
+  int vp_n;
+  int64_t vp_uid[GPA__DNN_VP_MAX];
+  void *vp_ptr[GPA__DNN_VP_MAX], *vp_ws;
 };
+
+gpa__dnn_scalars *gpa__dnn_plan_scalars(gpa__dnn_plan *p) { return &p->sc; }
+
+cudnnBackendDescriptor_t gpa__dnn_plan_pack(gpa__dnn *d, gpa__dnn_plan *p, int n, const int64_t *uid,
+                                            void *const *ptr, void *ws, cudnnStatus_t *st) {
+  const gpa__cudnn_api *A = &d->api;
+  if (p->vp && p->vp_n == n && p->vp_ws == ws && !memcmp(p->vp_uid, uid, sizeof *uid * (size_t)n) &&
+      !memcmp(p->vp_ptr, ptr, sizeof *ptr * (size_t)n))
+    return p->vp;
+  if (p->vp) A->cudnnBackendDestroyDescriptor(p->vp);
+  p->vp = NULL;
+  cudnnBackendDescriptor_t vp = NULL;
+  cudnnStatus_t s = A->cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+  if (!s) s = A->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uid);
+  if (!s) s = A->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptr);
+  if (!s) s = A->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+  if (!s) s = A->cudnnBackendFinalize(vp);
+  if (s) {
+    if (vp) A->cudnnBackendDestroyDescriptor(vp);
+    *st = s;
+    return NULL;
+  }
+  p->vp = vp, p->vp_n = n, p->vp_ws = ws;
+  memcpy(p->vp_uid, uid, sizeof *uid * (size_t)n);
+  memcpy(p->vp_ptr, ptr, sizeof *ptr * (size_t)n);
+  return vp;
+}
 
 cudnnBackendDescriptor_t gpa__dnn_plan_desc(const gpa__dnn_plan *p) { return p->plan; }
 int64_t gpa__dnn_plan_workspace(const gpa__dnn_plan *p) { return p->workspace; }
@@ -42,6 +74,7 @@ void gpa__dnn_descs_free(const gpa__cudnn_api *A, gpa__dnn_descs *g) {
 }
 
 static void plan_free(gpa__dnn *d, gpa__dnn_plan *p) {
+  if (p->vp) d->api.cudnnBackendDestroyDescriptor(p->vp);
   if (p->plan) d->api.cudnnBackendDestroyDescriptor(p->plan);
   if (p->cfg) d->api.cudnnBackendDestroyDescriptor(p->cfg);
   gpa__dnn_descs_free(&d->api, &p->g);
