@@ -10,6 +10,8 @@
  * Device time from the batch's CUDA events (k ops a batch, best of reps).
  * host_us: host time inside the cuDNN path per call with the plan cached
  * (variant pack + execute), measured on the actor thread.
+ * GPA_BENCH_SDPA_NONDET=1: the backward may take cuDNN's non-deterministic
+ * engine (the op's deterministic = 0; by default it is deterministic).
  * Each line's ratio is ours over the best PyTorch backend of that shape
  * (ref names which); without PyTorch, ref is "none".
  * On sim the shapes are tiny and every line says the numbers mean nothing. */
@@ -36,6 +38,7 @@ static const gpa_attr_spec sp_attrs[] = {
 /* Host time in the path (actor thread only; read after a batch synced). */
 static double host_ns_sum;
 static long host_calls;
+static int nondet; /* GPA_BENCH_SDPA_NONDET */
 
 
 static gpa_status sdpa_cuda(const gpa_op_exec *x) {
@@ -43,7 +46,8 @@ static gpa_status sdpa_cuda(const gpa_op_exec *x) {
   const gpa_tensor *q = &x->inputs[p->bwd ? 1 : 0], *k = &x->inputs[p->bwd ? 2 : 1];
   gpa__sdpa_args a = {.B = q->shape[0], .S = q->shape[1], .H = q->shape[2], .D = q->shape[3], .Sk = k->shape[1],
                       .Hkv = k->shape[2], .dtype = q->dtype, .out_dtype = x->outputs[0].dtype,
-                      .scale = (float)(1.0 / sqrt((double)q->shape[3])), .causal = (int)p->causal};
+                      .scale = (float)(1.0 / sqrt((double)q->shape[3])), .causal = (int)p->causal,
+                      .nondeterministic = nondet};
   double t0 = gpa_bench_now_ns();
   gpa_status st;
   if (p->bwd) {
@@ -72,6 +76,8 @@ void gpa_bench_cuda_sdpa(void) {
   int sim;
   gpa_actor *a = gpa_bench_cuda_actor("cuda_sdpa", &sim);
   if (!a) return;
+  const char *nd = getenv("GPA_BENCH_SDPA_NONDET");
+  nondet = nd && !strcmp(nd, "1");
   gpa_op_desc d = {.size = sizeof d, .name = "bench_cudnn_sdpa", .min_inputs = 3, .max_inputs = 6, .n_outputs = 3,
                    .attrs = sp_attrs, .n_attrs = 2, .params_size = sizeof(sp), .cuda = sdpa_cuda};
   gpa_op_desc d2 = d;
@@ -119,7 +125,8 @@ void gpa_bench_cuda_sdpa(void) {
         for (int dir = 0; dir < 2; dir++) {
           double ns = dir ? bns : fns, fl = dir ? 2.5 * flops : flops, best = 0;
           const char *ref = "none";
-          int len = snprintf(extra, sizeof extra, "%s,\"host_us\":%.2f", note, (dir ? bhost : fhost) / 1e3);
+          int len = snprintf(extra, sizeof extra, "%s,\"host_us\":%.2f%s", note, (dir ? bhost : fhost) / 1e3,
+                             dir && nondet ? ",\"deterministic\":0" : "");
           for (int r = 0; r < nr; r++) {
             double tf = dir ? rows[r].bwd : rows[r].fwd;
             len += snprintf(extra + len, sizeof extra - (size_t)len, ",\"torch_%s_tflops\":%.1f", rows[r].backend, tf);

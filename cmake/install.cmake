@@ -62,6 +62,7 @@ install(FILES ${CMAKE_BINARY_DIR}/install/gpuactor.pc DESTINATION ${CMAKE_INSTAL
 if((BUILD_TESTING OR NOT DEFINED BUILD_TESTING) AND GPA_SANITIZE STREQUAL "")
   add_test(NAME install_consumer
            COMMAND sh ${PROJECT_SOURCE_DIR}/tests/install/check.sh ${CMAKE_BINARY_DIR}
-                   ${PROJECT_SOURCE_DIR}/tests/install ${CMAKE_COMMAND} ${CMAKE_C_COMPILER})
+                   ${PROJECT_SOURCE_DIR}/tests/install ${CMAKE_COMMAND} ${CMAKE_C_COMPILER}
+                   "${CMAKE_INCLUDE_PATH}" "${CMAKE_LIBRARY_PATH}")
   set_tests_properties(install_consumer PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
 endif()

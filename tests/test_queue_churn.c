@@ -72,7 +72,10 @@ int main(void) {
   printf("queue_churn on %s: %ld cycles; threads %ld -> %ld, mappings %ld -> %ld, RSS %ld -> %ld KiB\n",
          gpa_actor_backend(a), cycles, th0, th1, maps0, maps1, rss0, rss1);
   CHECK(th0 > 0 && maps0 > 0 && rss0 > 0);
-  CHECK(th1 == th0);
+  /* A real driver starts threads of its own lazily (on an H100, 19 -> 20 over
+   * 10,000 cycles): a few are its business; a thread per queue would be
+   * thousands. Elsewhere every thread is ours: none may appear. */
+  CHECK(strcmp(gpa_actor_backend(a), "cuda") ? th1 == th0 : th1 <= th0 + 2);
   /* the allocator may map an arena or two more; one stream thread alone maps
    * its fiber stacks as ~2,000 mappings */
   CHECK(maps1 <= maps0 + 16);

@@ -5,8 +5,17 @@
 # through pkg-config, and runs each build. The prefix is moved after the
 # install, so a path recorded at build time would be caught.
 # usage: check.sh <build dir> <source dir of this test> <cmake> <C compiler>
+#                 [<include path> <library path>]
+# The last two are the build's CMAKE_INCLUDE_PATH and CMAKE_LIBRARY_PATH
+# (;-lists): where dependencies unpacked outside the system directories are
+# (scripts/gpu_check.sh's GPA_DEPS_PREFIX); the consumer needs them too.
 set -eu
-build=$1 src=$2 cmake=$3 cc=$4
+build=$1 src=$2 cmake=$3 cc=$4 incs=${5:-} libs=${6:-}
+if [ -n "$incs$libs" ]; then
+  CPATH=$(echo "$incs" | tr ';' ':')${CPATH:+:$CPATH}
+  LIBRARY_PATH=$(echo "$libs" | tr ';' ':')${LIBRARY_PATH:+:$LIBRARY_PATH}
+  export CPATH LIBRARY_PATH
+fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpa-install.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 "$cmake" --install "$build" --prefix "$tmp/staged" >"$tmp/install.log" || { cat "$tmp/install.log"; exit 1; }
@@ -24,7 +33,8 @@ if nm -D --defined-only "$lib/libgpuactor.so" | awk '{print $3}' | grep -v '^gpa
 fi
 
 echo "== CMake consumer"
-"$cmake" -S "$src" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_COMPILER="$cc" >"$tmp/cm.log" 2>&1 ||
+"$cmake" -S "$src" -B "$tmp/cm" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_COMPILER="$cc" \
+  -DCMAKE_INCLUDE_PATH="$incs" -DCMAKE_LIBRARY_PATH="$libs" >"$tmp/cm.log" 2>&1 ||
   { cat "$tmp/cm.log"; exit 1; }
 "$cmake" --build "$tmp/cm" >>"$tmp/cm.log" 2>&1 || { cat "$tmp/cm.log"; exit 1; }
 "$tmp/cm/consumer"
