@@ -5,8 +5,9 @@
  * dq/dk/dv in another type than q (cuDNN writes the storage type); a device
  * below sm_80; D not a multiple of 8 or above 128 (sm_80..sm_89) / 256
  * (sm_90 and later); causal with S > Sk (the first S - Sk queries see no
- * key: cuDNN refuses a bottom-right diagonal there); causal with key
- * lengths and S != Sk (cuDNN computes another mask there); empty tensors;
+ * key: cuDNN refuses a bottom-right diagonal there); key lengths (cuDNN
+ * computes another mask for a length of 0, and for causal with S != Sk);
+ * empty tensors;
  * operands not 16-byte aligned; a graph or plan cuDNN refuses; no device
  * memory for the workspace. All of these are decided before anything is
  * enqueued. After that, a failing cudnnBackendExecute is an error of the op
@@ -46,9 +47,11 @@ static const char *unsupported(gpa__cu_ctx *C, gpa__dnn *d, const gpa__sdpa_args
   if (cc < 8) return "device below sm_80";
   if (a->D % 8 || a->D > (cc >= 9 ? 256 : 128)) return "head dim not a multiple of 8 or over the engines' limit";
   if (a->causal && a->S > a->Sk) return "causal with S > Sk (rows that see no key)";
-  /* Measured on an H100 (cuDNN 9.14): with key lengths, the engines align a
-   * shifted diagonal to each batch's length, not to Sk as our rule does */
-  if (a->causal && a->lens && a->S != a->Sk) return "causal with key lengths and S != Sk";
+  /* Measured on an H100 (cuDNN 9.14): with key lengths, a batch of length 0
+   * gets values where our rule has o = 0 and lse = -inf, and causal with
+   * S != Sk aligns the diagonal to each batch's length, not to Sk. Lengths
+   * are device data: the call cannot be checked here, so it declines. */
+  if (a->lens) return "key lengths (cuDNN's padding mask differs from ours)";
   if (a->B < 1 || a->S < 1 || a->Sk < 1 || a->H < 1 || a->Hkv < 1 || a->H % a->Hkv) return "empty or malformed shape";
   const void *p[] = {a->q, a->k, a->v, a->o, a->lse, a->lens, a->dout, a->dq, a->dk, a->dv};
   for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
