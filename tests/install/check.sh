@@ -45,7 +45,10 @@ if ! command -v pkg-config >/dev/null; then
   echo "skipped: no pkg-config (scripts/setup.sh installs pkgconf)"
   exit 77
 fi
-export PKG_CONFIG_PATH="$lib/pkgconfig"
+# the dependencies' .pc files sit in their library directories' pkgconfig/
+PKG_CONFIG_PATH="$lib/pkgconfig"
+for d in $(echo "$libs" | tr ';' ' '); do PKG_CONFIG_PATH="$PKG_CONFIG_PATH:$d/pkgconfig"; done
+export PKG_CONFIG_PATH
 [ "$(pkg-config --modversion gpuactor)" = "$(sed -n 's/#define GPA_VERSION_STRING "\(.*\)"/\1/p' "$prefix/include/gpuactor/version.h")" ] ||
   { echo "pkg-config: version differs from version.h"; exit 1; }
 # shellcheck disable=SC2046
