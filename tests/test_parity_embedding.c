@@ -45,8 +45,10 @@ static gpa_pcase bwd(int64_t B, int64_t L, int64_t V, int64_t D, int64_t lo, int
  * tolerance); the backward sums the widened bf16 dy into an f32 dtable in
  * double, as the f32 op does (exact inputs: the default tolerance too). */
 static void bf16_cases(gpa_parity *p) {
-  const int64_t shapes[][4] = {{1, 1, 1, 1}, {2, 3, 5, 7}, {0, 5, 10, 4}, {2, 5, 10, 0}, {4, 33, 97, 64},
-                               {8, 64, 1000, 129}};
+  /* 32 x 128 ids: the most the one-block sort takes (the main job's step);
+   * 16 x 300: past it, the sort network's stages as separate launches */
+  const int64_t shapes[][4] = {{1, 1, 1, 1},      {2, 3, 5, 7},       {0, 5, 10, 4}, {2, 5, 10, 0}, {4, 33, 97, 64},
+                               {8, 64, 1000, 129}, {32, 128, 60, 16}, {16, 300, 50, 8}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     const int64_t *s = shapes[i];
     gpa_pcase c = fwd(s[0], s[1], s[2], s[3], 0, s[2] - 1);
@@ -84,8 +86,9 @@ int main(void) {
   const gpa_pgrad g = {.op = "embedding_bwd", .n_dy = 1, .n_in = 2, .in = {{GPA_PSRC_DY, 0}, {GPA_PSRC_FWD_IN, 0}},
                        .n_out = 1, .grad_of = {1}, .ref = ref_bwd};
   /* B, L, V, D */
-  const int64_t shapes[][4] = {{1, 1, 1, 1}, {2, 3, 5, 7}, {3, 7, 3, 13}, {1, 100, 2, 33}, {0, 5, 10, 4},
-                               {2, 0, 10, 4}, {2, 5, 10, 0}, {4, 33, 97, 64}, {8, 64, 1000, 129}};
+  const int64_t shapes[][4] = {{1, 1, 1, 1},  {2, 3, 5, 7},   {3, 7, 3, 13},      {1, 100, 2, 33},
+                               {0, 5, 10, 4},  {2, 0, 10, 4},  {2, 5, 10, 0},      {4, 33, 97, 64},
+                               {8, 64, 1000, 129}, {32, 128, 60, 16}, {16, 300, 50, 8}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     const int64_t *s = shapes[i];
     gpa_pcase c = fwd(s[0], s[1], s[2], s[3], 0, s[2] - 1);

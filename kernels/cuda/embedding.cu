@@ -68,6 +68,34 @@ extern "C" __global__ void gpa_emb_bitonic(unsigned long long *keys, long long n
   }
 }
 
+/* The whole sort in one block while the keys fit shared memory (up to
+ * 4096 tokens, GPA__EMB_SORT_BLOCK_MAX in ops/embedding/cuda.c; the main job's step has 32 x 128): one
+ * launch instead of log2(n) (log2(n) + 1) / 2 of the stage kernel above
+ * (78 at 4096 tokens, each a launch and a pass over global memory). The
+ * same network, so the same order. */
+extern "C" __global__ void gpa_emb_sort_block(unsigned long long *keys, const int *ids, long long n, long long npow2) {
+  GPA_DYNAMIC_SHARED(unsigned long long, sk);
+  const int t = (int)threadIdx.x, nt = (int)blockDim.x, np = (int)npow2;
+  for (int i = t; i < np; i += nt)
+    sk[i] = i < n ? ((unsigned long long)(unsigned)ids[i] << 32) | (unsigned long long)i : NONE;
+  __syncthreads();
+  for (int k = 2; k <= np; k *= 2)
+    for (int j = k / 2; j > 0; j /= 2) {
+      for (int i = t; i < np; i += nt) {
+        const int l = i ^ j;
+        if (l > i) {
+          const unsigned long long a = sk[i], b = sk[l];
+          if ((a > b) == ((i & k) == 0)) {
+            sk[i] = b;
+            sk[l] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  for (int i = t; i < np; i += nt) keys[i] = sk[i];
+}
+
 static __device__ long long lower_bound(const unsigned long long *keys, long long n, unsigned long long key) {
   long long lo = 0, hi = n;
   while (lo < hi) {

@@ -114,12 +114,34 @@ extern "C" __global__ void gpa_conv_bias_f32(float *y, const float *bias, long l
   GS_LOOP(i, n) y[i] += bias[(i / lout) % cout];
 }
 
-/* db[co] = sum over b, t of dy[b, co, t] (double, b then t order) */
+/* db[co] = sum over b, t of dy[b, co, t], in double: a block per channel,
+ * each thread a strided share, then a tree of fixed shape (deterministic
+ * for the block size, GPA__CONV_DB_THREADS in ops/conv1d/cuda.c). A thread
+ * per channel summing all B x Lout values in turn left the GPU nearly idle
+ * (96 threads at the main job's shape). */
 extern "C" __global__ void gpa_conv_db_f32(float *db, const float *dy, long long nb, long long cout, long long lout) {
-  GS_LOOP(co, cout) {
-    double acc = 0.0;
-    for (long long b = 0; b < nb; b++)
-      for (long long t = 0; t < lout; t++) acc += (double)dy[(b * cout + co) * lout + t];
-    db[co] = (float)acc;
+  GPA_DYNAMIC_SHARED(double, part);
+  const long long co = blockIdx.x, n = nb * lout;
+  const int t = (int)threadIdx.x;
+  double acc = 0.0;
+  for (long long i = t; i < n; i += blockDim.x) acc += (double)dy[((i / lout) * cout + co) * lout + i % lout];
+  part[t] = acc;
+  __syncthreads();
+  for (int s = (int)blockDim.x / 2; s > 0; s >>= 1) {
+    if (t < s) part[t] += part[t + s];
+    __syncthreads();
+  }
+  if (t == 0) db[co] = (float)part[0];
+}
+
+/* dw[i] (+)= sum over b < nb of part[b n + i], b in order: the per-batch
+ * products of one strided-batched GEMM, summed deterministically (one GEMM
+ * launch per batch before: 32 in turn at the main job's shape). */
+extern "C" __global__ void gpa_conv_dw_sum_f32(float *dw, const float *part, long long nb, long long n,
+                                               int accumulate) {
+  GS_LOOP(i, n) {
+    float acc = accumulate ? dw[i] : 0.0f;
+    for (long long b = 0; b < nb; b++) acc += part[b * n + i];
+    dw[i] = acc;
   }
 }

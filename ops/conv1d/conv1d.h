@@ -16,6 +16,7 @@ gpa_status gpa__conv_bwd_cu(const gpa_op_exec *x);
   K(CONV_IM2COL, lin, gpa_conv_im2col_f32)   \
   K(CONV_COL2IM, lin, gpa_conv_col2im_f32)   \
   K(CONV_BIAS, lin, gpa_conv_bias_f32)       \
-  K(CONV_DB, lin, gpa_conv_db_f32)
+  K(CONV_DB, lin, gpa_conv_db_f32)           \
+  K(CONV_DW_SUM, lin, gpa_conv_dw_sum_f32)
 
 #endif

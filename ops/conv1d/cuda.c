@@ -1,6 +1,7 @@
 /* conv1d on CUDA: im2col (kernels/cuda/linear.cu) + cuBLAS GEMMs per
  * group, in chunks of batches whose column matrices fit CONV_SCRATCH_CAP;
- * col2im for dx. dW sums over batches in order (deterministic). Row-major
+ * col2im for dx. dW: one strided-batched GEMM of the per-batch products,
+ * summed over batches in order by a kernel (deterministic). Row-major
  * operands go to column-major cuBLAS as their transposes. */
 #include <limits.h>
 
@@ -9,6 +10,7 @@
 #include "ops/cuda_kernels.h"
 
 #define CONV_SCRATCH_CAP ((uint64_t)256 << 20)
+#define GPA__CONV_DB_THREADS 256 /* a power of two: the db kernel's tree */
 
 static const float one = 1.0f, zero = 0.0f;
 
@@ -40,9 +42,11 @@ static int conv_fits(const geom *g) {
          fits(g->Cout * g->Lout);
 }
 
-/* Batches per chunk so that `bufs` column matrices fit the cap. */
+/* Batches per chunk so that `bufs` column matrices (and, for the backward,
+ * the per-batch dW products) fit the cap. */
 static long long chunk_of(const geom *g, int bufs) {
   uint64_t per = (uint64_t)g->R * (uint64_t)g->Lout * sizeof(float) * (uint64_t)bufs;
+  if (bufs > 1) per += (uint64_t)g->cout_g * (uint64_t)g->R * sizeof(float);
   long long c = per ? (long long)(CONV_SCRATCH_CAP / per) : g->B;
   if (c < 1) c = 1;
   return c < g->B ? c : g->B;
@@ -103,32 +107,35 @@ gpa_status gpa__conv_bwd_cu(const gpa_op_exec *x) {
     long long nb = g.B, cout = g.Cout, lout = g.Lout;
     void *dyp = (void *)dy;
     void *args[] = {&db, &dyp, &nb, &cout, &lout};
-    GPA__CU_TRY(gpa__cu_launch1d(x, GPA__K_CONV_DB, cout, args));
+    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_CONV_DB, (unsigned)cout, 1, 1, GPA__CONV_DB_THREADS, 1,
+                               GPA__CONV_DB_THREADS * sizeof(double), args));
   }
   if (g.B == 0) return gpa__cu_zero_f32(x, dW, g.Cout * g.R);
   cublasHandle_t h;
   GPA__CU_TRY(gpa__cu_blas(x, &h));
   long long nbc = chunk_of(&g, 2);
   uint64_t cb = (uint64_t)nbc * (uint64_t)(g.R * g.Lout) * sizeof(float);
-  CUdeviceptr scr = gpa__cu_scratch(x, 2 * cb);
+  long long nw = g.cout_g * g.R;
+  CUdeviceptr scr = gpa__cu_scratch(x, 2 * cb + (uint64_t)nbc * (uint64_t)nw * sizeof(float));
   if (!scr) return GPA_ENOMEM;
-  float *col = (float *)(uintptr_t)scr, *dcol = (float *)(uintptr_t)(scr + cb);
+  float *col = (float *)(uintptr_t)scr, *dcol = (float *)(uintptr_t)(scr + cb), *part = dcol + cb / sizeof(float);
   for (long long b0 = 0; b0 < g.B; b0 += nbc) {
     long long nb = g.B - b0 < nbc ? g.B - b0 : nbc;
     for (long long gi = 0; gi < g.G; gi++) {
       const float *Wg = W + gi * g.cout_g * g.R;
       float *dWg = dW + gi * g.cout_g * g.R;
       GPA__CU_TRY(im2col(x, &g, col, xs + b0 * g.Cin * g.L, nb, gi * g.cin_g, 0));
-      /* dW_g += dy_bg col_b^T, batch by batch in order (deterministic) */
-      for (long long b = 0; b < nb; b++) {
-        const float *dyb = dy + ((b0 + b) * g.Cout + gi * g.cout_g) * g.Lout;
-        const float *beta = (b0 + b == 0) ? &zero : &one;
-        GPA__CU_TRY(gpa__cu_blas_status(x,
-                            C->blas.cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)g.R, (int)g.cout_g, (int)g.Lout,
-                                                &one, col + b * g.R * g.Lout, (int)g.Lout, dyb, (int)g.Lout, beta,
-                                                dWg, (int)g.R),
-                            "conv1d_bwd: cublasSgemm (dW)"));
-      }
+      /* part_b = dy_bg col_b^T for every b of the chunk, then dW_g (+)= their sum in order */
+      GPA__CU_TRY(gpa__cu_blas_status(x,
+                          C->blas.cublasSgemmStridedBatched(
+                              h, CUBLAS_OP_T, CUBLAS_OP_N, (int)g.R, (int)g.cout_g, (int)g.Lout, &one, col,
+                              (int)g.Lout, g.R * g.Lout, dy + (b0 * g.Cout + gi * g.cout_g) * g.Lout, (int)g.Lout,
+                              g.Cout * g.Lout, &zero, part, (int)g.R, nw, (int)nb),
+                          "conv1d_bwd: cublasSgemmStridedBatched (dW)"));
+      int acc = b0 > 0;
+      void *dwp = dWg, *pp = part;
+      void *sargs[] = {&dwp, &pp, &nb, &nw, &acc};
+      GPA__CU_TRY(gpa__cu_launch1d(x, GPA__K_CONV_DW_SUM, nw, sargs));
       /* dcol_b = W_g^T dy_bg */
       GPA__CU_TRY(gpa__cu_blas_status(x,
                           C->blas.cublasSgemmStridedBatched(

@@ -21,6 +21,10 @@ gpa_status gpa__emb_fwd_cu(const gpa_op_exec *x) {
   return gpa__cu_launch(x, id, gpa__cu_blocks(x, n * d, GPA__CU_THREADS), 1, 1, GPA__CU_THREADS, 1, 0, args);
 }
 
+/* Keys sorted by one block in shared memory up to this many (8 bytes each:
+ * 32 KiB, under the 48 KiB a block gets without opting in). */
+#define GPA__EMB_SORT_BLOCK_MAX 4096
+
 gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x) {
   const gpa_tensor *ids = &x->inputs[1], *dt = &x->outputs[0];
   long long n = ids->shape[0] * ids->shape[1], v = dt->shape[0], d = dt->shape[1];
@@ -33,7 +37,10 @@ gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x) {
   CUdeviceptr res = scr, keys = scr + GPA__CU_INDEX_RES_BYTES;
   GPA__CU_TRY(gpa__cu_check_index(x, res, x->in[1], n, v, 0, 0, GPA__CU_POST_IDS2D, "embedding_bwd", ids->shape[1], v));
   void *ip = x->in[1], *dy = x->in[0], *out = x->out[0];
-  if (n > 0) {
+  if (n > 0 && npow2 <= GPA__EMB_SORT_BLOCK_MAX) {
+    void *ak[] = {&keys, &ip, &n, &npow2};
+    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_EMB_SORT_BLOCK, 1, 1, 1, 1024, 1, (unsigned)(npow2 * 8), ak));
+  } else if (n > 0) {
     void *ak[] = {&keys, &ip, &n, &npow2};
     unsigned grid = gpa__cu_blocks(x, npow2, GPA__CU_THREADS);
     GPA__CU_TRY(gpa__cu_launch(x, GPA__K_EMB_KEYS, grid, 1, 1, GPA__CU_THREADS, 1, 0, ak));
