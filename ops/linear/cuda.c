@@ -115,12 +115,11 @@ static gpa_status lin_bwd_f32(const gpa_op_exec *x, const void *g, const void *x
                         "linear_bwd: cublasSgemm (dW)"));
   }
   if (!db) return GPA_OK;
-  /* db = column sums of g, in row order (the masked-mean kernel with B = 1) */
-  long long B = 1;
-  void *mask = NULL, *gp = (void *)g;
-  int i32 = 0, mean = 0;
-  void *args[] = {&db, &gp, &mask, &i32, &B, &N, &out, &mean};
-  return gpa__cu_launch1d(x, GPA__K_SUM_OVER_L, out, args);
+  /* db = column sums of g (32 x 32 threads per 32 columns, a fixed order) */
+  void *gp = (void *)g;
+  void *args[] = {&db, &gp, &N, &out};
+  return gpa__cu_launch(x, GPA__K_LIN_COLSUM, (unsigned)((out + 31) / 32), 1, 1, 32, 32, 32 * 32 * sizeof(double),
+                        args);
 }
 
 /* bf16 storage: bf16 GEMMs (tensor cores) with fp32 compute, dx rounded

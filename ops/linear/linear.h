@@ -17,6 +17,7 @@ gpa_status gpa__lin_bwd_cu(const gpa_op_exec *x);
   K(LIN_EPI, lin, gpa_lin_epilogue_f32)          \
   K(LIN_EPI_BF, lin, gpa_lin_epilogue_bf16)      \
   K(LIN_DB_BF, lin, gpa_lin_db_bf16)             \
+  K(LIN_COLSUM, lin, gpa_colsum_f32)             \
   K(LIN_DGELU_BF, lin, gpa_lin_dgelu_split_bf16)
 
 #endif
