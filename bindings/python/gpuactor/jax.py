@@ -1,0 +1,224 @@
+"""gpuactor ops inside compiled JAX programs, as XLA FFI custom calls.
+
+    import jax, jax.numpy as jnp
+    from gpuactor import jax as gj
+    o = jax.jit(lambda q, k, v: gj.attention(q, k, v, causal=True))(q, k, v)
+    dq = jax.grad(lambda q: gj.attention(q, k, v).sum())(q)
+
+Optional: importing it needs jax. The handlers live in libgpuactor_xla.so
+(bindings/xla), found through GPA_XLA_LIBRARY, else next to the C library
+this package loaded; importing registers them with jax.ffi for the cpu
+platform. XLA's buffers are used in place by the process's host actor (one
+per process, shared by every call); each call waits for its op before XLA
+goes on. See docs/xla.md.
+"""
+import ctypes
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._lib import path as _gpa_path
+
+TARGETS = ("attention_fwd", "attention_bwd", "layernorm_fwd", "layernorm_bwd", "gelu_fwd", "gelu_bwd",
+           "linear_fwd", "linear_bwd", "op", "nothing")
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("calls", "wraps", "wrap_hits", "bytes_uploaded", "bytes_read_back")]
+
+
+def _candidates():
+    env = os.environ.get("GPA_XLA_LIBRARY")
+    if env:
+        yield env
+        return
+    d = os.path.dirname(os.path.abspath(_gpa_path)) if os.path.sep in _gpa_path else ""
+    if d:
+        yield os.path.join(d, "libgpuactor_xla.so")
+        yield os.path.join(d, "bindings", "xla", "libgpuactor_xla.so")  # a build tree
+    yield "libgpuactor_xla.so"
+
+
+def _load():
+    errors = []
+    for p in _candidates():
+        try:
+            return ctypes.CDLL(p), p
+        except OSError as e:
+            errors.append("%s: %s" % (p, e))
+    raise ImportError("gpuactor.jax: cannot load libgpuactor_xla.so (set GPA_XLA_LIBRARY): " + "; ".join(errors))
+
+
+lib, library_path = _load()
+lib.gpa_xla_stats_get.restype = ctypes.c_int
+lib.gpa_xla_stats_get.argtypes = (ctypes.POINTER(_Stats), ctypes.c_char_p, ctypes.c_uint64)
+lib.gpa_xla_actor.restype = ctypes.c_void_p
+lib.gpa_xla_actor.argtypes = (ctypes.c_char_p, ctypes.c_uint64)
+
+for _t in TARGETS:
+    jax.ffi.register_ffi_target("gpuactor_" + _t, jax.ffi.pycapsule(getattr(lib, "gpa_xla_" + _t)), platform="cpu")
+
+
+def stats():
+    """The handlers' counters and the actor's copy counters (a dict)."""
+    s, msg = _Stats(), ctypes.create_string_buffer(256)
+    if lib.gpa_xla_stats_get(ctypes.byref(s), msg, len(msg)) != 0:
+        raise RuntimeError("gpuactor.jax: " + msg.value.decode())
+    return {n: getattr(s, n) for n, _ in _Stats._fields_}
+
+
+def _call(target, outs, *args, **attrs):
+    return jax.ffi.ffi_call("gpuactor_" + target, outs, vmap_method="sequential")(*args, **attrs)
+
+
+def _sds(shape, dtype):
+    return jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype))
+
+
+# ---- attention ---------------------------------------------------------------
+# q [B,S,H,D], k and v [B,Sk,Hkv,D]; lengths [B] int32 or None; scale None
+# is 1/sqrt(D). The forward keeps o and the log-sum-exp for the backward.
+
+def _attn_attrs(causal, scale):
+    return dict(causal=np.int32(1 if causal else 0), scale=np.float64(scale if scale else 0.0))
+
+
+def _attn_fwd_call(q, k, v, lengths, causal, scale):
+    B, S, H, _ = q.shape
+    args = (q, k, v) if lengths is None else (q, k, v, lengths)
+    return _call("attention_fwd", (_sds(q.shape, q.dtype), _sds((B, H, S), jnp.float32)), *args,
+                 **_attn_attrs(causal, scale))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _attention(q, k, v, lengths, causal, scale):
+    return _attn_fwd_call(q, k, v, lengths, causal, scale)[0]
+
+
+def _attention_fwd(q, k, v, lengths, causal, scale):
+    o, lse = _attn_fwd_call(q, k, v, lengths, causal, scale)
+    return o, (q, k, v, lengths, o, lse)
+
+
+def _attention_bwd(causal, scale, res, do):
+    q, k, v, lengths, o, lse = res
+    args = (do, q, k, v, o, lse) + (() if lengths is None else (lengths,))
+    dq, dk, dv = _call("attention_bwd", (_sds(q.shape, q.dtype), _sds(k.shape, k.dtype), _sds(v.shape, v.dtype)),
+                       *args, **_attn_attrs(causal, scale))
+    return dq, dk, dv, None
+
+
+_attention.defvjp(_attention_fwd, _attention_bwd)
+
+
+def attention(q, k, v, causal=False, scale=None, lengths=None):
+    """softmax(scale q k^T, masked) v (docs/ops.md, "attention"); differentiable in q, k, v."""
+    return _attention(q, k, v, lengths, bool(causal), float(scale) if scale else 0.0)
+
+
+# ---- layer norm --------------------------------------------------------------
+
+def _ln_fwd_call(x2, gamma, beta, eps):
+    N, D = x2.shape
+    return _call("layernorm_fwd", (_sds((N, D), x2.dtype), _sds((N,), jnp.float32), _sds((N,), jnp.float32)),
+                 x2, gamma, beta, eps=np.float64(eps))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _layer_norm(x2, gamma, beta, eps):
+    return _ln_fwd_call(x2, gamma, beta, eps)[0]
+
+
+def _layer_norm_fwd(x2, gamma, beta, eps):
+    y, mean, rstd = _ln_fwd_call(x2, gamma, beta, eps)
+    return y, (x2, gamma, mean, rstd)
+
+
+def _layer_norm_bwd(eps, res, dy):
+    x2, gamma, mean, rstd = res
+    dx, dg, db = _call("layernorm_bwd", (_sds(x2.shape, x2.dtype), _sds(gamma.shape, gamma.dtype),
+                                          _sds(gamma.shape, gamma.dtype)), x2, dy, gamma, mean, rstd)
+    return dx, dg, db
+
+
+_layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
+
+
+def layer_norm(x, gamma, beta, eps=1e-5):
+    """LayerNorm over the last axis of x (any leading axes)."""
+    D = x.shape[-1]
+    return _layer_norm(x.reshape(-1, D), gamma, beta, float(eps)).reshape(x.shape)
+
+
+# ---- GELU --------------------------------------------------------------------
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _gelu(x, approximate):
+    return _call("gelu_fwd", _sds(x.shape, x.dtype), x, approximate=np.int32(approximate))
+
+
+def _gelu_fwd(x, approximate):
+    return _gelu(x, approximate), x
+
+
+def _gelu_bwd(approximate, x, dy):
+    return (_call("gelu_bwd", _sds(x.shape, x.dtype), x, dy, approximate=np.int32(approximate)),)
+
+
+_gelu.defvjp(_gelu_fwd, _gelu_bwd)
+
+
+def gelu(x, approximate=False):
+    """GELU: the erf form, or the tanh form with approximate=True."""
+    return _gelu(x, 1 if approximate else 0)
+
+
+# ---- linear ------------------------------------------------------------------
+
+@jax.custom_vjp
+def _linear(x, W, b):
+    args = (x, W) if b is None else (x, W, b)
+    return _call("linear_fwd", _sds(x.shape[:-1] + (W.shape[0],), x.dtype), *args)
+
+
+def _linear_fwd(x, W, b):
+    return _linear(x, W, b), (x, W, b)
+
+
+def _linear_bwd(res, dy):
+    x, W, b = res
+    nobias = b is None
+    outs = (_sds(x.shape, x.dtype), _sds(W.shape, W.dtype)) + (() if nobias else (_sds(W.shape[:1], W.dtype),))
+    grads = _call("linear_bwd", outs, dy, x, W)
+    return (grads[0], grads[1], None if nobias else grads[2])
+
+
+_linear.defvjp(_linear_fwd, _linear_bwd)
+
+
+def linear(x, W, b=None):
+    """x W^T + b; x [..., in], W [out, in], b [out] or None."""
+    return _linear(x, W, b)
+
+
+# ---- any op ------------------------------------------------------------------
+
+def op(name, *args, out, **attrs):
+    """Runs the registered gpuactor op `name` on args; out is a
+    jax.ShapeDtypeStruct (one result) or a sequence of them. Attributes:
+    Python ints and bools go as integers, floats as floats. Not
+    differentiable."""
+    conv = {}
+    for k, v in attrs.items():
+        if isinstance(v, (bool, np.bool_)):
+            conv[k] = np.int32(bool(v))
+        elif isinstance(v, (int, np.integer)):
+            conv[k] = np.int64(v)
+        elif isinstance(v, (float, np.floating)):
+            conv[k] = np.float64(v)
+        else:
+            raise TypeError("gpuactor.jax.op: attribute %r must be an int, bool or float, not %s" % (k, type(v)))
+    return _call("op", out, *args, op=name, **conv)

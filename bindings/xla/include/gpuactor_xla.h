@@ -1,0 +1,86 @@
+/* gpuactor ops as XLA FFI handlers (docs/xla.md).
+ *
+ * Each gpa_xla_* handler below is an XLA_FFI_Handler (xla/ffi/api/c_api.h)
+ * for the host platform ("cpu" in JAX, "Host" in XLA): XLA's buffers are
+ * wrapped as gpuactor external buffers and used in place, the op is
+ * submitted to the process's actor and awaited before the handler returns.
+ * Custom call target names (what gpa_xla_register uses, and what
+ * bindings/python/gpuactor/jax.py registers with jax.ffi):
+ *
+ *   gpuactor_attention_fwd  gpa_xla_attention_fwd   q k v [lengths] -> o lse;  causal (int), scale (float, optional)
+ *   gpuactor_attention_bwd  gpa_xla_attention_bwd   dout q k v o lse [lengths] -> dq dk dv;  causal, scale
+ *   gpuactor_layernorm_fwd  gpa_xla_layernorm_fwd   x gamma beta -> y mean rstd;  eps (optional)
+ *   gpuactor_layernorm_bwd  gpa_xla_layernorm_bwd   x dy gamma mean rstd -> dx dgamma dbeta
+ *   gpuactor_gelu_fwd       gpa_xla_gelu_fwd        x -> y;  approximate (optional)
+ *   gpuactor_gelu_bwd       gpa_xla_gelu_bwd        x dy -> dx;  approximate (optional)
+ *   gpuactor_linear_fwd     gpa_xla_linear_fwd      x W [b] -> y
+ *   gpuactor_linear_bwd     gpa_xla_linear_bwd      dy x W -> dx dW [db]
+ *   gpuactor_op             gpa_xla_op              any registered op: string attribute "op" names it,
+ *                                                   every other scalar attribute is passed to it
+ *   gpuactor_nothing        gpa_xla_nothing         does nothing (the baseline of the overhead measurement)
+ *
+ * The actor also has the op "xla_probe" (inputs: any tensors; output: i32
+ * [n_inputs + 1, 2]): it writes the address of each input and of its output,
+ * as its implementation sees them on the actor thread, as (low, high) 32-bit
+ * halves, so a test can check that an op runs on XLA's own memory.
+ *
+ * The actor is created on the first call (one per process for the host);
+ * GPA_* environment variables configure it as for any actor. */
+#ifndef GPUACTOR_XLA_H
+#define GPUACTOR_XLA_H
+#include <stdint.h>
+
+#include "xla/ffi/api/c_api.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#pragma GCC visibility push(default)
+
+XLA_FFI_Error *gpa_xla_attention_fwd(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_attention_bwd(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_layernorm_fwd(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_layernorm_bwd(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_gelu_fwd(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_gelu_bwd(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_linear_fwd(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_linear_bwd(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_op(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_nothing(XLA_FFI_CallFrame *frame);
+
+/* One entry per handler: its custom call target name and the function. */
+typedef struct gpa_xla_target {
+  const char *name;
+  XLA_FFI_Handler *handler;
+} gpa_xla_target;
+/* The table above, terminated by {NULL, NULL}. */
+const gpa_xla_target *gpa_xla_targets(void);
+
+/* Registers every handler with XLA through the C API (what a host program
+ * that has XLA's api pointer does, e.g. EXLA with XLA_FFI_GetApi()):
+ * api->XLA_FFI_Handler_Register for each target on `platform` ("Host" for
+ * XLA's CPU client). Returns 0, or -1 with the first XLA error's message
+ * copied to msg. */
+int gpa_xla_register(const XLA_FFI_Api *api, const char *platform, char *msg, uint64_t msg_size);
+
+/* The process's actor for the host (created if need be), for host code that
+ * talks to the same actor the handlers use (feed sessions). NULL if it could
+ * not be created; msg gets why. */
+struct gpa_actor *gpa_xla_actor(char *msg, uint64_t msg_size);
+
+/* What the handlers did, for tests and measurements. */
+typedef struct gpa_xla_stats {
+  uint64_t calls;           /* handler calls that submitted an op */
+  uint64_t wraps;           /* XLA buffers wrapped as external buffers */
+  uint64_t wrap_hits;       /* buffers found already wrapped (the wrap cache) */
+  uint64_t bytes_uploaded;  /* the actor's own stats: copies into its buffers ... */
+  uint64_t bytes_read_back; /* ... and out of them; both stay 0 when XLA's memory is used in place */
+} gpa_xla_stats;
+/* Fills *out; 0, or -1 (msg says why) when the actor could not be created. */
+int gpa_xla_stats_get(gpa_xla_stats *out, char *msg, uint64_t msg_size);
+
+#pragma GCC visibility pop
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,110 @@
+/* The handlers: each is a signature table for gpa_xla_run. Argument and
+ * result names are those of the typed C API (ops_*.h), so that our messages
+ * and the op's own validation name the same things. */
+#include <stdio.h>
+#include <string.h>
+
+#include "gpuactor/tensor.h"
+#include "xla_internal.h"
+
+#define ANY GPA_XLA_ANY_RANK
+#define N(a) (uint32_t)(sizeof(a) / sizeof(a)[0])
+
+static const gpa_xla_attr_spec attn_attrs[] = {{"causal", GPA_ATTR_INT, 1}, {"scale", GPA_ATTR_FLOAT, 0}};
+
+static const char *const attn_fwd_args[] = {"q", "k", "v", "lengths"}, *const attn_fwd_rets[] = {"o", "lse"};
+static const int8_t attn_fwd_arg_rank[] = {4, 4, 4, 1}, attn_fwd_ret_rank[] = {4, 3};
+static const gpa_xla_sig attn_fwd = {"gpuactor_attention_fwd", "attention_fwd", attn_fwd_args, attn_fwd_arg_rank, 3, 4,
+                                     attn_fwd_rets, attn_fwd_ret_rank, 2, 2, attn_attrs, N(attn_attrs), NULL};
+
+static const char *const attn_bwd_args[] = {"dout", "q", "k", "v", "o", "lse", "lengths"},
+                         *const attn_bwd_rets[] = {"dq", "dk", "dv"};
+static const int8_t attn_bwd_arg_rank[] = {4, 4, 4, 4, 4, 3, 1}, attn_bwd_ret_rank[] = {4, 4, 4};
+static const gpa_xla_sig attn_bwd = {"gpuactor_attention_bwd", "attention_bwd", attn_bwd_args, attn_bwd_arg_rank, 6, 7,
+                                     attn_bwd_rets, attn_bwd_ret_rank, 3, 3, attn_attrs, N(attn_attrs), NULL};
+
+static const gpa_xla_attr_spec ln_attrs[] = {{"eps", GPA_ATTR_FLOAT, 0}};
+static const char *const ln_fwd_args[] = {"x", "gamma", "beta"}, *const ln_fwd_rets[] = {"y", "mean", "rstd"};
+static const int8_t ln_fwd_arg_rank[] = {2, 1, 1}, ln_fwd_ret_rank[] = {2, 1, 1};
+static const gpa_xla_sig ln_fwd = {"gpuactor_layernorm_fwd", "layernorm_fwd", ln_fwd_args, ln_fwd_arg_rank, 3, 3,
+                                   ln_fwd_rets, ln_fwd_ret_rank, 3, 3, ln_attrs, N(ln_attrs), NULL};
+
+static const char *const ln_bwd_args[] = {"x", "dy", "gamma", "mean", "rstd"},
+                         *const ln_bwd_rets[] = {"dx", "dgamma", "dbeta"};
+static const int8_t ln_bwd_arg_rank[] = {2, 2, 1, 1, 1}, ln_bwd_ret_rank[] = {2, 1, 1};
+static const gpa_xla_sig ln_bwd = {"gpuactor_layernorm_bwd", "layernorm_bwd", ln_bwd_args, ln_bwd_arg_rank, 5, 5,
+                                   ln_bwd_rets, ln_bwd_ret_rank, 3, 3, NULL, 0, NULL};
+
+static const gpa_xla_attr_spec gelu_attrs[] = {{"approximate", GPA_ATTR_INT, 0}};
+static const char *const gelu_fwd_args[] = {"x"}, *const gelu_fwd_rets[] = {"y"};
+static const gpa_xla_sig gelu_fwd = {"gpuactor_gelu_fwd", "gelu_fwd", gelu_fwd_args, NULL, 1, 1,
+                                     gelu_fwd_rets, NULL, 1, 1, gelu_attrs, N(gelu_attrs), NULL};
+static const char *const gelu_bwd_args[] = {"x", "dy"}, *const gelu_bwd_rets[] = {"dx"};
+static const gpa_xla_sig gelu_bwd = {"gpuactor_gelu_bwd", "gelu_bwd", gelu_bwd_args, NULL, 2, 2,
+                                     gelu_bwd_rets, NULL, 1, 1, gelu_attrs, N(gelu_attrs), NULL};
+
+/* Linear without the fused GELU (the generic handler reaches
+ * linear_gelu_fwd and linear_bwd with gelu=1). */
+static const char *const lin_fwd_args[] = {"x", "W", "b"}, *const lin_fwd_rets[] = {"y"};
+static const int8_t lin_fwd_arg_rank[] = {ANY, 2, 1};
+static const gpa_xla_sig lin_fwd = {"gpuactor_linear_fwd", "linear_fwd", lin_fwd_args, lin_fwd_arg_rank, 2, 3,
+                                    lin_fwd_rets, NULL, 1, 1, NULL, 0, NULL};
+
+static const char *lin_bwd_pick(const gpa_xla_sig *s, uint32_t n_args, uint32_t n_rets, const gpa_attr *a,
+                                uint32_t n_attrs) {
+  (void)s, (void)n_args, (void)a, (void)n_attrs;
+  return n_rets == 3 ? "linear_bwd" : "linear_bwd_nobias";
+}
+static const char *const lin_bwd_args[] = {"dy", "x", "W"}, *const lin_bwd_rets[] = {"dx", "dW", "db"};
+static const int8_t lin_bwd_arg_rank[] = {ANY, ANY, 2}, lin_bwd_ret_rank[] = {ANY, 2, 1};
+static const gpa_xla_sig lin_bwd = {"gpuactor_linear_bwd", NULL, lin_bwd_args, lin_bwd_arg_rank, 3, 3,
+                                    lin_bwd_rets, lin_bwd_ret_rank, 2, 3, NULL, 0, lin_bwd_pick};
+
+static const gpa_xla_sig generic = {"gpuactor_op", NULL, NULL, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, NULL};
+
+XLA_FFI_Error *gpa_xla_attention_fwd(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &attn_fwd); }
+XLA_FFI_Error *gpa_xla_attention_bwd(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &attn_bwd); }
+XLA_FFI_Error *gpa_xla_layernorm_fwd(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &ln_fwd); }
+XLA_FFI_Error *gpa_xla_layernorm_bwd(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &ln_bwd); }
+XLA_FFI_Error *gpa_xla_gelu_fwd(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &gelu_fwd); }
+XLA_FFI_Error *gpa_xla_gelu_bwd(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &gelu_bwd); }
+XLA_FFI_Error *gpa_xla_linear_fwd(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &lin_fwd); }
+XLA_FFI_Error *gpa_xla_linear_bwd(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &lin_bwd); }
+XLA_FFI_Error *gpa_xla_op(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &generic); }
+
+/* The baseline: what XLA's own call of an FFI handler costs, with the
+ * metadata answer every handler owes. */
+XLA_FFI_Error *gpa_xla_nothing(XLA_FFI_CallFrame *f) {
+  XLA_FFI_Error *e;
+  gpa_xla_metadata(f, &e);
+  return e;
+}
+
+static const gpa_xla_target targets[] = {
+    {"gpuactor_attention_fwd", gpa_xla_attention_fwd}, {"gpuactor_attention_bwd", gpa_xla_attention_bwd},
+    {"gpuactor_layernorm_fwd", gpa_xla_layernorm_fwd}, {"gpuactor_layernorm_bwd", gpa_xla_layernorm_bwd},
+    {"gpuactor_gelu_fwd", gpa_xla_gelu_fwd},           {"gpuactor_gelu_bwd", gpa_xla_gelu_bwd},
+    {"gpuactor_linear_fwd", gpa_xla_linear_fwd},       {"gpuactor_linear_bwd", gpa_xla_linear_bwd},
+    {"gpuactor_op", gpa_xla_op},                       {"gpuactor_nothing", gpa_xla_nothing},
+    {NULL, NULL},
+};
+
+const gpa_xla_target *gpa_xla_targets(void) { return targets; }
+
+int gpa_xla_register(const XLA_FFI_Api *api, const char *platform, char *msg, uint64_t msg_size) {
+  for (const gpa_xla_target *t = targets; t->name; t++) {
+    XLA_FFI_Handler_Register_Args r = {.struct_size = XLA_FFI_Handler_Register_Args_STRUCT_SIZE,
+                                       .name = {t->name, strlen(t->name)},
+                                       .platform = {platform, strlen(platform)},
+                                       .bundle = {.execute = t->handler}};
+    XLA_FFI_Error *e = api->XLA_FFI_Handler_Register(&r);
+    if (!e) continue;
+    XLA_FFI_Error_GetMessage_Args g = {.struct_size = XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE, .error = e};
+    api->XLA_FFI_Error_GetMessage(&g);
+    if (msg && msg_size) snprintf(msg, msg_size, "%s: %s", t->name, g.message ? g.message : "");
+    XLA_FFI_Error_Destroy_Args d = {.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE, .error = e};
+    api->XLA_FFI_Error_Destroy(&d);
+    return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,64 @@
+/* Shared by the handler files: the call signature tables and the one
+ * function that runs a call (run.c). */
+#ifndef GPA_XLA_INTERNAL_H
+#define GPA_XLA_INTERNAL_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpuactor/actor.h"
+#include "gpuactor_xla.h"
+
+/* An attribute a typed handler accepts. */
+typedef struct gpa_xla_attr_spec {
+  const char *name;
+  int32_t type; /* GPA_ATTR_INT or GPA_ATTR_FLOAT */
+  int32_t required;
+} gpa_xla_attr_spec;
+
+#define GPA_XLA_ANY_RANK (-1)
+
+/* What a handler accepts. args/rets NULL: the generic handler (any count,
+ * the op's name from the string attribute "op", every scalar attribute
+ * passed on). */
+typedef struct gpa_xla_sig {
+  const char *target; /* custom call target name: the prefix of every message */
+  const char *op;     /* gpuactor op; variants: pick_op */
+  const char *const *args;
+  const int8_t *arg_rank;
+  uint32_t min_args, max_args;
+  const char *const *rets;
+  const int8_t *ret_rank;
+  uint32_t min_rets, max_rets;
+  const gpa_xla_attr_spec *attrs;
+  uint32_t n_attrs;
+  /* Chooses the op among variants by arity or attribute (linear with or
+   * without bias); NULL: op. */
+  const char *(*pick_op)(const struct gpa_xla_sig *sig, uint32_t n_args, uint32_t n_rets, const gpa_attr *attrs,
+                         uint32_t n_attrs);
+} gpa_xla_sig;
+
+XLA_FFI_Error *gpa_xla_run(XLA_FFI_CallFrame *frame, const gpa_xla_sig *sig);
+
+/* The XLA error for `code` with a printf message; NULL if XLA could not
+ * make one (nothing better to return then). */
+XLA_FFI_Error *gpa_xla_error(const XLA_FFI_CallFrame *frame, XLA_FFI_Error_Code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Answers XLA's metadata query (registration asks each handler which FFI
+ * version it was built against); 1 if the frame was that query. */
+int gpa_xla_metadata(XLA_FFI_CallFrame *frame, XLA_FFI_Error **err);
+
+/* The host actor, created once (pthread_once); NULL with *msg on failure. */
+gpa_actor *gpa_xla_host_actor(const char **msg);
+
+/* The wrap cache (wrap.c): XLA's memory as an external buffer id. get
+ * takes a use of the id (a wrap on a miss); put gives the use back. */
+typedef struct gpa_xla_wrap {
+  gpa_buffer_id id;
+  uint64_t offset; /* of the pointer from the aligned base that was wrapped */
+  int32_t slot;    /* cache slot, or -1: wrapped for this call only */
+} gpa_xla_wrap;
+gpa_status gpa_xla_wrap_get(gpa_actor *a, void *ptr, uint64_t bytes, gpa_xla_wrap *out);
+void gpa_xla_wrap_put(gpa_actor *a, const gpa_xla_wrap *w);
+
+void gpa_xla_count_call(void);
+#endif

@@ -1,0 +1,256 @@
+"""The XLA FFI handlers under jax.jit on the cpu platform (run_tests.py
+makes the environment: jax in a venv, GPA_LIBRARY, GPA_XLA_LIBRARY).
+
+Each op against a jax.numpy reference and against the same op through the
+plain C API (the ctypes binding, its own actor); gradients of the custom_vjp
+ops against jax.grad of the reference; XLA's buffers used in place; bad
+input giving an XLA error that names it."""
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gpuactor as ga
+from gpuactor import jax as gj
+
+jax.config.update("jax_platforms", "cpu")
+RNG = np.random.default_rng(29)
+TOL = dict(rtol=2e-5, atol=2e-5)  # f32, as the parity harness
+
+
+def rand(*shape):
+    return jnp.asarray(RNG.standard_normal(shape).astype(np.float32))
+
+
+def via_c_api(op, inputs, out_shapes, attrs=None):
+    """The op through the plain C API (its own actor), for parity."""
+    with ga.Actor(device="cpu") as a:
+        ins = [a.from_numpy(np.asarray(x)) for x in inputs]
+        outs = [a.tensor(s, ga.dtype_of(np.dtype(d))) for s, d in out_shapes]
+        a.queue.submit(op, ins, outs, attrs).result()
+        return [t.numpy() for t in outs]
+
+
+# ---- references --------------------------------------------------------------
+
+def ref_attention(q, k, v, causal, scale=None, lengths=None):
+    B, S, H, D = q.shape
+    Sk, Hkv = k.shape[1], k.shape[2]
+    k = jnp.repeat(k, H // Hkv, axis=2)
+    v = jnp.repeat(v, H // Hkv, axis=2)
+    s = jnp.einsum("bshd,bthd->bhst", q, k) * (scale or 1.0 / np.sqrt(D))
+    visible = jnp.ones((B, 1, S, Sk), bool)
+    if causal:
+        visible &= (jnp.arange(Sk)[None, :] <= jnp.arange(S)[:, None] + Sk - S)[None, None]
+    if lengths is not None:
+        visible &= (jnp.arange(Sk)[None, None, None, :] < lengths[:, None, None, None])
+    p = jax.nn.softmax(jnp.where(visible, s, -jnp.inf), axis=-1)
+    return jnp.einsum("bhst,bthd->bshd", p, v)
+
+
+def ref_layer_norm(x, g, b, eps=1e-5):
+    m = x.mean(-1, keepdims=True)
+    return (x - m) / jnp.sqrt(((x - m) ** 2).mean(-1, keepdims=True) + eps) * g + b
+
+
+# ---- ops ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("approximate", [False, True])
+def test_gelu(approximate):
+    x = rand(3, 5, 16)
+    y = jax.jit(lambda x: gj.gelu(x, approximate))(x)
+    np.testing.assert_allclose(y, jax.nn.gelu(x, approximate=approximate), **TOL)
+    (c,) = via_c_api("gelu_fwd", [x], [(x.shape, np.float32)], {"approximate": int(approximate)})
+    np.testing.assert_array_equal(np.asarray(y), c)
+    dy = rand(3, 5, 16)
+    g = jax.jit(jax.grad(lambda x: (gj.gelu(x, approximate) * dy).sum()))(x)
+    r = jax.grad(lambda x: (jax.nn.gelu(x, approximate=approximate) * dy).sum())(x)
+    np.testing.assert_allclose(g, r, **TOL)
+
+
+def test_layer_norm():
+    x, g, b = rand(2, 6, 32), rand(32), rand(32)
+    f = jax.jit(lambda x, g, b: gj.layer_norm(x, g, b, eps=1e-5))
+    np.testing.assert_allclose(f(x, g, b), ref_layer_norm(x, g, b), rtol=1e-4, atol=1e-4)
+    y, _, _ = via_c_api("layernorm_fwd", [x.reshape(12, 32), g, b],
+                        [((12, 32), np.float32), ((12,), np.float32), ((12,), np.float32)])
+    np.testing.assert_array_equal(np.asarray(f(x, g, b)).reshape(12, 32), y)
+    dy = rand(2, 6, 32)
+    loss = lambda fn: (lambda x, g, b: (fn(x, g, b) * dy).sum())  # noqa: E731
+    got = jax.jit(jax.grad(loss(gj.layer_norm), argnums=(0, 1, 2)))(x, g, b)
+    want = jax.grad(loss(ref_layer_norm), argnums=(0, 1, 2))(x, g, b)
+    for a, w in zip(got, want):
+        np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear(bias):
+    x, W = rand(4, 3, 24), rand(10, 24)
+    b = rand(10) if bias else None
+    ref = lambda x, W, b: x @ W.T + (0 if b is None else b)  # noqa: E731
+    y = jax.jit(gj.linear)(x, W, b)
+    np.testing.assert_allclose(y, ref(x, W, b), rtol=1e-4, atol=1e-4)
+    dy = rand(4, 3, 10)
+    argnums = (0, 1, 2) if bias else (0, 1)
+    loss = lambda fn: (lambda x, W, b: (fn(x, W, b) * dy).sum())  # noqa: E731
+    got = jax.jit(jax.grad(loss(gj.linear), argnums=argnums))(x, W, b)
+    want = jax.grad(loss(ref), argnums=argnums)(x, W, b)
+    for a, w in zip(got, want):
+        np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("causal,S,Sk,H,Hkv", [(False, 7, 7, 4, 4), (True, 7, 7, 4, 2), (True, 5, 9, 4, 1)])
+def test_attention(causal, S, Sk, H, Hkv):
+    q, k, v = rand(2, S, H, 16), rand(2, Sk, Hkv, 16), rand(2, Sk, Hkv, 16)
+    o = jax.jit(lambda q, k, v: gj.attention(q, k, v, causal=causal))(q, k, v)
+    np.testing.assert_allclose(o, ref_attention(q, k, v, causal), **TOL)
+    c, _ = via_c_api("attention_fwd", [q, k, v], [(q.shape, np.float32), ((2, H, S), np.float32)],
+                     {"causal": int(causal)})
+    np.testing.assert_array_equal(np.asarray(o), c)
+    do = rand(2, S, H, 16)
+    loss = lambda fn: (lambda q, k, v: (fn(q, k, v, causal) * do).sum())  # noqa: E731
+    got = jax.jit(jax.grad(loss(lambda q, k, v, c: gj.attention(q, k, v, causal=c)), argnums=(0, 1, 2)))(q, k, v)
+    want = jax.grad(loss(ref_attention), argnums=(0, 1, 2))(q, k, v)
+    for a, w in zip(got, want):
+        np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-4)
+
+
+def test_attention_lengths_and_scale():
+    q, k, v = rand(3, 6, 2, 8), rand(3, 6, 2, 8), rand(3, 6, 2, 8)
+    lengths = jnp.asarray([6, 3, 1], jnp.int32)
+    o = jax.jit(lambda q, k, v, n: gj.attention(q, k, v, scale=0.2, lengths=n))(q, k, v, lengths)
+    np.testing.assert_allclose(o, ref_attention(q, k, v, False, 0.2, lengths), **TOL)
+    g = jax.grad(lambda q: gj.attention(q, k, v, scale=0.2, lengths=lengths).sum())(q)
+    r = jax.grad(lambda q: ref_attention(q, k, v, False, 0.2, lengths).sum())(q)
+    np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+
+
+def test_generic_op():
+    a, b = rand(5, 7), rand(5, 7)
+    out = jax.ShapeDtypeStruct(a.shape, jnp.float32)
+    f = jax.jit(lambda a, b: gj.op("add", gj.op("scale", a, out=out, alpha=2.5), b, out=out))
+    np.testing.assert_allclose(f(a, b), 2.5 * a + b, **TOL)
+    (y,) = jax.jit(lambda: gj.op("fill", out=[out], value=3.0))()
+    np.testing.assert_array_equal(y, np.full(a.shape, 3.0, np.float32))
+
+
+def test_bf16_attention():
+    q = rand(1, 4, 2, 8).astype(jnp.bfloat16)
+    o = jax.jit(lambda q: gj.attention(q, q, q, causal=True))(q)
+    assert o.dtype == jnp.bfloat16
+    r = ref_attention(q.astype(jnp.float32), q.astype(jnp.float32), q.astype(jnp.float32), True)
+    np.testing.assert_allclose(o.astype(jnp.float32), r, rtol=2e-2, atol=2e-2)
+
+
+# ---- in place ------------------------------------------------------------------
+
+def address(x):
+    return x.unsafe_buffer_pointer()
+
+
+def test_buffers_used_in_place():
+    """xla_probe's implementation writes the addresses it runs on; they must be
+    XLA's own: the parameters' and the result's."""
+    x, y = rand(64), rand(8, 8)
+    before = gj.stats()
+    f = jax.jit(lambda x, y: gj.op("xla_probe", x, y, out=jax.ShapeDtypeStruct((3, 2), jnp.int32)))
+    p = f(x, y)
+    seen = [(int(lo) & 0xFFFFFFFF) | (int(hi) & 0xFFFFFFFF) << 32 for lo, hi in np.asarray(p)]
+    assert seen == [address(x), address(y), address(p)]
+    # The same call again finds its wraps cached: no new wrap, no copy.
+    f(x, y).block_until_ready()
+    after = gj.stats()
+    assert after["calls"] - before["calls"] == 2
+    assert after["wrap_hits"] >= before["wrap_hits"] + 2
+    assert after["bytes_uploaded"] == 0 and after["bytes_read_back"] == 0
+
+
+def test_no_copies_through_the_actor():
+    """Across every op of this suite the actor copied nothing in or out."""
+    x = rand(4, 32)
+    jax.jit(lambda x: gj.gelu(gj.layer_norm(x, jnp.ones(32), jnp.zeros(32))))(x).block_until_ready()
+    s = gj.stats()
+    assert s["calls"] > 0 and s["bytes_uploaded"] == 0 and s["bytes_read_back"] == 0, s
+
+
+def test_threads():
+    """Several Python threads running jitted calls at once share the actor."""
+    f = jax.jit(lambda x: gj.gelu(x) + 1.0)
+    xs = [rand(32, 16) for _ in range(4)]
+    want = [np.asarray(jax.nn.gelu(x, approximate=False) + 1.0) for x in xs]
+    bad = []
+
+    def run(i):
+        for _ in range(20):
+            if not np.allclose(f(xs[i]), want[i], **TOL):
+                bad.append(i)
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not bad
+
+
+# ---- bad input ---------------------------------------------------------------
+
+def raw(target, outs, *args, **attrs):
+    return jax.jit(lambda *a: jax.ffi.ffi_call(target, outs)(*a, **attrs))(*args)
+
+
+def test_wrong_dtype_is_named():
+    x = jnp.ones((4, 4), jnp.int16)
+    with pytest.raises(Exception, match=r"gpuactor_gelu_fwd: x has dtype s16"):
+        raw("gpuactor_gelu_fwd", jax.ShapeDtypeStruct((4, 4), jnp.int16), x)
+    # A dtype gpuactor has but the op does not take: the op's own check names it.
+    xi = jnp.ones((4, 4), jnp.int32)
+    with pytest.raises(Exception, match=r"gpuactor_gelu_fwd: gelu_fwd: x .*(f32|dtype)"):
+        raw("gpuactor_gelu_fwd", jax.ShapeDtypeStruct((4, 4), jnp.int32), xi)
+
+
+def test_wrong_rank_is_named():
+    x, g = rand(2, 3, 8), rand(8)
+    outs = (jax.ShapeDtypeStruct((6, 8), jnp.float32), jax.ShapeDtypeStruct((6,), jnp.float32),
+            jax.ShapeDtypeStruct((6,), jnp.float32))
+    with pytest.raises(Exception, match=r"gpuactor_layernorm_fwd: x has rank 3, not 2"):
+        raw("gpuactor_layernorm_fwd", outs, x, g, g)
+    q = rand(2, 4, 2, 8)
+    bad_k = rand(2, 4, 16)
+    outs = (jax.ShapeDtypeStruct(q.shape, jnp.float32), jax.ShapeDtypeStruct((2, 2, 4), jnp.float32))
+    with pytest.raises(Exception, match=r"gpuactor_attention_fwd: k has rank 3, not 4"):
+        raw("gpuactor_attention_fwd", outs, q, bad_k, q, causal=np.int32(0))
+
+
+def test_shape_mismatch_is_named():
+    q, k = rand(2, 4, 3, 8), rand(2, 4, 2, 8)
+    outs = (jax.ShapeDtypeStruct(q.shape, jnp.float32), jax.ShapeDtypeStruct((2, 3, 4), jnp.float32))
+    with pytest.raises(Exception, match=r"gpuactor_attention_fwd: attention_fwd: k has 2 heads"):
+        raw("gpuactor_attention_fwd", outs, q, k, k, causal=np.int32(0))
+
+
+def test_unknown_op_is_named():
+    out = jax.ShapeDtypeStruct((4,), jnp.float32)
+    with pytest.raises(Exception, match=r"no_such_op"):
+        jax.jit(lambda x: gj.op("no_such_op", x, out=out))(rand(4))
+
+
+def test_missing_attribute_is_named():
+    q = rand(1, 4, 2, 8)
+    outs = (jax.ShapeDtypeStruct(q.shape, jnp.float32), jax.ShapeDtypeStruct((1, 2, 4), jnp.float32))
+    with pytest.raises(Exception, match=r"gpuactor_attention_fwd: missing attribute 'causal'"):
+        raw("gpuactor_attention_fwd", outs, q, q, q)
+    with pytest.raises(Exception, match=r"gpuactor_op: missing attribute 'op'"):
+        raw("gpuactor_op", jax.ShapeDtypeStruct((4,), jnp.float32), rand(4))
+    # The op's own required attribute, through the generic handler.
+    with pytest.raises(Exception, match=r"gpuactor_op: .*value"):
+        jax.jit(lambda: gj.op("fill", out=jax.ShapeDtypeStruct((4,), jnp.float32)))()
+    with pytest.raises(Exception, match=r"gpuactor_gelu_fwd: unknown attribute 'approx'"):
+        raw("gpuactor_gelu_fwd", jax.ShapeDtypeStruct((4,), jnp.float32), rand(4), approx=np.int32(1))
+
+
+def test_errors_leave_the_handlers_working():
+    x = rand(8)
+    np.testing.assert_allclose(jax.jit(gj.gelu)(x), jax.nn.gelu(x, approximate=False), **TOL)
