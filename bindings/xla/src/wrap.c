@@ -9,6 +9,7 @@
  * call passes that exact range, which XLA then owns for the call. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpuactor/external.h"
@@ -28,6 +29,15 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static slot slots[SLOTS];
 static uint64_t clock_;
 static _Atomic uint64_t n_wraps, n_hits;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int cache_off;
+
+/* GPA_XLA_WRAP_CACHE=0 wraps and releases every buffer on every call: what
+ * the cache saves is measured with it (docs/xla.md). */
+static void read_env(void) {
+  const char *v = getenv("GPA_XLA_WRAP_CACHE");
+  cache_off = v && !strcmp(v, "0");
+}
 
 void gpa_xla_wrap_counts(uint64_t *wraps, uint64_t *hits) {
   *wraps = atomic_load(&n_wraps);
@@ -46,6 +56,11 @@ gpa_status gpa_xla_wrap_get(gpa_actor *a, void *ptr, uint64_t bytes, gpa_xla_wra
   uintptr_t base = (uintptr_t)ptr & ~(uintptr_t)(GPA_EXTERNAL_ALIGN - 1);
   out->offset = (uintptr_t)ptr - base;
   bytes += out->offset;
+  pthread_once(&once, read_env);
+  if (cache_off) {
+    out->slot = -1;
+    return wrap(a, base, bytes, &out->id);
+  }
   pthread_mutex_lock(&mu);
   int victim = -1;
   for (int i = 0; i < SLOTS; i++) {

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Host time a gpuactor handler adds per custom call, against a handler that
+does nothing (gpuactor_nothing), on XLA's cpu platform.
+
+One jitted function chains N custom calls on a small f32 vector (each takes
+the previous result), so JAX's dispatch is paid once per N calls; the time
+per call of a chain of do-nothing handlers is XLA's own cost of a custom
+call, and what a gpuactor handler takes beyond it is the figure in
+docs/xla.md. Prints one JSON object per case.
+
+    PYTHONPATH=bindings/python GPA_LIBRARY=build/libgpuactor.so \\
+    GPA_XLA_LIBRARY=build/bindings/xla/libgpuactor_xla.so JAX_PLATFORMS=cpu \\
+    build/xla-venv/bin/python bindings/xla/bench_overhead.py
+"""
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gpuactor import jax as gj
+
+CHAIN = 200
+REPEATS = 30
+
+
+def chain(step):
+    def f(x):
+        for _ in range(CHAIN):
+            x = step(x)
+        return x
+    return jax.jit(f)
+
+
+def per_call_us(f, x):
+    f(x).block_until_ready()  # compile, and the first wraps
+    best = float("inf")
+    for _ in range(REPEATS):
+        t = time.perf_counter()
+        f(x).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return best / CHAIN * 1e6
+
+
+def main():
+    n = int(os.environ.get("GPA_BENCH_N", "16"))
+    x = jnp.asarray(np.random.default_rng(0).standard_normal(n).astype(np.float32))
+    out = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    cases = {
+        "nothing": lambda x: jax.ffi.ffi_call("gpuactor_nothing", out)(x),
+        "gelu_fwd": lambda x: gj.gelu(x),
+        "op:scale": lambda x: gj.op("scale", x, out=out, alpha=1.0),
+        "jnp_gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    }
+    base = None
+    for name, step in cases.items():
+        us = per_call_us(chain(step), x)
+        base = us if name == "nothing" else base
+        print(json.dumps({"case": name, "elements": n, "us_per_call": round(us, 2),
+                          "added_us": round(us - base, 2),
+                          "wrap_cache": os.environ.get("GPA_XLA_WRAP_CACHE", "1") != "0"}), flush=True)
+    print(json.dumps({"stats": gj.stats()}))
+
+
+if __name__ == "__main__":
+    main()
