@@ -20,10 +20,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _lib as L
 from ._lib import path as _gpa_path
+from .feed import Feed
 
 TARGETS = ("attention_fwd", "attention_bwd", "layernorm_fwd", "layernorm_bwd", "gelu_fwd", "gelu_bwd",
-           "linear_fwd", "linear_bwd", "op", "nothing")
+           "linear_fwd", "linear_bwd", "op", "nothing", "infeed", "outfeed")
 
 
 class _Stats(ctypes.Structure):
@@ -57,6 +59,11 @@ lib.gpa_xla_stats_get.restype = ctypes.c_int
 lib.gpa_xla_stats_get.argtypes = (ctypes.POINTER(_Stats), ctypes.c_char_p, ctypes.c_uint64)
 lib.gpa_xla_actor.restype = ctypes.c_void_p
 lib.gpa_xla_actor.argtypes = (ctypes.c_char_p, ctypes.c_uint64)
+lib.gpa_xla_session_open.restype = ctypes.c_int
+lib.gpa_xla_session_open.argtypes = (ctypes.POINTER(L.FeedOptions), ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
+                                     ctypes.c_uint64)
+lib.gpa_xla_session_close.restype = ctypes.c_int
+lib.gpa_xla_session_close.argtypes = (ctypes.c_void_p,)
 
 for _t in TARGETS:
     jax.ffi.register_ffi_target("gpuactor_" + _t, jax.ffi.pycapsule(getattr(lib, "gpa_xla_" + _t)), platform="cpu")
@@ -222,3 +229,78 @@ def op(name, *args, out, **attrs):
         else:
             raise TypeError("gpuactor.jax.op: attribute %r must be an int, bool or float, not %s" % (k, type(v)))
     return _call("op", out, *args, op=name, **conv)
+
+
+# ---- feeds -------------------------------------------------------------------
+# A jitted program talks to host code through tagged sessions: outfeed(tag,
+# *xs) hands tensors out, infeed(tag, shapes, *after) takes the next pushed
+# item. Both are side-effecting custom calls; outfeed returns an s32 scalar
+# that an infeed (or a later outfeed) takes as an operand, which is what
+# orders them in the program (XLA orders by data, not by effects).
+
+class _HandlersActor:
+    """What Feed needs of an actor, for the handlers' own host actor."""
+
+    def __init__(self):
+        msg = ctypes.create_string_buffer(256)
+        self._ptr = lib.gpa_xla_actor(msg, len(msg))
+        if not self._ptr:
+            raise RuntimeError("gpuactor.jax: " + msg.value.decode())
+
+    def _p(self):
+        return self._ptr
+
+
+class Session(Feed):
+    """A feed session of the custom calls, named by its tag (a str, unique
+    among open sessions). push(*arrays) queues an item for infeed; outfeed
+    items go to sink(session, tag, arrays) on the session's delivery thread,
+    or wait for pop(timeout). close() (or leaving the with block) makes a
+    program waiting on the session fail instead of hang; so does an infeed
+    that waits past its timeout."""
+
+    def __init__(self, tag, sink=None, outfeed_capacity=0, outfeed_policy=0, infeed_capacity=0):
+        self.actor = _HandlersActor()
+        self.name = str(tag)
+        self.tag = self.name.encode()
+        self.sink = sink
+        self.sink_errors = []
+        self._tagbuf = ctypes.create_string_buffer(self.tag, len(self.tag) or 1)
+        self._cb = L.SINK_FN(self._deliver) if sink else L.SINK_FN()
+        opts = L.FeedOptions(size=ctypes.sizeof(L.FeedOptions), tag=ctypes.cast(self._tagbuf, ctypes.c_void_p),
+                             tag_len=len(self.tag), sink=self._cb, user_data=None,
+                             outfeed_capacity=outfeed_capacity, outfeed_policy=outfeed_policy,
+                             infeed_capacity=infeed_capacity)
+        p, msg = ctypes.c_void_p(), ctypes.create_string_buffer(256)
+        if lib.gpa_xla_session_open(ctypes.byref(opts), ctypes.byref(p), msg, len(msg)) != 0:
+            raise RuntimeError("gpuactor.jax: " + msg.value.decode())
+        self._ptr = p.value
+
+    def close(self):
+        p, self._ptr = getattr(self, "_ptr", None), None
+        if p:
+            lib.gpa_xla_session_close(p)
+
+
+def _tag(session):
+    return session.name if isinstance(session, Session) else str(session)
+
+
+def outfeed(session, *xs):
+    """Hands xs to the session (host code pops them or its sink gets them);
+    returns an s32 scalar to pass to later feed calls as `after`."""
+    return jax.ffi.ffi_call("gpuactor_outfeed", _sds((), jnp.int32), has_side_effect=True)(*xs, session=_tag(session))
+
+
+def infeed(session, shapes, *after, timeout=10.0):
+    """The session's next pushed item, as arrays of `shapes` (a
+    jax.ShapeDtypeStruct or a sequence of them; dtypes and shapes must match
+    what was pushed). after: values it must come after (an outfeed's
+    result). Waits up to `timeout` seconds (None: no limit), then fails the
+    program with DEADLINE_EXCEEDED."""
+    ms = -1 if timeout is None else max(0, int(timeout * 1000))
+    single = isinstance(shapes, jax.ShapeDtypeStruct)
+    outs = (shapes,) if single else tuple(shapes)
+    r = jax.ffi.ffi_call("gpuactor_infeed", outs, has_side_effect=True)(*after, session=_tag(session),
+                                                                          timeout_ms=np.int64(ms))
+    return r[0] if single else list(r)

@@ -18,6 +18,10 @@
  *   gpuactor_op             gpa_xla_op              any registered op: string attribute "op" names it,
  *                                                   every other scalar attribute is passed to it
  *   gpuactor_nothing        gpa_xla_nothing         does nothing (the baseline of the overhead measurement)
+ *   gpuactor_infeed         gpa_xla_infeed          [operands: ordering only] -> the next item of a session;
+ *                                                   session (string: its tag), timeout_ms (optional, 10000; < 0 none)
+ *   gpuactor_outfeed        gpa_xla_outfeed         tensors -> the session; result: an s32 scalar (0) that later
+ *                                                   calls take as an operand to come after it;  session
  *
  * The actor also has the op "xla_probe" (inputs: any tensors; output: i32
  * [n_inputs + 1, 2]): it writes the address of each input and of its output,
@@ -47,6 +51,8 @@ XLA_FFI_Error *gpa_xla_linear_fwd(XLA_FFI_CallFrame *frame);
 XLA_FFI_Error *gpa_xla_linear_bwd(XLA_FFI_CallFrame *frame);
 XLA_FFI_Error *gpa_xla_op(XLA_FFI_CallFrame *frame);
 XLA_FFI_Error *gpa_xla_nothing(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_infeed(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_outfeed(XLA_FFI_CallFrame *frame);
 
 /* One entry per handler: its custom call target name and the function. */
 typedef struct gpa_xla_target {
@@ -67,6 +73,19 @@ int gpa_xla_register(const XLA_FFI_Api *api, const char *platform, char *msg, ui
  * talks to the same actor the handlers use (feed sessions). NULL if it could
  * not be created; msg gets why. */
 struct gpa_actor *gpa_xla_actor(char *msg, uint64_t msg_size);
+
+/* Feed sessions of the custom calls: a gpuactor feed session (feed.h) on
+ * the host actor, found by the calls through its tag (opts->tag, 1 to
+ * GPA_FEED_TAG_MAX bytes, unique among open sessions), with a queue of its
+ * own. Host code pushes and pops with gpa_infeed_push / gpa_outfeed_pop (or
+ * opts->sink) on *out, and closes it with gpa_xla_session_close (never
+ * gpa_feed_close): calls waiting on it then fail with CANCELLED, later ones
+ * with NOT_FOUND. 0, or -1 with msg. */
+struct gpa_feed;
+struct gpa_feed_options;
+int gpa_xla_session_open(const struct gpa_feed_options *opts, struct gpa_feed **out, char *msg, uint64_t msg_size);
+/* 0, or -1 if it was not open. Any thread but the session's sink. */
+int gpa_xla_session_close(struct gpa_feed *session);
 
 /* What the handlers did, for tests and measurements. */
 typedef struct gpa_xla_stats {

@@ -86,6 +86,7 @@ static const gpa_xla_target targets[] = {
     {"gpuactor_gelu_fwd", gpa_xla_gelu_fwd},           {"gpuactor_gelu_bwd", gpa_xla_gelu_bwd},
     {"gpuactor_linear_fwd", gpa_xla_linear_fwd},       {"gpuactor_linear_bwd", gpa_xla_linear_bwd},
     {"gpuactor_op", gpa_xla_op},                       {"gpuactor_nothing", gpa_xla_nothing},
+    {"gpuactor_infeed", gpa_xla_infeed},               {"gpuactor_outfeed", gpa_xla_outfeed},
     {NULL, NULL},
 };
 
