@@ -80,7 +80,7 @@ typedef struct lm_model {
   int n_params;
   int64_t n_weights;
   /* inputs */
-  gpa_tensor ids, targets, perm_cf, perm_lf;
+  gpa_tensor ids, targets;
   /* embedding, conv blocks, attention block, head */
   lm_param *emb;
   lm_conv_block blk[LM_MAX_BLOCKS];

@@ -3,9 +3,9 @@
  *   x0 = embedding(ids)                                   embedding_fwd
  *   for each conv block (dilation 1, 2, 4, ...):
  *     u  = layernorm(x)                                   layernorm_fwd   [N,D]
- *     uT = transpose(u)  [B,L,D] -> [B,D,L]               embedding_fwd as a gather
+ *     uT = transpose(u)  [B,L,D] -> [B,D,L]               transpose
  *     cT = causal dilated conv1d(uT)                       conv1d_fwd
- *     c  = transpose(cT) [B,D,L] -> [B,L,D]               embedding_fwd as a gather
+ *     c  = transpose(cT) [B,D,L] -> [B,L,D]               transpose
  *     x' = x + gelu(c)                                    gelu_fwd, add
  *   attention block:
  *     u = layernorm(x); q, k, v = u Wq^T, u Wk^T, u Wv^T  layernorm_fwd, linear_fwd x3
@@ -14,11 +14,9 @@
  *   logits = layernorm(x) Wh^T + bh                       layernorm_fwd, linear_fwd
  *   loss = cross_entropy(logits, targets)                 cross_entropy_fwd
  *
- * The op set has no transpose; a transpose is a fixed permutation of
- * elements, so it is an embedding gather with D = 1 over the tensor viewed
- * as [numel, 1] rows, with precomputed index tables (uploaded once). Being a
- * permutation, its backward is the gather by the inverse permutation: the
- * other table.
+ * A transpose's backward is the transpose back. (Before the op set had a
+ * transpose, these were embedding gathers by precomputed permutation
+ * tables: on an H100 each cost an index check and a copy back, 16 a step.)
  *
  * The backward runs the chain in reverse with the ops' _bwd forms; the
  * residual stream's gradient lives in dx and each branch's gradient is added
@@ -162,24 +160,6 @@ int lm_model_init(lm_model *m, gpa_actor *a, const lm_config *cfg, uint64_t seed
 
   m->ids = tensor(m, "lm.in.ids", GPA_I32, 2, B, L, 0);
   m->targets = tensor(m, "lm.in.targets", GPA_I32, 1, N, 0, 0);
-  /* transpose tables: [B,L,D] -> [B,D,L] and back, as gathers */
-  m->perm_cf = tensor(m, "lm.in.perm_cf", GPA_I32, 2, 1, ND, 0);
-  m->perm_lf = tensor(m, "lm.in.perm_lf", GPA_I32, 2, 1, ND, 0);
-  int32_t *pc = malloc(sizeof(int32_t) * (size_t)ND), *pl = malloc(sizeof(int32_t) * (size_t)ND);
-  if (!pc || !pl) fail(m, GPA_ENOMEM, "perm");
-  for (int64_t b = 0; pc && pl && b < B; b++)
-    for (int64_t l = 0; l < L; l++)
-      for (int64_t d = 0; d < D; d++) {
-        int64_t lf = (b * L + l) * D + d, cf = (b * D + d) * L + l;
-        pc[cf] = (int32_t)lf; /* uT[b,d,l] = u[b,l,d] */
-        pl[lf] = (int32_t)cf; /* c[b,l,d] = cT[b,d,l] */
-      }
-  if (pc && pl) {
-    upload(m, &m->perm_cf, pc, 1);
-    upload(m, &m->perm_lf, pl, 1);
-  }
-  free(pc);
-  free(pl);
 
   char label[64];
   for (int i = 0; i <= cfg->blocks; i++) {
@@ -252,12 +232,13 @@ static gpa_tensor flat3(const lm_model *m, gpa_tensor t) { /* [B, L, D] */
   return view(t, 3, m->cfg.batch, m->cfg.ctx, m->cfg.dim, 0);
 }
 
-/* dst = src with its [B,L,D] <-> [B,D,L] axes swapped; perm names the table. */
-static void transpose(lm_model *m, const gpa_tensor *perm, gpa_tensor src, gpa_tensor dst) {
-  int64_t n = (int64_t)m->cfg.batch * m->cfg.ctx * m->cfg.dim;
-  gpa_tensor in[2] = {*perm, view(src, 2, n, 1, 0, 0)};
-  gpa_tensor out = view(dst, 3, 1, n, 1, 0);
-  op(m, "embedding_fwd", in, 2, &out, 1, NULL, 0);
+/* dst = src with its last two axes swapped: [B,L,D] -> [B,D,L] (to_cf),
+ * else [B,D,L] -> [B,L,D]. */
+static void transpose(lm_model *m, int to_cf, gpa_tensor src, gpa_tensor dst) {
+  int64_t B = m->cfg.batch, L = m->cfg.ctx, D = m->cfg.dim;
+  gpa_tensor in = to_cf ? view(src, 3, B, L, D, 0) : view(src, 3, B, D, L, 0);
+  gpa_tensor out = to_cf ? view(dst, 3, B, D, L, 0) : view(dst, 3, B, L, D, 0);
+  op(m, "transpose", &in, 1, &out, 1, NULL, 0);
 }
 
 static void layernorm(lm_model *m, gpa_tensor x, lm_param *g, lm_param *b, gpa_tensor y, gpa_tensor mean,
@@ -291,12 +272,12 @@ void lm_forward(lm_model *m) {
     lm_conv_block *k = &m->blk[i];
     gpa_tensor next = i + 1 < c->blocks ? m->blk[i + 1].x : m->xa;
     layernorm(m, k->x, k->ln_g, k->ln_b, k->u, k->mean, k->rstd);
-    transpose(m, &m->perm_cf, k->u, k->uT);
+    transpose(m, 1, k->u, k->uT);
     gpa_attr at[2];
     conv_geometry(k, at);
     gpa_tensor cin[3] = {k->uT, k->W->p, k->b->p};
     op(m, "conv1d_fwd", cin, 3, &k->cT, 1, at, 2);
-    transpose(m, &m->perm_lf, k->cT, k->c);
+    transpose(m, 0, k->cT, k->c);
     op(m, "gelu_fwd", &k->c, 1, &m->tmp, 1, NULL, 0);
     gpa_tensor ain[2] = {k->x, m->tmp};
     op(m, "add", ain, 2, &next, 1, NULL, 0);
@@ -352,13 +333,13 @@ void lm_backward(lm_model *m) {
     lm_conv_block *k = &m->blk[i];
     gpa_tensor gin[2] = {k->c, m->dx};
     op(m, "gelu_bwd", gin, 2, &m->d1, 1, NULL, 0); /* d1 = dc */
-    transpose(m, &m->perm_cf, m->d1, m->tmpT);     /* dcT */
+    transpose(m, 1, m->d1, m->tmpT);     /* dcT */
     gpa_attr at[2];
     conv_geometry(k, at);
     gpa_tensor cin[3] = {m->tmpT, k->uT, k->W->p};
     gpa_tensor cout[3] = {view(k->cT, 3, c->batch, c->dim, c->ctx, 0), k->W->g, k->b->g}; /* duT into cT's buffer */
     op(m, "conv1d_bwd", cin, 3, cout, 3, at, 2);
-    transpose(m, &m->perm_lf, k->cT, m->d2); /* du */
+    transpose(m, 0, k->cT, m->d2); /* du */
     layernorm_bwd(m, k->x, m->d2, k->ln_g, k->ln_b, k->mean, k->rstd, m->d3);
     add_into(m, m->dx, m->d3); /* dx: gradient of the block's input */
   }

@@ -89,6 +89,15 @@ typedef struct gpa_add_broadcast_bwd_args {
 } gpa_add_broadcast_bwd_args;
 gpa_status gpa_add_broadcast_bwd(gpa_queue *q, const gpa_add_broadcast_bwd_args *args, gpa_handle **out);
 
+/* y[..., N, M] = x[..., M, N]: the last two dims swapped, leading dims as
+ * batches; any dtype (y's is x's); y must not overlap x (EINVAL). Op
+ * "transpose". */
+typedef struct gpa_transpose_args {
+  uint32_t size;
+  gpa_tensor x, y;
+} gpa_transpose_args;
+gpa_status gpa_transpose(gpa_queue *q, const gpa_transpose_args *args, gpa_handle **out);
+
 /* ---- GELU ----------------------------------------------------------------- */
 
 /* approximate: 0 = erf form (default), 1 = tanh form. Ops "gelu_fwd", "gelu_bwd". */

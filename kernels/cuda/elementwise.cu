@@ -292,3 +292,43 @@ extern "C" __global__ void gpa_sgd_bf16(void *po, float *bo, const void *p, cons
     bo[i] = bi;
   }
 }
+
+/* y[b, c, i] = x[b, i, c] for x [B, M, N]: a block per 32 x 32 tile (tiles
+ * of all batches numbered along x), staged through shared memory with a
+ * padded row (33) so that both the row reads and the column writes are
+ * coalesced and the column reads of the tile hit distinct banks. */
+template <typename T>
+static __device__ void transpose_tile(T *y, const T *x, long long m, long long n, long long tm, long long tn) {
+  GPA_DYNAMIC_SHARED(T, tile);
+  const long long t = blockIdx.x, b = t / (tm * tn), r = t % (tm * tn);
+  const long long i0 = r / tn * 32, c0 = r % tn * 32;
+  const T *xb = x + b * m * n;
+  T *yb = y + b * m * n;
+  const int tx = (int)threadIdx.x;
+  for (int k = (int)threadIdx.y; k < 32; k += (int)blockDim.y) {
+    const long long i = i0 + k, c = c0 + tx;
+    if (i < m && c < n) tile[k * 33 + tx] = xb[i * n + c];
+  }
+  __syncthreads();
+  for (int k = (int)threadIdx.y; k < 32; k += (int)blockDim.y) {
+    const long long c = c0 + k, i = i0 + tx;
+    if (c < n && i < m) yb[c * m + i] = tile[tx * 33 + k];
+  }
+}
+
+extern "C" __global__ void gpa_ew_transpose_1(unsigned char *y, const unsigned char *x, long long m, long long n,
+                                              long long tm, long long tn) {
+  transpose_tile(y, x, m, n, tm, tn);
+}
+extern "C" __global__ void gpa_ew_transpose_2(unsigned short *y, const unsigned short *x, long long m, long long n,
+                                              long long tm, long long tn) {
+  transpose_tile(y, x, m, n, tm, tn);
+}
+extern "C" __global__ void gpa_ew_transpose_4(unsigned *y, const unsigned *x, long long m, long long n, long long tm,
+                                              long long tn) {
+  transpose_tile(y, x, m, n, tm, tn);
+}
+extern "C" __global__ void gpa_ew_transpose_8(unsigned long long *y, const unsigned long long *x, long long m,
+                                              long long n, long long tm, long long tn) {
+  transpose_tile(y, x, m, n, tm, tn);
+}

@@ -252,3 +252,46 @@ void gpa__add_broadcast_fwd_f32(const gpa__par *par, float *y, const float *x, c
   ew_ctx c = {.y = y, .a = x, .b = v, .B = B, .L = L, .D = D};
   gpa__pfor(par, B * L, rows_grain(D), bcast_rows, &c);
 }
+
+/* ---- transpose ------------------------------------------------------------ */
+
+/* 32 x 32 tiles: a tile's rows are read and its columns written while both
+ * stay in L1, instead of a stride of n elements on every write. */
+enum { TR_TILE = 32 };
+
+typedef struct tr_job {
+  unsigned char *y;
+  const unsigned char *x;
+  int64_t m, n, tm, tn;
+  uint32_t es;
+} tr_job;
+
+#define TR_TILE_LOOP(T)                                                   \
+  do {                                                                    \
+    const T *xs = (const T *)j->x + b * j->m * j->n;                      \
+    T *ys = (T *)j->y + b * j->m * j->n;                                  \
+    for (int64_t i = i0; i < i1; i++)                                     \
+      for (int64_t c = c0; c < c1; c++) ys[c * j->m + i] = xs[i * j->n + c]; \
+  } while (0)
+
+static void tr_range(int64_t t0, int64_t t1, void *ctx) {
+  const tr_job *j = ctx;
+  for (int64_t t = t0; t < t1; t++) {
+    int64_t b = t / (j->tm * j->tn), r = t % (j->tm * j->tn);
+    int64_t i0 = r / j->tn * TR_TILE, c0 = r % j->tn * TR_TILE;
+    int64_t i1 = i0 + TR_TILE < j->m ? i0 + TR_TILE : j->m, c1 = c0 + TR_TILE < j->n ? c0 + TR_TILE : j->n;
+    switch (j->es) {
+      case 1: TR_TILE_LOOP(uint8_t); break;
+      case 2: TR_TILE_LOOP(uint16_t); break;
+      case 4: TR_TILE_LOOP(uint32_t); break;
+      default: TR_TILE_LOOP(uint64_t); break;
+    }
+  }
+}
+
+void gpa__transpose_batched(const gpa__par *par, void *y, const void *x, int64_t batches, int64_t m, int64_t n,
+                    uint32_t es) {
+  if (batches <= 0 || m <= 0 || n <= 0) return;
+  tr_job j = {y, x, m, n, (m + TR_TILE - 1) / TR_TILE, (n + TR_TILE - 1) / TR_TILE, es};
+  gpa__pfor(par, batches * j.tm * j.tn, 16, tr_range, &j);
+}

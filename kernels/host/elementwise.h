@@ -26,6 +26,10 @@ void gpa__sum_over_l_f32(const gpa__par *par, float *y, const float *x, const vo
 /* dx[b, l, :] = mask[b, l] ? dy[b, :] / count(b) : 0 (count 0: 0). */
 void gpa__masked_mean_bwd_f32(const gpa__par *par, float *dx, const float *dy, const void *mask,
                               int mask_type, int64_t B, int64_t L, int64_t D);
+/* y[b, j, i] = x[b, i, j] for x [batches, m, n] of es-byte elements (1, 2,
+ * 4 or 8); y must not overlap x. */
+void gpa__transpose_batched(const gpa__par *par, void *y, const void *x, int64_t batches, int64_t m, int64_t n,
+                    uint32_t es);
 /* y[b, l, :] = x[b, l, :] + v[b, :] */
 void gpa__add_broadcast_fwd_f32(const gpa__par *par, float *y, const float *x, const float *v, int64_t B,
                                 int64_t L, int64_t D);

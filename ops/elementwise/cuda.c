@@ -3,6 +3,8 @@
  * capped grid-stride grid. bf16 tensors (the dtype of input 0 decides;
  * submit checked the others match) take the _bf16 kernels, which move eight
  * values per 16-byte access when every pointer is aligned. */
+#include <limits.h>
+
 #include "backends/cuda/cuda_ops.h"
 #include "ops/cuda_kernels.h"
 #include "ops/elementwise/elementwise.h"
@@ -70,4 +72,21 @@ gpa_status gpa__ew_bc_fwd_cu(const gpa_op_exec *x) {
   void *args[] = {&y, &xx, &v, &L, &D, &n, &vec};
   if ((x->inputs[0].dtype == GPA_BF16)) return gpa__cu_launch_bf(x, GPA__K_ADD_BCAST_BF, n, vec, args);
   return gpa__cu_launch1d(x, GPA__K_ADD_BCAST, n, args);
+}
+
+/* One block of 32 x 8 threads per 32 x 32 tile of every batch
+ * (kernels/cuda/elementwise.cu); a grid past the launch limit goes to the
+ * host fallback. */
+gpa_status gpa__ew_transpose_cu(const gpa_op_exec *x) {
+  const gpa_tensor *t = &x->inputs[0];
+  long long m = t->shape[t->rank - 2], n = t->shape[t->rank - 1], b = 1;
+  for (uint32_t i = 0; i + 2 < t->rank; i++) b *= t->shape[i];
+  if (b <= 0 || m <= 0 || n <= 0) return GPA_OK;
+  long long tm = (m + 31) / 32, tn = (n + 31) / 32;
+  if (tm * tn > INT_MAX / b) return gpa__cu_fallback(x);
+  uint32_t es = gpa_dtype_size(t->dtype);
+  int id = es == 1 ? GPA__K_TRANSPOSE1 : es == 2 ? GPA__K_TRANSPOSE2 : es == 4 ? GPA__K_TRANSPOSE4 : GPA__K_TRANSPOSE8;
+  void *y = x->out[0], *xx = x->in[0];
+  void *args[] = {&y, &xx, &m, &n, &tm, &tn};
+  return gpa__cu_launch(x, id, (unsigned)(b * tm * tn), 1, 1, 32, 8, 32 * 33 * es, args);
 }

@@ -10,8 +10,11 @@
  *   add_broadcast_fwd in: x [B,L,D], v [B,D]                 out: y = x + v[:, None, :]
  *   add_broadcast_bwd in: dy [B,L,D]                          out: dv [B,D] = sum over L of dy
  *                     (dx = dy: no op needed)
+ *   transpose         in: x [..., M, N] (any dtype)          out: y [..., N, M], the last two dims swapped
+ *                     (y must not overlap x)
  * Storage f32 or bf16 (x, the other float operands and y alike; math in
- * fp32/double either way). Outputs may alias an input of the same shape exactly. */
+ * fp32/double either way); transpose moves any dtype. Outputs may alias an
+ * input of the same shape exactly, except transpose's. */
 #include <stddef.h>
 #include <stdio.h>
 
@@ -174,6 +177,30 @@ GPA__BF16_HOST(mm_bwd_host)
 GPA__BF16_HOST(bc_fwd_host)
 GPA__BF16_HOST(bc_bwd_host)
 
+/* A transpose needs rank >= 2; leading dims are batches. */
+static gpa_status transpose_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  const gpa_tensor *x = &s->inputs[0], *y = &s->outputs[0];
+  if (x->rank < 2) return gpa__chk_rank("transpose", "x", x, 2, "(at least [M,N])", msg, ms);
+  uint64_t es = gpa_dtype_size(x->dtype), xb = (uint64_t)gpa__chk_numel(x) * es;
+  if (x->buffer == y->buffer && xb && x->offset < y->offset + xb && y->offset < x->offset + xb) {
+    snprintf(msg, ms, "transpose: y overlaps x (a transpose does not run in place)");
+    return GPA_EINVAL;
+  }
+  gpa__chk_set(e, x->dtype, x->rank, x->shape);
+  e->shape[x->rank - 2] = x->shape[x->rank - 1];
+  e->shape[x->rank - 1] = x->shape[x->rank - 2];
+  return GPA_OK;
+}
+
+static gpa_status transpose_host(const gpa_op_exec *x) {
+  const gpa_tensor *t = &x->inputs[0];
+  int64_t m = t->shape[t->rank - 2], n = t->shape[t->rank - 1], b = 1;
+  for (uint32_t i = 0; i + 2 < t->rank; i++) b *= t->shape[i];
+  gpa__par par = gpa__ops_par(x->env);
+  gpa__transpose_batched(&par, x->out[0], x->in[0], b, m, n, gpa_dtype_size(t->dtype));
+  return GPA_OK;
+}
+
 /* Bytes read and written, for stats. */
 static uint64_t ew_bytes(const gpa_op_sig *s) {
   uint64_t b = 0;
@@ -198,6 +225,7 @@ static const gpa_op_desc ew_ops[] = {
     EW("masked_mean_bwd", 2, NULL, 0, mm_bwd_shape, mm_bwd_host_any, gpa__ew_mm_bwd_cu),
     EW("add_broadcast_fwd", 2, NULL, 0, bc_fwd_shape, bc_fwd_host_any, gpa__ew_bc_fwd_cu),
     EW("add_broadcast_bwd", 1, NULL, 0, bc_bwd_shape, bc_bwd_host_any, gpa__ew_bc_bwd_cu),
+    EW("transpose", 1, NULL, 0, transpose_shape, transpose_host, gpa__ew_transpose_cu),
 };
 GPA__FAMILY(elementwise, ew_ops);
 
@@ -231,4 +259,8 @@ gpa_status gpa_add_broadcast_fwd(gpa_queue *q, const gpa_add_broadcast_fwd_args 
 
 gpa_status gpa_add_broadcast_bwd(gpa_queue *q, const gpa_add_broadcast_bwd_args *args, gpa_handle **out) {
   return GPA__CALL("add_broadcast_bwd", GPA__T(args->dy), 1, GPA__T(args->dv), 1, NULL, 0);
+}
+
+gpa_status gpa_transpose(gpa_queue *q, const gpa_transpose_args *args, gpa_handle **out) {
+  return GPA__CALL("transpose", GPA__T(args->x), 1, GPA__T(args->y), 1, NULL, 0);
 }

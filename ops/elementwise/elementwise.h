@@ -16,6 +16,7 @@ gpa_status gpa__ew_mm_fwd_cu(const gpa_op_exec *x);
 gpa_status gpa__ew_mm_bwd_cu(const gpa_op_exec *x);
 gpa_status gpa__ew_bc_fwd_cu(const gpa_op_exec *x);
 gpa_status gpa__ew_bc_bwd_cu(const gpa_op_exec *x);
+gpa_status gpa__ew_transpose_cu(const gpa_op_exec *x);
 
 /* K(id, module, kernel name) */
 #define GPA__CU_KERNELS_ELEMENTWISE(K)           \
@@ -30,6 +31,10 @@ gpa_status gpa__ew_bc_bwd_cu(const gpa_op_exec *x);
   K(MASK_ZERO_BF, ew, gpa_ew_mask_zero_bf16)     \
   K(SUM_OVER_L_BF, ew, gpa_ew_sum_over_l_bf16)   \
   K(MM_BWD_BF, ew, gpa_ew_masked_mean_bwd_bf16)  \
-  K(ADD_BCAST_BF, ew, gpa_ew_add_broadcast_bf16)
+  K(ADD_BCAST_BF, ew, gpa_ew_add_broadcast_bf16) \
+  K(TRANSPOSE1, ew, gpa_ew_transpose_1)          \
+  K(TRANSPOSE2, ew, gpa_ew_transpose_2)          \
+  K(TRANSPOSE4, ew, gpa_ew_transpose_4)          \
+  K(TRANSPOSE8, ew, gpa_ew_transpose_8)
 
 #endif
