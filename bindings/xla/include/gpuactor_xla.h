@@ -65,9 +65,16 @@ const gpa_xla_target *gpa_xla_targets(void);
 /* Registers every handler with XLA through the C API (what a host program
  * that has XLA's api pointer does, e.g. EXLA with XLA_FFI_GetApi()):
  * api->XLA_FFI_Handler_Register for each target on `platform` ("Host" for
- * XLA's CPU client). Returns 0, or -1 with the first XLA error's message
+ * XLA's CPU client), named as above with "gpuactor_" replaced by `prefix`
+ * (NULL: kept). Registering the same handler under the same name again is
+ * accepted by XLA. Returns 0, or -1 with the first XLA error's message
  * copied to msg. */
-int gpa_xla_register(const XLA_FFI_Api *api, const char *platform, char *msg, uint64_t msg_size);
+int gpa_xla_register(const XLA_FFI_Api *api, const char *platform, const char *prefix, char *msg,
+                     uint64_t msg_size);
+/* The api pointer XLA passed to the last handler call (NULL before any):
+ * lets a process that reached XLA only through a framework (JAX) register
+ * more handlers through the C API. */
+const XLA_FFI_Api *gpa_xla_api(void);
 
 /* The process's actor for the host (created if need be), for host code that
  * talks to the same actor the handlers use (feed sessions). NULL if it could

@@ -92,17 +92,20 @@ static const gpa_xla_target targets[] = {
 
 const gpa_xla_target *gpa_xla_targets(void) { return targets; }
 
-int gpa_xla_register(const XLA_FFI_Api *api, const char *platform, char *msg, uint64_t msg_size) {
+int gpa_xla_register(const XLA_FFI_Api *api, const char *platform, const char *prefix, char *msg,
+                     uint64_t msg_size) {
   for (const gpa_xla_target *t = targets; t->name; t++) {
+    char name[128];
+    snprintf(name, sizeof name, "%s%s", prefix ? prefix : "gpuactor_", t->name + strlen("gpuactor_"));
     XLA_FFI_Handler_Register_Args r = {.struct_size = XLA_FFI_Handler_Register_Args_STRUCT_SIZE,
-                                       .name = {t->name, strlen(t->name)},
+                                       .name = {name, strlen(name)},
                                        .platform = {platform, strlen(platform)},
                                        .bundle = {.execute = t->handler}};
     XLA_FFI_Error *e = api->XLA_FFI_Handler_Register(&r);
     if (!e) continue;
     XLA_FFI_Error_GetMessage_Args g = {.struct_size = XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE, .error = e};
     api->XLA_FFI_Error_GetMessage(&g);
-    if (msg && msg_size) snprintf(msg, msg_size, "%s: %s", t->name, g.message ? g.message : "");
+    if (msg && msg_size) snprintf(msg, msg_size, "%s: %s", name, g.message ? g.message : "");
     XLA_FFI_Error_Destroy_Args d = {.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE, .error = e};
     api->XLA_FFI_Error_Destroy(&d);
     return -1;

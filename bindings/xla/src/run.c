@@ -1,5 +1,6 @@
 /* One handler call: check the call frame against the handler's signature,
  * wrap XLA's buffers, submit the op to the host actor and await it. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -222,8 +223,13 @@ static XLA_FFI_Error *submit_and_wait(call *c) {
   return e;
 }
 
+static const XLA_FFI_Api *_Atomic last_api;
+
+const XLA_FFI_Api *gpa_xla_api(void) { return atomic_load_explicit(&last_api, memory_order_relaxed); }
+
 XLA_FFI_Error *gpa_xla_run(XLA_FFI_CallFrame *f, const gpa_xla_sig *sig) {
   XLA_FFI_Error *e;
+  atomic_store_explicit(&last_api, f->api, memory_order_relaxed);
   if (gpa_xla_metadata(f, &e)) return e;
   if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
   call c;

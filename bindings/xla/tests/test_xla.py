@@ -254,3 +254,22 @@ def test_missing_attribute_is_named():
 def test_errors_leave_the_handlers_working():
     x = rand(8)
     np.testing.assert_allclose(jax.jit(gj.gelu)(x), jax.nn.gelu(x, approximate=False), **TOL)
+
+
+def test_c_api_registration():
+    """What EXLA would do: XLA_FFI_Handler_Register through the C API (here
+    with XLA's api pointer as a handler last saw it), under other names;
+    the custom calls then find those handlers."""
+    import ctypes
+    jax.jit(gj.gelu)(rand(4)).block_until_ready()
+    gj.lib.gpa_xla_api.restype = ctypes.c_void_p
+    reg = gj.lib.gpa_xla_register
+    reg.restype = ctypes.c_int
+    reg.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint64)
+    api, msg = gj.lib.gpa_xla_api(), ctypes.create_string_buffer(512)
+    assert api
+    assert reg(api, b"Host", b"exla_gpa_", msg, len(msg)) == 0, msg.value
+    assert reg(api, b"Host", None, msg, len(msg)) == 0, msg.value  # the same again: accepted
+    x = rand(3, 8)
+    y = jax.jit(lambda x: jax.ffi.ffi_call("exla_gpa_gelu_fwd", jax.ShapeDtypeStruct(x.shape, x.dtype))(x))(x)
+    np.testing.assert_allclose(y, jax.nn.gelu(x, approximate=False), **TOL)
