@@ -4,6 +4,7 @@
  * lengths including 0, the default scale; finite differences, bitwise
  * determinism of the backward, equality with the direct (inline, one
  * thread) kernel run, and the shape/length errors. */
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,13 +206,21 @@ static void typed(gpa_nt *t) {
   gpa_nt_same_bits(t, "typed gpa_attention_fwd o", r1, r2, 2304);
   gpa_tensor dq1 = gpa_nt_out(t, 4, qs), dk1 = gpa_nt_out(t, 4, ks), dv1 = gpa_nt_out(t, 4, ks);
   gpa_tensor dq2 = gpa_nt_out(t, 4, qs), dk2 = gpa_nt_out(t, 4, ks), dv2 = gpa_nt_out(t, 4, ks);
-  gpa_attention_bwd_args ba = {0, o1, tq, tk, tv, o1, l1, tl, dq1, dk1, dv1, 0.0, 1};
+  gpa_attention_bwd_args ba = {0, o1, tq, tk, tv, o1, l1, tl, dq1, dk1, dv1, 0.0, 1, 0};
   if (gpa_attention_bwd(t->q, &ba, NULL) != GPA_OK) gpa_nt_fail(t, "gpa_attention_bwd");
   gpa_tensor bi[7] = {o1, tq, tk, tv, o1, l1, tl}, bo[3] = {dq2, dk2, dv2};
   if (gpa_nt_run(t, "attention_bwd", bi, 7, bo, 3, &c1, 1) != GPA_OK) gpa_nt_fail(t, "attention_bwd");
   gpa_nt_read(t, &dk1, r1);
   gpa_nt_read(t, &dk2, r2);
   gpa_nt_same_bits(t, "typed gpa_attention_bwd dk", r1, r2, 1408);
+  /* nondeterministic = 1 only lets cuDNN choose; f32 runs our kernels, the
+   * same bits; a struct from before the field (smaller size) ignores it */
+  ba.nondeterministic = 1;
+  if (gpa_attention_bwd(t->q, &ba, NULL) != GPA_OK) gpa_nt_fail(t, "gpa_attention_bwd, nondeterministic");
+  gpa_nt_read(t, &dk1, r1);
+  gpa_nt_same_bits(t, "typed gpa_attention_bwd dk, nondeterministic = 1", r1, r2, 1408);
+  ba.size = (uint32_t)offsetof(gpa_attention_bwd_args, nondeterministic);
+  if (gpa_attention_bwd(t->q, &ba, NULL) != GPA_OK) gpa_nt_fail(t, "gpa_attention_bwd, older struct size");
   if (gpa_attention_bwd(t->q, NULL, NULL) != GPA_EINVAL) gpa_nt_fail(t, "gpa_attention_bwd(NULL args) is not EINVAL");
 }
 

@@ -44,12 +44,16 @@ typedef struct gpa_attention_fwd_args {
 gpa_status gpa_attention_fwd(gpa_queue *q, const gpa_attention_fwd_args *args, gpa_handle **out);
 
 /* dq, dk, dv from dout and the forward's o and lse (same scale, causal and
- * lengths as the forward). Deterministic. Op "attention_bwd". */
+ * lengths as the forward). Deterministic (the same bits every run) unless
+ * nondeterministic = 1, which lets cuDNN take its faster backward engine
+ * (the op's attribute deterministic = 0; our kernels are deterministic
+ * either way). Op "attention_bwd". */
 typedef struct gpa_attention_bwd_args {
   uint32_t size;
   gpa_tensor dout, q, k, v, o, lse, lengths, dq, dk, dv;
   double scale;
   int32_t causal;
+  int32_t nondeterministic; /* 0 = default: deterministic */
 } gpa_attention_bwd_args;
 gpa_status gpa_attention_bwd(gpa_queue *q, const gpa_attention_bwd_args *args, gpa_handle **out);
 

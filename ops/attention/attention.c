@@ -254,8 +254,12 @@ gpa_status gpa_attention_bwd(gpa_queue *q, const gpa_attention_bwd_args *a, gpa_
   if (out) *out = NULL;
   if (!a) return gpa__fail(GPA_EINVAL, "gpa_attention_bwd: args is NULL");
   gpa_tensor in[7] = {a->dout, a->q, a->k, a->v, a->o, a->lse, a->lengths}, o[3] = {a->dq, a->dk, a->dv};
-  gpa_attr at[2] = {{"scale", GPA_ATTR_FLOAT, 0, a->scale > 0 ? a->scale : 0.0},
-                    {"causal", GPA_ATTR_INT, a->causal != 0, 0.0}};
-  gpa_op_call c = {"attention_bwd", in, a->lengths.buffer ? 7u : 6u, o, 3, at, 2};
+  /* a struct from before nondeterministic (a smaller size) has none */
+  int nondet = (!a->size || a->size >= offsetof(gpa_attention_bwd_args, nondeterministic) + sizeof(int32_t)) &&
+               a->nondeterministic;
+  gpa_attr at[3] = {{"scale", GPA_ATTR_FLOAT, 0, a->scale > 0 ? a->scale : 0.0},
+                    {"causal", GPA_ATTR_INT, a->causal != 0, 0.0},
+                    {"deterministic", GPA_ATTR_INT, !nondet, 0.0}};
+  gpa_op_call c = {"attention_bwd", in, a->lengths.buffer ? 7u : 6u, o, 3, at, 3};
   return gpa_submit(q, &c, out);
 }
