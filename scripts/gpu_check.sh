@@ -205,6 +205,12 @@ actor() {
   if [ -f bench/train_lm_torch.py ]; then
     timeout 120 python3 bench/train_lm_torch.py --device cuda || rc=1
   fi
+  # issue 28: an op on torch's CUDA tensors through gpuactor.torch against
+  # the same op on gpuactor tensors; the torch CUDA tests
+  GPA_DEVICE=cuda GPA_LIBRARY=$B/libgpuactor.so PYTHONPATH=bindings/python timeout 120 \
+    python3 bindings/python/examples/bench_torch.py --device cuda || rc=1
+  GPA_DEVICE=cuda GPA_LIBRARY=$B/libgpuactor.so PYTHONPATH=bindings/python timeout 120 \
+    python3 -m pytest -q -rs bindings/python/tests/test_torch_cuda.py || rc=1
   return $rc
 }
 

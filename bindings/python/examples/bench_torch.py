@@ -4,7 +4,10 @@ each round runs the op both ways, alternating, and the ratio is of medians
 over rounds. gpuactor.torch adds the DLPack wraps and releases of each
 tensor (a round trip to the actor each) and nothing else: no copy.
 
-usage: bench_torch.py [--rounds N] [--shape R C]   (GPA_DEVICE=cpu)
+usage: bench_torch.py [--rounds N] [--shape R C] [--device cpu|cuda]
+(GPA_DEVICE=cpu, or cuda with --device cuda: torch's CUDA tensors; each op
+then counts until torch's current stream has seen it finish, as .result()
+counts until the actor has)
 """
 import argparse
 import json
@@ -29,17 +32,24 @@ def main():
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--shape", type=int, nargs=2, default=(1024, 1024))
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = ap.parse_args()
+    dev = args.device
     with ga.Actor(threads=2) as a:
         for op in ("gelu_fwd", "add"):
             n_in = 2 if op == "add" else 1
-            xs = [torch.randn(*args.shape) for _ in range(n_in)]
-            y = torch.empty(*args.shape)
-            gxs = [a.from_numpy(x.numpy()) for x in xs]
+            xs = [torch.randn(*args.shape, device=dev) for _ in range(n_in)]
+            y = torch.empty(*args.shape, device=dev)
+            gxs = [a.from_numpy(x.cpu().numpy()) for x in xs]
             gy = a.tensor(args.shape)
             q = a.queue
             ours = lambda: q.submit(op, gxs, [gy]).result()  # noqa: E731
-            via_torch = lambda: gt.run(a, op, xs, [y])  # noqa: E731
+            if dev == "cuda":
+                def via_torch():
+                    gt.run(a, op, xs, [y])
+                    torch.cuda.current_stream().synchronize()
+            else:
+                via_torch = lambda: gt.run(a, op, xs, [y])  # noqa: E731
             ours(), via_torch()
             r_ours, r_torch = [], []
             for _ in range(args.rounds):
