@@ -32,6 +32,7 @@ void gpa_bench_cuda_attention(void);
 void gpa_bench_cuda_sdpa(void);
 void gpa_bench_cuda_attention_fa2(void);
 void gpa_bench_cuda_actor_cost(void);
+void gpa_bench_cuda_conv1d(void);
 #ifdef GPA_BENCH_SIM
 void gpa_bench_sim_layernorm(void);
 #endif
@@ -65,6 +66,7 @@ static const gpa_bench_entry gpa_benches[] = {
     {"cuda_attention", gpa_bench_cuda_attention},
     {"cuda_attention_fa2", gpa_bench_cuda_attention_fa2},
     {"cuda_actor", gpa_bench_cuda_actor_cost},
+    {"cuda_conv1d", gpa_bench_cuda_conv1d},
 #ifdef GPA_BENCH_SIM
     {"sim_layernorm", gpa_bench_sim_layernorm},
 #endif

@@ -223,7 +223,8 @@ for s in "${steps[@]}"; do
     ctest) TAIL=20 step ctest env GPA_DEVICE=cuda ctest --test-dir "$B" -j8 --timeout 300 --output-on-failure ;;
     train) step train "$B/examples/gpa-train-lm" --steps 600 ;;
     bench) TAIL=20 step bench env GPA_DEVICE=cuda "$B/bench/gpa-bench" cuda_ ;;
-    membound) TAIL=20 step membound env GPA_DEVICE=cuda timeout 60 "$B/bench/gpa-bench" cuda_membound cuda_linear ;;
+    membound) TAIL=20 step membound env GPA_DEVICE=cuda GPA_BENCH_CONV1D_TORCH="$PWD/bench/conv1d_torch.py" \
+      timeout 90 "$B/bench/gpa-bench" cuda_membound cuda_linear cuda_conv1d ;;
     sanitize) TAIL=12 step sanitize sanitize ;;
     attention) TAIL=40 step attention attention ;;
     cudnn) TAIL=30 step cudnn cudnn ;;

@@ -1,0 +1,53 @@
+"""PyTorch's conv1d for gpa-bench cuda_conv1d (bench/bench_cuda_conv1d.c runs
+it when GPA_BENCH_CONV1D_TORCH names this file).
+
+    python3 conv1d_torch.py B C L K DILATION
+
+prints "torch_conv1d fwd_us bwd_us": F.conv1d with bias on [B, C, L], C -> C
+channels, causal (left padding dilation * (K - 1)), and its autograd
+backward (dx, dW, db); CUDA events, median of 20 after 5 warm-ups, random
+inputs. TF32 off, as ours. Prints nothing without torch or CUDA."""
+import sys
+
+
+def main():
+    try:
+        import torch
+        import torch.nn.functional as F
+    except Exception:
+        return
+    if not torch.cuda.is_available():
+        return
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    B, C, L, K, d = map(int, sys.argv[1:6])
+    x = torch.randn(B, C, L, device="cuda", requires_grad=True)
+    w = torch.randn(C, C, K, device="cuda", requires_grad=True)
+    b = torch.randn(C, device="cuda", requires_grad=True)
+    dy = torch.randn(B, C, L, device="cuda")
+
+    def fwd():
+        return F.conv1d(F.pad(x, (d * (K - 1), 0)), w, b, dilation=d)
+
+    def timed(fn):
+        for _ in range(5):
+            fn()
+        ts = []
+        for _ in range(20):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            torch.cuda.synchronize()
+            ts.append(s.elapsed_time(e) * 1e3)
+        ts.sort()
+        return ts[len(ts) // 2]
+
+    tf = timed(fwd)
+    y = fwd()
+    tb = timed(lambda: torch.autograd.grad(y, (x, w, b), dy, retain_graph=True))
+    print(f"torch_conv1d {tf:.2f} {tb:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
