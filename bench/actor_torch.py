@@ -15,13 +15,12 @@ Prints nothing when torch or CUDA is missing."""
 import sys
 import time
 
+from torch_cuda import cuda_torch
+
 
 def main():
-    try:
-        import torch
-    except Exception:
-        return
-    if not torch.cuda.is_available():
+    torch = cuda_torch()
+    if torch is None:
         return
     n, ops, iters = map(int, sys.argv[1:4])
     a = torch.full((n,), 0.25, device="cuda")

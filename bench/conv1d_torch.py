@@ -9,15 +9,14 @@ backward (dx, dW, db); CUDA events, median of 20 after 5 warm-ups, random
 inputs. TF32 off, as ours. Prints nothing without torch or CUDA."""
 import sys
 
+from torch_cuda import cuda_torch, event_median_s
+
 
 def main():
-    try:
-        import torch
-        import torch.nn.functional as F
-    except Exception:
+    torch = cuda_torch()
+    if torch is None:
         return
-    if not torch.cuda.is_available():
-        return
+    import torch.nn.functional as F
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     B, C, L, K, d = map(int, sys.argv[1:6])
@@ -29,23 +28,9 @@ def main():
     def fwd():
         return F.conv1d(F.pad(x, (d * (K - 1), 0)), w, b, dilation=d)
 
-    def timed(fn):
-        for _ in range(5):
-            fn()
-        ts = []
-        for _ in range(20):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            torch.cuda.synchronize()
-            ts.append(s.elapsed_time(e) * 1e3)
-        ts.sort()
-        return ts[len(ts) // 2]
-
-    tf = timed(fwd)
+    tf = event_median_s(torch, fwd, 5, 20) * 1e6
     y = fwd()
-    tb = timed(lambda: torch.autograd.grad(y, (x, w, b), dy, retain_graph=True))
+    tb = event_median_s(torch, lambda: torch.autograd.grad(y, (x, w, b), dy, retain_graph=True), 5, 20) * 1e6
     print(f"torch_conv1d {tf:.2f} {tb:.2f}", flush=True)
 
 

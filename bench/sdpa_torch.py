@@ -14,15 +14,17 @@ random inputs (never zeros). FLOPs: 4 B H S S D forward, halved when causal,
 2.5x backward. Prints nothing when torch or CUDA is missing."""
 import sys
 
+from torch_cuda import cuda_torch, event_median_s
+
 
 def main():
+    torch = cuda_torch()
+    if torch is None:
+        return
     try:
-        import torch
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
     except Exception:
-        return
-    if not torch.cuda.is_available():
         return
     if sys.argv[1:] == ["-"]:
         for line in sys.stdin:
@@ -47,18 +49,7 @@ def run(torch, F, SDPBackend, sdpa_kernel, args, prefix):
     gqa = H != Hk
 
     def timed(fn):
-        for _ in range(3):
-            fn()
-        times = []
-        for _ in range(7):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(b) * 1e-3)
-        times.sort()
-        return times[len(times) // 2]
+        return event_median_s(torch, fn, 3, 7)
 
     backends = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
                 ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
