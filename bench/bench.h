@@ -7,6 +7,7 @@
 #ifndef GPA_BENCH_H
 #define GPA_BENCH_H
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "gpuactor.h"
@@ -52,6 +53,10 @@ gpa_tensor gpa_bench_device_tensor(gpa_actor *a, gpa_queue *q, int dt, int rank,
  * a warm-up batch (then warmed(), if given); 0 and err on a failed batch. */
 double gpa_bench_batch_ns(gpa_queue *q, const gpa_op_call *call, int k, int reps, void (*warmed)(void), char *err,
                           size_t n);
+/* `python3 <the script named by env var env> args` (stderr dropped): its
+ * stdout to read, then pclose; NULL when env is unset or popen fails. The
+ * PyTorch references of the cuda_* benches run this way (bench/NAME_torch.py). */
+FILE *gpa_bench_script(const char *env, const char *args);
 /* PyTorch SDPA's TFLOP/s per backend for a shape: from the file named by
  * GPA_BENCH_SDPA_TORCH_CACHE when it has the shape, else from the script named
  * by GPA_BENCH_SDPA_TORCH (bench/sdpa_torch.py); 0 rows without either. */

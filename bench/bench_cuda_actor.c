@@ -143,11 +143,9 @@ typedef struct torch_figs {
 
 static void torch_run(int ops, torch_figs *t) {
   memset(t, 0, sizeof *t);
-  const char *script = getenv("GPA_BENCH_ACTOR_TORCH");
-  if (!script || !*script) return;
-  char cmd[1024], line[256], name[64];
-  snprintf(cmd, sizeof cmd, "python3 %s %d %d %d 2>/dev/null", script, TINY, ops, RT_ITERS);
-  FILE *f = popen(cmd, "r");
+  char args[64], line[256], name[64];
+  snprintf(args, sizeof args, "%d %d %d", TINY, ops, RT_ITERS);
+  FILE *f = gpa_bench_script("GPA_BENCH_ACTOR_TORCH", args);
   if (!f) return;
   double v;
   while (fgets(line, sizeof line, f))

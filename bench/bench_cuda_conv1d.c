@@ -15,11 +15,8 @@
 
 /* PyTorch's fwd and bwd µs for "B C L K dil"; 0 without it. */
 static int torch_conv(const char *args, double *fwd_us, double *bwd_us) {
-  const char *script = getenv("GPA_BENCH_CONV1D_TORCH");
-  if (!script || !*script) return 0;
-  char cmd[1024], line[256];
-  snprintf(cmd, sizeof cmd, "python3 %s %s 2>/dev/null", script, args);
-  FILE *f = popen(cmd, "r");
+  char line[256];
+  FILE *f = gpa_bench_script("GPA_BENCH_CONV1D_TORCH", args);
   if (!f) return 0;
   int n = 0;
   while (fgets(line, sizeof line, f))

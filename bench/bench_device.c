@@ -62,14 +62,18 @@ static int torch_cached(const char *shape_args, gpa_bench_torch_row *rows, int m
   return n;
 }
 
+FILE *gpa_bench_script(const char *env, const char *args) {
+  const char *script = getenv(env);
+  if (!script || !*script) return NULL;
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "python3 %s %s 2>/dev/null", script, args);
+  return popen(cmd, "r");
+}
+
 int gpa_bench_torch_sdpa(const char *shape_args, gpa_bench_torch_row *rows, int max) {
   int cached = torch_cached(shape_args, rows, max);
   if (cached) return cached;
-  const char *script = getenv("GPA_BENCH_SDPA_TORCH");
-  if (!script || !*script) return 0;
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "python3 %s %s 2>/dev/null", script, shape_args);
-  FILE *f = popen(cmd, "r");
+  FILE *f = gpa_bench_script("GPA_BENCH_SDPA_TORCH", shape_args);
   if (!f) return 0;
   int n = 0;
   char line[512];
