@@ -99,14 +99,27 @@ int gpa_xla_stats_get(gpa_xla_stats *out, char *msg, uint64_t msg_size) {
   return 0;
 }
 
-XLA_FFI_Error *gpa_xla_error(const XLA_FFI_CallFrame *frame, XLA_FFI_Error_Code code, const char *fmt, ...) {
+static XLA_FFI_Error *verror(const XLA_FFI_Api *api, XLA_FFI_Error_Code code, const char *fmt, va_list ap) {
   char buf[512];
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  XLA_FFI_Error_Create_Args e = {.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE, .message = buf, .errc = code};
+  return api->XLA_FFI_Error_Create(&e); /* XLA copies the message */
+}
+
+XLA_FFI_Error *gpa_xla_error(const XLA_FFI_CallFrame *frame, XLA_FFI_Error_Code code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
+  XLA_FFI_Error *e = verror(frame->api, code, fmt, ap);
   va_end(ap);
-  XLA_FFI_Error_Create_Args e = {.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE, .message = buf, .errc = code};
-  return frame->api->XLA_FFI_Error_Create(&e); /* XLA copies the message */
+  return e;
+}
+
+XLA_FFI_Error *gpa_xla_error_api(const XLA_FFI_Api *api, XLA_FFI_Error_Code code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  XLA_FFI_Error *e = verror(api, code, fmt, ap);
+  va_end(ap);
+  return e;
 }
 
 int gpa_xla_metadata(XLA_FFI_CallFrame *frame, XLA_FFI_Error **err) {

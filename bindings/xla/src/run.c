@@ -52,7 +52,7 @@ static const char *xla_dtype_name(XLA_FFI_DataType t) {
   }
 }
 
-static XLA_FFI_Error_Code code_of(gpa_status st) {
+XLA_FFI_Error_Code gpa_xla_code_of(gpa_status st) {
   switch (st) {
   case GPA_EINVAL: case GPA_ESHAPE: case GPA_EDTYPE: case GPA_ERANGE: case GPA_EOVERFLOW:
     return XLA_FFI_Error_Code_INVALID_ARGUMENT;
@@ -103,7 +103,7 @@ static XLA_FFI_Error *take_buffer(call *c, int is_ret, uint32_t i, void *raw, in
   gpa_xla_wrap *w = &c->wraps[c->n_wraps];
   gpa_status st = gpa_xla_wrap_get(c->actor, b->data, n * gpa_dtype_size(dt), w);
   if (st != GPA_OK)
-    return gpa_xla_error(c->f, code_of(st), "%s: cannot use %s in place: %s (%s)", t, name, gpa_strerror(st),
+    return gpa_xla_error(c->f, gpa_xla_code_of(st), "%s: cannot use %s in place: %s (%s)", t, name, gpa_strerror(st),
                          gpa_last_error_message());
   c->n_wraps++;
   x->buffer = w->id;
@@ -206,18 +206,22 @@ static XLA_FFI_Error *check_arity(call *c) {
   return NULL;
 }
 
-static XLA_FFI_Error *submit_and_wait(call *c) {
+/* Submits the op; then waits for it, or hands the wait to the async path
+ * (*handed: the wraps are its to give back). */
+static XLA_FFI_Error *submit(call *c, int *handed) {
   gpa_op_call oc = {c->op, c->in, c->n_in, c->out, c->n_out, c->attrs, c->n_attrs};
   gpa_handle *h = NULL;
   gpa_status st = gpa_submit(gpa_actor_default_queue(c->actor), &oc, &h);
   if (st != GPA_OK)
-    return gpa_xla_error(c->f, code_of(st), "%s: %s (%s)", c->sig->target, gpa_last_error_message(),
+    return gpa_xla_error(c->f, gpa_xla_code_of(st), "%s: %s (%s)", c->sig->target, gpa_last_error_message(),
                          gpa_status_name(st));
   gpa_xla_count_call();
+  if ((*handed = gpa_xla_async_hand_over(c->f, c->sig->target, c->actor, h, c->wraps, c->n_wraps)))
+    return NULL;
   st = gpa_await(h, -1);
   XLA_FFI_Error *e = NULL;
   if (st != GPA_OK)
-    e = gpa_xla_error(c->f, code_of(st), "%s: %s (%s)", c->sig->target, gpa_handle_error_message(h),
+    e = gpa_xla_error(c->f, gpa_xla_code_of(st), "%s: %s (%s)", c->sig->target, gpa_handle_error_message(h),
                       gpa_status_name(st));
   gpa_handle_release(h);
   return e;
@@ -244,7 +248,8 @@ XLA_FFI_Error *gpa_xla_run(XLA_FFI_CallFrame *f, const gpa_xla_sig *sig) {
     return gpa_xla_error(f, XLA_FFI_Error_Code_UNAVAILABLE, "%s: %s", sig->target, why);
   for (int64_t i = 0; i < f->args.size && !e; i++) e = take_buffer(&c, 0, (uint32_t)i, f->args.args[i], f->args.types[i]);
   for (int64_t i = 0; i < f->rets.size && !e; i++) e = take_buffer(&c, 1, (uint32_t)i, f->rets.rets[i], f->rets.types[i]);
-  if (!e) e = submit_and_wait(&c);
-  for (uint32_t i = 0; i < c.n_wraps; i++) gpa_xla_wrap_put(c.actor, &c.wraps[i]);
+  int handed = 0;
+  if (!e) e = submit(&c, &handed);
+  for (uint32_t i = 0; i < c.n_wraps && !handed; i++) gpa_xla_wrap_put(c.actor, &c.wraps[i]);
   return e;
 }

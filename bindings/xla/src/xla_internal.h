@@ -61,4 +61,14 @@ gpa_status gpa_xla_wrap_get(gpa_actor *a, void *ptr, uint64_t bytes, gpa_xla_wra
 void gpa_xla_wrap_put(gpa_actor *a, const gpa_xla_wrap *w);
 
 void gpa_xla_count_call(void);
+XLA_FFI_Error_Code gpa_xla_code_of(gpa_status st);
+XLA_FFI_Error *gpa_xla_error_api(const XLA_FFI_Api *api, XLA_FFI_Error_Code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* XLA's asynchronous FFI (GPA_XLA_ASYNC=1, async.c): instead of waiting,
+ * the handler sets frame->future and a completion thread awaits h, gives
+ * the wraps back and completes the future. 1 if handed over (h and the wraps
+ * are then the async path's), 0 to wait in the handler. */
+int gpa_xla_async_hand_over(XLA_FFI_CallFrame *frame, const char *target, gpa_actor *a, struct gpa_handle *h,
+                            const gpa_xla_wrap *wraps, uint32_t n_wraps);
 #endif

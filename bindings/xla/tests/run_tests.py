@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 PACKAGES = ["jax>=0.4.36", "numpy", "pytest"]
+ASYNC_TESTS = "attention or gelu or linear or generic or in_place or threads or runtime_error or leave"
 
 
 def parse(argv):
@@ -93,7 +94,14 @@ def main(argv):
                # whatever device the rest of the suite runs on.
                GPA_DEVICE="cpu", JAX_PLATFORMS="cpu")
     here = os.path.dirname(os.path.abspath(__file__))
-    return subprocess.run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", here] + rest, env=env).returncode
+    pytest = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    rc = subprocess.run(pytest + [here] + rest, env=env).returncode
+    if rc != 0 or rest:
+        return rc
+    # The op handlers again through XLA's asynchronous FFI (futures).
+    print("xla_ffi: the op handlers with GPA_XLA_ASYNC=1", flush=True)
+    return subprocess.run(pytest + [os.path.join(here, "test_xla.py"), "-k", ASYNC_TESTS],
+                          env=dict(env, GPA_XLA_ASYNC="1")).returncode
 
 
 if __name__ == "__main__":

@@ -273,3 +273,11 @@ def test_c_api_registration():
     x = rand(3, 8)
     y = jax.jit(lambda x: jax.ffi.ffi_call("exla_gpa_gelu_fwd", jax.ShapeDtypeStruct(x.shape, x.dtype))(x))(x)
     np.testing.assert_allclose(y, jax.nn.gelu(x, approximate=False), **TOL)
+
+
+def test_runtime_error_is_reported():
+    """An op that fails while it runs (not at submit) fails the program: in
+    the async mode this goes through the future (GPA_XLA_ASYNC=1 pass)."""
+    q = rand(1, 6, 2, 8)
+    with pytest.raises(Exception, match=r"gpuactor_attention_fwd: attention_fwd: lengths\[0\] = 100 is outside"):
+        jax.jit(lambda q, n: gj.attention(q, q, q, lengths=n))(q, jnp.asarray([100], jnp.int32)).block_until_ready()
