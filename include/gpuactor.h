@@ -9,6 +9,7 @@
 #include "gpuactor/handle.h"
 #include "gpuactor/op.h"
 #include "gpuactor/feed.h"
+#include "gpuactor/comm.h"
 #include "gpuactor/external.h"
 #include "gpuactor/plugin.h"
 #include "gpuactor/profile.h"

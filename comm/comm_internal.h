@@ -1,0 +1,103 @@
+/* Communicators: internal structures (docs/collectives.md).
+ *
+ * A collective is a message of class gpa__coll_class (actor/hooks.h) whose
+ * params block is a gpa__coll. On the host backend its turn starts it in
+ * the communicator's engine and parks its queue: the host backend has no
+ * stream to order the queue's later ops after it, so the queue itself
+ * waits. The engine finishes it from any thread with gpa__coll_done (no
+ * blocking there) and then wakes the actor with gpa__coll_wake (a control
+ * message: the one wake-up the actor cannot miss); the actor's loop finds
+ * the parked head ready, unparks it and runs it, which only reports.
+ *
+ * An engine must not touch a collective after its cancel hook returned: a
+ * message that is cancelled (shutdown), times out or is aborted leaves the
+ * engine through it while it may still be in flight. */
+#ifndef GPA_COMM_INTERNAL_H
+#define GPA_COMM_INTERNAL_H
+#include "actor/internal.h"
+#include "gpuactor/comm.h"
+
+typedef enum gpa__coll_kind {
+  GPA__COLL_ALLREDUCE = 0,
+  GPA__COLL_REDUCE_SCATTER,
+  GPA__COLL_ALLGATHER,
+  GPA__COLL_BROADCAST,
+  GPA__COLL_SEND,
+  GPA__COLL_RECV,
+} gpa__coll_kind;
+
+enum { GPA__COLL_IDLE = 0, GPA__COLL_FLIGHT = 1, GPA__COLL_DONE = 2 };
+
+typedef struct gpa__coll gpa__coll;
+/* One rank's part of one collective (the message's params block). */
+struct gpa__coll {
+  gpa_comm *c;
+  gpa__msg *m;
+  int32_t kind, op, dtype;
+  int32_t peer;   /* broadcast: root; send/recv: the other rank */
+  uint64_t count; /* elements of one rank's block (allreduce: of the tensor) */
+  void *send, *recv; /* host addresses, set when it starts */
+  bool in_place;
+  bool scale_after;  /* avg: the engine summed, run() divides by size */
+  _Atomic int state; /* GPA__COLL_* */
+  int32_t status;    /* when DONE (the error text is in m->err) */
+  int64_t deadline;  /* CLOCK_MONOTONIC ns; 0: none */
+  gpa__coll *next;   /* the engine's lists */
+  void *eng;         /* the engine's per-collective data */
+};
+_Static_assert(sizeof(gpa__coll) <= GPA_OP_PARAMS_MAX, "a collective fits a message's params");
+
+typedef struct gpa__comm_engine {
+  const char *name;
+  /* Starts op on the actor thread. GPA_OK: started (gpa__coll_done follows,
+   * maybe before this returns); else failed, with err set. */
+  gpa_status (*start)(gpa_comm *c, gpa__coll *op, char *err, size_t cap);
+  /* The engine forgets op (never calls gpa__coll_done for it afterwards). */
+  void (*cancel)(gpa_comm *c, gpa__coll *op);
+  /* Fails every collective of c not finished (on a LOCAL communicator the
+   * peers' too) with st and why. */
+  void (*abort)(gpa_comm *c, gpa_status st, const char *why);
+  void (*destroy)(gpa_comm *c);
+} gpa__comm_engine;
+
+struct gpa_comm {
+  gpa_actor *a;
+  int32_t rank, size;
+  const gpa__comm_engine *eng;
+  void *es; /* the engine's state */
+  int64_t timeout_ns;
+  _Atomic int32_t failed;        /* 0, or why collectives fail at once (ECANCELED, ETIMEDOUT) */
+  _Atomic uint32_t outstanding;  /* submitted and not finished */
+  char why[128];                 /* the failure, set before `failed` */
+};
+
+extern const gpa__msg_class gpa__coll_class;
+extern const gpa__comm_engine gpa__comm_local, gpa__comm_mpi;
+
+/* Engines: op finished with st (why: its error text, or NULL). Any thread,
+ * never blocks; the caller then calls gpa__coll_wake(op's actor) once it
+ * holds no lock of its own. */
+void gpa__coll_done(gpa__coll *op, gpa_status st, const char *why);
+void gpa__coll_wake(gpa_actor *a);
+/* Marks c failed with st (the first reason stays). Any thread. */
+void gpa__comm_fail(gpa_comm *c, gpa_status st, const char *why);
+
+/* engine constructors (the engine's state into c->es) */
+gpa_status gpa__comm_local_join(gpa_comm *c, const gpa_comm_id *id);
+gpa_status gpa__comm_mpi_join(gpa_comm *c, const gpa_comm_id *id);
+/* MPI: whether this process runs under MPI with more than one process */
+bool gpa__comm_mpi_world(void);
+
+/* reduce.c: host reductions in rank order. The accumulator is f32 for the
+ * floating dtypes (one rounding at the end), i32 (wrapping) for i32. */
+void gpa__comm_acc_load(int dtype, void *acc, const void *src, uint64_t n);
+void gpa__comm_acc_combine(int op, int dtype, void *acc, const void *src, uint64_t n);
+/* acc (times scale when scale != 1: avg) into dst's dtype */
+void gpa__comm_acc_store(int dtype, void *dst, const void *acc, uint64_t n, float scale);
+/* dst = op(dst, src) in dst's own dtype, rounding each step (MPI's user ops
+ * on f16 and bf16) */
+void gpa__comm_combine16(int op, int dtype, void *inout, const void *in, uint64_t n);
+/* x *= scale in place (avg after an engine's sum) */
+void gpa__comm_scale(int dtype, void *x, uint64_t n, float scale);
+
+#endif

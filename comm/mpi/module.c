@@ -1,0 +1,338 @@
+/* libgpuactor_mpi.so: the MPI engine's MPI side (comm/mpi_abi.h).
+ *
+ * Collectives start as non-blocking MPI calls on the calling (actor)
+ * thread; one progress thread per process tests them and reports each once
+ * it completes. MPI progresses non-blocking collectives only inside MPI
+ * calls, so the tests are what moves them: the thread polls while anything
+ * is in flight (briefly spinning, then sleeping up to 200 us between
+ * rounds) and sleeps on a condition variable otherwise. Two threads call
+ * MPI at once, hence MPI_THREAD_MULTIPLE. */
+#include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/mpi_abi.h"
+#include "gpuactor/comm.h"
+#include "gpuactor/status.h"
+#include "gpuactor/tensor.h"
+
+enum { K_ALLREDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_BROADCAST, K_SEND, K_RECV };
+
+/* A communicator outlives gpa_comm_destroy while requests on it are in
+ * flight (cancelled ones included): Open MPI's non-blocking collectives
+ * crash progressing on a freed communicator. */
+typedef struct box {
+  MPI_Comm c;
+  int entries; /* under lock */
+  int freeing;
+} box;
+
+typedef struct entry {
+  struct entry *next;
+  MPI_Request req;
+  void *ctx; /* NULL: cancelled, left to finish unwatched */
+  box *comm;
+  void *tmp; /* in-place reduce_scatter: the result lands here first */
+  void *copy_to;
+  size_t copy_bytes;
+} entry;
+
+static gpa__mpi_host H;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static entry *inflight;
+static pthread_t thread;
+static int started, stopping, we_initialized;
+static MPI_Op ops16[2][3]; /* [f16, bf16][sum, max, min] */
+
+static void errtext(int rc, const char *what, char *err, size_t cap) {
+  char s[MPI_MAX_ERROR_STRING];
+  int n = 0;
+  if (MPI_Error_string(rc, s, &n) != MPI_SUCCESS) snprintf(s, sizeof s, "error %d", rc);
+  snprintf(err, cap, "%s: %.200s", what, s);
+}
+
+#define OP16(name, op, dtype)                                                  \
+  static void name(void *in, void *inout, int *len, MPI_Datatype *dt) {       \
+    (void)dt;                                                                  \
+    H.combine16(op, dtype, inout, in, (uint64_t)*len);                         \
+  }
+OP16(sum_f16, GPA_REDUCE_SUM, GPA_F16)
+OP16(max_f16, GPA_REDUCE_MAX, GPA_F16)
+OP16(min_f16, GPA_REDUCE_MIN, GPA_F16)
+OP16(sum_bf16, GPA_REDUCE_SUM, GPA_BF16)
+OP16(max_bf16, GPA_REDUCE_MAX, GPA_BF16)
+OP16(min_bf16, GPA_REDUCE_MIN, GPA_BF16)
+
+static void *progress(void *arg) {
+  (void)arg;
+  int idle = 0;
+  pthread_mutex_lock(&lock);
+  while (!stopping) {
+    if (!inflight) {
+      idle = 0;
+      pthread_cond_wait(&cond, &lock);
+      continue;
+    }
+    void *wake[64];
+    int n = 0, done = 0;
+    for (entry **pp = &inflight; *pp && n < 64;) {
+      entry *e = *pp;
+      int flag = 0;
+      int rc = MPI_Test(&e->req, &flag, MPI_STATUS_IGNORE);
+      if (rc == MPI_SUCCESS && !flag) {
+        pp = &e->next;
+        continue;
+      }
+      *pp = e->next;
+      done++;
+      if (e->ctx) {
+        char why[256] = "";
+        if (rc != MPI_SUCCESS) errtext(rc, "MPI", why, sizeof why);
+        else if (e->copy_to) memcpy(e->copy_to, e->tmp, e->copy_bytes);
+        wake[n++] = H.done(e->ctx, rc == MPI_SUCCESS ? GPA_OK : GPA_EDEVICE, why);
+      }
+      if (--e->comm->entries == 0 && e->comm->freeing) {
+        MPI_Comm_free(&e->comm->c);
+        free(e->comm);
+      }
+      free(e->tmp);
+      free(e);
+    }
+    pthread_mutex_unlock(&lock);
+    for (int i = 0; i < n; i++) H.wake(wake[i]);
+    /* Nothing finished: poll again soon, but not in a hot loop. */
+    if (done) idle = 0;
+    else if (++idle < 64) sched_yield();
+    else nanosleep(&(struct timespec){0, (idle < 256 ? 20 : 200) * 1000}, NULL);
+    pthread_mutex_lock(&lock);
+  }
+  pthread_mutex_unlock(&lock);
+  return NULL;
+}
+
+static void stop_progress(void) {
+  if (!started) return;
+  pthread_mutex_lock(&lock);
+  stopping = 1;
+  pthread_cond_broadcast(&cond);
+  pthread_mutex_unlock(&lock);
+  pthread_join(thread, NULL);
+  started = 0;
+}
+
+/* MPI must be finalized before the process exits (mpirun reports a process
+ * that did not as failed); the progress thread stops first. */
+static void at_exit(void) {
+  stop_progress();
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (we_initialized && !fin) MPI_Finalize();
+}
+
+static int init(const gpa__mpi_host *host, char *err, size_t cap) {
+  static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&once);
+  int st = GPA_OK, inited = 0, fin = 0, level = 0;
+  MPI_Finalized(&fin);
+  MPI_Initialized(&inited);
+  if (fin) {
+    snprintf(err, cap, "MPI was finalized already");
+    st = GPA_EUNSUPPORTED;
+    goto out;
+  }
+  if (!inited) {
+    int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &level);
+    if (rc != MPI_SUCCESS) {
+      errtext(rc, "MPI_Init_thread", err, cap);
+      st = GPA_EDEVICE;
+      goto out;
+    }
+    we_initialized = 1;
+    atexit(at_exit);
+  }
+  MPI_Query_thread(&level);
+  if (level < MPI_THREAD_MULTIPLE) {
+    snprintf(err, cap, "MPI runs at thread level %d; collectives need MPI_THREAD_MULTIPLE (%d): initialize MPI with "
+             "MPI_Init_thread(MPI_THREAD_MULTIPLE) or let gpa_comm_bootstrap_mpi do it", level, MPI_THREAD_MULTIPLE);
+    st = GPA_EUNSUPPORTED;
+    goto out;
+  }
+  if (!started) {
+    H = *host;
+    MPI_User_function *fns[2][3] = {{sum_f16, max_f16, min_f16}, {sum_bf16, max_bf16, min_bf16}};
+    for (int d = 0; d < 2; d++)
+      for (int o = 0; o < 3; o++) MPI_Op_create(fns[d][o], 1, &ops16[d][o]);
+    if (pthread_create(&thread, NULL, progress, NULL)) {
+      snprintf(err, cap, "cannot start the MPI progress thread");
+      st = GPA_ENOMEM;
+      goto out;
+    }
+    started = 1;
+    if (!we_initialized) atexit(stop_progress);
+  }
+out:
+  pthread_mutex_unlock(&once);
+  return st;
+}
+
+static int world(int *initialized, int *rank, int *size) {
+  int fin = 0;
+  MPI_Initialized(initialized);
+  MPI_Finalized(&fin);
+  if (!*initialized || fin) {
+    *initialized = 0;
+    return GPA_OK;
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  MPI_Comm_size(MPI_COMM_WORLD, size);
+  return GPA_OK;
+}
+
+static int bcast_world(void *buf, int bytes, int root, char *err, size_t cap) {
+  int rc = MPI_Bcast(buf, bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+  if (rc != MPI_SUCCESS) {
+    errtext(rc, "MPI_Bcast", err, cap);
+    return GPA_EDEVICE;
+  }
+  return GPA_OK;
+}
+
+static int comm_create(int color, int key, void **comm, int *rank, int *size, char *err, size_t cap) {
+  box *b = calloc(1, sizeof *b);
+  if (!b) return GPA_ENOMEM;
+  int rc = MPI_Comm_split(MPI_COMM_WORLD, color, key, &b->c);
+  if (rc != MPI_SUCCESS) {
+    errtext(rc, "MPI_Comm_split", err, cap);
+    free(b);
+    return GPA_EDEVICE;
+  }
+  /* Errors come back to us as codes: the default handler ends the job. */
+  MPI_Comm_set_errhandler(b->c, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(b->c, rank);
+  MPI_Comm_size(b->c, size);
+  *comm = b;
+  return GPA_OK;
+}
+
+static void comm_free(void *comm) {
+  box *b = comm;
+  pthread_mutex_lock(&lock);
+  int now = b->entries == 0;
+  b->freeing = 1;
+  pthread_mutex_unlock(&lock);
+  if (!now) return; /* the last request's completion frees it */
+  MPI_Comm_free(&b->c);
+  free(b);
+}
+
+static MPI_Datatype dtype_of(int dtype) {
+  switch (dtype) {
+    case GPA_F32: return MPI_FLOAT;
+    case GPA_I32: return MPI_INT32_T;
+    default: return MPI_UINT16_T; /* f16, bf16: bits, reduced by our own ops */
+  }
+}
+
+static MPI_Op op_of(int op, int dtype) {
+  int o = op == GPA_REDUCE_MAX ? 1 : op == GPA_REDUCE_MIN ? 2 : 0;
+  if (dtype == GPA_F16 || dtype == GPA_BF16) return ops16[dtype == GPA_BF16][o];
+  return o == 1 ? MPI_MAX : o == 2 ? MPI_MIN : MPI_SUM;
+}
+
+static int start(void *comm, const gpa__mpi_op *op, void *ctx, char *err, size_t cap) {
+  MPI_Comm c = ((box *)comm)->c;
+  entry *e = calloc(1, sizeof *e);
+  if (!e) return GPA_ENOMEM;
+  e->ctx = ctx;
+  e->comm = comm;
+  MPI_Datatype dt = dtype_of(op->dtype);
+  int n = (int)op->count, rc = MPI_SUCCESS, rank = 0;
+  size_t es = op->dtype == GPA_F32 || op->dtype == GPA_I32 ? 4 : 2;
+  const char *what = "?";
+  switch (op->kind) {
+    case K_ALLREDUCE:
+      what = "MPI_Iallreduce";
+      rc = MPI_Iallreduce(op->in_place ? MPI_IN_PLACE : op->send, op->recv, n, dt, op_of(op->op, op->dtype), c,
+                          &e->req);
+      break;
+    case K_REDUCE_SCATTER:
+      what = "MPI_Ireduce_scatter_block";
+      if (op->in_place) {
+        /* MPI's in-place form leaves the result at the start of the buffer,
+         * ours at this rank's block: take it aside and copy it there. */
+        e->tmp = malloc(op->count * es + 1);
+        if (!e->tmp) {
+          free(e);
+          return GPA_ENOMEM;
+        }
+        e->copy_to = op->recv;
+        e->copy_bytes = op->count * es;
+      }
+      rc = MPI_Ireduce_scatter_block(op->send, e->tmp ? e->tmp : op->recv, n, dt, op_of(op->op, op->dtype), c,
+                                     &e->req);
+      break;
+    case K_ALLGATHER:
+      what = "MPI_Iallgather";
+      if (op->in_place) rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, op->recv, n, dt, c, &e->req);
+      else rc = MPI_Iallgather(op->send, n, dt, op->recv, n, dt, c, &e->req);
+      break;
+    case K_BROADCAST:
+      what = "MPI_Ibcast";
+      MPI_Comm_rank(c, &rank);
+      if (rank == op->peer && op->send != op->recv) memcpy(op->recv, op->send, op->count * es);
+      rc = MPI_Ibcast(op->recv, n, dt, op->peer, c, &e->req);
+      break;
+    case K_SEND:
+      what = "MPI_Isend";
+      rc = MPI_Isend(op->send, n, dt, op->peer, 0, c, &e->req);
+      break;
+    case K_RECV:
+      what = "MPI_Irecv";
+      rc = MPI_Irecv(op->recv, n, dt, op->peer, 0, c, &e->req);
+      break;
+  }
+  if (rc != MPI_SUCCESS) {
+    errtext(rc, what, err, cap);
+    free(e->tmp);
+    free(e);
+    return GPA_EDEVICE;
+  }
+  pthread_mutex_lock(&lock);
+  e->comm->entries++;
+  e->next = inflight;
+  inflight = e;
+  pthread_cond_signal(&cond);
+  pthread_mutex_unlock(&lock);
+  return GPA_OK;
+}
+
+static void cancel(void *ctx) {
+  pthread_mutex_lock(&lock);
+  for (entry *e = inflight; e; e = e->next)
+    if (e->ctx == ctx) e->ctx = NULL;
+  pthread_mutex_unlock(&lock);
+}
+
+static void abort_comm(void *comm, int status, const char *why) {
+  void *wake[256];
+  int n = 0;
+  pthread_mutex_lock(&lock);
+  for (entry *e = inflight; e; e = e->next)
+    if (e->comm == comm && e->ctx) {
+      void *a = H.done(e->ctx, status, why);
+      e->ctx = NULL;
+      if (n < 256) wake[n++] = a;
+    }
+  pthread_mutex_unlock(&lock);
+  for (int i = 0; i < n; i++) H.wake(wake[i]);
+}
+
+static const gpa__mpi_fns fns = {GPA__MPI_ABI, init,  world,  bcast_world, comm_create,
+                                 comm_free,    start, cancel, abort_comm};
+
+__attribute__((visibility("default"))) const gpa__mpi_fns *gpa_mpi_module_v1(void) { return &fns; }

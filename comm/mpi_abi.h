@@ -1,0 +1,51 @@
+/* Between libgpuactor and its MPI module (libgpuactor_mpi.so, comm/mpi/):
+ * the module links MPI and knows nothing of the actor; the library loads it
+ * at run time and knows nothing of MPI. Statuses are gpa_status numbers. */
+#ifndef GPA_COMM_MPI_ABI_H
+#define GPA_COMM_MPI_ABI_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define GPA__MPI_ABI 1
+#define GPA__MPI_ENTRY "gpa_mpi_module_v1"
+
+/* What the library gives the module. */
+typedef struct gpa__mpi_host {
+  /* op ctx finished: sets its result, never blocks; returns what to pass
+   * to wake once the module holds no lock. Called at most once per ctx, and
+   * never after cancel(ctx) returned. */
+  void *(*done)(void *ctx, int status, const char *why);
+  void (*wake)(void *actor);
+  /* inout = op(inout, in), n elements of f16 or bf16 (gpa_dtype) */
+  void (*combine16)(int op, int dtype, void *inout, const void *in, uint64_t n);
+} gpa__mpi_host;
+
+typedef struct gpa__mpi_op {
+  int kind, op, dtype; /* gpa__coll_kind, gpa_reduce_op (never AVG here), gpa_dtype */
+  int peer;            /* broadcast: root; send, recv: the other rank */
+  uint64_t count;      /* elements of one rank's block */
+  void *send, *recv;
+  int in_place;
+} gpa__mpi_op;
+
+typedef struct gpa__mpi_fns {
+  uint32_t abi;
+  /* MPI initialized (with MPI_THREAD_MULTIPLE if we initialize it; the
+   * program's level otherwise, which must be MULTIPLE) and the progress
+   * thread started. */
+  int (*init)(const gpa__mpi_host *host, char *err, size_t cap);
+  /* whether MPI is initialized (and not finalized); its world */
+  int (*world)(int *initialized, int *rank, int *size);
+  int (*bcast_world)(void *buf, int bytes, int root, char *err, size_t cap);
+  /* MPI_Comm_split of MPI_COMM_WORLD by color, ordered by key */
+  int (*comm_create)(int color, int key, void **comm, int *rank, int *size, char *err, size_t cap);
+  void (*comm_free)(void *comm);
+  /* starts op on comm; host->done(ctx) follows from the progress thread */
+  int (*start)(void *comm, const gpa__mpi_op *op, void *ctx, char *err, size_t cap);
+  /* forgets ctx (its request, if any, runs on to completion unwatched) */
+  void (*cancel)(void *ctx);
+  /* host->done(ctx, status, why) for every op of comm not finished */
+  void (*abort)(void *comm, int status, const char *why);
+} gpa__mpi_fns;
+
+#endif

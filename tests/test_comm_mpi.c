@@ -1,0 +1,170 @@
+/* Collectives across processes (the MPI transport). Run by ctest without
+ * MPI, the test starts its own mpirun (-np 2, then -np 3, --oversubscribe:
+ * the CI machine has 2 cores) on itself; each rank then bootstraps through
+ * gpa_comm_bootstrap_mpi, runs every case of util/comm_cases.c, and the
+ * MPI-only ones: abort with a collective in flight (MPI cannot take it
+ * back: the peer completes it later, unwatched) and a second communicator.
+ * Skipped (77) without mpirun or the MPI module, and in sanitizer builds:
+ * Open MPI's own allocations and threads flood ASan and TSan (and it
+ * cannot run under valgrind's pace without timeouts of its own). On cuda
+ * and sim actors gpa_comm_init answers EUNSUPPORTED naming NCCL: checked
+ * without MPI. */
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "util/comm_cases.h"
+
+#define CHILD_ENV "GPA_TEST_COMM_MPI_CHILD"
+
+static gpa_actor *actor1(void) {
+  gpa_actor_options o = {.threads = 1};
+  return tu_actor(&o);
+}
+
+static char *find_mpirun(void) {
+  const char *path = getenv("PATH");
+  if (!path) return NULL;
+  char *copy = strdup(path), *save = NULL;
+  static char full[4096];
+  for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+    snprintf(full, sizeof full, "%s/mpirun", dir);
+    if (access(full, X_OK) == 0) {
+      free(copy);
+      return full;
+    }
+  }
+  free(copy);
+  return NULL;
+}
+
+static int launch(const char *mpirun, const char *self, int np) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    char n[8];
+    snprintf(n, sizeof n, "%d", np);
+    setenv(CHILD_ENV, "1", 1);
+    /* Docker-like sandboxes refuse the cross-memory-attach copies Open MPI's
+     * shared-memory transport tries first: plain copies always work. */
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+    if (geteuid() == 0)
+      execl(mpirun, mpirun, "-np", n, "--oversubscribe", "--allow-run-as-root", self, (char *)NULL);
+    else
+      execl(mpirun, mpirun, "-np", n, "--oversubscribe", self, (char *)NULL);
+    perror("exec mpirun");
+    _exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) < 0) return 1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+/* Rank 0 starts an allreduce rank 1 does not join yet, and aborts: its
+ * handle completes ECANCELED at once, later collectives on the
+ * communicator ECLOSED. Rank 1 then joins the allreduce (told through a
+ * second communicator), which completes the request rank 0 left to MPI. */
+static void abort_case(gpa_actor *a, const gpa_comm_id *id, int rank, int size) {
+  if (size < 2) return;
+  gpa_comm *c, *side;
+  gpa_comm_id id2 = *id;
+  id2.bytes[8] ^= 0x55; /* another communicator of the same processes */
+  CHECK_OK(gpa_comm_init(a, id, size, rank, NULL, &c));
+  CHECK_OK(gpa_comm_init(a, &id2, size, rank, NULL, &side));
+  gpa_queue *q = gpa_actor_default_queue(a), *q2;
+  CHECK_OK(gpa_queue_create(a, "side", &q2));
+  gpa_tensor x = tu_f32(a, 256), flag = tu_f32(a, 1);
+  gpa_handle *h;
+  if (rank == 0) {
+    CHECK_OK(gpa_allreduce(q, c, &x, &x, GPA_REDUCE_SUM, &h));
+    CHECK_ST(gpa_await(h, 30 * 1000000), GPA_ETIMEDOUT);
+    CHECK_OK(gpa_comm_abort(c));
+    CHECK_ST(gpa_await(h, -1), GPA_ECANCELED);
+    CHECK(strstr(gpa_handle_error_message(h), "aborted"));
+    gpa_handle_release(h);
+    CHECK_ST(gpa_allreduce(q, c, &x, &x, GPA_REDUCE_SUM, NULL), GPA_ECLOSED);
+    CHECK_ST(gpa_sync_batch(q, NULL), GPA_ECANCELED); /* the batch's first error */
+    CHECK_OK(tu_fill(q, &x, 1.0, NULL)); /* the actor works on */
+    CHECK_OK(gpa_sync_batch(q, NULL));
+  }
+  /* a barrier of sorts on the second communicator */
+  CHECK_OK(gpa_allreduce(q2, side, &flag, &flag, GPA_REDUCE_SUM, &h));
+  CHECK_OK(gpa_await(h, -1));
+  gpa_handle_release(h);
+  if (rank != 0) {
+    CHECK_OK(gpa_allreduce(q, c, &x, &x, GPA_REDUCE_SUM, &h));
+    CHECK_OK(gpa_await(h, -1));
+    gpa_handle_release(h);
+  }
+  CHECK_OK(gpa_comm_destroy(c));
+  CHECK_OK(gpa_comm_destroy(side));
+  CHECK_OK(gpa_queue_destroy(q2));
+  gpa_buffer_release(a, x.buffer);
+  gpa_buffer_release(a, flag.buffer);
+}
+
+static int child(void) {
+  /* A failed CHECK exits, and MPI_Finalize at exit then waits for the
+   * peers: the alarm ends such a job instead of ctest's timeout. */
+  alarm(100);
+  gpa_comm_id id;
+  int32_t rank = -1, size = 0;
+  CHECK_OK(gpa_comm_bootstrap_mpi(&id, &rank, &size));
+  CHECK(rank >= 0 && rank < size);
+  gpa_actor *a = actor1();
+  gpa_comm *c;
+  gpa_comm_options mpi = {.size = sizeof mpi, .transport = GPA_COMM_MPI};
+  CHECK_OK(gpa_comm_init(a, &id, size, rank, NULL, &c)); /* AUTO: MPI with 2+ processes */
+  gpa_comm *again;
+  CHECK_ST(gpa_comm_init(a, &id, size, rank, &mpi, &again), GPA_EUNSUPPORTED);
+  CHECK_MSG("one rank per");
+  comm_case_env e = {a, gpa_actor_default_queue(a), c, rank, size};
+  comm_cases_run(&e);
+  CHECK_OK(gpa_comm_destroy(c));
+  /* a wrong size: every process learns it */
+  gpa_comm_id id3 = id;
+  id3.bytes[9] ^= 0x33;
+  CHECK_ST(gpa_comm_init(a, &id3, size + 1, rank, &mpi, &again), GPA_EINVAL);
+  CHECK_MSG("processes joined");
+  abort_case(a, &id, rank, size);
+  CHECK_OK(gpa_actor_destroy(a));
+  if (rank == 0) printf("comm_mpi: %d ranks ok\n", size);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  (void)argc;
+  if (getenv(CHILD_ENV)) return child();
+  gpa_actor *probe = actor1();
+  if (strcmp(gpa_actor_backend(probe), "cpu") != 0) {
+    gpa_comm_id id;
+    gpa_comm *c;
+    gpa_comm_options mpi = {.size = sizeof mpi, .transport = GPA_COMM_MPI};
+    CHECK_OK(gpa_comm_id_make(&id));
+    CHECK_ST(gpa_comm_init(probe, &id, 2, 0, &mpi, &c), GPA_EUNSUPPORTED);
+    CHECK_MSG("cpu actors");
+    CHECK_ST(gpa_comm_init(probe, &id, 2, 0, NULL, &c), GPA_EUNSUPPORTED);
+    CHECK_MSG("NCCL");
+    printf("comm_mpi: %s actors: %s\n", gpa_actor_backend(probe), gpa_last_error_message());
+    CHECK_OK(gpa_actor_destroy(probe));
+    return 0;
+  }
+  CHECK_OK(gpa_actor_destroy(probe));
+#if defined(GPA_ASAN) || defined(GPA_TSAN)
+  printf("skipped: Open MPI under a sanitizer reports its own allocations and threads\n");
+  return 77;
+#endif
+  const char *mpirun = find_mpirun();
+  if (!mpirun) {
+    printf("skipped: no mpirun on PATH (Debian: openmpi-bin)\n");
+    return 77;
+  }
+  for (int np = 2; np <= 3; np++) {
+    int rc = launch(mpirun, argv[0], np);
+    if (rc) {
+      fprintf(stderr, "comm_mpi: mpirun -np %d exited with %d\n", np, rc);
+      return 1;
+    }
+  }
+  return 0;
+}
