@@ -32,7 +32,7 @@ static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static pending *head, *tail;
 
 static void complete(pending *p) {
-  gpa_status st = gpa_await(p->h, -1);
+  gpa_status st = gpa_xla_wait(p->h);
   XLA_FFI_Error *e = NULL;
   if (st != GPA_OK)
     e = gpa_xla_error_api(p->api, gpa_xla_code_of(st), "%s: %s (%s)", p->target, gpa_handle_error_message(p->h),

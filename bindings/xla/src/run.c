@@ -1,8 +1,10 @@
 /* One handler call: check the call frame against the handler's signature,
  * wrap XLA's buffers, submit the op to the host actor and await it. */
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpuactor/handle.h"
 #include "gpuactor/op.h"
@@ -206,6 +208,27 @@ static XLA_FFI_Error *check_arity(call *c) {
   return NULL;
 }
 
+/* gpa_await spins ~100 us before it yields; when XLA's thread and the
+ * actor's share a core (a loaded machine, or XLA's pool pinned), that spin
+ * is what the op waits for. A short spin, then yields, let the actor run at
+ * once; a long op still ends in gpa_await's sleep. */
+gpa_status gpa_xla_wait(gpa_handle *h) {
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (unsigned i = 0;; i++) {
+    if (gpa_handle_status(h) != GPA_EPENDING) return gpa_await(h, -1);
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if ((i & 31) == 31) {
+      clock_gettime(CLOCK_MONOTONIC, &t);
+      int64_t ns = (t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec);
+      if (ns > 200000) return gpa_await(h, -1);
+      if (ns > 5000) sched_yield();
+    }
+  }
+}
+
 /* Submits the op; then waits for it, or hands the wait to the async path
  * (*handed: the wraps are its to give back). */
 static XLA_FFI_Error *submit(call *c, int *handed) {
@@ -218,7 +241,7 @@ static XLA_FFI_Error *submit(call *c, int *handed) {
   gpa_xla_count_call();
   if ((*handed = gpa_xla_async_hand_over(c->f, c->sig->target, c->actor, h, c->wraps, c->n_wraps)))
     return NULL;
-  st = gpa_await(h, -1);
+  st = gpa_xla_wait(h);
   XLA_FFI_Error *e = NULL;
   if (st != GPA_OK)
     e = gpa_xla_error(c->f, gpa_xla_code_of(st), "%s: %s (%s)", c->sig->target, gpa_handle_error_message(h),

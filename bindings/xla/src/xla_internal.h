@@ -61,6 +61,8 @@ gpa_status gpa_xla_wrap_get(gpa_actor *a, void *ptr, uint64_t bytes, gpa_xla_wra
 void gpa_xla_wrap_put(gpa_actor *a, const gpa_xla_wrap *w);
 
 void gpa_xla_count_call(void);
+/* Waits for an op's handle (run.c says how); its status. */
+gpa_status gpa_xla_wait(struct gpa_handle *h);
 XLA_FFI_Error_Code gpa_xla_code_of(gpa_status st);
 XLA_FFI_Error *gpa_xla_error_api(const XLA_FFI_Api *api, XLA_FFI_Error_Code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
