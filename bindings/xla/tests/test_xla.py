@@ -281,3 +281,41 @@ def test_runtime_error_is_reported():
     q = rand(1, 6, 2, 8)
     with pytest.raises(Exception, match=r"gpuactor_attention_fwd: attention_fwd: lengths\[0\] = 100 is outside"):
         jax.jit(lambda q, n: gj.attention(q, q, q, lengths=n))(q, jnp.asarray([100], jnp.int32)).block_until_ready()
+
+
+def _sd(a):
+    return jax.ShapeDtypeStruct(a.shape, a.dtype)
+
+
+def test_backward_handlers_match_the_c_api():
+    """The backward handlers (and linear's forward) called directly under jit
+    give what the same ops give through the plain C API."""
+    close = dict(rtol=1e-6, atol=1e-6)
+    x, dy = rand(6, 16), rand(6, 16)
+    (got,) = [jax.jit(lambda x, dy: gj._call("gelu_bwd", _sd(x), x, dy, approximate=np.int32(0)))(x, dy)]
+    np.testing.assert_allclose(got, via_c_api("gelu_bwd", [x, dy], [(x.shape, np.float32)])[0], **close)
+
+    g, b = rand(16), rand(16)
+    _, mean, rstd = jax.jit(lambda x, g, b: gj._ln_fwd_call(x, g, b, 1e-5))(x, g, b)
+    got = jax.jit(lambda *a: gj._call("layernorm_bwd", (_sd(x), _sd(g), _sd(g)), *a))(x, dy, g, mean, rstd)
+    want = via_c_api("layernorm_bwd", [x, dy, g, mean, rstd], [(x.shape, np.float32), ((16,), np.float32),
+                                                                ((16,), np.float32)])
+    for a, w in zip(got, want):
+        np.testing.assert_allclose(a, w, **close)
+
+    W, bias, dyl = rand(5, 16), rand(5), rand(6, 5)
+    y = jax.jit(gj.linear)(x, W, bias)
+    np.testing.assert_allclose(y, via_c_api("linear_fwd", [x, W, bias], [((6, 5), np.float32)])[0], **close)
+    got = jax.jit(lambda *a: gj._call("linear_bwd", (_sd(x), _sd(W), _sd(bias)), *a))(dyl, x, W)
+    want = via_c_api("linear_bwd", [dyl, x, W], [(x.shape, np.float32), (W.shape, np.float32), ((5,), np.float32)])
+    for a, w in zip(got, want):
+        np.testing.assert_allclose(a, w, **close)
+
+    q, k, v, do = rand(2, 5, 4, 8), rand(2, 7, 2, 8), rand(2, 7, 2, 8), rand(2, 5, 4, 8)
+    o, lse = jax.jit(lambda q, k, v: gj._attn_fwd_call(q, k, v, None, True, 0.0))(q, k, v)
+    got = jax.jit(lambda *a: gj._call("attention_bwd", (_sd(q), _sd(k), _sd(v)), *a, causal=np.int32(1),
+                                      scale=np.float64(0.0)))(do, q, k, v, o, lse)
+    want = via_c_api("attention_bwd", [do, q, k, v, o, lse], [(q.shape, np.float32), (k.shape, np.float32),
+                                                              (v.shape, np.float32)], {"causal": 1})
+    for a, w in zip(got, want):
+        np.testing.assert_allclose(a, w, **close)
