@@ -319,3 +319,11 @@ def test_backward_handlers_match_the_c_api():
                                                               (v.shape, np.float32)], {"causal": 1})
     for a, w in zip(got, want):
         np.testing.assert_allclose(a, w, **close)
+
+
+def test_vmap_runs_the_calls_one_by_one():
+    x = rand(3, 4, 8)
+    np.testing.assert_allclose(jax.jit(jax.vmap(gj.gelu))(x), jax.nn.gelu(x, approximate=False), **TOL)
+    q = rand(2, 1, 5, 2, 8)  # a batch of 2 attention calls
+    o = jax.vmap(lambda q: gj.attention(q, q, q, causal=True))(q)
+    np.testing.assert_allclose(o[1], ref_attention(q[1], q[1], q[1], True), **TOL)
