@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 PACKAGES = ["jax>=0.4.36", "numpy", "pytest"]
-ASYNC_TESTS = "attention or gelu or linear or generic or in_place or threads or runtime_error or leave or backward"
+ASYNC_TESTS = "attention or gelu or linear or generic or in_place or threads or runtime_error or leave or backward or evicts"
 
 
 def parse(argv):

@@ -327,3 +327,25 @@ def test_vmap_runs_the_calls_one_by_one():
     q = rand(2, 1, 5, 2, 8)  # a batch of 2 attention calls
     o = jax.vmap(lambda q: gj.attention(q, q, q, causal=True))(q)
     np.testing.assert_allclose(o[1], ref_attention(q[1], q[1], q[1], True), **TOL)
+
+
+def test_wrap_cache_evicts_under_threads():
+    """More distinct buffers than the cache holds (64), from several threads:
+    evicted wraps are released and every result is still right."""
+    f = jax.jit(lambda x: gj.gelu(x) * 2.0)
+    xs = [rand(64) for _ in range(96)]  # all alive: 96 distinct addresses
+    before = gj.stats()["wraps"]
+    bad = []
+
+    def run(part):
+        for x in xs[part::3]:
+            if not np.allclose(f(x), 2.0 * jax.nn.gelu(x, approximate=False), **TOL):
+                bad.append(x.shape)
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not bad
+    assert gj.stats()["wraps"] - before >= 96
