@@ -179,7 +179,9 @@ static gpa_status init_one(gpa_actor *a, const gpa_comm_id *id, int32_t size, in
   bool host = strcmp(a->be->name, "cpu") == 0;
   if (!host) {
     if (transport == GPA_COMM_LOCAL || transport == GPA_COMM_MPI)
-      return gpa__fail(GPA_EUNSUPPORTED, "gpa_comm_init: the %s transport runs on cpu actors, this one is %s",
+      return gpa__fail(GPA_EUNSUPPORTED,
+                       "gpa_comm_init: the %s transport runs on cpu actors, this one is %s (whose collectives go "
+                       "through NCCL: not wired yet, docs/collectives.md)",
                        transport == GPA_COMM_LOCAL ? "LOCAL" : "MPI", a->be->name);
     return nccl_unsupported(a->be->name);
   }

@@ -12,6 +12,7 @@ pkgs=(cmake make gcc g++ libck-dev libopenblas-dev libjansson-dev valgrind clang
 # install test's fresh environment; python3-torch (1.13, CPU; ~80 MB, about
 # 2 minutes to install): gpuactor.torch's tests.
 optional=(python3-numpy python3-pytest python3-venv pkgconf python3-torch erlang-dev erlang-eunit elixir)
+optional+=(libopenmpi-dev openmpi-bin) # collectives: the MPI module and the comm_mpi test (skipped without)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=() missing_opt=()
 for p in "${pkgs[@]}"; do installed "$p" || missing+=("$p"); done
