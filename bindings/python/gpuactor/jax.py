@@ -184,31 +184,41 @@ def gelu(x, approximate=False):
 
 
 # ---- linear ------------------------------------------------------------------
+# gelu: GELU (tanh form) fused after the bias; the forward for the gradient
+# also keeps the pre-activation, which the backward needs.
 
-@jax.custom_vjp
-def _linear(x, W, b):
-    args = (x, W) if b is None else (x, W, b)
-    return _call("linear_fwd", _sds(x.shape[:-1] + (W.shape[0],), x.dtype), *args)
-
-
-def _linear_fwd(x, W, b):
-    return _linear(x, W, b), (x, W, b)
+def _lin_args(x, W, b):
+    return (x, W) if b is None else (x, W, b)
 
 
-def _linear_bwd(res, dy):
-    x, W, b = res
-    nobias = b is None
-    outs = (_sds(x.shape, x.dtype), _sds(W.shape, W.dtype)) + (() if nobias else (_sds(W.shape[:1], W.dtype),))
-    grads = _call("linear_bwd", outs, dy, x, W)
-    return (grads[0], grads[1], None if nobias else grads[2])
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _linear(x, W, b, gelu):
+    return _call("linear_fwd", _sds(x.shape[:-1] + (W.shape[0],), x.dtype), *_lin_args(x, W, b),
+                 gelu=np.int32(gelu))
+
+
+def _linear_fwd(x, W, b, gelu):
+    if not gelu:
+        return _linear(x, W, b, gelu), (x, W, b, None)
+    out = _sds(x.shape[:-1] + (W.shape[0],), x.dtype)
+    y, pre = _call("linear_fwd", (out, out), *_lin_args(x, W, b), gelu=np.int32(1))
+    return y, (x, W, b, pre)
+
+
+def _linear_bwd(gelu, res, dy):
+    x, W, b, pre = res
+    outs = (_sds(x.shape, x.dtype), _sds(W.shape, W.dtype)) + (() if b is None else (_sds(W.shape[:1], W.dtype),))
+    args = (dy, x, W) + (() if pre is None else (pre,))
+    grads = _call("linear_bwd", outs, *args, gelu=np.int32(gelu))
+    return (grads[0], grads[1], None if b is None else grads[2])
 
 
 _linear.defvjp(_linear_fwd, _linear_bwd)
 
 
-def linear(x, W, b=None):
-    """x W^T + b; x [..., in], W [out, in], b [out] or None."""
-    return _linear(x, W, b)
+def linear(x, W, b=None, gelu=False):
+    """x W^T + b, then GELU (tanh form) if gelu; x [..., in], W [out, in], b [out] or None."""
+    return _linear(x, W, b, 1 if gelu else 0)
 
 
 # ---- any op ------------------------------------------------------------------

@@ -43,22 +43,40 @@ static const char *const gelu_bwd_args[] = {"x", "dy"}, *const gelu_bwd_rets[] =
 static const gpa_xla_sig gelu_bwd = {"gpuactor_gelu_bwd", "gelu_bwd", gelu_bwd_args, NULL, 2, 2,
                                      gelu_bwd_rets, NULL, 1, 1, gelu_attrs, N(gelu_attrs), NULL};
 
-/* Linear without the fused GELU (the generic handler reaches
- * linear_gelu_fwd and linear_bwd with gelu=1). */
-static const char *const lin_fwd_args[] = {"x", "W", "b"}, *const lin_fwd_rets[] = {"y"};
+/* Linear, with the fused GELU (tanh form) when gelu=1: the forward with two
+ * results also writes the pre-activation (linear_gelu_fwd, which takes no
+ * attribute), which the backward then needs as its 4th operand. */
+static const gpa_xla_attr_spec lin_attrs[] = {{"gelu", GPA_ATTR_INT, 0}};
+
+static int gelu_on(const gpa_attr *a, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++)
+    if (!strcmp(a[i].name, "gelu")) return a[i].i != 0;
+  return 0;
+}
+
+static const char *lin_fwd_pick(const gpa_xla_sig *s, uint32_t n_args, uint32_t n_rets, const gpa_attr *a,
+                                uint32_t *n_attrs) {
+  (void)s, (void)n_args;
+  if (n_rets == 2 && gelu_on(a, *n_attrs)) {
+    *n_attrs = 0;
+    return "linear_gelu_fwd";
+  }
+  return "linear_fwd"; /* two results without gelu: the op's arity check says so */
+}
+static const char *const lin_fwd_args[] = {"x", "W", "b"}, *const lin_fwd_rets[] = {"y", "pre"};
 static const int8_t lin_fwd_arg_rank[] = {ANY, 2, 1};
-static const gpa_xla_sig lin_fwd = {"gpuactor_linear_fwd", "linear_fwd", lin_fwd_args, lin_fwd_arg_rank, 2, 3,
-                                    lin_fwd_rets, NULL, 1, 1, NULL, 0, NULL};
+static const gpa_xla_sig lin_fwd = {"gpuactor_linear_fwd", NULL, lin_fwd_args, lin_fwd_arg_rank, 2, 3,
+                                    lin_fwd_rets, NULL, 1, 2, lin_attrs, N(lin_attrs), lin_fwd_pick};
 
 static const char *lin_bwd_pick(const gpa_xla_sig *s, uint32_t n_args, uint32_t n_rets, const gpa_attr *a,
-                                uint32_t n_attrs) {
+                                uint32_t *n_attrs) {
   (void)s, (void)n_args, (void)a, (void)n_attrs;
   return n_rets == 3 ? "linear_bwd" : "linear_bwd_nobias";
 }
-static const char *const lin_bwd_args[] = {"dy", "x", "W"}, *const lin_bwd_rets[] = {"dx", "dW", "db"};
-static const int8_t lin_bwd_arg_rank[] = {ANY, ANY, 2}, lin_bwd_ret_rank[] = {ANY, 2, 1};
-static const gpa_xla_sig lin_bwd = {"gpuactor_linear_bwd", NULL, lin_bwd_args, lin_bwd_arg_rank, 3, 3,
-                                    lin_bwd_rets, lin_bwd_ret_rank, 2, 3, NULL, 0, lin_bwd_pick};
+static const char *const lin_bwd_args[] = {"dy", "x", "W", "pre"}, *const lin_bwd_rets[] = {"dx", "dW", "db"};
+static const int8_t lin_bwd_arg_rank[] = {ANY, ANY, 2, ANY}, lin_bwd_ret_rank[] = {ANY, 2, 1};
+static const gpa_xla_sig lin_bwd = {"gpuactor_linear_bwd", NULL, lin_bwd_args, lin_bwd_arg_rank, 3, 4,
+                                    lin_bwd_rets, lin_bwd_ret_rank, 2, 3, lin_attrs, N(lin_attrs), lin_bwd_pick};
 
 static const gpa_xla_sig generic = {"gpuactor_op", NULL, NULL, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, NULL};
 

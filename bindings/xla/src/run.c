@@ -265,7 +265,7 @@ XLA_FFI_Error *gpa_xla_run(XLA_FFI_CallFrame *f, const gpa_xla_sig *sig) {
   if (sig->op) snprintf(c.op, sizeof c.op, "%s", sig->op);
   if (sig->pick_op)
     snprintf(c.op, sizeof c.op, "%s", sig->pick_op(sig, (uint32_t)f->args.size, (uint32_t)f->rets.size, c.attrs,
-                                                    c.n_attrs));
+                                                    &c.n_attrs));
   const char *why = "";
   if (!(c.actor = gpa_xla_host_actor(&why)))
     return gpa_xla_error(f, XLA_FFI_Error_Code_UNAVAILABLE, "%s: %s", sig->target, why);

@@ -32,9 +32,10 @@ typedef struct gpa_xla_sig {
   const gpa_xla_attr_spec *attrs;
   uint32_t n_attrs;
   /* Chooses the op among variants by arity or attribute (linear with or
-   * without bias); NULL: op. */
+   * without bias or fused GELU), and may drop attributes the variant does
+   * not take (*n_attrs); NULL: op. */
   const char *(*pick_op)(const struct gpa_xla_sig *sig, uint32_t n_args, uint32_t n_rets, const gpa_attr *attrs,
-                         uint32_t n_attrs);
+                         uint32_t *n_attrs);
 } gpa_xla_sig;
 
 XLA_FFI_Error *gpa_xla_run(XLA_FFI_CallFrame *frame, const gpa_xla_sig *sig);

@@ -85,17 +85,22 @@ def test_layer_norm():
         np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("bias", [True, False])
-def test_linear(bias):
+@pytest.mark.parametrize("bias,gelu", [(True, False), (False, False), (True, True), (False, True)])
+def test_linear(bias, gelu):
     x, W = rand(4, 3, 24), rand(10, 24)
     b = rand(10) if bias else None
-    ref = lambda x, W, b: x @ W.T + (0 if b is None else b)  # noqa: E731
-    y = jax.jit(gj.linear)(x, W, b)
+
+    def ref(x, W, b):
+        y = x @ W.T + (0 if b is None else b)
+        return jax.nn.gelu(y, approximate=True) if gelu else y
+
+    ours = lambda x, W, b: gj.linear(x, W, b, gelu=gelu)  # noqa: E731
+    y = jax.jit(ours)(x, W, b)
     np.testing.assert_allclose(y, ref(x, W, b), rtol=1e-4, atol=1e-4)
     dy = rand(4, 3, 10)
     argnums = (0, 1, 2) if bias else (0, 1)
     loss = lambda fn: (lambda x, W, b: (fn(x, W, b) * dy).sum())  # noqa: E731
-    got = jax.jit(jax.grad(loss(gj.linear), argnums=argnums))(x, W, b)
+    got = jax.jit(jax.grad(loss(ours), argnums=argnums))(x, W, b)
     want = jax.grad(loss(ref), argnums=argnums)(x, W, b)
     for a, w in zip(got, want):
         np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-4)
