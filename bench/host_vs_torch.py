@@ -9,7 +9,20 @@ threads (GPA_THREADS / torch.set_num_threads). Skips (exit 77) without
 torch.
 
     PYTHONPATH=bindings/python GPA_LIBRARY=build/libgpuactor.so \\
-        GPA_DEVICE=cpu python3 bench/host_vs_torch.py [rounds]
+        GPA_DEVICE=cpu python3 bench/host_vs_torch.py [rounds] [mode] [filter]
+
+mode (GPA_BENCH_TORCH_MODE):
+  alternate  (default) ours, then PyTorch, then ours, ...: each call starts
+             right after the other library's. PyTorch's OpenMP threads keep
+             spinning after its call (libgomp's default wait policy, several
+             ms), so on a 2-CPU machine the call that follows PyTorch's
+             shares the cores with them: this mode charges that to ours.
+  settled    the same order with a 50 ms pause before each timed call, so
+             each starts with the other library's threads asleep.
+  blocks     `rounds` calls of ours, then `rounds` of PyTorch, four times
+             over; the first call of each block is not counted: each side
+             as in a loop that calls only it.
+filter: only rows whose name contains it (e.g. conv1d).
 """
 import json
 import os
@@ -28,23 +41,43 @@ import gpuactor as ga
 import gpuactor.torch as gt
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 7
+MODE = sys.argv[2] if len(sys.argv) > 2 else os.environ.get("GPA_BENCH_TORCH_MODE", "alternate")
+FILTER = sys.argv[3] if len(sys.argv) > 3 else ""
+if MODE not in ("alternate", "settled", "blocks"):
+    sys.exit("host_vs_torch: mode must be alternate, settled or blocks")
 THREADS = int(os.environ.get("GPA_THREADS", os.cpu_count() or 1))
 torch.set_num_threads(THREADS)
+
+
+def timed(f):
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
 
 
 def best_pair(ours, theirs):
     a, b = [], []
     ours(), theirs()  # warm: wraps, plans, caches
+    if MODE == "blocks":
+        for _ in range(4):
+            a += [timed(ours) for _ in range(ROUNDS + 1)][1:]
+            b += [timed(theirs) for _ in range(ROUNDS + 1)][1:]
+        return statistics.median(a), statistics.median(b)
     for _ in range(ROUNDS):
-        t0 = time.perf_counter(); ours(); t1 = time.perf_counter(); theirs(); t2 = time.perf_counter()
-        a.append(t1 - t0)
-        b.append(t2 - t1)
+        if MODE == "settled":
+            time.sleep(0.05)
+        a.append(timed(ours))
+        if MODE == "settled":
+            time.sleep(0.05)
+        b.append(timed(theirs))
     return statistics.median(a), statistics.median(b)
 
 
 def row(name, shape, flops, ours, theirs):
+    if FILTER not in name:
+        return
     o, t = best_pair(ours, theirs)
-    print(json.dumps({"name": name, "backend": "cpu", "shape": shape, "ns": round(o * 1e9),
+    print(json.dumps({"name": name, "backend": "cpu", "mode": MODE, "shape": shape, "ns": round(o * 1e9),
                       "gflops": round(flops / o / 1e9, 1), "ref": "pytorch_cpu_" + torch.__version__,
                       "ref_ns": round(t * 1e9), "ref_gflops": round(flops / t / 1e9, 1),
                       "ratio": round(t / o, 3), "threads": THREADS}), flush=True)

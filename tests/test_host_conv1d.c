@@ -192,6 +192,14 @@ int main(void) {
       /* past the cap: the whole column matrix is 96*3*30000*4 = 35 MB, so it is built in chunks */
       {1, 96, 60000, 4, 3, 2, 2, 2, 2, 2, 0},
       {2, 64, 40000, 6, 3, 1, 1, 1, 1, 1, 0},   /* stride 1 at that size: no column matrix at all */
+      /* the shift path's dynamic units: chunks of positions (forward and dx), blocks of output channels (dW) */
+      {8, 32, 1024, 40, 3, 1, 8, 0, 4, 1, 0},   /* the bench's causal dilated form, smaller: 4 chunks per batch */
+      {32, 24, 128, 24, 3, 1, 2, 0, 1, 1, 0},   /* the main job's form (B32, L128), smaller channels */
+      {2, 40, 600, 160, 3, 1, 1, 1, 1, 2, 0},   /* 80 outputs per group: dW blocks of 48 and 32 */
+      {2, 40, 600, 160, 3, 1, 1, 1, 1, 2, 1},   /* the same without bias */
+      {1, 16, 700, 150, 3, 1, 300, 300, 1, 1, 0}, /* whole chunks of outputs read only padding (bias alone) */
+      {2, 8, 10, 12, 3, 1, 40, 0, 20, 1, 0},    /* causal, dilation past L: two taps never read x (dW 0) */
+      {1, 20, 3000, 20, 2, 1, 0, 600, 700, 1, 1}, /* right padding only: dx chunks no tap covers whole */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     run_case(&cases[i], pars, 3, 0);

@@ -1,33 +1,38 @@
 /* Host conv1d. See conv1d.h.
  *
- * The work is cut into units that each run whole on one thread, one
- * parallel loop per op (the forward's shift path adds a short one before it
- * to repack W), every GEMM of a unit one single-threaded cblas_sgemm:
- * forward: a unit is (batch, group, chunk of output positions); with
- *   B*groups below the thread count the positions are cut into one chunk
- *   per thread.
- * backward: a unit is (group, block of input channels), over every batch
- *   and chunk of positions in order; it owns its columns of dW and its
- *   channels of dx, so nothing is reduced across threads.
- * The units are dealt round-robin to at most `threads` slots. Two ways to
- * compute a unit, chosen by the geometry alone:
+ * The work is cut into units that each run whole on one thread, every GEMM
+ * of a unit one single-threaded cblas_sgemm. Two ways to compute, chosen by
+ * the geometry alone:
  * shift (stride 1, W repacked into <= 8 MiB): with W_k = W[:, :, k] repacked
  *   as [K][Cout][Cin/groups], y[:, t] += W_k x[:, t + k*dilation - pad_l] is
  *   one GEMM per tap whose B operand is x itself (shifted, leading
- *   dimension L) over the unit's positions that read inside x: no column
- *   matrix. Backward: dW_k += dy x_shift^T, dx_shift += W_k^T dy. This is
- *   the work of one K = Cin/groups*K GEMM on an im2col'd matrix without
- *   writing and re-reading that matrix (on one thread it measured faster
- *   than im2col + one GEMM: docs/ops.md).
- * im2col (stride > 1, larger W, or geom.im2col): each slot has its own
- *   column buffer [rows, lc]; forward builds the unit's chunk and runs one
- *   GEMM y[:, chunk] (+)= W col with K = Cin/groups*K; backward builds the
- *   unit's rows, adds dy col^T into its columns of dW, forms dcol = W[:,
- *   its rows]^T dy in the same buffer and adds it into its channels of dx
- *   (col2im). The buffers together stay within GPA__CONV1D_SCRATCH_CAP
- *   (chunks of positions shrink to fit), whatever B and L are.
- * Each unit's sums run in an order fixed by the sizes and the thread count
- * (tap, batch, chunk): the same bits on every run of one configuration. */
+ *   dimension L) over the positions that read inside x: no column matrix.
+ *   This is the work of one K = Cin/groups*K GEMM on an im2col'd matrix
+ *   without writing and re-reading that matrix (docs/ops.md). The units
+ *   are claimed dynamically from the pool (a thread slowed by another
+ *   process, e.g. PyTorch's OpenMP threads spinning after its call, leaves
+ *   its share to the others):
+ *   forward: (batch, group, chunk of about 256 output positions), after one
+ *     short parallel pass that repacks W;
+ *   backward: dW units (group, tap, block of input channels): dW_k +=
+ *     dy x_shift^T over every batch in order (all of the group's output
+ *     channels in each GEMM); then dx units (batch, group, chunk of input
+ *     positions): dx[:, s] = sum_k W_k^T dy[:, s - off_k], the transposed
+ *     convolution, nothing reduced across units; a last short pass unpacks
+ *     dW and sums db.
+ * im2col (stride > 1, larger W, or geom.im2col): units dealt round-robin to
+ *   at most `threads` slots, each slot with its own column buffer [rows,
+ *   lc]: forward (batch, group, chunk of positions) builds the chunk and
+ *   runs one GEMM y[:, chunk] (+)= W col with K = Cin/groups*K; backward
+ *   (group, block of input channels) builds the unit's rows, adds dy col^T
+ *   into its columns of dW, forms dcol = W[:, its rows]^T dy in the same
+ *   buffer and adds it into its channels of dx (col2im). The buffers
+ *   together stay within GPA__CONV1D_SCRATCH_CAP (chunks of positions
+ *   shrink to fit), whatever B and L are.
+ * Every output element is computed whole by one unit, in an order fixed by
+ * the sizes (and, where the sizes give fewer than four units per thread or
+ * on the im2col path, the thread count): the same bits on every run of one
+ * configuration, whichever thread runs a unit. */
 #include "kernels/host/conv1d.h"
 
 #include <string.h>
@@ -58,6 +63,14 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* Chunks of positions are multiples of this when that does not change
  * their number (OpenBLAS's AVX2 kernels work in 16-wide tiles). */
 #define POS_ALIGN 16
+/* Shift path: about this many positions per unit, and at most this many
+ * input channels per dW unit of the backward. */
+#ifndef POS_CHUNK
+#define POS_CHUNK 256
+#endif
+#ifndef DW_COLS
+#define DW_COLS 256
+#endif
 
 typedef struct plan {
   int64_t slots;       /* parallel slots, each with its own column buffer */
@@ -68,6 +81,10 @@ typedef struct plan {
   int64_t slot_floats; /* one slot's column buffer (0 on the direct and shift paths) */
   int64_t w_floats;    /* shift path: repacked W (and dW) ahead of the slots */
   int shift;           /* the shift path (see the top of this file) */
+  /* shift path: units claimed dynamically (not dealt to slots) */
+  int64_t nci;         /* backward: input channels per dW unit */
+  int64_t ndw;         /* backward: dW units per group and tap */
+  int64_t lx, ntx;     /* backward: input positions per dx unit, dx units per (batch, group) */
 } plan;
 
 static uint64_t w_bytes(const gpa__conv1d_geom *g) {
@@ -87,14 +104,48 @@ static int64_t even_units(int64_t n0, int64_t m, int64_t P, int64_t nmax) {
   return n0;
 }
 
+/* Shift path: positions per unit. Chunks of about POS_CHUNK positions
+ * (multiples of POS_ALIGN), from the sizes alone, so the units and hence
+ * the bits do not depend on the thread count, unless m (batches x groups)
+ * times the chunks would give fewer than four units per thread: then
+ * smaller chunks, down to POS_CHUNK / 2 positions for four units per
+ * thread and to POS_ALIGN for two. */
+static void pos_chunks(int64_t n, int64_t m, int64_t P, int64_t *lc, int64_t *nt) {
+  int64_t k = (n + POS_CHUNK / 2) / POS_CHUNK, k4 = min64(cdiv(4 * P, m), n / (POS_CHUNK / 2));
+  if (k < 1) k = 1;
+  if (m * k < 4 * P && k4 > k) k = k4;
+  if (m * k < 2 * P) k = min64(cdiv(2 * P, m), cdiv(n, POS_ALIGN));
+  if (k < 1) k = 1;
+  int64_t c = cdiv(n, k), a = cdiv(c, POS_ALIGN) * POS_ALIGN;
+  if (cdiv(n, a) == k) c = a;
+  *lc = c;
+  *nt = cdiv(n, c);
+}
+
 static plan make_plan(const gpa__conv1d_geom *g, int bwd, int64_t threads) {
-  plan p = {0, 0, 1, 1, 1, 0, 0, 0};
+  plan p = {0, 0, 1, 1, 1, 0, 0, 0, 1, 0, 1, 0};
   int64_t G = g->groups, cin_g = g->Cin / G, BG = g->B * G, direct = is_direct(g);
   p.shift = !direct && !g->im2col && g->stride == 1 && w_bytes(g) <= GPA__CONV1D_SCRATCH_CAP / 2;
   if (p.shift && g->K > 1) p.w_floats = (bwd ? 2 : 1) * (int64_t)(w_bytes(g) / sizeof(float));
   double flops = (bwd ? 4.0 : 2.0) * (double)g->B * (double)g->Cout * (double)(cin_g * g->K) * (double)g->Lout;
   int64_t P = flops < SPLIT_FLOPS * (double)threads ? 1 : threads;
   if (g->B <= 0 || g->Lout <= 0) return p;
+  if (p.shift) {
+    p.slots = P;
+    if (!bwd) {
+      pos_chunks(g->Lout, BG, P, &p.lc, &p.nt);
+      p.units = BG * p.nt;
+    } else {
+      int64_t nb = cdiv(cin_g, DW_COLS); /* dW units: (group, tap, block of input channels) */
+      if (G * g->K * nb < 2 * P) nb = min64(cdiv(2 * P, G * g->K), cdiv(cin_g, POS_ALIGN));
+      p.nci = cdiv(cdiv(cin_g, nb), POS_ALIGN) * POS_ALIGN;
+      if (p.nci > cin_g) p.nci = cin_g;
+      p.ndw = cdiv(cin_g, p.nci);
+      pos_chunks(g->L, BG, P, &p.lx, &p.ntx);
+      p.units = G * g->K * p.ndw + BG * p.ntx;
+    }
+    return p;
+  }
   if (!bwd) {
     int64_t rows = cin_g * g->K;
     int64_t cap = (int64_t)(GPA__CONV1D_SCRATCH_CAP / ((uint64_t)P * (uint64_t)rows * sizeof(float)));
@@ -289,41 +340,80 @@ static void shift_fwd_unit(const run_ctx *c, int64_t u) {
   }
 }
 
-/* Backward unit u: (group, block of input channels): dW_k += dy x_shift^T
- * and dx_shift += W_k^T dy per tap, over every batch; repacks its own part
- * of W and unpacks its own part of dW (no other unit touches them). */
-static void shift_bwd_unit(const run_ctx *c, int64_t u) {
+static void db_chans(const run_ctx *c, int64_t c0, int64_t c1);
+
+/* Backward dW unit (group gi, tap k, input channels [c0, c0 + nc)):
+ * dW_k[:, c] = sum over batches of dy[b] x[b, c, t + off_k]^T over the t that
+ * read inside x, one GEMM per batch, into the repacked dW (unpacked by
+ * bwd_finish). All the group's output channels in one GEMM: cut into
+ * smaller blocks of rows, the GEMM ran 25% slower (M = 64 against 256). */
+static void shift_dw_unit(const run_ctx *c, int64_t gi, int64_t k, int64_t c0, int64_t nc) {
   const gpa__conv1d_geom *g = c->g;
-  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, Lout = g->Lout, K = g->K;
-  int64_t nb = cdiv(cin_g, c->p->cb), gi = u / nb, c0 = u % nb * c->p->cb, nc = min64(c->p->cb, cin_g - c0);
-  int64_t co0 = gi * cout_g, first = -1;
-  if (K > 1) repack(g, c->scratch, c->W, 1, co0, co0 + cout_g, c0, c0 + nc);
-  for (int64_t i = 0; c->dx && i < K && first < 0; i++) { /* a tap that writes all of dx: beta 0 */
-    int64_t k = (K / 2 + i) % K, off = k * g->dilation - g->pad_l, lo, hi;
-    shift_range(g, off, 0, Lout, &lo, &hi);
-    if (lo + off == 0 && hi + off == g->L) first = k;
+  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, Lout = g->Lout, co0 = gi * cout_g;
+  int64_t off = k * g->dilation - g->pad_l, lo, hi;
+  float *dwk = c->dwk + (k * g->Cout + co0) * cin_g + c0;
+  shift_range(g, off, 0, Lout, &lo, &hi);
+  if (hi <= lo) { /* this tap never reads x: its gradient is 0 */
+    for (int64_t co = 0; co < cout_g; co++) memset(dwk + co * cin_g, 0, (size_t)nc * sizeof(float));
+    return;
   }
-  for (int64_t bi = 0; bi < g->B; bi++) {
-    int64_t xo = (bi * g->Cin + gi * cin_g + c0) * g->L;
-    const float *dyb = c->dy + (bi * g->Cout + co0) * Lout;
-    if (c->dx && first < 0) memset(c->dx + xo, 0, (size_t)(nc * g->L) * sizeof(float)); /* taps add */
-    for (int64_t i = 0; i < K; i++) {
-      int64_t k = first < 0 ? i : (first + i) % K, off = k * g->dilation - g->pad_l, lo, hi;
-      shift_range(g, off, 0, Lout, &lo, &hi);
-      float *dwk = c->dwk + (k * g->Cout + co0) * cin_g + c0;
-      if (hi <= lo) { /* this tap never touches x: its gradient is 0 */
-        if (bi == 0)
-          for (int64_t co = 0; co < cout_g; co++) memset(dwk + co * cin_g, 0, (size_t)nc * sizeof(float));
-        continue;
-      }
-      gpa__sgemm(NULL, 0, 1, cout_g, nc, hi - lo, dyb + lo, Lout, c->x + xo + lo + off, g->L, bi ? 1.0f : 0.0f, dwk,
-                 cin_g);
-      if (c->dx)
-        gpa__sgemm(NULL, 1, 0, nc, hi - lo, cout_g, c->wk + (k * g->Cout + co0) * cin_g + c0, cin_g, dyb + lo, Lout,
-                   first >= 0 && i == 0 ? 0.0f : 1.0f, c->dx + xo + lo + off, g->L);
+  for (int64_t bi = 0; bi < g->B; bi++)
+    gpa__sgemm(NULL, 0, 1, cout_g, nc, hi - lo, c->dy + (bi * g->Cout + co0) * Lout + lo, Lout,
+               c->x + (bi * g->Cin + gi * cin_g + c0) * g->L + lo + off, g->L, bi ? 1.0f : 0.0f, dwk, cin_g);
+}
+
+/* After the units: dW unpacked from [K][Cout][Cin/groups] and db, output
+ * channels cut into one range per slot. */
+static void bwd_finish(int64_t s0, int64_t s1, void *vp) {
+  const run_ctx *c = vp;
+  int64_t S = c->p->slots, Cout = c->g->Cout;
+  for (int64_t s = s0; s < s1; s++) {
+    int64_t a = Cout * s / S, b = Cout * (s + 1) / S;
+    if (c->g->K > 1) repack(c->g, c->dW, c->dwk, 0, a, b, 0, c->g->Cin / c->g->groups);
+    if (c->db) db_chans(c, a, b);
+  }
+}
+
+/* Backward dx unit (batch bi, group gi, input positions [s0, s1)): dx[:, s]
+ * = sum_k W_k^T dy[:, s - off_k] over the s - off_k inside [0, Lout), one
+ * GEMM per tap; a tap that covers every position of the chunk runs first
+ * with beta 0, else the chunk is zeroed first. */
+static void shift_dx_unit(const run_ctx *c, int64_t bi, int64_t gi, int64_t s0, int64_t s1) {
+  const gpa__conv1d_geom *g = c->g;
+  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, Lout = g->Lout, K = g->K, first = -1;
+  float *dxg = c->dx + (bi * g->Cin + gi * cin_g) * g->L;
+  const float *dyg = c->dy + (bi * g->Cout + gi * cout_g) * Lout;
+  for (int64_t i = 0; i < K && first < 0; i++) {
+    int64_t k = (K / 2 + i) % K, off = k * g->dilation - g->pad_l;
+    if (s0 - off >= 0 && s1 - off <= Lout) first = k;
+  }
+  if (first < 0)
+    for (int64_t ci = 0; ci < cin_g; ci++) memset(dxg + ci * g->L + s0, 0, (size_t)(s1 - s0) * sizeof(float));
+  for (int64_t i = 0; i < K; i++) {
+    int64_t k = first < 0 ? i : (first + i) % K, off = k * g->dilation - g->pad_l;
+    int64_t lo = s0 - off > 0 ? s0 - off : 0, hi = s1 - off < Lout ? s1 - off : Lout; /* output positions */
+    if (hi <= lo) continue;
+    gpa__sgemm(NULL, 1, 0, cin_g, hi - lo, cout_g, c->wk + (k * g->Cout + gi * cout_g) * cin_g, cin_g, dyg + lo, Lout,
+               first >= 0 && i == 0 ? 0.0f : 1.0f, dxg + lo + off, g->L);
+  }
+}
+
+/* The backward's units, claimed dynamically: first the G * K * ndw dW units
+ * (the larger ones), then the B * G * ntx dx units. */
+static void shift_bwd_units(int64_t u0, int64_t u1, void *vp) {
+  const run_ctx *c = vp;
+  const plan *p = c->p;
+  const gpa__conv1d_geom *g = c->g;
+  int64_t G = g->groups, cin_g = g->Cin / G, ndw = G * g->K * p->ndw;
+  for (int64_t u = u0; u < u1; u++) {
+    if (u < ndw) {
+      int64_t gk = u / p->ndw, c0 = u % p->ndw * p->nci;
+      shift_dw_unit(c, gk / g->K, gk % g->K, c0, min64(p->nci, cin_g - c0));
+    } else if (c->dx) {
+      int64_t v = u - ndw, bg = v / p->ntx, s0 = v % p->ntx * p->lx;
+      shift_dx_unit(c, bg / G, bg % G, s0, min64(s0 + p->lx, g->L));
     }
   }
-  if (K > 1) repack(g, c->dW, c->dwk, 0, co0, co0 + cout_g, c0, c0 + nc);
 }
 
 /* ---- im2col path (and the direct 1x1 path) ---- */
@@ -352,6 +442,10 @@ static void fwd_unit(const run_ctx *c, int64_t u, float *col) {
   gpa__sgemm(NULL, 0, 0, cout_g, n, rows, c->W + gi * cout_g * rows, rows, Bm, ldb, c->b ? 1.0f : 0.0f, yg, Lout);
 }
 
+static void shift_fwd_units(int64_t u0, int64_t u1, void *vp) {
+  for (int64_t u = u0; u < u1; u++) shift_fwd_unit(vp, u);
+}
+
 static void fwd_slots(int64_t s0, int64_t s1, void *vp) {
   const run_ctx *c = vp;
   for (int64_t s = s0; s < s1; s++)
@@ -371,7 +465,10 @@ void gpa__conv1d_fwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
     c.wk = scratch;
     gpa__pfor(pp, p.slots, 1, repack_slots, &c);
   }
-  gpa__pfor(pp, p.slots, 1, fwd_slots, &c);
+  if (p.shift) /* units claimed dynamically: a thread slowed by another process leaves its share to the others */
+    gpa__pfor(pp, p.units, 1, shift_fwd_units, &c);
+  else
+    gpa__pfor(pp, p.slots, 1, fwd_slots, &c);
 }
 
 #define DB_LANES 16
@@ -435,9 +532,7 @@ static void bwd_slots(int64_t s0, int64_t s1, void *vp) {
   int64_t S = c->p->slots;
   for (int64_t s = s0; s < s1; s++) {
     if (c->db) db_chans(c, c->g->Cout * s / S, c->g->Cout * (s + 1) / S);
-    for (int64_t u = s; u < c->p->units; u += S)
-      if (c->p->shift) shift_bwd_unit(c, u);
-      else bwd_unit(c, u, c->scratch + c->p->w_floats + s * c->p->slot_floats);
+    for (int64_t u = s; u < c->p->units; u += S) bwd_unit(c, u, c->scratch + c->p->w_floats + s * c->p->slot_floats);
   }
 }
 
@@ -451,10 +546,17 @@ void gpa__conv1d_bwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
   }
   plan p = make_plan(g, 1, par_threads(par));
   run_ctx c = {g, &p, x, W, NULL, dy, NULL, dx, dW, db, scratch, W, dW};
-  if (p.shift && g->K > 1) {
+  const gpa__par *pp = p.slots > 1 ? par : NULL;
+  gpa__sgemm_own_split(par);
+  if (!p.shift) {
+    gpa__pfor(pp, p.slots, 1, bwd_slots, &c);
+    return;
+  }
+  if (g->K > 1) {
     c.wk = scratch;
     c.dwk = scratch + p.w_floats / 2;
+    if (dx) gpa__pfor(pp, p.slots, 1, repack_slots, &c); /* every dx unit reads all of W_k */
   }
-  gpa__sgemm_own_split(par);
-  gpa__pfor(p.slots > 1 ? par : NULL, p.slots, 1, bwd_slots, &c);
+  gpa__pfor(pp, p.units, 1, shift_bwd_units, &c);
+  if (g->K > 1 || db) gpa__pfor(pp, p.slots, 1, bwd_finish, &c);
 }

@@ -3,12 +3,11 @@
  *   y[b,co,t] = b[co] + sum_{ci,k} W[co,ci,k] x[b, g*Cin_g + ci, t*stride - pad_l + k*dilation]
  * (g = co / Cout_g; positions outside [0, L) read 0),
  *   Lout = (L + pad_l + pad_r - dilation*(K-1) - 1) / stride + 1.
- * The forward's units are (batch, group, chunk of positions), the
- * backward's (group, block of input channels); each runs whole on one
- * thread of par (see conv1d.c). Stride 1 runs one GEMM per tap on x shifted
- * (W repacked in scratch, at most 8 MiB, and dW in the backward), other
- * geometries im2col + one GEMM per chunk (col2im backward), with one column
- * buffer per thread, together within GPA__CONV1D_SCRATCH_CAP bytes whatever
+ * The work is cut into units that each run whole on one thread of par (see
+ * conv1d.c). Stride 1 runs one GEMM per tap on x shifted, units claimed
+ * dynamically (W repacked in scratch, at most 8 MiB, and dW in the
+ * backward), other geometries im2col + one GEMM per chunk (col2im
+ * backward), with one column buffer per thread, together within GPA__CONV1D_SCRATCH_CAP bytes whatever
  * B and L are (unless a single column is larger: Cin/groups*K past 4M); a
  * 1x1 convolution with stride 1 and no padding reads x directly. */
 #ifndef GPA_KERNELS_HOST_CONV1D_H
