@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "actor/bufcache.h"
+#include "actor/spin.h"
 #include "comm/comm_id.h"
 #include "comm/comm_internal.h"
 
@@ -98,6 +99,9 @@ static bool must_park(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
     m->status = st;
     return false;
   }
+  if (c->eng->poll)
+    for (gpa__spin sp = gpa__spin_begin(GPA__SPIN_IDLE_NS); gpa__spin_on(&sp);)
+      if (c->eng->poll(c, p)) break;
   if (atomic_load_explicit(&p->state, memory_order_acquire) == GPA__COLL_DONE) return false;
   q->park_on = p;
   q->park_deadline = p->deadline;

@@ -180,6 +180,11 @@ static gpa_status start(gpa_comm *c, gpa__coll *op, char *err, size_t cap) {
   return F->start(s->comm, &mo, op, err, cap);
 }
 
+static bool poll_op(gpa_comm *c, gpa__coll *op) {
+  (void)c;
+  return F->test(op) != 0;
+}
+
 static void cancel(gpa_comm *c, gpa__coll *op) {
   (void)c;
   F->cancel(op);
@@ -204,4 +209,4 @@ static void destroy(gpa_comm *c) {
   pthread_mutex_unlock(&joined_lock);
 }
 
-const gpa__comm_engine gpa__comm_mpi = {"mpi", start, cancel, abort_comm, destroy};
+const gpa__comm_engine gpa__comm_mpi = {"mpi", start, poll_op, cancel, abort_comm, destroy};

@@ -42,6 +42,9 @@ typedef struct gpa__mpi_fns {
   void (*comm_free)(void *comm);
   /* starts op on comm; host->done(ctx) follows from the progress thread */
   int (*start)(void *comm, const gpa__mpi_op *op, void *ctx, char *err, size_t cap);
+  /* tests ctx's request once on the calling thread: 1 if it finished (then
+   * host->done ran, and wake is the caller's business), else 0 */
+  int (*test)(void *ctx);
   /* forgets ctx (its request, if any, runs on to completion unwatched) */
   void (*cancel)(void *ctx);
   /* host->done(ctx, status, why) for every op of comm not finished */

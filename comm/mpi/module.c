@@ -3,13 +3,16 @@
  * Collectives start as non-blocking MPI calls on the calling (actor)
  * thread; one progress thread per process tests them and reports each once
  * it completes. MPI progresses non-blocking collectives only inside MPI
- * calls, so the tests are what moves them: the thread polls while anything
- * is in flight (briefly spinning, then sleeping up to 200 us between
- * rounds) and sleeps on a condition variable otherwise. Two threads call
- * MPI at once, hence MPI_THREAD_MULTIPLE. */
+ * calls (a large transfer moves a fragment per call), so the tests are what
+ * moves them: while anything is in flight the thread tests round after
+ * round, yielding the core between rounds; only when nothing has completed
+ * for SLOW_NS (a peer far behind) does it sleep 100 us between rounds. With
+ * nothing in flight for HOT_IDLE_NS it sleeps on a condition variable. Two
+ * threads call MPI at once, hence MPI_THREAD_MULTIPLE. */
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +22,9 @@
 #include "gpuactor/comm.h"
 #include "gpuactor/status.h"
 #include "gpuactor/tensor.h"
+
+#define SLOW_NS 100000000ll /* 100 ms without a completion: stop polling hot */
+#define HOT_IDLE_NS 200000ll /* nothing in flight for 200 us: sleep until work comes */
 
 enum { K_ALLREDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_BROADCAST, K_SEND, K_RECV };
 
@@ -68,14 +74,28 @@ OP16(sum_bf16, GPA_REDUCE_SUM, GPA_BF16)
 OP16(max_bf16, GPA_REDUCE_MAX, GPA_BF16)
 OP16(min_bf16, GPA_REDUCE_MIN, GPA_BF16)
 
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static int64_t last; /* the last completion or start (under lock) */
+
 static void *progress(void *arg) {
   (void)arg;
-  int idle = 0;
   pthread_mutex_lock(&lock);
   while (!stopping) {
     if (!inflight) {
-      idle = 0;
-      pthread_cond_wait(&cond, &lock);
+      /* A trainer's collectives come in runs: stay awake a little for the
+       * next, which a condition variable's wake-up would delay. */
+      if (now_ns() - last < HOT_IDLE_NS) {
+        pthread_mutex_unlock(&lock);
+        sched_yield();
+        pthread_mutex_lock(&lock);
+      } else {
+        pthread_cond_wait(&cond, &lock);
+      }
       continue;
     }
     void *wake[64];
@@ -105,10 +125,13 @@ static void *progress(void *arg) {
     }
     pthread_mutex_unlock(&lock);
     for (int i = 0; i < n; i++) H.wake(wake[i]);
-    /* Nothing finished: poll again soon, but not in a hot loop. */
-    if (done) idle = 0;
-    else if (++idle < 64) sched_yield();
-    else nanosleep(&(struct timespec){0, (idle < 256 ? 20 : 200) * 1000}, NULL);
+    int64_t t = now_ns();
+    pthread_mutex_lock(&lock);
+    if (done) last = t;
+    bool hot = t - last < SLOW_NS;
+    pthread_mutex_unlock(&lock);
+    if (hot) sched_yield();
+    else nanosleep(&(struct timespec){0, 100 * 1000}, NULL);
     pthread_mutex_lock(&lock);
   }
   pthread_mutex_unlock(&lock);
@@ -304,11 +327,39 @@ static int start(void *comm, const gpa__mpi_op *op, void *ctx, char *err, size_t
   }
   pthread_mutex_lock(&lock);
   e->comm->entries++;
+  last = now_ns();
   e->next = inflight;
   inflight = e;
   pthread_cond_signal(&cond);
   pthread_mutex_unlock(&lock);
   return GPA_OK;
+}
+
+static int test(void *ctx) {
+  int fin = 0;
+  pthread_mutex_lock(&lock);
+  for (entry **pp = &inflight; *pp; pp = &(*pp)->next) {
+    entry *e = *pp;
+    if (e->ctx != ctx) continue;
+    int flag = 0, rc = MPI_Test(&e->req, &flag, MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS && !flag) break;
+    *pp = e->next;
+    char why[256] = "";
+    if (rc != MPI_SUCCESS) errtext(rc, "MPI", why, sizeof why);
+    else if (e->copy_to) memcpy(e->copy_to, e->tmp, e->copy_bytes);
+    H.done(e->ctx, rc == MPI_SUCCESS ? GPA_OK : GPA_EDEVICE, why);
+    if (--e->comm->entries == 0 && e->comm->freeing) {
+      MPI_Comm_free(&e->comm->c);
+      free(e->comm);
+    }
+    free(e->tmp);
+    free(e);
+    last = now_ns();
+    fin = 1;
+    break;
+  }
+  pthread_mutex_unlock(&lock);
+  return fin;
 }
 
 static void cancel(void *ctx) {
@@ -332,7 +383,7 @@ static void abort_comm(void *comm, int status, const char *why) {
   for (int i = 0; i < n; i++) H.wake(wake[i]);
 }
 
-static const gpa__mpi_fns fns = {GPA__MPI_ABI, init,  world,  bcast_world, comm_create,
-                                 comm_free,    start, cancel, abort_comm};
+static const gpa__mpi_fns fns = {GPA__MPI_ABI, init, world,  bcast_world, comm_create, comm_free,
+                                 start,        test, cancel, abort_comm};
 
 __attribute__((visibility("default"))) const gpa__mpi_fns *gpa_mpi_module_v1(void) { return &fns; }
