@@ -97,6 +97,7 @@ static bool same(const gpa__coll *x, const gpa__coll *y) {
 static gpa_status compute(gpa__coll **ops, int32_t n, char *err, size_t cap) {
   gpa__coll *o = ops[0];
   uint64_t es = gpa_dtype_size(o->dtype), cnt = o->count, blk = cnt * es;
+  if (!cnt) return GPA_OK; /* nothing moves (and memcpy may not see NULL) */
   switch (o->kind) {
     case GPA__COLL_ALLREDUCE:
     case GPA__COLL_REDUCE_SCATTER: {

@@ -75,7 +75,7 @@ static void *download(gpa_queue *q, const gpa_tensor *t) {
   uint64_t sz;
   CHECK_OK(gpa_handle_data(h, &d, &sz));
   void *out = malloc(sz ? sz : 1);
-  memcpy(out, d, sz);
+  if (sz) memcpy(out, d, sz); /* an empty readback has no data pointer */
   gpa_handle_release(h);
   return out;
 }
