@@ -37,7 +37,7 @@ if [ "${GPA_QUICK:-0}" != 1 ]; then
     vg=(valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect
         --show-leak-kinds=definite,indirect --suppressions=scripts/valgrind.supp)
     for t in status submit_await batch fifo backpressure buffers destroy misuse options feed custom_ops stress by_value \
-             actor_churn queue_churn; do
+             actor_churn queue_churn comm_local; do
       echo "== valgrind: $t ($(( $(date +%s) - start )) s in)"
       GPA_DEVICE=cpu GPA_STRESS_PER=20000 GPA_CHURN_PER=5 GPA_QUEUE_CHURN_CYCLES=500 "${vg[@]}" "build/tests/test_$t" >/dev/null
     done

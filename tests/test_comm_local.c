@@ -1,5 +1,5 @@
 /* Collectives among actors of one process (the LOCAL transport): every
- * case of util/comm_cases.c with 1, 2 and 3 ranks, then what only one
+ * case of util/comm_cases.c with 1 to 4 ranks, then what only one
  * process can stage: collectives that differ across ranks, abort, a
  * timeout, a queue parked on a collective while the actor's other queues
  * run, destroy while busy, init errors, and shutdown with a collective in
@@ -235,7 +235,7 @@ int main(void) {
   }
   CHECK_OK(gpa_actor_destroy(probe));
   init_errors();
-  for (int n = 1; n <= 3; n++) all_cases(n);
+  for (int n = 1; n <= 4; n++) all_cases(n);
   gpa_actor *a[2] = {actor1(), actor1()};
   gpa_comm *c[2];
   CHECK_OK(gpa_comm_init_all(a, 2, NULL, c));
