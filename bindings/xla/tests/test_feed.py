@@ -98,7 +98,7 @@ def test_several_tensors_and_a_sink():
 
 def test_timeout_is_an_error_not_a_hang():
     with gj.Session("slow") as s:
-        f = jax.jit(lambda: gj.infeed("slow", SPEC, timeout=0.2))
+        f = jax.jit(lambda: gj.infeed("slow", SPEC, timeout=0.2)).lower().compile()
         t = time.time()
         with pytest.raises(Exception, match=r"DEADLINE_EXCEEDED.*gpuactor_infeed: session 'slow'.*no item"):
             f()
@@ -110,8 +110,9 @@ def test_timeout_is_an_error_not_a_hang():
 
 def test_closed_session_is_an_error_not_a_hang():
     s = gj.Session("closing")
-    f = jax.jit(lambda: gj.infeed("closing", SPEC, timeout=30.0))
+    f = jax.jit(lambda: gj.infeed("closing", SPEC, timeout=30.0)).lower().compile()
     err = []
+    calls = gj.stats()["calls"]
 
     def run():
         try:
@@ -120,7 +121,10 @@ def test_closed_session_is_an_error_not_a_hang():
             err.append(str(e))
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(0.5)  # the program is parked on the empty session by now
+    deadline = time.time() + 20
+    while gj.stats()["calls"] == calls and time.time() < deadline:
+        time.sleep(0.01)  # until the infeed is submitted (then it is parked, or will be)
+    time.sleep(0.05)
     s.close()
     t.join(timeout=20)
     assert not t.is_alive()
