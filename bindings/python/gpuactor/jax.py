@@ -10,7 +10,8 @@ Optional: importing it needs jax. The handlers live in libgpuactor_xla.so
 this package loaded; importing registers them with jax.ffi for the cpu
 platform. XLA's buffers are used in place by the process's host actor (one
 per process, shared by every call); each call waits for its op before XLA
-goes on. See docs/xla.md.
+goes on, or with GPA_XLA_ASYNC=1 hands XLA a future to wait on. See
+docs/xla.md.
 """
 import ctypes
 import functools
