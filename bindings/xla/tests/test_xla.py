@@ -17,7 +17,7 @@ from gpuactor import jax as gj
 
 jax.config.update("jax_platforms", "cpu")
 RNG = np.random.default_rng(29)
-TOL = dict(rtol=2e-5, atol=2e-5)  # f32, as the parity harness
+TOL = dict(rtol=2e-5, atol=2e-5)  # f32 against f32 results (vmap, threads)
 
 
 def rand(*shape):
@@ -56,38 +56,61 @@ def ref_layer_norm(x, g, b, eps=1e-5):
 
 
 # ---- ops ---------------------------------------------------------------------
+# Against float64 references with the parity harness's rule (tests/parity/
+# harness.h): |got - ref| <= rtol |ref| + rtol 1e-2 max|ref|, rtol 1e-5 for
+# outputs and 1e-4 for gradients (the harness's gradient tolerance).
+GRAD = 1e-4
+
+def _x64():
+    return jax.enable_x64(True) if hasattr(jax, "enable_x64") else jax.experimental.enable_x64()
+
+
+def ref64(fn, *args):
+    """fn on float64 copies of the float arguments (None and integer arrays as they are)."""
+    with _x64():
+        conv = [a if a is None or not jnp.issubdtype(a.dtype, jnp.floating)
+                else jnp.asarray(np.asarray(a, np.float64)) for a in args]
+        return jax.tree.map(lambda r: np.asarray(r, np.float64), fn(*conv))
+
+
+def close(got, ref, rtol=1e-5):
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * 1e-2 * np.abs(ref).max())
+
+
+def close_all(got, refs, rtol=1e-5):
+    assert len(got) == len(refs)
+    for g, r in zip(got, refs):
+        close(g, r, rtol)
+
 
 @pytest.mark.parametrize("approximate", [False, True])
 def test_gelu(approximate):
-    x = rand(3, 5, 16)
+    x, dy = rand(3, 5, 16), rand(3, 5, 16)
     y = jax.jit(lambda x: gj.gelu(x, approximate))(x)
-    np.testing.assert_allclose(y, jax.nn.gelu(x, approximate=approximate), **TOL)
+    close(y, ref64(lambda x: jax.nn.gelu(x, approximate=approximate), x))
     (c,) = via_c_api("gelu_fwd", [x], [(x.shape, np.float32)], {"approximate": int(approximate)})
     np.testing.assert_array_equal(np.asarray(y), c)
-    dy = rand(3, 5, 16)
-    g = jax.jit(jax.grad(lambda x: (gj.gelu(x, approximate) * dy).sum()))(x)
-    r = jax.grad(lambda x: (jax.nn.gelu(x, approximate=approximate) * dy).sum())(x)
-    np.testing.assert_allclose(g, r, **TOL)
+    loss = lambda fn: (lambda x, dy: (fn(x) * dy).sum())  # noqa: E731
+    g = jax.jit(jax.grad(loss(lambda x: gj.gelu(x, approximate))))(x, dy)
+    close(g, ref64(jax.grad(loss(lambda x: jax.nn.gelu(x, approximate=approximate))), x, dy), GRAD)
 
 
 def test_layer_norm():
-    x, g, b = rand(2, 6, 32), rand(32), rand(32)
+    x, g, b, dy = rand(2, 6, 32), rand(32), rand(32), rand(2, 6, 32)
     f = jax.jit(lambda x, g, b: gj.layer_norm(x, g, b, eps=1e-5))
-    np.testing.assert_allclose(f(x, g, b), ref_layer_norm(x, g, b), rtol=1e-4, atol=1e-4)
+    close(f(x, g, b), ref64(ref_layer_norm, x, g, b))
     y, _, _ = via_c_api("layernorm_fwd", [x.reshape(12, 32), g, b],
                         [((12, 32), np.float32), ((12,), np.float32), ((12,), np.float32)])
     np.testing.assert_array_equal(np.asarray(f(x, g, b)).reshape(12, 32), y)
-    dy = rand(2, 6, 32)
-    loss = lambda fn: (lambda x, g, b: (fn(x, g, b) * dy).sum())  # noqa: E731
-    got = jax.jit(jax.grad(loss(gj.layer_norm), argnums=(0, 1, 2)))(x, g, b)
-    want = jax.grad(loss(ref_layer_norm), argnums=(0, 1, 2))(x, g, b)
-    for a, w in zip(got, want):
-        np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-4)
+    loss = lambda fn: (lambda x, g, b, dy: (fn(x, g, b) * dy).sum())  # noqa: E731
+    got = jax.jit(jax.grad(loss(gj.layer_norm), argnums=(0, 1, 2)))(x, g, b, dy)
+    close_all(got, ref64(jax.grad(loss(ref_layer_norm), argnums=(0, 1, 2)), x, g, b, dy), GRAD)
 
 
 @pytest.mark.parametrize("bias,gelu", [(True, False), (False, False), (True, True), (False, True)])
 def test_linear(bias, gelu):
-    x, W = rand(4, 3, 24), rand(10, 24)
+    x, W, dy = rand(4, 3, 24), rand(10, 24), rand(4, 3, 10)
     b = rand(10) if bias else None
 
     def ref(x, W, b):
@@ -95,41 +118,35 @@ def test_linear(bias, gelu):
         return jax.nn.gelu(y, approximate=True) if gelu else y
 
     ours = lambda x, W, b: gj.linear(x, W, b, gelu=gelu)  # noqa: E731
-    y = jax.jit(ours)(x, W, b)
-    np.testing.assert_allclose(y, ref(x, W, b), rtol=1e-4, atol=1e-4)
-    dy = rand(4, 3, 10)
+    close(jax.jit(ours)(x, W, b), ref64(ref, x, W, b))
     argnums = (0, 1, 2) if bias else (0, 1)
-    loss = lambda fn: (lambda x, W, b: (fn(x, W, b) * dy).sum())  # noqa: E731
-    got = jax.jit(jax.grad(loss(ours), argnums=argnums))(x, W, b)
-    want = jax.grad(loss(ref), argnums=argnums)(x, W, b)
-    for a, w in zip(got, want):
-        np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-4)
+    loss = lambda fn: (lambda x, W, b, dy: (fn(x, W, b) * dy).sum())  # noqa: E731
+    got = jax.jit(jax.grad(loss(ours), argnums=argnums))(x, W, b, dy)
+    close_all(got, ref64(jax.grad(loss(ref), argnums=argnums), x, W, b, dy), GRAD)
 
 
 @pytest.mark.parametrize("causal,S,Sk,H,Hkv", [(False, 7, 7, 4, 4), (True, 7, 7, 4, 2), (True, 5, 9, 4, 1)])
 def test_attention(causal, S, Sk, H, Hkv):
-    q, k, v = rand(2, S, H, 16), rand(2, Sk, Hkv, 16), rand(2, Sk, Hkv, 16)
+    q, k, v, do = rand(2, S, H, 16), rand(2, Sk, Hkv, 16), rand(2, Sk, Hkv, 16), rand(2, S, H, 16)
     o = jax.jit(lambda q, k, v: gj.attention(q, k, v, causal=causal))(q, k, v)
-    np.testing.assert_allclose(o, ref_attention(q, k, v, causal), **TOL)
+    close(o, ref64(lambda q, k, v: ref_attention(q, k, v, causal), q, k, v))
     c, _ = via_c_api("attention_fwd", [q, k, v], [(q.shape, np.float32), ((2, H, S), np.float32)],
                      {"causal": int(causal)})
     np.testing.assert_array_equal(np.asarray(o), c)
-    do = rand(2, S, H, 16)
-    loss = lambda fn: (lambda q, k, v: (fn(q, k, v, causal) * do).sum())  # noqa: E731
-    got = jax.jit(jax.grad(loss(lambda q, k, v, c: gj.attention(q, k, v, causal=c)), argnums=(0, 1, 2)))(q, k, v)
-    want = jax.grad(loss(ref_attention), argnums=(0, 1, 2))(q, k, v)
-    for a, w in zip(got, want):
-        np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-4)
+    loss = lambda fn: (lambda q, k, v, do: (fn(q, k, v, causal) * do).sum())  # noqa: E731
+    ours = loss(lambda q, k, v, c: gj.attention(q, k, v, causal=c))
+    got = jax.jit(jax.grad(ours, argnums=(0, 1, 2)))(q, k, v, do)
+    close_all(got, ref64(jax.grad(loss(ref_attention), argnums=(0, 1, 2)), q, k, v, do), GRAD)
 
 
 def test_attention_lengths_and_scale():
     q, k, v = rand(3, 6, 2, 8), rand(3, 6, 2, 8), rand(3, 6, 2, 8)
     lengths = jnp.asarray([6, 3, 1], jnp.int32)
     o = jax.jit(lambda q, k, v, n: gj.attention(q, k, v, scale=0.2, lengths=n))(q, k, v, lengths)
-    np.testing.assert_allclose(o, ref_attention(q, k, v, False, 0.2, lengths), **TOL)
+    close(o, ref64(lambda q, k, v, n: ref_attention(q, k, v, False, 0.2, n), q, k, v, lengths))
     g = jax.grad(lambda q: gj.attention(q, k, v, scale=0.2, lengths=lengths).sum())(q)
-    r = jax.grad(lambda q: ref_attention(q, k, v, False, 0.2, lengths).sum())(q)
-    np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+    close(g, ref64(jax.grad(lambda q, k, v, n: ref_attention(q, k, v, False, 0.2, n).sum()), q, k, v, lengths),
+          GRAD)
 
 
 def test_generic_op():
