@@ -12,6 +12,7 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 
 #define SLOW_NS 100000000ll /* 100 ms without a completion: stop polling hot */
 #define HOT_IDLE_NS 200000ll /* nothing in flight for 200 us: sleep until work comes */
+#define ACTOR_TEST_NS 200000ll /* an actor tested within 200 us: it is polling, leave the core to it */
 
 enum { K_ALLREDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_BROADCAST, K_SEND, K_RECV };
 
@@ -81,6 +83,7 @@ static int64_t now_ns(void) {
 }
 
 static int64_t last; /* the last completion or start (under lock) */
+static _Atomic int64_t actor_tested; /* an actor polls its collective (test): stay away */
 
 static void *progress(void *arg) {
   (void)arg;
@@ -96,6 +99,12 @@ static void *progress(void *arg) {
       } else {
         pthread_cond_wait(&cond, &lock);
       }
+      continue;
+    }
+    if (now_ns() - atomic_load_explicit(&actor_tested, memory_order_relaxed) < ACTOR_TEST_NS) {
+      pthread_mutex_unlock(&lock);
+      nanosleep(&(struct timespec){0, 50 * 1000}, NULL);
+      pthread_mutex_lock(&lock);
       continue;
     }
     void *wake[64];
@@ -337,6 +346,7 @@ static int start(void *comm, const gpa__mpi_op *op, void *ctx, char *err, size_t
 
 static int test(void *ctx) {
   int fin = 0;
+  atomic_store_explicit(&actor_tested, now_ns(), memory_order_relaxed);
   pthread_mutex_lock(&lock);
   for (entry **pp = &inflight; *pp; pp = &(*pp)->next) {
     entry *e = *pp;
