@@ -53,8 +53,8 @@ typedef struct gpa__comm_engine {
    * maybe before this returns); else failed, with err set. */
   gpa_status (*start)(gpa_comm *c, gpa__coll *op, char *err, size_t cap);
   /* Optional: looks once whether op finished, on the actor thread (which
-   * polls a while before parking its queue, saving two thread hand-offs
-   * per collective that finishes soon); true: gpa__coll_done ran. */
+   * polls while it is otherwise idle before parking its queue: comm.c,
+   * poll_while_idle); true: gpa__coll_done ran. */
   bool (*poll)(gpa_comm *c, gpa__coll *op);
   /* The engine forgets op (never calls gpa__coll_done for it afterwards). */
   void (*cancel)(gpa_comm *c, gpa__coll *op);

@@ -1,8 +1,9 @@
 /* libgpuactor_mpi.so: the MPI engine's MPI side (comm/mpi_abi.h).
  *
  * Collectives start as non-blocking MPI calls on the calling (actor)
- * thread; one progress thread per process tests them and reports each once
- * it completes. MPI progresses non-blocking collectives only inside MPI
+ * thread, which then tests its own (test) while it has nothing else to do;
+ * one progress thread per process tests the rest and reports each once it
+ * completes, staying away while an actor polls (ACTOR_TEST_NS). MPI progresses non-blocking collectives only inside MPI
  * calls (a large transfer moves a fragment per call), so the tests are what
  * moves them: while anything is in flight the thread tests round after
  * round, yielding the core between rounds; only when nothing has completed
