@@ -12,7 +12,7 @@
  *   are claimed dynamically from the pool (a thread slowed by another
  *   process, e.g. PyTorch's OpenMP threads spinning after its call, leaves
  *   its share to the others):
- *   forward: (batch, group, chunk of about 256 output positions), after one
+ *   forward: (batch, group, chunk of about 1024 output positions), after one
  *     short parallel pass that repacks W;
  *   backward: dW units (group, tap, block of input channels): dW_k +=
  *     dy x_shift^T over every batch in order (all of the group's output
@@ -63,10 +63,27 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* Chunks of positions are multiples of this when that does not change
  * their number (OpenBLAS's AVX2 kernels work in 16-wide tiles). */
 #define POS_ALIGN 16
-/* Shift path: about this many positions per unit, and at most this many
- * input channels per dW unit of the backward. */
+/* Shift path, units claimed dynamically: chunks of about POS_CHUNK output
+ * positions per forward unit and DX_CHUNK input positions per dx unit, at
+ * least FWD_MIN / DX_MIN where the sizes give fewer than four units per
+ * thread, and at most DW_COLS input channels per dW unit (smaller blocks
+ * only for one dW unit per thread). Each GEMM packs its W_k again, so
+ * shorter rows of positions cost more: on two threads the forward ran
+ * 7-18% slower with chunks of 256 or 512 than with rows of 1024, and the
+ * backward 3-7% slower with dx chunks of 128 or dW blocks of 128 than
+ * with 256 (docs/benchmarks.md); the dx GEMMs did as well at 256 as at
+ * 1024. */
 #ifndef POS_CHUNK
-#define POS_CHUNK 256
+#define POS_CHUNK 1024
+#endif
+#ifndef FWD_MIN
+#define FWD_MIN 512
+#endif
+#ifndef DX_CHUNK
+#define DX_CHUNK 256
+#endif
+#ifndef DX_MIN
+#define DX_MIN 256
 #endif
 #ifndef DW_COLS
 #define DW_COLS 256
@@ -104,17 +121,17 @@ static int64_t even_units(int64_t n0, int64_t m, int64_t P, int64_t nmax) {
   return n0;
 }
 
-/* Shift path: positions per unit. Chunks of about POS_CHUNK positions
+/* Shift path: positions per unit. Chunks of about `chunk` positions
  * (multiples of POS_ALIGN), from the sizes alone, so the units and hence
  * the bits do not depend on the thread count, unless m (batches x groups)
  * times the chunks would give fewer than four units per thread: then
- * smaller chunks, down to POS_CHUNK / 2 positions for four units per
- * thread and to POS_ALIGN for two. */
-static void pos_chunks(int64_t n, int64_t m, int64_t P, int64_t *lc, int64_t *nt) {
-  int64_t k = (n + POS_CHUNK / 2) / POS_CHUNK, k4 = min64(cdiv(4 * P, m), n / (POS_CHUNK / 2));
+ * smaller chunks, down to POS_MIN positions for four units per thread and
+ * to POS_ALIGN for two. */
+static void pos_chunks(int64_t n, int64_t m, int64_t P, int64_t chunk, int64_t cmin, int64_t *lc, int64_t *nt) {
+  int64_t k = (n + chunk / 2) / chunk, k4 = min64(cdiv(4 * P, m), n / cmin);
   if (k < 1) k = 1;
   if (m * k < 4 * P && k4 > k) k = k4;
-  if (m * k < 2 * P) k = min64(cdiv(2 * P, m), cdiv(n, POS_ALIGN));
+  if (m * k < P) k = min64(cdiv(P, m), cdiv(n, POS_ALIGN));
   if (k < 1) k = 1;
   int64_t c = cdiv(n, k), a = cdiv(c, POS_ALIGN) * POS_ALIGN;
   if (cdiv(n, a) == k) c = a;
@@ -133,15 +150,15 @@ static plan make_plan(const gpa__conv1d_geom *g, int bwd, int64_t threads) {
   if (p.shift) {
     p.slots = P;
     if (!bwd) {
-      pos_chunks(g->Lout, BG, P, &p.lc, &p.nt);
+      pos_chunks(g->Lout, BG, P, POS_CHUNK, FWD_MIN, &p.lc, &p.nt);
       p.units = BG * p.nt;
     } else {
       int64_t nb = cdiv(cin_g, DW_COLS); /* dW units: (group, tap, block of input channels) */
-      if (G * g->K * nb < 2 * P) nb = min64(cdiv(2 * P, G * g->K), cdiv(cin_g, POS_ALIGN));
+      if (G * g->K * nb < P) nb = min64(cdiv(P, G * g->K), cdiv(cin_g, POS_ALIGN));
       p.nci = cdiv(cdiv(cin_g, nb), POS_ALIGN) * POS_ALIGN;
       if (p.nci > cin_g) p.nci = cin_g;
       p.ndw = cdiv(cin_g, p.nci);
-      pos_chunks(g->L, BG, P, &p.lx, &p.ntx);
+      pos_chunks(g->L, BG, P, DX_CHUNK, DX_MIN, &p.lx, &p.ntx);
       p.units = G * g->K * p.ndw + BG * p.ntx;
     }
     return p;
