@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "actor/bufcache.h"
 #include "actor/spin.h"
@@ -287,6 +288,21 @@ gpa_status gpa_comm_destroy(gpa_comm *c) {
   if (n)
     return gpa__fail(GPA_EBUSY, "gpa_comm_destroy: %u collectives of rank %d have not finished (await them first)",
                      n, c->rank);
+  /* MPI may still write into the buffers of operations this rank gave up
+   * on (abort, timeout, shutdown): wait for them, so that buffers released
+   * after this call are free for good. */
+  if (c->eng->abandoned) {
+    int64_t limit = c->timeout_ns > 0 ? gpa__now_ns() + c->timeout_ns : 0;
+    uint32_t left;
+    while ((left = c->eng->abandoned(c))) {
+      if (limit && gpa__now_ns() >= limit)
+        return gpa__fail(GPA_EBUSY,
+                         "gpa_comm_destroy: MPI still holds %u operations rank %d gave up on, after the "
+                         "communicator's timeout (their peers never came; nothing freed)",
+                         left, c->rank);
+      nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+  }
   c->eng->destroy(c);
   free(c);
   return GPA_OK;

@@ -56,6 +56,10 @@ typedef struct gpa__comm_engine {
    * polls while it is otherwise idle before parking its queue: comm.c,
    * poll_while_idle); true: gpa__coll_done ran. */
   bool (*poll)(gpa_comm *c, gpa__coll *op);
+  /* Optional: operations the engine still runs though nobody waits for
+   * them any more (cancelled, timed out, aborted): their buffers may still
+   * be written. gpa_comm_destroy waits for 0. */
+  uint32_t (*abandoned)(gpa_comm *c);
   /* The engine forgets op (never calls gpa__coll_done for it afterwards). */
   void (*cancel)(gpa_comm *c, gpa__coll *op);
   /* Fails every collective of c not finished (on a LOCAL communicator the

@@ -185,6 +185,8 @@ static bool poll_op(gpa_comm *c, gpa__coll *op) {
   return F->test(op) != 0;
 }
 
+static uint32_t abandoned(gpa_comm *c) { return F->abandoned(((mpi_state *)c->es)->comm); }
+
 static void cancel(gpa_comm *c, gpa__coll *op) {
   (void)c;
   F->cancel(op);
@@ -209,4 +211,4 @@ static void destroy(gpa_comm *c) {
   pthread_mutex_unlock(&joined_lock);
 }
 
-const gpa__comm_engine gpa__comm_mpi = {"mpi", start, poll_op, cancel, abort_comm, destroy};
+const gpa__comm_engine gpa__comm_mpi = {"mpi", start, poll_op, abandoned, cancel, abort_comm, destroy};

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GPA__MPI_ABI 1
+#define GPA__MPI_ABI 2
 #define GPA__MPI_ENTRY "gpa_mpi_module_v1"
 
 /* What the library gives the module. */
@@ -47,6 +47,8 @@ typedef struct gpa__mpi_fns {
   int (*test)(void *ctx);
   /* forgets ctx (its request, if any, runs on to completion unwatched) */
   void (*cancel)(void *ctx);
+  /* requests on comm still in flight whose ctx was cancelled */
+  uint32_t (*abandoned)(void *comm);
   /* host->done(ctx, status, why) for every op of comm not finished */
   void (*abort)(void *comm, int status, const char *why);
 } gpa__mpi_fns;

@@ -2,8 +2,9 @@
  * MPI, the test starts its own mpirun (-np 2, then -np 3, --oversubscribe:
  * the CI machine has 2 cores) on itself; each rank then bootstraps through
  * gpa_comm_bootstrap_mpi, runs every case of util/comm_cases.c, and the
- * MPI-only ones: abort with a collective in flight (MPI cannot take it
- * back: the peer completes it later, unwatched) and a second communicator.
+ * MPI-only ones: a second rank in one process, a size the processes
+ * disagree with, abort and a timeout with a collective in flight (MPI
+ * cannot take it back: the peer completes it later, unwatched).
  * Skipped (77) without mpirun or the MPI module, and in sanitizer builds:
  * Open MPI's own allocations and threads flood ASan and TSan (and it
  * cannot run under valgrind's pace without timeouts of its own). On cuda
@@ -103,6 +104,50 @@ static void abort_case(gpa_actor *a, const gpa_comm_id *id, int rank, int size) 
   gpa_buffer_release(a, flag.buffer);
 }
 
+/* Rank 0's allreduce times out (rank 1 comes late): ETIMEDOUT after the
+ * communicator's timeout, the rest of the batch skipped, the communicator
+ * failed; rank 1 joins afterwards (told through a second communicator),
+ * completing the request rank 0 left to MPI. */
+static void timeout_case(gpa_actor *a, const gpa_comm_id *id, int rank, int size) {
+  if (size < 2) return;
+  gpa_comm *c, *side;
+  gpa_comm_id id1 = *id, id2 = *id;
+  id1.bytes[10] ^= 0x11;
+  id2.bytes[10] ^= 0x22;
+  gpa_comm_options o = {.size = sizeof o, .transport = GPA_COMM_MPI, .timeout_ns = 150 * 1000000};
+  CHECK_OK(gpa_comm_init(a, &id1, size, rank, &o, &c));
+  CHECK_OK(gpa_comm_init(a, &id2, size, rank, NULL, &side));
+  gpa_queue *q = gpa_actor_default_queue(a), *q2;
+  CHECK_OK(gpa_queue_create(a, "side", &q2));
+  gpa_tensor x = tu_f32(a, 1000), flag = tu_f32(a, 1);
+  gpa_handle *h, *later;
+  if (rank == 0) {
+    CHECK_OK(gpa_batch_begin(q, "timeout"));
+    CHECK_OK(gpa_allreduce(q, c, &x, &x, GPA_REDUCE_SUM, &h));
+    CHECK_OK(tu_fill(q, &x, 1.0, &later));
+    CHECK_ST(gpa_await(h, -1), GPA_ETIMEDOUT);
+    CHECK(strstr(gpa_handle_error_message(h), "timeout"));
+    CHECK_ST(gpa_await(later, -1), GPA_ETIMEDOUT); /* skipped */
+    CHECK_ST(gpa_sync_batch(q, NULL), GPA_ETIMEDOUT);
+    CHECK_ST(gpa_allreduce(q, c, &x, &x, GPA_REDUCE_SUM, NULL), GPA_ECLOSED);
+    gpa_handle_release(h);
+    gpa_handle_release(later);
+  }
+  CHECK_OK(gpa_allreduce(q2, side, &flag, &flag, GPA_REDUCE_SUM, &h));
+  CHECK_OK(gpa_await(h, -1));
+  gpa_handle_release(h);
+  if (rank != 0) {
+    CHECK_OK(gpa_allreduce(q, c, &x, &x, GPA_REDUCE_SUM, &h));
+    CHECK_OK(gpa_await(h, -1));
+    gpa_handle_release(h);
+  }
+  CHECK_OK(gpa_comm_destroy(c));
+  CHECK_OK(gpa_comm_destroy(side));
+  CHECK_OK(gpa_queue_destroy(q2));
+  gpa_buffer_release(a, x.buffer);
+  gpa_buffer_release(a, flag.buffer);
+}
+
 static int child(void) {
   /* A failed CHECK exits, and MPI_Finalize at exit then waits for the
    * peers: the alarm ends such a job instead of ctest's timeout. */
@@ -127,6 +172,7 @@ static int child(void) {
   CHECK_ST(gpa_comm_init(a, &id3, size + 1, rank, &mpi, &again), GPA_EINVAL);
   CHECK_MSG("processes joined");
   abort_case(a, &id, rank, size);
+  timeout_case(a, &id, rank, size);
   CHECK_OK(gpa_actor_destroy(a));
   if (rank == 0) printf("comm_mpi: %d ranks ok\n", size);
   return 0;

@@ -380,6 +380,14 @@ static void cancel(void *ctx) {
   pthread_mutex_unlock(&lock);
 }
 
+static uint32_t abandoned(void *comm) {
+  uint32_t n = 0;
+  pthread_mutex_lock(&lock);
+  for (entry *e = inflight; e; e = e->next) n += e->comm == comm && !e->ctx;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+
 static void abort_comm(void *comm, int status, const char *why) {
   void *wake[256];
   int n = 0;
@@ -394,7 +402,16 @@ static void abort_comm(void *comm, int status, const char *why) {
   for (int i = 0; i < n; i++) H.wake(wake[i]);
 }
 
-static const gpa__mpi_fns fns = {GPA__MPI_ABI, init, world,  bcast_world, comm_create, comm_free,
-                                 start,        test, cancel, abort_comm};
+static const gpa__mpi_fns fns = {.abi = GPA__MPI_ABI,
+                                 .init = init,
+                                 .world = world,
+                                 .bcast_world = bcast_world,
+                                 .comm_create = comm_create,
+                                 .comm_free = comm_free,
+                                 .start = start,
+                                 .test = test,
+                                 .cancel = cancel,
+                                 .abandoned = abandoned,
+                                 .abort = abort_comm};
 
 __attribute__((visibility("default"))) const gpa__mpi_fns *gpa_mpi_module_v1(void) { return &fns; }

@@ -108,7 +108,10 @@ int32_t gpa_comm_rank(const gpa_comm *comm);
 int32_t gpa_comm_size(const gpa_comm *comm);
 /* Frees this rank's communicator. Collectives already submitted on it must
  * have completed (await them or sync their batches): EBUSY otherwise, and
- * nothing is freed. Any thread. Errors: EINVAL (NULL), EBUSY. */
+ * nothing is freed. MPI: first waits for the operations this rank gave up
+ * on (abort, timeout, shutdown) and MPI still runs, since MPI may write
+ * their buffers until then: EBUSY once the communicator's timeout passes
+ * (none: no limit). Any thread. Errors: EINVAL (NULL), EBUSY. */
 gpa_status gpa_comm_destroy(gpa_comm *comm);
 /* Marks the communicator failed: collectives of this rank that have not
  * completed complete with ECANCELED, later ones fail at once; the peers'
