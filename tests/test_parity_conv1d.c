@@ -253,7 +253,10 @@ int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&t, &cases[i], seed + i);
   if (!t.quick) {
     /* stride 2, Cin*K = 4608 rows: the 16 MiB column cap gives 910-column chunks */
-    const ccase big[] = {{2, 512, 2000, 4, 9, 2, 4, 1, 1, 0, 1}, {2, 64, 300, 48, 3, 1, 0, 4, 1, 1, 1}};
+    const ccase big[] = {{2, 512, 2000, 4, 9, 2, 4, 1, 1, 0, 1}, {2, 64, 300, 48, 3, 1, 0, 4, 1, 1, 1},
+                         /* the host's dynamic units (stride 1): the issue's causal dilated form and the
+                          * main job's (B32, L128), smaller channels */
+                         {8, 32, 1024, 32, 3, 1, 0, 4, 1, 1, 1}, {32, 24, 128, 24, 3, 1, 0, 1, 1, 1, 1}};
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) run_case(&t, &big[i], seed + 100 + i);
   }
   errors(&t);
