@@ -3,8 +3,9 @@
  * shapes large enough to be split over the threads (by positions forward,
  * by input channels backward; units that do not divide evenly, groups,
  * stride, dilation, causal and symmetric padding, with and without bias;
- * the shift, im2col (also forced on the stride-1 cases) and direct 1x1
- * paths), the same bits on a second run, and the im2col memory bound: the scratch the
+ * the direct forward, the shift path (forced for the forward too), im2col
+ * (also forced on the stride-1 cases) and direct 1x1 paths), the same bits
+ * on a second run, and the im2col memory bound: the scratch the
  * kernels ask for stays within GPA__CONV1D_SCRATCH_CAP for inputs whose
  * whole column matrix is far larger (over 10^12 bytes), and the kernels
  * write nothing past the scratch they asked for (a guard after it; ASan
@@ -92,10 +93,13 @@ static void scratch_check(float *s, uint64_t bytes) {
   free(s);
 }
 
-/* im2col: force the im2col path (stride 1 takes the shift path by default). */
-static void run_case(const ccase *c, const gpa__par *pars[], int npar, int im2col) {
+/* mode 1: force the im2col path (stride 1 takes the direct forward and the
+ * shift backward by default); mode 2: the shift path's forward instead of
+ * the direct kernel. */
+static void run_case(const ccase *c, const gpa__par *pars[], int npar, int mode) {
+  int im2col = mode == 1;
   gpa__conv1d_geom g = {c->B, c->Cin, c->L, c->Cout, c->K, c->stride, c->pad_l, c->pad_r, c->dilation, c->groups, 0,
-                        im2col};
+                        im2col, mode == 2};
   CHECK(gpa__conv1d_geom_init(&g));
   int64_t nx = g.B * g.Cin * g.L, nw = g.Cout * (g.Cin / g.groups) * g.K, ny = g.B * g.Cout * g.Lout;
   float *x = malloc((size_t)nx * 4), *W = malloc((size_t)nw * 4), *b = malloc((size_t)g.Cout * 4);
@@ -152,7 +156,7 @@ static void bound(const gpa__par *pars[], int npar) {
   gpa__par wide = {pars[npar - 1]->pfor, pars[npar - 1]->self, 64}; /* a 64-thread plan (not run) */
   for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
     const ccase *c = &big[i];
-    gpa__conv1d_geom g = {c->B, c->Cin, c->L, c->Cout, c->K, c->stride, c->pad_l, c->pad_r, c->dilation, c->groups, 0, 0};
+    gpa__conv1d_geom g = {c->B, c->Cin, c->L, c->Cout, c->K, c->stride, c->pad_l, c->pad_r, c->dilation, c->groups, 0, 0, 0};
     CHECK(gpa__conv1d_geom_init(&g));
     double whole = (double)g.B * (double)(g.Cin * g.K) * (double)g.Lout * 4.0;
     CHECK(whole > 64.0 * (double)GPA__CONV1D_SCRATCH_CAP);
@@ -204,6 +208,7 @@ int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     run_case(&cases[i], pars, 3, 0);
     if (i < 5) run_case(&cases[i], pars, 3, 1); /* the stride-1 cases through im2col too */
+    if (cases[i].stride == 1) run_case(&cases[i], pars, 3, 2); /* and through the shift forward */
   }
   bound(pars, 3);
   gpa__pool_destroy(p2);

@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "kernels/host/blas.h"
+#include "kernels/host/conv1d_direct.h"
 
 int gpa__conv1d_geom_init(gpa__conv1d_geom *g) {
   g->Lout = 0;
@@ -102,6 +103,7 @@ typedef struct plan {
   int64_t nci;         /* backward: input channels per dW unit */
   int64_t ndw;         /* backward: dW units per group and tap */
   int64_t lx, ntx;     /* backward: input positions per dx unit, dx units per (batch, group) */
+  int direct;          /* forward: the direct kernel (conv1d_direct.h), P slots of scratch */
 } plan;
 
 static uint64_t w_bytes(const gpa__conv1d_geom *g) {
@@ -140,13 +142,20 @@ static void pos_chunks(int64_t n, int64_t m, int64_t P, int64_t chunk, int64_t c
 }
 
 static plan make_plan(const gpa__conv1d_geom *g, int bwd, int64_t threads) {
-  plan p = {0, 0, 1, 1, 1, 0, 0, 0, 1, 0, 1, 0};
+  plan p = {0, 0, 1, 1, 1, 0, 0, 0, 1, 0, 1, 0, 0};
   int64_t G = g->groups, cin_g = g->Cin / G, BG = g->B * G, direct = is_direct(g);
   p.shift = !direct && !g->im2col && g->stride == 1 && w_bytes(g) <= GPA__CONV1D_SCRATCH_CAP / 2;
   if (p.shift && g->K > 1) p.w_floats = (bwd ? 2 : 1) * (int64_t)(w_bytes(g) / sizeof(float));
   double flops = (bwd ? 4.0 : 2.0) * (double)g->B * (double)g->Cout * (double)(cin_g * g->K) * (double)g->Lout;
   int64_t P = flops < SPLIT_FLOPS * (double)threads ? 1 : threads;
   if (g->B <= 0 || g->Lout <= 0) return p;
+  if (!bwd && !direct && gpa__conv1d_direct_ok(g, P)) {
+    p.direct = 1;
+    p.shift = 0;
+    p.slots = P;
+    p.w_floats = (int64_t)gpa__conv1d_direct_floats(g, P);
+    return p;
+  }
   if (p.shift) {
     p.slots = P;
     if (!bwd) {
@@ -475,6 +484,10 @@ void gpa__conv1d_fwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
                      const float *b, float *y, float *scratch) {
   if (g->B <= 0 || g->Lout <= 0) return;
   plan p = make_plan(g, 0, par_threads(par));
+  if (p.direct) {
+    gpa__conv1d_direct_fwd(par, p.slots, g, x, W, b, y, scratch);
+    return;
+  }
   run_ctx c = {g, &p, x, W, b, NULL, y, NULL, NULL, NULL, scratch, W, NULL};
   const gpa__par *pp = p.slots > 1 ? par : NULL;
   gpa__sgemm_own_split(par);

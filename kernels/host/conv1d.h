@@ -24,6 +24,7 @@ typedef struct gpa__conv1d_geom {
   int64_t stride, pad_l, pad_r, dilation, groups;
   int64_t Lout; /* filled by gpa__conv1d_geom_init */
   int im2col;   /* 1: the im2col path even where the shift path applies (benches and tests compare them) */
+  int no_direct; /* 1: the forward's shift path even where the direct kernel applies (conv1d_direct.h) */
 } gpa__conv1d_geom;
 
 /* Computes Lout; returns 0 if the geometry is invalid (Lout < 1 with L > 0,

@@ -65,6 +65,7 @@ static gpa_status check_geom(const char *op, const gpa_tensor *x, const gpa_tens
   g->dilation = p->dilation;
   g->groups = G;
   g->im2col = 0;
+  g->no_direct = 0;
   if (g->K > (1 << 30) || g->dilation * (g->K - 1) > ((int64_t)1 << 40)) {
     snprintf(msg, ms, "%s: K * dilation too large", op);
     return GPA_EOVERFLOW;

@@ -1,0 +1,169 @@
+/* Direct conv1d forward (AVX2+FMA). See conv1d_direct.h. */
+#include "kernels/host/conv1d_direct.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "kernels/host/simd_exp.h" /* GPA__AVX2_ATTR, gpa__cpu_avx2 */
+
+#define MR 6
+#define NR 16
+/* Output positions per unit: the unit's panel is K*Cin_g*DIRECT_NC floats
+ * (384 KiB at Cin_g*K = 768), in L2 while its 6-row tiles of W stream past
+ * it; 64 to 256 ran alike on one thread. */
+#define DIRECT_NC 128
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static uint64_t wp_floats(const gpa__conv1d_geom *g) {
+  int64_t G = g->groups, R = g->K * (g->Cin / G);
+  return (uint64_t)G * (uint64_t)cdiv(g->Cout / G, MR) * (uint64_t)R * MR;
+}
+static uint64_t panel_floats(const gpa__conv1d_geom *g) {
+  return (uint64_t)(g->K * (g->Cin / g->groups)) * (uint64_t)(cdiv(DIRECT_NC, NR) * NR);
+}
+
+uint64_t gpa__conv1d_direct_floats(const gpa__conv1d_geom *g, int64_t threads) {
+  return wp_floats(g) + (uint64_t)(threads < 1 ? 1 : threads) * panel_floats(g);
+}
+
+int gpa__conv1d_direct_ok(const gpa__conv1d_geom *g, int64_t threads) {
+#ifdef GPA__HAVE_AVX2_PATH
+  if (g->stride != 1 || g->im2col || g->no_direct || !gpa__cpu_avx2()) return 0;
+  return gpa__conv1d_direct_floats(g, threads) * sizeof(float) <= GPA__CONV1D_SCRATCH_CAP;
+#else
+  (void)g, (void)threads;
+  return 0;
+#endif
+}
+
+#ifdef GPA__HAVE_AVX2_PATH
+/* C[6][16] (ldc) = bias + sum_r A[r][0..5] * B[r][0..15]. */
+GPA__AVX2_ATTR static void micro(int64_t R, const float *A, const float *B, float *C, int64_t ldc,
+                                 const float *bias) {
+  __m256 c00 = _mm256_set1_ps(bias[0]), c01 = c00, c10 = _mm256_set1_ps(bias[1]), c11 = c10;
+  __m256 c20 = _mm256_set1_ps(bias[2]), c21 = c20, c30 = _mm256_set1_ps(bias[3]), c31 = c30;
+  __m256 c40 = _mm256_set1_ps(bias[4]), c41 = c40, c50 = _mm256_set1_ps(bias[5]), c51 = c50;
+  for (int64_t r = 0; r < R; r++) {
+    __m256 b0 = _mm256_loadu_ps(B), b1 = _mm256_loadu_ps(B + 8), a;
+    a = _mm256_broadcast_ss(A + 0);
+    c00 = _mm256_fmadd_ps(a, b0, c00);
+    c01 = _mm256_fmadd_ps(a, b1, c01);
+    a = _mm256_broadcast_ss(A + 1);
+    c10 = _mm256_fmadd_ps(a, b0, c10);
+    c11 = _mm256_fmadd_ps(a, b1, c11);
+    a = _mm256_broadcast_ss(A + 2);
+    c20 = _mm256_fmadd_ps(a, b0, c20);
+    c21 = _mm256_fmadd_ps(a, b1, c21);
+    a = _mm256_broadcast_ss(A + 3);
+    c30 = _mm256_fmadd_ps(a, b0, c30);
+    c31 = _mm256_fmadd_ps(a, b1, c31);
+    a = _mm256_broadcast_ss(A + 4);
+    c40 = _mm256_fmadd_ps(a, b0, c40);
+    c41 = _mm256_fmadd_ps(a, b1, c41);
+    a = _mm256_broadcast_ss(A + 5);
+    c50 = _mm256_fmadd_ps(a, b0, c50);
+    c51 = _mm256_fmadd_ps(a, b1, c51);
+    A += MR;
+    B += NR;
+  }
+  _mm256_storeu_ps(C, c00), _mm256_storeu_ps(C + 8, c01), C += ldc;
+  _mm256_storeu_ps(C, c10), _mm256_storeu_ps(C + 8, c11), C += ldc;
+  _mm256_storeu_ps(C, c20), _mm256_storeu_ps(C + 8, c21), C += ldc;
+  _mm256_storeu_ps(C, c30), _mm256_storeu_ps(C + 8, c31), C += ldc;
+  _mm256_storeu_ps(C, c40), _mm256_storeu_ps(C + 8, c41), C += ldc;
+  _mm256_storeu_ps(C, c50), _mm256_storeu_ps(C + 8, c51);
+}
+
+typedef struct dctx {
+  const gpa__conv1d_geom *g;
+  const float *x, *W, *b;
+  float *y, *wp, *panels;
+  int64_t slots, nt, units; /* nt: chunks per (batch, group) */
+  _Atomic int64_t next;
+} dctx;
+
+/* Wp[g][tile][r][i] = W[g*cout_g + tile*6 + i][ci][k], r = k*cin_g + ci (0 past cout_g). */
+static void pack_w_slots(int64_t s0, int64_t s1, void *vp) {
+  dctx *c = vp;
+  const gpa__conv1d_geom *g = c->g;
+  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, K = g->K, R = K * cin_g;
+  int64_t nct = cdiv(cout_g, MR), tiles = G * nct;
+  for (int64_t s = s0; s < s1; s++)
+    for (int64_t t = tiles * s / c->slots; t < tiles * (s + 1) / c->slots; t++) {
+      int64_t gi = t / nct, ct = t % nct;
+      float *d = c->wp + t * R * MR;
+      for (int64_t i = 0; i < MR; i++) {
+        int64_t co = ct * MR + i;
+        const float *w = c->W + (gi * cout_g + co) * cin_g * K;
+        for (int64_t r = 0; r < R; r++) d[r * MR + i] = co < cout_g ? w[(r % cin_g) * K + r / cin_g] : 0.0f;
+      }
+    }
+}
+
+/* The unit's panels: P[tile][r][j] = x[ci, t0 + tile*16 + j + k*dil - pad_l] (0 outside [0, L) or past nc). */
+static void pack_x(const gpa__conv1d_geom *g, const float *xg, int64_t t0, int64_t nc, float *P) {
+  int64_t cin_g = g->Cin / g->groups, R = g->K * cin_g, L = g->L;
+  for (int64_t tt = 0; tt < cdiv(nc, NR); tt++)
+    for (int64_t r = 0; r < R; r++) {
+      int64_t k = r / cin_g, ci = r % cin_g, base = t0 + tt * NR + k * g->dilation - g->pad_l;
+      const float *src = xg + ci * L;
+      float *d = P + (tt * R + r) * NR;
+      if (base >= 0 && base + NR <= L && tt * NR + NR <= nc)
+        memcpy(d, src + base, NR * sizeof(float));
+      else
+        for (int64_t j = 0; j < NR; j++) {
+          int64_t p = base + j;
+          d[j] = p >= 0 && p < L && tt * NR + j < nc ? src[p] : 0.0f;
+        }
+    }
+}
+
+static void unit(dctx *c, int64_t u, float *P) {
+  const gpa__conv1d_geom *g = c->g;
+  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, R = g->K * cin_g, Lout = g->Lout;
+  int64_t bg = u / c->nt, bi = bg / G, gi = bg % G, t0 = u % c->nt * DIRECT_NC;
+  int64_t nc = Lout - t0 < DIRECT_NC ? Lout - t0 : DIRECT_NC, nct = cdiv(cout_g, MR);
+  pack_x(g, c->x + (bi * g->Cin + gi * cin_g) * g->L, t0, nc, P);
+  float *yg = c->y + (bi * g->Cout + gi * cout_g) * Lout + t0, tmp[MR * NR], bias[MR];
+  for (int64_t ct = 0; ct < nct; ct++) {
+    int64_t m = cout_g - ct * MR < MR ? cout_g - ct * MR : MR;
+    for (int64_t i = 0; i < MR; i++) bias[i] = c->b && i < m ? c->b[gi * cout_g + ct * MR + i] : 0.0f;
+    const float *A = c->wp + (gi * nct + ct) * R * MR;
+    for (int64_t tt = 0; tt * NR < nc; tt++) {
+      int64_t n = nc - tt * NR < NR ? nc - tt * NR : NR;
+      float *C = yg + ct * MR * Lout + tt * NR;
+      if (m == MR && n == NR) {
+        micro(R, A, P + tt * R * NR, C, Lout, bias);
+      } else {
+        micro(R, A, P + tt * R * NR, tmp, NR, bias);
+        for (int64_t i = 0; i < m; i++) memcpy(C + i * Lout, tmp + i * NR, (size_t)n * sizeof(float));
+      }
+    }
+  }
+}
+
+/* Each slot claims units until none is left; its panel buffer is its own. */
+static void run_slots(int64_t s0, int64_t s1, void *vp) {
+  dctx *c = vp;
+  for (int64_t s = s0; s < s1; s++) {
+    float *P = c->panels + (uint64_t)s * panel_floats(c->g);
+    for (int64_t u; (u = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed)) < c->units;) unit(c, u, P);
+  }
+}
+#endif
+
+void gpa__conv1d_direct_fwd(const gpa__par *par, int64_t slots, const gpa__conv1d_geom *g, const float *x,
+                            const float *W, const float *b, float *y, float *scratch) {
+#ifdef GPA__HAVE_AVX2_PATH
+  if (slots < 1) slots = 1;
+  dctx c = {g, x, W, b, y, scratch, scratch + wp_floats(g), slots, cdiv(g->Lout, DIRECT_NC), 0, 0};
+  c.units = g->B * g->groups * c.nt;
+  atomic_init(&c.next, 0);
+  const gpa__par *pp = slots > 1 ? par : NULL;
+  gpa__pfor(pp, slots, 1, pack_w_slots, &c);
+  gpa__pfor(pp, slots, 1, run_slots, &c);
+#else
+  (void)par, (void)slots, (void)g, (void)x, (void)W, (void)b, (void)y, (void)scratch;
+#endif
+}

@@ -1,0 +1,28 @@
+/* Host conv1d forward, direct (stride 1): an AVX2+FMA register-blocked
+ * kernel over the taps and input channels together, without a BLAS call.
+ * W is packed once into 6-row tiles [tile][K*Cin_g][6] (tap-major rows:
+ * r = k*Cin_g + ci); each unit (batch, group, chunk of DIRECT_NC output
+ * positions) packs its positions of x, shifted per tap, into 16-wide
+ * panels [tile][K*Cin_g][16] (zeros where a tap reads padding), and every
+ * 6x16 block of y is one chain of FMAs over r in order, started from the
+ * bias: no column matrix, no read-modify-write of y between taps, the bias
+ * in the first write. Each y element is computed whole by one unit, in an
+ * order fixed by the sizes: the same bits whichever thread runs it and for
+ * any thread count. See conv1d.c for when it runs. */
+#ifndef GPA_KERNELS_HOST_CONV1D_DIRECT_H
+#define GPA_KERNELS_HOST_CONV1D_DIRECT_H
+#include <stdint.h>
+
+#include "kernels/host/conv1d.h"
+
+/* Whether the direct forward applies to g (stride 1, the CPU has AVX2+FMA,
+ * the packed W and one panel per thread within the scratch cap). */
+int gpa__conv1d_direct_ok(const gpa__conv1d_geom *g, int64_t threads);
+/* Floats of scratch it needs with `threads` slots. */
+uint64_t gpa__conv1d_direct_floats(const gpa__conv1d_geom *g, int64_t threads);
+/* y = conv(x, W) + b (b nullable); par as in conv1d.h; slots: the threads
+ * the scratch was sized for (its units are claimed dynamically by them). */
+void gpa__conv1d_direct_fwd(const gpa__par *par, int64_t slots, const gpa__conv1d_geom *g, const float *x,
+                            const float *W, const float *b, float *y, float *scratch);
+
+#endif
