@@ -3,9 +3,9 @@
  * shapes large enough to be split over the threads (by positions forward,
  * by input channels backward; units that do not divide evenly, groups,
  * stride, dilation, causal and symmetric padding, with and without bias;
- * the direct forward, the shift path (forced for the forward too), im2col
- * (also forced on the stride-1 cases) and direct 1x1 paths), the same bits
- * on a second run, and the im2col memory bound: the scratch the
+ * the direct forward (its AVX-512F and AVX2 kernels), the shift path (forced
+ * for the forward too), im2col (also forced on the stride-1 cases) and
+ * direct 1x1 paths), the same bits on a second run, and the im2col memory bound: the scratch the
  * kernels ask for stays within GPA__CONV1D_SCRATCH_CAP for inputs whose
  * whole column matrix is far larger (over 10^12 bytes), and the kernels
  * write nothing past the scratch they asked for (a guard after it; ASan
@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "kernels/host/conv1d.h"
+#include "kernels/host/conv1d_direct.h"
 #include "kernels/host/pool.h"
 #include "util/nn_test.h"
 #include "util/testutil.h"
@@ -210,6 +211,10 @@ int main(void) {
     if (i < 5) run_case(&cases[i], pars, 3, 1); /* the stride-1 cases through im2col too */
     if (cases[i].stride == 1) run_case(&cases[i], pars, 3, 2); /* and through the shift forward */
   }
+  gpa__conv1d_direct_avx2_only(1); /* the direct forward's AVX2 kernel where the CPU also has AVX-512F */
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    if (cases[i].stride == 1) run_case(&cases[i], pars, 3, 0);
+  gpa__conv1d_direct_avx2_only(0);
   bound(pars, 3);
   gpa__pool_destroy(p2);
   gpa__pool_destroy(p3);

@@ -2,12 +2,13 @@
 #include "kernels/host/conv1d_direct.h"
 
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/host/simd_exp.h" /* GPA__AVX2_ATTR, gpa__cpu_avx2 */
 
 #define MR 6
-#define NR 16
+#define NR_MAX 32 /* 16 (AVX2, 2 x 8 lanes) or 32 (AVX-512F, 2 x 16 lanes) positions per block */
 /* Output positions per unit: the unit's panel is K*Cin_g*DIRECT_NC floats
  * (384 KiB at Cin_g*K = 768), in L2 while its 6-row tiles of W stream past
  * it; 64 to 256 ran alike on one thread. */
@@ -20,7 +21,31 @@ static uint64_t wp_floats(const gpa__conv1d_geom *g) {
   return (uint64_t)G * (uint64_t)cdiv(g->Cout / G, MR) * (uint64_t)R * MR;
 }
 static uint64_t panel_floats(const gpa__conv1d_geom *g) {
-  return (uint64_t)(g->K * (g->Cin / g->groups)) * (uint64_t)(cdiv(DIRECT_NC, NR) * NR);
+  return (uint64_t)(g->K * (g->Cin / g->groups)) * (uint64_t)(cdiv(DIRECT_NC, NR_MAX) * NR_MAX);
+}
+
+/* 1: the AVX-512F kernel (on Intel cores with two 512-bit FMA units it does
+ * twice the AVX2 kernel's work per cycle; on AMD Zen 4 the two run alike). */
+static int avx2_only; /* gpa__conv1d_direct_avx2_only */
+
+void gpa__conv1d_direct_avx2_only(int on) { __atomic_store_n(&avx2_only, on != 0, __ATOMIC_RELAXED); }
+
+static int use_avx512(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static int cached = -1;
+  if (__atomic_load_n(&avx2_only, __ATOMIC_RELAXED)) return 0;
+  int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (c < 0) {
+    __builtin_cpu_init();
+    c = __builtin_cpu_supports("avx512f") != 0;
+    const char *e = getenv("GPA_CONV1D_AVX512"); /* 0: the AVX2 kernel (benches, tests) */
+    if (e && e[0] == '0') c = 0;
+    __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
+  }
+  return c;
+#else
+  return 0;
+#endif
 }
 
 uint64_t gpa__conv1d_direct_floats(const gpa__conv1d_geom *g, int64_t threads) {
@@ -65,7 +90,7 @@ GPA__AVX2_ATTR static void micro(int64_t R, const float *A, const float *B, floa
     c50 = _mm256_fmadd_ps(a, b0, c50);
     c51 = _mm256_fmadd_ps(a, b1, c51);
     A += MR;
-    B += NR;
+    B += 16;
   }
   _mm256_storeu_ps(C, c00), _mm256_storeu_ps(C + 8, c01), C += ldc;
   _mm256_storeu_ps(C, c10), _mm256_storeu_ps(C + 8, c11), C += ldc;
@@ -75,11 +100,49 @@ GPA__AVX2_ATTR static void micro(int64_t R, const float *A, const float *B, floa
   _mm256_storeu_ps(C, c50), _mm256_storeu_ps(C + 8, c51);
 }
 
+/* The same with 32 positions: C[6][32] in 12 zmm. */
+__attribute__((target("avx512f"))) static void micro512(int64_t R, const float *A, const float *B, float *C,
+                                                        int64_t ldc, const float *bias) {
+  __m512 c00 = _mm512_set1_ps(bias[0]), c01 = c00, c10 = _mm512_set1_ps(bias[1]), c11 = c10;
+  __m512 c20 = _mm512_set1_ps(bias[2]), c21 = c20, c30 = _mm512_set1_ps(bias[3]), c31 = c30;
+  __m512 c40 = _mm512_set1_ps(bias[4]), c41 = c40, c50 = _mm512_set1_ps(bias[5]), c51 = c50;
+  for (int64_t r = 0; r < R; r++) {
+    __m512 b0 = _mm512_loadu_ps(B), b1 = _mm512_loadu_ps(B + 16), a;
+    a = _mm512_set1_ps(A[0]);
+    c00 = _mm512_fmadd_ps(a, b0, c00);
+    c01 = _mm512_fmadd_ps(a, b1, c01);
+    a = _mm512_set1_ps(A[1]);
+    c10 = _mm512_fmadd_ps(a, b0, c10);
+    c11 = _mm512_fmadd_ps(a, b1, c11);
+    a = _mm512_set1_ps(A[2]);
+    c20 = _mm512_fmadd_ps(a, b0, c20);
+    c21 = _mm512_fmadd_ps(a, b1, c21);
+    a = _mm512_set1_ps(A[3]);
+    c30 = _mm512_fmadd_ps(a, b0, c30);
+    c31 = _mm512_fmadd_ps(a, b1, c31);
+    a = _mm512_set1_ps(A[4]);
+    c40 = _mm512_fmadd_ps(a, b0, c40);
+    c41 = _mm512_fmadd_ps(a, b1, c41);
+    a = _mm512_set1_ps(A[5]);
+    c50 = _mm512_fmadd_ps(a, b0, c50);
+    c51 = _mm512_fmadd_ps(a, b1, c51);
+    A += MR;
+    B += 32;
+  }
+  _mm512_storeu_ps(C, c00), _mm512_storeu_ps(C + 16, c01), C += ldc;
+  _mm512_storeu_ps(C, c10), _mm512_storeu_ps(C + 16, c11), C += ldc;
+  _mm512_storeu_ps(C, c20), _mm512_storeu_ps(C + 16, c21), C += ldc;
+  _mm512_storeu_ps(C, c30), _mm512_storeu_ps(C + 16, c31), C += ldc;
+  _mm512_storeu_ps(C, c40), _mm512_storeu_ps(C + 16, c41), C += ldc;
+  _mm512_storeu_ps(C, c50), _mm512_storeu_ps(C + 16, c51);
+}
+
 typedef struct dctx {
   const gpa__conv1d_geom *g;
   const float *x, *W, *b;
   float *y, *wp, *panels;
   int64_t slots, nt, units; /* nt: chunks per (batch, group) */
+  int64_t nr;               /* positions per block: 16 or 32 */
   _Atomic int64_t next;
 } dctx;
 
@@ -101,44 +164,45 @@ static void pack_w_slots(int64_t s0, int64_t s1, void *vp) {
     }
 }
 
-/* The unit's panels: P[tile][r][j] = x[ci, t0 + tile*16 + j + k*dil - pad_l] (0 outside [0, L) or past nc). */
-static void pack_x(const gpa__conv1d_geom *g, const float *xg, int64_t t0, int64_t nc, float *P) {
+/* The unit's panels: P[tile][r][j] = x[ci, t0 + tile*nr + j + k*dil - pad_l] (0 outside [0, L) or past nc). */
+static void pack_x(const gpa__conv1d_geom *g, const float *xg, int64_t t0, int64_t nc, int64_t nr, float *P) {
   int64_t cin_g = g->Cin / g->groups, R = g->K * cin_g, L = g->L;
-  for (int64_t tt = 0; tt < cdiv(nc, NR); tt++)
+  for (int64_t tt = 0; tt < cdiv(nc, nr); tt++)
     for (int64_t r = 0; r < R; r++) {
-      int64_t k = r / cin_g, ci = r % cin_g, base = t0 + tt * NR + k * g->dilation - g->pad_l;
+      int64_t k = r / cin_g, ci = r % cin_g, base = t0 + tt * nr + k * g->dilation - g->pad_l;
       const float *src = xg + ci * L;
-      float *d = P + (tt * R + r) * NR;
-      if (base >= 0 && base + NR <= L && tt * NR + NR <= nc)
-        memcpy(d, src + base, NR * sizeof(float));
+      float *d = P + (tt * R + r) * nr;
+      if (base >= 0 && base + nr <= L && tt * nr + nr <= nc)
+        memcpy(d, src + base, (size_t)nr * sizeof(float));
       else
-        for (int64_t j = 0; j < NR; j++) {
+        for (int64_t j = 0; j < nr; j++) {
           int64_t p = base + j;
-          d[j] = p >= 0 && p < L && tt * NR + j < nc ? src[p] : 0.0f;
+          d[j] = p >= 0 && p < L && tt * nr + j < nc ? src[p] : 0.0f;
         }
     }
 }
 
 static void unit(dctx *c, int64_t u, float *P) {
   const gpa__conv1d_geom *g = c->g;
-  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, R = g->K * cin_g, Lout = g->Lout;
+  int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, R = g->K * cin_g, Lout = g->Lout, nr = c->nr;
   int64_t bg = u / c->nt, bi = bg / G, gi = bg % G, t0 = u % c->nt * DIRECT_NC;
   int64_t nc = Lout - t0 < DIRECT_NC ? Lout - t0 : DIRECT_NC, nct = cdiv(cout_g, MR);
-  pack_x(g, c->x + (bi * g->Cin + gi * cin_g) * g->L, t0, nc, P);
-  float *yg = c->y + (bi * g->Cout + gi * cout_g) * Lout + t0, tmp[MR * NR], bias[MR];
+  pack_x(g, c->x + (bi * g->Cin + gi * cin_g) * g->L, t0, nc, nr, P);
+  float *yg = c->y + (bi * g->Cout + gi * cout_g) * Lout + t0, tmp[MR * NR_MAX], bias[MR];
   for (int64_t ct = 0; ct < nct; ct++) {
     int64_t m = cout_g - ct * MR < MR ? cout_g - ct * MR : MR;
     for (int64_t i = 0; i < MR; i++) bias[i] = c->b && i < m ? c->b[gi * cout_g + ct * MR + i] : 0.0f;
     const float *A = c->wp + (gi * nct + ct) * R * MR;
-    for (int64_t tt = 0; tt * NR < nc; tt++) {
-      int64_t n = nc - tt * NR < NR ? nc - tt * NR : NR;
-      float *C = yg + ct * MR * Lout + tt * NR;
-      if (m == MR && n == NR) {
-        micro(R, A, P + tt * R * NR, C, Lout, bias);
-      } else {
-        micro(R, A, P + tt * R * NR, tmp, NR, bias);
-        for (int64_t i = 0; i < m; i++) memcpy(C + i * Lout, tmp + i * NR, (size_t)n * sizeof(float));
-      }
+    for (int64_t tt = 0; tt * nr < nc; tt++) {
+      int64_t n = nc - tt * nr < nr ? nc - tt * nr : nr;
+      float *C = yg + ct * MR * Lout + tt * nr, *out = m == MR && n == nr ? C : tmp;
+      int64_t ldo = out == C ? Lout : nr;
+      if (nr == 32)
+        micro512(R, A, P + tt * R * nr, out, ldo, bias);
+      else
+        micro(R, A, P + tt * R * nr, out, ldo, bias);
+      if (out == tmp)
+        for (int64_t i = 0; i < m; i++) memcpy(C + i * Lout, tmp + i * nr, (size_t)n * sizeof(float));
     }
   }
 }
@@ -157,7 +221,8 @@ void gpa__conv1d_direct_fwd(const gpa__par *par, int64_t slots, const gpa__conv1
                             const float *W, const float *b, float *y, float *scratch) {
 #ifdef GPA__HAVE_AVX2_PATH
   if (slots < 1) slots = 1;
-  dctx c = {g, x, W, b, y, scratch, scratch + wp_floats(g), slots, cdiv(g->Lout, DIRECT_NC), 0, 0};
+  dctx c = {g, x, W, b, y, scratch, scratch + wp_floats(g), slots, cdiv(g->Lout, DIRECT_NC), 0, use_avx512() ? 32 : 16,
+            0};
   c.units = g->B * g->groups * c.nt;
   atomic_init(&c.next, 0);
   const gpa__par *pp = slots > 1 ? par : NULL;

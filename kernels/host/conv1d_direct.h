@@ -25,4 +25,8 @@ uint64_t gpa__conv1d_direct_floats(const gpa__conv1d_geom *g, int64_t threads);
 void gpa__conv1d_direct_fwd(const gpa__par *par, int64_t slots, const gpa__conv1d_geom *g, const float *x,
                             const float *W, const float *b, float *y, float *scratch);
 
+/* Tests: 1 runs the AVX2 kernel even where the CPU has AVX-512F (as does
+ * GPA_CONV1D_AVX512=0 in the environment). */
+void gpa__conv1d_direct_avx2_only(int on);
+
 #endif
