@@ -46,7 +46,7 @@ static void run_case(gpa_actor *a, int dt, uint32_t rank, const int64_t *shape) 
   uint64_t size;
   CHECK_OK(gpa_handle_data(h, &got, &size));
   CHECK(size == bytes);
-  if (memcmp(got, want, bytes)) {
+  if (bytes && memcmp(got, want, bytes)) { /* an empty readback's data may be NULL */
     fprintf(stderr, "transpose %s rank %u [%lld x %lld x %lld]: wrong result\n", gpa_dtype_name(dt), rank,
             (long long)b, (long long)m, (long long)c);
     exit(1);
