@@ -20,8 +20,10 @@ static uint64_t wp_floats(const gpa__conv1d_geom *g) {
   int64_t G = g->groups, R = g->K * (g->Cin / G);
   return (uint64_t)G * (uint64_t)cdiv(g->Cout / G, MR) * (uint64_t)R * MR;
 }
+/* A unit's panels: per block of nr positions, each input channel's row of
+ * nr + (K-1)*dilation positions (every tap reads its window of it). */
 static uint64_t panel_floats(const gpa__conv1d_geom *g) {
-  return (uint64_t)(g->K * (g->Cin / g->groups)) * (uint64_t)(cdiv(DIRECT_NC, NR_MAX) * NR_MAX);
+  return (uint64_t)(g->Cin / g->groups) * (uint64_t)cdiv(DIRECT_NC, 16) * (uint64_t)(16 + (g->K - 1) * g->dilation);
 }
 
 /* 1: the AVX-512F kernel (on Intel cores with two 512-bit FMA units it does
@@ -64,12 +66,14 @@ int gpa__conv1d_direct_ok(const gpa__conv1d_geom *g, int64_t threads) {
 
 #ifdef GPA__HAVE_AVX2_PATH
 /* C[6][16] (ldc) = bias + sum_r A[r][0..5] * B[r][0..15]. */
-GPA__AVX2_ATTR static void micro(int64_t R, const float *A, const float *B, float *C, int64_t ldc,
-                                 const float *bias) {
+GPA__AVX2_ATTR static void micro(int64_t cin, int64_t K, int64_t dil, int64_t rl, const float *A, const float *Bp,
+                                 float *C, int64_t ldc, const float *bias) {
   __m256 c00 = _mm256_set1_ps(bias[0]), c01 = c00, c10 = _mm256_set1_ps(bias[1]), c11 = c10;
   __m256 c20 = _mm256_set1_ps(bias[2]), c21 = c20, c30 = _mm256_set1_ps(bias[3]), c31 = c30;
   __m256 c40 = _mm256_set1_ps(bias[4]), c41 = c40, c50 = _mm256_set1_ps(bias[5]), c51 = c50;
-  for (int64_t r = 0; r < R; r++) {
+  for (int64_t ci = 0; ci < cin; ci++, Bp += rl)
+    for (int64_t k = 0; k < K; k++) {
+    const float *B = Bp + k * dil;
     __m256 b0 = _mm256_loadu_ps(B), b1 = _mm256_loadu_ps(B + 8), a;
     a = _mm256_broadcast_ss(A + 0);
     c00 = _mm256_fmadd_ps(a, b0, c00);
@@ -90,7 +94,6 @@ GPA__AVX2_ATTR static void micro(int64_t R, const float *A, const float *B, floa
     c50 = _mm256_fmadd_ps(a, b0, c50);
     c51 = _mm256_fmadd_ps(a, b1, c51);
     A += MR;
-    B += 16;
   }
   _mm256_storeu_ps(C, c00), _mm256_storeu_ps(C + 8, c01), C += ldc;
   _mm256_storeu_ps(C, c10), _mm256_storeu_ps(C + 8, c11), C += ldc;
@@ -101,12 +104,15 @@ GPA__AVX2_ATTR static void micro(int64_t R, const float *A, const float *B, floa
 }
 
 /* The same with 32 positions: C[6][32] in 12 zmm. */
-__attribute__((target("avx512f"))) static void micro512(int64_t R, const float *A, const float *B, float *C,
-                                                        int64_t ldc, const float *bias) {
+__attribute__((target("avx512f"))) static void micro512(int64_t cin, int64_t K, int64_t dil, int64_t rl,
+                                                        const float *A, const float *Bp, float *C, int64_t ldc,
+                                                        const float *bias) {
   __m512 c00 = _mm512_set1_ps(bias[0]), c01 = c00, c10 = _mm512_set1_ps(bias[1]), c11 = c10;
   __m512 c20 = _mm512_set1_ps(bias[2]), c21 = c20, c30 = _mm512_set1_ps(bias[3]), c31 = c30;
   __m512 c40 = _mm512_set1_ps(bias[4]), c41 = c40, c50 = _mm512_set1_ps(bias[5]), c51 = c50;
-  for (int64_t r = 0; r < R; r++) {
+  for (int64_t ci = 0; ci < cin; ci++, Bp += rl)
+    for (int64_t k = 0; k < K; k++) {
+    const float *B = Bp + k * dil;
     __m512 b0 = _mm512_loadu_ps(B), b1 = _mm512_loadu_ps(B + 16), a;
     a = _mm512_set1_ps(A[0]);
     c00 = _mm512_fmadd_ps(a, b0, c00);
@@ -127,7 +133,6 @@ __attribute__((target("avx512f"))) static void micro512(int64_t R, const float *
     c50 = _mm512_fmadd_ps(a, b0, c50);
     c51 = _mm512_fmadd_ps(a, b1, c51);
     A += MR;
-    B += 32;
   }
   _mm512_storeu_ps(C, c00), _mm512_storeu_ps(C + 16, c01), C += ldc;
   _mm512_storeu_ps(C, c10), _mm512_storeu_ps(C + 16, c11), C += ldc;
@@ -146,7 +151,7 @@ typedef struct dctx {
   _Atomic int64_t next;
 } dctx;
 
-/* Wp[g][tile][r][i] = W[g*cout_g + tile*6 + i][ci][k], r = k*cin_g + ci (0 past cout_g). */
+/* Wp[g][tile][ci][k][i] = W[g*cout_g + tile*6 + i][ci][k] (0 past cout_g). */
 static void pack_w_slots(int64_t s0, int64_t s1, void *vp) {
   dctx *c = vp;
   const gpa__conv1d_geom *g = c->g;
@@ -156,35 +161,35 @@ static void pack_w_slots(int64_t s0, int64_t s1, void *vp) {
     for (int64_t t = tiles * s / c->slots; t < tiles * (s + 1) / c->slots; t++) {
       int64_t gi = t / nct, ct = t % nct;
       float *d = c->wp + t * R * MR;
-      for (int64_t i = 0; i < MR; i++) {
-        int64_t co = ct * MR + i;
-        const float *w = c->W + (gi * cout_g + co) * cin_g * K;
-        for (int64_t r = 0; r < R; r++) d[r * MR + i] = co < cout_g ? w[(r % cin_g) * K + r / cin_g] : 0.0f;
-      }
+      const float *w = c->W + (gi * cout_g + ct * MR) * cin_g * K;
+      int64_t m = cout_g - ct * MR < MR ? cout_g - ct * MR : MR;
+      for (int64_t ci = 0; ci < cin_g; ci++)
+        for (int64_t k = 0; k < K; k++, d += MR)
+          for (int64_t i = 0; i < MR; i++) d[i] = i < m ? w[(i * cin_g + ci) * K + k] : 0.0f;
     }
 }
 
-/* The unit's panels: P[tile][r][j] = x[ci, t0 + tile*nr + j + k*dil - pad_l] (0 outside [0, L) or past nc). */
+/* The unit's panels: P[tile][ci][j] = x[ci, t0 + tile*nr + j - pad_l] for j
+ * < rl = nr + (K-1)*dil (0 outside [0, L)); tap k reads j + k*dil. */
 static void pack_x(const gpa__conv1d_geom *g, const float *xg, int64_t t0, int64_t nc, int64_t nr, float *P) {
-  int64_t cin_g = g->Cin / g->groups, R = g->K * cin_g, L = g->L;
+  int64_t cin_g = g->Cin / g->groups, L = g->L, rl = nr + (g->K - 1) * g->dilation;
   for (int64_t tt = 0; tt < cdiv(nc, nr); tt++)
-    for (int64_t r = 0; r < R; r++) {
-      int64_t k = r / cin_g, ci = r % cin_g, base = t0 + tt * nr + k * g->dilation - g->pad_l;
-      const float *src = xg + ci * L;
-      float *d = P + (tt * R + r) * nr;
-      if (base >= 0 && base + nr <= L && tt * nr + nr <= nc)
-        memcpy(d, src + base, (size_t)nr * sizeof(float));
-      else
-        for (int64_t j = 0; j < nr; j++) {
-          int64_t p = base + j;
-          d[j] = p >= 0 && p < L && tt * nr + j < nc ? src[p] : 0.0f;
-        }
+    for (int64_t ci = 0; ci < cin_g; ci++) {
+      int64_t base = t0 + tt * nr - g->pad_l, lo = base < 0 ? -base : 0, hi = L - base < rl ? L - base : rl;
+      const float *src = xg + ci * L + base;
+      float *d = P + (tt * cin_g + ci) * rl;
+      if (lo > rl) lo = rl;
+      if (hi < lo) hi = lo;
+      if (lo > 0) memset(d, 0, (size_t)lo * sizeof(float));
+      if (hi > lo) memcpy(d + lo, src + lo, (size_t)(hi - lo) * sizeof(float));
+      if (hi < rl) memset(d + hi, 0, (size_t)(rl - hi) * sizeof(float));
     }
 }
 
 static void unit(dctx *c, int64_t u, float *P) {
   const gpa__conv1d_geom *g = c->g;
   int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, R = g->K * cin_g, Lout = g->Lout, nr = c->nr;
+  int64_t rl = nr + (g->K - 1) * g->dilation;
   int64_t bg = u / c->nt, bi = bg / G, gi = bg % G, t0 = u % c->nt * DIRECT_NC;
   int64_t nc = Lout - t0 < DIRECT_NC ? Lout - t0 : DIRECT_NC, nct = cdiv(cout_g, MR);
   pack_x(g, c->x + (bi * g->Cin + gi * cin_g) * g->L, t0, nc, nr, P);
@@ -197,10 +202,11 @@ static void unit(dctx *c, int64_t u, float *P) {
       int64_t n = nc - tt * nr < nr ? nc - tt * nr : nr;
       float *C = yg + ct * MR * Lout + tt * nr, *out = m == MR && n == nr ? C : tmp;
       int64_t ldo = out == C ? Lout : nr;
+      const float *Bt = P + tt * cin_g * rl;
       if (nr == 32)
-        micro512(R, A, P + tt * R * nr, out, ldo, bias);
+        micro512(cin_g, g->K, g->dilation, rl, A, Bt, out, ldo, bias);
       else
-        micro(R, A, P + tt * R * nr, out, ldo, bias);
+        micro(cin_g, g->K, g->dilation, rl, A, Bt, out, ldo, bias);
       if (out == tmp)
         for (int64_t i = 0; i < m; i++) memcpy(C + i * Lout, tmp + i * nr, (size_t)n * sizeof(float));
     }
