@@ -20,8 +20,10 @@ mode (GPA_BENCH_TORCH_MODE):
   settled    the same order with a 50 ms pause before each timed call, so
              each starts with the other library's threads asleep.
   blocks     `rounds` calls of ours, then `rounds` of PyTorch, four times
-             over; the first call of each block is not counted: each side
-             as in a loop that calls only it.
+             over, each block after a 50 ms pause (the other library's
+             threads asleep: PyTorch's spin for 5-10 ms, longer than a
+             whole block of 1 ms calls); the first call of each block is not
+             counted: each side as in a loop that calls only it.
 filter: only rows whose name contains it (e.g. conv1d).
 """
 import json
@@ -60,7 +62,9 @@ def best_pair(ours, theirs):
     ours(), theirs()  # warm: wraps, plans, caches
     if MODE == "blocks":
         for _ in range(4):
+            time.sleep(0.05)
             a += [timed(ours) for _ in range(ROUNDS + 1)][1:]
+            time.sleep(0.05)
             b += [timed(theirs) for _ in range(ROUNDS + 1)][1:]
         return statistics.median(a), statistics.median(b)
     for _ in range(ROUNDS):

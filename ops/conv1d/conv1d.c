@@ -1,4 +1,5 @@
-/* 1-D convolution ops (host), im2col + GEMM. All f32.
+/* 1-D convolution ops (host): a direct kernel (forward, stride 1), one GEMM
+ * per tap on shifted x, or im2col + GEMM (kernels/host/conv1d.c). All f32.
  *   conv1d_fwd         in: x [B,Cin,L], W [Cout,Cin/groups,K], b [Cout] (optional, 3rd input)
  *                      out: y [B,Cout,Lout]
  *   conv1d_bwd         in: dy [B,Cout,Lout], x, W          out: dx [B,Cin,L], dW, db [Cout]
@@ -8,7 +9,7 @@
  * divides Cin and Cout), causal (0/1, default 0: the left pad is
  * (K-1)*dilation and the right pad 0; padding must then be 0).
  *   Lout = (L + pad_left + pad_right - dilation*(K-1) - 1) / stride + 1 (must be >= 1).
- * The column matrix is built in chunks, at most 16 MiB of backend scratch in all.
+ * Scratch (packed W, panels, column chunks): at most 16 MiB of backend scratch in all.
  * Sums run in a fixed order (bitwise reproducible). */
 #include <stddef.h>
 #include <stdio.h>
