@@ -104,6 +104,8 @@ typedef struct plan {
   int64_t ndw;         /* backward: dW units per group and tap */
   int64_t lx, ntx;     /* backward: input positions per dx unit, dx units per (batch, group) */
   int direct;          /* forward: the direct kernel (conv1d_direct.h), P slots of scratch */
+  int dx_direct;       /* backward: dx by the direct kernel (the transposed problem), after w_floats */
+  int64_t dx_floats;   /* its scratch */
 } plan;
 
 static uint64_t w_bytes(const gpa__conv1d_geom *g) {
@@ -142,7 +144,7 @@ static void pos_chunks(int64_t n, int64_t m, int64_t P, int64_t chunk, int64_t c
 }
 
 static plan make_plan(const gpa__conv1d_geom *g, int bwd, int64_t threads) {
-  plan p = {0, 0, 1, 1, 1, 0, 0, 0, 1, 0, 1, 0, 0};
+  plan p = {0, 0, 1, 1, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0};
   int64_t G = g->groups, cin_g = g->Cin / G, BG = g->B * G, direct = is_direct(g);
   p.shift = !direct && !g->im2col && g->stride == 1 && w_bytes(g) <= GPA__CONV1D_SCRATCH_CAP / 2;
   if (p.shift && g->K > 1) p.w_floats = (bwd ? 2 : 1) * (int64_t)(w_bytes(g) / sizeof(float));
@@ -168,7 +170,12 @@ static plan make_plan(const gpa__conv1d_geom *g, int bwd, int64_t threads) {
       if (p.nci > cin_g) p.nci = cin_g;
       p.ndw = cdiv(cin_g, p.nci);
       pos_chunks(g->L, BG, P, DX_CHUNK, DX_MIN, &p.lx, &p.ntx);
-      p.units = G * g->K * p.ndw + BG * p.ntx;
+      gpa__conv1d_geom t;
+      if (!g->no_direct && gpa__conv1d_direct_dx_geom(g, &t) && gpa__conv1d_direct_ok(&t, P)) {
+        p.dx_direct = 1;
+        p.dx_floats = (int64_t)gpa__conv1d_direct_floats(&t, P);
+      }
+      p.units = G * g->K * p.ndw + (p.dx_direct ? 0 : BG * p.ntx);
     }
     return p;
   }
@@ -202,7 +209,7 @@ static plan make_plan(const gpa__conv1d_geom *g, int bwd, int64_t threads) {
 
 uint64_t gpa__conv1d_scratch_bytes(const gpa__conv1d_geom *g, int bwd, const gpa__par *par) {
   plan p = make_plan(g, bwd, par_threads(par));
-  return ((uint64_t)p.slots * (uint64_t)p.slot_floats + (uint64_t)p.w_floats) * sizeof(float);
+  return ((uint64_t)p.slots * (uint64_t)p.slot_floats + (uint64_t)p.w_floats + (uint64_t)p.dx_floats) * sizeof(float);
 }
 
 /* Output positions t in [0, lc) of chunk t0 whose input position
@@ -585,8 +592,15 @@ void gpa__conv1d_bwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
   if (g->K > 1) {
     c.wk = scratch;
     c.dwk = scratch + p.w_floats / 2;
-    if (dx) gpa__pfor(pp, p.slots, 1, repack_slots, &c); /* every dx unit reads all of W_k */
+    if (dx && !p.dx_direct) gpa__pfor(pp, p.slots, 1, repack_slots, &c); /* every dx unit reads all of W_k */
   }
-  gpa__pfor(pp, p.units, 1, shift_bwd_units, &c);
+  if (dx && p.dx_direct) { /* dx by the direct kernel; its slots claim the dW units first */
+    gpa__conv1d_geom t;
+    gpa__conv1d_direct_dx_geom(g, &t);
+    c.dx = NULL;
+    gpa__conv1d_direct_dx(par, p.slots, &t, dy, W, dx, scratch + p.w_floats, shift_bwd_units, &c, p.units);
+  } else {
+    gpa__pfor(pp, p.units, 1, shift_bwd_units, &c);
+  }
   if (g->K > 1 || db) gpa__pfor(pp, p.slots, 1, bwd_finish, &c);
 }

@@ -148,7 +148,12 @@ typedef struct dctx {
   float *y, *wp, *panels;
   int64_t slots, nt, units; /* nt: chunks per (batch, group) */
   int64_t nr;               /* positions per block: 16 or 32 */
+  int64_t wt_cout_g;        /* 0: W as [Cout][Cin_g][K]; else the transposed problem's (dx) weights
+                             * from the forward's W with that many output channels per group */
   _Atomic int64_t next;
+  gpa__range_fn extra; /* other units claimed first, by the same slots (the backward's dW) */
+  void *extra_ctx;
+  int64_t n_extra;
 } dctx;
 
 /* Wp[g][tile][ci][k][i] = W[g*cout_g + tile*6 + i][ci][k] (0 past cout_g). */
@@ -161,11 +166,19 @@ static void pack_w_slots(int64_t s0, int64_t s1, void *vp) {
     for (int64_t t = tiles * s / c->slots; t < tiles * (s + 1) / c->slots; t++) {
       int64_t gi = t / nct, ct = t % nct;
       float *d = c->wp + t * R * MR;
-      const float *w = c->W + (gi * cout_g + ct * MR) * cin_g * K;
       int64_t m = cout_g - ct * MR < MR ? cout_g - ct * MR : MR;
-      for (int64_t ci = 0; ci < cin_g; ci++)
-        for (int64_t k = 0; k < K; k++, d += MR)
-          for (int64_t i = 0; i < MR; i++) d[i] = i < m ? w[(i * cin_g + ci) * K + k] : 0.0f;
+      if (!c->wt_cout_g) {
+        const float *w = c->W + (gi * cout_g + ct * MR) * cin_g * K;
+        for (int64_t ci = 0; ci < cin_g; ci++)
+          for (int64_t k = 0; k < K; k++, d += MR)
+            for (int64_t i = 0; i < MR; i++) d[i] = i < m ? w[(i * cin_g + ci) * K + k] : 0.0f;
+      } else { /* W'[o][j][k] = W[g*cin_g + j][o][K-1-k]: here cin_g is the forward's Cout/G, cout_g its Cin/G */
+        const float *w = c->W + gi * cin_g * cout_g * K;
+        for (int64_t j = 0; j < cin_g; j++)
+          for (int64_t k = 0; k < K; k++, d += MR)
+            for (int64_t i = 0; i < MR; i++)
+              d[i] = i < m ? w[(j * cout_g + ct * MR + i) * K + (K - 1 - k)] : 0.0f;
+      }
     }
 }
 
@@ -218,23 +231,50 @@ static void run_slots(int64_t s0, int64_t s1, void *vp) {
   dctx *c = vp;
   for (int64_t s = s0; s < s1; s++) {
     float *P = c->panels + (uint64_t)s * panel_floats(c->g);
-    for (int64_t u; (u = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed)) < c->units;) unit(c, u, P);
+    for (int64_t u; (u = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed)) < c->n_extra + c->units;)
+      if (u < c->n_extra)
+        c->extra(u, u + 1, c->extra_ctx);
+      else
+        unit(c, u - c->n_extra, P);
   }
 }
 #endif
 
-void gpa__conv1d_direct_fwd(const gpa__par *par, int64_t slots, const gpa__conv1d_geom *g, const float *x,
-                            const float *W, const float *b, float *y, float *scratch) {
+static void direct_run(const gpa__par *par, int64_t slots, const gpa__conv1d_geom *g, const float *x,
+                       const float *W, const float *b, float *y, float *scratch, int64_t wt_cout_g,
+                       gpa__range_fn extra, void *extra_ctx, int64_t n_extra) {
 #ifdef GPA__HAVE_AVX2_PATH
   if (slots < 1) slots = 1;
   dctx c = {g, x, W, b, y, scratch, scratch + wp_floats(g), slots, cdiv(g->Lout, DIRECT_NC), 0, use_avx512() ? 32 : 16,
-            0};
+            wt_cout_g, 0, extra, extra_ctx, extra ? n_extra : 0};
   c.units = g->B * g->groups * c.nt;
   atomic_init(&c.next, 0);
   const gpa__par *pp = slots > 1 ? par : NULL;
   gpa__pfor(pp, slots, 1, pack_w_slots, &c);
   gpa__pfor(pp, slots, 1, run_slots, &c);
 #else
-  (void)par, (void)slots, (void)g, (void)x, (void)W, (void)b, (void)y, (void)scratch;
+  (void)par, (void)slots, (void)g, (void)x, (void)W, (void)b, (void)y, (void)scratch, (void)wt_cout_g;
+  (void)extra, (void)extra_ctx, (void)n_extra;
 #endif
+}
+
+void gpa__conv1d_direct_fwd(const gpa__par *par, int64_t slots, const gpa__conv1d_geom *g, const float *x,
+                            const float *W, const float *b, float *y, float *scratch) {
+  direct_run(par, slots, g, x, W, b, y, scratch, 0, NULL, NULL, 0);
+}
+
+int gpa__conv1d_direct_dx_geom(const gpa__conv1d_geom *g, gpa__conv1d_geom *t) {
+  int64_t span = (g->K - 1) * g->dilation;
+  if (g->stride != 1 || g->pad_l > span || g->pad_r > span) return 0;
+  *t = *g;
+  t->Cin = g->Cout, t->Cout = g->Cin, t->L = g->Lout;
+  t->pad_l = span - g->pad_l, t->pad_r = span - g->pad_r;
+  t->im2col = 0, t->no_direct = 0;
+  return gpa__conv1d_geom_init(t) && t->Lout == g->L;
+}
+
+void gpa__conv1d_direct_dx(const gpa__par *par, int64_t slots, const gpa__conv1d_geom *t, const float *dy,
+                           const float *W, float *dx, float *scratch, gpa__range_fn extra, void *extra_ctx,
+                           int64_t n_extra) {
+  direct_run(par, slots, t, dy, W, NULL, dx, scratch, t->Cin / t->groups, extra, extra_ctx, n_extra);
 }

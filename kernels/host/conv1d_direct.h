@@ -25,6 +25,19 @@ uint64_t gpa__conv1d_direct_floats(const gpa__conv1d_geom *g, int64_t threads);
 void gpa__conv1d_direct_fwd(const gpa__par *par, int64_t slots, const gpa__conv1d_geom *g, const float *x,
                             const float *W, const float *b, float *y, float *scratch);
 
+/* dx of the stride-1 convolution g is the forward of a transposed problem
+ * t (dy as input, W flipped and transposed, pads (K-1)*dilation minus g's):
+ * fills t and returns 1 where that applies (both pads within
+ * (K-1)*dilation); gpa__conv1d_direct_ok(t, ...) and
+ * gpa__conv1d_direct_floats(t, ...) then size it. */
+int gpa__conv1d_direct_dx_geom(const gpa__conv1d_geom *g, gpa__conv1d_geom *t);
+/* dx = the transposed problem t's forward of dy with g's W (no bias). The
+ * slots claim extra(u, u + 1, extra_ctx) for u < n_extra first (the
+ * backward's dW units, nullable), then dx's units. */
+void gpa__conv1d_direct_dx(const gpa__par *par, int64_t slots, const gpa__conv1d_geom *t, const float *dy,
+                           const float *W, float *dx, float *scratch, gpa__range_fn extra, void *extra_ctx,
+                           int64_t n_extra);
+
 /* Tests: 1 runs the AVX2 kernel even where the CPU has AVX-512F (as does
  * GPA_CONV1D_AVX512=0 in the environment). */
 void gpa__conv1d_direct_avx2_only(int on);
