@@ -1,8 +1,12 @@
 /* Host conv1d. See conv1d.h.
  *
  * The work is cut into units that each run whole on one thread, every GEMM
- * of a unit one single-threaded cblas_sgemm. Two ways to compute, chosen by
- * the geometry alone:
+ * of a unit one single-threaded cblas_sgemm. Three ways to compute, chosen
+ * by the geometry (and the CPU):
+ * direct (stride 1, AVX2+FMA; conv1d_direct.c): the forward, and the
+ *   backward's dx as the forward of the transposed problem (pads within
+ *   (K-1)*dilation), on a kernel of our own; the backward's dW stays on
+ *   the shift path's dW units, claimed by the same slots first.
  * shift (stride 1, W repacked into <= 8 MiB): with W_k = W[:, :, k] repacked
  *   as [K][Cout][Cin/groups], y[:, t] += W_k x[:, t + k*dilation - pad_l] is
  *   one GEMM per tap whose B operand is x itself (shifted, leading

@@ -1,4 +1,5 @@
-/* Direct conv1d forward (AVX2+FMA). See conv1d_direct.h. */
+/* Direct conv1d forward (AVX2+FMA or AVX-512F), and the backward's dx as
+ * the forward of the transposed problem. See conv1d_direct.h. */
 #include "kernels/host/conv1d_direct.h"
 
 #include <stdatomic.h>
@@ -9,9 +10,10 @@
 
 #define MR 6
 #define NR_MAX 32 /* 16 (AVX2, 2 x 8 lanes) or 32 (AVX-512F, 2 x 16 lanes) positions per block */
-/* Output positions per unit: the unit's panel is K*Cin_g*DIRECT_NC floats
- * (384 KiB at Cin_g*K = 768), in L2 while its 6-row tiles of W stream past
- * it; 64 to 256 ran alike on one thread. */
+/* Output positions per unit: the unit's panels hold Cin_g rows of
+ * DIRECT_NC positions plus (K-1)*dilation per block (about 140 KiB at
+ * Cin_g = 256, K = 3, dilation 4), in L2 while its 6-row tiles of W
+ * stream past them; 64 to 256 ran alike on one thread. */
 #define DIRECT_NC 128
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

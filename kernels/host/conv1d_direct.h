@@ -1,14 +1,18 @@
-/* Host conv1d forward, direct (stride 1): an AVX2+FMA register-blocked
- * kernel over the taps and input channels together, without a BLAS call.
- * W is packed once into 6-row tiles [tile][K*Cin_g][6] (tap-major rows:
- * r = k*Cin_g + ci); each unit (batch, group, chunk of DIRECT_NC output
- * positions) packs its positions of x, shifted per tap, into 16-wide
- * panels [tile][K*Cin_g][16] (zeros where a tap reads padding), and every
- * 6x16 block of y is one chain of FMAs over r in order, started from the
- * bias: no column matrix, no read-modify-write of y between taps, the bias
- * in the first write. Each y element is computed whole by one unit, in an
- * order fixed by the sizes: the same bits whichever thread runs it and for
- * any thread count. See conv1d.c for when it runs. */
+/* Host conv1d forward, direct (stride 1): a register-blocked kernel of our
+ * own (AVX2+FMA, or AVX-512F where the CPU has it) over the taps and input
+ * channels together, without a BLAS call. W is packed once into 6-row
+ * tiles [tile][ci][k][6]; each unit (batch, group, chunk of 128 output
+ * positions) packs its part of x into panels of nr = 16 (AVX2) or 32
+ * (AVX-512F) positions in which each input channel's row holds
+ * nr + (K-1)*dilation positions once (tap k reads its window at k*dilation;
+ * zeros where the padding is), and every 6 x nr block of y is one chain of
+ * FMAs over (ci, k) in order, started from the bias: no column matrix, no
+ * read-modify-write of y between taps, the bias in the first write. Each y
+ * element is computed whole by one unit, in an order fixed by the sizes:
+ * the same bits whichever thread runs it and for any thread count (the
+ * AVX2 and AVX-512F kernels sum in the same order). The backward's dx is
+ * the forward of a transposed problem on the same kernel. See conv1d.c
+ * for when it runs. */
 #ifndef GPA_KERNELS_HOST_CONV1D_DIRECT_H
 #define GPA_KERNELS_HOST_CONV1D_DIRECT_H
 #include <stdint.h>
