@@ -61,6 +61,28 @@ static int launch(const char *mpirun, const char *self, int np) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
+/* The late rank's side of abort_case and timeout_case: every rank meets on
+ * the second communicator (a barrier of sorts), then the ranks other than 0
+ * join the allreduce rank 0 gave up on, completing the request rank 0 left
+ * to MPI; everything is destroyed. */
+static void join_late(gpa_actor *a, gpa_queue *q, gpa_queue *q2, gpa_comm *c, gpa_comm *side, gpa_tensor x,
+                      gpa_tensor flag, int rank) {
+  gpa_handle *h;
+  CHECK_OK(gpa_allreduce(q2, side, &flag, &flag, GPA_REDUCE_SUM, &h));
+  CHECK_OK(gpa_await(h, -1));
+  gpa_handle_release(h);
+  if (rank != 0) {
+    CHECK_OK(gpa_allreduce(q, c, &x, &x, GPA_REDUCE_SUM, &h));
+    CHECK_OK(gpa_await(h, -1));
+    gpa_handle_release(h);
+  }
+  CHECK_OK(gpa_comm_destroy(c));
+  CHECK_OK(gpa_comm_destroy(side));
+  CHECK_OK(gpa_queue_destroy(q2));
+  gpa_buffer_release(a, x.buffer);
+  gpa_buffer_release(a, flag.buffer);
+}
+
 /* Rank 0 starts an allreduce rank 1 does not join yet, and aborts: its
  * handle completes ECANCELED at once, later collectives on the
  * communicator ECLOSED. Rank 1 then joins the allreduce (told through a
@@ -88,20 +110,7 @@ static void abort_case(gpa_actor *a, const gpa_comm_id *id, int rank, int size) 
     CHECK_OK(tu_fill(q, &x, 1.0, NULL)); /* the actor works on */
     CHECK_OK(gpa_sync_batch(q, NULL));
   }
-  /* a barrier of sorts on the second communicator */
-  CHECK_OK(gpa_allreduce(q2, side, &flag, &flag, GPA_REDUCE_SUM, &h));
-  CHECK_OK(gpa_await(h, -1));
-  gpa_handle_release(h);
-  if (rank != 0) {
-    CHECK_OK(gpa_allreduce(q, c, &x, &x, GPA_REDUCE_SUM, &h));
-    CHECK_OK(gpa_await(h, -1));
-    gpa_handle_release(h);
-  }
-  CHECK_OK(gpa_comm_destroy(c));
-  CHECK_OK(gpa_comm_destroy(side));
-  CHECK_OK(gpa_queue_destroy(q2));
-  gpa_buffer_release(a, x.buffer);
-  gpa_buffer_release(a, flag.buffer);
+  join_late(a, q, q2, c, side, x, flag, rank);
 }
 
 /* Rank 0's allreduce times out (rank 1 comes late): ETIMEDOUT after the
@@ -133,19 +142,7 @@ static void timeout_case(gpa_actor *a, const gpa_comm_id *id, int rank, int size
     gpa_handle_release(h);
     gpa_handle_release(later);
   }
-  CHECK_OK(gpa_allreduce(q2, side, &flag, &flag, GPA_REDUCE_SUM, &h));
-  CHECK_OK(gpa_await(h, -1));
-  gpa_handle_release(h);
-  if (rank != 0) {
-    CHECK_OK(gpa_allreduce(q, c, &x, &x, GPA_REDUCE_SUM, &h));
-    CHECK_OK(gpa_await(h, -1));
-    gpa_handle_release(h);
-  }
-  CHECK_OK(gpa_comm_destroy(c));
-  CHECK_OK(gpa_comm_destroy(side));
-  CHECK_OK(gpa_queue_destroy(q2));
-  gpa_buffer_release(a, x.buffer);
-  gpa_buffer_release(a, flag.buffer);
+  join_late(a, q, q2, c, side, x, flag, rank);
 }
 
 static int child(void) {
