@@ -34,7 +34,8 @@ typedef struct gpa__cudnn_api {
 } gpa__cudnn_api;
 
 /* One SDPA call in our layout: q, o, dout, dq [B,S,H,D]; k, v, dk, dv
- * [B,Sk,Hkv,D]; lse [B,H,S] fp32; lens [B] int32 or NULL. Filled by the
+ * [B,Sk,Hkv,D]; lse [B,H,S] fp32; lens [B] int32 or NULL (non-NULL
+ * declines: cuDNN's padding mask is not ours, docs/cuda.md). Filled by the
  * attention adapter from its typed params. `dtype` is the storage type of
  * q/k/v/dout; `out_dtype` that of o (forward) or dq/dk/dv (backward):
  * cuDNN writes only the storage type, so anything else declines. */
@@ -45,10 +46,11 @@ typedef struct gpa__sdpa_args {
   float scale;
   int causal;
   int nondeterministic; /* the backward may use a faster non-deterministic engine */
-  uint64_t scratch_reserved; /* bytes at the start of the stream's scratch the caller keeps (its lengths check) */
+  uint64_t scratch_reserved; /* bytes at the start of the stream's scratch the caller keeps */
   /* Called once cuDNN takes the call, before anything is enqueued, with the
-   * reserved bytes of the scratch (the adapter's lengths check); NULL: none.
-   * A failure fails the op. */
+   * reserved bytes of the scratch; NULL: none. A failure fails the op. The
+   * attention adapter used it for its lengths check while cuDNN took
+   * lengths; tests/test_cudnn_attention.c checks that declines never call it. */
   gpa_status (*before)(const gpa_op_exec *x, CUdeviceptr reserved, void *ctx);
   void *before_ctx;
   const void *q, *k, *v, *lens;

@@ -12,12 +12,13 @@
  * memory for the workspace. All of these are decided before anything is
  * enqueued. After that, a failing cudnnBackendExecute is an error of the op
  * (GPA_EDEVICE with cuDNN's text), except NOT_SUPPORTED when nothing was
- * enqueued for the call (no lengths): that declines.
+ * enqueued for the call (no `before` hook ran): that declines.
  *
  * Workspace: the stream's scratch (ops of a stream never overlap), laid out
- * as [reserved by the caller][seq_len_q: B int32][delta: B H S fp32,
- * backward][cuDNN's workspace], each part 256-byte aligned. seq_len_q is S for every batch (every query
- * row is valid), written by a memset on the op's stream. */
+ * as [reserved by the caller][delta: B H S fp32, backward][cuDNN's
+ * workspace], each part 256-byte aligned. The graphs with a padding mask
+ * (key.lens) stay buildable (the real-library test finalizes them) but no
+ * call reaches them while calls with lengths decline. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -53,7 +54,7 @@ static const char *unsupported(gpa__cu_ctx *C, gpa__dnn *d, const gpa__sdpa_args
    * are device data: the call cannot be checked here, so it declines. */
   if (a->lens) return "key lengths (cuDNN's padding mask differs from ours)";
   if (a->B < 1 || a->S < 1 || a->Sk < 1 || a->H < 1 || a->Hkv < 1 || a->H % a->Hkv) return "empty or malformed shape";
-  const void *p[] = {a->q, a->k, a->v, a->o, a->lse, a->lens, a->dout, a->dq, a->dk, a->dv};
+  const void *p[] = {a->q, a->k, a->v, a->o, a->lse, a->dout, a->dq, a->dk, a->dv};
   for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
     if (!aligned16(p[i])) return "an operand is not 16-byte aligned";
   return NULL;
@@ -79,34 +80,28 @@ static gpa_status run(const gpa_op_exec *x, const gpa__sdpa_args *a, int bwd) {
   if (no) return gpa__dnn_decline(x, "%s", no);
   gpa__dnn_key k;
   memset(&k, 0, sizeof k); /* compared with memcmp: padding too */
-  k.bwd = bwd, k.dtype = a->dtype, k.causal = !!a->causal, k.lens = a->lens != NULL;
+  k.bwd = bwd, k.dtype = a->dtype, k.causal = !!a->causal;
   k.nondet = bwd && a->nondeterministic, k.ordinal = C->ordinal;
   k.B = a->B, k.S = a->S, k.Sk = a->Sk, k.H = a->H, k.Hkv = a->Hkv, k.D = a->D;
   char why[256];
   gpa__dnn_plan *p = gpa__dnn_plan_get(d, &k, gpa__dnn_build_sdpa, why, sizeof why);
   if (!p) return gpa__dnn_decline(x, "%s", why);
 
-  uint64_t seq_bytes = a->lens ? up256((uint64_t)a->B * 4) : 0;
   uint64_t delta_bytes = bwd ? up256((uint64_t)(a->B * a->H * a->S) * 4) : 0;
   uint64_t ws = (uint64_t)gpa__dnn_plan_workspace(p);
   uint64_t skip = up256(a->scratch_reserved);
-  CUdeviceptr base = gpa__cu_scratch(x, skip + seq_bytes + delta_bytes + ws + 1);
+  CUdeviceptr base = gpa__cu_scratch(x, skip + delta_bytes + ws + 1);
   if (!base) {
     x->msg[0] = 0; /* not the op's failure: the next implementation runs */
     return gpa__dnn_decline(x, "no device memory for cuDNN's workspace (%llu bytes)",
-                            (unsigned long long)(seq_bytes + delta_bytes + ws));
+                            (unsigned long long)(delta_bytes + ws));
   }
   if (a->before) {
     gpa_status st = a->before(x, base, a->before_ctx);
     if (st != GPA_OK) return st;
   }
   base += skip;
-  CUdeviceptr seq_q = base, delta = base + seq_bytes, work = base + seq_bytes + delta_bytes;
-  if (a->lens) {
-    gpa_status st = gpa__cu_check(C, C->cu.cuMemsetD32Async(seq_q, (unsigned)a->S, (size_t)a->B, (CUstream)x->stream),
-                                  "cuMemsetD32Async", x->msg, x->msg_size);
-    if (st != GPA_OK) return st;
-  }
+  CUdeviceptr delta = base, work = base + delta_bytes;
   gpa__dnn_scalars *sc = gpa__dnn_plan_scalars(p);
   sc->scale = a->scale, sc->one = 1.0f;
   sc->neg = d->version >= 91000 ? -INFINITY : -FLT_MAX;
@@ -118,12 +113,8 @@ static gpa_status run(const gpa_op_exec *x, const gpa__sdpa_args *a, int bwd) {
   put(&v, GPA__DNN_UID_O, a->o);
   put(&v, GPA__DNN_UID_STATS, a->lse);
   put(&v, GPA__DNN_UID_SCALE, &sc->scale);
-  if (a->causal || a->lens) put(&v, GPA__DNN_UID_NEG, &sc->neg);
+  if (a->causal) put(&v, GPA__DNN_UID_NEG, &sc->neg);
   if (a->causal && sc->shift) put(&v, GPA__DNN_UID_SHIFT, &sc->shift);
-  if (a->lens) {
-    put(&v, GPA__DNN_UID_SEQ_Q, (void *)(uintptr_t)seq_q);
-    put(&v, GPA__DNN_UID_SEQ_KV, a->lens);
-  }
   if (bwd) {
     put(&v, GPA__DNN_UID_DO, a->dout);
     put(&v, GPA__DNN_UID_DQ, a->dq);
@@ -142,8 +133,8 @@ static gpa_status run(const gpa_op_exec *x, const gpa__sdpa_args *a, int bwd) {
   }
   if (!s) return GPA_OK;
   /* NOT_SUPPORTED enqueued nothing of cuDNN's; a decline is still only
-   * clean if we enqueued nothing either (the caller's check, the memset) */
-  if (s >= CUDNN_STATUS_NOT_SUPPORTED && s < CUDNN_STATUS_INTERNAL_ERROR && !a->before && !a->lens)
+   * clean if the caller's hook enqueued nothing either */
+  if (s >= CUDNN_STATUS_NOT_SUPPORTED && s < CUDNN_STATUS_INTERNAL_ERROR && !a->before)
     return gpa__dnn_decline(x, "%s: %s", what, A->cudnnGetErrorString(s));
   snprintf(x->msg, x->msg_size, "attention_%s: cuDNN %s failed: %s", bwd ? "bwd" : "fwd", what,
            A->cudnnGetErrorString(s));

@@ -2,28 +2,14 @@
  * (backends/cuda/cudnn*.c, docs/cuda.md "cuDNN fused attention"): the
  * first implementation the CUDA adapter (cuda.c) tries. GPA_SKIP when
  * cuDNN does not take the call (f32, f32 outputs, shapes or masks it lacks,
- * no library): the adapter's own kernels run next.
- *
- * The lengths' range check ([0, Sk], ERANGE at completion) is the one our
- * kernels use, run only once cuDNN has taken the call, in the bytes of the
- * stream's scratch that the cuDNN path leaves to it. */
+ * no library, key lengths): the adapter's own kernels run next, with their
+ * own check of the lengths. */
 #include <math.h>
 
 #include "backends/cuda/cuda_ops.h"
 #include "backends/cuda/cudnn.h"
 #include "ops/attention/attention.h"
 #include "ops/cuda_kernels.h"
-
-typedef struct lens_check {
-  const char *op;
-  void *lens;
-  long long B, Sk;
-} lens_check;
-
-static gpa_status check_lens(const gpa_op_exec *x, CUdeviceptr res, void *ctx) {
-  const lens_check *c = ctx;
-  return gpa__cu_check_index(x, res, c->lens, c->B, c->Sk + 1, 0, 0, GPA__CU_POST_LENGTHS, c->op, c->Sk, 0);
-}
 
 gpa_status gpa__attn_cudnn_cu(const gpa_op_exec *x, int bwd) {
   const gpa__attn_params *p = x->params;
@@ -43,12 +29,6 @@ gpa_status gpa__attn_cudnn_cu(const gpa_op_exec *x, int bwd) {
     a.q = x->in[0], a.k = x->in[1], a.v = x->in[2], a.lens = x->n_inputs > 3 ? x->in[3] : NULL;
     a.o = x->out[0], a.lse = x->out[1];
     a.out_dtype = a.o_dtype = x->outputs[0].dtype;
-  }
-  lens_check c = {bwd ? "attention_bwd" : "attention_fwd", (void *)(uintptr_t)a.lens, a.B, a.Sk};
-  if (a.lens) {
-    a.scratch_reserved = GPA__CU_INDEX_RES_BYTES;
-    a.before = check_lens;
-    a.before_ctx = &c;
   }
   return bwd ? gpa__cudnn_sdpa_bwd(x, &a) : gpa__cudnn_sdpa_fwd(x, &a);
 }
