@@ -475,15 +475,17 @@ static void rec_put(gpa__cu_ctx *C, gpa__cu_rec *r) {
   C->free_recs = r;
 }
 
-/* Completes a group of a stream's records in order (gnext links them, NULL
- * ends the group), each one the poll has not claimed (its message may be
- * gone): with st == GPA_OK the readbacks land from their staging first; else
- * each message gets st and msg. Runs on the driver's callback thread as the
- * group's host function (no CUDA call, no allocation), or on the actor when
- * that host function could not be enqueued. A completed record goes back to
- * the actor, so the link to the next is read first. */
-static void group_complete(gpa__cu_rec *r, gpa_status st, const char *msg) {
-  while (r) {
+/* Completes a stream's records from r up to stop (exclusive; gnext links
+ * them, NULL ends a group) in order, each one the poll has not claimed (its
+ * message may be gone): with st == GPA_OK the readbacks land from their
+ * staging first; else each message gets st and msg. Runs on the driver's
+ * callback thread as the group's host function (no CUDA call, no
+ * allocation), or on the actor when it reaps them or their host function
+ * could not be enqueued. A completed record goes back to the actor, so the
+ * link to the next is read first. Returns the records walked. */
+static uint32_t complete_until(gpa__cu_rec *r, gpa__cu_rec *stop, gpa_status st, const char *msg) {
+  uint32_t n = 0;
+  for (; r != stop; n++) {
     gpa__cu_rec *next = r->gnext;
     if (!atomic_exchange_explicit(&r->claimed, 1, memory_order_acq_rel)) {
       if (st == GPA_OK) {
@@ -496,7 +498,10 @@ static void group_complete(gpa__cu_rec *r, gpa_status st, const char *msg) {
     }
     r = next;
   }
+  return n;
 }
+
+static void group_complete(gpa__cu_rec *r, gpa_status st, const char *msg) { complete_until(r, NULL, st, msg); }
 
 static void CUDA_CB done(void *arg) { group_complete(arg, GPA_OK, NULL); }
 
@@ -614,8 +619,9 @@ static void cu_flush(void *bctx) {
 }
 
 /* Completes the polled records whose group's end event has passed, on the
- * actor thread (as group_complete does on the driver's). A query error is
- * left to the poll (a sticky error) or to the host function park enqueues. */
+ * actor thread. A query error is left to the poll (a sticky error) or to
+ * the host function park enqueues. Returns the records taken (some may have
+ * been the poll's already: the actor then only looks once more). */
 static uint32_t cu_reap(void *bctx) {
   gpa__cu_ctx *C = bctx;
   uint32_t n = 0;
@@ -628,15 +634,9 @@ static uint32_t cu_reap(void *bctx) {
       gpa__cu_rec *r = q->poll_first, *stop = end->gnext;
       q->poll_first = stop;
       if (!stop) q->poll_last = NULL;
-      for (gpa__cu_rec *next; r != stop; r = next) {
-        next = r->gnext;
-        q->n_polled--;
-        if (atomic_exchange_explicit(&r->claimed, 1, memory_order_acq_rel)) continue; /* the poll's */
-        for (gpa__cu_stage *s = r->stages; s; s = s->next)
-          if (s->rb_n) memcpy(s->rb_dst, s->p, s->rb_n);
-        C->host.complete(C->host.actor, r->w.m, GPA_OK);
-        n++;
-      }
+      uint32_t k = complete_until(r, stop, GPA_OK, NULL);
+      q->n_polled -= k;
+      n += k;
     }
     if (q->poll_first) {
       pq = &q->polled_next;
