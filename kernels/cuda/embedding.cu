@@ -49,23 +49,31 @@ extern "C" __global__ void gpa_emb_fwd_bf16(gpa_bf16 *y, const int *ids, const g
   }
 }
 
-extern "C" __global__ void gpa_emb_keys(unsigned long long *keys, const int *ids, long long n, long long npow2) {
-  GS_LOOP(i, npow2) keys[i] = i < n ? ((unsigned long long)(unsigned)ids[i] << 32) | (unsigned long long)i : NONE;
+/* Sort key of position i: (id, position), past n the largest key. */
+static __device__ __forceinline__ unsigned long long emb_key(const int *ids, long long i, long long n) {
+  return i < n ? ((unsigned long long)(unsigned)ids[i] << 32) | (unsigned long long)i : NONE;
 }
 
-/* One bitonic stage (k: sequence size, j: compare distance). */
-extern "C" __global__ void gpa_emb_bitonic(unsigned long long *keys, long long npow2, long long j, long long k) {
-  GS_LOOP(i, npow2) {
-    const long long l = i ^ j;
-    if (l > i) {
-      const unsigned long long a = keys[i], b = keys[l];
-      const bool up = (i & k) == 0;
-      if ((a > b) == up) {
-        keys[i] = b;
-        keys[l] = a;
-      }
+extern "C" __global__ void gpa_emb_keys(unsigned long long *keys, const int *ids, long long n, long long npow2) {
+  GS_LOOP(i, npow2) keys[i] = emb_key(ids, i, n);
+}
+
+/* The network's compare-exchange of element i in the stage (k: sequence
+ * size, j: compare distance), by the lower index of each pair. */
+static __device__ __forceinline__ void bitonic_cas(unsigned long long *keys, long long i, long long j, long long k) {
+  const long long l = i ^ j;
+  if (l > i) {
+    const unsigned long long a = keys[i], b = keys[l];
+    if ((a > b) == ((i & k) == 0)) {
+      keys[i] = b;
+      keys[l] = a;
     }
   }
+}
+
+/* One bitonic stage. */
+extern "C" __global__ void gpa_emb_bitonic(unsigned long long *keys, long long npow2, long long j, long long k) {
+  GS_LOOP(i, npow2) bitonic_cas(keys, i, j, k);
 }
 
 /* The whole sort in one block while the keys fit shared memory (up to
@@ -76,21 +84,11 @@ extern "C" __global__ void gpa_emb_bitonic(unsigned long long *keys, long long n
 extern "C" __global__ void gpa_emb_sort_block(unsigned long long *keys, const int *ids, long long n, long long npow2) {
   GPA_DYNAMIC_SHARED(unsigned long long, sk);
   const int t = (int)threadIdx.x, nt = (int)blockDim.x, np = (int)npow2;
-  for (int i = t; i < np; i += nt)
-    sk[i] = i < n ? ((unsigned long long)(unsigned)ids[i] << 32) | (unsigned long long)i : NONE;
+  for (int i = t; i < np; i += nt) sk[i] = emb_key(ids, i, n);
   __syncthreads();
   for (int k = 2; k <= np; k *= 2)
     for (int j = k / 2; j > 0; j /= 2) {
-      for (int i = t; i < np; i += nt) {
-        const int l = i ^ j;
-        if (l > i) {
-          const unsigned long long a = sk[i], b = sk[l];
-          if ((a > b) == ((i & k) == 0)) {
-            sk[i] = b;
-            sk[l] = a;
-          }
-        }
-      }
+      for (int i = t; i < np; i += nt) bitonic_cas(sk, i, j, k);
       __syncthreads();
     }
   for (int i = t; i < np; i += nt) keys[i] = sk[i];

@@ -37,11 +37,10 @@ gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x) {
   CUdeviceptr res = scr, keys = scr + GPA__CU_INDEX_RES_BYTES;
   GPA__CU_TRY(gpa__cu_check_index(x, res, x->in[1], n, v, 0, 0, GPA__CU_POST_IDS2D, "embedding_bwd", ids->shape[1], v));
   void *ip = x->in[1], *dy = x->in[0], *out = x->out[0];
+  void *ak[] = {&keys, &ip, &n, &npow2};
   if (n > 0 && npow2 <= GPA__EMB_SORT_BLOCK_MAX) {
-    void *ak[] = {&keys, &ip, &n, &npow2};
     GPA__CU_TRY(gpa__cu_launch(x, GPA__K_EMB_SORT_BLOCK, 1, 1, 1, 1024, 1, (unsigned)(npow2 * 8), ak));
   } else if (n > 0) {
-    void *ak[] = {&keys, &ip, &n, &npow2};
     unsigned grid = gpa__cu_blocks(x, npow2, GPA__CU_THREADS);
     GPA__CU_TRY(gpa__cu_launch(x, GPA__K_EMB_KEYS, grid, 1, 1, GPA__CU_THREADS, 1, 0, ak));
     for (long long k = 2; k <= npow2; k *= 2)
