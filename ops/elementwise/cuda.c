@@ -78,13 +78,12 @@ gpa_status gpa__ew_bc_fwd_cu(const gpa_op_exec *x) {
  * (kernels/cuda/elementwise.cu); a grid past the launch limit goes to the
  * host fallback. */
 gpa_status gpa__ew_transpose_cu(const gpa_op_exec *x) {
-  const gpa_tensor *t = &x->inputs[0];
-  long long m = t->shape[t->rank - 2], n = t->shape[t->rank - 1], b = 1;
-  for (uint32_t i = 0; i + 2 < t->rank; i++) b *= t->shape[i];
+  int64_t b, m, n;
+  gpa__transpose_dims(&x->inputs[0], &b, &m, &n);
   if (b <= 0 || m <= 0 || n <= 0) return GPA_OK;
-  long long tm = (m + 31) / 32, tn = (n + 31) / 32;
+  int64_t tm = (m + 31) / 32, tn = (n + 31) / 32; /* the kernel reads them as long long: 8 bytes too */
   if (tm * tn > INT_MAX / b) return gpa__cu_fallback(x);
-  uint32_t es = gpa_dtype_size(t->dtype);
+  uint32_t es = gpa_dtype_size(x->inputs[0].dtype);
   int id = es == 1 ? GPA__K_TRANSPOSE1 : es == 2 ? GPA__K_TRANSPOSE2 : es == 4 ? GPA__K_TRANSPOSE4 : GPA__K_TRANSPOSE8;
   void *y = x->out[0], *xx = x->in[0];
   void *args[] = {&y, &xx, &m, &n, &tm, &tn};

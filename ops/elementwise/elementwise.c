@@ -193,11 +193,10 @@ static gpa_status transpose_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg,
 }
 
 static gpa_status transpose_host(const gpa_op_exec *x) {
-  const gpa_tensor *t = &x->inputs[0];
-  int64_t m = t->shape[t->rank - 2], n = t->shape[t->rank - 1], b = 1;
-  for (uint32_t i = 0; i + 2 < t->rank; i++) b *= t->shape[i];
+  int64_t b, m, n;
+  gpa__transpose_dims(&x->inputs[0], &b, &m, &n);
   gpa__par par = gpa__ops_par(x->env);
-  gpa__transpose_batched(&par, x->out[0], x->in[0], b, m, n, gpa_dtype_size(t->dtype));
+  gpa__transpose_batched(&par, x->out[0], x->in[0], b, m, n, gpa_dtype_size(x->inputs[0].dtype));
   return GPA_OK;
 }
 

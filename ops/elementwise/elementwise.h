@@ -18,6 +18,13 @@ gpa_status gpa__ew_bc_fwd_cu(const gpa_op_exec *x);
 gpa_status gpa__ew_bc_bwd_cu(const gpa_op_exec *x);
 gpa_status gpa__ew_transpose_cu(const gpa_op_exec *x);
 
+/* transpose's view of x (rank >= 2): *b batches (the leading dims) of
+ * [*m, *n] (the last two). */
+static inline void gpa__transpose_dims(const gpa_tensor *x, int64_t *b, int64_t *m, int64_t *n) {
+  *m = x->shape[x->rank - 2], *n = x->shape[x->rank - 1], *b = 1;
+  for (uint32_t i = 0; i + 2 < x->rank; i++) *b *= x->shape[i];
+}
+
 /* K(id, module, kernel name) */
 #define GPA__CU_KERNELS_ELEMENTWISE(K)           \
   K(ADD, ew, gpa_ew_add_f32)                     \
