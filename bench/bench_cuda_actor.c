@@ -160,25 +160,17 @@ static void torch_run(int ops, torch_figs *t) {
   pclose(f);
 }
 
-static gpa_tensor tiny(gpa_actor *a, gpa_queue *q, float v) {
-  gpa_tensor t = {.rank = 1, .dtype = GPA_F32, .shape = {TINY}};
-  if (gpa_buffer_acquire(a, NULL, TINY * 4, &t.buffer) != GPA_OK) {
-    fprintf(stderr, "gpa-bench cuda_actor: %s\n", gpa_last_error_message());
-    exit(1);
-  }
-  gpa_attr at = {"value", GPA_ATTR_FLOAT, 0, v};
-  gpa_op_call fill = {"fill", NULL, 0, &t, 1, &at, 1};
-  gpa_submit(q, &fill, NULL);
-  return t;
-}
-
 void gpa_bench_cuda_actor_cost(void) {
   int sim;
   gpa_actor *a = gpa_bench_cuda_actor("cuda_actor", &sim);
   if (!a) return;
   gpa_queue *q = gpa_actor_default_queue(a);
   const int reps = gpa_bench_reps(5), ops = sim ? 200 : 20000, rt = sim ? 50 : RT_ITERS;
-  gpa_tensor x = tiny(a, q, 0.25f), y = tiny(a, q, 0.5f), z = tiny(a, q, 0.f);
+  uint64_t seed = 24;
+  const int64_t n1[1] = {TINY};
+  gpa_tensor x = gpa_bench_device_tensor(a, q, GPA_F32, 1, n1, &seed);
+  gpa_tensor y = gpa_bench_device_tensor(a, q, GPA_F32, 1, n1, &seed);
+  gpa_tensor z = gpa_bench_device_tensor(a, q, GPA_F32, 1, n1, &seed);
   gpa_tensor in[2] = {x, y};
   gpa_op_call add = {"add", in, 2, &z, 1, NULL, 0};
   char err[256] = "";
