@@ -21,14 +21,20 @@ static int has_flag(const char *flags, const char *f) {
 }
 
 /* What /proc/cpuinfo says the best kernel set is (the kernel lists what the
- * CPU has and the OS enabled). NULL when it cannot be read. */
-static const char *cpuinfo_best(void) {
+ * CPU has and the OS enabled), and whether it is an AMD Zen 1-4 (family 23
+ * or 25). NULL when it cannot be read. */
+static const char *cpuinfo_best(int *zen) {
   FILE *f = fopen("/proc/cpuinfo", "r");
   if (!f) return NULL;
   static char line[8192];
   const char *best = NULL;
+  int amd = 0, fam = 0;
   while (fgets(line, sizeof line, f))
-    if (!strncmp(line, "flags", 5)) {
+    if (!strncmp(line, "vendor_id", 9))
+      amd = strstr(line, "AuthenticAMD") != NULL;
+    else if (!strncmp(line, "cpu family", 10))
+      fam = atoi(strchr(line, ':') ? strchr(line, ':') + 1 : line);
+    else if (!strncmp(line, "flags", 5)) {
       int avx512 = has_flag(line, "avx512f") && has_flag(line, "avx512bw") && has_flag(line, "avx512vl") &&
                    has_flag(line, "avx512dq");
       int avx2 = has_flag(line, "avx2") && has_flag(line, "fma");
@@ -40,15 +46,19 @@ static const char *cpuinfo_best(void) {
       break;
     }
   fclose(f);
+  *zen = best && amd && (fam == 23 || fam == 25) && strcmp(best, "Sandybridge") && strcmp(best, "Prescott");
   return best;
 }
 
 int main(void) {
   setenv("GPA_DEVICE", "cpu", 1); /* the host backend's GEMMs, whatever the suite's device */
   const char *forced = getenv("GPA_BLAS_CORETYPE"), *path = getenv("GPA_BLAS");
-  const char *best = cpuinfo_best();
-  printf("cpuinfo: %s, feature bits: %s\n", best ? best : "(unreadable)", gpa__blas_best_kernels());
+  int zen = 0;
+  const char *best = cpuinfo_best(&zen);
+  printf("cpuinfo: %s%s, feature bits: %s, auto: %s\n", best ? best : "(unreadable)", zen ? " (AMD Zen 1-4)" : "",
+         gpa__blas_best_kernels(), gpa__blas_auto_kernels());
   if (best) CHECK(!strcmp(best, gpa__blas_best_kernels()));
+  if (best) CHECK(!strcmp(zen ? "Zen" : best, gpa__blas_auto_kernels())); /* Zen: OpenBLAS's AVX2 set, faster there */
 
   gpa_actor *a = NULL;
   CHECK_OK(gpa_actor_create(NULL, &a));
@@ -57,7 +67,7 @@ int main(void) {
   if (path && !strcmp(path, "none")) {
     CHECK(b->sgemm == NULL && !strcmp(b->kernels, "none"));
   } else if (b->sgemm && !strstr(b->note, "already loaded") && !strstr(b->note, "from the environment")) {
-    CHECK(!strcasecmp(b->wanted, forced ? forced : gpa__blas_best_kernels()));
+    CHECK(!strcasecmp(b->wanted, forced ? forced : gpa__blas_auto_kernels()));
     CHECK(!strcasecmp(b->kernels, b->wanted)); /* OpenBLAS runs what was asked */
   }
 

@@ -47,5 +47,8 @@ const gpa__blas_lib *gpa__blas(void);
  * (SkylakeX's and AVX512_BF16), "SkylakeX" (AVX-512 F/BW/VL/DQ, zmm state
  * saved), "Haswell" (AVX2 + FMA), "Sandybridge" (AVX), or "Prescott" (SSE3). */
 const char *gpa__blas_best_kernels(void);
+/* What "auto" asks for: the best set, except on AMD Zen 1-4, where
+ * OpenBLAS's AVX2 "Zen" set runs faster than its AVX-512 ones (blas_lib.c). */
+const char *gpa__blas_auto_kernels(void);
 
 #endif
