@@ -4,7 +4,6 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -20,7 +19,11 @@ struct gpa__pool {
    * on a finished loop finds next >= chunks and does nothing, so the caller
    * waits for the chunks, never for a worker that has not woken yet. */
   _Atomic uint64_t claim;
-  _Atomic int64_t done; /* chunks of the current loop finished */
+  /* Chunks of the current loop finished; the caller's futex word once its
+   * join has spun for GPA__SPIN_JOIN_NS (joining: it may sleep on it, and
+   * the worker that finishes the last chunk wakes it). */
+  _Atomic uint32_t done;
+  _Atomic uint32_t joining;
   _Atomic int stop;
   _Atomic uint32_t sleepers;
   /* the current loop, written before claim is published; read only after a
@@ -44,8 +47,34 @@ static void run_chunks(gpa__pool *p) {
     if (c >= chunks) return;
     int64_t b = c * p->chunk, e = b + p->chunk < p->total ? b + p->chunk : p->total;
     p->fn(b, e, p->ctx);
-    atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+    /* seq_cst pairs with the caller's store of joining and load of done
+     * (join): either it sees this chunk done, or this sees it joining */
+    uint32_t d = atomic_fetch_add_explicit(&p->done, 1, memory_order_seq_cst) + 1;
+    if (d == (uint32_t)chunks && atomic_load_explicit(&p->joining, memory_order_seq_cst))
+      syscall(SYS_futex, &p->done, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
   }
+}
+
+/* The caller waits for the chunks that workers claimed: spins for
+ * GPA__SPIN_JOIN_NS (a loop's chunks usually end within microseconds of
+ * each other), then sleeps on done until the last one ends. Sleeping, not
+ * spinning or yielding, is what lets a late worker run when its core was
+ * taken: with 2 cores and another busy thread, a worker descheduled while
+ * it holds a chunk waits on its core's run queue; a caller that keeps its
+ * own core busy (spinning, or sched_yield, which finds nothing else to run
+ * there) keeps the scheduler from pulling the worker over, and the loop
+ * lasts as long as the other thread's time slice. A core that goes idle
+ * takes the waiting worker at once (docs/benchmarks.md, "The pool's join"). */
+static void join(gpa__pool *p, uint32_t chunks) {
+  gpa__spin s = gpa__spin_begin(GPA__SPIN_JOIN_NS);
+  while (atomic_load_explicit(&p->done, memory_order_acquire) < chunks)
+    if (!gpa__spin_on(&s)) break;
+  uint32_t d;
+  if ((d = atomic_load_explicit(&p->done, memory_order_acquire)) >= chunks) return;
+  atomic_store_explicit(&p->joining, 1, memory_order_seq_cst);
+  while ((d = atomic_load_explicit(&p->done, memory_order_seq_cst)) < chunks)
+    syscall(SYS_futex, &p->done, FUTEX_WAIT_PRIVATE, d, NULL, NULL, 0);
+  atomic_store_explicit(&p->joining, 0, memory_order_relaxed);
 }
 
 static void *worker_main(void *arg) {
@@ -118,6 +147,7 @@ void gpa__pool_for(gpa__pool *p, int64_t n, int64_t grain, gpa_range_fn fn, void
   p->total = n;
   p->chunk = chunk;
   atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+  atomic_store_explicit(&p->joining, 0, memory_order_relaxed);
   atomic_store_explicit(&p->claim, (uint64_t)chunks << CLAIM_IDX_BITS, memory_order_release);
   atomic_fetch_add_explicit(&p->gen, 1, memory_order_seq_cst);
   if (atomic_load_explicit(&p->sleepers, memory_order_seq_cst))
@@ -126,9 +156,7 @@ void gpa__pool_for(gpa__pool *p, int64_t n, int64_t grain, gpa_range_fn fn, void
   run_chunks(p);
   in_loop = false;
   /* Only chunks that workers have claimed are left: they are running. */
-  gpa__spin s = gpa__spin_begin(GPA__SPIN_JOIN_NS);
-  while (atomic_load_explicit(&p->done, memory_order_acquire) < chunks)
-    if (!gpa__spin_on(&s)) sched_yield(); /* a worker may be preempted: give it the core */
+  join(p, (uint32_t)chunks);
 }
 
 static void pool_pfor(void *self, int64_t n, int64_t grain, gpa__range_fn fn, void *ctx) {

@@ -1,7 +1,10 @@
 /* A small thread pool for host parallel loops.
  *
  * The calling thread (the actor) takes part in every loop. Workers spin
- * briefly after a loop, then sleep on a futex, so an idle actor burns no CPU.
+ * briefly after a loop, then sleep on a futex, so an idle actor burns no CPU;
+ * the caller, once its own chunks are done, spins briefly for the workers'
+ * and then sleeps until the last one ends (a worker descheduled from a
+ * shared core then gets the caller's idle core).
  * Chunks are handed out dynamically (the caller waits for the chunks, not
  * for a worker that has not woken yet); which thread runs a chunk may vary, so
  * an op that reduces must combine per-chunk partials in chunk order to stay
