@@ -23,7 +23,7 @@ static inline void gpa__cpu_relax(void) {
 /* The budgets: how long each kind of waiter spins before it sleeps. */
 #define GPA__SPIN_AWAIT_NS 100000 /* gpa_await, gpa_outfeed_pop */
 #define GPA__SPIN_IDLE_NS 50000   /* an idle actor or pool worker, before it sleeps */
-#define GPA__SPIN_JOIN_NS 100000  /* a pool loop's caller, before it yields to late workers */
+#define GPA__SPIN_JOIN_NS 100000  /* a pool loop's caller, before it sleeps until late workers end */
 
 typedef struct gpa__spin {
   int64_t end; /* CLOCK_MONOTONIC ns */
