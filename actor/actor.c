@@ -156,6 +156,7 @@ static void *actor_main(void *arg) {
                        .cublas = o->cublas[0] ? o->cublas : NULL,
                        .cublaslt = o->cublaslt[0] ? o->cublaslt : NULL,
                        .cudnn = o->cudnn[0] ? o->cudnn : NULL,
+                       .nccl = o->nccl[0] ? o->nccl : NULL,
                        .cuda_no_poll = gpa__options_process()->cuda_no_poll != 0,
                        .complete = gpa__complete_async, .trim = gpa__bufcache_trim};
   if (st == GPA_OK) st = a->be->init(&host, &a->bctx, su->msg, sizeof su->msg);

@@ -130,6 +130,7 @@ void gpa__run_switch(gpa_actor *a, gpa_queue *q) {
 }
 
 GPA__HOT_INLINE void finish(gpa_actor *a, gpa__msg *m, gpa_status st) {
+  if (m->kind == GPA__MSG_EXT && m->cls->settle) st = m->cls->settle(a, m, st);
   if (m->pinned) {
     for (uint32_t i = 0; i < m->n_in + m->n_out; i++)
       gpa__bufcache_unpin(a, gpa__bufcache_slot(a->cache, m->t[i].buffer));

@@ -34,6 +34,10 @@ typedef struct gpa__msg_class {
   /* m finished with st. false: the actor completes it now; true: the
    * class took the actor's reference and completes it later. */
   bool (*finished)(gpa_actor *a, gpa__msg *m, gpa_status st);
+  /* Optional: m finished with st; returns its final status (before the
+   * batch counts it), setting m->err for an error. An asynchronous engine's
+   * verdict on work the device stream reported done (comm/nccl.c). */
+  gpa_status (*settle)(gpa_actor *a, gpa__msg *m, gpa_status st);
 } gpa__msg_class;
 
 typedef struct gpa__ext {

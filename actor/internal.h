@@ -182,7 +182,7 @@ typedef struct gpa__opts {
   int32_t profile;
   /* libraries of the cuda backend ("" = the default search), read from the
    * environment at each actor creation */
-  char cuda_driver[256], cublas[256], cublaslt[256], cudnn[256];
+  char cuda_driver[256], cublas[256], cublaslt[256], cudnn[256], nccl[256];
   /* process-wide: read once, applied at the first actor (options.c) */
   int32_t host_nt;       /* 0 auto, 1 never stream, 2 always stream */
   int32_t no_membarrier; /* asymmetric fences off (the fallback's tests) */

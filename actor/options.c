@@ -63,6 +63,7 @@ static const opt_def gpa__opt_table[] = {
     OPT("GPA_CUBLAS", "cublas", OPT_PATH, cublas, NULL, 0, FRESH),
     OPT("GPA_CUBLASLT", "cublaslt", OPT_PATH, cublaslt, NULL, 0, FRESH),
     OPT("GPA_CUDNN", "cudnn", OPT_PATH, cudnn, NULL, 0, FRESH),
+    OPT("GPA_NCCL", "nccl", OPT_PATH, nccl, NULL, 0, FRESH),
     OPT("GPA_HOST_NT", "host_nt", OPT_ENUM, host_nt, nt_names, 1, PROCESS),
     OPT("GPA_NO_MEMBARRIER", "no_membarrier", OPT_BOOL, no_membarrier, NULL, 0, PROCESS),
     OPT("GPA_CUDA_NO_POLL", "cuda_no_poll", OPT_BOOL, cuda_no_poll, NULL, 0, PROCESS),
@@ -103,8 +104,9 @@ static bool parse_u64(const char *s, uint64_t *out) {
 
 bool gpa__device_valid(const char *s) {
   if (!strcmp(s, "auto") || !strcmp(s, "cpu") || !strcmp(s, "sim") || !strcmp(s, "cuda")) return true;
-  if (strncmp(s, "cuda:", 5)) return false;
-  const char *p = s + 5;
+  size_t at = !strncmp(s, "cuda:", 5) ? 5 : !strncmp(s, "sim:", 4) ? 4 : 0; /* sim:N: simulated device N */
+  if (!at) return false;
+  const char *p = s + at;
   if (!*p) return false;
   for (; *p; p++)
     if (!isdigit((unsigned char)*p)) return false;
@@ -222,7 +224,7 @@ gpa_status gpa__options_resolve(const gpa_actor_options *user, gpa__opts *o) {
   /* Program options, checked: a bad explicit value is the program's bug. */
   snprintf(o->device, sizeof o->device, "%s", u->device ? u->device : "auto");
   if (u->device && !gpa__device_valid(u->device))
-    return gpa__fail(GPA_EINVAL, "options.device '%s': expected auto, cpu, sim, cuda or cuda:N", u->device);
+    return gpa__fail(GPA_EINVAL, "options.device '%s': expected auto, cpu, sim, sim:N, cuda or cuda:N", u->device);
   o->mailbox_size = u->mailbox_size;
   o->full_policy = u->full_policy;
   if (o->full_policy != GPA_FULL_WAIT && o->full_policy != GPA_FULL_FAIL)

@@ -32,8 +32,8 @@ typedef struct gpa__be_host {
   uint32_t threads;   /* host threads for parallel loops (0: the machine's) */
   int32_t log_level;
   /* device libraries from the options table (GPA_CUDA_DRIVER, GPA_CUBLAS,
-   * GPA_CUBLASLT, GPA_CUDNN): NULL = the backend's default search */
-  const char *cuda_driver, *cublas, *cublaslt, *cudnn;
+   * GPA_CUBLASLT, GPA_CUDNN, GPA_NCCL): NULL = the backend's default search */
+  const char *cuda_driver, *cublas, *cublaslt, *cudnn, *nccl;
   bool cuda_no_poll; /* GPA_CUDA_NO_POLL: no completion polling while the actor spins */
   /* Completes deferred work w->m with st: any thread, no allocation, no
    * driver call (a driver's host-function thread calls it). Set w's err and

@@ -17,7 +17,7 @@ gpa_status gpa__backend_select(const char *device, const char *driver, const gpa
     *out = have_cuda && gpa__cuda_probe(driver) ? &gpa__backend_cuda : &gpa__backend_host;
     return GPA_OK;
   }
-  bool sim = !strcmp(device, "sim");
+  bool sim = !strcmp(device, "sim") || !strncmp(device, "sim:", 4);
   if (sim || !strcmp(device, "cuda") || !strncmp(device, "cuda:", 5)) {
     if (!have_cuda)
       return gpa__fail(GPA_EUNSUPPORTED, "device '%s': this build has no cuda backend (no CUDA toolkit at build time)",
@@ -25,5 +25,5 @@ gpa_status gpa__backend_select(const char *device, const char *driver, const gpa
     *out = sim ? &gpa__backend_sim : &gpa__backend_cuda;
     return GPA_OK;
   }
-  return gpa__fail(GPA_EINVAL, "device '%s': expected auto, cpu, sim, cuda or cuda:N", device);
+  return gpa__fail(GPA_EINVAL, "device '%s': expected auto, cpu, sim, sim:N, cuda or cuda:N", device);
 }

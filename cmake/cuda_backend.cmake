@@ -71,6 +71,12 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/sim/CMakeLists.txt)
       GPA_SIM_CUDNN_DEFAULT="${CMAKE_BINARY_DIR}/sim/libgpa_sim_cudnn.so")
     add_dependencies(gpa_obj gpa_sim_cudnn)
   endif()
+  # NCCL for collectives of cuda actors (backends/cuda/nccl.c): the simulator's subset.
+  if(EXISTS ${PROJECT_SOURCE_DIR}/sim/nccl/nccl.c AND EXISTS ${GPA_CUDA_INCLUDE}/nccl.h)
+    set_property(SOURCE ${PROJECT_SOURCE_DIR}/backends/cuda/nccl.c APPEND PROPERTY COMPILE_DEFINITIONS
+      GPA_SIM_NCCL_DEFAULT="${CMAKE_BINARY_DIR}/sim/libgpa_sim_nccl.so")
+    add_dependencies(gpa_obj gpa_sim_nccl)
+  endif()
 endif()
 
 # Test helper: a driver that reports no device (tests/test_cuda_driver.c

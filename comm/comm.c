@@ -113,6 +113,7 @@ static bool must_park(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
     if (m->n_in) p->send = tensor_ptr(a, &m->t[0]);
     if (m->n_out) p->recv = tensor_ptr(a, &m->t[n - 1]);
   }
+  if (c->eng->enqueue) return false; /* a device engine: run() puts it on the stream */
   atomic_store_explicit(&p->state, GPA__COLL_FLIGHT, memory_order_relaxed);
   p->deadline = c->timeout_ns > 0 ? gpa__now_ns() + c->timeout_ns : 0;
   gpa_status st = c->eng->start(c, p, m->err, sizeof m->err);
@@ -154,8 +155,11 @@ static void timed_out(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
 }
 
 static gpa_status run(gpa_actor *a, gpa__msg *m) {
-  (void)a;
   gpa__coll *p = params(m);
+  if (p->c->eng->enqueue) {
+    m->bytes = p->count * (p->kind == GPA__COLL_ALLGATHER ? (uint64_t)p->c->size : 1) * gpa_dtype_size(p->dtype);
+    return p->c->eng->enqueue(a, p->c, p, m);
+  }
   if (atomic_load_explicit(&p->state, memory_order_acquire) != GPA__COLL_DONE) {
     snprintf(m->err, sizeof m->err, "%s: ran before it finished (internal error)", kind_names[p->kind]);
     return GPA_EINTERNAL;
@@ -178,54 +182,87 @@ static bool finished(gpa_actor *a, gpa__msg *m, gpa_status st) {
   return false;
 }
 
-const gpa__msg_class gpa__coll_class = {"collective", must_park, coll_ready, timed_out, run, finished};
+static gpa_status settle(gpa_actor *a, gpa__msg *m, gpa_status st) {
+  (void)a;
+  gpa__coll *p = params(m);
+  return p->c->eng->settle ? p->c->eng->settle(p->c, p, m, st) : st;
+}
+
+const gpa__msg_class gpa__coll_class = {"collective", must_park, coll_ready, timed_out, run, finished, settle};
 
 /* ---- communicators --------------------------------------------------------- */
 
-/* Collectives of cuda and sim actors go through NCCL, which is not wired
- * yet: say whether the library is even there. */
-static gpa_status nccl_unsupported(const char *backend) {
-  void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (!h)
-    return gpa__fail(GPA_EUNSUPPORTED,
-                     "gpa_comm_init: collectives of %s actors go through NCCL, and libnccl.so.2 cannot be loaded (%s)",
-                     backend, dlerror());
-  dlclose(h);
-  return gpa__fail(GPA_EUNSUPPORTED,
-                   "gpa_comm_init: NCCL (libnccl.so.2) is there, but the NCCL collective path for %s actors is not "
-                   "implemented yet (docs/collectives.md)",
-                   backend);
-}
-
-static gpa_status init_one(gpa_actor *a, const gpa_comm_id *id, int32_t size, int32_t rank, int32_t transport,
-                           int64_t timeout_ns, gpa_comm **out) {
+/* The engine for actor a and the transport asked for: cpu actors LOCAL or
+ * MPI, cuda and sim actors NCCL. */
+static gpa_status pick(gpa_actor *a, int32_t transport, const gpa__comm_engine **eng) {
   if (atomic_load(&a->closing)) return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
   bool host = strcmp(a->be->name, "cpu") == 0;
   if (!host) {
     if (transport == GPA_COMM_LOCAL || transport == GPA_COMM_MPI)
       return gpa__fail(GPA_EUNSUPPORTED,
-                       "gpa_comm_init: the %s transport runs on cpu actors, this one is %s (whose collectives go "
-                       "through NCCL: not wired yet, docs/collectives.md)",
+                       "gpa_comm_init: the %s transport runs on cpu actors, this one is %s (its collectives go "
+                       "through NCCL: transport AUTO or NCCL)",
                        transport == GPA_COMM_LOCAL ? "LOCAL" : "MPI", a->be->name);
-    return nccl_unsupported(a->be->name);
+    *eng = &gpa__comm_nccl;
+    return GPA_OK;
   }
   if (transport == GPA_COMM_NCCL)
     return gpa__fail(GPA_EUNSUPPORTED, "gpa_comm_init: NCCL runs on cuda actors, this one is cpu");
   if (transport == GPA_COMM_AUTO) transport = gpa__comm_mpi_world() ? GPA_COMM_MPI : GPA_COMM_LOCAL;
+  *eng = transport == GPA_COMM_MPI ? &gpa__comm_mpi : &gpa__comm_local;
+  return GPA_OK;
+}
+
+static gpa_comm *comm_new(gpa_actor *a, int32_t size, int32_t rank, int64_t timeout_ns,
+                          const gpa__comm_engine *eng) {
   gpa_comm *c = calloc(1, sizeof *c);
-  if (!c) return gpa__fail(GPA_ENOMEM, "gpa_comm_init: out of memory");
+  if (!c) {
+    gpa__fail(GPA_ENOMEM, "gpa_comm_init: out of memory");
+    return NULL;
+  }
   c->a = a;
   c->rank = rank;
   c->size = size;
   c->timeout_ns = timeout_ns;
-  c->eng = transport == GPA_COMM_MPI ? &gpa__comm_mpi : &gpa__comm_local;
-  gpa_status st = transport == GPA_COMM_MPI ? gpa__comm_mpi_join(c, id) : gpa__comm_local_join(c, id);
+  c->eng = eng;
+  return c;
+}
+
+static gpa_status init_one(gpa_actor *a, const gpa_comm_id *id, int32_t size, int32_t rank, int32_t transport,
+                           int64_t timeout_ns, gpa_comm **out) {
+  const gpa__comm_engine *eng;
+  gpa_status st = pick(a, transport, &eng);
+  if (st != GPA_OK) return st;
+  gpa_comm *c = comm_new(a, size, rank, timeout_ns, eng);
+  if (!c) return GPA_ENOMEM;
+  st = eng == &gpa__comm_mpi     ? gpa__comm_mpi_join(c, id)
+       : eng == &gpa__comm_nccl ? gpa__comm_nccl_join(c, id)
+                                : gpa__comm_local_join(c, id);
   if (st != GPA_OK) {
     free(c);
     return st;
   }
   *out = c;
   return GPA_OK;
+}
+
+/* Every rank NCCL's (cuda and sim actors): the inits must wait for each
+ * other, so they go out together. */
+static gpa_status init_all_nccl(gpa_actor *const *actors, int32_t n, const gpa_comm_id *id, int64_t timeout_ns,
+                                gpa_comm **out) {
+  gpa_status st = GPA_OK;
+  for (int32_t i = 0; i < n && st == GPA_OK; i++) {
+    const gpa__comm_engine *eng;
+    if ((st = pick(actors[i], GPA_COMM_NCCL, &eng)) == GPA_OK && !(out[i] = comm_new(actors[i], n, i, timeout_ns, eng)))
+      st = GPA_ENOMEM;
+  }
+  if (st == GPA_OK) st = gpa__comm_nccl_join_all(out, n, id);
+  if (st != GPA_OK)
+    for (int32_t i = 0; i < n; i++) {
+      free(out[i]);
+      out[i] = NULL;
+    }
+  return st;
 }
 
 static gpa_status check_opts(const gpa_comm_options *o, const char *what) {
@@ -253,8 +290,9 @@ gpa_status gpa_comm_init_all(gpa_actor *const *actors, int32_t n, const gpa_comm
   if (n < 1) return gpa__fail(GPA_EINVAL, "gpa_comm_init_all: n %d (at least 1)", n);
   gpa_status st = check_opts(o, "gpa_comm_init_all");
   if (st != GPA_OK) return st;
-  if (o && o->transport != GPA_COMM_AUTO && o->transport != GPA_COMM_LOCAL)
-    return gpa__fail(GPA_EINVAL, "gpa_comm_init_all: one process holds every rank: transport must be AUTO or LOCAL");
+  if (o && o->transport == GPA_COMM_MPI)
+    return gpa__fail(GPA_EINVAL, "gpa_comm_init_all: one process holds every rank: transport must be AUTO, LOCAL "
+                                 "or NCCL");
   for (int32_t i = 0; i < n; i++) {
     out[i] = NULL;
     if (!actors[i]) return gpa__fail(GPA_EINVAL, "gpa_comm_init_all: actors[%d] is NULL", i);
@@ -264,6 +302,18 @@ gpa_status gpa_comm_init_all(gpa_actor *const *actors, int32_t n, const gpa_comm
   }
   gpa_comm_id id;
   if ((st = gpa_comm_id_make(&id)) != GPA_OK) return st;
+  int32_t n_cpu = 0;
+  for (int32_t i = 0; i < n; i++) n_cpu += strcmp(actors[i]->be->name, "cpu") == 0;
+  if (n_cpu && n_cpu < n)
+    return gpa__fail(GPA_EUNSUPPORTED, "gpa_comm_init_all: cpu actors and cuda actors in one communicator (LOCAL "
+                                       "and NCCL do not mix; docs/collectives.md)");
+  int32_t tr = o ? o->transport : GPA_COMM_AUTO;
+  if (n_cpu && tr == GPA_COMM_NCCL)
+    return gpa__fail(GPA_EUNSUPPORTED, "gpa_comm_init_all: NCCL runs on cuda actors, these are cpu");
+  if (!n_cpu && tr == GPA_COMM_LOCAL)
+    return gpa__fail(GPA_EUNSUPPORTED, "gpa_comm_init_all: LOCAL runs on cpu actors, these are %s (transport AUTO "
+                                       "or NCCL)", actors[0]->be->name);
+  if (!n_cpu) return init_all_nccl(actors, n, &id, o ? o->timeout_ns : 0, out);
   for (int32_t i = 0; i < n; i++) {
     st = init_one(actors[i], &id, n, i, GPA_COMM_LOCAL, o ? o->timeout_ns : 0, &out[i]);
     if (st != GPA_OK) {

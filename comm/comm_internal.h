@@ -66,6 +66,12 @@ typedef struct gpa__comm_engine {
    * peers' too) with st and why. */
   void (*abort)(gpa_comm *c, gpa_status st, const char *why);
   void (*destroy)(gpa_comm *c);
+  /* Device engines (NCCL), instead of start/poll: the collective's turn on
+   * the actor thread enqueues it on its queue's stream (no parking) and
+   * returns the backend's fence (GPA__DEFERRED) or an error with m->err
+   * set; settle gives the status once the stream passed it. */
+  gpa_status (*enqueue)(gpa_actor *a, gpa_comm *c, gpa__coll *op, gpa__msg *m);
+  gpa_status (*settle)(gpa_comm *c, gpa__coll *op, gpa__msg *m, gpa_status st);
 } gpa__comm_engine;
 
 struct gpa_comm {
@@ -80,7 +86,7 @@ struct gpa_comm {
 };
 
 extern const gpa__msg_class gpa__coll_class;
-extern const gpa__comm_engine gpa__comm_local, gpa__comm_mpi;
+extern const gpa__comm_engine gpa__comm_local, gpa__comm_mpi, gpa__comm_nccl;
 
 /* Engines: op finished with st (why: its error text, or NULL). Any thread,
  * never blocks; the caller then calls gpa__coll_wake(op's actor) once it
@@ -93,6 +99,10 @@ void gpa__comm_fail(gpa_comm *c, gpa_status st, const char *why);
 /* engine constructors (the engine's state into c->es) */
 gpa_status gpa__comm_local_join(gpa_comm *c, const gpa_comm_id *id);
 gpa_status gpa__comm_mpi_join(gpa_comm *c, const gpa_comm_id *id);
+/* NCCL: n ranks of this process at once (each init on its actor thread,
+ * all sent before any is awaited); blocks until every rank joined. */
+gpa_status gpa__comm_nccl_join_all(gpa_comm **cs, int32_t n, const gpa_comm_id *id);
+gpa_status gpa__comm_nccl_join(gpa_comm *c, const gpa_comm_id *id);
 /* MPI: whether this process runs under MPI with more than one process */
 bool gpa__comm_mpi_world(void);
 

@@ -290,4 +290,4 @@ static void destroy(gpa_comm *c) {
   pthread_mutex_unlock(&lock);
 }
 
-const gpa__comm_engine gpa__comm_local = {"local", start, NULL, NULL, cancel, abort_group, destroy};
+const gpa__comm_engine gpa__comm_local = {"local", start, NULL, NULL, cancel, abort_group, destroy, NULL, NULL};

@@ -211,4 +211,4 @@ static void destroy(gpa_comm *c) {
   pthread_mutex_unlock(&joined_lock);
 }
 
-const gpa__comm_engine gpa__comm_mpi = {"mpi", start, poll_op, abandoned, cancel, abort_comm, destroy};
+const gpa__comm_engine gpa__comm_mpi = {"mpi", start, poll_op, abandoned, cancel, abort_comm, destroy, NULL, NULL};

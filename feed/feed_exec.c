@@ -189,8 +189,8 @@ static void timed_out(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
            (unsigned long long)params(m)->s->id, (long long)(params(m)->timeout_ns / 1000000));
 }
 
-const gpa__msg_class gpa__infeed_class = {"infeed", must_park, NULL, timed_out, run, finished};
-const gpa__msg_class gpa__outfeed_class = {"outfeed", must_park, room_ready, timed_out, run, finished};
+const gpa__msg_class gpa__infeed_class = {"infeed", must_park, NULL, timed_out, run, finished, NULL};
+const gpa__msg_class gpa__outfeed_class = {"outfeed", must_park, room_ready, timed_out, run, finished, NULL};
 
 void gpa__feed_drop_pending(gpa_feed *s) {
   while (s->in_head) {

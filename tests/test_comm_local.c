@@ -3,8 +3,8 @@
  * process can stage: collectives that differ across ranks, abort, a
  * timeout, a queue parked on a collective while the actor's other queues
  * run, destroy while busy, init errors, and shutdown with a collective in
- * flight. On cuda and sim actors gpa_comm_init answers EUNSUPPORTED naming
- * NCCL (not wired yet): checked, then the test ends. */
+ * flight. On cuda and sim actors LOCAL answers EUNSUPPORTED: checked, then
+ * the test ends (their collectives are NCCL's: test_comm_nccl.c). */
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
@@ -226,9 +226,11 @@ static void init_errors(void) {
 int main(void) {
   gpa_actor *probe = actor1();
   if (strcmp(gpa_actor_backend(probe), "cpu") != 0) {
+    /* LOCAL is the cpu actors' transport; NCCL on sim is comm_nccl's test */
     gpa_comm *c;
-    CHECK_ST(gpa_comm_init_all(&probe, 1, NULL, &c), GPA_EUNSUPPORTED);
-    CHECK_MSG("NCCL");
+    gpa_comm_options local = {.size = sizeof local, .transport = GPA_COMM_LOCAL};
+    CHECK_ST(gpa_comm_init_all(&probe, 1, &local, &c), GPA_EUNSUPPORTED);
+    CHECK_MSG("cpu actors");
     printf("comm_local: %s actors: %s\n", gpa_actor_backend(probe), gpa_last_error_message());
     CHECK_OK(gpa_actor_destroy(probe));
     return 0;

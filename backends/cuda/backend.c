@@ -96,13 +96,15 @@ static gpa_status failed_state(gpa__cu_ctx *C, char *msg, size_t cap) {
 /* ---- init / fini ---------------------------------------------------------------------------------- */
 
 static gpa_status parse_device(const char *dev, bool *sim, int *ordinal, char *msg, size_t cap) {
-  *sim = !strcmp(dev, "sim");
+  /* sim:N: simulated device N (GPA_SIM_DEVICES of them, docs/sim.md) */
+  *sim = !strcmp(dev, "sim") || !strncmp(dev, "sim:", 4);
   *ordinal = 0;
-  if (!strncmp(dev, "cuda:", 5)) {
+  size_t at = !strncmp(dev, "cuda:", 5) ? 5 : !strncmp(dev, "sim:", 4) ? 4 : 0;
+  if (at) {
     char *end;
-    long v = strtol(dev + 5, &end, 10);
-    if (!dev[5] || *end || v < 0 || v > 1024) {
-      snprintf(msg, cap, "device '%s': expected cuda:N with N a device ordinal", dev);
+    long v = strtol(dev + at, &end, 10);
+    if (!dev[at] || *end || v < 0 || v > 1024) {
+      snprintf(msg, cap, "device '%s': expected %s:N with N a device ordinal", dev, *sim ? "sim" : "cuda");
       return GPA_EINVAL;
     }
     *ordinal = (int)v;

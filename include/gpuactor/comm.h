@@ -76,6 +76,14 @@ gpa_status gpa_comm_id_write_file(const char *path, const gpa_comm_id *id);
  * (< 0: no limit; 0: look once). Any thread. Errors: EINVAL (NULL, not an
  * id), ETIMEDOUT (no file in time), ENOTFOUND (cannot read it). */
 gpa_status gpa_comm_id_read_file(const char *path, int64_t timeout_ns, gpa_comm_id *out);
+/* An id that also carries NCCL's unique id (ncclGetUniqueId of the NCCL
+ * that cuda actor `actor` loads): needed when NCCL ranks of one
+ * communicator live in several processes (make it on one, share it like
+ * any id). Ranks of one process need none: their first rank makes NCCL's
+ * id. Any thread. Errors: EINVAL (NULL), EUNSUPPORTED (a cpu actor, or
+ * NCCL unavailable: the message says why), EDEVICE (ncclGetUniqueId
+ * failed). */
+gpa_status gpa_comm_id_make_nccl(gpa_actor *actor, gpa_comm_id *out);
 /* MPI bootstrap: initializes MPI with MPI_THREAD_MULTIPLE unless the
  * program did (then it must have asked for MPI_THREAD_MULTIPLE), rank 0 of
  * MPI_COMM_WORLD makes the id and broadcasts it; every process gets the id,

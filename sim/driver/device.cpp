@@ -1,8 +1,13 @@
-/* gpa-sim driver: initialization, the one simulated device (an H100-class
- * part), the primary context and error strings.
+/* gpa-sim driver: initialization, the simulated devices (H100-class parts),
+ * the primary context and error strings.
  *
- * There is one device (ordinal 0) and only its primary context. The current
- * context is per OS thread. A sticky error (a fault in a kernel) poisons the
+ * GPA_SIM_DEVICES devices (default 1, at most 8), ordinals 0..N-1, so that
+ * one process can run an actor per device and NCCL ranks between them
+ * (sim/nccl). They share one primary context: one memory space, one set of
+ * streams and one sticky state (a fault on one device poisons all of them).
+ * What a test of several devices needs is distinct ordinals and concurrent
+ * streams, not isolation; separate contexts would need per-context memory,
+ * event and module tables. The current context is per OS thread. A sticky error (a fault in a kernel) poisons the
  * context: every later call that needs a context returns it until the
  * primary context is reset or released to zero references, as on a GPU. */
 #include <stdio.h>
@@ -20,7 +25,7 @@ const size_t TOTAL_MEM = 80ull << 30;
 
 CUresult check_dev(CUdevice d) {
   if (!g_init) return CUDA_ERROR_NOT_INITIALIZED;
-  return d == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  return d >= 0 && d < gpa_sim__opts().devices ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 /* Throws when the NULL stream's thread cannot start; the context is then
@@ -99,7 +104,7 @@ GPA_SIM_API CUresult cuDeviceGetCount(int *n) {
   return gpa_sim__guard("cuDeviceGetCount", [&]() -> CUresult {
     if (!g_init) return CUDA_ERROR_NOT_INITIALIZED;
     if (!n) return CUDA_ERROR_INVALID_VALUE;
-    *n = 1;
+    *n = gpa_sim__opts().devices;
     return CUDA_SUCCESS;
   });
 }
@@ -108,8 +113,8 @@ GPA_SIM_API CUresult cuDeviceGet(CUdevice *d, int ordinal) {
   return gpa_sim__guard("cuDeviceGet", [&]() -> CUresult {
     if (!g_init) return CUDA_ERROR_NOT_INITIALIZED;
     if (!d) return CUDA_ERROR_INVALID_VALUE;
-    if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-    *d = 0;
+    if (ordinal < 0 || ordinal >= gpa_sim__opts().devices) return CUDA_ERROR_INVALID_DEVICE;
+    *d = ordinal;
     return CUDA_SUCCESS;
   });
 }
@@ -140,6 +145,7 @@ GPA_SIM_API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice d) {
     if (r) return r;
     if (!uuid) return CUDA_ERROR_INVALID_VALUE;
     memcpy(uuid->bytes, "gpa-sim-device-0", 16);
+    uuid->bytes[15] = (char)('0' + d);
     return CUDA_SUCCESS;
   });
 }

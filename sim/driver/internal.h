@@ -26,6 +26,7 @@ struct gpa_sim_options {
   std::string module_path; /* GPA_SIM_MODULE_PATH: ':'-separated directories of emulated modules */
   bool verbose;            /* GPA_SIM_VERBOSE (default 1): print failed checks to stderr */
   bool pageable_async_ok;  /* GPA_SIM_ALLOW_PAGEABLE_ASYNC=1: allow async copies with pageable memory */
+  int devices;             /* GPA_SIM_DEVICES: simulated devices, 1..8 (default 1; device.cpp) */
 };
 const gpa_sim_options &gpa_sim__opts(void);
 

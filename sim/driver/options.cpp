@@ -85,6 +85,11 @@ void load_options(void) {
   if ((e = getenv("GPA_SIM_VERBOSE")) && parse_uint("GPA_SIM_VERBOSE", e, 1, &v)) g_opts.verbose = v != 0;
   if ((e = getenv("GPA_SIM_ALLOW_PAGEABLE_ASYNC")) && parse_uint("GPA_SIM_ALLOW_PAGEABLE_ASYNC", e, 1, &v))
     g_opts.pageable_async_ok = v != 0;
+  g_opts.devices = 1;
+  if ((e = getenv("GPA_SIM_DEVICES")) && parse_uint("GPA_SIM_DEVICES", e, 8, &v)) {
+    if (v >= 1) g_opts.devices = (int)v;
+    else fprintf(stderr, "gpa-sim: ignoring GPA_SIM_DEVICES=%s (1 to 8)\n", e);
+  }
   if ((e = getenv("GPA_SIM_MODULE_PATH"))) g_opts.module_path = e;
   else g_opts.module_path = GPA_SIM_DEFAULT_MODULE_DIR;
   if ((e = getenv("GPA_SIM_FAULT"))) parse_faults(e);

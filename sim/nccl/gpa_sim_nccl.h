@@ -1,0 +1,30 @@
+/* gpa-sim NCCL subset: fault injection and diagnostics, exported by
+ * libgpa_sim_nccl.so next to the NCCL entry points (tests resolve them with
+ * dlsym). Also from the environment, read at the first call:
+ *   GPA_SIM_NCCL_FAULT=init=N,call=N,async=N,hang=N   (each optional)
+ * Counters are one-shot: "the N-th from now" fires once, then is disarmed;
+ * 0 disarms; the API overrides the environment. Safe from any thread. */
+#ifndef GPA_SIM_NCCL_H
+#define GPA_SIM_NCCL_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The n-th ncclCommInitRank from now fails with ncclSystemError. */
+void gpa_sim_nccl_fault_init(unsigned n);
+/* The n-th collective call from now fails at the call (ncclSystemError). */
+void gpa_sim_nccl_fault_call(unsigned n);
+/* The n-th collective from now fails on its stream: ncclSystemError as its
+ * rank's asynchronous error, ncclRemoteError on the peers. */
+void gpa_sim_nccl_fault_async(unsigned n);
+/* The n-th collective from now hangs on its stream (a hung peer): it and
+ * its peers wait until their communicators are aborted. */
+void gpa_sim_nccl_fault_hang(unsigned n);
+void gpa_sim_nccl_fault_clear(void);
+/* Ranks whose communicator memory is still held (leak checks). */
+int gpa_sim_nccl_live_comms(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,252 @@
+/* Collectives of cuda actors through NCCL, on the simulated devices and the
+ * simulator's NCCL subset (sim/nccl): every case of util/comm_cases.c with
+ * 2 and 4 actors, each on its own simulated device (GPA_SIM_DEVICES=4), in
+ * one process; the references are the LOCAL transport's results, bit for
+ * bit. Then the faults: an init that fails, a collective that fails on its
+ * stream, a hung rank and a missing one (the communicator's timeout), abort,
+ * shutdown with a collective in flight, and NCCL absent. Every handle
+ * completes once; nothing hangs. Skipped (77) in builds without the
+ * simulator's NCCL. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "actor/internal.h"
+#include "backends/coll.h"
+#include "util/comm_cases.h"
+
+static void *sim_nccl; /* the simulator's NCCL, for its fault switches */
+
+static gpa_actor *on(int dev) {
+  char name[16];
+  snprintf(name, sizeof name, "sim:%d", dev);
+  gpa_actor_options o = {.device = name, .threads = 1};
+  return tu_actor(&o);
+}
+
+static void fault(const char *which, unsigned n) {
+  char sym[64];
+  snprintf(sym, sizeof sym, "gpa_sim_nccl_fault_%s", which);
+  void (*fn)(unsigned) = (void (*)(unsigned))dlsym(sim_nccl, sym);
+  CHECK(fn != NULL);
+  fn(n);
+}
+
+typedef struct rank_arg {
+  comm_case_env e;
+} rank_arg;
+
+static void *rank_main(void *p) {
+  comm_cases_run(&((rank_arg *)p)->e);
+  return NULL;
+}
+
+static void all_cases(int n) {
+  gpa_actor *a[4];
+  gpa_comm *c[4];
+  rank_arg args[4];
+  pthread_t t[4];
+  for (int i = 0; i < n; i++) a[i] = on(i);
+  CHECK_OK(gpa_comm_init_all(a, n, NULL, c));
+  for (int i = 0; i < n; i++) {
+    CHECK(gpa_comm_rank(c[i]) == i && gpa_comm_size(c[i]) == n);
+    args[i].e = (comm_case_env){a[i], gpa_actor_default_queue(a[i]), c[i], i, n};
+    CHECK(pthread_create(&t[i], NULL, rank_main, &args[i]) == 0);
+  }
+  for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < n; i++) {
+    CHECK_OK(gpa_comm_destroy(c[i]));
+    CHECK_OK(gpa_actor_destroy(a[i]));
+  }
+}
+
+typedef struct pair {
+  gpa_actor *a[2];
+  gpa_comm *c[2];
+  gpa_tensor x[2];
+} pair;
+
+static void pair_up(pair *p, int64_t timeout_ms) {
+  gpa_comm_options o = {.size = sizeof o, .timeout_ns = timeout_ms * 1000000};
+  for (int i = 0; i < 2; i++) p->a[i] = on(i);
+  CHECK_OK(gpa_comm_init_all(p->a, 2, &o, p->c));
+  for (int i = 0; i < 2; i++) p->x[i] = tu_f32(p->a[i], 64);
+}
+
+static void pair_down(pair *p) {
+  for (int i = 0; i < 2; i++) {
+    CHECK_OK(gpa_comm_destroy(p->c[i]));
+    CHECK_OK(gpa_actor_destroy(p->a[i]));
+  }
+}
+
+static gpa_queue *q_of(pair *p, int i) { return gpa_actor_default_queue(p->a[i]); }
+
+/* Later collectives fail at the call; local work goes on. */
+static void failed_after(pair *p, int i) {
+  CHECK_ST(gpa_allreduce(q_of(p, i), p->c[i], &p->x[i], &p->x[i], GPA_REDUCE_SUM, NULL), GPA_ECLOSED);
+  CHECK_OK(tu_fill(q_of(p, i), &p->x[i], 2.0, NULL));
+  float v[64];
+  tu_get(q_of(p, i), &p->x[i], v, 64);
+  CHECK(v[63] == 2.0f);
+}
+
+static void init_fault(void) {
+  gpa_actor *a[2] = {on(0), on(1)};
+  gpa_comm *c[2];
+  fault("init", 1);
+  CHECK_ST(gpa_comm_init_all(a, 2, NULL, c), GPA_EDEVICE);
+  CHECK_MSG("init fail"); /* the injected one, or a peer's that waited for it */
+  for (int i = 0; i < 2; i++) CHECK_OK(gpa_actor_destroy(a[i]));
+}
+
+/* One rank's collective fails on its stream: both handles fail (the peer's
+ * with NCCL's remote error), the batch reports it, the communicator is
+ * failed on both. */
+static void async_fault(void) {
+  pair p;
+  pair_up(&p, 0);
+  fault("async", 1);
+  gpa_handle *h[2];
+  for (int i = 0; i < 2; i++) {
+    CHECK_OK(gpa_batch_begin(q_of(&p, i), "async"));
+    CHECK_OK(gpa_allreduce(q_of(&p, i), p.c[i], &p.x[i], &p.x[i], GPA_REDUCE_SUM, &h[i]));
+  }
+  for (int i = 0; i < 2; i++) {
+    CHECK_ST(gpa_await(h[i], 10ll * 1000000000), GPA_EDEVICE);
+    CHECK(strstr(gpa_handle_error_message(h[i]), "injected asynchronous failure")); /* rank 1: a peer's */
+    CHECK_ST(gpa_sync_batch(q_of(&p, i), NULL), GPA_EDEVICE);
+    gpa_handle_release(h[i]);
+    failed_after(&p, i);
+  }
+  pair_down(&p);
+}
+
+/* hung: a rank whose collective never takes part (the simulator's hang);
+ * missing: rank 1 never issues it. Both wait for the timeout (100 ms),
+ * then ETIMEDOUT, and the queue's later work still runs. */
+static void timeout_case(bool hung) {
+  pair p;
+  pair_up(&p, 100);
+  if (hung) fault("hang", 1);
+  gpa_handle *h[2] = {NULL, NULL}, *after;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; i < (hung ? 2 : 1); i++)
+    CHECK_OK(gpa_allreduce(q_of(&p, i), p.c[i], &p.x[i], &p.x[i], GPA_REDUCE_SUM, &h[i]));
+  CHECK_OK(tu_fill(q_of(&p, 0), &p.x[0], 3.0, &after));
+  for (int i = 0; i < (hung ? 2 : 1); i++) {
+    CHECK_ST(gpa_await(h[i], 10ll * 1000000000), GPA_ETIMEDOUT);
+    CHECK(strstr(gpa_handle_error_message(h[i]), "timeout"));
+    gpa_handle_release(h[i]);
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+  CHECK(ms >= 99 && ms < 10000);
+  CHECK_OK(gpa_await(after, -1)); /* the stream went on after the abort */
+  gpa_handle_release(after);
+  failed_after(&p, 0);
+  if (!hung) CHECK_OK(gpa_comm_abort(p.c[1])); /* its peer is gone: the program ends it */
+  pair_down(&p);
+}
+
+static void abort_case(void) {
+  pair p;
+  pair_up(&p, 0);
+  gpa_handle *h;
+  CHECK_OK(gpa_allreduce(q_of(&p, 0), p.c[0], &p.x[0], &p.x[0], GPA_REDUCE_SUM, &h));
+  CHECK_ST(gpa_await(h, 30 * 1000000), GPA_ETIMEDOUT); /* rank 1 never comes */
+  CHECK_ST(gpa_comm_destroy(p.c[0]), GPA_EBUSY);
+  CHECK_OK(gpa_comm_abort(p.c[0]));
+  CHECK_ST(gpa_await(h, 10ll * 1000000000), GPA_ECANCELED);
+  CHECK(strstr(gpa_handle_error_message(h), "aborted"));
+  gpa_handle_release(h);
+  failed_after(&p, 0);
+  CHECK_OK(gpa_comm_abort(p.c[1]));
+  pair_down(&p);
+}
+
+static void shutdown_case(void) {
+  pair p;
+  pair_up(&p, 0);
+  gpa_handle *h;
+  CHECK_OK(gpa_allreduce(q_of(&p, 0), p.c[0], &p.x[0], &p.x[0], GPA_REDUCE_SUM, &h));
+  CHECK_ST(gpa_await(h, 20 * 1000000), GPA_ETIMEDOUT);
+  CHECK_OK(gpa_actor_shutdown(p.a[0]));
+  CHECK_ST(gpa_await(h, -1), GPA_ECANCELED);
+  CHECK(strstr(gpa_handle_error_message(h), "shut down"));
+  gpa_handle_release(h);
+  CHECK_OK(gpa_comm_abort(p.c[1]));
+  pair_down(&p);
+}
+
+static void errors(void) {
+  gpa_actor *a = on(0);
+  gpa_comm *c;
+  gpa_comm_id id;
+  CHECK_OK(gpa_comm_id_make(&id));
+  gpa_comm_options local = {.size = sizeof local, .transport = GPA_COMM_LOCAL};
+  CHECK_ST(gpa_comm_init(a, &id, 1, 0, &local, &c), GPA_EUNSUPPORTED);
+  CHECK_MSG("cpu actors");
+  /* one rank: its own communicator; an id carrying NCCL's id works too */
+  CHECK_OK(gpa_comm_id_make_nccl(a, &id));
+  CHECK_OK(gpa_comm_init(a, &id, 1, 0, NULL, &c));
+  gpa_tensor x = tu_f32(a, 5);
+  CHECK_OK(tu_fill(gpa_actor_default_queue(a), &x, 1.5, NULL));
+  CHECK_OK(gpa_allreduce(gpa_actor_default_queue(a), c, &x, &x, GPA_REDUCE_AVG, NULL));
+  float v[5];
+  tu_get(gpa_actor_default_queue(a), &x, v, 5);
+  CHECK(v[4] == 1.5f);
+  CHECK_OK(gpa_comm_destroy(c));
+  CHECK_OK(gpa_actor_destroy(a));
+  /* a cpu actor and a sim actor do not share a communicator */
+  gpa_actor_options co = {.device = "cpu", .threads = 1};
+  gpa_actor *mix[2] = {tu_actor(&co), on(1)};
+  gpa_comm *cs[2];
+  CHECK_ST(gpa_comm_init_all(mix, 2, NULL, cs), GPA_EUNSUPPORTED);
+  CHECK_MSG("do not mix");
+  CHECK_OK(gpa_actor_destroy(mix[0]));
+  CHECK_OK(gpa_actor_destroy(mix[1]));
+  /* NCCL absent: EUNSUPPORTED naming the library */
+  setenv("GPA_NCCL", "/nonexistent/libnccl.so.2", 1);
+  a = on(0);
+  unsetenv("GPA_NCCL");
+  CHECK_ST(gpa_comm_init_all(&a, 1, NULL, &c), GPA_EUNSUPPORTED);
+  CHECK_MSG("/nonexistent/libnccl.so.2");
+  printf("comm_nccl: without NCCL: %s\n", gpa_last_error_message());
+  CHECK_OK(gpa_actor_destroy(a));
+}
+
+int main(void) {
+  /* this test picks its devices; four simulated ones */
+  unsetenv("GPA_DEVICE");
+  setenv("GPA_SIM_DEVICES", "4", 1);
+  gpa_actor_options o = {.device = "sim:3", .threads = 1};
+  gpa_actor *probe = NULL;
+  if (gpa_actor_create(&o, &probe) != GPA_OK) {
+    printf("skipped: no simulated device (%s)\n", gpa_last_error_message());
+    return 77;
+  }
+  const char *path = gpa__cu_nccl_path ? gpa__cu_nccl_path(probe->bctx) : NULL;
+  sim_nccl = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+  CHECK_OK(gpa_actor_destroy(probe));
+  if (!sim_nccl || !dlsym(sim_nccl, "gpa_sim_nccl_fault_init")) {
+    printf("skipped: no simulated NCCL (%s)\n", path ? path : "no cuda backend");
+    return 77;
+  }
+  errors();
+  all_cases(2);
+  all_cases(4);
+  init_fault();
+  async_fault();
+  timeout_case(false);
+  timeout_case(true);
+  abort_case();
+  shutdown_case();
+  int (*live)(void) = (int (*)(void))dlsym(sim_nccl, "gpa_sim_nccl_live_comms");
+  CHECK(live && live() == 0);
+  dlclose(sim_nccl);
+  printf("comm_nccl: ok\n");
+  return 0;
+}
