@@ -11,7 +11,7 @@ function(gpa_xla_library ffi_include)
   target_compile_definitions(gpuactor_xla PRIVATE _GNU_SOURCE)
   target_compile_options(gpuactor_xla PRIVATE -Wall -Wextra)
   find_package(Threads REQUIRED)
-  target_link_libraries(gpuactor_xla PRIVATE Threads::Threads)
+  target_link_libraries(gpuactor_xla PRIVATE Threads::Threads ${CMAKE_DL_LIBS}) # the CUDA driver, opened at run time
   # XLA loads it into a process it does not own: every symbol it needs must
   # be resolved by its own dependencies.
   target_link_options(gpuactor_xla PRIVATE -Wl,--no-undefined)

@@ -8,10 +8,12 @@
 Optional: importing it needs jax. The handlers live in libgpuactor_xla.so
 (bindings/xla), found through GPA_XLA_LIBRARY, else next to the C library
 this package loaded; importing registers them with jax.ffi for the cpu
-platform. XLA's buffers are used in place by the process's host actor (one
-per process, shared by every call); each call waits for its op before XLA
-goes on, or with GPA_XLA_ASYNC=1 hands XLA a future to wait on. See
-docs/xla.md.
+platform, and for CUDA where JAX has a CUDA backend. XLA's buffers are used
+in place: on cpu by the process's host actor (one per process, shared by
+every call), each call waiting for its op before XLA goes on, or with
+GPA_XLA_ASYNC=1 handing XLA a future to wait on; on CUDA by the actor of
+XLA's device, ordered with XLA's stream by events (the call does not wait
+for the GPU). See docs/xla.md.
 """
 import ctypes
 import functools
@@ -30,7 +32,8 @@ TARGETS = ("attention_fwd", "attention_bwd", "layernorm_fwd", "layernorm_bwd", "
 
 
 class _Stats(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_uint64) for n in ("calls", "wraps", "wrap_hits", "bytes_uploaded", "bytes_read_back")]
+    _fields_ = [(n, ctypes.c_uint64) for n in ("calls", "wraps", "wrap_hits", "bytes_uploaded", "bytes_read_back",
+                                               "watched", "watched_done", "deferred_errors")]
 
 
 def _candidates():
@@ -68,6 +71,24 @@ lib.gpa_xla_session_close.argtypes = (ctypes.c_void_p,)
 
 for _t in TARGETS:
     jax.ffi.register_ffi_target("gpuactor_" + _t, jax.ffi.pycapsule(getattr(lib, "gpa_xla_" + _t)), platform="cpu")
+
+# The CUDA handlers (same target names; XLA picks by platform): the op
+# handlers and the baseline, where JAX has a CUDA backend. The feed calls
+# are host only.
+CUDA_TARGETS = TARGETS[:10]
+
+
+def _has_cuda():
+    try:
+        return bool(jax.devices("cuda"))
+    except RuntimeError:  # no CUDA backend (JAX_PLATFORMS, or jax without the CUDA plugin)
+        return False
+
+
+if _has_cuda():
+    for _t in CUDA_TARGETS:
+        _fn = getattr(lib, "gpa_xla_nothing" if _t == "nothing" else "gpa_xla_cuda_" + _t)
+        jax.ffi.register_ffi_target("gpuactor_" + _t, jax.ffi.pycapsule(_fn), platform="CUDA")
 
 
 def stats():

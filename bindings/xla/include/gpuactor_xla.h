@@ -28,8 +28,17 @@
  * as its implementation sees them on the actor thread, as (low, high) 32-bit
  * halves, so a test can check that an op runs on XLA's own memory.
  *
- * The actor is created on the first call (one per process for the host);
- * GPA_* environment variables configure it as for any actor. */
+ * The same op handlers for XLA's CUDA platform are gpa_xla_cuda_* (same
+ * target names; gpuactor_nothing serves both): XLA's device buffers are
+ * used in place by the actor of XLA's device ("cuda:N", N from the call's
+ * device ordinal), whose default queue waits for XLA's stream by an event;
+ * XLA's stream then waits for the op by another. The handler returns once
+ * the op is enqueued, without waiting for the GPU; an op that fails later
+ * fails the device's next call. The feed calls are host only.
+ *
+ * An actor is created on the first call (one per process for the host, one
+ * per device for CUDA); GPA_* environment variables configure it as for any
+ * actor (GPA_DEVICE=sim runs the CUDA handlers on the simulated device). */
 #ifndef GPUACTOR_XLA_H
 #define GPUACTOR_XLA_H
 #include <stdint.h>
@@ -54,18 +63,30 @@ XLA_FFI_Error *gpa_xla_nothing(XLA_FFI_CallFrame *frame);
 XLA_FFI_Error *gpa_xla_infeed(XLA_FFI_CallFrame *frame);
 XLA_FFI_Error *gpa_xla_outfeed(XLA_FFI_CallFrame *frame);
 
+XLA_FFI_Error *gpa_xla_cuda_attention_fwd(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_cuda_attention_bwd(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_cuda_layernorm_fwd(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_cuda_layernorm_bwd(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_cuda_gelu_fwd(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_cuda_gelu_bwd(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_cuda_linear_fwd(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_cuda_linear_bwd(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_cuda_op(XLA_FFI_CallFrame *frame);
+
 /* One entry per handler: its custom call target name and the function. */
 typedef struct gpa_xla_target {
   const char *name;
   XLA_FFI_Handler *handler;
 } gpa_xla_target;
-/* The table above, terminated by {NULL, NULL}. */
+/* The host table above, terminated by {NULL, NULL}. */
 const gpa_xla_target *gpa_xla_targets(void);
+/* The CUDA table: the op handlers and gpuactor_nothing. */
+const gpa_xla_target *gpa_xla_cuda_targets(void);
 
 /* Registers every handler with XLA through the C API (what a host program
  * that has XLA's api pointer does, e.g. EXLA with XLA_FFI_GetApi()):
  * api->XLA_FFI_Handler_Register for each target on `platform` ("Host" for
- * XLA's CPU client), named as above with "gpuactor_" replaced by `prefix`
+ * XLA's CPU client, NULL the same; "CUDA" or "gpu": the CUDA table), named as above with "gpuactor_" replaced by `prefix`
  * (NULL: kept). Registering the same handler under the same name again is
  * accepted by XLA. Returns 0, or -1 with the first XLA error's message
  * copied to msg. */
@@ -101,8 +122,12 @@ typedef struct gpa_xla_stats {
   uint64_t wrap_hits;       /* buffers found already wrapped (the wrap cache) */
   uint64_t bytes_uploaded;  /* the actor's own stats: copies into its buffers ... */
   uint64_t bytes_read_back; /* ... and out of them; both stay 0 when XLA's memory is used in place */
+  uint64_t watched;         /* calls that returned before their op had run (CUDA; GPA_XLA_ASYNC=1) ... */
+  uint64_t watched_done;    /* ... of which the op has completed (the handle awaited, the wraps given back) */
+  uint64_t deferred_errors; /* CUDA ops that failed after their call returned */
 } gpa_xla_stats;
-/* Fills *out; 0, or -1 (msg says why) when the actor could not be created. */
+/* Fills *out (the copy counters: of the host actor, 0 before a host call made
+ * it); 0, or -1 with msg. */
 int gpa_xla_stats_get(gpa_xla_stats *out, char *msg, uint64_t msg_size);
 
 #pragma GCC visibility pop

@@ -13,6 +13,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static gpa_actor *host_actor;
 static char host_error[256];
 static _Atomic uint64_t n_calls;
+static _Atomic int host_made; /* host_actor is set */
 
 /* xla_probe: the addresses its implementation sees, for the no-copy test.
  * A registered op rather than a debug hook in the handler: what it reports
@@ -64,6 +65,7 @@ static void create_host_actor(void) {
   /* Never destroyed: XLA may call a handler from any of its threads until
    * the process ends, and nothing tells the library when the last one is. */
   host_actor = a;
+  atomic_store(&host_made, 1);
 }
 
 gpa_actor *gpa_xla_host_actor(const char **msg) {
@@ -84,13 +86,20 @@ void gpa_xla_count_call(void) { atomic_fetch_add_explicit(&n_calls, 1, memory_or
 void gpa_xla_wrap_counts(uint64_t *wraps, uint64_t *hits);
 
 int gpa_xla_stats_get(gpa_xla_stats *out, char *msg, uint64_t msg_size) {
-  gpa_actor *a = gpa_xla_actor(msg, msg_size);
-  if (!a || !out) return -1;
+  if (!out) {
+    if (msg && msg_size) snprintf(msg, msg_size, "gpa_xla_stats_get: out is NULL");
+    return -1;
+  }
   memset(out, 0, sizeof *out);
   out->calls = atomic_load(&n_calls);
   gpa_xla_wrap_counts(&out->wraps, &out->wrap_hits);
+  gpa_xla_watch_counts(&out->watched, &out->watched_done);
+  out->deferred_errors = gpa_xla_cuda_deferred_count();
+  /* The host actor's copy counters, if a call made it: asking must not
+   * make one (a process that runs only the CUDA handlers may have none). */
+  gpa_actor *a = atomic_load(&host_made) ? host_actor : NULL;
   gpa_actor_stats s = {.size = sizeof s};
-  if (gpa_actor_stats_get(a, &s) != GPA_OK) {
+  if (a && gpa_actor_stats_get(a, &s) != GPA_OK) {
     if (msg && msg_size) snprintf(msg, msg_size, "gpa_actor_stats_get: %s", gpa_last_error_message());
     return -1;
   }

@@ -3,6 +3,7 @@
  * and the op's own validation name the same things. */
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "gpuactor/tensor.h"
 #include "xla_internal.h"
@@ -80,15 +81,20 @@ static const gpa_xla_sig lin_bwd = {"gpuactor_linear_bwd", NULL, lin_bwd_args, l
 
 static const gpa_xla_sig generic = {"gpuactor_op", NULL, NULL, NULL, 0, 0, NULL, NULL, 0, 0, NULL, 0, NULL};
 
-XLA_FFI_Error *gpa_xla_attention_fwd(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &attn_fwd); }
-XLA_FFI_Error *gpa_xla_attention_bwd(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &attn_bwd); }
-XLA_FFI_Error *gpa_xla_layernorm_fwd(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &ln_fwd); }
-XLA_FFI_Error *gpa_xla_layernorm_bwd(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &ln_bwd); }
-XLA_FFI_Error *gpa_xla_gelu_fwd(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &gelu_fwd); }
-XLA_FFI_Error *gpa_xla_gelu_bwd(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &gelu_bwd); }
-XLA_FFI_Error *gpa_xla_linear_fwd(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &lin_fwd); }
-XLA_FFI_Error *gpa_xla_linear_bwd(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &lin_bwd); }
-XLA_FFI_Error *gpa_xla_op(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &generic); }
+/* Each op handler twice: for XLA's host platform and for CUDA (the same
+ * target names; JAX picks by platform). */
+#define HANDLER(name, sig)                                                                    \
+  XLA_FFI_Error *gpa_xla_##name(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &sig, 0); }     \
+  XLA_FFI_Error *gpa_xla_cuda_##name(XLA_FFI_CallFrame *f) { return gpa_xla_run(f, &sig, 1); }
+HANDLER(attention_fwd, attn_fwd)
+HANDLER(attention_bwd, attn_bwd)
+HANDLER(layernorm_fwd, ln_fwd)
+HANDLER(layernorm_bwd, ln_bwd)
+HANDLER(gelu_fwd, gelu_fwd)
+HANDLER(gelu_bwd, gelu_bwd)
+HANDLER(linear_fwd, lin_fwd)
+HANDLER(linear_bwd, lin_bwd)
+HANDLER(op, generic)
 
 /* The baseline: what XLA's own call of an FFI handler costs, with the
  * metadata answer every handler owes. */
@@ -108,11 +114,29 @@ static const gpa_xla_target targets[] = {
     {NULL, NULL},
 };
 
+/* CUDA: the op handlers and the baseline; the feed calls are host only
+ * (docs/xla.md). */
+static const gpa_xla_target cuda_targets[] = {
+    {"gpuactor_attention_fwd", gpa_xla_cuda_attention_fwd}, {"gpuactor_attention_bwd", gpa_xla_cuda_attention_bwd},
+    {"gpuactor_layernorm_fwd", gpa_xla_cuda_layernorm_fwd}, {"gpuactor_layernorm_bwd", gpa_xla_cuda_layernorm_bwd},
+    {"gpuactor_gelu_fwd", gpa_xla_cuda_gelu_fwd},           {"gpuactor_gelu_bwd", gpa_xla_cuda_gelu_bwd},
+    {"gpuactor_linear_fwd", gpa_xla_cuda_linear_fwd},       {"gpuactor_linear_bwd", gpa_xla_cuda_linear_bwd},
+    {"gpuactor_op", gpa_xla_cuda_op},                       {"gpuactor_nothing", gpa_xla_nothing},
+    {NULL, NULL},
+};
+
 const gpa_xla_target *gpa_xla_targets(void) { return targets; }
+const gpa_xla_target *gpa_xla_cuda_targets(void) { return cuda_targets; }
+
+/* XLA's names of the CUDA platform, compared as XLA does (lower case). */
+static int is_cuda(const char *platform) {
+  return !strcasecmp(platform, "cuda") || !strcasecmp(platform, "gpu");
+}
 
 int gpa_xla_register(const XLA_FFI_Api *api, const char *platform, const char *prefix, char *msg,
                      uint64_t msg_size) {
-  for (const gpa_xla_target *t = targets; t->name; t++) {
+  if (!platform) platform = "Host";
+  for (const gpa_xla_target *t = is_cuda(platform) ? cuda_targets : targets; t->name; t++) {
     char name[128];
     snprintf(name, sizeof name, "%s%s", prefix ? prefix : "gpuactor_", t->name + strlen("gpuactor_"));
     XLA_FFI_Handler_Register_Args r = {.struct_size = XLA_FFI_Handler_Register_Args_STRUCT_SIZE,

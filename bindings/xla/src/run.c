@@ -1,5 +1,6 @@
 /* One handler call: check the call frame against the handler's signature,
- * wrap XLA's buffers, submit the op to the host actor and await it. */
+ * wrap XLA's buffers, submit the op and await it (host), or order it with
+ * XLA's stream by events and return (CUDA, cuda.c). */
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -18,6 +19,8 @@ typedef struct call {
   XLA_FFI_CallFrame *f;
   const gpa_xla_sig *sig;
   gpa_actor *actor;
+  gpa_xla_dev *dev; /* CUDA: XLA's device; NULL: the host */
+  void *stream;     /* CUDA: XLA's stream */
   char op[NAME_MAX_];
   gpa_tensor in[GPA_MAX_INPUTS], out[GPA_MAX_OUTPUTS];
   gpa_xla_wrap wraps[MAX_BUFS];
@@ -250,29 +253,66 @@ static XLA_FFI_Error *submit(call *c, int *handed) {
   return e;
 }
 
+/* CUDA: the queue waits for XLA's stream, runs the op, and XLA's stream
+ * waits for the queue; the handle goes to the completion thread, which
+ * gives the wraps back once the op has run and keeps a failure for the
+ * device's next call. Nothing here waits for the GPU. */
+static XLA_FFI_Error *submit_cuda(call *c, int *handed) {
+  gpa_queue *q = gpa_actor_default_queue(c->actor);
+  const char *t = c->sig->target;
+  XLA_FFI_Error *e = gpa_xla_cuda_order(c->f, t, c->dev, c->stream, q, 1);
+  if (e) return e;
+  gpa_op_call oc = {c->op, c->in, c->n_in, c->out, c->n_out, c->attrs, c->n_attrs};
+  gpa_handle *h = NULL;
+  gpa_status st = gpa_submit(q, &oc, &h);
+  if (st != GPA_OK) /* the queue's wait for XLA's stream is harmless: it orders nothing more */
+    return gpa_xla_error(c->f, gpa_xla_code_of(st), "%s: %s (%s)", t, gpa_last_error_message(), gpa_status_name(st));
+  gpa_xla_count_call();
+  e = gpa_xla_cuda_order(c->f, t, c->dev, c->stream, q, 0);
+  if (gpa_xla_watch(c->f->api, NULL, c->dev, t, c->actor, h, c->wraps, c->n_wraps) == 0) {
+    *handed = 1;
+    return e;
+  }
+  /* No completion thread: wait here (correct, but the call then waits for
+   * the GPU). */
+  st = gpa_xla_wait(h);
+  if (st != GPA_OK && !e)
+    e = gpa_xla_error(c->f, gpa_xla_code_of(st), "%s: %s (%s)", t, gpa_handle_error_message(h), gpa_status_name(st));
+  gpa_handle_release(h);
+  return e;
+}
+
 static const XLA_FFI_Api *_Atomic last_api;
 
 const XLA_FFI_Api *gpa_xla_api(void) { return atomic_load_explicit(&last_api, memory_order_relaxed); }
 
-XLA_FFI_Error *gpa_xla_run(XLA_FFI_CallFrame *f, const gpa_xla_sig *sig) {
+XLA_FFI_Error *gpa_xla_run(XLA_FFI_CallFrame *f, const gpa_xla_sig *sig, int cuda) {
   XLA_FFI_Error *e;
   atomic_store_explicit(&last_api, f->api, memory_order_relaxed);
   if (gpa_xla_metadata(f, &e)) return e;
   if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
   call c;
-  c.f = f, c.sig = sig, c.n_in = c.n_out = c.n_wraps = c.n_attrs = 0, c.op[0] = 0;
+  c.f = f, c.sig = sig, c.n_in = c.n_out = c.n_wraps = c.n_attrs = 0, c.op[0] = 0, c.dev = NULL, c.stream = NULL;
   if ((e = check_arity(&c)) || (e = take_attrs(&c))) return e;
   if (sig->op) snprintf(c.op, sizeof c.op, "%s", sig->op);
   if (sig->pick_op)
     snprintf(c.op, sizeof c.op, "%s", sig->pick_op(sig, (uint32_t)f->args.size, (uint32_t)f->rets.size, c.attrs,
                                                     &c.n_attrs));
   const char *why = "";
-  if (!(c.actor = gpa_xla_host_actor(&why)))
+  int ordinal = 0;
+  if (cuda) {
+    if ((e = gpa_xla_cuda_stream(f, sig->target, &c.stream, &ordinal))) return e;
+    if (!(c.dev = gpa_xla_cuda_device(ordinal, &why)))
+      return gpa_xla_error(f, XLA_FFI_Error_Code_UNAVAILABLE, "%s: %s", sig->target, why);
+    if ((e = gpa_xla_cuda_take_deferred(f, sig->target, c.dev))) return e;
+    c.actor = gpa_xla_cuda_actor(c.dev);
+  } else if (!(c.actor = gpa_xla_host_actor(&why))) {
     return gpa_xla_error(f, XLA_FFI_Error_Code_UNAVAILABLE, "%s: %s", sig->target, why);
+  }
   for (int64_t i = 0; i < f->args.size && !e; i++) e = take_buffer(&c, 0, (uint32_t)i, f->args.args[i], f->args.types[i]);
   for (int64_t i = 0; i < f->rets.size && !e; i++) e = take_buffer(&c, 1, (uint32_t)i, f->rets.rets[i], f->rets.types[i]);
   int handed = 0;
-  if (!e) e = submit(&c, &handed);
+  if (!e) e = cuda ? submit_cuda(&c, &handed) : submit(&c, &handed);
   for (uint32_t i = 0; i < c.n_wraps && !handed; i++) gpa_xla_wrap_put(c.actor, &c.wraps[i]);
   return e;
 }

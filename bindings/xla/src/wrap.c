@@ -18,6 +18,7 @@
 #define SLOTS 64
 
 typedef struct slot {
+  gpa_actor *actor; /* the host actor, or one device's (cuda.c): ids are per actor */
   uintptr_t base;
   uint64_t bytes;
   gpa_buffer_id id;
@@ -45,7 +46,10 @@ void gpa_xla_wrap_counts(uint64_t *wraps, uint64_t *hits) {
 }
 
 static gpa_status wrap(gpa_actor *a, uintptr_t base, uint64_t bytes, gpa_buffer_id *id) {
-  gpa_external_desc d = {.size_of = sizeof d, .kind = GPA_MEM_HOST, .ptr = (void *)base, .bytes = bytes};
+  /* The host actor takes XLA's host memory; a device actor (cuda or sim)
+   * XLA's device memory. */
+  int kind = strcmp(gpa_actor_backend(a), "cpu") ? GPA_MEM_DEVICE : GPA_MEM_HOST;
+  gpa_external_desc d = {.size_of = sizeof d, .kind = kind, .ptr = (void *)base, .bytes = bytes};
   atomic_fetch_add_explicit(&n_wraps, 1, memory_order_relaxed);
   return gpa_buffer_wrap(a, &d, id);
 }
@@ -65,7 +69,7 @@ gpa_status gpa_xla_wrap_get(gpa_actor *a, void *ptr, uint64_t bytes, gpa_xla_wra
   int victim = -1;
   for (int i = 0; i < SLOTS; i++) {
     slot *s = &slots[i];
-    if (s->id && s->base == base && s->bytes == bytes) {
+    if (s->id && s->actor == a && s->base == base && s->bytes == bytes) {
       s->uses++;
       s->stamp = ++clock_;
       out->id = s->id;
@@ -77,16 +81,17 @@ gpa_status gpa_xla_wrap_get(gpa_actor *a, void *ptr, uint64_t bytes, gpa_xla_wra
     if (s->uses == 0 && (victim < 0 || !s->id || (slots[victim].id && s->stamp < slots[victim].stamp))) victim = i;
   }
   gpa_buffer_id old = 0;
+  gpa_actor *old_actor = NULL;
   if (victim >= 0) {
-    old = slots[victim].id;
+    old = slots[victim].id, old_actor = slots[victim].actor;
     memset(&slots[victim], 0, sizeof slots[victim]);
   }
   /* The wrap happens under the lock so that two threads missing on the same
    * range do not both wrap it; misses are rare once an executable runs. */
-  if (old) gpa_buffer_release(a, old);
+  if (old) gpa_buffer_release(old_actor, old);
   gpa_status st = wrap(a, base, bytes, &out->id);
   if (st == GPA_OK && victim >= 0) {
-    slots[victim] = (slot){base, bytes, out->id, 1, ++clock_};
+    slots[victim] = (slot){a, base, bytes, out->id, 1, ++clock_};
     out->slot = victim;
   } else {
     out->slot = -1; /* every slot in use by calls in flight: this call's own wrap */

@@ -38,7 +38,10 @@ typedef struct gpa_xla_sig {
                          uint32_t *n_attrs);
 } gpa_xla_sig;
 
-XLA_FFI_Error *gpa_xla_run(XLA_FFI_CallFrame *frame, const gpa_xla_sig *sig);
+/* Runs a call on the host actor (XLA's host buffers; waits for the op) or,
+ * cuda = 1, on XLA's device's actor (XLA's device buffers, ordered with
+ * XLA's stream by events; returns once the op is enqueued). */
+XLA_FFI_Error *gpa_xla_run(XLA_FFI_CallFrame *frame, const gpa_xla_sig *sig, int cuda);
 
 /* The XLA error for `code` with a printf message; NULL if XLA could not
  * make one (nothing better to return then). */
@@ -74,4 +77,31 @@ XLA_FFI_Error *gpa_xla_error_api(const XLA_FFI_Api *api, XLA_FFI_Error_Code code
  * are then the async path's), 0 to wait in the handler. */
 int gpa_xla_async_hand_over(XLA_FFI_CallFrame *frame, const char *target, gpa_actor *a, struct gpa_handle *h,
                             const gpa_xla_wrap *wraps, uint32_t n_wraps);
+
+/* The CUDA side (cuda.c): one actor per XLA device. */
+typedef struct gpa_xla_dev gpa_xla_dev;
+/* XLA's stream (a CUstream) and device ordinal of a call frame. */
+XLA_FFI_Error *gpa_xla_cuda_stream(XLA_FFI_CallFrame *f, const char *target, void **stream, int *ordinal);
+/* The device's actor and driver state, made on first use; NULL with *why. */
+gpa_xla_dev *gpa_xla_cuda_device(int ordinal, const char **why);
+gpa_actor *gpa_xla_cuda_actor(gpa_xla_dev *d);
+/* xla_first = 1: q's next messages wait for XLA's work so far on stream;
+ * 0: stream's next work waits for q's messages so far. By events, on the
+ * device; the call does not wait for either. */
+XLA_FFI_Error *gpa_xla_cuda_order(XLA_FFI_CallFrame *f, const char *target, gpa_xla_dev *d, void *stream,
+                                  gpa_queue *q, int xla_first);
+/* An op that failed after its call returned: kept (the first one) until the
+ * device's next call, which returns it (take). */
+void gpa_xla_cuda_defer_error(gpa_xla_dev *d, XLA_FFI_Error_Code code, const char *msg);
+XLA_FFI_Error *gpa_xla_cuda_take_deferred(XLA_FFI_CallFrame *f, const char *target, gpa_xla_dev *d);
+uint64_t gpa_xla_cuda_deferred_count(void);
+
+/* The completion thread (async.c): awaits h, gives the wraps back, then
+ * completes `future` (when not NULL) with the op's status, or keeps a
+ * failure for dev's next call (when dev is not NULL). 0 if taken (h and the
+ * wraps are then its), -1 if it cannot (no thread or memory: wait in the
+ * handler). */
+int gpa_xla_watch(const XLA_FFI_Api *api, XLA_FFI_Future *future, gpa_xla_dev *dev, const char *target,
+                  gpa_actor *a, struct gpa_handle *h, const gpa_xla_wrap *wraps, uint32_t n_wraps);
+void gpa_xla_watch_counts(uint64_t *watched, uint64_t *done);
 #endif
