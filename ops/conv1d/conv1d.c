@@ -1,5 +1,8 @@
 /* 1-D convolution ops (host): a direct kernel (forward, stride 1), one GEMM
- * per tap on shifted x, or im2col + GEMM (kernels/host/conv1d.c). All f32.
+ * per tap on shifted x, or im2col + GEMM (kernels/host/conv1d.c). f32, or
+ * bf16 storage: x, W, b, y, dy and dx bf16 (one dtype, that of x), dW and db
+ * f32 (as linear's bf16: they feed fp32 optimizer state); the host runs the
+ * f32 kernels on widened copies and rounds y and dx once (ops/bf16_host.h).
  *   conv1d_fwd         in: x [B,Cin,L], W [Cout,Cin/groups,K], b [Cout] (optional, 3rd input)
  *                      out: y [B,Cout,Lout]
  *   conv1d_bwd         in: dy [B,Cout,Lout], x, W          out: dx [B,Cin,L], dW, db [Cout]
@@ -33,9 +36,9 @@ static const gpa_attr_spec conv_attrs[] = {
 /* Checks x [B,Cin,L] and W [Cout,Cin/groups,K] against the attrs; fills g. */
 static gpa_status check_geom(const char *op, const gpa_tensor *x, const gpa_tensor *W, const conv_params *p,
                              gpa__conv1d_geom *g, char *msg, size_t ms) {
-  GPA__CHK(gpa__chk_dtype(op, "x", x, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_float(op, "x", x, msg, ms));
   GPA__CHK(gpa__chk_rank(op, "x", x, 3, "([B,Cin,L])", msg, ms));
-  GPA__CHK(gpa__chk_dtype(op, "W", W, GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_dtype(op, "W", W, x->dtype, 0, msg, ms));
   GPA__CHK(gpa__chk_rank(op, "W", W, 3, "([Cout,Cin/groups,K])", msg, ms));
   int64_t Cin = x->shape[1], Cout = W->shape[0], G = p->groups;
   if (Cin < 1 || Cout < 1 || W->shape[2] < 1) {
@@ -94,11 +97,11 @@ static gpa_status fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_
   const gpa_tensor *W = &s->inputs[1];
   GPA__CHK(check_geom("conv1d_fwd", &s->inputs[0], W, s->params, &g, msg, ms));
   if (s->n_inputs > 2) {
-    GPA__CHK(gpa__chk_dtype("conv1d_fwd", "b", &s->inputs[2], GPA_F32, 0, msg, ms));
+    GPA__CHK(gpa__chk_dtype("conv1d_fwd", "b", &s->inputs[2], W->dtype, 0, msg, ms));
     GPA__CHK(gpa__chk_shape("conv1d_fwd", "b", &s->inputs[2], 1, &W->shape[0], "Cout of W", msg, ms));
   }
   int64_t y[3] = {g.B, g.Cout, g.Lout};
-  gpa__chk_set(&e[0], GPA_F32, 3, y);
+  gpa__chk_set(&e[0], W->dtype, 3, y);
   return GPA_OK;
 }
 
@@ -108,9 +111,9 @@ static gpa_status bwd_shape_common(const char *op, const gpa_op_sig *s, gpa_tens
   const gpa_tensor *x = &s->inputs[1], *W = &s->inputs[2];
   GPA__CHK(check_geom(op, x, W, s->params, &g, msg, ms));
   int64_t y[3] = {g.B, g.Cout, g.Lout};
-  GPA__CHK(gpa__chk_dtype(op, "dy", &s->inputs[0], GPA_F32, 0, msg, ms));
+  GPA__CHK(gpa__chk_dtype(op, "dy", &s->inputs[0], x->dtype, 0, msg, ms));
   GPA__CHK(gpa__chk_shape(op, "dy", &s->inputs[0], 3, y, "[B,Cout,Lout] of the forward", msg, ms));
-  gpa__chk_set(&e[0], GPA_F32, 3, x->shape);
+  gpa__chk_set(&e[0], x->dtype, 3, x->shape); /* dW, db: f32 for either storage */
   gpa__chk_set(&e[1], GPA_F32, 3, W->shape);
   if (with_db) gpa__chk_set(&e[2], GPA_F32, 1, W->shape);
   return GPA_OK;
@@ -152,16 +155,18 @@ static gpa_status run(const gpa_op_exec *x, int bwd) {
 
 static gpa_status fwd_host(const gpa_op_exec *x) { return run(x, 0); }
 static gpa_status bwd_host(const gpa_op_exec *x) { return run(x, 1); }
+GPA__BF16_HOST(fwd_host)
+GPA__BF16_HOST(bwd_host)
 
 #define N_CONV_ATTRS (uint32_t)(sizeof conv_attrs / sizeof conv_attrs[0])
 
 static const gpa_op_desc conv1d_ops[] = {
     {sizeof(gpa_op_desc), "conv1d_fwd", 2, 3, 1, conv_attrs, N_CONV_ATTRS, sizeof(conv_params), fwd_shape,
-     fwd_host, GPA__CUDA(gpa__conv_fwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
+     fwd_host_any, GPA__CUDA(gpa__conv_fwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
     {sizeof(gpa_op_desc), "conv1d_bwd", 3, 3, 3, conv_attrs, N_CONV_ATTRS, sizeof(conv_params), bwd_shape,
-     bwd_host, GPA__CUDA(gpa__conv_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
+     bwd_host_any, GPA__CUDA(gpa__conv_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
     {sizeof(gpa_op_desc), "conv1d_bwd_nobias", 3, 3, 2, conv_attrs, N_CONV_ATTRS, sizeof(conv_params),
-     bwd_nb_shape, bwd_host, GPA__CUDA(gpa__conv_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
+     bwd_nb_shape, bwd_host_any, GPA__CUDA(gpa__conv_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
 };
 GPA__FAMILY(conv1d, conv1d_ops);
 

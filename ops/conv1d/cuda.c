@@ -2,7 +2,8 @@
  * group, in chunks of batches whose column matrices fit CONV_SCRATCH_CAP;
  * col2im for dx. dW: one strided-batched GEMM of the per-batch products,
  * summed over batches in order by a kernel (deterministic). Row-major
- * operands go to column-major cuBLAS as their transposes. */
+ * operands go to column-major cuBLAS as their transposes. bf16 storage
+ * goes to cuda_bf16.c once the geometry is known. */
 #include <limits.h>
 
 #include "backends/cuda/cuda_ops.h"
@@ -16,9 +17,7 @@ static const float one = 1.0f, zero = 0.0f;
 
 static int fits(long long v) { return v >= 0 && v <= INT_MAX; }
 
-typedef struct geom {
-  long long B, Cin, L, Cout, K, stride, pad_l, dil, G, Lout, cin_g, cout_g, R;
-} geom;
+typedef gpa__conv_cu_geom geom;
 
 static void conv_geom(const gpa_op_exec *x, const gpa_tensor *xt, const gpa_tensor *W, long long lout, geom *g) {
   const gpa__conv_params *p = x->params;
@@ -67,6 +66,7 @@ gpa_status gpa__conv_fwd_cu(const gpa_op_exec *x) {
   geom g;
   conv_geom(x, &x->inputs[0], &x->inputs[1], x->outputs[0].shape[2], &g);
   if (!conv_fits(&g)) return gpa__cu_fallback(x);
+  if (x->inputs[0].dtype == GPA_BF16) return gpa__conv_fwd_bf16_cu(x, &g);
   if (g.B == 0) return GPA_OK;
   cublasHandle_t h;
   GPA__CU_TRY(gpa__cu_blas(x, &h));
@@ -100,6 +100,7 @@ gpa_status gpa__conv_bwd_cu(const gpa_op_exec *x) {
   geom g;
   conv_geom(x, &x->inputs[1], &x->inputs[2], x->inputs[0].shape[2], &g);
   if (!conv_fits(&g)) return gpa__cu_fallback(x);
+  if (x->inputs[1].dtype == GPA_BF16) return gpa__conv_bwd_bf16_cu(x, &g);
   const float *dy = x->in[0], *xs = x->in[1], *W = x->in[2];
   float *dx = x->out[0], *dW = x->out[1];
   void *db = x->n_outputs > 2 ? x->out[2] : NULL;
