@@ -6,6 +6,10 @@
 #define GS_LOOP(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 
+/* p[i] widened to fp32 (the templates below take either storage) */
+static __device__ __forceinline__ float conv_ld(const float *p, long long i) { return p[i]; }
+static __device__ __forceinline__ float conv_ld(const gpa_bf16 *p, long long i) { return gpa_bf2f(p[i]); }
+
 #define K_TANH 0.7978845608028654f
 #define C_TANH 0.044715f
 
@@ -43,23 +47,6 @@ static __device__ __forceinline__ float lin_gelu_grad(float v) {
   const float s = 1.0f / (1.0f + e), s1 = e * s;
   const float du = K_TANH * (1.0f + 3.0f * C_TANH * v * v);
   return s + 2.0f * v * s * s1 * du;
-}
-
-/* bf16 linear backward: db[j] = sum over rows of g[i,j], g = dy (pre NULL)
- * or dy * gelu'(pre) formed in fp32 from the bf16 inputs, so db does not
- * see the bf16 rounding of the g that the GEMMs take. A thread per column
- * (adjacent threads read adjacent words), double sums in row order. */
-extern "C" __global__ void gpa_lin_db_bf16(float *db, const gpa_bf16 *dy, const gpa_bf16 *pre, long long rows,
-                                           long long cols) {
-  GS_LOOP(j, cols) {
-    double acc = 0.0;
-    for (long long i = 0; i < rows; i++) {
-      float g = gpa_bf2f(dy[i * cols + j]);
-      if (pre) g *= lin_gelu_grad(gpa_bf2f(pre[i * cols + j]));
-      acc += (double)g;
-    }
-    db[j] = (float)acc;
-  }
 }
 
 /* The bf16 GELU backward's g = dy * gelu'(pre) in fp32, as two bf16 halves
@@ -118,13 +105,14 @@ extern "C" __global__ void gpa_conv_bias_f32(float *y, const float *bias, long l
  * each thread a strided share, then a tree of fixed shape (deterministic
  * for the block size, GPA__CONV_DB_THREADS in ops/conv1d/cuda.c). A thread
  * per channel summing all B x Lout values in turn left the GPU nearly idle
- * (96 threads at the main job's shape). */
-extern "C" __global__ void gpa_conv_db_f32(float *db, const float *dy, long long nb, long long cout, long long lout) {
-  GPA_DYNAMIC_SHARED(double, part);
+ * (96 threads at the main job's shape). T: float, or gpa_bf16 (widened). */
+
+template <typename T>
+static __device__ void conv_db(double *part, float *db, const T *dy, long long nb, long long cout, long long lout) {
   const long long co = blockIdx.x, n = nb * lout;
   const int t = (int)threadIdx.x;
   double acc = 0.0;
-  for (long long i = t; i < n; i += blockDim.x) acc += (double)dy[((i / lout) * cout + co) * lout + i % lout];
+  for (long long i = t; i < n; i += blockDim.x) acc += (double)conv_ld(dy, ((i / lout) * cout + co) * lout + i % lout);
   part[t] = acc;
   __syncthreads();
   for (int s = (int)blockDim.x / 2; s > 0; s >>= 1) {
@@ -134,19 +122,39 @@ extern "C" __global__ void gpa_conv_db_f32(float *db, const float *dy, long long
   if (t == 0) db[co] = (float)part[0];
 }
 
-/* out[j] = sum over i of x[i cols + j], in double: a block of 32 x 32
- * threads per 32 columns, each thread a strided share of the rows (a warp
- * reads 32 adjacent columns), then a column's 32 shares in order: the order
- * is fixed by the launch shape (ops/linear/cuda.c), so the sum is
- * deterministic. A thread per column summing every row in turn (the masked
- * mean kernel) took ~250 us for a bias of 60 over 4096 rows on an H100. */
-extern "C" __global__ void gpa_colsum_f32(float *out, const float *x, long long rows, long long cols) {
+extern "C" __global__ void gpa_conv_db_f32(float *db, const float *dy, long long nb, long long cout, long long lout) {
   GPA_DYNAMIC_SHARED(double, part);
+  conv_db(part, db, dy, nb, cout, lout);
+}
+extern "C" __global__ void gpa_conv_db_bf16(float *db, const gpa_bf16 *dy, long long nb, long long cout,
+                                            long long lout) {
+  GPA_DYNAMIC_SHARED(double, part);
+  conv_db(part, db, dy, nb, cout, lout);
+}
+
+/* out[j] = sum over i of g[i, j], in double, g = x (f32 or bf16, widened),
+ * times gelu'(pre) when pre != NULL (bf16 linear with GELU: g formed in
+ * fp32 from the bf16 inputs, so db does not see the bf16 rounding of the g
+ * the GEMMs take). A block of 32 x 32 threads per 32 columns, each thread a
+ * strided share of the rows (a warp reads 32 adjacent columns), then a
+ * column's 32 shares in order: the order is fixed by the launch shape
+ * (ops/linear/cuda.c), so the sum is deterministic. A thread per column
+ * summing every row in turn (the masked mean kernel) took ~250 us for a
+ * bias of 60 over 4096 rows on an H100; the bf16 db did that until issue 25
+ * (4096 threads at its 8192 x 4096 x 4096 shape, one 2-byte load each in
+ * flight). */
+template <typename T>
+static __device__ void col_sum(double *part, float *out, const T *x, const gpa_bf16 *pre, long long rows,
+                               long long cols) {
   const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
   const long long j = (long long)blockIdx.x * 32 + tx;
   double acc = 0.0;
   if (j < cols)
-    for (long long i = ty; i < rows; i += blockDim.y) acc += (double)x[i * cols + j];
+    for (long long i = ty; i < rows; i += blockDim.y) {
+      float g = conv_ld(x, i * cols + j);
+      if (pre) g *= lin_gelu_grad(gpa_bf2f(pre[i * cols + j]));
+      acc += (double)g;
+    }
   part[ty * 32 + tx] = acc;
   __syncthreads();
   if (ty == 0 && j < cols) {
@@ -154,6 +162,18 @@ extern "C" __global__ void gpa_colsum_f32(float *out, const float *x, long long 
     for (int k = 0; k < (int)blockDim.y; k++) s += part[k * 32 + tx];
     out[j] = (float)s;
   }
+}
+
+extern "C" __global__ void gpa_colsum_f32(float *out, const float *x, long long rows, long long cols) {
+  GPA_DYNAMIC_SHARED(double, part);
+  col_sum(part, out, x, (const gpa_bf16 *)0, rows, cols);
+}
+
+/* bf16 linear backward's db: g = dy, or dy gelu'(pre) */
+extern "C" __global__ void gpa_lin_db_bf16(float *db, const gpa_bf16 *dy, const gpa_bf16 *pre, long long rows,
+                                           long long cols) {
+  GPA_DYNAMIC_SHARED(double, part);
+  col_sum(part, db, dy, pre, rows, cols);
 }
 
 /* dw[i] (+)= sum over b < nb of part[b n + i], b in order: the per-batch
@@ -165,5 +185,68 @@ extern "C" __global__ void gpa_conv_dw_sum_f32(float *dw, const float *part, lon
     float acc = accumulate ? dw[i] : 0.0f;
     for (long long b = 0; b < nb; b++) acc += part[b * n + i];
     dw[i] = acc;
+  }
+}
+
+/* ---- bf16 conv1d (ops/conv1d/cuda_bf16.c) --------------------------------------------------------
+ * The batches of a chunk are folded into the GEMMs' long dimension: the
+ * column matrix is col[r][b lout + t] (r = ci K + k), so y = W col, dW = dy'
+ * col^T and dcol = W^T dy' are one bf16 GEMM each over all nb batches (fp32
+ * compute), with dy' = dy as [Cout][b lout + t]. The f32 path's per-batch
+ * strided GEMMs need cublasGemmStridedBatchedEx for bf16, which the
+ * backend's cuBLAS table does not hold; one GEMM of nb x the columns is as
+ * good for cuBLAS. Outputs are formed in fp32 and rounded once. */
+
+/* col[ci K + k][b lout + t] = x[b, c0 + ci, t stride - pad_l + k dil] (0 outside [0, L)) */
+extern "C" __global__ void gpa_conv_im2col_bf16(gpa_bf16 *col, const gpa_bf16 *x, long long nb, long long cin,
+                                                long long c0, long long cin_g, long long l, long long k,
+                                                long long lout, long long stride, long long pad_l, long long dil) {
+  const long long nl = nb * lout;
+  GS_LOOP(i, cin_g * k * nl) {
+    const long long j = i % nl, rr = i / nl, b = j / lout, t = j - b * lout;
+    const long long ci = rr / k, kk = rr - ci * k;
+    const long long pos = t * stride - pad_l + kk * dil;
+    col[i] = pos >= 0 && pos < l ? x[(b * cin + c0 + ci) * l + pos] : (gpa_bf16)0;
+  }
+}
+
+/* y[b, c0 + co, t] = bf16(acc[co][b lout + t] + bias[c0 + co]) (bias nullable) */
+extern "C" __global__ void gpa_conv_out_bf16(gpa_bf16 *y, const float *acc, const gpa_bf16 *bias, long long nb,
+                                             long long cout, long long c0, long long cout_g, long long lout) {
+  const long long nl = nb * lout;
+  GS_LOOP(i, cout_g * nl) {
+    const long long co = i / nl, j = i - co * nl, b = j / lout, t = j - b * lout;
+    float v = acc[i];
+    if (bias) v += gpa_bf2f(bias[c0 + co]);
+    y[(b * cout + c0 + co) * lout + t] = gpa_f2bf(v);
+  }
+}
+
+/* dyp[co][b lout + t] = dy[b, co, t] for every channel (a copy: the GEMMs' K runs over (b, t)) */
+extern "C" __global__ void gpa_conv_perm_bf16(gpa_bf16 *dyp, const gpa_bf16 *dy, long long nb, long long cout,
+                                              long long lout) {
+  const long long nl = nb * lout;
+  GS_LOOP(i, cout * nl) {
+    const long long co = i / nl, j = i - co * nl, b = j / lout, t = j - b * lout;
+    dyp[i] = dy[(b * cout + co) * lout + t];
+  }
+}
+
+/* dx[b, c0 + ci, p] = bf16(sum over (k, t) with t stride - pad_l + k dil == p
+ * of dcol[ci K + k][b lout + t]), k ascending, in fp32 (dcol is fp32) */
+extern "C" __global__ void gpa_conv_col2im_bf16(gpa_bf16 *dx, const float *dcol, long long nb, long long cin,
+                                                long long c0, long long cin_g, long long l, long long k,
+                                                long long lout, long long stride, long long pad_l, long long dil) {
+  const long long nl = nb * lout;
+  GS_LOOP(i, nb * cin_g * l) {
+    const long long p = i % l, ci = (i / l) % cin_g, b = i / (l * cin_g);
+    float acc = 0.0f;
+    for (long long kk = 0; kk < k; kk++) {
+      const long long q = p + pad_l - kk * dil;
+      if (q < 0 || q % stride) continue;
+      const long long t = q / stride;
+      if (t < lout) acc += dcol[(ci * k + kk) * nl + b * lout + t];
+    }
+    dx[(b * cin + c0 + ci) * l + p] = gpa_f2bf(acc);
   }
 }

@@ -1,5 +1,6 @@
-/* GELU on CUDA (kernels/cuda/elementwise.cu): grid-stride kernels, the
- * _bf16 ones 8 values per 16-byte access when every pointer is aligned. */
+/* GELU on CUDA (kernels/cuda/elementwise.cu): grid-stride kernels, 16
+ * bytes per access when every pointer is 16-byte aligned (f32: a float4,
+ * bf16: 8 values), else (and for the tail) scalar. */
 #include "backends/cuda/cuda_ops.h"
 #include "ops/cuda_kernels.h"
 #include "ops/gelu/gelu.h"
@@ -11,7 +12,7 @@ gpa_status gpa__gelu_fwd_cu(const gpa_op_exec *x) {
   int vec = gpa__cu_aligned16(x);
   void *args[] = {&y, &xx, &n, &approx, &vec};
   if ((x->inputs[0].dtype == GPA_BF16)) return gpa__cu_launch_bf(x, GPA__K_GELU_FWD_BF, n, vec, args);
-  return gpa__cu_launch1d(x, GPA__K_GELU_FWD, n, args);
+  return gpa__cu_launch1d(x, GPA__K_GELU_FWD, vec ? (n + 3) / 4 : n, args);
 }
 
 gpa_status gpa__gelu_bwd_cu(const gpa_op_exec *x) {
@@ -21,5 +22,5 @@ gpa_status gpa__gelu_bwd_cu(const gpa_op_exec *x) {
   int vec = gpa__cu_aligned16(x);
   void *args[] = {&dx, &xx, &dy, &n, &approx, &vec};
   if ((x->inputs[0].dtype == GPA_BF16)) return gpa__cu_launch_bf(x, GPA__K_GELU_BWD_BF, n, vec, args);
-  return gpa__cu_launch1d(x, GPA__K_GELU_BWD, n, args);
+  return gpa__cu_launch1d(x, GPA__K_GELU_BWD, vec ? (n + 3) / 4 : n, args);
 }

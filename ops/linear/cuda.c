@@ -133,9 +133,10 @@ static gpa_status lin_bwd_bf16(const gpa_op_exec *x, long long N, long long in, 
   gpa__cu_ctx *C = gpa__cu_of(x);
   void *dy = x->in[0], *xs = x->in[1], *Wp = x->in[2], *pre = gelu ? x->in[3] : NULL;
   void *dx = x->out[0], *dW = x->out[1], *db = x->n_outputs > 2 ? x->out[2] : NULL;
-  if (db) {
+  if (db) { /* the colsum's launch shape: 32 x 32 threads per 32 columns */
     void *args[] = {&db, &dy, &pre, &N, &out};
-    GPA__CU_TRY(gpa__cu_launch1d(x, GPA__K_LIN_DB_BF, out, args));
+    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_LIN_DB_BF, (unsigned)((out + 31) / 32), 1, 1, 32, 32,
+                               32 * 32 * sizeof(double), args));
   }
   if (out == 0)
     return N * in == 0 ? GPA_OK
@@ -190,9 +191,9 @@ gpa_status gpa__lin_bwd_cu(const gpa_op_exec *x) {
     void *pre = x->in[3], *dy = x->in[0];
     g = (void *)(uintptr_t)s;
     long long n = N * out;
-    int approx = 1;
-    void *args[] = {&g, &pre, &dy, &n, &approx};
-    GPA__CU_TRY(gpa__cu_launch1d(x, GPA__K_GELU_BWD, n, args));
+    int approx = 1, vec = ((uintptr_t)g | (uintptr_t)pre | (uintptr_t)dy) % 16 == 0;
+    void *args[] = {&g, &pre, &dy, &n, &approx, &vec};
+    GPA__CU_TRY(gpa__cu_launch1d(x, GPA__K_GELU_BWD, vec ? (n + 3) / 4 : n, args));
   }
   return lin_bwd_f32(x, g, x->in[1], x->in[2], x->out[0], x->out[1], x->n_outputs > 2 ? x->out[2] : NULL, N, in,
                      out);
