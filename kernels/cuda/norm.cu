@@ -13,7 +13,9 @@
  * Backward: dx with a group of lanes per row (fp32 sums of dy*gamma and dy*gamma*xh,
  * as the host); dgamma/dbeta deterministic: per-block-of-rows partials
  * (fixed rows, fixed order), then one thread per column adds the partials in
- * block order in double. No atomics. */
+ * block order in double. No atomics. Both take 16-byte accesses (float4, 8
+ * bf16) where D and the pointers allow: one template per kernel for both
+ * storage types, at the end of the file. */
 #include "gpa_bf16.h"
 #include "gpa_rows.h"
 
@@ -73,57 +75,6 @@ extern "C" __global__ void gpa_ln_fwd_f32(const float *__restrict__ x, const flo
       if (rstd_out) rstd_out[row] = r;
     }
   }
-}
-
-/* dx, a group of g lanes per row. */
-extern "C" __global__ void gpa_ln_bwd_dx_f32(const float *__restrict__ x, const float *__restrict__ dy,
-                                             const float *__restrict__ gamma, const float *__restrict__ mean,
-                                             const float *__restrict__ rstd, float *__restrict__ dx, long long n,
-                                             int d, int g) {
-  GPA_ROW_LOOP(n, g, row, sub, ok) {
-    const int len = ok ? d : 0;
-    const long long r0 = ok ? row : 0;
-    const float *xr = x + r0 * d, *dyr = dy + r0 * d;
-    float *dxr = dx + r0 * d;
-    const float m = ok ? mean[row] : 0.0f, r = ok ? rstd[row] : 0.0f;
-    float sa = 0.0f, sb = 0.0f;
-    for (int i = sub; i < len; i += g) {
-      const float xh = (xr[i] - m) * r;
-      /* Rounded as the second loop rounds it: with the product contracted
-       * into an FMA there, d = 1 gave dx = the product's rounding error, not 0. */
-      const float gg = __fmul_rn(dyr[i], gamma[i]);
-      sa += gg;
-      sb += gg * xh;
-    }
-    sa = gpa_group_sum(sa, g);
-    sb = gpa_group_sum(sb, g);
-    const float ma = sa / (float)d, mb = sb / (float)d;
-    for (int i = sub; i < len; i += g) {
-      const float xh = (xr[i] - m) * r;
-      dxr[i] = r * ((__fmul_rn(dyr[i], gamma[i]) - ma) - xh * mb);
-    }
-  }
-}
-
-/* Partials: blockIdx.y = block of `rows` rows; one thread per column.
- * part[blk][0][j] = sum dy*xh, part[blk][1][j] = sum dy (float, row order). */
-extern "C" __global__ void gpa_ln_bwd_part_f32(const float *__restrict__ x, const float *__restrict__ dy,
-                                               const float *__restrict__ mean, const float *__restrict__ rstd,
-                                               float *__restrict__ part, long long n, int d, int rows) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= d) return;
-  const long long blk = blockIdx.y;
-  long long r0 = blk * rows, r1 = r0 + rows;
-  if (r1 > n) r1 = n;
-  float g = 0.0f, b = 0.0f;
-  for (long long r = r0; r < r1; r++) {
-    const float xh = (x[r * d + j] - mean[r]) * rstd[r];
-    const float v = dy[r * d + j];
-    g += v * xh;
-    b += v;
-  }
-  part[blk * 2 * d + j] = g;
-  part[blk * 2 * d + d + j] = b;
 }
 
 extern "C" __global__ void gpa_ln_bwd_cols_f32(const float *__restrict__ part, float *__restrict__ dgamma,
@@ -204,48 +155,160 @@ GPA_UNROLL
   }
 }
 
-extern "C" __global__ void gpa_ln_bwd_dx_bf16(const gpa_bf16 *__restrict__ x, const gpa_bf16 *__restrict__ dy,
-                                              const float *__restrict__ gamma, const float *__restrict__ mean,
-                                              const float *__restrict__ rstd, gpa_bf16 *__restrict__ dx, long long n,
-                                              int d, int g) {
+/* ---- backward, both storage types (T = float or gpa_bf16; V values per
+ * 16-byte access: 4 floats or 8 bf16). `vec`: D % V == 0 and the row
+ * tensors (and gamma) 16-byte aligned (checked by the host); else scalar
+ * accesses, as for odd D or views at odd offsets. */
+
+static __device__ __forceinline__ float ln_ld(const float *p, long long i) { return p[i]; }
+static __device__ __forceinline__ float ln_ld(const gpa_bf16 *p, long long i) { return gpa_bf2f(p[i]); }
+static __device__ __forceinline__ void ln_st(float *p, long long i, float v) { p[i] = v; }
+static __device__ __forceinline__ void ln_st(gpa_bf16 *p, long long i, float v) { p[i] = gpa_f2bf(v); }
+static __device__ __forceinline__ void ln_ldv(const float *p, float *v) {
+  const float4 a = *reinterpret_cast<const float4 *>(p);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+}
+static __device__ __forceinline__ void ln_ldv(const gpa_bf16 *p, float *v) { gpa_bf8_load(p, v); }
+static __device__ __forceinline__ void ln_stv(float *p, const float *v) {
+  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+static __device__ __forceinline__ void ln_stv(gpa_bf16 *p, const float *v) { gpa_bf8_store(p, v); }
+/* V gamma values (fp32 for either storage), by the array's length */
+static __device__ __forceinline__ void ln_ldg(const float *p, float (&v)[4]) { ln_ldv(p, v); }
+static __device__ __forceinline__ void ln_ldg(const float *p, float (&v)[8]) { ln_load8f(p, v); }
+
+/* dx, a group of g lanes per row: fp32 sums of dy*gamma and dy*gamma*xh,
+ * then dx = rstd (dy*gamma - mean_a - xh mean_b), each rounded once. The
+ * vector path gives each lane V adjacent values per step instead of one:
+ * the same terms, summed in another order (fp32 rounding of the two row
+ * sums; well inside the parity tolerance). */
+template <typename T, int V>
+static __device__ void ln_dx(const T *__restrict__ x, const T *__restrict__ dy, const float *__restrict__ gamma,
+                             const float *__restrict__ mean, const float *__restrict__ rstd, T *__restrict__ dx,
+                             long long n, int d, int g, int vec) {
   GPA_ROW_LOOP(n, g, row, sub, ok) {
     const int len = ok ? d : 0;
     const long long r0 = ok ? row : 0;
-    const gpa_bf16 *xr = x + r0 * d, *dyr = dy + r0 * d;
-    gpa_bf16 *dxr = dx + r0 * d;
+    const T *xr = x + r0 * d, *dyr = dy + r0 * d;
+    T *dxr = dx + r0 * d;
     const float m = ok ? mean[row] : 0.0f, r = ok ? rstd[row] : 0.0f;
     float sa = 0.0f, sb = 0.0f;
-    for (int i = sub; i < len; i += g) {
-      const float xh = (gpa_bf2f(xr[i]) - m) * r;
-      const float gg = __fmul_rn(gpa_bf2f(dyr[i]), gamma[i]); /* as in the f32 kernel */
-      sa += gg;
-      sb += gg * xh;
+    if (vec) {
+      for (int i = sub * V; i < len; i += V * g) {
+        float xv[V], dv[V], gm[V];
+        ln_ldv(xr + i, xv);
+        ln_ldv(dyr + i, dv);
+        ln_ldg(gamma + i, gm);
+GPA_UNROLL
+        for (int k = 0; k < V; k++) {
+          const float gg = __fmul_rn(dv[k], gm[k]);
+          sa += gg;
+          sb += gg * ((xv[k] - m) * r);
+        }
+      }
+    } else {
+      for (int i = sub; i < len; i += g) {
+        const float xh = (ln_ld(xr, i) - m) * r;
+        /* Rounded as the second loop rounds it: with the product contracted
+         * into an FMA there, d = 1 gave dx = the product's rounding error, not 0. */
+        const float gg = __fmul_rn(ln_ld(dyr, i), gamma[i]);
+        sa += gg;
+        sb += gg * xh;
+      }
     }
     sa = gpa_group_sum(sa, g);
     sb = gpa_group_sum(sb, g);
     const float ma = sa / (float)d, mb = sb / (float)d;
-    for (int i = sub; i < len; i += g) {
-      const float xh = (gpa_bf2f(xr[i]) - m) * r;
-      dxr[i] = gpa_f2bf(r * ((__fmul_rn(gpa_bf2f(dyr[i]), gamma[i]) - ma) - xh * mb));
+    if (vec) {
+      for (int i = sub * V; i < len; i += V * g) {
+        float xv[V], dv[V], gm[V];
+        ln_ldv(xr + i, xv);
+        ln_ldv(dyr + i, dv);
+        ln_ldg(gamma + i, gm);
+GPA_UNROLL
+        for (int k = 0; k < V; k++) xv[k] = r * ((__fmul_rn(dv[k], gm[k]) - ma) - ((xv[k] - m) * r) * mb);
+        ln_stv(dxr + i, xv);
+      }
+    } else {
+      for (int i = sub; i < len; i += g) {
+        const float xh = (ln_ld(xr, i) - m) * r;
+        ln_st(dxr, i, r * ((__fmul_rn(ln_ld(dyr, i), gamma[i]) - ma) - xh * mb));
+      }
     }
   }
 }
 
-extern "C" __global__ void gpa_ln_bwd_part_bf16(const gpa_bf16 *__restrict__ x, const gpa_bf16 *__restrict__ dy,
-                                                const float *__restrict__ mean, const float *__restrict__ rstd,
-                                                float *__restrict__ part, long long n, int d, int rows) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= d) return;
+/* dgamma/dbeta partials: blockIdx.y = block of `rows` rows; a thread per
+ * column (scalar) or per V adjacent columns (vec: 16-byte loads of x and
+ * dy, 4x / 8x the bytes per load of the scalar path; the bf16 scalar path
+ * read 2 bytes a load and ran at 0.59 of PyTorch on an H100, issue 25).
+ * part[blk][0][j] = sum dy*xh, part[blk][1][j] = sum dy, fp32 in row order:
+ * every column's sum is the same in both paths, bit for bit. */
+template <typename T, int V>
+static __device__ void ln_part(const T *__restrict__ x, const T *__restrict__ dy, const float *__restrict__ mean,
+                               const float *__restrict__ rstd, float *__restrict__ part, long long n, int d, int rows,
+                               int vec) {
   const long long blk = blockIdx.y;
   long long r0 = blk * rows, r1 = r0 + rows;
   if (r1 > n) r1 = n;
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  float *pg = part + blk * 2 * d, *pb = pg + d;
+  if (vec) {
+    const int j = t * V;
+    if (j >= d) return;
+    float g[V], b[V];
+GPA_UNROLL
+    for (int k = 0; k < V; k++) g[k] = b[k] = 0.0f;
+    for (long long r = r0; r < r1; r++) {
+      float xv[V], dv[V];
+      ln_ldv(x + r * d + j, xv);
+      ln_ldv(dy + r * d + j, dv);
+      const float m = mean[r], rs = rstd[r];
+GPA_UNROLL
+      for (int k = 0; k < V; k++) {
+        const float xh = (xv[k] - m) * rs;
+        g[k] += dv[k] * xh;
+        b[k] += dv[k];
+      }
+    }
+GPA_UNROLL
+    for (int k = 0; k < V; k += 4) { /* fp32 partials for either storage: V/4 float4 stores */
+      ln_stv(pg + j + k, g + k);
+      ln_stv(pb + j + k, b + k);
+    }
+    return;
+  }
+  if (t >= d) return;
   float g = 0.0f, b = 0.0f;
   for (long long r = r0; r < r1; r++) {
-    const float xh = (gpa_bf2f(x[r * d + j]) - mean[r]) * rstd[r];
-    const float v = gpa_bf2f(dy[r * d + j]);
+    const float xh = (ln_ld(x, r * d + t) - mean[r]) * rstd[r];
+    const float v = ln_ld(dy, r * d + t);
     g += v * xh;
     b += v;
   }
-  part[blk * 2 * d + j] = g;
-  part[blk * 2 * d + d + j] = b;
+  pg[t] = g;
+  pb[t] = b;
+}
+
+extern "C" __global__ void gpa_ln_bwd_dx_f32(const float *__restrict__ x, const float *__restrict__ dy,
+                                             const float *__restrict__ gamma, const float *__restrict__ mean,
+                                             const float *__restrict__ rstd, float *__restrict__ dx, long long n,
+                                             int d, int g, int vec) {
+  ln_dx<float, 4>(x, dy, gamma, mean, rstd, dx, n, d, g, vec);
+}
+extern "C" __global__ void gpa_ln_bwd_dx_bf16(const gpa_bf16 *__restrict__ x, const gpa_bf16 *__restrict__ dy,
+                                              const float *__restrict__ gamma, const float *__restrict__ mean,
+                                              const float *__restrict__ rstd, gpa_bf16 *__restrict__ dx, long long n,
+                                              int d, int g, int vec) {
+  ln_dx<gpa_bf16, 8>(x, dy, gamma, mean, rstd, dx, n, d, g, vec);
+}
+extern "C" __global__ void gpa_ln_bwd_part_f32(const float *__restrict__ x, const float *__restrict__ dy,
+                                               const float *__restrict__ mean, const float *__restrict__ rstd,
+                                               float *__restrict__ part, long long n, int d, int rows, int vec) {
+  ln_part<float, 4>(x, dy, mean, rstd, part, n, d, rows, vec);
+}
+extern "C" __global__ void gpa_ln_bwd_part_bf16(const gpa_bf16 *__restrict__ x, const gpa_bf16 *__restrict__ dy,
+                                                const float *__restrict__ mean, const float *__restrict__ rstd,
+                                                float *__restrict__ part, long long n, int d, int rows, int vec) {
+  ln_part<gpa_bf16, 8>(x, dy, mean, rstd, part, n, d, rows, vec);
 }

@@ -1,5 +1,7 @@
 /* LayerNorm on CUDA (kernels/cuda/norm.cu). bf16 x (and dy) take the _bf16
- * kernels: x/y/dy/dx bf16, gamma/beta/mean/rstd and dgamma/dbeta fp32. */
+ * kernels: x/y/dy/dx bf16, gamma/beta/mean/rstd and dgamma/dbeta fp32.
+ * Every kernel moves 16 bytes per access where D and the pointers allow,
+ * and falls back to scalar accesses where not. */
 #include <stdio.h>
 
 #include "backends/cuda/cuda_ops.h"
@@ -42,16 +44,21 @@ gpa_status gpa__ln_bwd_cu(const gpa_op_exec *x) {
     return gpa__cu_zero_f32(x, db, d);
   }
   int grp = gpa__cu_row_group(d), bf = t->dtype == GPA_BF16;
-  void *a1[] = {&xx, &dy, &g, &m, &r, &dx, &n, &d, &grp};
+  /* 16-byte accesses: 4 floats or 8 bf16 values (gamma: 4 or 8 floats) */
+  int v = bf ? 8 : 4;
+  int vec_rows = d % v == 0 && aligned16(xx) && aligned16(dy);
+  int vec = vec_rows && aligned16(g) && aligned16(dx);
+  void *a1[] = {&xx, &dy, &g, &m, &r, &dx, &n, &d, &grp, &vec};
   gpa_status st = gpa__cu_launch(x, bf ? GPA__K_LN_BWD_DX_BF : GPA__K_LN_BWD_DX, gpa__cu_row_blocks(x, n, grp, WARPS),
                                  1, 1, 32, WARPS, 0, a1);
   if (st != GPA_OK) return st;
   int rows = PART_ROWS, nblk = (int)((n + rows - 1) / rows);
   CUdeviceptr part = gpa__cu_scratch(x, (uint64_t)nblk * 2 * (uint64_t)d * sizeof(float));
   if (!part) return GPA_ENOMEM;
-  void *a2[] = {&xx, &dy, &m, &r, &part, &n, &d, &rows};
-  st = gpa__cu_launch(x, bf ? GPA__K_LN_BWD_PART_BF : GPA__K_LN_BWD_PART, (unsigned)((d + 127) / 128), (unsigned)nblk,
-                      1, 128, 1, 0, a2);
+  void *a2[] = {&xx, &dy, &m, &r, &part, &n, &d, &rows, &vec_rows};
+  int cols = vec_rows ? d / v : d; /* threads across a row */
+  st = gpa__cu_launch(x, bf ? GPA__K_LN_BWD_PART_BF : GPA__K_LN_BWD_PART, (unsigned)((cols + 127) / 128),
+                      (unsigned)nblk, 1, 128, 1, 0, a2);
   if (st != GPA_OK) return st;
   void *a3[] = {&part, &dg, &db, &d, &nblk};
   return gpa__cu_launch(x, GPA__K_LN_BWD_COLS, (unsigned)((d + 127) / 128), 1, 1, 128, 1, 0, a3);
