@@ -2,10 +2,10 @@
  * own (AVX2+FMA, or AVX-512F where the CPU has it) over the taps and input
  * channels together, without a BLAS call. W is packed once into 6-row
  * tiles [tile][ci][k][6]; each unit (batch, group, chunk of 128 output
- * positions) packs its part of x into panels of nr = 16 (AVX2) or 32
- * (AVX-512F) positions in which each input channel's row holds
- * nr + (K-1)*dilation positions once (tap k reads its window at k*dilation;
- * zeros where the padding is), and every 6 x nr block of y is one chain of
+ * positions) packs its part of x into a panel in which each input
+ * channel's row holds its 128 + (K-1)*dilation positions once (each block
+ * of nr = 16 (AVX2) or 32 (AVX-512F) positions and tap k reads its window
+ * of it at k*dilation; zeros where the padding is), and every 6 x nr block of y is one chain of
  * FMAs over (ci, k) in order, started from the bias: no column matrix, no
  * read-modify-write of y between taps, the bias in the first write. Each y
  * element is computed whole by one unit, in an order fixed by the sizes:
