@@ -1,11 +1,12 @@
 /* gpa-bench cuda_conv1d (issue 25): conv1d_fwd (with bias) and conv1d_bwd
  * (dx, dW, db) on the device, causal, at the main job's shape (B32 C96 L128
- * K3, dilation 1 and 8) and at B8 C512 L2048 K3 dilation 4: device time per
+ * K3, dilation 1 and 8) and at B8 C512 L2048 K3 dilation 4, f32 and bf16
+ * storage (bf16: x, W, b, y, dy, dx bf16, dW and db f32): device time per
  * op from the batch's CUDA events (k ops a batch, best of reps), beside
  * PyTorch's F.conv1d forward and its autograd backward on the same shapes
- * (bench/conv1d_torch.py, named by GPA_BENCH_CONV1D_TORCH, when python3 has
- * torch with CUDA; ratio = PyTorch's time over ours, > 1 faster). On sim:
- * tiny shapes, plumbing only. */
+ * and dtype (bench/conv1d_torch.py, named by GPA_BENCH_CONV1D_TORCH, when
+ * python3 has torch with CUDA; ratio = PyTorch's time over ours, > 1
+ * faster). On sim: tiny shapes, plumbing only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,7 @@
 #include "bench.h"
 #include "gpuactor.h"
 
-/* PyTorch's fwd and bwd µs for "B C L K dil"; 0 without it. */
+/* PyTorch's fwd and bwd µs for "B C L K dil dtype"; 0 without it. */
 static int torch_conv(const char *args, double *fwd_us, double *bwd_us) {
   char line[256];
   FILE *f = gpa_bench_script("GPA_BENCH_CONV1D_TORCH", args);
@@ -33,24 +34,29 @@ void gpa_bench_cuda_conv1d(void) {
   const int reps = gpa_bench_reps(5), k = sim ? 1 : 20;
   static const int64_t shapes[][5] = {{32, 96, 128, 3, 1}, {32, 96, 128, 3, 8}, {8, 512, 2048, 3, 4}};
   uint64_t seed = 77;
-  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-    const int64_t B = sim ? 2 : shapes[si][0], C = sim ? 16 : shapes[si][1], L = sim ? 32 : shapes[si][2];
-    const int64_t K = shapes[si][3], dil = shapes[si][4];
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0] * 2; si++) {
+    const int64_t *sh = shapes[si / 2];
+    const int bf = (int)(si % 2), dt = bf ? GPA_BF16 : GPA_F32;
+    const int64_t B = sim ? 2 : sh[0], C = sim ? 16 : sh[1], L = sim ? 32 : sh[2];
+    const int64_t K = sh[3], dil = sh[4];
     int64_t xs[3] = {B, C, L}, ws[3] = {C, C, K}, bs[1] = {C};
-    gpa_tensor x = gpa_bench_device_tensor(a, q, GPA_F32, 3, xs, &seed), w = gpa_bench_device_tensor(a, q, GPA_F32, 3, ws, &seed);
-    gpa_tensor b = gpa_bench_device_tensor(a, q, GPA_F32, 1, bs, &seed), y = gpa_bench_device_tensor(a, q, GPA_F32, 3, xs, &seed);
-    gpa_tensor dy = gpa_bench_device_tensor(a, q, GPA_F32, 3, xs, &seed), dx = gpa_bench_device_tensor(a, q, GPA_F32, 3, xs, &seed);
-    gpa_tensor dw = gpa_bench_device_tensor(a, q, GPA_F32, 3, ws, &seed), db = gpa_bench_device_tensor(a, q, GPA_F32, 1, bs, &seed);
+    gpa_tensor x = gpa_bench_device_tensor(a, q, dt, 3, xs, &seed), w = gpa_bench_device_tensor(a, q, dt, 3, ws, &seed);
+    gpa_tensor b = gpa_bench_device_tensor(a, q, dt, 1, bs, &seed), y = gpa_bench_device_tensor(a, q, dt, 3, xs, &seed);
+    gpa_tensor dy = gpa_bench_device_tensor(a, q, dt, 3, xs, &seed), dx = gpa_bench_device_tensor(a, q, dt, 3, xs, &seed);
+    /* dW, db f32 for either storage (they feed fp32 optimizer state) */
+    gpa_tensor dw = gpa_bench_device_tensor(a, q, GPA_F32, 3, ws, &seed);
+    gpa_tensor db = gpa_bench_device_tensor(a, q, GPA_F32, 1, bs, &seed);
     gpa_attr at[2] = {{"causal", GPA_ATTR_INT, 1, 0}, {"dilation", GPA_ATTR_INT, dil, 0}};
     gpa_tensor fin[3] = {x, w, b}, bin[3] = {dy, x, w}, bout[3] = {dx, dw, db};
     gpa_op_call fwd = {"conv1d_fwd", fin, 3, &y, 1, at, 2}, bwd = {"conv1d_bwd", bin, 3, bout, 3, at, 2};
     char err[256] = "", shape[96], args[96], extra[256];
     double ns[2] = {gpa_bench_batch_ns(q, &fwd, k, reps, NULL, err, sizeof err), 0};
     if (ns[0] > 0) ns[1] = gpa_bench_batch_ns(q, &bwd, k, reps, NULL, err, sizeof err);
-    snprintf(shape, sizeof shape, "f32 B%lld C%lld L%lld K%lld d%lld causal", (long long)B, (long long)C, (long long)L,
-             (long long)K, (long long)dil);
-    snprintf(args, sizeof args, "%lld %lld %lld %lld %lld", (long long)B, (long long)C, (long long)L, (long long)K,
-             (long long)dil);
+    const char *dn = bf ? "bf16" : "f32";
+    snprintf(shape, sizeof shape, "%s B%lld C%lld L%lld K%lld d%lld causal", dn, (long long)B, (long long)C,
+             (long long)L, (long long)K, (long long)dil);
+    snprintf(args, sizeof args, "%lld %lld %lld %lld %lld %s", (long long)B, (long long)C, (long long)L, (long long)K,
+             (long long)dil, dn);
     double t[2] = {0, 0};
     int have = sim ? 0 : torch_conv(args, &t[0], &t[1]);
     const double flops = 2.0 * (double)(B * C * C * K * L);

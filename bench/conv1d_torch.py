@@ -1,12 +1,14 @@
 """PyTorch's conv1d for gpa-bench cuda_conv1d (bench/bench_cuda_conv1d.c runs
 it when GPA_BENCH_CONV1D_TORCH names this file).
 
-    python3 conv1d_torch.py B C L K DILATION
+    python3 conv1d_torch.py B C L K DILATION [f32|bf16]
 
 prints "torch_conv1d fwd_us bwd_us": F.conv1d with bias on [B, C, L], C -> C
 channels, causal (left padding dilation * (K - 1)), and its autograd
 backward (dx, dW, db); CUDA events, median of 20 after 5 warm-ups, random
-inputs. TF32 off, as ours. Prints nothing without torch or CUDA."""
+inputs. TF32 off, as ours. bf16: every tensor bf16 (PyTorch's autograd
+writes dW and db in bf16 too, where ours are f32). Prints nothing without
+torch or CUDA."""
 import sys
 
 from torch_cuda import cuda_torch, event_median_s
@@ -20,10 +22,11 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     B, C, L, K, d = map(int, sys.argv[1:6])
-    x = torch.randn(B, C, L, device="cuda", requires_grad=True)
-    w = torch.randn(C, C, K, device="cuda", requires_grad=True)
-    b = torch.randn(C, device="cuda", requires_grad=True)
-    dy = torch.randn(B, C, L, device="cuda")
+    dt = torch.bfloat16 if len(sys.argv) > 6 and sys.argv[6] == "bf16" else torch.float32
+    x = torch.randn(B, C, L, device="cuda", dtype=dt, requires_grad=True)
+    w = torch.randn(C, C, K, device="cuda", dtype=dt, requires_grad=True)
+    b = torch.randn(C, device="cuda", dtype=dt, requires_grad=True)
+    dy = torch.randn(B, C, L, device="cuda", dtype=dt)
 
     def fwd():
         return F.conv1d(F.pad(x, (d * (K - 1), 0)), w, b, dilation=d)
