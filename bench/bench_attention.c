@@ -8,7 +8,11 @@
  * Default: a few representative shapes; GPA_BENCH_FULL=1 sweeps
  * B in {1,4}, S=Sk in {512,1024,2048,4096}, D in {64,128}, causal 0/1.
  * GPA_BENCH_SHAPE=text runs only the shapes whose name (B4_H8_S2048_Sk2048_D128,
- * ..._causal) contains text, e.g. one point of the full sweep. */
+ * ..._causal) contains text, e.g. one point of the full sweep.
+ * Also, in "sgemm_ns" and "sgemm_ratio" (its time over ours, issue 26's
+ * target >= 0.5): one sgemm of the same FLOPs (2048 x 2048 x FLOPs/(2*2048^2))
+ * through gpa__sgemm on the same pool, with the kernel set the library
+ * loaded (the best the CPU runs), paired with ours the same way. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,9 +22,12 @@
 #include "bench/cblas_loaded.h"
 #include "bench_nn_host.h"
 #include "kernels/host/attention.h"
+#include "kernels/host/blas.h"
 
 typedef struct att_ctx {
   gpa__attn_geom g;
+  int64_t sk;            /* the same-FLOPs sgemm: 2048 x 2048 x sk */
+  float *sa, *sb, *sc;
   float *q, *k, *v, *o, *lse, *dout, *dq, *dk, *dv;
   float *P, *dP, *delta; /* naive: S x Sk matrices, row sums */
 } att_ctx;
@@ -33,6 +40,11 @@ static void run_bwd(void *p) {
   att_ctx *c = p;
   gpa__attention_bwd(gpa_bench_host_par(), &c->g, c->dout, c->q, c->k, c->v, c->o, c->lse, NULL, c->dq, c->dk,
                      c->dv);
+}
+
+static void sgemm_same(void *p) {
+  att_ctx *c = p;
+  gpa__sgemm(gpa_bench_host_par(), 0, 0, 2048, 2048, c->sk, c->sa, c->sk, c->sb, 2048, 0.0f, c->sc, 2048);
 }
 
 /* ---- naive reference ---- */
@@ -141,18 +153,27 @@ static void one(int64_t B, int64_t S, int64_t H, int64_t D, int causal, int bwd)
   run_fwd(&c); /* o and lse for the backward */
   double work = 4.0 * (double)B * (double)H * (double)S * (double)S * (double)D * (causal ? 0.5 : 1.0);
   int reps = gpa_bench_reps(S * S * B >= 4096 * 4096 ? 2 : 4);
-  double ns, rns;
+  double ns, rns, ns2 = 0, sns = 0, flops = bwd ? 2.5 * work : work;
   gpa_bench_pair_settled(reps, bwd ? run_bwd : run_fwd, &c, bwd ? naive_bwd : naive_fwd, &c, &ns, &rns, NULL, NULL);
-  char extra[96];
-  snprintf(extra, sizeof extra, "\"threads\":%d,\"blas_threads\":%d", gpa_bench_host_threads(),
-           openblas_get_num_threads());
+  c.sk = (int64_t)(flops / (2.0 * 2048 * 2048) + 0.5);
+  c.sa = malloc((size_t)(2048 * c.sk) * 4), c.sb = malloc((size_t)(2048 * c.sk) * 4), c.sc = malloc(2048 * 2048 * 4);
+  if (c.sa && c.sb && c.sc) {
+    gpa_bench_fill(c.sa, 2048 * c.sk, -1, 1, 15);
+    gpa_bench_fill(c.sb, 2048 * c.sk, -1, 1, 16);
+    gpa_bench_pair_settled(reps, bwd ? run_bwd : run_fwd, &c, sgemm_same, &c, &ns2, &sns, NULL, NULL);
+    sns *= flops / (2.0 * 2048 * 2048 * (double)c.sk); /* to the same FLOPs exactly */
+  }
+  char extra[192];
+  snprintf(extra, sizeof extra, "\"threads\":%d,\"blas_threads\":%d,\"sgemm_ns\":%.1f,\"sgemm_ratio\":%.4f,"
+           "\"blas_kernels\":\"%s\"", gpa_bench_host_threads(), openblas_get_num_threads(), sns,
+           ns2 > 0 ? sns / ns2 : 0.0, gpa__blas()->kernels);
   gpa_bench_result r = {.name = bwd ? "attention_bwd" : "attention_fwd", .backend = "cpu", .shape = shape,
                         .ref = "naive_sgemm_softmax", .ns = ns, .ref_ns = rns,
-                        .flops = bwd ? 2.5 * work : work, .extra = extra};
+                        .flops = flops, .extra = extra};
   gpa_bench_emit(&r);
 out:
   free(c.q); free(c.k); free(c.v); free(c.o); free(c.lse); free(c.dout); free(c.dq); free(c.dk); free(c.dv);
-  free(c.P); free(c.dP);
+  free(c.P); free(c.dP); free(c.sa); free(c.sb); free(c.sc);
 }
 
 static void sweep(int bwd) {
