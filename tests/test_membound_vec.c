@@ -5,8 +5,8 @@
  * GELU is elementwise, so both must give the same bits; so must layernorm's
  * dgamma/dbeta (the partials sum each column in row order either way);
  * layernorm's y and dx sum a row in another order per path, so they agree
- * to fp32 rounding (f32) or within a bf16 ulp (bf16). Sizes are not
- * multiples of 8, so the vector path's scalar tail runs too. */
+ * to fp32 rounding (f32) or within a bf16 ulp (bf16). GELU's size is not
+ * a multiple of 8, so the vector path's scalar tail runs too. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +15,7 @@
 #include "kernels/host/bf16.h"
 #include "util/nn_test.h"
 
-enum { N = 7, D = 96, NG = 1027 };
+enum { N = 7, NG = 1027 };
 
 static int failures;
 
@@ -100,8 +100,13 @@ static void gelu(gpa_nt *t, int dt, int form) {
   free(dy);
 }
 
-static void layernorm(gpa_nt *t, int dt) {
-  float x[N * D], dy[N * D], gm[D], bt[D], r[2][N * D + 2 * D], st[2 * N];
+/* D = 96: lane groups; 2056: a block per row holding it in registers
+ * (forward, both dtypes) against the lane groups' scalar path */
+static void layernorm(gpa_nt *t, int dt, int64_t D) {
+  float *x = malloc(sizeof(float) * N * D), *dy = malloc(sizeof(float) * N * D), *gm = malloc(sizeof(float) * D);
+  float *bt = malloc(sizeof(float) * D), *r[2], st[2 * N];
+  r[0] = malloc(sizeof(float) * (N * D + 2 * D));
+  r[1] = malloc(sizeof(float) * (N * D + 2 * D));
   uint64_t seed = 5;
   gpa_nt_fill(x, N * D, -2, 2, &seed);
   gpa_nt_fill(dy, N * D, -1, 1, &seed);
@@ -109,7 +114,8 @@ static void layernorm(gpa_nt *t, int dt) {
   gpa_nt_fill(bt, D, -1, 1, &seed);
   int64_t s2[2] = {N, D}, sd = D, sn = N;
   gpa_attr eps = {"eps", GPA_ATTR_FLOAT, 0, 1e-5};
-  const char *dn = dt == GPA_BF16 ? "bf16" : "f32";
+  char dn[32];
+  snprintf(dn, sizeof dn, "%s D=%lld", dt == GPA_BF16 ? "bf16" : "f32", (long long)D);
   for (int off = 0; off < 2; off++) {
     gpa_tensor in[3] = {view(t, dt, 2, s2, x, N * D, off), view(t, GPA_F32, 1, &sd, gm, D, off),
                         view(t, GPA_F32, 1, &sd, bt, D, off)};
@@ -140,6 +146,7 @@ static void layernorm(gpa_nt *t, int dt) {
   agree(w, r[0], r[1], N * D, dt == GPA_BF16 ? 8e-3 : 2e-6);
   snprintf(w, sizeof w, "layernorm_bwd %s dgamma, dbeta", dn);
   agree(w, r[0] + N * D, r[1] + N * D, 2 * D, -1);
+  free(x), free(dy), free(gm), free(bt), free(r[0]), free(r[1]);
 }
 
 int main(void) {
@@ -149,7 +156,8 @@ int main(void) {
   printf("backend %s\n", gpa_actor_backend(t.a));
   for (int dt = 0; dt < 2; dt++) {
     for (int form = 0; form < 2; form++) gelu(&t, dt ? GPA_BF16 : GPA_F32, form);
-    layernorm(&t, dt ? GPA_BF16 : GPA_F32);
+    layernorm(&t, dt ? GPA_BF16 : GPA_F32, 96);
+    layernorm(&t, dt ? GPA_BF16 : GPA_F32, 2056);
   }
   rc = gpa_nt_close(&t);
   return failures || rc ? 1 : 0;

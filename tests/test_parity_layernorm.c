@@ -55,7 +55,7 @@ static gpa_pcase fwd_case(int64_t N, int64_t D, double lo, double hi) {
 
 int main(void) {
   gpa_parity *p = gpa_parity_open("parity_layernorm");
-  const int64_t shapes[][2] = {{1, 1}, {1, 7}, {3, 5}, {7, 13}, {13, 1}, {2, 31}, {31, 97}, {0, 8}, {17, 256}, {33, 1000}, {64, 1024}};
+  const int64_t shapes[][2] = {{1, 1}, {1, 7}, {3, 5}, {7, 13}, {13, 1}, {2, 31}, {31, 97}, {0, 8}, {17, 256}, {33, 1000}, {64, 1024}, {5, 4100}};
   const gpa_pgrad grad = {.op = "layernorm_bwd", .n_dy = 1, .n_in = 5,
                           .in = {{GPA_PSRC_FWD_IN, 0}, {GPA_PSRC_DY, 0}, {GPA_PSRC_FWD_IN, 1}, {GPA_PSRC_FWD_OUT, 1}, {GPA_PSRC_FWD_OUT, 2}},
                           .n_out = 3, .grad_of = {0, 1, 2}, .ref = ref_bwd};
@@ -75,6 +75,9 @@ int main(void) {
   c = fwd_case(4, 64, 3e6, 3e6 + 64);
   c.label = "mean 3e6";
   gpa_parity_check(p, &c);
+  c = fwd_case(3, 2048, 1e4 - 1, 1e4 + 1);
+  c.label = "mean 1e4, a block per row on CUDA";
+  gpa_parity_check(p, &c);
   c = fwd_case(3, 0, -1, 1);
   gpa_parity_check(p, &c);
   if (gpa_parity_large(p)) {
@@ -85,7 +88,7 @@ int main(void) {
   }
   /* bf16 storage of x/y (gamma, beta, mean, rstd stay f32) and of x/dy/dx in
    * the backward (dgamma, dbeta f32), against the double references */
-  const int64_t bshapes[][2] = {{1, 1}, {3, 5}, {7, 13}, {2, 31}, {31, 97}, {0, 8}, {17, 256}, {33, 1000}, {64, 1024}, {5, 8}};
+  const int64_t bshapes[][2] = {{1, 1}, {3, 5}, {7, 13}, {2, 31}, {31, 97}, {0, 8}, {17, 256}, {33, 1000}, {64, 1024}, {5, 8}, {3, 4104}, {2, 2048}};
   for (size_t i = 0; i < sizeof bshapes / sizeof bshapes[0]; i++) {
     int64_t N = bshapes[i][0], D = bshapes[i][1];
     gpa_pcase bc = fwd_case(N, D, -2, 2);

@@ -290,6 +290,88 @@ GPA_UNROLL
   pb[t] = b;
 }
 
+/* ---- forward, one block per row, the row held in registers ----------------
+ * For long rows (the host picks it: D >= GPA__LN_ROW_MIN and 16-byte
+ * accesses possible) the lane-group forward above reads each row twice,
+ * and with 40 warps of 16 KiB rows per SM the second read misses L1 (and
+ * part of L2): 0.90 of PyTorch at 16384 x 4096 f32 on an H100 (issue 25).
+ * Here each of the block's threads loads its NV vectors of V values
+ * (float4, 8 bf16; vector q = thread + k blockDim.x) once, the statistics
+ * are the same shifted double sums, reduced by the warps' shuffle tree and
+ * then the warps' totals in warp order (a fixed order: deterministic), and
+ * y is formed from the registers. The sums' order differs from the lane
+ * kernel's, so mean and rstd may differ from it in the last bit. */
+template <typename T, int V, int NV>
+static __device__ void ln_fwd_row(double *red, const T *__restrict__ x, const float *__restrict__ gamma,
+                                  const float *__restrict__ beta, T *__restrict__ y, float *__restrict__ mean_out,
+                                  float *__restrict__ rstd_out, long long n, int d, float eps) {
+  const int tid = (int)threadIdx.x, nt = (int)blockDim.x, warp = tid / 32, lane = tid % 32, nw = nt / 32;
+  for (long long row = blockIdx.x; row < n; row += gridDim.x) {
+    const T *xr = x + row * d;
+    T *yr = y + row * d;
+    const double md = (double)ln_ld(xr, 0);
+    float v[NV][V];
+    double sd = 0.0, sq = 0.0;
+GPA_UNROLL
+    for (int k = 0; k < NV; k++) {
+      const int i = (tid + k * nt) * V;
+      if (i < d) {
+        ln_ldv(xr + i, v[k]);
+GPA_UNROLL
+        for (int e = 0; e < V; e++) {
+          const double a = (double)v[k][e] - md;
+          sd += a;
+          sq += a * a;
+        }
+      }
+    }
+    sd = gpa_group_sum_d(sd, 32);
+    sq = gpa_group_sum_d(sq, 32);
+    if (lane == 0) red[warp] = sd, red[32 + warp] = sq;
+    __syncthreads();
+    sd = 0.0, sq = 0.0;
+    for (int w = 0; w < nw; w++) sd += red[w], sq += red[32 + w];
+    __syncthreads(); /* red is rewritten by the next row */
+    const double cor = sd / (double)d;
+    double var = (sq - (double)d * cor * cor) / (double)d;
+    if (var < 0.0) var = 0.0;
+    const double rd = 1.0 / sqrt(var + (double)eps);
+    const float m1 = (float)(md + cor), c = (float)((md + cor) - (double)m1), r = (float)rd;
+GPA_UNROLL
+    for (int k = 0; k < NV; k++) {
+      const int i = (tid + k * nt) * V;
+      if (i < d) {
+        float gm[V], b[V];
+        ln_ldg(gamma + i, gm);
+        ln_ldg(beta + i, b);
+GPA_UNROLL
+        for (int e = 0; e < V; e++) v[k][e] = ((v[k][e] - m1) - c) * r * gm[e] + b[e];
+        ln_stv(yr + i, v[k]);
+      }
+    }
+    if (tid == 0) {
+      if (mean_out) mean_out[row] = m1;
+      if (rstd_out) rstd_out[row] = r;
+    }
+  }
+}
+
+/* NV = 4 vectors a thread: blockDim.x = ceil(D / (4 V)) rounded up to a warp (<= 1024) */
+extern "C" __global__ void gpa_ln_fwd_row_f32(const float *__restrict__ x, const float *__restrict__ gamma,
+                                              const float *__restrict__ beta, float *__restrict__ y,
+                                              float *__restrict__ mean_out, float *__restrict__ rstd_out, long long n,
+                                              int d, float eps) {
+  __shared__ double red[64];
+  ln_fwd_row<float, 4, 4>(red, x, gamma, beta, y, mean_out, rstd_out, n, d, eps);
+}
+extern "C" __global__ void gpa_ln_fwd_row_bf16(const gpa_bf16 *__restrict__ x, const float *__restrict__ gamma,
+                                               const float *__restrict__ beta, gpa_bf16 *__restrict__ y,
+                                               float *__restrict__ mean_out, float *__restrict__ rstd_out, long long n,
+                                               int d, float eps) {
+  __shared__ double red[64];
+  ln_fwd_row<gpa_bf16, 8, 4>(red, x, gamma, beta, y, mean_out, rstd_out, n, d, eps);
+}
+
 extern "C" __global__ void gpa_ln_bwd_dx_f32(const float *__restrict__ x, const float *__restrict__ dy,
                                              const float *__restrict__ gamma, const float *__restrict__ mean,
                                              const float *__restrict__ rstd, float *__restrict__ dx, long long n,

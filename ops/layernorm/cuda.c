@@ -10,6 +10,12 @@
 
 #define WARPS 4 /* per forward/dx block */
 #define PART_ROWS 64     /* rows per dgamma/dbeta partial */
+/* Rows from which the forward holds a row in registers (a block per row)
+ * instead of reading it twice with a lane group: 4 KiB of x (below, the
+ * lane groups' rows stay in L1 between the two reads). A guess from the
+ * cache sizes, not measured (no GPU in issue 25's session). */
+#define LN_ROW_MIN_F32 1024
+#define LN_ROW_MIN_BF 2048
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
@@ -24,9 +30,17 @@ gpa_status gpa__ln_fwd_cu(const gpa_op_exec *x) {
   int vec4 = d % (bf ? 8 : 4) == 0 && aligned16(x->in[0]) && aligned16(x->in[1]) && aligned16(x->in[2]) &&
              aligned16(x->out[0]);
   void *xx = x->in[0], *g = x->in[1], *b = x->in[2], *y = x->out[0], *m = x->out[1], *r = x->out[2];
+  if (n <= 0) return GPA_OK;
+  /* long rows: a block per row holding it in registers (4 vectors of 16
+   * bytes a thread), so x is read once (norm.cu, ln_fwd_row) */
+  long long vecs = d / (bf ? 8 : 4), threads = ((vecs + 3) / 4 + 31) / 32 * 32;
+  if (vec4 && d >= (bf ? LN_ROW_MIN_BF : LN_ROW_MIN_F32) && threads <= 1024) {
+    void *ra[] = {&xx, &g, &b, &y, &m, &r, &n, &d, &eps};
+    return gpa__cu_launch(x, bf ? GPA__K_LN_FWD_ROW_BF : GPA__K_LN_FWD_ROW, gpa__cu_row_blocks(x, n, 32, 1), 1, 1,
+                          (unsigned)threads, 1, 0, ra);
+  }
   int grp = gpa__cu_row_group(d);
   void *args[] = {&xx, &g, &b, &y, &m, &r, &n, &d, &eps, &vec4, &grp};
-  if (n <= 0) return GPA_OK;
   return gpa__cu_launch(x, bf ? GPA__K_LN_FWD_BF : GPA__K_LN_FWD, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32,
                         WARPS, 0, args);
 }
