@@ -372,6 +372,75 @@ extern "C" __global__ void gpa_ln_fwd_row_bf16(const gpa_bf16 *__restrict__ x, c
   ln_fwd_row<gpa_bf16, 8, 4>(red, x, gamma, beta, y, mean_out, rstd_out, n, d, eps);
 }
 
+/* dx, one block per row with x and dy held in registers (long rows, as the
+ * forward's ln_fwd_row): x and dy read once instead of twice. The same
+ * math as ln_dx; the two fp32 row sums are reduced by shuffles and then the
+ * warps in order (deterministic; another order than ln_dx's, so dx may
+ * differ from it by rounding). */
+template <typename T, int V, int NV>
+static __device__ void ln_dx_row(float *red, const T *__restrict__ x, const T *__restrict__ dy,
+                                 const float *__restrict__ gamma, const float *__restrict__ mean,
+                                 const float *__restrict__ rstd, T *__restrict__ dx, long long n, int d) {
+  const int tid = (int)threadIdx.x, nt = (int)blockDim.x, warp = tid / 32, lane = tid % 32, nw = nt / 32;
+  for (long long row = blockIdx.x; row < n; row += gridDim.x) {
+    const T *xr = x + row * d, *dyr = dy + row * d;
+    T *dxr = dx + row * d;
+    const float m = mean[row], r = rstd[row];
+    float xv[NV][V], gv[NV][V]; /* xh, and dy * gamma */
+    float sa = 0.0f, sb = 0.0f;
+GPA_UNROLL
+    for (int k = 0; k < NV; k++) {
+      const int i = (tid + k * nt) * V;
+      if (i < d) {
+        float gm[V];
+        ln_ldv(xr + i, xv[k]);
+        ln_ldv(dyr + i, gv[k]);
+        ln_ldg(gamma + i, gm);
+GPA_UNROLL
+        for (int e = 0; e < V; e++) {
+          xv[k][e] = (xv[k][e] - m) * r;
+          gv[k][e] = __fmul_rn(gv[k][e], gm[e]); /* rounded as in ln_dx (d = 1 gives dx = 0) */
+          sa += gv[k][e];
+          sb += gv[k][e] * xv[k][e];
+        }
+      }
+    }
+    sa = gpa_group_sum(sa, 32);
+    sb = gpa_group_sum(sb, 32);
+    if (lane == 0) red[warp] = sa, red[32 + warp] = sb;
+    __syncthreads();
+    sa = 0.0f, sb = 0.0f;
+    for (int w = 0; w < nw; w++) sa += red[w], sb += red[32 + w];
+    __syncthreads(); /* red is rewritten by the next row */
+    const float ma = sa / (float)d, mb = sb / (float)d;
+GPA_UNROLL
+    for (int k = 0; k < NV; k++) {
+      const int i = (tid + k * nt) * V;
+      if (i < d) {
+GPA_UNROLL
+        for (int e = 0; e < V; e++) xv[k][e] = r * ((gv[k][e] - ma) - xv[k][e] * mb);
+        ln_stv(dxr + i, xv[k]);
+      }
+    }
+  }
+}
+
+/* NV vectors a thread (f32 4, bf16 2): blockDim.x = ceil(D / (NV V)) rounded up to a warp (<= 1024) */
+extern "C" __global__ void gpa_ln_bwd_dx_row_f32(const float *__restrict__ x, const float *__restrict__ dy,
+                                                 const float *__restrict__ gamma, const float *__restrict__ mean,
+                                                 const float *__restrict__ rstd, float *__restrict__ dx, long long n,
+                                                 int d) {
+  __shared__ float red[64];
+  ln_dx_row<float, 4, 4>(red, x, dy, gamma, mean, rstd, dx, n, d);
+}
+extern "C" __global__ void gpa_ln_bwd_dx_row_bf16(const gpa_bf16 *__restrict__ x, const gpa_bf16 *__restrict__ dy,
+                                                  const float *__restrict__ gamma, const float *__restrict__ mean,
+                                                  const float *__restrict__ rstd, gpa_bf16 *__restrict__ dx,
+                                                  long long n, int d) {
+  __shared__ float red[64];
+  ln_dx_row<gpa_bf16, 8, 2>(red, x, dy, gamma, mean, rstd, dx, n, d);
+}
+
 extern "C" __global__ void gpa_ln_bwd_dx_f32(const float *__restrict__ x, const float *__restrict__ dy,
                                              const float *__restrict__ gamma, const float *__restrict__ mean,
                                              const float *__restrict__ rstd, float *__restrict__ dx, long long n,

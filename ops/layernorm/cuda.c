@@ -10,7 +10,7 @@
 
 #define WARPS 4 /* per forward/dx block */
 #define PART_ROWS 64     /* rows per dgamma/dbeta partial */
-/* Rows from which the forward holds a row in registers (a block per row)
+/* Rows from which the forward (and dx) holds a row in registers (a block per row)
  * instead of reading it twice with a lane group: 4 KiB of x (below, the
  * lane groups' rows stay in L1 between the two reads). A guess from the
  * cache sizes, not measured (no GPU in issue 25's session). */
@@ -63,8 +63,16 @@ gpa_status gpa__ln_bwd_cu(const gpa_op_exec *x) {
   int vec_rows = d % v == 0 && aligned16(xx) && aligned16(dy);
   int vec = vec_rows && aligned16(g) && aligned16(dx);
   void *a1[] = {&xx, &dy, &g, &m, &r, &dx, &n, &d, &grp, &vec};
-  gpa_status st = gpa__cu_launch(x, bf ? GPA__K_LN_BWD_DX_BF : GPA__K_LN_BWD_DX, gpa__cu_row_blocks(x, n, grp, WARPS),
-                                 1, 1, 32, WARPS, 0, a1);
+  /* long rows: a block per row holding x and dy in registers (f32: 4
+   * vectors a thread, bf16: 2), read once (norm.cu, ln_dx_row); its
+   * parameters are a1's first eight */
+  long long nv = bf ? 2 : 4, threads = ((d / v + nv - 1) / nv + 31) / 32 * 32;
+  int row = vec && d >= (bf ? LN_ROW_MIN_BF : LN_ROW_MIN_F32) && threads <= 1024;
+  gpa_status st =
+      row ? gpa__cu_launch(x, bf ? GPA__K_LN_BWD_DX_ROW_BF : GPA__K_LN_BWD_DX_ROW, gpa__cu_row_blocks(x, n, 32, 1), 1,
+                           1, (unsigned)threads, 1, 0, a1)
+          : gpa__cu_launch(x, bf ? GPA__K_LN_BWD_DX_BF : GPA__K_LN_BWD_DX, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1,
+                           32, WARPS, 0, a1);
   if (st != GPA_OK) return st;
   int rows = PART_ROWS, nblk = (int)((n + rows - 1) / rows);
   CUdeviceptr part = gpa__cu_scratch(x, (uint64_t)nblk * 2 * (uint64_t)d * sizeof(float));

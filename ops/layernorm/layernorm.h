@@ -21,6 +21,8 @@ gpa_status gpa__ln_bwd_cu(const gpa_op_exec *x);
   K(LN_BWD_DX_BF, norm, gpa_ln_bwd_dx_bf16)     \
   K(LN_BWD_PART_BF, norm, gpa_ln_bwd_part_bf16) \
   K(LN_FWD_ROW, norm, gpa_ln_fwd_row_f32)       \
-  K(LN_FWD_ROW_BF, norm, gpa_ln_fwd_row_bf16)
+  K(LN_FWD_ROW_BF, norm, gpa_ln_fwd_row_bf16)   \
+  K(LN_BWD_DX_ROW, norm, gpa_ln_bwd_dx_row_f32) \
+  K(LN_BWD_DX_ROW_BF, norm, gpa_ln_bwd_dx_row_bf16)
 
 #endif
