@@ -22,6 +22,15 @@
  * differences of the loss on a small configuration and exits 1 on a
  * mismatch. GPA_TRACE=path (read by the library) writes the run's trace.
  *
+ * --data-parallel N trains N replicas in this process, one actor per device
+ * (examples/lm/dp.c): --batch is the global batch, each rank takes batch/N
+ * sequences of it; gradients are averaged in buckets (--bucket-kb) on a
+ * second queue while the backward goes on (--no-overlap: after it). The
+ * devices: GPA_DEVICE's kind (cpu, sim -> sim:0..N-1 with GPA_SIM_DEVICES
+ * set to N if unset, cuda -> cuda:0..N-1). --parity-check trains 1 rank x
+ * batch and then N ranks x batch/N from the same start and data and exits 1
+ * unless every step's loss agrees within --parity-tol (relative).
+ *
  * Exit status: 0 when the loss went down (the mean of the last steps below
  * the first step's loss; with --require-below-unigram also the evaluation
  * loss below the unigram entropy), 1 otherwise, 2 on errors. */
@@ -29,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lm/lm.h"
 
@@ -40,7 +50,8 @@ static const char *prog = "gpa-train-lm";
 
 typedef struct opts {
   int steps, print_every, eval_every, eval_batches, quiet, gradcheck, below_unigram;
-  double lr, weight_decay;
+  int dp, bucket_kb, no_overlap, parity; /* data-parallel: ranks (0: off), bucket size, baseline, parity check */
+  double lr, weight_decay, parity_tol;
   uint64_t seed;
   const char *data;
   lm_config cfg;
@@ -56,7 +67,8 @@ static void usage(void) {
   fprintf(stderr,
           "usage: %s [--steps N] [--batch B] [--ctx L] [--dim D] [--heads H] [--blocks N] [--kernel K]\n"
           "          [--lr F] [--wd F] [--seed N] [--data PATH] [--eval-every N] [--print-every N]\n"
-          "          [--quiet] [--require-below-unigram] [--gradcheck]\n",
+          "          [--quiet] [--require-below-unigram] [--gradcheck]\n"
+          "          [--data-parallel N [--bucket-kb K] [--no-overlap] [--parity-check [--parity-tol F]]]\n",
           prog);
 }
 
@@ -72,6 +84,8 @@ static int parse(int argc, char **argv, opts *o) {
               : !strcmp(a, "--kernel")      ? &o->cfg.kernel
               : !strcmp(a, "--eval-every")  ? &o->eval_every
               : !strcmp(a, "--print-every") ? &o->print_every
+              : !strcmp(a, "--data-parallel") ? &o->dp
+              : !strcmp(a, "--bucket-kb")   ? &o->bucket_kb
                                             : NULL;
     if (ip && v) {
       *ip = atoi(v);
@@ -84,6 +98,12 @@ static int parse(int argc, char **argv, opts *o) {
       o->seed = strtoull(argv[++i], NULL, 0);
     } else if (!strcmp(a, "--data") && v) {
       o->data = argv[++i];
+    } else if (!strcmp(a, "--parity-tol") && v) {
+      o->parity_tol = atof(argv[++i]);
+    } else if (!strcmp(a, "--no-overlap")) {
+      o->no_overlap = 1;
+    } else if (!strcmp(a, "--parity-check")) {
+      o->parity = 1;
     } else if (!strcmp(a, "--quiet")) {
       o->quiet = 1;
     } else if (!strcmp(a, "--gradcheck")) {
@@ -98,10 +118,11 @@ static int parse(int argc, char **argv, opts *o) {
   const lm_config *c = &o->cfg;
   if (o->steps < 1 || c->batch < 1 || c->ctx < 2 || c->dim < 1 || c->heads < 1 || c->dim % c->heads ||
       c->dim / c->heads > 256 || c->blocks < 0 || c->blocks > LM_MAX_BLOCKS || c->kernel < 1 || !(o->lr > 0) ||
-      o->weight_decay < 0 || o->eval_every < 0 || o->print_every < 0) {
+      o->weight_decay < 0 || o->eval_every < 0 || o->print_every < 0 || o->dp < 0 || o->dp > LM_DP_MAX ||
+      (o->dp && c->batch % o->dp) || o->bucket_kb < 1 || (o->parity && o->dp < 1) || !(o->parity_tol >= 0)) {
     fprintf(stderr, "%s: bad arguments (steps, batch >= 1; ctx >= 2; dim a multiple of heads, head dim <= 256; "
-                    "blocks 0..%d; lr > 0)\n",
-            prog, LM_MAX_BLOCKS);
+                    "blocks 0..%d; lr > 0; --data-parallel 1..%d dividing --batch; --parity-check with it)\n",
+            prog, LM_MAX_BLOCKS, LM_DP_MAX);
     return -1;
   }
   return 0;
@@ -254,8 +275,10 @@ static double lr_at(const opts *o, int step) { /* linear warmup, cosine decay to
   return o->lr * (0.1 + 0.9 * 0.5 * (1 + cos(3.141592653589793 * p)));
 }
 
-static int train(lm_model *m, const lm_text *t, const opts *o) {
-  const lm_config *c = &m->cfg;
+/* Trains m, or with dp its ranks (m: rank 0's model, which evaluates);
+ * losses (nullable): every step's. */
+static int train(lm_model *m, lm_dp *dp, const lm_text *t, const opts *o, float *losses) {
+  const lm_config *c = &o->cfg; /* the global batch */
   int64_t n_tok = (int64_t)c->batch * c->ctx;
   int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_tok), *tg = malloc(sizeof(int32_t) * (size_t)n_tok);
   if (!ids || !tg) return 2;
@@ -263,16 +286,21 @@ static int train(lm_model *m, const lm_text *t, const opts *o) {
   int every = o->print_every ? o->print_every : (o->steps >= 50 ? o->steps / 50 : 1);
   int tail = o->steps >= 40 ? 20 : (o->steps + 1) / 2; /* the final loss: mean of the last steps */
   double first = 0, tail_sum = 0, eval = NAN;
-  int64_t start = lm_now_ns(), window_start = start, window_tok = 0;
+  int64_t start = lm_now_ns(), window_start = start, window_tok = 0, step_ns = 0;
   int rc = 0;
   for (int step = 1; step <= o->steps; step++) {
     lm_sample(t, 0, t->n_train, c->batch, c->ctx, &rng, 0, ids, tg);
     float loss;
     gpa_batch_stats st;
-    if (run_batch(m, "train_step", ids, tg, 1, lr_at(o, step), o->weight_decay, step, &loss, &st)) {
+    int64_t t0 = lm_now_ns();
+    if (dp ? lm_dp_step(dp, ids, tg, lr_at(o, step), o->weight_decay, step, !o->no_overlap, &loss, &st)
+           : run_batch(m, "train_step", ids, tg, 1, lr_at(o, step), o->weight_decay, step, &loss, &st)) {
+      if (dp) fprintf(stderr, "%s: %s\n", prog, dp->err_msg);
       rc = 2;
       break;
     }
+    step_ns += lm_now_ns() - t0;
+    if (losses) losses[step - 1] = loss;
     if (!isfinite(loss)) {
       fprintf(stderr, "%s: the loss is not finite at step %d\n", prog, step);
       rc = 1;
@@ -301,8 +329,8 @@ static int train(lm_model *m, const lm_text *t, const opts *o) {
   if (rc == 0) {
     eval = evaluate(m, t, o->eval_batches, ids, tg);
     double fin = tail_sum / tail;
-    printf("%s: %d steps, %.1f s, %.0f tokens/s (evaluation included)\n", prog, o->steps, secs,
-           (double)n_tok * o->steps / secs);
+    printf("%s: %d steps, %.1f s, %.0f tokens/s (evaluation included); %.2f ms a training step\n", prog, o->steps,
+           secs, (double)n_tok * o->steps / secs, (double)step_ns / 1e6 / o->steps);
     printf("%s: unigram entropy of the text %.4f nats/byte (%.3f bits)\n", prog, t->unigram_nats,
            t->unigram_nats / log(2.0));
     printf("%s: first loss %.4f; final train loss (mean of the last %d steps) %.4f nats (%.3f bits); "
@@ -318,12 +346,78 @@ static int train(lm_model *m, const lm_text *t, const opts *o) {
   return rc;
 }
 
+/* ---- --data-parallel ---------------------------------------------------------- */
+
+static int run_dp(const opts *o, const lm_text *t, int n, const char *kind, float *losses) {
+  lm_dp *d = calloc(1, sizeof *d);
+  if (!d) return 2;
+  lm_config cfg = o->cfg;
+  cfg.batch /= n;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  uint32_t threads = cpus > n ? (uint32_t)(cpus / n) : 1; /* cpu actors share the cores */
+  int rc = 2;
+  if (lm_dp_init(d, n, kind, &cfg, o->seed, o->bucket_kb, threads) == 0) {
+    printf("%s: data-parallel: %d rank%s on %s (%s), %d x %d tokens each, %d gradient buckets of ~%d KiB, "
+           "%s\n",
+           prog, n, n == 1 ? "" : "s", gpa_actor_backend(d->a[0]), kind, cfg.batch, cfg.ctx, d->n_buckets,
+           o->bucket_kb, o->no_overlap ? "reduced after the backward" : "reduced during the backward");
+    rc = train(&d->m[0], d, t, o, losses);
+  } else {
+    fprintf(stderr, "%s: %s\n", prog, d->err_msg);
+  }
+  lm_dp_free(d);
+  free(d);
+  return rc;
+}
+
+static int dp_main(const opts *o, const lm_text *t) {
+  /* GPA_DEVICE names the kind; each rank gets its own device, which the
+   * variable would override: read it, then drop it. */
+  const char *env = getenv("GPA_DEVICE");
+  char kind[32];
+  snprintf(kind, sizeof kind, "%s", env && *env ? env : "auto");
+  unsetenv("GPA_DEVICE");
+  if (!strcmp(kind, "auto")) {
+    gpa_actor *probe = NULL;
+    if (check(gpa_actor_create(NULL, &probe), "gpa_actor_create")) return 2;
+    snprintf(kind, sizeof kind, "%s", strcmp(gpa_actor_backend(probe), "cpu") ? "cuda" : "cpu");
+    gpa_actor_destroy(probe);
+  }
+  if (!strncmp(kind, "sim", 3)) {
+    char n[8];
+    snprintf(n, sizeof n, "%d", o->dp);
+    setenv("GPA_SIM_DEVICES", n, 0);
+  }
+  if (!o->parity) return run_dp(o, t, o->dp, kind, NULL);
+  float *one = calloc((size_t)o->steps, sizeof *one), *many = calloc((size_t)o->steps, sizeof *many);
+  int rc = !one || !many ? 2 : run_dp(o, t, 1, kind, one);
+  if (!rc) rc = run_dp(o, t, o->dp, kind, many);
+  if (!rc) {
+    double worst = 0;
+    int at = 0;
+    for (int i = 0; i < o->steps; i++) {
+      double rel = fabs((double)many[i] - one[i]) / fmax(fabs((double)one[i]), 1e-30);
+      if (rel > worst) worst = rel, at = i + 1;
+    }
+    rc = worst <= o->parity_tol ? 0 : 1;
+    printf("%s: parity: 1 rank x batch %d against %d ranks x batch %d over %d steps: largest relative loss "
+           "difference %.3g (step %d; tolerance %.3g): %s\n",
+           prog, o->cfg.batch, o->dp, o->cfg.batch / o->dp, o->steps, worst, at, o->parity_tol,
+           rc ? "FAILED" : "ok");
+  }
+  free(one);
+  free(many);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   opts o = {.steps = 600,
             .eval_every = 100,
             .eval_batches = 8,
             .lr = 3e-3,
             .weight_decay = 0.01,
+            .bucket_kb = 128,
+            .parity_tol = 1e-5,
             .seed = 1,
             .data = GPA_LM_DATA,
             .cfg = {.dim = 96, .heads = 3, .blocks = 4, .kernel = 3, .ctx = 128, .batch = 32}};
@@ -341,6 +435,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s: the text is too short for --ctx %d\n", prog, o.cfg.ctx);
     lm_text_free(&text);
     return 2;
+  }
+  if (o.dp) {
+    int rc = dp_main(&o, &text);
+    lm_text_free(&text);
+    return rc;
   }
   gpa_actor *a = NULL;
   if (check(gpa_actor_create(NULL, &a), "gpa_actor_create")) {
@@ -363,7 +462,7 @@ int main(int argc, char **argv) {
     } else {
       printf("%s: %d steps of %d x %d tokens, AdamW lr %g (warmup, cosine), weight decay %g\n", prog, o.steps,
              c->batch, c->ctx, o.lr, o.weight_decay);
-      rc = train(&m, &text, &o);
+      rc = train(&m, NULL, &text, &o, NULL);
     }
   } else {
     lm_failed(&m, prog);

@@ -51,8 +51,10 @@ enum { LM_MAX_BLOCKS = 8, LM_MAX_PARAMS = 8 * LM_MAX_BLOCKS + 16, LM_MAX_BUFS = 
 
 typedef struct lm_param {
   char name[40];
-  gpa_tensor p, g, m, v; /* value, gradient, AdamW moments */
+  gpa_tensor p, g, m, v; /* value, gradient (a view of lm_model.grads), AdamW moments */
   int64_t n;
+  int64_t g_off;         /* where g starts in lm_model.grads, in floats */
+  int ready;             /* lm_backward submitted the op that writes g */
   int decay;             /* 1: weight decay applies (matrices) */
   float *host;           /* the initial values (also used by --gradcheck) */
 } lm_param;
@@ -90,6 +92,14 @@ typedef struct lm_model {
   gpa_tensor f_mean, f_rstd, uf, logits, loss;
   /* gradients of activations and scratch */
   gpa_tensor dlogits, dx, d1, d2, d3, dq4, dk4, dv4, do4, tmp, tmpT;
+  /* every parameter's gradient in one buffer, the last parameter first (the
+   * order the backward produces them): data-parallel buckets are ranges */
+  gpa_tensor grads;
+  int64_t n_grads; /* floats, each parameter's padded to 16 */
+  /* called by lm_backward after each op that writes gradients (their
+   * params' ready set): data-parallel training fences buckets there */
+  void (*on_grads)(struct lm_model *m, void *user);
+  void *on_grads_user;
 } lm_model;
 
 /* Creates the buffers and uploads the initial parameters (seeded). */
@@ -103,8 +113,51 @@ void lm_forward(lm_model *m);
 void lm_backward(lm_model *m);
 /* Submits one AdamW step over every parameter (step is 1-based). */
 void lm_adamw(lm_model *m, double lr, double weight_decay, int step);
+/* The same for one parameter, on queue q (data-parallel: a bucket's, on the
+ * queue that reduced its gradients). */
+void lm_adamw_param(lm_model *m, gpa_queue *q, lm_param *p, double lr, double weight_decay, int step);
 /* Reports the first submit error, if any (returns nonzero then). */
 int lm_failed(const lm_model *m, const char *prog);
+
+/* ---- data-parallel training (dp.c) ---------------------------------------- */
+
+enum { LM_DP_MAX = 8 };
+typedef struct lm_dp_bucket {
+  int lo_param, hi_param; /* params[lo_param..hi_param] */
+  int64_t lo, hi;         /* their gradients: lm_model.grads[lo, hi) */
+} lm_dp_bucket;
+
+typedef struct lm_dp {
+  int n; /* ranks */
+  gpa_actor *a[LM_DP_MAX];
+  lm_model m[LM_DP_MAX];
+  gpa_comm *c[LM_DP_MAX];
+  gpa_queue *q2[LM_DP_MAX]; /* each rank's reductions and optimizer */
+  lm_dp_bucket b[LM_MAX_PARAMS];
+  int n_buckets;
+  gpa_handle *fence[LM_DP_MAX][LM_MAX_PARAMS]; /* a bucket's gradients are written */
+  int next_fence[LM_DP_MAX];
+  struct lm_dp_hook {
+    struct lm_dp *d;
+    int r;
+  } hook[LM_DP_MAX];
+  gpa_status err;
+  char err_msg[256];
+} lm_dp;
+
+/* n replicas (cfg->batch sequences each) on device kind `device` ("cpu",
+ * "sim", "cuda"; rank r on sim:r or cuda:r), identical parameters (seed),
+ * one communicator, gradient buckets of about bucket_kb; threads: each cpu
+ * actor's. Returns 0, or -1 with d->err_msg. lm_dp_free in either case. */
+int lm_dp_init(lm_dp *d, int n, const char *device, const lm_config *cfg, uint64_t seed, int bucket_kb,
+               uint32_t threads);
+void lm_dp_free(lm_dp *d);
+/* One training step over the global batch (n x cfg->batch sequences; rank r
+ * takes the r-th shard): forward, backward, bucketed gradient averaging on
+ * the second queue (overlapping the backward unless overlap is 0), AdamW.
+ * *loss: the global batch's mean loss; stats: rank 0's batch. */
+int lm_dp_step(lm_dp *d, const int32_t *ids, const int32_t *tg, double lr, double wd, int step, int overlap,
+               float *loss, gpa_batch_stats *stats);
 
 /* Monotonic clock, ns. */
 int64_t lm_now_ns(void);

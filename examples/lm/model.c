@@ -93,8 +93,7 @@ static lm_param *param(lm_model *m, lm_rng *rng, const char *name, uint32_t rank
   char label[64];
   snprintf(label, sizeof label, "lm.%s", name);
   p->p = tensor(m, label, GPA_F32, rank, d0, d1, d2);
-  snprintf(label, sizeof label, "lm.%s.grad", name);
-  p->g = tensor(m, label, GPA_F32, rank, d0, d1, d2);
+  p->g = view(p->p, rank, d0, d1, d2, 0); /* its buffer: grads_alloc */
   snprintf(label, sizeof label, "lm.%s.adam_m", name);
   p->m = tensor(m, label, GPA_F32, rank, d0, d1, d2);
   snprintf(label, sizeof label, "lm.%s.adam_v", name);
@@ -115,6 +114,31 @@ static lm_param *param(lm_model *m, lm_rng *rng, const char *name, uint32_t rank
   upload(m, &p->v, zero, 0);
   free(zero);
   return p;
+}
+
+/* One buffer for every gradient, the last parameter first, each padded to
+ * 16 floats (64 bytes: every view starts aligned). */
+static void grads_alloc(lm_model *m) {
+  m->n_grads = 0;
+  for (int i = m->n_params - 1; i >= 0; i--) {
+    m->params[i].g_off = m->n_grads;
+    m->n_grads += (m->params[i].n + 15) / 16 * 16;
+  }
+  m->grads = tensor(m, "lm.grads", GPA_F32, 1, m->n_grads, 0, 0);
+  for (int i = 0; i < m->n_params; i++) {
+    gpa_tensor *g = &m->params[i].g;
+    g->buffer = m->grads.buffer;
+    g->offset = (uint64_t)m->params[i].g_off * sizeof(float);
+  }
+}
+
+/* Marks the gradients of up to three parameters written (their op was
+ * submitted) and tells the hook. */
+static void grads_ready(lm_model *m, lm_param *a, lm_param *b, lm_param *c) {
+  lm_param *ps[3] = {a, b, c};
+  for (int i = 0; i < 3; i++)
+    if (ps[i]) ps[i]->ready = 1;
+  if (m->on_grads && !m->err) m->on_grads(m, m->on_grads_user);
 }
 
 int lm_model_init(lm_model *m, gpa_actor *a, const lm_config *cfg, uint64_t seed) {
@@ -157,6 +181,7 @@ int lm_model_init(lm_model *m, gpa_actor *a, const lm_config *cfg, uint64_t seed
   m->f_ln_b = param(m, &rng, "head.ln_b", 1, D, 0, 0, 0, 0.0f, 0);
   m->Wh = param(m, &rng, "head.W", 2, V, D, 0, sd, 0, 1);
   m->bh = param(m, &rng, "head.b", 1, V, 0, 0, 0, 0.0f, 0);
+  grads_alloc(m);
 
   m->ids = tensor(m, "lm.in.ids", GPA_I32, 2, B, L, 0);
   m->targets = tensor(m, "lm.in.targets", GPA_I32, 1, N, 0, 0);
@@ -307,15 +332,19 @@ void lm_forward(lm_model *m) {
 
 void lm_backward(lm_model *m) {
   const lm_config *c = &m->cfg;
+  for (int i = 0; i < m->n_params; i++) m->params[i].ready = 0;
   gpa_tensor lin[2] = {m->logits, m->targets};
   op(m, "cross_entropy_bwd", lin, 2, &m->dlogits, 1, NULL, 0);
   /* head: dlogits -> d(uf) -> dx (gradient of xb) */
   gpa_tensor hin[3] = {m->dlogits, rows(m, m->uf), m->Wh->p}, hout[3] = {rows(m, m->d1), m->Wh->g, m->bh->g};
   op(m, "linear_bwd", hin, 3, hout, 3, NULL, 0);
+  grads_ready(m, m->Wh, m->bh, NULL);
   layernorm_bwd(m, m->xb, m->d1, m->f_ln_g, m->f_ln_b, m->f_mean, m->f_rstd, m->dx);
+  grads_ready(m, m->f_ln_g, m->f_ln_b, NULL);
   /* attention block: xb = xa + (o Wo^T + bo) */
   gpa_tensor pin[3] = {m->dx, flat3(m, m->o4), m->Wo->p}, pout[3] = {flat3(m, m->do4), m->Wo->g, m->bo->g};
   op(m, "linear_bwd", pin, 3, pout, 3, NULL, 0);
+  grads_ready(m, m->Wo, m->bo, NULL);
   gpa_attr causal = {"causal", GPA_ATTR_INT, 1, 0};
   gpa_tensor ain[6] = {m->do4, m->q4, m->k4, m->v4, m->o4, m->lse}, aout[3] = {m->dq4, m->dk4, m->dv4};
   op(m, "attention_bwd", ain, 6, aout, 3, &causal, 1);
@@ -324,9 +353,11 @@ void lm_backward(lm_model *m) {
   for (int j = 0; j < 3; j++) {
     gpa_tensor in[3] = {flat3(m, dqkv[j]), m->ua, W[j]->p}, out[2] = {du[j], W[j]->g};
     op(m, "linear_bwd_nobias", in, 3, out, 2, NULL, 0);
+    grads_ready(m, W[j], NULL, NULL);
     if (j) add_into(m, m->d1, m->d2);
   }
   layernorm_bwd(m, m->xa, m->d1, m->a_ln_g, m->a_ln_b, m->a_mean, m->a_rstd, m->d3);
+  grads_ready(m, m->a_ln_g, m->a_ln_b, NULL);
   add_into(m, m->dx, m->d3); /* dx: gradient of xa */
   /* conv blocks, last first: x' = x + gelu(c) */
   for (int i = c->blocks - 1; i >= 0; i--) {
@@ -339,21 +370,28 @@ void lm_backward(lm_model *m) {
     gpa_tensor cin[3] = {m->tmpT, k->uT, k->W->p};
     gpa_tensor cout[3] = {view(k->cT, 3, c->batch, c->dim, c->ctx, 0), k->W->g, k->b->g}; /* duT into cT's buffer */
     op(m, "conv1d_bwd", cin, 3, cout, 3, at, 2);
+    grads_ready(m, k->W, k->b, NULL);
     transpose(m, 0, k->cT, m->d2); /* du */
     layernorm_bwd(m, k->x, m->d2, k->ln_g, k->ln_b, k->mean, k->rstd, m->d3);
+    grads_ready(m, k->ln_g, k->ln_b, NULL);
     add_into(m, m->dx, m->d3); /* dx: gradient of the block's input */
   }
   gpa_tensor ein[2] = {m->dx, m->ids};
   op(m, "embedding_bwd", ein, 2, &m->emb->g, 1, NULL, 0);
+  grads_ready(m, m->emb, NULL, NULL);
 }
 
 void lm_adamw(lm_model *m, double lr, double weight_decay, int step) {
-  for (int i = 0; i < m->n_params; i++) {
-    lm_param *p = &m->params[i];
-    gpa_attr hp[3] = {{"lr", GPA_ATTR_FLOAT, 0, lr},
-                      {"step", GPA_ATTR_INT, step, 0},
-                      {"weight_decay", GPA_ATTR_FLOAT, 0, p->decay ? weight_decay : 0.0}};
-    gpa_tensor in[4] = {p->p, p->g, p->m, p->v}, out[3] = {p->p, p->m, p->v};
-    op(m, "adamw", in, 4, out, 3, hp, 3);
-  }
+  for (int i = 0; i < m->n_params; i++) lm_adamw_param(m, m->q, &m->params[i], lr, weight_decay, step);
+}
+
+void lm_adamw_param(lm_model *m, gpa_queue *q, lm_param *p, double lr, double weight_decay, int step) {
+  gpa_attr hp[3] = {{"lr", GPA_ATTR_FLOAT, 0, lr},
+                    {"step", GPA_ATTR_INT, step, 0},
+                    {"weight_decay", GPA_ATTR_FLOAT, 0, p->decay ? weight_decay : 0.0}};
+  gpa_tensor in[4] = {p->p, p->g, p->m, p->v}, out[3] = {p->p, p->m, p->v};
+  if (m->err) return;
+  gpa_op_call c = {"adamw", in, 4, out, 3, hp, 3};
+  gpa_status st = gpa_submit(q, &c, NULL);
+  if (st) fail(m, st, "adamw");
 }
