@@ -1,10 +1,16 @@
 /* gpa-bench cuda_*: the CUDA backend's kernels timed on the device (CUDA
  * events around each op, the batch's device time), through the actor.
- *   cuda_membound: add, gelu_fwd, layernorm_fwd, adamw as GB/s, against the
- *     built-in copy op of the same bytes, which is one cuMemcpyDtoDAsync:
- *     the device-to-device copy bandwidth measured in the same run.
+ *   cuda_membound: add, gelu_fwd/bwd (erf), layernorm_fwd/bwd (f32 and bf16)
+ *     and adamw (f32) as GB/s (each input read once, each output written
+ *     once), against the built-in copy op of n floats, which is one
+ *     cuMemcpyDtoDAsync: the device-to-device copy bandwidth measured in the
+ *     same run; with GPA_BENCH_MEMBOUND_TORCH naming bench/membound_torch.py
+ *     (python3 with torch and CUDA) each line also carries PyTorch's time for
+ *     the same op and dtype ("torch_ns") and our speed over it ("torch_ratio").
  *   cuda_linear: linear_fwd (sgemm + bias epilogue) against a bare
- *     cublasSgemm of the same shape, issued by a user op on the same stream.
+ *     cublasSgemm of the same shape, issued by a user op on the same stream;
+ *     linear_bwd (dx, dW, db) f32 and bf16 against PyTorch's two GEMMs and
+ *     bias sum (the same script), or itself without it.
  * Runs when GPA_DEVICE selects cuda or sim; on sim only the plumbing is
  * exercised: emulated times mean nothing, and every line says so. */
 #include <stdio.h>
@@ -84,47 +90,103 @@ static void emit(cb *c, const char *name, const char *shape, double ns, double r
   gpa_bench_emit(&r);
 }
 
+/* PyTorch's µs for (op, dtype) from the script's lines "<tag> op dtype us"
+ * (or "<tag> dtype us" when op is NULL); 0 when absent. */
+typedef struct torch_fig {
+  char op[32], dt[8];
+  double us;
+} torch_fig;
+
+static int torch_figs(const char *args, torch_fig *f, int max) {
+  FILE *p = gpa_bench_script("GPA_BENCH_MEMBOUND_TORCH", args);
+  if (!p) return 0;
+  char line[256];
+  int n = 0;
+  while (n < max && fgets(line, sizeof line, p)) {
+    if (sscanf(line, "torch_membound %31s %7s %lf", f[n].op, f[n].dt, &f[n].us) == 3) n++;
+    else if (sscanf(line, "torch_linear_bwd %7s %lf", f[n].dt, &f[n].us) == 2) strcpy(f[n].op, "linear_bwd"), n++;
+  }
+  pclose(p);
+  return n;
+}
+
+static double torch_us(const torch_fig *f, int n, const char *op, const char *dt) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(f[i].op, op) && !strcmp(f[i].dt, dt)) return f[i].us;
+  return 0;
+}
+
+/* c->note plus PyTorch's figure, when there is one */
+static const char *extra_of(cb *c, char *buf, size_t n, double ns, double torch_us_) {
+  if (torch_us_ <= 0) return c->note;
+  snprintf(buf, n, "%s,\"torch_ns\":%.1f,\"torch_ratio\":%.4f", c->note, torch_us_ * 1e3, torch_us_ * 1e3 / ns);
+  return buf;
+}
+
 void gpa_bench_cuda_membound(void) {
   cb c;
   if (!cb_open(&c)) return;
   const int reps = gpa_bench_reps(5), k = c.sim ? 2 : 20;
   const int64_t N = c.sim ? 256 : 16384, D = c.sim ? 1024 : 4096, n = N * D;
   int64_t sh[2] = {N, D}, vec[1] = {D}, rows[1] = {N}, flat[1] = {n};
-  gpa_tensor x = f32(&c, 2, sh), y = f32(&c, 2, sh), z = f32(&c, 2, sh), w = f32(&c, 2, sh);
-  gpa_tensor g = f32(&c, 1, vec), b = f32(&c, 1, vec), mu = f32(&c, 1, rows), rs = f32(&c, 1, rows);
-  char shape[64];
-  snprintf(shape, sizeof shape, "%lldx%lld", (long long)N, (long long)D);
+  char shape[64], args[64], extra[512];
+  snprintf(args, sizeof args, "membound %lld %lld", (long long)N, (long long)D);
+  torch_fig tf[16];
+  int ntf = c.sim ? 0 : torch_figs(args, tf, 16);
+  uint64_t seed = 25;
   /* the reference: one device-to-device copy of n floats (8n bytes moved) */
-  gpa_tensor xf = x, yf = y;
-  xf.rank = yf.rank = 1;
-  xf.shape[0] = yf.shape[0] = flat[0];
+  gpa_tensor xf = gpa_bench_device_tensor(c.a, c.q, GPA_F32, 1, flat, &seed);
+  gpa_tensor yf = gpa_bench_device_tensor(c.a, c.q, GPA_F32, 1, flat, &seed);
   gpa_op_call copy = {"copy", &xf, 1, &yf, 1, NULL, 0};
   double ref = op_ns(&c, &copy, k, reps), ref_bytes = 8.0 * (double)n;
-  struct {
-    const char *name, *op;
-    gpa_tensor in[4];
-    uint32_t nin;
-    gpa_tensor out[3];
-    uint32_t nout;
-    gpa_attr attr[2];
-    uint32_t nattr;
-    double bytes;
-  } cases[] = {
-      {"cuda_add", "add", {x, z}, 2, {y}, 1, {{0}}, 0, 12.0 * n},
-      {"cuda_gelu_fwd", "gelu_fwd", {x}, 1, {y}, 1, {{0}}, 0, 8.0 * n},
-      {"cuda_layernorm_fwd", "layernorm_fwd", {x, g, b}, 3, {y, mu, rs}, 3, {{0}}, 0, 8.0 * n},
-      {"cuda_adamw", "adamw", {x, y, z, w}, 4, {x, z, w}, 3,
-       {{"lr", GPA_ATTR_FLOAT, 0, 1e-3}, {"step", GPA_ATTR_INT, 1, 0}}, 2, 28.0 * n},
-  };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    gpa_op_call call = {cases[i].op, cases[i].in, cases[i].nin, cases[i].out, cases[i].nout, cases[i].attr,
-                        cases[i].nattr};
-    double ns = op_ns(&c, &call, k, reps);
-    if (ns <= 0) continue;
-    gpa_bench_result r = {.name = cases[i].name, .backend = c.sim ? "sim" : "cuda", .shape = shape,
-                          .ref = "cuMemcpyDtoD", .ns = ns, .ref_ns = ref, .bytes = cases[i].bytes,
-                          .ref_bytes = ref_bytes, .extra = c.note};
-    gpa_bench_emit(&r);
+  gpa_buffer_release(c.a, xf.buffer);
+  gpa_buffer_release(c.a, yf.buffer);
+  for (int bf = 0; bf < 2; bf++) {
+    const int dt = bf ? GPA_BF16 : GPA_F32;
+    const double es = bf ? 2.0 : 4.0; /* bytes per element of x-sized tensors */
+    const char *dn = bf ? "bf16" : "f32";
+    gpa_tensor x = gpa_bench_device_tensor(c.a, c.q, dt, 2, sh, &seed), y = gpa_bench_device_tensor(c.a, c.q, dt, 2, sh, &seed);
+    gpa_tensor z = gpa_bench_device_tensor(c.a, c.q, dt, 2, sh, &seed), w = gpa_bench_device_tensor(c.a, c.q, dt, 2, sh, &seed);
+    gpa_tensor g = gpa_bench_device_tensor(c.a, c.q, GPA_F32, 1, vec, &seed);
+    gpa_tensor b = gpa_bench_device_tensor(c.a, c.q, GPA_F32, 1, vec, &seed);
+    gpa_tensor mu = gpa_bench_device_tensor(c.a, c.q, GPA_F32, 1, rows, &seed);
+    gpa_tensor rs = gpa_bench_device_tensor(c.a, c.q, GPA_F32, 1, rows, &seed);
+    snprintf(shape, sizeof shape, "%s %lldx%lld", dn, (long long)N, (long long)D);
+    struct {
+      const char *name, *op;
+      gpa_tensor in[5];
+      uint32_t nin;
+      gpa_tensor out[3];
+      uint32_t nout;
+      gpa_attr attr[2];
+      uint32_t nattr;
+      double bytes;
+    } cases[] = {
+        {"cuda_add", "add", {x, z}, 2, {y}, 1, {{0}}, 0, 3 * es * n},
+        {"cuda_gelu_fwd", "gelu_fwd", {x}, 1, {y}, 1, {{0}}, 0, 2 * es * n},
+        {"cuda_gelu_bwd", "gelu_bwd", {x, z}, 2, {y}, 1, {{0}}, 0, 3 * es * n},
+        {"cuda_layernorm_fwd", "layernorm_fwd", {x, g, b}, 3, {y, mu, rs}, 3, {{0}}, 0, 2 * es * n},
+        {"cuda_layernorm_bwd", "layernorm_bwd", {x, z, g, mu, rs}, 5, {y, b, g}, 3, {{0}}, 0, 3 * es * n},
+        {"cuda_adamw", "adamw", {x, y, z, w}, 4, {x, z, w}, 3,
+         {{"lr", GPA_ATTR_FLOAT, 0, 1e-3}, {"step", GPA_ATTR_INT, 1, 0}}, 2, 28.0 * n},
+    };
+    /* layernorm_bwd writes dgamma into g after reading it: a copy keeps gamma apart */
+    gpa_tensor dg = gpa_bench_device_tensor(c.a, c.q, GPA_F32, 1, vec, &seed);
+    cases[4].out[2] = dg;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      if (bf && !strcmp(cases[i].op, "adamw")) continue; /* its state is f32: the f32 row says it */
+      gpa_op_call call = {cases[i].op, cases[i].in, cases[i].nin, cases[i].out, cases[i].nout, cases[i].attr,
+                          cases[i].nattr};
+      double ns = op_ns(&c, &call, k, reps);
+      if (ns <= 0) continue;
+      double tu = torch_us(tf, ntf, cases[i].op, dn);
+      gpa_bench_result r = {.name = cases[i].name, .backend = c.sim ? "sim" : "cuda", .shape = shape,
+                            .ref = "cuMemcpyDtoD", .ns = ns, .ref_ns = ref, .bytes = cases[i].bytes,
+                            .ref_bytes = ref_bytes, .extra = extra_of(&c, extra, sizeof extra, ns, tu)};
+      gpa_bench_emit(&r);
+    }
+    const gpa_tensor all[9] = {x, y, z, w, g, b, mu, rs, dg};
+    for (int i = 0; i < 9; i++) gpa_buffer_release(c.a, all[i].buffer);
   }
   gpa_actor_destroy(c.a);
 }
@@ -164,6 +226,33 @@ void gpa_bench_cuda_linear(void) {
   char shape[64];
   snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)N, (long long)IN, (long long)OUT);
   if (ns > 0 && ref_ns > 0) emit(&c, "cuda_linear_fwd", shape, ns, ref_ns, 0, 2.0 * N * IN * OUT, "cublasSgemm");
+  /* linear_bwd (dx, dW, db; no GELU) f32 and bf16 (dW, db f32) beside PyTorch's two GEMMs and bias sum */
+  char args[96], extra[512];
+  snprintf(args, sizeof args, "linear %lld %lld %lld", (long long)N, (long long)IN, (long long)OUT);
+  torch_fig tf[4];
+  int ntf = c.sim ? 0 : torch_figs(args, tf, 4);
+  uint64_t seed = 26;
+  for (int bf = 0; bf < 2; bf++) {
+    const int dt = bf ? GPA_BF16 : GPA_F32;
+    gpa_tensor bx = gpa_bench_device_tensor(c.a, c.q, dt, 2, xs, &seed), bw = gpa_bench_device_tensor(c.a, c.q, dt, 2, ws, &seed);
+    gpa_tensor bdy = gpa_bench_device_tensor(c.a, c.q, dt, 2, ys, &seed), bdx = gpa_bench_device_tensor(c.a, c.q, dt, 2, xs, &seed);
+    gpa_tensor bdw = gpa_bench_device_tensor(c.a, c.q, GPA_F32, 2, ws, &seed);
+    gpa_tensor bdb = gpa_bench_device_tensor(c.a, c.q, GPA_F32, 1, bs, &seed);
+    gpa_tensor bin[3] = {bdy, bx, bw}, bout[3] = {bdx, bdw, bdb};
+    gpa_op_call bwd = {"linear_bwd", bin, 3, bout, 3, NULL, 0};
+    double bns = op_ns(&c, &bwd, k, reps), tu = torch_us(tf, ntf, "linear_bwd", bf ? "bf16" : "f32");
+    snprintf(shape, sizeof shape, "%s %lldx%lldx%lld", bf ? "bf16" : "f32", (long long)N, (long long)IN,
+             (long long)OUT);
+    if (bns > 0) {
+      gpa_bench_result r = {.name = "cuda_linear_bwd", .backend = c.sim ? "sim" : "cuda", .shape = shape,
+                            .ref = tu > 0 ? "torch_linear_bwd" : "itself", .ns = bns,
+                            .ref_ns = tu > 0 ? tu * 1e3 : bns, .flops = 4.0 * N * IN * OUT,
+                            .extra = extra_of(&c, extra, sizeof extra, bns, tu)};
+      gpa_bench_emit(&r);
+    }
+    const gpa_tensor all[6] = {bx, bw, bdy, bdx, bdw, bdb};
+    for (int i = 0; i < 6; i++) gpa_buffer_release(c.a, all[i].buffer);
+  }
   gpa_actor_destroy(c.a);
 #endif
 }
