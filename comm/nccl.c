@@ -303,34 +303,37 @@ static void teardown(gpa_comm *c) {
   c->es = NULL;
 }
 
-/* Joins n ranks (one per actor of cs[]): every init is sent before any is
- * waited for, so ranks of one process meet. */
+/* Joins n ranks (one per actor of cs[]): every rank is prepared (NCCL
+ * loaded, the unique id) before any init is sent, and every init is sent
+ * before any is waited for, so ranks of one process meet. */
 gpa_status gpa__comm_nccl_join_all(gpa_comm **cs, int32_t n, const gpa_comm_id *id) {
   gpa__msg *ms[n];
   init_req reqs[n];
   gpa_status st = GPA_OK;
-  int32_t sent = 0;
+  int32_t sent = 0, ready = 0;
+  while (ready < n && (st = prepare(cs[ready], id, &reqs[ready])) == GPA_OK) ready++;
+  if (st != GPA_OK) {
+    for (int32_t i = 0; i < ready; i++) teardown(cs[i]);
+    return st;
+  }
+  /* A send that fails now (the actor shutting down, out of memory) leaves
+   * the inits already sent waiting for their peer: NCCL's to end. */
   for (int32_t i = 0; i < n && st == GPA_OK; i++) {
-    if ((st = prepare(cs[i], id, &reqs[i])) != GPA_OK) break;
     gpa__msg *m = gpa__msg_new(cs[i]->a, GPA__MSG_CALL);
     if (!m) {
       st = GPA_ENOMEM;
-      teardown(cs[i]);
       break;
     }
     m->fn = init_fn;
     memcpy(m->params, &reqs[i], sizeof reqs[i]); /* the payload would be freed with the message */
     if ((st = gpa__send(cs[i]->a, m)) != GPA_OK) {
       gpa__msg_unref(m);
-      teardown(cs[i]);
       break;
     }
     ms[sent++] = m;
   }
   char why[GPA__ERR_MAX] = "";
   if (st != GPA_OK) snprintf(why, sizeof why, "%s", gpa_last_error_message());
-  /* The inits sent wait for the ranks that never come unless every one
-   * was sent: they are NCCL's to end (ncclCommInitRank has no timeout). */
   for (int32_t i = 0; i < sent; i++) {
     gpa_status r = gpa_await(ms[i], -1);
     if (r != GPA_OK && st == GPA_OK) {
@@ -342,7 +345,7 @@ gpa_status gpa__comm_nccl_join_all(gpa_comm **cs, int32_t n, const gpa_comm_id *
   for (int32_t i = 0; i < sent && st == GPA_OK; i++)
     if ((st = start_watchdog(cs[i])) != GPA_OK) snprintf(why, sizeof why, "%s", gpa_last_error_message());
   if (st != GPA_OK) {
-    for (int32_t i = 0; i < sent; i++) teardown(cs[i]);
+    for (int32_t i = 0; i < n; i++) teardown(cs[i]);
     return gpa__fail(st, "%s", why);
   }
   return GPA_OK;

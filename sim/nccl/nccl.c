@@ -197,7 +197,16 @@ EXPORT const char *ncclGetErrorString(ncclResult_t r) {
   }
 }
 
-EXPORT const char *ncclGetLastError(ncclComm_t c) { return c && c->last[0] ? c->last : t_last; }
+/* A copy: the communicator's text is written by its steps on the stream
+ * threads. */
+EXPORT const char *ncclGetLastError(ncclComm_t c) {
+  static __thread char copy[256];
+  if (!c) return t_last;
+  pthread_mutex_lock(&g_mu);
+  snprintf(copy, sizeof copy, "%s", c->last[0] ? c->last : t_last);
+  pthread_mutex_unlock(&g_mu);
+  return copy;
+}
 
 EXPORT ncclResult_t ncclGetVersion(int *v) {
   if (!v) return ncclInvalidArgument;
