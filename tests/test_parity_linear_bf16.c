@@ -148,6 +148,26 @@ static void run_cases(gpa_parity *p) {
   c = fwd_case(GPA_BF16, 3, 4, 5, 1, 0, 0);
   c.in[1].dtype = GPA_F32;
   gpa_parity_expect_error(p, &c, GPA_EDTYPE, "linear_fwd: W has dtype f32, expected bf16");
+  /* g_bf16: the GEMMs take g rounded to bf16 (2^-9 relative per term): each
+   * output may be off by 2^-9 of the sum of its terms' magnitudes (<= 1.2
+   * each) on top of the exact mode's bound */
+  const int64_t gshapes[][3] = {{1, 1, 1}, {7, 13, 5}, {64, 100, 40}, {33, 64, 24}};
+  for (size_t i = 0; i < sizeof gshapes / sizeof gshapes[0]; i++)
+    for (int bias = 0; bias < 2; bias++) {
+      c = bwd_case(gshapes[i][0], gshapes[i][1], gshapes[i][2], 1, bias);
+      gpa_pcase_attr_int(&c, "g_bf16", 1);
+      int64_t terms = gshapes[i][0] > gshapes[i][2] ? gshapes[i][0] : gshapes[i][2];
+      c.atol += 1.2 * ldexp(1.0, -9) * (double)terms;
+      gpa_parity_check(p, &c);
+    }
+  c = bwd_case(3, 4, 5, 0, 1);
+  gpa_pcase_attr_int(&c, "g_bf16", 1);
+  gpa_parity_expect_error(p, &c, GPA_EINVAL, "linear_bwd: g_bf16=1 needs gelu=1 and bf16 storage");
+  c = bwd_case(3, 4, 5, 1, 0);
+  for (uint32_t k = 0; k < c.n_in; k++) c.in[k].dtype = GPA_F32;
+  c.out[0].dtype = GPA_F32;
+  gpa_pcase_attr_int(&c, "g_bf16", 1);
+  gpa_parity_expect_error(p, &c, GPA_EINVAL, "linear_bwd_nobias: g_bf16=1 needs gelu=1 and bf16 storage (x is f32");
   c = bwd_case(3, 4, 5, 0, 1);
   c.in[0].dtype = GPA_F32;
   gpa_parity_expect_error(p, &c, GPA_EDTYPE, "linear_bwd: dy has dtype f32, expected bf16");

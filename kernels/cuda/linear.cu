@@ -52,15 +52,16 @@ static __device__ __forceinline__ float lin_gelu_grad(float v) {
 /* The bf16 GELU backward's g = dy * gelu'(pre) in fp32, as two bf16 halves
  * g = hi + lo (hi = bf16(g), lo = bf16(g - hi): g to 2^-17 relative, where
  * bf16(g) alone is 2^-9) side by side in g2 [rows, 2 cols], so one bf16
- * GEMM over K = 2 cols against W stacked twice sums both halves in fp32. */
+ * GEMM over K = 2 cols against W stacked twice sums both halves in fp32.
+ * halves = 1 (the op's g_bf16 mode): hi alone, g2 [rows, cols]. */
 extern "C" __global__ void gpa_lin_dgelu_split_bf16(gpa_bf16 *g2, const gpa_bf16 *dy, const gpa_bf16 *pre,
-                                                    long long rows, long long cols) {
+                                                    long long rows, long long cols, int halves) {
   GS_LOOP(i, rows * cols) {
     const long long r = i / cols, c = i - r * cols;
     const float g = gpa_bf2f(dy[i]) * lin_gelu_grad(gpa_bf2f(pre[i]));
     const gpa_bf16 hi = gpa_f2bf(g);
-    g2[r * 2 * cols + c] = hi;
-    g2[r * 2 * cols + cols + c] = gpa_f2bf(g - gpa_bf2f(hi));
+    g2[r * halves * cols + c] = hi;
+    if (halves == 2) g2[r * 2 * cols + cols + c] = gpa_f2bf(g - gpa_bf2f(hi));
   }
 }
 

@@ -128,8 +128,11 @@ static gpa_status lin_bwd_f32(const gpa_op_exec *x, const void *g, const void *x
  * summation order). With GELU, g = dy gelu'(pre) is fp32; the GEMMs take it
  * as two bf16 halves (hi + lo, 2^-17 relative) so the result stays the
  * host's: dx = [hi | lo] [W; W] (one GEMM, K = 2 out, W copied twice into
- * scratch), dW = hi^T x + lo^T x (two GEMMs accumulating in fp32). */
-static gpa_status lin_bwd_bf16(const gpa_op_exec *x, long long N, long long in, long long out, int gelu) {
+ * scratch), dW = hi^T x + lo^T x (two GEMMs accumulating in fp32). With
+ * the op's g_bf16 = 1 the GEMMs take hi alone (PyTorch's rounding: one GEMM
+ * each, half the tensor work and scratch of the exact mode). */
+static gpa_status lin_bwd_bf16(const gpa_op_exec *x, long long N, long long in, long long out, int gelu,
+                               int g_bf16) {
   gpa__cu_ctx *C = gpa__cu_of(x);
   void *dy = x->in[0], *xs = x->in[1], *Wp = x->in[2], *pre = gelu ? x->in[3] : NULL;
   void *dx = x->out[0], *dW = x->out[1], *db = x->n_outputs > 2 ? x->out[2] : NULL;
@@ -145,18 +148,22 @@ static gpa_status lin_bwd_bf16(const gpa_op_exec *x, long long N, long long in, 
   if (N == 0 || in == 0) return gpa__cu_zero_f32(x, dW, out * in);
   void *g = dy, *w2 = Wp;
   long long k = out, ldg = out; /* the GEMMs' K for dx; g's row stride */
+  int halves = g_bf16 ? 1 : 2;
   if (gelu) {
-    uint64_t gb = ((uint64_t)(N * out) * 4 + 255) & ~(uint64_t)255, wb = (uint64_t)(out * in) * 2;
-    CUdeviceptr s = gpa__cu_scratch(x, gb + 2 * wb);
+    /* g2 [N, halves out]; for two halves, W stacked twice after it */
+    uint64_t gb = ((uint64_t)(N * out) * 2 * (uint64_t)halves + 255) & ~(uint64_t)255, wb = (uint64_t)(out * in) * 2;
+    CUdeviceptr s = gpa__cu_scratch(x, gb + (halves == 2 ? 2 * wb : 0));
     if (!s) return GPA_ENOMEM;
     g = (void *)(uintptr_t)s;
-    w2 = (void *)(uintptr_t)(s + gb);
-    k = ldg = 2 * out;
-    void *args[] = {&g, &dy, &pre, &N, &out};
+    void *args[] = {&g, &dy, &pre, &N, &out, &halves};
     GPA__CU_TRY(gpa__cu_launch1d(x, GPA__K_LIN_DGELU_BF, N * out, args));
-    for (int r = 0; r < 2; r++)
-      GPA__CU_TRY(gpa__cu_check(C, C->cu.cuMemcpyDtoDAsync(s + gb + r * wb, GPA__DP(Wp), wb, (CUstream)x->stream),
-                                "cuMemcpyDtoDAsync", x->msg, x->msg_size));
+    if (halves == 2) {
+      w2 = (void *)(uintptr_t)(s + gb);
+      k = ldg = 2 * out;
+      for (int r = 0; r < 2; r++)
+        GPA__CU_TRY(gpa__cu_check(C, C->cu.cuMemcpyDtoDAsync(s + gb + r * wb, GPA__DP(Wp), wb, (CUstream)x->stream),
+                                  "cuMemcpyDtoDAsync", x->msg, x->msg_size));
+    }
   }
   cublasHandle_t h;
   GPA__CU_TRY(gpa__cu_blas(x, &h));
@@ -167,7 +174,7 @@ static gpa_status lin_bwd_bf16(const gpa_op_exec *x, long long N, long long in, 
                                            (int)in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                       "linear_bwd: cublasGemmEx (dx, bf16)"));
   /* dW[out,in] = g^T x, fp32 C; with GELU the lo half is added to the hi half's result */
-  for (int half = 0; half < (gelu ? 2 : 1); half++) {
+  for (int half = 0; half < (gelu && halves == 2 ? 2 : 1); half++) {
     const void *gh = (const char *)g + (size_t)(half * out) * 2;
     GPA__CU_TRY(gpa__cu_blas_status(x,
                         C->blas.cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, (int)N, &one, xs,
@@ -183,7 +190,8 @@ gpa_status gpa__lin_bwd_cu(const gpa_op_exec *x) {
   long long N = rows_of(xt), in = xt->shape[xt->rank - 1], out = W->shape[0];
   int gelu = (int)((const gpa__lin_params *)x->params)->gelu;
   if (!fits(N) || !fits(in) || !fits(out)) return gpa__cu_fallback(x);
-  if (xt->dtype == GPA_BF16) return lin_bwd_bf16(x, N, in, out, gelu);
+  if (xt->dtype == GPA_BF16)
+    return lin_bwd_bf16(x, N, in, out, gelu, (int)((const gpa__lin_params *)x->params)->g_bf16);
   void *g = x->in[0];
   if (gelu && N * out > 0) {
     CUdeviceptr s = gpa__cu_scratch(x, (uint64_t)(N * out) * sizeof(float));

@@ -11,6 +11,9 @@
  *   linear_bwd         in: dy [...,out], x [...,in], W [out,in], pre [...,out] (only with gelu=1)
  *                      attr gelu (int 0..1, default 0): dy is the gradient of gelu(pre)
  *                      out: dx [...,in], dW [out,in], db [out]
+ *                      attr g_bf16 (int 0..1, default 0; bf16 storage with gelu=1 only):
+ *                      the GEMMs take g = dy gelu'(pre) rounded to bf16 once (PyTorch's
+ *                      bf16 autograd does so) instead of exactly; db still sums the fp32 g
  *   linear_bwd_nobias  as linear_bwd without db: out dx, dW
  * GELU is the tanh form, the same kernel as gelu_fwd/gelu_bwd with
  * approximate=1. GEMMs run through OpenBLAS on the actor thread. db is summed
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "kernels/host/bf16.h"
 #include "kernels/host/blas.h"
 #include "kernels/host/linear.h"
 #include "ops/linear/linear.h"
@@ -28,6 +32,10 @@ typedef gpa__lin_params linear_params;
 
 static const gpa_attr_spec linear_attrs[] = {
     {"gelu", GPA_ATTR_INT, 0, offsetof(linear_params, gelu), 0, 0.0, 0, 1},
+};
+static const gpa_attr_spec linear_bwd_attrs[] = {
+    {"gelu", GPA_ATTR_INT, 0, offsetof(linear_params, gelu), 0, 0.0, 0, 1},
+    {"g_bf16", GPA_ATTR_INT, 0, offsetof(linear_params, g_bf16), 0, 0.0, 0, 1},
 };
 
 /* Rows of a [..., n] tensor. */
@@ -121,6 +129,11 @@ static gpa_status bwd_shape_common(const char *op, const gpa_op_sig *s, gpa_tens
     return GPA_EINVAL;
   }
   if (p->gelu) GPA__CHK(gpa__chk_like(op, "pre", &s->inputs[3], dy, "dy", msg, ms));
+  if (p->g_bf16 && (!p->gelu || x->dtype != GPA_BF16)) {
+    snprintf(msg, ms, "%s: g_bf16=1 needs gelu=1 and bf16 storage (x is %s, gelu=%d)", op,
+             x->dtype == GPA_BF16 ? "bf16" : "f32", (int)p->gelu);
+    return GPA_EINVAL;
+  }
   set_rows(&e[0], x, x->shape[x->rank - 1]);
   gpa__chk_set(&e[1], GPA_F32, 2, W->shape);
   if (with_db) gpa__chk_set(&e[2], GPA_F32, 1, W->shape);
@@ -150,6 +163,11 @@ static gpa_status gelu_fwd_host(const gpa_op_exec *x) { return fwd_run(x, 1, x->
 GPA__BF16_HOST(fwd_host)
 GPA__BF16_HOST(gelu_fwd_host)
 
+/* v[i] = the bf16 value nearest v[i] (the host's rounding: kernels/host/bf16.h) */
+static void round_bf16(float *v, int64_t n) {
+  for (int64_t i = 0; i < n; i++) v[i] = gpa__bf16_to_f32(gpa__f32_to_bf16(v[i]));
+}
+
 static gpa_status bwd_host(const gpa_op_exec *x) {
   const linear_params *p = x->params;
   const gpa_tensor *xt = &x->inputs[1], *W = &x->inputs[2];
@@ -164,8 +182,16 @@ static gpa_status bwd_host(const gpa_op_exec *x) {
     }
   }
   gpa__par par = gpa__ops_par(x->env);
-  gpa__linear_bwd(&par, x->in[0], x->in[1], x->in[2], p->gelu ? x->in[3] : NULL, x->out[0], x->out[1],
-                  x->n_outputs > 2 ? x->out[2] : NULL, N, in, out, (int)p->gelu, g);
+  float *db = x->n_outputs > 2 ? x->out[2] : NULL;
+  if (p->g_bf16 && N * out > 0) {
+    /* g and db from the fp32 g, then the GEMMs on g rounded to bf16 values */
+    gpa__linear_bwd(&par, x->in[0], x->in[1], x->in[2], x->in[3], NULL, NULL, db, N, in, out, 1, g);
+    round_bf16(g, N * out);
+    gpa__linear_bwd(&par, g, x->in[1], x->in[2], NULL, x->out[0], x->out[1], NULL, N, in, out, 0, NULL);
+  } else {
+    gpa__linear_bwd(&par, x->in[0], x->in[1], x->in[2], p->gelu ? x->in[3] : NULL, x->out[0], x->out[1], db, N, in,
+                    out, (int)p->gelu, g);
+  }
   free(owned);
   return GPA_OK;
 }
@@ -176,9 +202,9 @@ static const gpa_op_desc linear_ops[] = {
      GPA__CUDA(gpa__lin_fwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
     {sizeof(gpa_op_desc), "linear_gelu_fwd", 2, 3, 2, NULL, 0, sizeof(linear_params), gelu_fwd_shape,
      gelu_fwd_host_any, GPA__CUDA(gpa__lin_gelu_fwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
-    {sizeof(gpa_op_desc), "linear_bwd", 3, 4, 3, linear_attrs, 1, sizeof(linear_params), bwd_shape, bwd_host_any,
+    {sizeof(gpa_op_desc), "linear_bwd", 3, 4, 3, linear_bwd_attrs, 2, sizeof(linear_params), bwd_shape, bwd_host_any,
      GPA__CUDA(gpa__lin_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
-    {sizeof(gpa_op_desc), "linear_bwd_nobias", 3, 4, 2, linear_attrs, 1, sizeof(linear_params), bwd_nb_shape,
+    {sizeof(gpa_op_desc), "linear_bwd_nobias", 3, 4, 2, linear_bwd_attrs, 2, sizeof(linear_params), bwd_nb_shape,
      bwd_host_any, GPA__CUDA(gpa__lin_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
 };
 GPA__FAMILY(linear, linear_ops);

@@ -5,7 +5,8 @@
 #include "ops/family.h"
 
 typedef struct gpa__lin_params {
-  int64_t gelu; /* y = gelu(x W^T + b); the backward takes pre */
+  int64_t gelu;   /* y = gelu(x W^T + b); the backward takes pre */
+  int64_t g_bf16; /* backward, bf16, gelu: g = dy gelu'(pre) rounded to bf16 once for the GEMMs */
 } gpa__lin_params;
 
 gpa_status gpa__lin_fwd_cu(const gpa_op_exec *x);
