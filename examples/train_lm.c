@@ -27,9 +27,11 @@
  * sequences of it; gradients are averaged in buckets (--bucket-kb) on a
  * second queue while the backward goes on (--no-overlap: after it). The
  * devices: GPA_DEVICE's kind (cpu, sim -> sim:0..N-1 with GPA_SIM_DEVICES
- * set to N if unset, cuda -> cuda:0..N-1). --parity-check trains 1 rank x
- * batch and then N ranks x batch/N from the same start and data and exits 1
- * unless every step's loss agrees within --parity-tol (relative).
+ * set to N if unset, cuda -> cuda:0..N-1). Under `mpirun -np N` the ranks
+ * are the processes instead, one cpu actor each, through MPI; rank 0
+ * prints. --parity-check trains 1 rank x batch and then N ranks x batch/N
+ * from the same start and data and exits 1 unless every step's loss agrees
+ * within --parity-tol (relative).
  *
  * Exit status: 0 when the loss went down (the mean of the last steps below
  * the first step's loss; with --require-below-unigram also the evaluation
@@ -348,7 +350,8 @@ static int train(lm_model *m, lm_dp *dp, const lm_text *t, const opts *o, float 
 
 /* ---- --data-parallel ---------------------------------------------------------- */
 
-static int run_dp(const opts *o, const lm_text *t, int n, const char *kind, float *losses) {
+/* n ranks: in this process, or (mpi) one per MPI process */
+static int run_dp(const opts *o, const lm_text *t, int n, const char *kind, float *losses, int mpi) {
   lm_dp *d = calloc(1, sizeof *d);
   if (!d) return 2;
   lm_config cfg = o->cfg;
@@ -356,11 +359,12 @@ static int run_dp(const opts *o, const lm_text *t, int n, const char *kind, floa
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   uint32_t threads = cpus > n ? (uint32_t)(cpus / n) : 1; /* cpu actors share the cores */
   int rc = 2;
-  if (lm_dp_init(d, n, kind, &cfg, o->seed, o->bucket_kb, threads) == 0) {
-    printf("%s: data-parallel: %d rank%s on %s (%s), %d x %d tokens each, %d gradient buckets of ~%d KiB, "
+  if (lm_dp_init(d, n, kind, &cfg, o->seed, o->bucket_kb, threads, mpi) == 0) {
+    printf("%s: data-parallel: %d rank%s on %s (%s%s), %d x %d tokens each, %d gradient buckets of ~%d KiB, "
            "%s\n",
-           prog, n, n == 1 ? "" : "s", gpa_actor_backend(d->a[0]), kind, cfg.batch, cfg.ctx, d->n_buckets,
-           o->bucket_kb, o->no_overlap ? "reduced after the backward" : "reduced during the backward");
+           prog, n, n == 1 ? "" : "s", gpa_actor_backend(d->a[0]), kind, mpi ? ", one MPI process each" : "",
+           cfg.batch, cfg.ctx, d->n_buckets, o->bucket_kb,
+           o->no_overlap ? "reduced after the backward" : "reduced during the backward");
     rc = train(&d->m[0], d, t, o, losses);
   } else {
     fprintf(stderr, "%s: %s\n", prog, d->err_msg);
@@ -370,6 +374,15 @@ static int run_dp(const opts *o, const lm_text *t, int n, const char *kind, floa
   return rc;
 }
 
+/* Started by mpirun with more than one process (Open MPI's or PMI's
+ * variables): the ranks are the processes. */
+static int mpi_world(int *rank) {
+  const char *n = getenv("OMPI_COMM_WORLD_SIZE"), *r = getenv("OMPI_COMM_WORLD_RANK");
+  if (!n) n = getenv("PMI_SIZE"), r = getenv("PMI_RANK");
+  *rank = r ? atoi(r) : 0;
+  return n && atoi(n) > 1;
+}
+
 static int dp_main(const opts *o, const lm_text *t) {
   /* GPA_DEVICE names the kind; each rank gets its own device, which the
    * variable would override: read it, then drop it. */
@@ -377,6 +390,15 @@ static int dp_main(const opts *o, const lm_text *t) {
   char kind[32];
   snprintf(kind, sizeof kind, "%s", env && *env ? env : "auto");
   unsetenv("GPA_DEVICE");
+  int rank, mpi = mpi_world(&rank);
+  if (mpi) {
+    if (strcmp(kind, "auto") && strcmp(kind, "cpu")) {
+      fprintf(stderr, "%s: under mpirun the ranks are cpu actors (MPI); GPA_DEVICE=%s is not\n", prog, kind);
+      return 2;
+    }
+    snprintf(kind, sizeof kind, "cpu");
+    if (rank != 0 && !freopen("/dev/null", "w", stdout)) return 2; /* rank 0 reports */
+  }
   if (!strcmp(kind, "auto")) {
     gpa_actor *probe = NULL;
     if (check(gpa_actor_create(NULL, &probe), "gpa_actor_create")) return 2;
@@ -388,10 +410,11 @@ static int dp_main(const opts *o, const lm_text *t) {
     snprintf(n, sizeof n, "%d", o->dp);
     setenv("GPA_SIM_DEVICES", n, 0);
   }
-  if (!o->parity) return run_dp(o, t, o->dp, kind, NULL);
+  if (!o->parity) return run_dp(o, t, o->dp, kind, NULL, mpi);
+  /* the baseline: one rank in this process (each MPI process runs it) */
   float *one = calloc((size_t)o->steps, sizeof *one), *many = calloc((size_t)o->steps, sizeof *many);
-  int rc = !one || !many ? 2 : run_dp(o, t, 1, kind, one);
-  if (!rc) rc = run_dp(o, t, o->dp, kind, many);
+  int rc = !one || !many ? 2 : run_dp(o, t, 1, kind, one, 0);
+  if (!rc) rc = run_dp(o, t, o->dp, kind, many, mpi);
   if (!rc) {
     double worst = 0;
     int at = 0;

@@ -3,7 +3,8 @@
  *
  * N replicas in this process, one actor each on its own device (cpu actors
  * on the host, sim:0..N-1 on the simulator, cuda:0..N-1 on GPUs), joined in
- * one communicator (LOCAL for cpu actors, NCCL for cuda ones). Each rank
+ * one communicator (LOCAL for cpu actors, NCCL for cuda ones); or, under
+ * mpirun, one cpu actor per process joined through MPI. Each rank
  * takes an equal shard of the global batch; its gradients are averaged over
  * the ranks, so every replica applies the same AdamW step and the
  * parameters stay identical.
@@ -25,7 +26,8 @@
  * Reduction order: the mean over the global batch is the average of the
  * ranks' means over their shards (equal shards); LOCAL (and the simulator's
  * NCCL) add the ranks' gradients in rank order in f32 and scale by 1/N once,
- * so the result is the same on every rank and every run. It is not bitwise
+ * so the result is the same on every rank and every run (MPI sums in f32 in
+ * its own order, the same on every rank, then scales). It is not bitwise
  * the single-rank gradient (each rank's GEMMs sum over its shard's rows, the
  * single rank over all of them), which is why the parity test has a
  * tolerance (train_lm.c, --parity-check). */
@@ -80,11 +82,24 @@ static void on_grads(lm_model *m, void *user) {
 }
 
 int lm_dp_init(lm_dp *d, int n, const char *device, const lm_config *cfg, uint64_t seed, int bucket_kb,
-               uint32_t threads) {
+               uint32_t threads, int mpi) {
   memset(d, 0, sizeof *d);
   if (n < 1 || n > LM_DP_MAX) return fail(d, GPA_EINVAL, "--data-parallel: 1 to 8 ranks");
-  d->n = n;
-  for (int r = 0; r < n; r++) {
+  d->n = d->size = n;
+  gpa_comm_id id;
+  if (mpi) {
+    int32_t rank = 0, size = 0;
+    gpa_status st = gpa_comm_bootstrap_mpi(&id, &rank, &size);
+    if (st) return fail(d, st, "gpa_comm_bootstrap_mpi");
+    if (size != n) {
+      snprintf(d->err_msg, sizeof d->err_msg, "--data-parallel %d under mpirun with %d processes (one rank each)", n,
+               (int)size);
+      return d->err = GPA_EINVAL, -1;
+    }
+    d->n = 1;
+    d->rank0 = rank;
+  }
+  for (int r = 0; r < d->n; r++) {
     char dev[32];
     if (!strncmp(device, "sim", 3)) snprintf(dev, sizeof dev, "sim:%d", r);
     else if (!strncmp(device, "cuda", 4)) snprintf(dev, sizeof dev, "cuda:%d", r);
@@ -103,8 +118,9 @@ int lm_dp_init(lm_dp *d, int n, const char *device, const lm_config *cfg, uint64
     d->m[r].on_grads_user = &d->hook[r];
   }
   gpa_comm_options co = {.size = sizeof co, .timeout_ns = 600ll * 1000000000};
-  gpa_status st = gpa_comm_init_all(d->a, n, &co, d->c);
-  if (st) return fail(d, st, "gpa_comm_init_all");
+  if (mpi) co.transport = GPA_COMM_MPI;
+  gpa_status st = mpi ? gpa_comm_init(d->a[0], &id, n, d->rank0, &co, &d->c[0]) : gpa_comm_init_all(d->a, n, &co, d->c);
+  if (st) return fail(d, st, "gpa_comm_init");
   make_buckets(d, (int64_t)bucket_kb * 1024 / 4);
   return 0;
 }
@@ -141,12 +157,10 @@ int lm_dp_step(lm_dp *d, const int32_t *ids, const int32_t *tg, double lr, doubl
     lm_model *m = &d->m[r];
     if (gpa_batch_begin(m->q, "train_step") || gpa_batch_begin(d->q2[r], "dp_reduce"))
       return fail(d, GPA_EINVAL, "gpa_batch_begin");
-    lm_upload_batch(m, ids + r * shard, tg + r * shard);
+    lm_upload_batch(m, ids + (d->rank0 + r) * shard, tg + (d->rank0 + r) * shard);
     lm_forward(m);
     d->next_fence[r] = 0;
     lm_backward(m);
-    gpa_status st = gpa_readback(m->q, &m->loss, &lh[r]);
-    if (st) fail(d, st, "gpa_readback");
     if (m->err) {
       snprintf(d->err_msg, sizeof d->err_msg, "%s", m->err_msg);
       d->err = m->err;
@@ -177,7 +191,14 @@ int lm_dp_step(lm_dp *d, const int32_t *ids, const int32_t *tg, double lr, doubl
       if ((st = gpa_allreduce(d->q2[r], d->c[r], &g, &g, GPA_REDUCE_AVG, NULL))) fail(d, st, "gpa_allreduce");
       for (int i = b->hi_param; i >= b->lo_param; i--) lm_adamw_param(&d->m[r], d->q2[r], &d->m[r].params[i], lr, wd, step);
     }
-  double sum = 0;
+  /* The loss averaged over the ranks, after the buckets on the same queue:
+   * every rank issues the communicator's collectives in one order (the last
+   * bucket's fence came after the loss was computed). */
+  for (int r = 0; r < d->n && !d->err; r++) {
+    gpa_status st = gpa_allreduce(d->q2[r], d->c[r], &d->m[r].loss, &d->m[r].loss, GPA_REDUCE_AVG, NULL);
+    if (st || (st = gpa_readback(d->q2[r], &d->m[r].loss, &lh[r]))) fail(d, st, "the loss's allreduce");
+  }
+  double sum = 0; /* rank 0's: every rank holds the average */
   for (int r = 0; r < d->n; r++) {
     gpa_batch_stats s2 = {.size = sizeof s2}, s1 = {.size = sizeof s1};
     gpa_status st2 = gpa_sync_batch(d->q2[r], &s2), st1 = gpa_sync_batch(d->m[r].q, &s1);
@@ -187,13 +208,13 @@ int lm_dp_step(lm_dp *d, const int32_t *ids, const int32_t *tg, double lr, doubl
       snprintf(d->err_msg, sizeof d->err_msg, "%s", d->m[r].err_msg);
       d->err = d->m[r].err;
     }
-    if (!d->err) read_loss(d, lh[r], &sum);
+    if (!d->err && r == 0) read_loss(d, lh[r], &sum);
     gpa_handle_release(lh[r]);
     if (r == 0 && stats) {
       *stats = s1;
       stats->ops += s2.ops;
     }
   }
-  *loss = (float)(sum / d->n); /* the ranks' means in rank order: the global batch's mean */
+  *loss = (float)sum;
   return d->err ? -1 : 0;
 }

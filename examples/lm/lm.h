@@ -128,7 +128,8 @@ typedef struct lm_dp_bucket {
 } lm_dp_bucket;
 
 typedef struct lm_dp {
-  int n; /* ranks */
+  int n;           /* ranks in this process */
+  int size, rank0; /* ranks in all, this process's first (MPI: one rank per process) */
   gpa_actor *a[LM_DP_MAX];
   lm_model m[LM_DP_MAX];
   gpa_comm *c[LM_DP_MAX];
@@ -148,14 +149,17 @@ typedef struct lm_dp {
 /* n replicas (cfg->batch sequences each) on device kind `device` ("cpu",
  * "sim", "cuda"; rank r on sim:r or cuda:r), identical parameters (seed),
  * one communicator, gradient buckets of about bucket_kb; threads: each cpu
- * actor's. Returns 0, or -1 with d->err_msg. lm_dp_free in either case. */
+ * actor's. mpi: this process is one rank of n MPI processes (cpu actors,
+ * the MPI transport; bootstraps MPI). Returns 0, or -1 with d->err_msg.
+ * lm_dp_free in either case. */
 int lm_dp_init(lm_dp *d, int n, const char *device, const lm_config *cfg, uint64_t seed, int bucket_kb,
-               uint32_t threads);
+               uint32_t threads, int mpi);
 void lm_dp_free(lm_dp *d);
 /* One training step over the global batch (n x cfg->batch sequences; rank r
  * takes the r-th shard): forward, backward, bucketed gradient averaging on
  * the second queue (overlapping the backward unless overlap is 0), AdamW.
- * *loss: the global batch's mean loss; stats: rank 0's batch. */
+ * *loss: the global batch's mean loss (averaged over the ranks by the
+ * communicator too); stats: this process's first rank's batch. */
 int lm_dp_step(lm_dp *d, const int32_t *ids, const int32_t *tg, double lr, double wd, int step, int overlap,
                float *loss, gpa_batch_stats *stats);
 
