@@ -114,10 +114,21 @@ int gpa_xla_watch(const XLA_FFI_Api *api, XLA_FFI_Future *future, gpa_xla_dev *d
   return 0;
 }
 
+/* The call frame's `future` is not covered by its struct_size: XLA's header
+ * still ends XLA_FFI_CallFrame_STRUCT_SIZE at `attrs` (jaxlib 0.10 passes
+ * 168, the offset of `future`), though XLA reads the field back after
+ * every call. An XLA whose API table has the future functions has the
+ * field: that is the test. */
+int gpa_xla_has_futures(const XLA_FFI_CallFrame *f) {
+  const XLA_FFI_Api *api = f->api;
+  return api && api->struct_size >= offsetof(XLA_FFI_Api, XLA_FFI_Future_SetError) + sizeof(void *) &&
+         api->XLA_FFI_Future_Create && api->XLA_FFI_Future_SetAvailable && api->XLA_FFI_Future_SetError;
+}
+
 int gpa_xla_async_hand_over(XLA_FFI_CallFrame *f, const char *target, gpa_actor *a, gpa_handle *h,
                             const gpa_xla_wrap *wraps, uint32_t n_wraps) {
   pthread_once(&env_once, read_env);
-  if (!enabled || f->struct_size < offsetof(XLA_FFI_CallFrame, future) + sizeof f->future) return 0;
+  if (!enabled || !gpa_xla_has_futures(f)) return 0;
   XLA_FFI_Future_Create_Args c = {.struct_size = XLA_FFI_Future_Create_Args_STRUCT_SIZE};
   XLA_FFI_Error *e = f->api->XLA_FFI_Future_Create(&c);
   if (e || !c.future) {

@@ -5,9 +5,13 @@
  * session holds up neither the op handlers nor other sessions; each call is
  * one batch on it, so a timed-out infeed poisons nothing after it, and the
  * batch's sync is the point where XLA's buffers are done with (an outfeed's
- * copy has landed even when nobody has popped it yet). */
+ * copy has landed even when nobody has popped it yet). Where XLA's call
+ * frame takes a future, the call does not wait for that sync: it hands it
+ * to the session's worker (feed_async.c) and returns. GPA_XLA_FEED_ASYNC=0
+ * keeps every call blocking (for measuring). */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpuactor/feed.h"
@@ -20,7 +24,8 @@ typedef struct session {
   char tag[GPA_FEED_TAG_MAX];
   uint32_t tag_len;
   gpa_feed *feed; /* NULL: free slot */
-  gpa_queue *q;
+  gpa_queue *q;   /* the blocking calls' */
+  gpa_xla_feed_worker *worker; /* the calls with futures; NULL: every call blocks */
 } session;
 
 /* Handlers hold `mu` for reading from the lookup until their ops are
@@ -33,9 +38,12 @@ static pthread_rwlock_t mu = PTHREAD_RWLOCK_INITIALIZER;
 static session slots[SESSIONS];
 static pthread_mutex_t call_mu[SESSIONS];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int no_async;
 
 static void init_locks(void) {
   for (int i = 0; i < SESSIONS; i++) pthread_mutex_init(&call_mu[i], NULL);
+  const char *v = getenv("GPA_XLA_FEED_ASYNC");
+  no_async = v && !strcmp(v, "0");
 }
 
 int gpa_xla_session_open(const gpa_feed_options *opts, gpa_feed **out, char *msg, uint64_t msg_size) {
@@ -71,6 +79,7 @@ int gpa_xla_session_open(const gpa_feed_options *opts, gpa_feed **out, char *msg
     session *s = &slots[free_slot];
     memcpy(s->tag, opts->tag, opts->tag_len);
     s->tag_len = opts->tag_len, s->feed = f, s->q = q;
+    s->worker = no_async ? NULL : gpa_xla_feed_worker_start(a, opts->tag, opts->tag_len);
     *out = f;
     rc = 0;
   }
@@ -85,6 +94,7 @@ int gpa_xla_session_close(gpa_feed *f) {
     if (f && slots[i].feed == f) {
       q = slots[i].q;
       gpa_feed_close(f); /* parked infeeds and undelivered outfeeds complete ECANCELED */
+      gpa_xla_feed_worker_close(slots[i].worker); /* ends once its calls are done */
       memset(&slots[i], 0, sizeof slots[i]);
     }
   pthread_rwlock_unlock(&mu);
@@ -93,13 +103,13 @@ int gpa_xla_session_close(gpa_feed *f) {
   return 0;
 }
 
-static XLA_FFI_Error *feed_error(XLA_FFI_CallFrame *f, const char *target, gpa_status st, const char *tag, int tag_len,
-                                 const char *what) {
+XLA_FFI_Error *gpa_xla_feed_error(const XLA_FFI_Api *api, const char *target, gpa_status st, const char *tag,
+                                  int tag_len, const char *what) {
   XLA_FFI_Error_Code code = st == GPA_ETIMEDOUT   ? XLA_FFI_Error_Code_DEADLINE_EXCEEDED
                             : st == GPA_ECANCELED || st == GPA_ECLOSED ? XLA_FFI_Error_Code_CANCELLED
                             : st == GPA_EAGAIN    ? XLA_FFI_Error_Code_RESOURCE_EXHAUSTED
                                                   : XLA_FFI_Error_Code_INVALID_ARGUMENT;
-  return gpa_xla_error(f, code, "%s: session '%.*s': %s (%s)", target, tag_len, tag, what, gpa_status_name(st));
+  return gpa_xla_error_api(api, code, "%s: session '%.*s': %s (%s)", target, tag_len, tag, what, gpa_status_name(st));
 }
 
 /* The attributes of a feed call: the session's tag and the infeed timeout. */
@@ -209,6 +219,17 @@ static XLA_FFI_Error *feed_call(XLA_FFI_CallFrame *f, int in) {
                         tag.ptr);
     }
   }
+  if (!e && slots[slot].worker && gpa_xla_has_futures(f)) {
+    /* Under mu: the session stays open until the op is submitted. */
+    int r = gpa_xla_feed_async(f, target, slots[slot].worker, slots[slot].feed, in, t, (uint32_t)n,
+                               timeout_ms < 0 ? -1 : timeout_ms * 1000000, w, n_wrapped);
+    if (r != 0) {
+      pthread_rwlock_unlock(&mu);
+      if (r == 1) gpa_xla_count_call();
+      for (uint32_t i = 0; i < n_wrapped && r < 0; i++) gpa_xla_wrap_put(a, &w[i]);
+      return NULL; /* the future says how it ends */
+    }
+  }
   if (!e) {
     /* Lock order: call_mu, then mu again; mu is dropped first so that a
      * close is not held up behind a parked call. */
@@ -230,11 +251,11 @@ static XLA_FFI_Error *feed_call(XLA_FFI_CallFrame *f, int in) {
       gpa_xla_count_call();
       st = gpa_sync_batch(s.q, &bs);
       if (st != GPA_OK)
-        e = feed_error(f, target, st, tag.ptr, (int)tag.len,
+        e = gpa_xla_feed_error(f->api, target, st, tag.ptr, (int)tag.len,
                        st == GPA_ECANCELED ? "the session was closed" : bs.first_error_message);
     } else {
       if (begun) gpa_sync_batch(s.q, NULL); /* closes the batch begun */
-      e = feed_error(f, target, st, tag.ptr, (int)tag.len, why_submit);
+      e = gpa_xla_feed_error(f->api, target, st, tag.ptr, (int)tag.len, why_submit);
     }
     pthread_mutex_unlock(&call_mu[slot]);
   }

@@ -104,4 +104,23 @@ uint64_t gpa_xla_cuda_deferred_count(void);
 int gpa_xla_watch(const XLA_FFI_Api *api, XLA_FFI_Future *future, gpa_xla_dev *dev, const char *target,
                   gpa_actor *a, struct gpa_handle *h, const gpa_xla_wrap *wraps, uint32_t n_wraps);
 void gpa_xla_watch_counts(uint64_t *watched, uint64_t *done);
+
+/* Feed calls (feed.c) and their asynchronous path (feed_async.c). */
+struct gpa_feed;
+XLA_FFI_Error *gpa_xla_feed_error(const XLA_FFI_Api *api, const char *target, gpa_status st, const char *tag,
+                                  int tag_len, const char *what);
+typedef struct gpa_xla_feed_worker gpa_xla_feed_worker;
+/* A session's worker thread; NULL if none could start (its calls block). */
+gpa_xla_feed_worker *gpa_xla_feed_worker_start(gpa_actor *a, const void *tag, uint32_t tag_len);
+/* After gpa_feed_close: the worker ends once the calls handed to it are. */
+void gpa_xla_feed_worker_close(gpa_xla_feed_worker *w);
+/* 1 if the frame can carry a future (async.c says how that is told). */
+int gpa_xla_has_futures(const XLA_FFI_CallFrame *f);
+/* Submits the call on a queue of the session and hands its end to the
+ * worker: 1 (frame->future set; the wraps are the worker's), -1 (failed
+ * through the future; the wraps stay the caller's), 0 (XLA made no future:
+ * block instead). */
+int gpa_xla_feed_async(XLA_FFI_CallFrame *f, const char *target, gpa_xla_feed_worker *w, struct gpa_feed *feed,
+                       int in, const gpa_tensor *t, uint32_t n, int64_t timeout_ns, const gpa_xla_wrap *wraps,
+                       uint32_t n_wraps);
 #endif

@@ -59,6 +59,43 @@ static XLA_FFI_Error *ff_register(XLA_FFI_Handler_Register_Args *a) {
   return NULL;
 }
 
+/* Futures, as XLA's CPU runtime makes them: the test waits on them. */
+#include <pthread.h>
+#include <time.h>
+struct XLA_FFI_Future {
+  int done;
+  XLA_FFI_Error *error; /* set by SetError */
+};
+static pthread_mutex_t ff_fut_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ff_fut_cv = PTHREAD_COND_INITIALIZER;
+static XLA_FFI_Error *ff_future_create(XLA_FFI_Future_Create_Args *a) {
+  a->future = calloc(1, sizeof *a->future);
+  return NULL;
+}
+static XLA_FFI_Error *ff_future_set(XLA_FFI_Future *f, XLA_FFI_Error *e) {
+  pthread_mutex_lock(&ff_fut_mu);
+  f->done++, f->error = e;
+  pthread_cond_broadcast(&ff_fut_cv);
+  pthread_mutex_unlock(&ff_fut_mu);
+  return NULL;
+}
+static XLA_FFI_Error *ff_future_available(XLA_FFI_Future_SetAvailable_Args *a) { return ff_future_set(a->future, NULL); }
+static XLA_FFI_Error *ff_future_error(XLA_FFI_Future_SetError_Args *a) { return ff_future_set(a->future, a->error); }
+/* Waits up to ms for the future; its completions so far (1: completed
+ * once). */
+static int ff_future_wait(XLA_FFI_Future *f, int ms) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  t.tv_sec += ms / 1000, t.tv_nsec += (ms % 1000) * 1000000L;
+  if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
+  pthread_mutex_lock(&ff_fut_mu);
+  while (!f->done && pthread_cond_timedwait(&ff_fut_cv, &ff_fut_mu, &t) == 0) {
+  }
+  int n = f->done;
+  pthread_mutex_unlock(&ff_fut_mu);
+  return n;
+}
+
 static XLA_FFI_Api ff_api(void) {
   XLA_FFI_Api api;
   memset(&api, 0, sizeof api);
@@ -70,7 +107,10 @@ static XLA_FFI_Api ff_api(void) {
   api.XLA_FFI_Handler_Register = ff_register;
   api.XLA_FFI_Stream_Get = ff_stream_get;
   api.XLA_FFI_DeviceOrdinal_Get = ff_ordinal_get;
-  return api; /* no futures: XLA:GPU blocks on them (docs/xla.md) */
+  api.XLA_FFI_Future_Create = ff_future_create;
+  api.XLA_FFI_Future_SetAvailable = ff_future_available;
+  api.XLA_FFI_Future_SetError = ff_future_error;
+  return api;
 }
 
 /* A call frame under construction: buffers, then attributes in name order
@@ -107,7 +147,7 @@ static void ff_init(ff_frame *b, const XLA_FFI_Api *api, XLA_FFI_ExecutionContex
  * result (ret 1). */
 static void ff_buf(ff_frame *b, int ret, XLA_FFI_DataType dt, unsigned long long p, int rank, const int64_t *dims) {
   XLA_FFI_Buffer *x = &b->buf[b->n_buf];
-  memcpy(b->dims[b->n_buf], dims, (size_t)rank * sizeof *dims);
+  if (rank > 0) memcpy(b->dims[b->n_buf], dims, (size_t)rank * sizeof *dims);
   *x = (XLA_FFI_Buffer){XLA_FFI_Buffer_STRUCT_SIZE, NULL, dt, (void *)(uintptr_t)p, rank, b->dims[b->n_buf]};
   b->n_buf++;
   if (ret) {

@@ -98,10 +98,17 @@ def main(argv):
     rc = subprocess.run(pytest + [here] + rest, env=env).returncode
     if rc != 0 or rest:
         return rc
-    # The op handlers again through XLA's asynchronous FFI (futures).
+    # The op handlers again through XLA's asynchronous FFI (futures), and the
+    # feed calls again without it (the blocking path, which XLAs without
+    # futures take; the first run used futures).
     print("xla_ffi: the op handlers with GPA_XLA_ASYNC=1", flush=True)
-    return subprocess.run(pytest + [os.path.join(here, "test_xla.py"), "-k", ASYNC_TESTS],
-                          env=dict(env, GPA_XLA_ASYNC="1")).returncode
+    rc = subprocess.run(pytest + [os.path.join(here, "test_xla.py"), "-k", ASYNC_TESTS],
+                        env=dict(env, GPA_XLA_ASYNC="1")).returncode
+    if rc != 0:
+        return rc
+    print("xla_ffi: the feed calls with GPA_XLA_FEED_ASYNC=0", flush=True)
+    return subprocess.run(pytest + [os.path.join(here, "test_feed.py")],
+                          env=dict(env, GPA_XLA_FEED_ASYNC="0")).returncode
 
 
 if __name__ == "__main__":

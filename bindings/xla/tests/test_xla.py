@@ -5,6 +5,7 @@ Each op against a jax.numpy reference and against the same op through the
 plain C API (the ctypes binding, its own actor); gradients of the custom_vjp
 ops against jax.grad of the reference; XLA's buffers used in place; bad
 input giving an XLA error that names it."""
+import os
 import threading
 
 import jax
@@ -301,8 +302,11 @@ def test_runtime_error_is_reported():
     """An op that fails while it runs (not at submit) fails the program: in
     the async mode this goes through the future (GPA_XLA_ASYNC=1 pass)."""
     q = rand(1, 6, 2, 8)
+    before = gj.stats()["watched"]
     with pytest.raises(Exception, match=r"gpuactor_attention_fwd: attention_fwd: lengths\[0\] = 100 is outside"):
         jax.jit(lambda q, n: gj.attention(q, q, q, lengths=n))(q, jnp.asarray([100], jnp.int32)).block_until_ready()
+    if os.environ.get("GPA_XLA_ASYNC") == "1":  # XLA took a future: the completion thread had the op
+        assert gj.stats()["watched"] > before
 
 
 def _sd(a):
