@@ -243,7 +243,7 @@ static gpa_status init_fn(gpa_actor *a, gpa__msg *m) {
   nccl_state *s = q->c->es;
   gpa__ncclResult_t r = s->api.ncclCommInitRank(&s->nc, q->c->size, q->uid, q->c->rank);
   if (r == GPA__NCCL_SUCCESS) return GPA_OK;
-  char t[200];
+  char t[112]; /* with the prefix, within the message text */
   nccl_text(&s->api, NULL, r, t, sizeof t);
   snprintf(m->err, sizeof m->err, "gpa_comm_init: ncclCommInitRank (rank %d of %d): %s", q->c->rank, q->c->size, t);
   s->nc = NULL;
@@ -396,7 +396,7 @@ static gpa_status enqueue(gpa_actor *a, gpa_comm *c, gpa__coll *p, gpa__msg *m) 
     default: r = s->api.ncclRecv(p->recv, p->count, dt, p->peer, s->nc, stream); break;
   }
   if (r != GPA__NCCL_SUCCESS) {
-    char t[200];
+    char t[112]; /* with the prefix, within the message text */
     nccl_text(&s->api, s->nc, r, t, sizeof t);
     pthread_mutex_unlock(&s->mu);
     snprintf(m->err, sizeof m->err, "NCCL on rank %d: %s", c->rank, t);

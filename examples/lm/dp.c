@@ -33,6 +33,7 @@
  * tolerance (train_lm.c, --parity-check). */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "lm.h"
 
@@ -127,7 +128,11 @@ int lm_dp_init(lm_dp *d, int n, const char *device, const lm_config *cfg, uint64
 
 void lm_dp_free(lm_dp *d) {
   for (int r = 0; r < d->n; r++) {
-    if (d->c[r]) gpa_comm_destroy(d->c[r]);
+    /* after a failed step collectives may still wait for their peers:
+     * abort, and give them a moment to complete (ECANCELED) */
+    if (d->c[r] && d->err) gpa_comm_abort(d->c[r]);
+    for (int i = 0; d->c[r] && gpa_comm_destroy(d->c[r]) == GPA_EBUSY && i < 1000; i++)
+      nanosleep(&(struct timespec){0, 1000000}, NULL);
     if (d->a[r]) {
       lm_model_free(&d->m[r]);
       gpa_actor_destroy(d->a[r]);
