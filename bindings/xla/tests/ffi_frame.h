@@ -21,16 +21,16 @@ struct XLA_FFI_ExecutionContext {
   int32_t ordinal;
 };
 
-static XLA_FFI_Error *ff_error_create(XLA_FFI_Error_Create_Args *a) {
+static inline XLA_FFI_Error *ff_error_create(XLA_FFI_Error_Create_Args *a) {
   XLA_FFI_Error *e = calloc(1, sizeof *e);
   e->code = a->errc;
   snprintf(e->msg, sizeof e->msg, "%s", a->message);
   return e;
 }
-static void ff_error_message(XLA_FFI_Error_GetMessage_Args *a) { a->message = a->error->msg; }
-static void ff_error_destroy(XLA_FFI_Error_Destroy_Args *a) { free(a->error); }
+static inline void ff_error_message(XLA_FFI_Error_GetMessage_Args *a) { a->message = a->error->msg; }
+static inline void ff_error_destroy(XLA_FFI_Error_Destroy_Args *a) { free(a->error); }
 
-static XLA_FFI_Error *ff_stream_get(XLA_FFI_Stream_Get_Args *a) {
+static inline XLA_FFI_Error *ff_stream_get(XLA_FFI_Stream_Get_Args *a) {
   if (!a->ctx || !a->ctx->stream) {
     XLA_FFI_Error_Create_Args e = {XLA_FFI_Error_Create_Args_STRUCT_SIZE, NULL, "no stream in this context",
                                    XLA_FFI_Error_Code_FAILED_PRECONDITION};
@@ -39,7 +39,7 @@ static XLA_FFI_Error *ff_stream_get(XLA_FFI_Stream_Get_Args *a) {
   a->stream = a->ctx->stream;
   return NULL;
 }
-static XLA_FFI_Error *ff_ordinal_get(XLA_FFI_DeviceOrdinal_Get_Args *a) {
+static inline XLA_FFI_Error *ff_ordinal_get(XLA_FFI_DeviceOrdinal_Get_Args *a) {
   a->device_ordinal = a->ctx->ordinal;
   return NULL;
 }
@@ -51,7 +51,7 @@ static struct {
   XLA_FFI_Handler *execute;
 } ff_reg[FF_MAX_REG];
 static int ff_n_reg;
-static XLA_FFI_Error *ff_register(XLA_FFI_Handler_Register_Args *a) {
+static inline XLA_FFI_Error *ff_register(XLA_FFI_Handler_Register_Args *a) {
   if (ff_n_reg == FF_MAX_REG) return NULL;
   snprintf(ff_reg[ff_n_reg].name, sizeof ff_reg[0].name, "%.*s", (int)a->name.len, a->name.ptr);
   snprintf(ff_reg[ff_n_reg].platform, sizeof ff_reg[0].platform, "%.*s", (int)a->platform.len, a->platform.ptr);
@@ -68,22 +68,22 @@ struct XLA_FFI_Future {
 };
 static pthread_mutex_t ff_fut_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ff_fut_cv = PTHREAD_COND_INITIALIZER;
-static XLA_FFI_Error *ff_future_create(XLA_FFI_Future_Create_Args *a) {
+static inline XLA_FFI_Error *ff_future_create(XLA_FFI_Future_Create_Args *a) {
   a->future = calloc(1, sizeof *a->future);
   return NULL;
 }
-static XLA_FFI_Error *ff_future_set(XLA_FFI_Future *f, XLA_FFI_Error *e) {
+static inline XLA_FFI_Error *ff_future_set(XLA_FFI_Future *f, XLA_FFI_Error *e) {
   pthread_mutex_lock(&ff_fut_mu);
   f->done++, f->error = e;
   pthread_cond_broadcast(&ff_fut_cv);
   pthread_mutex_unlock(&ff_fut_mu);
   return NULL;
 }
-static XLA_FFI_Error *ff_future_available(XLA_FFI_Future_SetAvailable_Args *a) { return ff_future_set(a->future, NULL); }
-static XLA_FFI_Error *ff_future_error(XLA_FFI_Future_SetError_Args *a) { return ff_future_set(a->future, a->error); }
+static inline XLA_FFI_Error *ff_future_available(XLA_FFI_Future_SetAvailable_Args *a) { return ff_future_set(a->future, NULL); }
+static inline XLA_FFI_Error *ff_future_error(XLA_FFI_Future_SetError_Args *a) { return ff_future_set(a->future, a->error); }
 /* Waits up to ms for the future; its completions so far (1: completed
  * once). */
-static int ff_future_wait(XLA_FFI_Future *f, int ms) {
+static inline int ff_future_wait(XLA_FFI_Future *f, int ms) {
   struct timespec t;
   clock_gettime(CLOCK_REALTIME, &t);
   t.tv_sec += ms / 1000, t.tv_nsec += (ms % 1000) * 1000000L;
@@ -96,7 +96,7 @@ static int ff_future_wait(XLA_FFI_Future *f, int ms) {
   return n;
 }
 
-static XLA_FFI_Api ff_api(void) {
+static inline XLA_FFI_Api ff_api(void) {
   XLA_FFI_Api api;
   memset(&api, 0, sizeof api);
   api.struct_size = XLA_FFI_Api_STRUCT_SIZE;
@@ -132,7 +132,7 @@ typedef struct ff_frame {
   double f64[FF_MAX];
 } ff_frame;
 
-static void ff_init(ff_frame *b, const XLA_FFI_Api *api, XLA_FFI_ExecutionContext *ctx) {
+static inline void ff_init(ff_frame *b, const XLA_FFI_Api *api, XLA_FFI_ExecutionContext *ctx) {
   memset(b, 0, sizeof *b);
   b->f.struct_size = XLA_FFI_CallFrame_STRUCT_SIZE;
   b->f.api = api;
@@ -145,7 +145,7 @@ static void ff_init(ff_frame *b, const XLA_FFI_Api *api, XLA_FFI_ExecutionContex
 
 /* A buffer of `rank` dims at device address p: an operand (ret 0) or a
  * result (ret 1). */
-static void ff_buf(ff_frame *b, int ret, XLA_FFI_DataType dt, unsigned long long p, int rank, const int64_t *dims) {
+static inline void ff_buf(ff_frame *b, int ret, XLA_FFI_DataType dt, unsigned long long p, int rank, const int64_t *dims) {
   XLA_FFI_Buffer *x = &b->buf[b->n_buf];
   if (rank > 0) memcpy(b->dims[b->n_buf], dims, (size_t)rank * sizeof *dims);
   *x = (XLA_FFI_Buffer){XLA_FFI_Buffer_STRUCT_SIZE, NULL, dt, (void *)(uintptr_t)p, rank, b->dims[b->n_buf]};
@@ -159,27 +159,27 @@ static void ff_buf(ff_frame *b, int ret, XLA_FFI_DataType dt, unsigned long long
   }
 }
 
-static void ff_name(ff_frame *b, int i, const char *name, XLA_FFI_AttrType t) {
+static inline void ff_name(ff_frame *b, int i, const char *name, XLA_FFI_AttrType t) {
   b->names[i] = (XLA_FFI_ByteSpan){name, strlen(name)};
   b->name_ptrs[i] = &b->names[i];
   b->attr_types[i] = t;
   b->f.attrs.size++;
 }
-static void ff_attr_i32(ff_frame *b, const char *name, int32_t v) {
+static inline void ff_attr_i32(ff_frame *b, const char *name, int32_t v) {
   int i = (int)b->f.attrs.size;
   b->i32[i] = v;
   b->scalars[i] = (XLA_FFI_Scalar){XLA_FFI_DataType_S32, &b->i32[i]};
   b->attrs[i] = &b->scalars[i];
   ff_name(b, i, name, XLA_FFI_AttrType_SCALAR);
 }
-static void ff_attr_f64(ff_frame *b, const char *name, double v) {
+static inline void ff_attr_f64(ff_frame *b, const char *name, double v) {
   int i = (int)b->f.attrs.size;
   b->f64[i] = v;
   b->scalars[i] = (XLA_FFI_Scalar){XLA_FFI_DataType_F64, &b->f64[i]};
   b->attrs[i] = &b->scalars[i];
   ff_name(b, i, name, XLA_FFI_AttrType_SCALAR);
 }
-static void ff_attr_str(ff_frame *b, const char *name, const char *v) {
+static inline void ff_attr_str(ff_frame *b, const char *name, const char *v) {
   int i = (int)b->f.attrs.size;
   b->strings[i] = (XLA_FFI_ByteSpan){v, strlen(v)};
   b->attrs[i] = &b->strings[i];
