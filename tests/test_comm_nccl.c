@@ -6,7 +6,9 @@
  * stream, a hung rank and a missing one (the communicator's timeout), abort,
  * shutdown with a collective in flight, and NCCL absent. Every handle
  * completes once; nothing hangs. Skipped (77) in builds without the
- * simulator's NCCL. */
+ * simulator's NCCL. Where a real GPU and libnccl.so.2 are present, the
+ * shared cases also run with one rank on cuda:0 through the real NCCL (one
+ * card cannot host two NCCL ranks). */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -224,6 +226,33 @@ static void errors(void) {
   CHECK_OK(gpa_actor_destroy(a));
 }
 
+/* One rank on the real card, through the real NCCL; skipped quietly
+ * without a GPU or NCCL. */
+static void real_gpu(void) {
+  gpa_actor_options o = {.device = "cuda:0", .threads = 1};
+  gpa_actor *a = NULL;
+  if (getenv("GPA_CUDA_DRIVER")) { /* another driver (the simulator's): not a real card */
+    printf("comm_nccl: GPA_CUDA_DRIVER is set: the real-NCCL case is skipped\n");
+    return;
+  }
+  if (gpa_actor_create(&o, &a) != GPA_OK) {
+    printf("comm_nccl: no GPU (%s): the real-NCCL case is skipped\n", gpa_last_error_message());
+    return;
+  }
+  gpa_comm *c;
+  gpa_status st = gpa_comm_init_all(&a, 1, NULL, &c);
+  if (st == GPA_EUNSUPPORTED) {
+    printf("comm_nccl: GPU without NCCL (%s): the real-NCCL case is skipped\n", gpa_last_error_message());
+  } else {
+    CHECK_OK(st);
+    comm_case_env e = {a, gpa_actor_default_queue(a), c, 0, 1};
+    comm_cases_run(&e);
+    CHECK_OK(gpa_comm_destroy(c));
+    printf("comm_nccl: one rank on cuda:0 through the real NCCL: ok\n");
+  }
+  CHECK_OK(gpa_actor_destroy(a));
+}
+
 int main(void) {
   /* this test picks its devices; four simulated ones */
   unsetenv("GPA_DEVICE");
@@ -253,6 +282,7 @@ int main(void) {
   int (*live)(void) = (int (*)(void))dlsym(sim_nccl, "gpa_sim_nccl_live_comms");
   CHECK(live && live() == 0);
   dlclose(sim_nccl);
+  real_gpu();
   printf("comm_nccl: ok\n");
   return 0;
 }
