@@ -217,8 +217,9 @@ static void ordering_output(void) {
 }
 
 
-/* Layer norm, linear (bias), attention (causal, GQA) and the generic
- * handler's scale against references in double. */
+/* Layer norm, linear (bias) forward and backward, GELU's backward,
+ * attention (causal, GQA) and the generic handler's scale against
+ * references in double. */
 static void ops(void) {
   enum { R = 6, D = 40, O = 24, B = 2, S = 9, H = 4, HKV = 2, HD = 32 };
   static float x[R * D], g[D], be[D], w[O * D], bias[O], got[R * D + R * O];
@@ -272,6 +273,47 @@ static void ops(void) {
   xla_read(dy, got, R * D);
   for (int i = 0; i < R * D; i++) ref[i] = -2.5 * x[i];
   close_to("scale y", got, ref, R * D, 1e-6);
+  /* backward: linear (dx = dy W, dW = dy^T x, db = sum dy) and GELU */
+  static float dyl[R * O], gdx[R * D], gdw[O * D], gdb[O];
+  static double rdx[R * D], rdw[O * D], rdb[O];
+  rnd(dyl, R * O, 6);
+  dptr ddy = upload(dyl, R * O), ddx = zeros(R * D), ddw = zeros(O * D), ddb = zeros(O);
+  ff_init(&b, &api, &xla);
+  ff_buf(&b, 0, XLA_FFI_DataType_F32, ddy, 2, ro);
+  ff_buf(&b, 0, XLA_FFI_DataType_F32, dx, 2, rd);
+  ff_buf(&b, 0, XLA_FFI_DataType_F32, dw, 2, wd);
+  ff_buf(&b, 1, XLA_FFI_DataType_F32, ddx, 2, rd);
+  ff_buf(&b, 1, XLA_FFI_DataType_F32, ddw, 2, wd);
+  ff_buf(&b, 1, XLA_FFI_DataType_F32, ddb, 1, od);
+  expect_ok(gpa_xla_cuda_linear_bwd(&b.f), "linear_bwd");
+  xla_read(ddx, gdx, R * D), xla_read(ddw, gdw, O * D), xla_read(ddb, gdb, O);
+  memset(rdx, 0, sizeof rdx), memset(rdw, 0, sizeof rdw), memset(rdb, 0, sizeof rdb);
+  for (int r = 0; r < R; r++)
+    for (int o = 0; o < O; o++) {
+      rdb[o] += dyl[r * O + o];
+      for (int d = 0; d < D; d++) {
+        rdx[r * D + d] += (double)dyl[r * O + o] * w[o * D + d];
+        rdw[o * D + d] += (double)dyl[r * O + o] * x[r * D + d];
+      }
+    }
+  close_to("linear dx", gdx, rdx, R * D, 1e-5);
+  close_to("linear dW", gdw, rdw, O * D, 1e-5);
+  close_to("linear db", gdb, rdb, O, 1e-5);
+
+  int64_t all = R * D;
+  dptr dgy = upload(x, R * D); /* GELU's dy: x again (any values do) */
+  ff_init(&b, &api, &xla);
+  ff_buf(&b, 0, XLA_FFI_DataType_F32, dx, 1, &all);
+  ff_buf(&b, 0, XLA_FFI_DataType_F32, dgy, 1, &all);
+  ff_buf(&b, 1, XLA_FFI_DataType_F32, ddx, 1, &all);
+  expect_ok(gpa_xla_cuda_gelu_bwd(&b.f), "gelu_bwd");
+  xla_read(ddx, gdx, R * D);
+  for (int i = 0; i < R * D; i++) {
+    double v = x[i], cdf = 0.5 * (1 + erf(v / sqrt(2.0))), pdf = exp(-0.5 * v * v) / sqrt(2 * M_PI);
+    rdx[i] = x[i] * (cdf + v * pdf);
+  }
+  close_to("gelu dx", gdx, rdx, R * D, 1e-5);
+  cu.free(dgy), cu.free(ddy), cu.free(ddx), cu.free(ddw), cu.free(ddb);
   cu.free(dx), cu.free(dg), cu.free(db), cu.free(dw), cu.free(dbias), cu.free(dy), cu.free(dmean), cu.free(drstd);
   cu.free(dlin);
 
