@@ -19,6 +19,14 @@
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+/* Threads of the block-per-row kernels (norm.cu, ln_fwd_row / ln_dx_row)
+ * for rows of d values, nv vectors of 16 bytes a thread; 0 when the row
+ * does not take them (too short, no 16-byte accesses, or past 1024 threads). */
+static unsigned row_threads(int d, int bf, int nv, int vec) {
+  long long vecs = d / (bf ? 8 : 4), t = ((vecs + nv - 1) / nv + 31) / 32 * 32;
+  return vec && d >= (bf ? LN_ROW_MIN_BF : LN_ROW_MIN_F32) && t <= 1024 ? (unsigned)t : 0;
+}
+
 gpa_status gpa__ln_fwd_cu(const gpa_op_exec *x) {
   const gpa_tensor *t = &x->inputs[0];
   long long n = t->shape[0];
@@ -33,11 +41,11 @@ gpa_status gpa__ln_fwd_cu(const gpa_op_exec *x) {
   if (n <= 0) return GPA_OK;
   /* long rows: a block per row holding it in registers (4 vectors of 16
    * bytes a thread), so x is read once (norm.cu, ln_fwd_row) */
-  long long vecs = d / (bf ? 8 : 4), threads = ((vecs + 3) / 4 + 31) / 32 * 32;
-  if (vec4 && d >= (bf ? LN_ROW_MIN_BF : LN_ROW_MIN_F32) && threads <= 1024) {
+  unsigned threads = row_threads(d, bf, 4, vec4);
+  if (threads) {
     void *ra[] = {&xx, &g, &b, &y, &m, &r, &n, &d, &eps};
     return gpa__cu_launch(x, bf ? GPA__K_LN_FWD_ROW_BF : GPA__K_LN_FWD_ROW, gpa__cu_row_blocks(x, n, 32, 1), 1, 1,
-                          (unsigned)threads, 1, 0, ra);
+                          threads, 1, 0, ra);
   }
   int grp = gpa__cu_row_group(d);
   void *args[] = {&xx, &g, &b, &y, &m, &r, &n, &d, &eps, &vec4, &grp};
@@ -66,11 +74,10 @@ gpa_status gpa__ln_bwd_cu(const gpa_op_exec *x) {
   /* long rows: a block per row holding x and dy in registers (f32: 4
    * vectors a thread, bf16: 2), read once (norm.cu, ln_dx_row); its
    * parameters are a1's first eight */
-  long long nv = bf ? 2 : 4, threads = ((d / v + nv - 1) / nv + 31) / 32 * 32;
-  int row = vec && d >= (bf ? LN_ROW_MIN_BF : LN_ROW_MIN_F32) && threads <= 1024;
+  unsigned threads = row_threads(d, bf, bf ? 2 : 4, vec);
   gpa_status st =
-      row ? gpa__cu_launch(x, bf ? GPA__K_LN_BWD_DX_ROW_BF : GPA__K_LN_BWD_DX_ROW, gpa__cu_row_blocks(x, n, 32, 1), 1,
-                           1, (unsigned)threads, 1, 0, a1)
+      threads ? gpa__cu_launch(x, bf ? GPA__K_LN_BWD_DX_ROW_BF : GPA__K_LN_BWD_DX_ROW, gpa__cu_row_blocks(x, n, 32, 1),
+                               1, 1, threads, 1, 0, a1)
           : gpa__cu_launch(x, bf ? GPA__K_LN_BWD_DX_BF : GPA__K_LN_BWD_DX, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1,
                            32, WARPS, 0, a1);
   if (st != GPA_OK) return st;
