@@ -182,8 +182,8 @@ static gpa_status wrap_fn(gpa_actor *a, gpa__msg *m) {
     }
     /* Before the id exists: no work that names it can be ahead of the wait. */
     for (gpa_queue *q = a->queues; q; q = q->next_all) {
-      if (q->dead || !q->bq) continue;
-      st = a->be->external_event(a->bctx, q->bq, d->ready_event, true, m->err, sizeof m->err);
+      if (!q->s || !q->s->bq) continue; /* destroyed, or no stream */
+      st = a->be->external_event(a->bctx, q->s->bq, d->ready_event, true, m->err, sizeof m->err);
       if (st != GPA_OK) return st;
     }
   }
@@ -226,7 +226,7 @@ static gpa_status event_fn(gpa_actor *a, gpa__msg *m) {
              b->ev.wait ? "gpa_queue_wait_event" : "gpa_queue_record_event", a->be->name);
     return GPA_EUNSUPPORTED;
   }
-  return a->be->external_event(a->bctx, m->q->bq, b->ev.event, b->ev.wait, m->err, sizeof m->err);
+  return a->be->external_event(a->bctx, m->q->s->bq, b->ev.event, b->ev.wait, m->err, sizeof m->err);
 }
 
 static gpa_status queue_event(gpa_queue *q, void *event, bool wait) {

@@ -50,7 +50,7 @@ GPA__HOT_INLINE gpa_status run_op(gpa_actor *a, gpa__msg *m) {
   uint32_t n = m->n_in + m->n_out;
   for (uint32_t i = 0; i < n; i++) ptrs[i] = tensor_ptr(a, &m->t[i]);
   gpa_op_exec x = {m->t, m->n_in, m->t + m->n_in, m->n_out, ptrs, ptrs + m->n_in, m->params,
-                   m->q ? m->q->bq : NULL, a->be->env ? a->be->env(a->bctx) : NULL, NULL, m->err, sizeof m->err};
+                   m->q ? m->q->s->bq : NULL, a->be->env ? a->be->env(a->bctx) : NULL, NULL, m->err, sizeof m->err};
   return run_impl(a, m->op, m, &x, &m->bytes);
 }
 
@@ -64,8 +64,9 @@ GPA__HOT_INLINE gpa_status run_op(gpa_actor *a, gpa__msg *m) {
  * of it instead (which reports a stale buffer, among others). */
 bool gpa__run_record(gpa_actor *a, const gpa__rec *r) {
   gpa_queue *q = r->q;
-  if (!a->be->synchronous || a->be->run || a->cancelling || GPA__PROFILING(a) || a->nvtx_tool || q->n_held ||
-      r->ticket != q->expect || q->parked || q->dead || q->poison)
+  gpa__qstate *s = q->s; /* NULL: destroyed */
+  if (!a->be->synchronous || a->be->run || a->cancelling || GPA__PROFILING(a) || a->nvtx_tool || !s || s->n_held ||
+      r->ticket != s->expect || s->parked || s->poison)
     return false;
   const gpa_tensor *t = gpa__rec_tensors(r);
   uint32_t n = (uint32_t)r->n_in + r->n_out;
@@ -78,28 +79,28 @@ bool gpa__run_record(gpa_actor *a, const gpa__rec *r) {
   char *err = a->scratch_err;
   err[0] = 0;
   gpa_op_exec x = {t, r->n_in, t + r->n_in, r->n_out, ptrs, ptrs + r->n_in, gpa__rec_params(r),
-                   q->bq, a->be->env ? a->be->env(a->bctx) : NULL, NULL, err, GPA__ERR_MAX};
+                   s->bq, a->be->env ? a->be->env(a->bctx) : NULL, NULL, err, GPA__ERR_MAX};
   if (a->run_q != q) gpa__run_switch(a, q);
   uint64_t bytes = 0;
   gpa_status st = run_impl(a, r->op, NULL, &x, &bytes);
-  q->expect++;
+  s->expect++;
   a->messages++;
   if (st == GPA__DEFERRED) st = GPA_OK; /* a host implementation has nothing to defer to */
-  q->batch.ops++;
-  if (st == GPA_OK) q->batch.bytes += bytes;
-  else gpa__batch_fail(&q->batch, st, err[0] ? err : gpa_strerror(st));
+  s->batch.ops++;
+  if (st == GPA_OK) s->batch.bytes += bytes;
+  else gpa__batch_fail(&s->batch, st, err[0] ? err : gpa_strerror(st));
   return true;
 }
 
 static gpa_status run_transfer(gpa_actor *a, gpa__msg *m) {
   gpa__slot *s = gpa__bufcache_slot(a->cache, m->t[0].buffer);
   void *dev = (char *)s->ptr + m->t[0].offset;
-  void *bq = m->q ? m->q->bq : NULL;
+  void *bq = m->q ? m->q->s->bq : NULL;
   gpa_status st;
   if (m->kind == GPA__MSG_UPLOAD) {
     if (m->version && s->version == m->version) {
       a->uploads_skipped++;
-      if (m->q) m->q->batch.skipped++;
+      if (m->q) m->q->s->batch.skipped++;
       return GPA_OK;
     }
     gpa__work w = gpa__work_of(m);
@@ -124,7 +125,7 @@ static gpa_status run_transfer(gpa_actor *a, gpa__msg *m) {
  * op instead. */
 void gpa__run_switch(gpa_actor *a, gpa_queue *q) {
   int64_t now = gpa__clock_ns();
-  if (a->run_q) a->run_q->batch.device_ns += now - a->run_t0;
+  if (a->run_q) a->run_q->s->batch.device_ns += now - a->run_t0; /* a destroyed queue's run ended at its destroy */
   a->run_q = q;
   a->run_t0 = now;
 }
@@ -140,7 +141,7 @@ GPA__HOT_INLINE void finish(gpa_actor *a, gpa__msg *m, gpa_status st) {
   m->status = st;
   if (st != GPA_OK && !m->err[0]) snprintf(m->err, sizeof m->err, "%s", gpa_strerror(st));
   gpa_queue *q = m->q;
-  if (q && m->kind != GPA__MSG_CALL) gpa__batch_account(q, m, m->device_ns, st == GPA_OK ? m->bytes : 0);
+  if (q && q->s && m->kind != GPA__MSG_CALL) gpa__batch_account(q, m, m->device_ns, st == GPA_OK ? m->bytes : 0);
   if (GPA__PROFILING(a) && m->kind != GPA__MSG_CALL) gpa__prof_op(a, m, st, gpa__clock_ns());
   /* An extension's message may complete later (an outfeed at delivery). */
   if (m->kind == GPA__MSG_EXT && m->cls->finished(a, m, st)) return;
@@ -170,7 +171,7 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
     if (!timed && a->run_q != run_q) gpa__run_switch(a, run_q);
     if (prof) {
       m->t_start = t0;
-      m->depth = m->q ? m->q->n_held : 0;
+      m->depth = m->q ? m->q->s->n_held : 0;
     }
     bool range = (prof || a->nvtx_tool) && m->kind != GPA__MSG_CALL;
     if (range) gpa__nvtx_push(gpa__prof_msg_name(m));
@@ -189,7 +190,7 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
   }
   if (st == GPA__DEFERRED) {
     m->deferred = 1;
-    if (m->q) m->q->inflight++;
+    if (m->q) m->q->s->inflight++;
     a->inflight_total++;
     return;
   }
@@ -231,7 +232,7 @@ uint32_t gpa__drain_completions(gpa_actor *a) {
       st = a->be->complete(a->bctx, &w, st);
     }
     finish(a, m, st);
-    if (q && --q->inflight == 0) gpa__queue_advance(a, q);
+    if (q && --q->s->inflight == 0) gpa__queue_advance(a, q); /* in flight: not destroyed (a barrier) */
     m = next;
   }
   gpa__msg_return_flush(a);

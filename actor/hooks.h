@@ -21,14 +21,14 @@ typedef struct gpa_handle gpa__msg;
 
 typedef struct gpa__msg_class {
   const char *name; /* profilers' and NVTX's name for such a message */
-  /* Its turn came on q: true parks q (the class may set q->park_on and
-   * q->park_deadline); false runs it (possibly to fail: m->status). */
+  /* Its turn came on q: true parks q (the class may set q->s->park_on and
+   * q->s->park_deadline); false runs it (possibly to fail: m->status). */
   bool (*must_park)(gpa_actor *a, gpa_queue *q, gpa__msg *m);
   /* Parked: whether it may run now (the actor loop asks while it holds
    * parked queues). NULL: only gpa__queue_unpark resumes it. */
   bool (*ready)(gpa_actor *a, gpa_queue *q, gpa__msg *m);
-  /* Parked past q->park_deadline: set m->status and m->err; the queue's
-   * later messages of the batch then fail too (q->poison). */
+  /* Parked past q->s->park_deadline: set m->status and m->err; the queue's
+   * later messages of the batch then fail too (q->s->poison). */
   void (*timed_out)(gpa_actor *a, gpa_queue *q, gpa__msg *m);
   gpa_status (*run)(gpa_actor *a, gpa__msg *m);
   /* m finished with st. false: the actor completes it now; true: the

@@ -69,7 +69,8 @@ struct gpa_handle {
   /* message: written by the submitter, then owned by the actor */
   uint8_t kind;
   uint8_t pinned;  /* holds pins on its buffers (actor thread) */
-  uint8_t barrier; /* a queue-ordered call that waits for the queue's device work */
+  uint8_t barrier; /* a queue-ordered call that waits for the queue's device work;
+                     GPA__BARRIER_SYNC: a sync, which runs on a destroyed queue too */
   uint8_t deferred; /* started on the device; completes through gpa__complete_async */
   gpa__ctx *owner;
   gpa__msg *next; /* free list, queue pending list, batch readback list */
@@ -98,6 +99,8 @@ struct gpa_handle {
   _Atomic uint32_t dbg_user; /* references the caller holds (handed out + retained - released) */
 #endif
 };
+#define GPA__BARRIER_SYNC 2
+
 /* The caller gets a reference to m as a handle (a debug build counts it). */
 static inline void gpa__handle_out(gpa__msg *m) {
 #if GPA_DEBUG
@@ -124,22 +127,11 @@ typedef struct gpa__batch {
   gpa__msg *readbacks; /* held references, made readable at sync */
 } gpa__batch;
 
-struct gpa_queue {
-  gpa_actor *actor;
-  uint32_t id;
-  char name[32];
-  _Atomic int closed; /* read by every submit, written once */
-  /* submit side: written per message, so on a line of its own (the actor's
-   * per-message writes below would otherwise pull it away each time) */
-  _Alignas(64) _Atomic uint64_t next_ticket;
-  /* NULL, then the first submitter's context, which takes tickets without a
-   * locked instruction; shared from a second submitter on (mailbox.c,
-   * ticket_mode) */
-  _Atomic(gpa__ctx *) ticket_owner;
-  _Atomic int batch_open;
-  _Atomic int64_t batch_t0; /* set by begin/sync callers, read by the actor */
-  /* actor thread only */
-  _Alignas(64) uint64_t expect; /* ticket to run next */
+/* What a queue holds while it lives (actor thread only): its ticket order,
+ * parking and batch. Freed when the queue is destroyed (queue.c, bury);
+ * the gpa_queue below stays as a tombstone. */
+typedef struct gpa__qstate {
+  uint64_t expect; /* ticket to run next */
   /* messages not yet started (queue.c): one lane per source ring, whose
    * arrivals come in ticket order; a sorted spill list past GPA__LANES */
   gpa__lane lane[GPA__LANES];
@@ -149,17 +141,42 @@ struct gpa_queue {
   uint32_t inflight; /* started on the device, not yet completed */
   /* parking (actor/hooks.h): the head message waits for its class */
   bool parked;
+  bool dead;             /* gpa_queue_destroy ran: buried when its run returns */
   void *park_on;         /* what it waits for: its class's business */
   int64_t park_deadline; /* CLOCK_MONOTONIC ns; 0 = none */
   gpa_queue *parked_next; /* the actor's list of parked queues */
   /* after a parked message timed out, later messages of the batch fail with this */
   int32_t poison;
   const char *poison_by; /* the class of the message that timed out */
-  bool dead;
   gpa__batch batch;
   void *bq; /* backend's queue (stream) */
-  gpa_queue *next_all;
+} gpa__qstate;
+
+/* The queue a caller holds. A destroyed queue keeps only this (128 bytes)
+ * until its actor is destroyed, so that a later call on it answers
+ * GPA_ECLOSED instead of touching freed memory (docs/api.md); its state (s)
+ * is freed when the destroy runs, unless its batch has work not yet synced:
+ * then it stays (last) until a sync collects it. */
+struct gpa_queue {
+  /* read by every submit (and, s, by the actor per message); written once */
+  gpa_actor *actor;
+  gpa__qstate *s; /* actor thread only; NULL once destroyed */
+  uint32_t id;
+  _Atomic int closed;
+  char name[32];
+  gpa__qstate *last; /* actor thread: a destroyed queue's batch not yet synced */
+  /* submit side: written per message, so on a line of its own (the actor's
+   * per-message writes below would otherwise pull it away each time) */
+  _Alignas(64) _Atomic uint64_t next_ticket;
+  /* NULL, then the first submitter's context, which takes tickets without a
+   * locked instruction; shared from a second submitter on (mailbox.c,
+   * ticket_mode) */
+  _Atomic(gpa__ctx *) ticket_owner;
+  _Atomic int batch_open;
+  _Atomic int64_t batch_t0; /* set by begin/sync callers, read by the actor */
+  gpa_queue *next_all;      /* the actor's list of queues (queue_lock) */
 };
+_Static_assert(sizeof(struct gpa_queue) == 128, "a destroyed queue keeps 128 bytes: docs/api.md says so");
 
 /* Messages the actor freed, per owner, not yet given back (handle.c). */
 typedef struct gpa__ret_cache {
@@ -313,7 +330,7 @@ gpa__msg *gpa__queue_head(gpa_queue *q);
 void gpa__batch_note(gpa__batch *b, gpa__msg *m); /* a failure, a readback (batch.c) */
 void gpa__batch_fail(gpa__batch *b, gpa_status st, const char *msg);
 static inline void gpa__batch_account(gpa_queue *q, gpa__msg *m, int64_t device_ns, uint64_t bytes) {
-  gpa__batch *b = &q->batch;
+  gpa__batch *b = &q->s->batch;
   b->ops++;
   b->device_ns += device_ns;
   b->bytes += bytes;
@@ -337,7 +354,7 @@ void gpa__exts_destroy(gpa_actor *a);
 #endif
 /* What a backend sees of m (backends/backend.h). */
 static inline gpa__work gpa__work_of(gpa__msg *m) {
-  return (gpa__work){m, m->q ? m->q->bq : NULL, m->err, sizeof m->err, &m->device_ns,
+  return (gpa__work){m, m->q && m->q->s ? m->q->s->bq : NULL, m->err, sizeof m->err, &m->device_ns,
                      m->q && GPA__PROFILING(m->q->actor)};
 }
 void gpa__prof_op(gpa_actor *a, gpa__msg *m, gpa_status st, int64_t end_ns);

@@ -330,8 +330,8 @@ static uint32_t drain_ring(gpa_actor *a, gpa__ctx *c, uint32_t budget, bool *wai
   uint32_t got = 0;
   const gpa__rec *r;
   while (got < budget && (r = (const gpa__rec *)gpa__ring_peek(&c->ring))) {
-    if (r->h.type == GPA__REC_OP) {
-      if (r->ticket != r->q->expect) {
+    if (r->h.type == GPA__REC_OP && r->q->s) { /* destroyed (s NULL): intake fails it */
+      if (r->ticket != r->q->s->expect) {
         uint32_t at = atomic_load_explicit(&c->ring.head, memory_order_relaxed);
         if (!c->waited || c->waited_at != at) {
           c->waited = true;

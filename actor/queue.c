@@ -23,24 +23,24 @@
  * walk per arrival when sources interleave: callgrind measured ~450
  * instructions a message in the walk alone with 2 and 4 producers. Sources
  * past GPA__LANES at once (rare) share the sorted spill list. */
-static void hold(gpa_actor *a, gpa_queue *q, gpa__msg *m, const gpa__ctx *src) {
+static void hold(gpa_actor *a, gpa__qstate *s, gpa__msg *m, const gpa__ctx *src) {
   m->next = NULL;
-  q->n_held++;
+  s->n_held++;
   a->held_total++;
   uint32_t i = 0;
-  while (i < q->n_lanes && q->lane[i].src != src) i++;
-  if (i == q->n_lanes && i < GPA__LANES) {
-    q->lane[i] = (gpa__lane){src, NULL, NULL};
-    q->n_lanes++;
+  while (i < s->n_lanes && s->lane[i].src != src) i++;
+  if (i == s->n_lanes && i < GPA__LANES) {
+    s->lane[i] = (gpa__lane){src, NULL, NULL};
+    s->n_lanes++;
   }
-  if (i < q->n_lanes) {
-    gpa__lane *l = &q->lane[i];
+  if (i < s->n_lanes) {
+    gpa__lane *l = &s->lane[i];
     if (l->tail) l->tail->next = m;
     else l->head = m;
     l->tail = m;
     return;
   }
-  gpa__msg **pp = &q->spill;
+  gpa__msg **pp = &s->spill;
   while (*pp && (*pp)->ticket < m->ticket) pp = &(*pp)->next;
   m->next = *pp;
   *pp = m;
@@ -48,39 +48,47 @@ static void hold(gpa_actor *a, gpa_queue *q, gpa__msg *m, const gpa__ctx *src) {
 
 /* Where the held message with ticket t is: a lane index, GPA__LANES for the
  * spill list, or -1. A lane in use is never empty (unhold frees it). */
-static int held_find(const gpa_queue *q, uint64_t t) {
-  if (!q->n_held) return -1;
-  if (q->hint < q->n_lanes && q->lane[q->hint].head->ticket == t) return (int)q->hint;
-  for (uint32_t i = 0; i < q->n_lanes; i++)
-    if (q->lane[i].head->ticket == t) return (int)i;
-  if (q->spill && q->spill->ticket == t) return GPA__LANES;
+static int held_find(const gpa__qstate *s, uint64_t t) {
+  if (!s->n_held) return -1;
+  if (s->hint < s->n_lanes && s->lane[s->hint].head->ticket == t) return (int)s->hint;
+  for (uint32_t i = 0; i < s->n_lanes; i++)
+    if (s->lane[i].head->ticket == t) return (int)i;
+  if (s->spill && s->spill->ticket == t) return GPA__LANES;
   return -1;
 }
 
-static gpa__msg *held_at(gpa_queue *q, int where) { return where == GPA__LANES ? q->spill : q->lane[where].head; }
+static gpa__msg *held_at(gpa__qstate *s, int where) { return where == GPA__LANES ? s->spill : s->lane[where].head; }
 
-static gpa__msg *unhold(gpa_actor *a, gpa_queue *q, int where) {
+static gpa__msg *unhold(gpa_actor *a, gpa__qstate *s, int where) {
   gpa__msg *m;
   if (where == GPA__LANES) {
-    m = q->spill;
-    q->spill = m->next;
+    m = s->spill;
+    s->spill = m->next;
   } else {
-    gpa__lane *l = &q->lane[where];
+    gpa__lane *l = &s->lane[where];
     m = l->head;
     l->head = m->next;
     if (!l->head) /* free the lane for another source */
-      *l = q->lane[--q->n_lanes];
+      *l = s->lane[--s->n_lanes];
     else
-      q->hint = (uint32_t)where;
+      s->hint = (uint32_t)where;
   }
-  q->n_held--;
+  s->n_held--;
   a->held_total--;
   return m;
 }
 
+/* The held message with the smallest ticket (n_held > 0). */
+static gpa__msg *unhold_first(gpa_actor *a, gpa__qstate *s) {
+  int w = s->spill ? GPA__LANES : 0;
+  for (uint32_t i = 0; i < s->n_lanes; i++)
+    if (held_at(s, (int)i)->ticket < held_at(s, w)->ticket) w = (int)i;
+  return unhold(a, s, w);
+}
+
 gpa__msg *gpa__queue_head(gpa_queue *q) {
-  int w = held_find(q, q->expect);
-  return w < 0 ? NULL : held_at(q, w);
+  int w = q->s ? held_find(q->s, q->s->expect) : -1;
+  return w < 0 ? NULL : held_at(q->s, w);
 }
 
 /* Authoritative buffer check, at intake: ids must be live now; the message
@@ -101,55 +109,102 @@ static void pin_buffers(gpa_actor *a, gpa__msg *m) {
   m->pinned = 1;
 }
 
-GPA__HOT_INLINE void run(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
-  GPA__ASSERT(2, m->ticket == q->expect); /* each queue runs in ticket order */
-  q->expect++;
-  if (m->kind != GPA__MSG_CALL && m->status == GPA_OK) {
-    if (q->dead) {
-      m->status = GPA_ECLOSED;
-      snprintf(m->err, sizeof m->err, "queue '%s' was destroyed before this message ran", q->name);
-    } else if (q->poison) {
-      m->status = q->poison;
-      snprintf(m->err, sizeof m->err, "skipped: an earlier %s in this batch of queue '%s' timed out", q->poison_by,
-               q->name);
-    }
+/* A message of a destroyed queue fails without its turn: the queue's order
+ * ended with the destroy, and its state is gone (the message's buffers are
+ * unpinned, its handle completed, by dispatch as for any failure). A sync
+ * runs: it collects the batch the destroy left (batch.c). */
+static void fail_closed(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
+  if (m->status == GPA_OK && m->barrier != GPA__BARRIER_SYNC) {
+    m->status = GPA_ECLOSED;
+    snprintf(m->err, sizeof m->err, "queue '%s' was destroyed before this message ran", q->name);
   }
   gpa__dispatch(a, m);
 }
 
+/* The batch's references to its readbacks, at a destroy or shutdown. */
+static void drop_readbacks(gpa__qstate *s) {
+  for (gpa__msg *rb = s->batch.readbacks; rb;) {
+    gpa__msg *n = rb->next;
+    gpa__msg_unref(rb);
+    rb = n;
+  }
+  s->batch.readbacks = NULL;
+}
+
+/* After the destroy ran: the queue's state goes, only the gpa_queue stays
+ * (docs/api.md: a destroyed queue keeps 128 bytes until its actor is
+ * destroyed), and its state while its batch has work a sync has not
+ * collected. Messages that arrived early for later tickets fail now, in
+ * ticket order; later arrivals fail at intake (q->s is NULL). The destroy
+ * was a barrier: nothing of the queue is in flight or parked. */
+static void bury(gpa_actor *a, gpa_queue *q) {
+  gpa__qstate *s = q->s;
+  gpa__msg *early = NULL, **tail = &early;
+  while (s->n_held) {
+    *tail = unhold_first(a, s);
+    tail = &(*tail)->next;
+  }
+  *tail = NULL;
+  q->s = NULL;
+  if (a->run_q == q) a->run_q = NULL;
+  const gpa__batch *b = &s->batch;
+  if (b->ops || b->readbacks || b->label[0]) q->last = s;
+  else free(s);
+  while (early) { /* a sync among them may collect and free q->last */
+    gpa__msg *m = early;
+    early = m->next;
+    fail_closed(a, q, m);
+  }
+}
+
+GPA__HOT_INLINE void run(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
+  gpa__qstate *s = q->s;
+  GPA__ASSERT(2, m->ticket == s->expect); /* each queue runs in ticket order */
+  s->expect++;
+  if (s->poison && m->kind != GPA__MSG_CALL && m->status == GPA_OK) {
+    m->status = s->poison;
+    snprintf(m->err, sizeof m->err, "skipped: an earlier %s in this batch of queue '%s' timed out", s->poison_by,
+             q->name);
+  }
+  gpa__dispatch(a, m);
+  if (__builtin_expect(s->dead, 0)) bury(a, q); /* m was the destroy */
+}
+
 void gpa__queue_advance(gpa_actor *a, gpa_queue *q) {
-  for (int w; (w = held_find(q, q->expect)) >= 0;) {
-    gpa__msg *m = held_at(q, w);
-    if (m->barrier && q->inflight) return; /* resumed by the last completion */
-    if (q->parked) return;                  /* resumed by gpa__queue_unpark */
+  for (int w; q->s && (w = held_find(q->s, q->s->expect)) >= 0;) { /* q->s: NULL once a destroy ran */
+    gpa__qstate *s = q->s;
+    gpa__msg *m = held_at(s, w);
+    if (m->barrier && s->inflight) return; /* resumed by the last completion */
+    if (s->parked) return;                  /* resumed by gpa__queue_unpark */
     if (m->kind == GPA__MSG_EXT && m->cls->must_park(a, q, m)) {
-      q->parked = true;
-      q->parked_next = a->parked;
+      s->parked = true;
+      s->parked_next = a->parked;
       a->parked = q;
       return;
     }
-    run(a, q, unhold(a, q, w));
+    run(a, q, unhold(a, s, w));
   }
 }
 
 void gpa__queue_unpark(gpa_actor *a, gpa_queue *q) {
-  if (!q->parked) return;
-  for (gpa_queue **pp = &a->parked; *pp; pp = &(*pp)->parked_next)
+  gpa__qstate *s = q->s;
+  if (!s || !s->parked) return;
+  for (gpa_queue **pp = &a->parked; *pp; pp = &(*pp)->s->parked_next)
     if (*pp == q) {
-      *pp = q->parked_next;
+      *pp = s->parked_next;
       break;
     }
-  q->parked = false;
-  q->park_on = NULL;
-  q->park_deadline = 0;
-  q->parked_next = NULL;
+  s->parked = false;
+  s->park_on = NULL;
+  s->park_deadline = 0;
+  s->parked_next = NULL;
   gpa__queue_advance(a, q);
 }
 
 int64_t gpa__queues_next_deadline(gpa_actor *a) {
   int64_t dl = 0;
-  for (gpa_queue *q = a->parked; q; q = q->parked_next)
-    if (q->park_deadline && (!dl || q->park_deadline < dl)) dl = q->park_deadline;
+  for (gpa_queue *q = a->parked; q; q = q->s->parked_next)
+    if (q->s->park_deadline && (!dl || q->s->park_deadline < dl)) dl = q->s->park_deadline;
   return dl;
 }
 
@@ -158,17 +213,17 @@ int64_t gpa__queues_next_deadline(gpa_actor *a) {
 uint32_t gpa__queues_expire(gpa_actor *a, int64_t now) {
   uint32_t n = 0;
   for (gpa_queue *q = a->parked, *next; q; q = next) {
-    next = q->parked_next;
+    next = q->s->parked_next;
     gpa__msg *m = gpa__queue_head(q);
     if (m && m->cls->ready && m->cls->ready(a, q, m)) {
       gpa__queue_unpark(a, q);
       n++;
       continue;
     }
-    if (!m || !q->park_deadline || q->park_deadline > now) continue;
+    if (!m || !q->s->park_deadline || q->s->park_deadline > now) continue;
     m->cls->timed_out(a, q, m);
-    q->poison = m->status;
-    q->poison_by = m->cls->name;
+    q->s->poison = m->status;
+    q->s->poison_by = m->cls->name;
     gpa__queue_unpark(a, q);
     n++;
   }
@@ -182,27 +237,40 @@ void gpa__intake(gpa_actor *a, gpa__msg *m, const gpa__ctx *src) {
     gpa__dispatch(a, m);
     return;
   }
+  gpa__qstate *s = q->s;
+  if (__builtin_expect(!s, 0)) {
+    fail_closed(a, q, m);
+    return;
+  }
   /* The common case: its turn, nothing waiting, a plain op. */
-  if (!q->n_held && m->ticket == q->expect && !q->parked && m->kind != GPA__MSG_EXT &&
-      !(m->barrier && q->inflight)) {
+  if (!s->n_held && m->ticket == s->expect && !s->parked && m->kind != GPA__MSG_EXT &&
+      !(m->barrier && s->inflight)) {
     run(a, q, m);
     return;
   }
-  hold(a, q, m, src);
+  hold(a, s, m, src);
   gpa__queue_advance(a, q);
 }
 
 static gpa_queue *queue_new(gpa_actor *a, const char *name, gpa_status *st) {
-  gpa_queue *q = aligned_alloc(_Alignof(gpa_queue), sizeof *q); /* its line split needs it */
-  if (q) memset(q, 0, sizeof *q);
-  if (!q) {
+  /* line-aligned, both: the queue's split between producers' and the
+   * actor's lines needs it */
+  gpa_queue *q = aligned_alloc(_Alignof(gpa_queue), sizeof *q);
+  gpa__qstate *s = aligned_alloc(64, (sizeof *s + 63) / 64 * 64);
+  if (!q || !s) {
+    free(q);
+    free(s);
     *st = GPA_ENOMEM;
     return NULL;
   }
+  memset(q, 0, sizeof *q);
+  memset(s, 0, sizeof *s);
   q->actor = a;
+  q->s = s;
   if (a->be->queue_init) {
-    *st = a->be->queue_init(a->bctx, &q->bq);
+    *st = a->be->queue_init(a->bctx, &s->bq);
     if (*st != GPA_OK) {
+      free(s);
       free(q);
       return NULL;
     }
@@ -214,7 +282,7 @@ static gpa_queue *queue_new(gpa_actor *a, const char *name, gpa_status *st) {
   q->next_all = a->queues;
   a->queues = q;
   pthread_mutex_unlock(&a->queue_lock);
-  q->batch.t0_ns = gpa__clock_ns();
+  s->batch.t0_ns = gpa__clock_ns();
   *st = GPA_OK;
   return q;
 }
@@ -254,13 +322,15 @@ gpa_status gpa_queue_create(gpa_actor *a, const char *name, gpa_queue **out) {
 }
 
 /* A barrier: the queue's device work has completed, so its backend queue
- * (a stream) is given back now rather than at shutdown; a program that opens
- * and closes queues would otherwise hold a stream per queue it ever had. */
+ * (a stream) is given back now rather than at shutdown, and its state is
+ * freed once this message is done (run, bury); a program that opens and
+ * closes queues would otherwise hold a stream and a state per queue it ever
+ * had. */
 static gpa_status destroy_fn(gpa_actor *a, gpa__msg *m) {
-  gpa_queue *q = m->q;
-  q->dead = true;
-  if (a->be->queue_fini && q->bq) a->be->queue_fini(a->bctx, q->bq);
-  q->bq = NULL;
+  gpa__qstate *s = m->q->s;
+  s->dead = true;
+  if (a->be->queue_fini && s->bq) a->be->queue_fini(a->bctx, s->bq);
+  s->bq = NULL;
   return GPA_OK;
 }
 
@@ -286,17 +356,16 @@ gpa_actor *gpa_queue_actor(gpa_queue *q) { return q ? q->actor : NULL; }
 void gpa__queues_cancel_held(gpa_actor *a) {
   a->parked = NULL;
   for (gpa_queue *q = a->queues; q; q = q->next_all) {
-    q->parked = false;
-    while (q->n_held) { /* in ticket order: the smallest head each time */
-      int w = q->spill ? GPA__LANES : 0;
-      for (uint32_t i = 0; i < q->n_lanes; i++)
-        if (held_at(q, (int)i)->ticket < held_at(q, w)->ticket) w = (int)i;
-      gpa__msg *m = unhold(a, q, w);
+    gpa__qstate *s = q->s;
+    if (!s) continue; /* destroyed: nothing held */
+    s->parked = false;
+    while (q->s && s->n_held) { /* in ticket order: the smallest head each time */
+      gpa__msg *m = unhold_first(a, s);
       if (m->status == GPA_OK) {
         m->status = GPA_ECANCELED;
         snprintf(m->err, sizeof m->err, "cancelled: actor destroyed while the message waited for its turn");
       }
-      q->expect = m->ticket; /* keep run()'s ticket bookkeeping consistent */
+      s->expect = m->ticket; /* keep run()'s ticket bookkeeping consistent */
       run(a, q, m);
     }
   }
@@ -304,14 +373,12 @@ void gpa__queues_cancel_held(gpa_actor *a) {
 
 void gpa__queues_release_device(gpa_actor *a) {
   for (gpa_queue *q = a->queues; q; q = q->next_all) {
-    for (gpa__msg *rb = q->batch.readbacks; rb;) {
-      gpa__msg *n = rb->next;
-      gpa__msg_unref(rb);
-      rb = n;
-    }
-    q->batch.readbacks = NULL;
-    if (a->be->queue_fini && q->bq) a->be->queue_fini(a->bctx, q->bq);
-    q->bq = NULL;
+    if (q->last) drop_readbacks(q->last);
+    gpa__qstate *s = q->s;
+    if (!s) continue; /* destroyed: its stream went then */
+    drop_readbacks(s);
+    if (a->be->queue_fini && s->bq) a->be->queue_fini(a->bctx, s->bq);
+    s->bq = NULL;
   }
 }
 
@@ -319,6 +386,8 @@ void gpa__queues_free(gpa_actor *a) {
   gpa_queue *q = a->queues;
   while (q) {
     gpa_queue *next = q->next_all;
+    free(q->s);
+    free(q->last);
     free(q);
     q = next;
   }

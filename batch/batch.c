@@ -52,27 +52,32 @@ static gpa_status begin_fn(gpa_actor *a, gpa__msg *m) {
   gpa_queue *q = m->q;
   /* Work since the last sync that was not synced stays in the new batch:
    * nothing is dropped, its readbacks too. */
-  gpa__batch old = q->batch;
-  q->poison = 0; /* a parked message's timeout taints its batch only */
-  batch_reset(&q->batch, args->label, args->t0);
-  q->batch.ops = old.ops;
-  q->batch.errors = old.errors;
-  q->batch.bytes = old.bytes;
-  q->batch.skipped = old.skipped;
-  q->batch.device_ns = old.device_ns;
-  q->batch.first_error = old.first_error;
-  memcpy(q->batch.first_msg, old.first_msg, sizeof old.first_msg);
-  q->batch.readbacks = old.readbacks;
+  gpa__batch *b = &q->s->batch, old = *b;
+  q->s->poison = 0; /* a parked message's timeout taints its batch only */
+  batch_reset(b, args->label, args->t0);
+  b->ops = old.ops;
+  b->errors = old.errors;
+  b->bytes = old.bytes;
+  b->skipped = old.skipped;
+  b->device_ns = old.device_ns;
+  b->first_error = old.first_error;
+  memcpy(b->first_msg, old.first_msg, sizeof old.first_msg);
+  b->readbacks = old.readbacks;
   return GPA_OK;
 }
 
+/* A destroyed queue's batch: the one its destroy left (q->last, then
+ * freed: the queue keeps nothing more), or none (zero stats). */
 static gpa_status sync_fn(gpa_actor *a, gpa__msg *m) {
   gpa_queue *q = m->q;
-  gpa__batch *b = &q->batch;
+  gpa__qstate *s = q->s ? q->s : q->last;
   sync_result *r = m->payload; /* allocated by the syncing thread */
   int64_t now = gpa__clock_ns();
   memset(&r->stats, 0, sizeof r->stats);
   r->stats.size = sizeof r->stats;
+  r->readbacks = NULL;
+  if (!s) return GPA_OK;
+  gpa__batch *b = &s->batch;
   r->stats.ops = b->ops;
   r->stats.errors = b->errors;
   r->stats.bytes_moved = b->bytes;
@@ -84,8 +89,12 @@ static gpa_status sync_fn(gpa_actor *a, gpa__msg *m) {
   snprintf(r->stats.label, sizeof r->stats.label, "%s", b->label);
   r->readbacks = b->readbacks;
   if (GPA__PROFILING(a)) gpa__prof_batch(a, q, &r->stats, b->t0_ns, now);
-  q->poison = 0;
+  s->poison = 0;
   batch_reset(b, NULL, now);
+  if (s == q->last) {
+    free(s);
+    q->last = NULL;
+  }
   return GPA_OK;
 }
 
@@ -130,7 +139,7 @@ gpa_status gpa_sync_batch(gpa_queue *q, gpa_batch_stats *stats) {
   }
   m->fn = sync_fn;
   m->q = q;
-  m->barrier = 1; /* runs once the queue's earlier device work completed */
+  m->barrier = GPA__BARRIER_SYNC; /* runs once the queue's earlier device work completed */
   gpa_status st = gpa__call(q->actor, m);
   atomic_store(&q->batch_open, 0);
   if (st != GPA_OK) {

@@ -38,7 +38,7 @@ static bool coll_ready(gpa_actor *a, gpa_queue *q, gpa__msg *m);
 static gpa_status wake_fn(gpa_actor *a, gpa__msg *m) {
   (void)m;
   for (gpa_queue *q = a->parked, *next; q; q = next) {
-    next = q->parked_next;
+    next = q->s->parked_next;
     gpa__msg *h = gpa__queue_head(q);
     if (h && h->kind == GPA__MSG_EXT && h->cls == &gpa__coll_class && coll_ready(a, q, h)) gpa__queue_unpark(a, q);
   }
@@ -90,11 +90,11 @@ static bool must_park(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
   int s = atomic_load_explicit(&p->state, memory_order_acquire);
   if (s == GPA__COLL_DONE) return false;
   if (s == GPA__COLL_FLIGHT) {
-    q->park_on = p;
-    q->park_deadline = p->deadline;
+    q->s->park_on = p;
+    q->s->park_deadline = p->deadline;
     return true;
   }
-  if (m->status != GPA_OK || q->poison || q->dead || a->cancelling) return false; /* runs to fail */
+  if (m->status != GPA_OK || q->s->poison || a->cancelling) return false; /* runs to fail */
   gpa_comm *c = p->c;
   int32_t f = atomic_load_explicit(&c->failed, memory_order_acquire);
   if (f) {
@@ -124,8 +124,8 @@ static bool must_park(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
   }
   if (c->eng->poll) poll_while_idle(a, c, p);
   if (atomic_load_explicit(&p->state, memory_order_acquire) == GPA__COLL_DONE) return false;
-  q->park_on = p;
-  q->park_deadline = p->deadline;
+  q->s->park_on = p;
+  q->s->park_deadline = p->deadline;
   return true;
 }
 

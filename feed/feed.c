@@ -57,8 +57,8 @@ static gpa__msg *take_locked(gpa_feed *s) {
 static gpa_status room_fn(gpa_actor *a, gpa__msg *m) {
   gpa_feed *s = ((gpa__feed_params *)m->params)->s;
   for (gpa_queue *q = a->parked, *next; q; q = next) {
-    next = q->parked_next;
-    if (q->park_on == s) gpa__queue_unpark(a, q);
+    next = q->s->parked_next;
+    if (q->s->park_on == s) gpa__queue_unpark(a, q);
   }
   gpa__feed_unref(s);
   return GPA_OK;
@@ -165,8 +165,8 @@ static gpa_status close_fn(gpa_actor *a, gpa__msg *m) {
   gpa__feed_drop_pending(s);
   /* Parked infeed/outfeed ops see `closed` and complete with ECANCELED. */
   for (gpa_queue *q = a->parked, *next; q; q = next) {
-    next = q->parked_next;
-    if (q->park_on == s) gpa__queue_unpark(a, q);
+    next = q->s->parked_next;
+    if (q->s->park_on == s) gpa__queue_unpark(a, q);
   }
   return GPA_OK;
 }
@@ -235,8 +235,8 @@ static gpa_status push_fn(gpa_actor *a, gpa__msg *m) {
     else s->in_head = it;
     s->in_tail = it;
     for (gpa_queue *q = a->parked, *next; q; q = next) {
-      next = q->parked_next;
-      if (q->park_on == s) gpa__queue_unpark(a, q);
+      next = q->s->parked_next;
+      if (q->s->park_on == s) gpa__queue_unpark(a, q);
     }
   }
   gpa__feed_unref(s);

@@ -15,11 +15,11 @@ static bool must_park(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
   (void)a;
   gpa__feed_params *p = params(m);
   gpa_feed *s = p->s;
-  if (m->status != GPA_OK || q->poison || q->dead || atomic_load(&s->closed)) return false; /* runs to fail */
+  if (m->status != GPA_OK || q->s->poison || atomic_load(&s->closed)) return false; /* runs to fail */
   if (m->cls == &gpa__infeed_class) {
     if (s->in_head) return false;
-    q->park_on = s;
-    if (p->timeout_ns >= 0 && !q->park_deadline) q->park_deadline = gpa__now_ns() + p->timeout_ns;
+    q->s->park_on = s;
+    if (p->timeout_ns >= 0 && !q->s->park_deadline) q->s->park_deadline = gpa__now_ns() + p->timeout_ns;
     return true;
   }
   if (p->reserved) return false;
@@ -40,7 +40,7 @@ static bool must_park(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
      * after giving room back, so one of us sees the other. */
     atomic_store(&s->out_waiters, 1);
   }
-  q->park_on = s;
+  q->s->park_on = s;
   return true;
 }
 
@@ -84,7 +84,7 @@ static gpa_status run_infeed(gpa_actor *a, gpa__msg *m, gpa_feed *s) {
   }
   for (uint32_t i = 0; i < it->n; i++) {
     gpa__slot *sl = gpa__bufcache_slot(a->cache, m->t[i].buffer);
-    gpa_status st = a->be->upload(a->bctx, m->q->bq, NULL, (char *)sl->ptr + m->t[i].offset, it->t[i].data,
+    gpa_status st = a->be->upload(a->bctx, m->q->s->bq, NULL, (char *)sl->ptr + m->t[i].offset, it->t[i].data,
                                   it->t[i].bytes);
     if (st != GPA_OK) return st;
     m->bytes += it->t[i].bytes;
@@ -109,7 +109,7 @@ static gpa_status run_outfeed(gpa_actor *a, gpa__msg *m, gpa_feed *s) {
     memcpy(it->t[i].shape, m->t[i].shape, sizeof it->t[i].shape);
     gpa__slot *sl = gpa__bufcache_slot(a->cache, m->t[i].buffer);
     gpa_status st =
-        a->be->readback(a->bctx, m->q->bq, NULL, (void *)it->t[i].data, (char *)sl->ptr + m->t[i].offset, bytes[i]);
+        a->be->readback(a->bctx, m->q->s->bq, NULL, (void *)it->t[i].data, (char *)sl->ptr + m->t[i].offset, bytes[i]);
     if (st != GPA_OK) return st;
     m->bytes += bytes[i];
   }
@@ -177,7 +177,7 @@ static bool finished(gpa_actor *a, gpa__msg *m, gpa_status st) {
 static bool room_ready(gpa_actor *a, gpa_queue *q, gpa__msg *m) {
   (void)a;
   (void)m;
-  gpa_feed *s = q->park_on;
+  gpa_feed *s = q->s->park_on;
   return atomic_load(&s->out_pending) < s->out_cap;
 }
 

@@ -80,9 +80,10 @@ gpa_queue *gpa_actor_default_queue(gpa_actor *actor);
  * ENOMEM, EDEVICE (no stream), ESHUTDOWN, ETIMEDOUT, ECANCELED. */
 gpa_status gpa_queue_create(gpa_actor *actor, const char *name, gpa_queue **out);
 /* Work already submitted to q still runs; later submits answer ECLOSED. The
- * queue object stays valid (answering ECLOSED) until the actor is destroyed;
- * its stream goes back to the backend once its work has completed. Any
- * thread; round trip. Errors: EINVAL (NULL, the default queue), ECLOSED
+ * queue pointer stays valid (answering ECLOSED; a sync collects the batch
+ * left unsynced) until the actor is destroyed, at 128 bytes; the rest of the
+ * queue and its stream go once its work has completed. Any thread; round
+ * trip. Errors: EINVAL (NULL, the default queue), ECLOSED
  * (destroyed already), ENOMEM, ESHUTDOWN, ETIMEDOUT, ECANCELED. */
 gpa_status gpa_queue_destroy(gpa_queue *q);
 gpa_actor *gpa_queue_actor(gpa_queue *q);
