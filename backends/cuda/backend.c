@@ -38,8 +38,12 @@
  * GPA__CU_STAGE_CACHE bytes kept).
  *
  * Memory: the core's buffer cache (its own size classes, LRU of released
- * buffers, evict-and-retry-once on out-of-memory) sits on cuMemAlloc /
- * cuMemFree; cuMemFree only ever sees buffers no in-flight work names (pins). */
+ * buffers, evict-and-retry-once on out-of-memory) and the queues' scratch
+ * sit on stream-ordered allocation (alloc.c): no free synchronizes the
+ * device. The cache frees only buffers no in-flight work names (pins).
+ * Pinned staging is freed only when its cache overflows, on out-of-memory
+ * and at fini (cuMemFreeHost synchronizes the device). */
+#include "backends/cuda/alloc.h"
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,6 +160,7 @@ static gpa_status cu_init(const gpa__be_host *host, void **bctx, char *msg, size
    * (and far more under TSan): there, few threads that loop longer. */
   C->grid_cap = C->sim ? 2 : C->sm_count * 8;
   C->row_cap = C->sim ? 4 : C->sm_count * 16;
+  gpa__cu_mem_init(C);
   char name[128] = "";
   C->cu.cuDeviceGetName(name, sizeof name, C->dev);
   gpa__log(GPA_LOG_INFO, C->host.log_level, "cuda: device %d (%s), %d SMs%s", C->ordinal, name, C->sm_count,
@@ -227,6 +232,7 @@ static void cu_fini(void *bctx) {
     if (!reset) C->cu.cuMemFreeHost(s->p);
     free(s);
   }
+  gpa__cu_mem_fini(C, reset);
   C->cu.cuCtxSetCurrent(NULL);
   C->cu.cuDevicePrimaryCtxRelease(C->dev);
   gpa__cu_close(&C->cu);
@@ -239,7 +245,7 @@ static void cu_fini(void *bctx) {
 static gpa_status cu_alloc(void *bctx, uint64_t size, void **ptr) {
   gpa__cu_ctx *C = bctx;
   CUdeviceptr p = 0;
-  CUresult r = C->cu.cuMemAlloc(&p, size);
+  CUresult r = gpa__cu_mem_alloc(C, NULL, size, &p);
   if (r != CUDA_SUCCESS) {
     gpa__cu_check(C, r, "cuMemAlloc", NULL, 0);
     *ptr = NULL;
@@ -252,7 +258,7 @@ static gpa_status cu_alloc(void *bctx, uint64_t size, void **ptr) {
 static void cu_free(void *bctx, void *ptr) {
   gpa__cu_ctx *C = bctx;
   enter(C);
-  C->cu.cuMemFree((CUdeviceptr)(uintptr_t)ptr);
+  gpa__cu_mem_free(C, NULL, (CUdeviceptr)(uintptr_t)ptr);
 }
 
 gpa__cu_stage *gpa__cu_stage_get(gpa__cu_ctx *C, uint64_t n) {
@@ -356,6 +362,10 @@ static void cu_queue_fini(void *bctx, void *bq) {
   gpa__cu_ctx *C = bctx;
   gpa__cu_queue *q = bq;
   enter(C);
+  /* the scratch's free goes in stream order, so the wait below covers it */
+  gpa__cu_mem_free(C, q->s, q->scratch);
+  q->scratch = 0;
+  q->scratch_cap = 0;
   CUresult r = C->cu.cuStreamSynchronize(q->s);
   if (r != CUDA_SUCCESS) gpa__cu_check(C, r, "cuStreamSynchronize", NULL, 0);
   if (q->on_polled) { /* its records are done; a parked chain left it listed */
@@ -366,9 +376,6 @@ static void cu_queue_fini(void *bctx, void *bq) {
   }
   stages_put(C, q->unfenced);
   q->unfenced = NULL;
-  if (q->scratch) C->cu.cuMemFree(q->scratch);
-  q->scratch = 0;
-  q->scratch_cap = 0;
   unsigned pooled = 0;
   for (gpa__cu_queue *f = C->free_queues; f && pooled < GPA__CU_QUEUE_POOL; f = f->next_free) pooled++;
   if (pooled >= GPA__CU_QUEUE_POOL && r == CUDA_SUCCESS && !C->failed) {
@@ -386,20 +393,22 @@ static void cu_queue_fini(void *bctx, void *bq) {
 static CUdeviceptr scratch_get(gpa__cu_ctx *C, gpa__cu_queue *q, uint64_t bytes, char *msg, size_t msg_cap) {
   if (!bytes) bytes = 256;
   if (q->scratch_cap >= bytes) return q->scratch;
-  if (q->scratch) {
-    /* Earlier ops of this stream may still use it. */
-    C->cu.cuStreamSynchronize(q->s);
-    C->cu.cuMemFree(q->scratch);
-    q->scratch = 0;
-    q->scratch_cap = 0;
+  if (gpa__cu_mem_capturing(C, q->s)) { /* a free or an allocation would be captured into the graph */
+    snprintf(msg, msg_cap, "scratch: cannot grow to %" PRIu64 " bytes while the stream is captured", bytes);
+    return 0;
   }
+  /* freed after the stream's earlier ops, which may still use it */
+  gpa__cu_mem_free(C, q->s, q->scratch);
+  q->scratch = 0;
+  q->scratch_cap = 0;
   uint64_t cap = gpa__size_class(bytes);
-  CUresult r = C->cu.cuMemAlloc(&q->scratch, cap);
+  CUresult r = gpa__cu_mem_alloc(C, q->s, cap, &q->scratch);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     uint64_t freed = C->host.trim(C->host.actor);
+    gpa__cu_mem_trim(C);
     gpa__log(GPA_LOG_DEBUG, C->host.log_level,
              "cuda: scratch of %" PRIu64 " bytes: out of memory, %" PRIu64 " cached bytes evicted, retrying", cap, freed);
-    r = C->cu.cuMemAlloc(&q->scratch, cap);
+    r = gpa__cu_mem_alloc(C, q->s, cap, &q->scratch);
   }
   if (r != CUDA_SUCCESS) {
     gpa__cu_check(C, r, "scratch: cuMemAlloc", msg, msg_cap);

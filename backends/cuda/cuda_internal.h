@@ -116,6 +116,7 @@ struct gpa__cu_ctx {
   gpa__cu_queue *dirty; /* queues with open records, for the next flush */
   gpa__cu_queue *polled; /* queues with flushed records that reap may complete */
   bool no_poll;          /* GPA_CUDA_NO_POLL: a host function at every flush */
+  struct gpa__cu_mem *mem; /* stream-ordered device memory (alloc.c); NULL: cuMemAlloc */
   /* pools */
   gpa__cu_rec *free_recs;
   gpa__cu_stage *free_stages;

@@ -196,8 +196,8 @@ GPA_SIM_API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute attr, CUdev
       case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED:
       case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
       case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED:
-      case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
-      case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *v = 1; break;
+      case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *v = 1; break;
+      case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *v = gpa_sim__mempools_on(); break;
       default: *v = 0; break; /* known to the header, not modelled: reported as absent */
     }
     return CUDA_SUCCESS;
@@ -291,7 +291,7 @@ GPA_SIM_API CUresult cuCtxGetDevice(CUdevice *d) {
 GPA_SIM_API CUresult cuCtxSynchronize(void) {
   return gpa_sim__guard("cuCtxSynchronize", [&]() -> CUresult {
     GPA_SIM_ENTER(ctx);
-    gpa_sim__ctx_sync(ctx, false);
+    gpa_sim__device_sync(ctx);
     return (CUresult)ctx->sticky.load();
   });
 }
@@ -308,7 +308,7 @@ GPA_SIM_API CUresult cuCtxSynchronize_v2(CUcontext c) {
       if (c != &g_primary || !g_primary.alive) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
     }
     GPA_SIM_ENTER(ctx);
-    gpa_sim__ctx_sync(c, false);
+    gpa_sim__device_sync(c);
     (void)ctx;
     return (CUresult)c->sticky.load();
   });

@@ -123,6 +123,12 @@ void gpa_sim__stream_wait(CUstream_st *s);
 /* The same for every stream of the context (legacy: only the NULL stream and
  * the blocking streams, what a synchronous copy waits for). */
 void gpa_sim__ctx_sync(CUctx_st *ctx, bool legacy);
+/* A call that synchronizes the whole device (cuCtxSynchronize, cuMemFree,
+ * cuMemFreeHost): counted (gpa_sim_device_syncs), then every stream waited
+ * for (memops.cpp). */
+void gpa_sim__device_sync(CUctx_st *ctx);
+/* Whether the device has memory pools (gpa_sim_mempools; memops.cpp). */
+bool gpa_sim__mempools_on(void);
 /* ---- memory (memory.cpp) */
 enum { GPA_SIM_HOST_PAGEABLE, GPA_SIM_HOST_PINNED };
 CUresult gpa_sim__mem_alloc(CUdeviceptr *out, size_t n, const char *api);

@@ -1,5 +1,17 @@
 /* gpa-sim driver: the memory API (allocation, pools, memset, copies).
  *
+ * Stream-ordered allocation: cuMemAllocAsync allocates at once (its pointer
+ * is valid for the calls that follow, as on a GPU) and cuMemFreeAsync frees
+ * when its stream reaches it, into the quarantine (memory.cpp): memory is
+ * never handed out again early, and work of another stream that still uses
+ * a block freed that way reads 0xDD (copies report a use after free), where
+ * a GPU's pool would give the block to the next allocation. The pool itself
+ * only records its release threshold. gpa_sim_mempools(0) makes a device
+ * without memory pools (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED 0, the
+ * pool calls CUDA_ERROR_NOT_SUPPORTED) for the backend's fallback.
+ * cuMemFree and cuMemFreeHost synchronize the device, as on a GPU, and are
+ * counted (gpa_sim_device_syncs).
+ *
  * Synchronous calls first wait for the NULL stream and every blocking stream
  * (created without CU_STREAM_NON_BLOCKING), then act on the calling thread. Asynchronous calls check their arguments when called
  * (bad pointers: CUDA_ERROR_INVALID_VALUE, as the driver does) and check the
@@ -15,7 +27,13 @@
 namespace {
 int g_pool_dummy;
 CUmemoryPool g_pool = (CUmemoryPool)&g_pool_dummy;
-cuuint64_t g_pool_threshold = 0;
+std::atomic<cuuint64_t> g_pool_threshold{0};
+std::atomic<bool> g_pools_off{false};
+std::atomic<size_t> g_device_syncs{0};
+
+CUresult no_pools(const char *api) {
+  return gpa_sim__failf(CUDA_ERROR_NOT_SUPPORTED, "%s: this device has no memory pools (gpa_sim_mempools(0))", api);
+}
 
 CUresult check_dev(const char *api, CUdeviceptr p, size_t n) {
   std::string why;
@@ -101,6 +119,14 @@ CUresult memset_n(const char *api, CUdeviceptr p, unsigned v, unsigned width, si
 }
 } // namespace
 
+void gpa_sim__device_sync(CUctx_st *ctx) {
+  g_device_syncs++;
+  gpa_sim__ctx_sync(ctx, false);
+}
+bool gpa_sim__mempools_on(void) { return !g_pools_off.load(); }
+GPA_SIM_API void gpa_sim_mempools(int on) { g_pools_off = !on; }
+GPA_SIM_API size_t gpa_sim_device_syncs(void) { return g_device_syncs.load(); }
+
 GPA_SIM_API CUresult cuMemAlloc(CUdeviceptr *p, size_t n) {
   return gpa_sim__guard("cuMemAlloc", [&]() -> CUresult {
     GPA_SIM_ENTER(ctx);
@@ -113,7 +139,7 @@ GPA_SIM_API CUresult cuMemFree(CUdeviceptr p) {
   return gpa_sim__guard("cuMemFree", [&]() -> CUresult {
     GPA_SIM_ENTER(ctx);
     if (!p) return CUDA_SUCCESS;
-    gpa_sim__ctx_sync(ctx, false); /* cuMemFree synchronizes, as on a GPU */
+    gpa_sim__device_sync(ctx); /* cuMemFree synchronizes, as on a GPU */
     CUresult r = gpa_sim__mem_free(p, "cuMemFree");
     if (r == CUDA_ERROR_ILLEGAL_ADDRESS) gpa_sim__ctx_set_sticky(ctx, r, "guard zone damaged (see above)");
     return r;
@@ -123,6 +149,7 @@ GPA_SIM_API CUresult cuMemFree(CUdeviceptr p) {
 GPA_SIM_API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream h) {
   return gpa_sim__guard("cuMemAllocAsync", [&]() -> CUresult {
     GPA_SIM_ENTER(ctx);
+    if (g_pools_off) return no_pools("cuMemAllocAsync");
     CUstream_st *s;
     CUresult r = gpa_sim__stream_get(ctx, h, &s);
     if (r) return r;
@@ -140,6 +167,7 @@ GPA_SIM_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryP
 GPA_SIM_API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream h) {
   return gpa_sim__guard("cuMemFreeAsync", [&]() -> CUresult {
     GPA_SIM_ENTER(ctx);
+    if (g_pools_off) return no_pools("cuMemFreeAsync");
     std::string why;
     if (!p) return CUDA_SUCCESS;
     if (gpa_sim__mem_check(p, 1, &why) != CUDA_SUCCESS)
@@ -166,7 +194,8 @@ GPA_SIM_API CUresult cuMemGetInfo(size_t *free_b, size_t *total) {
 GPA_SIM_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
   return gpa_sim__guard("cuDeviceGetDefaultMemPool", [&]() -> CUresult {
     if (!pool) return CUDA_ERROR_INVALID_VALUE;
-    if (d != 0) return CUDA_ERROR_INVALID_DEVICE;
+    if (d < 0 || d >= gpa_sim__opts().devices) return CUDA_ERROR_INVALID_DEVICE; /* one pool for all: one memory space */
+    if (g_pools_off) return no_pools("cuDeviceGetDefaultMemPool");
     *pool = g_pool;
     return CUDA_SUCCESS;
   });

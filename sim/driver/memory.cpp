@@ -268,7 +268,7 @@ GPA_SIM_API CUresult cuMemAllocHost(void **pp, size_t n) { return cuMemHostAlloc
 GPA_SIM_API CUresult cuMemFreeHost(void *p) {
   return gpa_sim__guard("cuMemFreeHost", [&]() -> CUresult {
     GPA_SIM_ENTER(ctx);
-    (void)ctx;
+    gpa_sim__device_sync(ctx); /* as on a GPU: the device's work may still read it */
     if (unpin(p, true) != CUDA_SUCCESS)
       return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuMemFreeHost(%p): not allocated by cuMemAllocHost/HostAlloc", p);
     free(p);

@@ -45,6 +45,15 @@ void gpa_sim_fault_clear(void);
 /* Copies the text of the last failed check or injected fault into buf
  * (always NUL-terminated when n > 0); returns its full length, 0 if none. */
 size_t gpa_sim_last_error_message(char *buf, size_t n);
+/* Calls so far that synchronized the whole device (cuCtxSynchronize,
+ * cuMemFree, cuMemFreeHost): every stream of every actor waited for them. */
+size_t gpa_sim_device_syncs(void);
+/* on = 0: the device has no memory pools (its attribute
+ * CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0, cuMemAllocAsync,
+ * cuMemFreeAsync and cuDeviceGetDefaultMemPool answer
+ * CUDA_ERROR_NOT_SUPPORTED), as on drivers and GPUs without them; 1 (the
+ * default) gives them back. Takes effect for actors created after it. */
+void gpa_sim_mempools(int on);
 /* Number of live device allocations (leak checks in tests). */
 size_t gpa_sim_live_allocations(void);
 /* Allocation calls so far (device and pinned, failed ones included): the
