@@ -161,7 +161,7 @@ static void open_device(gpa_xla_dev *d, int ordinal) {
 }
 
 gpa_xla_dev *gpa_xla_cuda_device(int ordinal, const char **why) {
-  static char bad[64];
+  static _Thread_local char bad[64];
   if (ordinal < 0 || ordinal >= MAX_DEVICES) {
     snprintf(bad, sizeof bad, "device ordinal %d is past the %d devices served", ordinal, MAX_DEVICES);
     *why = bad;
