@@ -288,7 +288,7 @@ const XLA_FFI_Api *gpa_xla_api(void) { return atomic_load_explicit(&last_api, me
 
 XLA_FFI_Error *gpa_xla_run(XLA_FFI_CallFrame *f, const gpa_xla_sig *sig, int cuda) {
   XLA_FFI_Error *e;
-  atomic_store_explicit(&last_api, f->api, memory_order_relaxed);
+  if (f->api) atomic_store_explicit(&last_api, f->api, memory_order_relaxed); /* the metadata query passes none */
   if (gpa_xla_metadata(f, &e)) return e;
   if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
   call c;
