@@ -86,7 +86,8 @@ const gpa_xla_target *gpa_xla_cuda_targets(void);
 /* Registers every handler with XLA through the C API (what a host program
  * that has XLA's api pointer does, e.g. EXLA with XLA_FFI_GetApi()):
  * api->XLA_FFI_Handler_Register for each target on `platform` ("Host" for
- * XLA's CPU client, NULL the same; "CUDA" or "gpu": the CUDA table), named as above with "gpuactor_" replaced by `prefix`
+ * XLA's CPU client, NULL the same; "CUDA" or "gpu": the CUDA table), named
+ * as above with "gpuactor_" replaced by `prefix`
  * (NULL: kept). Registering the same handler under the same name again is
  * accepted by XLA. Returns 0, or -1 with the first XLA error's message
  * copied to msg. */

@@ -103,10 +103,14 @@ static int resolve(gpa_xla_dev *d, void *lib, char *why, size_t cap) {
     const char *name;
   } fns[] = {
       {(void **)&d->cu.event_create, "cuEventCreate"},
-      {(void **)&d->cu.event_record, "cuEventRecord"},         {(void **)&d->cu.stream_wait_event, "cuStreamWaitEvent"},
-      {(void **)&d->cu.ctx_get, "cuCtxGetCurrent"},            {(void **)&d->cu.ctx_set, "cuCtxSetCurrent"},
-      {(void **)&d->cu.device_get, "cuDeviceGet"},             {(void **)&d->cu.primary_retain, "cuDevicePrimaryCtxRetain"},
-      {(void **)&d->cu.error_name, "cuGetErrorName"},          {(void **)&d->cu.event_query, "cuEventQuery"},
+      {(void **)&d->cu.event_record, "cuEventRecord"},
+      {(void **)&d->cu.event_query, "cuEventQuery"},
+      {(void **)&d->cu.stream_wait_event, "cuStreamWaitEvent"},
+      {(void **)&d->cu.ctx_get, "cuCtxGetCurrent"},
+      {(void **)&d->cu.ctx_set, "cuCtxSetCurrent"},
+      {(void **)&d->cu.device_get, "cuDeviceGet"},
+      {(void **)&d->cu.primary_retain, "cuDevicePrimaryCtxRetain"},
+      {(void **)&d->cu.error_name, "cuGetErrorName"},
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
     if (!(*fns[i].slot = dlsym(lib, fns[i].name))) {
@@ -137,7 +141,8 @@ static void open_device(gpa_xla_dev *d, int ordinal) {
   void *lib = NULL, *cur = NULL;
   int dev = 0, is_cuda = !strcmp(be, "cuda") || !strcmp(be, "sim");
   cu_result r = 0;
-  if (is_cuda && (lib = open_driver(be, d->error, sizeof d->error)) && resolve(d, lib, d->error, sizeof d->error) == 0) {
+  if (is_cuda && (lib = open_driver(be, d->error, sizeof d->error)) &&
+      resolve(d, lib, d->error, sizeof d->error) == 0) {
     d->cu.ctx_get(&cur);
     if (!strcmp(be, "sim") && ordinal != 0)
       snprintf(d->error, sizeof d->error, "XLA's device %d: the simulated device is device 0 only", ordinal);

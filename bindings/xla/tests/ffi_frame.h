@@ -79,8 +79,12 @@ static inline XLA_FFI_Error *ff_future_set(XLA_FFI_Future *f, XLA_FFI_Error *e) 
   pthread_mutex_unlock(&ff_fut_mu);
   return NULL;
 }
-static inline XLA_FFI_Error *ff_future_available(XLA_FFI_Future_SetAvailable_Args *a) { return ff_future_set(a->future, NULL); }
-static inline XLA_FFI_Error *ff_future_error(XLA_FFI_Future_SetError_Args *a) { return ff_future_set(a->future, a->error); }
+static inline XLA_FFI_Error *ff_future_available(XLA_FFI_Future_SetAvailable_Args *a) {
+  return ff_future_set(a->future, NULL);
+}
+static inline XLA_FFI_Error *ff_future_error(XLA_FFI_Future_SetError_Args *a) {
+  return ff_future_set(a->future, a->error);
+}
 /* Waits up to ms for the future; its completions so far (1: completed
  * once). */
 static inline int ff_future_wait(XLA_FFI_Future *f, int ms) {
@@ -145,7 +149,8 @@ static inline void ff_init(ff_frame *b, const XLA_FFI_Api *api, XLA_FFI_Executio
 
 /* A buffer of `rank` dims at device address p: an operand (ret 0) or a
  * result (ret 1). */
-static inline void ff_buf(ff_frame *b, int ret, XLA_FFI_DataType dt, unsigned long long p, int rank, const int64_t *dims) {
+static inline void ff_buf(ff_frame *b, int ret, XLA_FFI_DataType dt, unsigned long long p, int rank,
+                          const int64_t *dims) {
   XLA_FFI_Buffer *x = &b->buf[b->n_buf];
   if (rank > 0) memcpy(b->dims[b->n_buf], dims, (size_t)rank * sizeof *dims);
   *x = (XLA_FFI_Buffer){XLA_FFI_Buffer_STRUCT_SIZE, NULL, dt, (void *)(uintptr_t)p, rank, b->dims[b->n_buf]};
