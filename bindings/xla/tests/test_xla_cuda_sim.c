@@ -3,7 +3,8 @@
  * call frames whose buffers are device memory and whose stream is a
  * CUstream this test made through the simulated driver (it plays XLA).
  *
- * Checks: results against references computed here in double; the order is
+ * Checks: every op handler's results against references computed in double
+ * (cuda_sim_ops.c); the order is
  * kept by events on the device (a late XLA stream does not let the actor
  * read its input early; XLA's later work sees the op's output although the
  * actor's queue is held up; no call waits for either); bad input fails
@@ -22,41 +23,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "ffi_frame.h"
-#include "gpuactor_xla.h"
+#include "cuda_sim.h"
 
-#define CHECK(c)                                                        \
-  do {                                                                  \
-    if (!(c)) {                                                         \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-      exit(1);                                                          \
-    }                                                                   \
-  } while (0)
-
-typedef unsigned long long dptr; /* CUdeviceptr */
-static struct {
-  int (*init)(unsigned);
-  int (*device_get)(int *, int);
-  int (*primary_retain)(void **, int);
-  int (*ctx_set)(void *);
-  int (*alloc)(dptr *, size_t);
-  int (*free)(dptr);
-  int (*htod)(dptr, const void *, size_t);
-  int (*htod_async)(dptr, const void *, size_t, void *);
-  int (*dtoh_async)(void *, dptr, size_t, void *);
-  int (*alloc_host)(void **, size_t);
-  int (*free_host)(void *);
-  int (*stream_create)(void **, unsigned);
-  int (*stream_sync)(void *);
-  int (*stream_destroy)(void *);
-  void (*delay)(void *stream, unsigned us);
-  void (*fault_launch)(unsigned n);
-} cu;
-
-static XLA_FFI_Api api;
-static XLA_FFI_ExecutionContext xla;   /* XLA's stream for the calls */
-static float *pinned;                  /* staging for XLA's copies */
-static uint64_t calls_ok;              /* calls that enqueued an op */
+sim_driver cu;
+XLA_FFI_Api api;
+XLA_FFI_ExecutionContext xla;
+static float *pinned; /* staging for XLA's copies */
+uint64_t calls_ok;
 #define PINNED_FLOATS (1 << 16)
 
 static double now_ms(void) {
@@ -91,36 +64,34 @@ static void load_driver(const char *path) {
 #undef SYM
 }
 
-static dptr upload(const float *x, size_t n) {
+dptr upload(const float *x, size_t n) {
   dptr p;
   CHECK(cu.alloc(&p, n * sizeof *x) == 0);
   CHECK(cu.htod(p, x, n * sizeof *x) == 0);
   return p;
 }
-static dptr zeros(size_t n) {
+dptr zeros(size_t n) {
   float *z = calloc(n, sizeof *z);
   dptr p = upload(z, n);
   free(z);
   return p;
 }
-/* XLA's later work: a copy on XLA's stream, then the test waits for that
- * stream (as XLA does when it returns a result to the host). */
-static void xla_read(dptr p, float *out, size_t n) {
+/* As XLA does when it returns a result to the host. */
+void xla_read(dptr p, float *out, size_t n) {
   CHECK(n <= PINNED_FLOATS);
   CHECK(cu.dtoh_async(pinned, p, n * sizeof *out, xla.stream) == 0);
   CHECK(cu.stream_sync(xla.stream) == 0);
   memcpy(out, pinned, n * sizeof *out);
 }
 
-static void rnd(float *x, size_t n, unsigned seed) {
+void rnd(float *x, size_t n, unsigned seed) {
   for (size_t i = 0; i < n; i++) {
     seed = seed * 1664525u + 1013904223u;
     x[i] = (float)((seed >> 8) / 16777216.0 * 2.0 - 1.0);
   }
 }
 
-/* The parity harness's rule: |got - ref| <= rtol |ref| + rtol 1e-2 max|ref|. */
-static void close_to(const char *what, const float *got, const double *ref, size_t n, double rtol) {
+void close_to(const char *what, const float *got, const double *ref, size_t n, double rtol) {
   double mx = 0;
   for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(ref[i]));
   for (size_t i = 0; i < n; i++)
@@ -130,7 +101,7 @@ static void close_to(const char *what, const float *got, const double *ref, size
     }
 }
 
-static void expect_ok(XLA_FFI_Error *e, const char *what) {
+void expect_ok(XLA_FFI_Error *e, const char *what) {
   if (e) {
     fprintf(stderr, "%s: unexpected error: %s\n", what, e->msg);
     exit(1);
@@ -216,150 +187,6 @@ static void ordering_output(void) {
   cu.free(dx), cu.free(dy), cu.free(dx2), cu.free(dy2);
 }
 
-
-/* Layer norm, linear (bias) forward and backward, GELU's backward,
- * attention (causal, GQA) and the generic handler's scale against
- * references in double. */
-static void ops(void) {
-  enum { R = 6, D = 40, O = 24, B = 2, S = 9, H = 4, HKV = 2, HD = 32 };
-  static float x[R * D], g[D], be[D], w[O * D], bias[O], got[R * D + R * O];
-  static double ref[R * D];
-  rnd(x, R * D, 1), rnd(g, D, 2), rnd(be, D, 3), rnd(w, O * D, 4), rnd(bias, O, 5);
-  dptr dx = upload(x, R * D), dg = upload(g, D), db = upload(be, D), dw = upload(w, O * D), dbias = upload(bias, O);
-  dptr dy = zeros(R * D), dmean = zeros(R), drstd = zeros(R), dlin = zeros(R * O);
-  ff_frame b;
-  ff_init(&b, &api, &xla);
-  int64_t rd[2] = {R, D}, dd[1] = {D}, rr[1] = {R}, wd[2] = {O, D}, od[1] = {O}, ro[2] = {R, O};
-  ff_buf(&b, 0, XLA_FFI_DataType_F32, dx, 2, rd);
-  ff_buf(&b, 0, XLA_FFI_DataType_F32, dg, 1, dd);
-  ff_buf(&b, 0, XLA_FFI_DataType_F32, db, 1, dd);
-  ff_buf(&b, 1, XLA_FFI_DataType_F32, dy, 2, rd);
-  ff_buf(&b, 1, XLA_FFI_DataType_F32, dmean, 1, rr);
-  ff_buf(&b, 1, XLA_FFI_DataType_F32, drstd, 1, rr);
-  ff_attr_f64(&b, "eps", 1e-5);
-  expect_ok(gpa_xla_cuda_layernorm_fwd(&b.f), "layernorm_fwd");
-  xla_read(dy, got, R * D);
-  for (int r = 0; r < R; r++) {
-    double m = 0, v = 0;
-    for (int d = 0; d < D; d++) m += x[r * D + d];
-    m /= D;
-    for (int d = 0; d < D; d++) v += (x[r * D + d] - m) * (x[r * D + d] - m);
-    double rs = 1 / sqrt(v / D + 1e-5);
-    for (int d = 0; d < D; d++) ref[r * D + d] = (x[r * D + d] - m) * rs * g[d] + be[d];
-  }
-  close_to("layernorm y", got, ref, R * D, 1e-5);
-
-  ff_init(&b, &api, &xla);
-  ff_buf(&b, 0, XLA_FFI_DataType_F32, dx, 2, rd);
-  ff_buf(&b, 0, XLA_FFI_DataType_F32, dw, 2, wd);
-  ff_buf(&b, 0, XLA_FFI_DataType_F32, dbias, 1, od);
-  ff_buf(&b, 1, XLA_FFI_DataType_F32, dlin, 2, ro);
-  expect_ok(gpa_xla_cuda_linear_fwd(&b.f), "linear_fwd");
-  xla_read(dlin, got, R * O);
-  for (int r = 0; r < R; r++)
-    for (int o = 0; o < O; o++) {
-      double acc = bias[o];
-      for (int d = 0; d < D; d++) acc += (double)x[r * D + d] * w[o * D + d];
-      ref[r * O + o] = acc;
-    }
-  close_to("linear y", got, ref, R * O, 1e-5);
-
-  ff_init(&b, &api, &xla);
-  ff_buf(&b, 0, XLA_FFI_DataType_F32, dx, 2, rd);
-  ff_buf(&b, 1, XLA_FFI_DataType_F32, dy, 2, rd);
-  ff_attr_f64(&b, "alpha", -2.5);
-  ff_attr_str(&b, "op", "scale");
-  expect_ok(gpa_xla_cuda_op(&b.f), "op scale");
-  xla_read(dy, got, R * D);
-  for (int i = 0; i < R * D; i++) ref[i] = -2.5 * x[i];
-  close_to("scale y", got, ref, R * D, 1e-6);
-  /* backward: linear (dx = dy W, dW = dy^T x, db = sum dy) and GELU */
-  static float dyl[R * O], gdx[R * D], gdw[O * D], gdb[O];
-  static double rdx[R * D], rdw[O * D], rdb[O];
-  rnd(dyl, R * O, 6);
-  dptr ddy = upload(dyl, R * O), ddx = zeros(R * D), ddw = zeros(O * D), ddb = zeros(O);
-  ff_init(&b, &api, &xla);
-  ff_buf(&b, 0, XLA_FFI_DataType_F32, ddy, 2, ro);
-  ff_buf(&b, 0, XLA_FFI_DataType_F32, dx, 2, rd);
-  ff_buf(&b, 0, XLA_FFI_DataType_F32, dw, 2, wd);
-  ff_buf(&b, 1, XLA_FFI_DataType_F32, ddx, 2, rd);
-  ff_buf(&b, 1, XLA_FFI_DataType_F32, ddw, 2, wd);
-  ff_buf(&b, 1, XLA_FFI_DataType_F32, ddb, 1, od);
-  expect_ok(gpa_xla_cuda_linear_bwd(&b.f), "linear_bwd");
-  xla_read(ddx, gdx, R * D), xla_read(ddw, gdw, O * D), xla_read(ddb, gdb, O);
-  memset(rdx, 0, sizeof rdx), memset(rdw, 0, sizeof rdw), memset(rdb, 0, sizeof rdb);
-  for (int r = 0; r < R; r++)
-    for (int o = 0; o < O; o++) {
-      rdb[o] += dyl[r * O + o];
-      for (int d = 0; d < D; d++) {
-        rdx[r * D + d] += (double)dyl[r * O + o] * w[o * D + d];
-        rdw[o * D + d] += (double)dyl[r * O + o] * x[r * D + d];
-      }
-    }
-  close_to("linear dx", gdx, rdx, R * D, 1e-5);
-  close_to("linear dW", gdw, rdw, O * D, 1e-5);
-  close_to("linear db", gdb, rdb, O, 1e-5);
-
-  int64_t all = R * D;
-  dptr dgy = upload(x, R * D); /* GELU's dy: x again (any values do) */
-  ff_init(&b, &api, &xla);
-  ff_buf(&b, 0, XLA_FFI_DataType_F32, dx, 1, &all);
-  ff_buf(&b, 0, XLA_FFI_DataType_F32, dgy, 1, &all);
-  ff_buf(&b, 1, XLA_FFI_DataType_F32, ddx, 1, &all);
-  expect_ok(gpa_xla_cuda_gelu_bwd(&b.f), "gelu_bwd");
-  xla_read(ddx, gdx, R * D);
-  for (int i = 0; i < R * D; i++) {
-    double v = x[i], cdf = 0.5 * (1 + erf(v / sqrt(2.0))), pdf = exp(-0.5 * v * v) / sqrt(2 * M_PI);
-    rdx[i] = x[i] * (cdf + v * pdf);
-  }
-  close_to("gelu dx", gdx, rdx, R * D, 1e-5);
-  cu.free(dgy), cu.free(ddy), cu.free(ddx), cu.free(ddw), cu.free(ddb);
-  cu.free(dx), cu.free(dg), cu.free(db), cu.free(dw), cu.free(dbias), cu.free(dy), cu.free(dmean), cu.free(drstd);
-  cu.free(dlin);
-
-  /* attention: q [B,S,H,HD], k v [B,S,HKV,HD], causal, scale 1/sqrt(HD) */
-  static float q[B * S * H * HD], k[B * S * HKV * HD], v[B * S * HKV * HD], o[B * S * H * HD], lse[B * H * S];
-  static double oref[B * S * H * HD], lref[B * H * S];
-  rnd(q, sizeof q / 4, 21), rnd(k, sizeof k / 4, 22), rnd(v, sizeof v / 4, 23);
-  dptr dq = upload(q, sizeof q / 4), dk = upload(k, sizeof k / 4), dv = upload(v, sizeof v / 4);
-  dptr dout = zeros(sizeof o / 4), dlse = zeros(sizeof lse / 4);
-  int64_t qd[4] = {B, S, H, HD}, kd[4] = {B, S, HKV, HD}, ld[3] = {B, H, S};
-  ff_init(&b, &api, &xla);
-  ff_buf(&b, 0, XLA_FFI_DataType_F32, dq, 4, qd);
-  ff_buf(&b, 0, XLA_FFI_DataType_F32, dk, 4, kd);
-  ff_buf(&b, 0, XLA_FFI_DataType_F32, dv, 4, kd);
-  ff_buf(&b, 1, XLA_FFI_DataType_F32, dout, 4, qd);
-  ff_buf(&b, 1, XLA_FFI_DataType_F32, dlse, 3, ld);
-  ff_attr_i32(&b, "causal", 1);
-  expect_ok(gpa_xla_cuda_attention_fwd(&b.f), "attention_fwd");
-  xla_read(dout, o, sizeof o / 4);
-  xla_read(dlse, lse, sizeof lse / 4);
-  double sc = 1 / sqrt((double)HD);
-  for (int bb = 0; bb < B; bb++)
-    for (int h = 0; h < H; h++)
-      for (int i = 0; i < S; i++) {
-        double s[S], mx = -INFINITY, sum = 0;
-        const float *qi = &q[((bb * S + i) * H + h) * HD];
-        int kh = h / (H / HKV);
-        for (int j = 0; j <= i; j++) {
-          const float *kj = &k[((bb * S + j) * HKV + kh) * HD];
-          s[j] = 0;
-          for (int d = 0; d < HD; d++) s[j] += (double)qi[d] * kj[d];
-          s[j] *= sc;
-          mx = fmax(mx, s[j]);
-        }
-        for (int j = 0; j <= i; j++) sum += exp(s[j] - mx);
-        lref[(bb * H + h) * S + i] = mx + log(sum);
-        for (int d = 0; d < HD; d++) {
-          double acc = 0;
-          for (int j = 0; j <= i; j++) acc += exp(s[j] - mx) / sum * v[((bb * S + j) * HKV + kh) * HD + d];
-          oref[((bb * S + i) * H + h) * HD + d] = acc;
-        }
-      }
-  close_to("attention o", o, oref, sizeof o / 4, 1e-5);
-  close_to("attention lse", lse, lref, sizeof lse / 4, 1e-5);
-  cu.free(dq), cu.free(dk), cu.free(dv), cu.free(dout), cu.free(dlse);
-}
 
 /* Bad input: an XLA error naming the argument; nothing enqueued. */
 static void errors(void) {
@@ -521,6 +348,7 @@ int main(int argc, char **argv) {
   ordering_input();
   ordering_output();
   ops();
+  ops_backward();
   errors();
   deferred();
   host_time();
