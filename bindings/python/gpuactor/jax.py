@@ -81,7 +81,7 @@ CUDA_TARGETS = TARGETS[:10]
 def _has_cuda():
     try:
         return bool(jax.devices("cuda"))
-    except RuntimeError:  # no CUDA backend (JAX_PLATFORMS, or jax without the CUDA plugin)
+    except (RuntimeError, ValueError):  # no CUDA backend (JAX_PLATFORMS, or jax without the CUDA plugin)
         return False
 
 
