@@ -104,7 +104,12 @@ static void actor_loop(gpa_actor *a) {
     if (atomic_load_explicit(&a->stopping, memory_order_acquire)) {
       /* closing + quiesce happened before stopping was set: every accepted
        * message is in a ring, and the drain above found them all. Device
-       * work still in flight completes before the actor leaves. */
+       * work still in flight completes before the actor leaves; work a
+       * backend holds (graph batches never synced) starts now. */
+      if (a->inflight_total && a->be->release) {
+        a->be->release(a->bctx, NULL, GPA__RELEASE_END);
+        if (a->be->flush) a->be->flush(a->bctx);
+      }
       if (gpa__mailbox_empty(a) && !a->inflight_total) return;
     }
     /* Spin a little before sleeping (spin.h). Not again after a sleep that

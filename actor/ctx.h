@@ -110,6 +110,7 @@ static inline gpa__msg *gpa__msg_take(gpa__ctx *c, int kind) {
   m->pinned = 0;
   m->barrier = 0;
   m->deferred = 0;
+  atomic_store_explicit(&m->held, 0, memory_order_relaxed);
   m->bytes = 0;
   m->device_ns = 0;
   m->next = NULL;

@@ -34,7 +34,7 @@ GPA__HOT_INLINE gpa_status run_impl(gpa_actor *a, const gpa__op *first, gpa__msg
       x->msg[0] = 0; /* what a declining implementation said is not the answer */
       continue;
     }
-    if ((st == GPA_OK || st == GPA__DEFERRED) && op->d.bytes_moved) {
+    if ((st == GPA_OK || st == GPA__DEFERRED || st == GPA__HELD) && op->d.bytes_moved) {
       gpa_op_sig sig = {x->inputs, x->n_inputs, x->outputs, x->n_outputs, x->params, x->user_data};
       *bytes = op->d.bytes_moved(&sig);
     }
@@ -106,7 +106,7 @@ static gpa_status run_transfer(gpa_actor *a, gpa__msg *m) {
     gpa__work w = gpa__work_of(m);
     st = a->be->upload(a->bctx, bq, &w, dev, m->payload, m->payload_size);
     /* The version is the buffer's from here on, in stream order. */
-    if (st == GPA_OK || st == GPA__DEFERRED) s->version = m->version;
+    if (st == GPA_OK || st == GPA__DEFERRED || st == GPA__HELD) s->version = m->version;
     a->bytes_uploaded += m->payload_size;
   } else {
     gpa__work w = gpa__work_of(m);
@@ -150,6 +150,27 @@ GPA__HOT_INLINE void finish(gpa_actor *a, gpa__msg *m, gpa_status st) {
   gpa__msg_unref_actor(a, m); /* the actor's reference */
 }
 
+/* The backend holds m unlaunched until its batch ends (a graph replay). A
+ * Dekker pair with a waiter about to sleep (wait_done, handle.c): either it
+ * sees held and asks for the release, or we see it waiting and release now. */
+static void held(gpa_actor *a, gpa__msg *m) {
+  atomic_store_explicit(&m->held, 1, memory_order_relaxed);
+  gpa__fence_light();
+  if (atomic_load_explicit(&m->waiters, memory_order_relaxed)) a->be->release(a->bctx, m->q->s->bq, GPA__RELEASE_KICK);
+}
+
+/* A waiter's request (gpa__held_kick): the held message's queue releases
+ * what it holds. The message cannot have been recycled: the request holds
+ * a reference. */
+gpa_status gpa__held_release(gpa_actor *a, gpa__msg *kick) {
+  gpa__msg *m;
+  memcpy(&m, kick->params, sizeof m);
+  if (!atomic_load_explicit(&m->state, memory_order_acquire) && m->q && m->q->s && a->be->release)
+    a->be->release(a->bctx, m->q->s->bq, GPA__RELEASE_KICK);
+  gpa__msg_unref(m);
+  return GPA_OK;
+}
+
 void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
   gpa_status st = m->status;
   if (__builtin_expect(m->kind == GPA__MSG_OP && st == GPA_OK && a->be->synchronous && !a->cancelling &&
@@ -184,14 +205,16 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
     if (range) gpa__nvtx_pop();
     /* Synchronous backends: the time on the actor is the device time. An
      * asynchronous one measures with events and sets device_ns itself. */
-    if (timed && st != GPA__DEFERRED && m->kind != GPA__MSG_CALL) m->device_ns = gpa__clock_ns() - t0;
+    if (timed && st != GPA__DEFERRED && st != GPA__HELD && m->kind != GPA__MSG_CALL)
+      m->device_ns = gpa__clock_ns() - t0;
   } else {
     m->t_start = gpa__clock_ns();
   }
-  if (st == GPA__DEFERRED) {
+  if (st == GPA__DEFERRED || st == GPA__HELD) {
     m->deferred = 1;
     if (m->q) m->q->s->inflight++;
     a->inflight_total++;
+    if (st == GPA__HELD) held(a, m);
     return;
   }
   finish(a, m, st);

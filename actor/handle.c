@@ -116,9 +116,30 @@ void gpa__msg_complete(gpa__msg *m, gpa_status st, const char *msg) {
   if (atomic_load_explicit(&m->waiters, memory_order_relaxed)) futex_wake_all(&m->state);
 }
 
+/* m is held by the backend until its batch ends (a graph replay): ask the
+ * actor to start it, once. Without memory for the request the next look
+ * asks again (the sleep below is then bounded). */
+static void kick(gpa__msg *m) {
+  uint8_t one = 1;
+  if (!atomic_compare_exchange_strong_explicit(&m->held, &one, 2, memory_order_relaxed, memory_order_relaxed)) return;
+  gpa_actor *a = m->q->actor;
+  gpa__msg *k = gpa__msg_new(a, GPA__MSG_CALL);
+  if (k) {
+    gpa__msg_ref(m);
+    memcpy(k->params, &m, sizeof m);
+    k->fn = gpa__held_release;
+    if (gpa__send_owned(a, k) == GPA_OK) return;
+    gpa__msg_unref(m);
+    gpa__msg_unref(k);
+  }
+  /* shutting down: the actor releases everything it holds then */
+  if (!atomic_load_explicit(&a->closing, memory_order_acquire)) atomic_store_explicit(&m->held, 1, memory_order_relaxed);
+}
+
 /* Spin briefly first (spin.h): waking a sleeper costs more than a short op. */
 static bool wait_done(gpa__msg *m, int64_t timeout_ns) {
   if (atomic_load_explicit(&m->state, memory_order_acquire)) return true;
+  if (atomic_load_explicit(&m->held, memory_order_relaxed) == 1) kick(m);
   if (timeout_ns == 0) return false;
   int64_t start = gpa__now_ns();
   int64_t budget = timeout_ns > 0 && timeout_ns < GPA__SPIN_AWAIT_NS ? timeout_ns : GPA__SPIN_AWAIT_NS;
@@ -142,6 +163,13 @@ static bool wait_done(gpa__msg *m, int64_t timeout_ns) {
     }
     atomic_fetch_add_explicit(&m->waiters, 1, memory_order_seq_cst);
     gpa__fence_heavy();
+    if (atomic_load_explicit(&m->held, memory_order_relaxed) == 1) { /* the other side of dispatch.c's held() */
+      kick(m);
+      if (atomic_load_explicit(&m->held, memory_order_relaxed) == 1 && (!relp || rel.tv_sec || rel.tv_nsec > 1000000)) {
+        rel = (struct timespec){0, 1000000}; /* the request could not be sent: look again soon */
+        relp = &rel;
+      }
+    }
     if (!atomic_load_explicit(&m->state, memory_order_acquire)) futex_wait(&m->state, 0, relp);
     atomic_fetch_sub_explicit(&m->waiters, 1, memory_order_relaxed);
     if (atomic_load_explicit(&m->state, memory_order_acquire)) return true;

@@ -72,6 +72,9 @@ struct gpa_handle {
   uint8_t barrier; /* a queue-ordered call that waits for the queue's device work;
                      GPA__BARRIER_SYNC: a sync, which runs on a destroyed queue too */
   uint8_t deferred; /* started on the device; completes through gpa__complete_async */
+  /* 1: the backend holds it unlaunched (a graph batch, GPA__HELD): a waiter
+   * asks the actor to release it (2: asked). */
+  _Atomic uint8_t held;
   gpa__ctx *owner;
   gpa__msg *next; /* free list, queue pending list, batch readback list */
   gpa_queue *q;   /* NULL: not queue-ordered (control calls) */
@@ -197,6 +200,7 @@ typedef struct gpa__opts {
   int32_t log_level;
   char trace_path[256];
   int32_t profile;
+  uint32_t graphs; /* GPA_GRAPHS: a label's batches replay as CUDA graphs once N in a row were alike (0: off) */
   /* libraries of the cuda backend ("" = the default search), read from the
    * environment at each actor creation */
   char cuda_driver[256], cublas[256], cublaslt[256], cudnn[256], nccl[256];
@@ -291,6 +295,9 @@ gpa_status gpa__call(gpa_actor *a, gpa__msg *m);
  * the caller's to the actor on success (on failure the caller keeps it). */
 gpa_status gpa__send(gpa_actor *a, gpa__msg *m);
 gpa_status gpa__send_owned(gpa_actor *a, gpa__msg *m);
+/* dispatch.c: the control call a waiter sends for a held message (params:
+ * the message, with a reference). */
+gpa_status gpa__held_release(gpa_actor *a, gpa__msg *kick);
 /* Actor side: takes up to budget records per ring and runs or queues them.
  * Returns the count; *full: some ring still has records (its budget ran
  * out, or its head waits for its turn). */

@@ -59,6 +59,7 @@ static const opt_def gpa__opt_table[] = {
     OPT("GPA_LOG", "log", OPT_ENUM, log_level, log_names, GPA_LOG_ERROR, 0),
     OPT("GPA_TRACE", "trace", OPT_PATH, trace_path, NULL, 0, 0),
     OPT("GPA_PROFILE", "profile", OPT_BOOL, profile, NULL, 0, 0),
+    OPT("GPA_GRAPHS", "graphs", OPT_U32, graphs, NULL, 0, 0),
     OPT("GPA_CUDA_DRIVER", "cuda_driver", OPT_PATH, cuda_driver, NULL, 0, FRESH),
     OPT("GPA_CUBLAS", "cublas", OPT_PATH, cublas, NULL, 0, FRESH),
     OPT("GPA_CUBLASLT", "cublaslt", OPT_PATH, cublaslt, NULL, 0, FRESH),

@@ -174,8 +174,12 @@ void gpa__queue_advance(gpa_actor *a, gpa_queue *q) {
   for (int w; q->s && (w = held_find(q->s, q->s->expect)) >= 0;) { /* q->s: NULL once a destroy ran */
     gpa__qstate *s = q->s;
     gpa__msg *m = held_at(s, w);
-    if (m->barrier && s->inflight) return; /* resumed by the last completion */
-    if (s->parked) return;                  /* resumed by gpa__queue_unpark */
+    if (m->barrier && s->inflight) {
+      /* work the backend holds (a graph batch) starts: the barrier waits for it */
+      if (a->be->release) a->be->release(a->bctx, s->bq, GPA__RELEASE_END);
+      return; /* resumed by the last completion */
+    }
+    if (s->parked) return; /* resumed by gpa__queue_unpark */
     if (m->kind == GPA__MSG_EXT && m->cls->must_park(a, q, m)) {
       s->parked = true;
       s->parked_next = a->parked;

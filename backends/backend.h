@@ -23,6 +23,14 @@ typedef struct gpa__pool gpa__pool;
 /* A method that enqueued its work returns GPA__DEFERRED; host->complete
  * follows when the work is done. */
 #define GPA__DEFERRED 2
+/* Deferred, but nothing was launched yet: the backend holds the work (a
+ * batch replayed as a graph) until release() or the batch's end. The actor
+ * marks the message so that a waiter asks for its release. */
+#define GPA__HELD 3
+/* Why held work is released: the batch ends (a barrier, the next begin,
+ * shutdown), someone waits on a held message, or other work must follow it
+ * on the stream. */
+enum { GPA__RELEASE_END = 0, GPA__RELEASE_KICK = 1, GPA__RELEASE_OTHER = 2 };
 #define GPA__POLL_NS 5000000 /* 5 ms: see poll below */
 
 /* What the actor gives a backend at init. */
@@ -131,6 +139,16 @@ struct gpa__backend {
   /* Optional: queue bq's stream waits for event (wait) or records it (!wait),
    * a CUevent of the caller's (include/gpuactor/external.h). NULL: no streams. */
   gpa_status (*external_event)(void *bctx, void *bq, void *event, bool wait, char *msg, size_t cap);
+  /* Optional (backends that replay batches as graphs): a batch labeled
+   * label begins on bq. graph: 0 eager, -1 graphs on (gpa_batch_options),
+   * N > 0 graphs once the label's batches repeated identically N times. */
+  void (*batch_begin)(void *bctx, void *bq, const char *label, int32_t graph);
+  /* Optional: work held on bq (NULL: on every queue) starts now; why is a
+   * GPA__RELEASE_ value. Cheap when nothing is held. */
+  void (*release)(void *bctx, void *bq, int why);
+  /* Optional: how the batch that just ended on bq ran: 0 eagerly, 1
+   * recorded into a graph (and launched), 2 replayed as a graph. */
+  uint32_t (*batch_graph)(void *bctx, void *bq);
   /* Every method completes before it returns (never GPA__DEFERRED): the
    * actor then times runs of one queue's messages instead of each one. */
   bool synchronous;

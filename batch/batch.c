@@ -7,6 +7,7 @@
  * together with the batch's readbacks, which the syncing thread marks
  * readable before gpa_sync_batch returns: a readback becomes readable at a
  * point the program chose, never by a race with the device. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 typedef struct begin_args {
   char label[64];
   int64_t t0;
+  uint32_t graph; /* gpa_graph_mode */
 } begin_args;
 
 typedef struct sync_result {
@@ -63,6 +65,13 @@ static gpa_status begin_fn(gpa_actor *a, gpa__msg *m) {
   b->first_error = old.first_error;
   memcpy(b->first_msg, old.first_msg, sizeof old.first_msg);
   b->readbacks = old.readbacks;
+  if (a->be->batch_begin) {
+    /* graphs: -1 on, N > 0 after N alike batches; never while ops are timed
+     * or traced one by one */
+    int32_t g = args->graph == GPA_GRAPH_ON ? -1 : args->graph == GPA_GRAPH_OFF ? 0 : (int32_t)a->opts.graphs;
+    if (GPA__PROFILING(a) || a->nvtx_tool) g = 0;
+    a->be->batch_begin(a->bctx, q->s->bq, args->label, g);
+  }
   return GPA_OK;
 }
 
@@ -87,6 +96,7 @@ static gpa_status sync_fn(gpa_actor *a, gpa__msg *m) {
   r->stats.first_error = b->first_error;
   snprintf(r->stats.first_error_message, sizeof r->stats.first_error_message, "%s", b->first_msg);
   snprintf(r->stats.label, sizeof r->stats.label, "%s", b->label);
+  r->stats.graph = a->be->batch_graph && q->s ? a->be->batch_graph(a->bctx, q->s->bq) : 0;
   r->readbacks = b->readbacks;
   if (GPA__PROFILING(a)) gpa__prof_batch(a, q, &r->stats, b->t0_ns, now);
   s->poison = 0;
@@ -98,9 +108,18 @@ static gpa_status sync_fn(gpa_actor *a, gpa__msg *m) {
   return GPA_OK;
 }
 
-gpa_status gpa_batch_begin(gpa_queue *q, const char *label) {
+gpa_status gpa_batch_begin(gpa_queue *q, const char *label) { return gpa_batch_begin_opts(q, label, NULL); }
+
+gpa_status gpa_batch_begin_opts(gpa_queue *q, const char *label, const gpa_batch_options *opts) {
   gpa_status st = gpa__check_queue(q);
   if (st != GPA_OK) return st;
+  uint32_t graph = opts ? opts->graph : GPA_GRAPH_DEFAULT;
+  if (opts && opts->size && opts->size < sizeof *opts)
+    return gpa__fail(GPA_EINVAL, "gpa_batch_begin_opts: opts.size %u is smaller than this version's %zu", opts->size,
+                     sizeof *opts);
+  if (graph > GPA_GRAPH_ON)
+    return gpa__fail(GPA_EINVAL, "gpa_batch_begin_opts: graph = %u is not a gpa_graph_mode (0 default, 1 off, 2 on)",
+                     graph);
   int expect = 0;
   if (!atomic_compare_exchange_strong(&q->batch_open, &expect, 1))
     return gpa__fail(GPA_EBUSY, "gpa_batch_begin: a batch is already open on queue '%s'", q->name);
@@ -112,6 +131,7 @@ gpa_status gpa_batch_begin(gpa_queue *q, const char *label) {
   begin_args *args = (begin_args *)m->params;
   snprintf(args->label, sizeof args->label, "%s", label ? label : "");
   args->t0 = gpa__clock_ns();
+  args->graph = graph;
   m->fn = begin_fn;
   m->q = q;
   st = gpa__send_owned(q->actor, m);
@@ -124,9 +144,10 @@ gpa_status gpa_batch_begin(gpa_queue *q, const char *label) {
 
 gpa_status gpa_sync_batch(gpa_queue *q, gpa_batch_stats *stats) {
   if (!q) return gpa__fail(GPA_EINVAL, "gpa_sync_batch: queue is NULL");
-  if (stats && stats->size && stats->size < sizeof *stats)
-    return gpa__fail(GPA_EINVAL, "gpa_sync_batch: stats.size %u is smaller than this version's %zu", stats->size,
-                     sizeof *stats);
+  /* A caller built against the struct before `graph` passes its size. */
+  if (stats && stats->size && stats->size < offsetof(gpa_batch_stats, graph))
+    return gpa__fail(GPA_EINVAL, "gpa_sync_batch: stats.size %u is smaller than %zu", stats->size,
+                     offsetof(gpa_batch_stats, graph));
   /* A destroyed queue can still be synced: its last batch is not lost. */
   if (atomic_load_explicit(&q->actor->closing, memory_order_acquire))
     return gpa__fail(GPA_ESHUTDOWN, "actor is shutting down");
@@ -153,7 +174,11 @@ gpa_status gpa_sync_batch(gpa_queue *q, gpa_batch_stats *stats) {
     gpa__msg_unref(rb);
     rb = next;
   }
-  if (stats) *stats = r->stats;
+  if (stats) {
+    size_t n = stats->size && stats->size < sizeof *stats ? stats->size : sizeof *stats;
+    r->stats.size = (uint32_t)n;
+    memcpy(stats, &r->stats, n);
+  }
   st = r->stats.first_error;
   if (st != GPA_OK) gpa__fail(st, "%s", r->stats.first_error_message);
   gpa__msg_unref(m);

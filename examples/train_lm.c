@@ -51,7 +51,7 @@
 static const char *prog = "gpa-train-lm";
 
 typedef struct opts {
-  int steps, print_every, eval_every, eval_batches, quiet, gradcheck, below_unigram;
+  int steps, print_every, eval_every, eval_batches, quiet, gradcheck, below_unigram, graphs, losses;
   int dp, bucket_kb, no_overlap, parity; /* data-parallel: ranks (0: off), bucket size, baseline, parity check */
   double lr, weight_decay, parity_tol;
   uint64_t seed;
@@ -69,7 +69,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: %s [--steps N] [--batch B] [--ctx L] [--dim D] [--heads H] [--blocks N] [--kernel K]\n"
           "          [--lr F] [--wd F] [--seed N] [--data PATH] [--eval-every N] [--print-every N]\n"
-          "          [--quiet] [--require-below-unigram] [--gradcheck]\n"
+          "          [--quiet] [--require-below-unigram] [--gradcheck] [--graphs] [--losses]\n"
           "          [--data-parallel N [--bucket-kb K] [--no-overlap] [--parity-check [--parity-tol F]]]\n",
           prog);
 }
@@ -108,6 +108,10 @@ static int parse(int argc, char **argv, opts *o) {
       o->parity = 1;
     } else if (!strcmp(a, "--quiet")) {
       o->quiet = 1;
+    } else if (!strcmp(a, "--graphs")) {
+      o->graphs = 1;
+    } else if (!strcmp(a, "--losses")) {
+      o->losses = 1;
     } else if (!strcmp(a, "--gradcheck")) {
       o->gradcheck = 1;
     } else if (!strcmp(a, "--require-below-unigram")) {
@@ -142,9 +146,12 @@ static int read_scalar(gpa_handle *h, float *out) {
 
 /* One batch: uploads, forward (+ backward + AdamW when lr > 0), the loss as a
  * deferred readback, sync. Returns 0 and the loss, or -1. */
+static int graphs; /* --graphs: every batch replays as a CUDA graph once recorded (docs/graphs.md) */
+
 static int run_batch(lm_model *m, const char *label, const int32_t *ids, const int32_t *tg, int train, double lr,
                      double wd, int step, float *loss, gpa_batch_stats *st) {
-  if (check(gpa_batch_begin(m->q, label), "gpa_batch_begin")) return -1;
+  gpa_batch_options bo = {.size = sizeof bo, .graph = graphs ? GPA_GRAPH_ON : GPA_GRAPH_DEFAULT};
+  if (check(gpa_batch_begin_opts(m->q, label, &bo), "gpa_batch_begin")) return -1;
   lm_upload_batch(m, ids, tg);
   lm_forward(m);
   if (train) {
@@ -308,6 +315,8 @@ static int train(lm_model *m, lm_dp *dp, const lm_text *t, const opts *o, float 
       rc = 1;
       break;
     }
+    if (o->losses) /* exact, for comparing runs bit for bit; and how the batch ran */
+      printf("loss %d %a graph %u\n", step, (double)loss, st.graph);
     window_tok += n_tok;
     if (step == 1) first = loss;
     if (step > o->steps - tail) tail_sum += loss;
@@ -448,6 +457,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--gradcheck")) /* small sizes: finite differences in f32 need few tokens */
       o.cfg = (lm_config){.dim = 16, .heads = 2, .blocks = 2, .kernel = 3, .ctx = 12, .batch = 2};
   if (parse(argc, argv, &o)) return 2;
+  graphs = o.graphs;
   lm_text text;
   if (lm_text_load(o.data, 0.1, &text)) {
     fprintf(stderr, "%s: cannot read the text %s (--data PATH)\n", prog, o.data);

@@ -154,7 +154,7 @@ checks() {
   GPA_DEVICE=cuda timeout 120 ctest --test-dir "$B" -j8 --timeout 150 --output-on-failure -E '^python_package$' \
     >"$OUT/ctest.txt" 2>&1 &
   pids+=($!)
-  for t in attention_lowp cudnn_attention; do
+  for t in attention_lowp cudnn_attention cuda_graph; do
     GPA_DEVICE=cuda GPA_PARITY_QUICK=1 timeout 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
       "$B/tests/test_$t" >"$OUT/memcheck_$t.txt" 2>&1 &
     pids+=($!)
@@ -168,6 +168,7 @@ checks() {
   for t in "${pids[@]}"; do wait "$t" || rc=1; done
   tail -n 25 "$OUT/ctest.txt"
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/memcheck_attention_lowp.txt "$OUT"/memcheck_cudnn_attention.txt \
+    "$OUT"/memcheck_cuda_graph.txt \
     "$OUT"/racecheck_attention_lowp.txt
   cat "$OUT/sanitize.txt"
   return $rc
@@ -198,6 +199,9 @@ actor() {
   GPA_DEVICE=cuda GPA_CUDA_NO_POLL=1 "$B/bench/gpa-bench" cuda_actor || rc=1
   GPA_DEVICE=cuda "$B/examples/gpa-train-lm" --steps 600 >"$OUT/train.txt" 2>&1 || rc=1
   tail -n 4 "$OUT/train.txt"
+  # issue 24: every step replayed as one CUDA graph (--graphs, docs/graphs.md)
+  GPA_DEVICE=cuda "$B/examples/gpa-train-lm" --steps 600 --graphs >"$OUT/train_graphs.txt" 2>&1 || rc=1
+  tail -n 4 "$OUT/train_graphs.txt"
   GPA_DEVICE=cuda GPA_CUDA_NO_POLL=1 "$B/examples/gpa-train-lm" --steps 600 >"$OUT/train_no_poll.txt" 2>&1 || rc=1
   tail -n 4 "$OUT/train_no_poll.txt"
   GPA_DEVICE=cuda GPA_PROFILE=1 "$B/examples/gpa-train-lm" --steps 600 >"$OUT/train_profiled.txt" 2>&1 || rc=1
@@ -223,8 +227,9 @@ for s in "${steps[@]}"; do
     ctest) TAIL=20 step ctest env GPA_DEVICE=cuda ctest --test-dir "$B" -j8 --timeout 300 --output-on-failure ;;
     train) step train "$B/examples/gpa-train-lm" --steps 600 ;;
     bench) TAIL=20 step bench env GPA_DEVICE=cuda "$B/bench/gpa-bench" cuda_ ;;
-    membound) TAIL=20 step membound env GPA_DEVICE=cuda GPA_BENCH_CONV1D_TORCH="$PWD/bench/conv1d_torch.py" \
-      timeout 90 "$B/bench/gpa-bench" cuda_membound cuda_linear cuda_conv1d ;;
+    membound) TAIL=40 step membound env GPA_DEVICE=cuda GPA_BENCH_CONV1D_TORCH="$PWD/bench/conv1d_torch.py" \
+      GPA_BENCH_MEMBOUND_TORCH="$PWD/bench/membound_torch.py" \
+      timeout 150 "$B/bench/gpa-bench" cuda_membound cuda_linear cuda_conv1d ;;
     sanitize) TAIL=12 step sanitize sanitize ;;
     attention) TAIL=40 step attention attention ;;
     cudnn) TAIL=30 step cudnn cudnn ;;

@@ -49,7 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/graph.h"
 
 #define GPA__CU_STAGE_MIN (64u << 10)
 #define GPA__CU_STAGE_CACHE (256ull << 20)
@@ -298,11 +298,12 @@ gpa__cu_stage *gpa__cu_stage_get(gpa__cu_ctx *C, uint64_t n) {
   s->rb_dst = NULL;
   s->rb_n = 0;
   s->next = NULL;
+  s->graph = false;
   return s;
 }
 
 void gpa__cu_stage_put(gpa__cu_ctx *C, gpa__cu_stage *s) {
-  if (!s) return;
+  if (!s || s->graph) return; /* a graph's own: freed with the graph */
   if (C->staged_cached + s->cap > GPA__CU_STAGE_CACHE) {
     C->cu.cuMemFreeHost(s->p);
     free(s);
@@ -376,6 +377,7 @@ static void cu_queue_fini(void *bctx, void *bq) {
   }
   stages_put(C, q->unfenced);
   q->unfenced = NULL;
+  gpa__cu_graph_free(C, q);
   unsigned pooled = 0;
   for (gpa__cu_queue *f = C->free_queues; f && pooled < GPA__CU_QUEUE_POOL; f = f->next_free) pooled++;
   if (pooled >= GPA__CU_QUEUE_POOL && r == CUDA_SUCCESS && !C->failed) {
@@ -395,12 +397,14 @@ static CUdeviceptr scratch_get(gpa__cu_ctx *C, gpa__cu_queue *q, uint64_t bytes,
   if (q->scratch_cap >= bytes) return q->scratch;
   if (gpa__cu_mem_capturing(C, q->s)) { /* a free or an allocation would be captured into the graph */
     snprintf(msg, msg_cap, "scratch: cannot grow to %" PRIu64 " bytes while the stream is captured", bytes);
+    q->scratch_refused = true; /* graph.c: the eager run grows it; record again later */
     return 0;
   }
   /* freed after the stream's earlier ops, which may still use it */
   gpa__cu_mem_free(C, q->s, q->scratch);
   q->scratch = 0;
   q->scratch_cap = 0;
+  q->scratch_gen++; /* graphs recorded with the old block cannot replay */
   uint64_t cap = gpa__size_class(bytes);
   CUresult r = gpa__cu_mem_alloc(C, q->s, cap, &q->scratch);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
@@ -749,6 +753,14 @@ static gpa_status cu_complete(void *bctx, const gpa__work *w, gpa_status st) {
     prev = r;
     r = r->next;
   }
+  if (!r && q->direct) { /* held work completed without a record (graph.c) */
+    q->direct--;
+    if (C->failed && st == GPA_OK) {
+      snprintf(w->err, w->err_cap, "device failed: %s", C->fail_msg);
+      return GPA_EDEVICE;
+    }
+    return st;
+  }
   if (!r) {
     snprintf(w->err, w->err_cap, "cuda: completion of an unknown message (internal error)");
     return GPA_EINTERNAL;
@@ -821,12 +833,26 @@ static gpa_status copy(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, boo
   return enqueue_done(C, q, r, msg, cap);
 }
 
+gpa_status gpa__cu_copy_eager(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, bool up, void *host,
+                              CUdeviceptr dev, uint64_t n) {
+  return copy(C, q, w, up, host, dev, n);
+}
+
+static gpa_status graph_or_copy(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, bool up, void *host,
+                                CUdeviceptr dev, uint64_t n) {
+  if (q->gq && !C->failed) {
+    gpa_status st = gpa__cu_graph_copy(C, q, w, up, host, dev, n);
+    if (st != GPA__CU_EAGER) return st;
+  }
+  return copy(C, q, w, up, host, dev, n);
+}
+
 static gpa_status cu_upload(void *bctx, void *bq, const gpa__work *w, void *dst, const void *src, uint64_t n) {
-  return copy(bctx, bq, w, true, (void *)src, (CUdeviceptr)(uintptr_t)dst, n);
+  return graph_or_copy(bctx, bq, w, true, (void *)src, (CUdeviceptr)(uintptr_t)dst, n);
 }
 
 static gpa_status cu_readback(void *bctx, void *bq, const gpa__work *w, void *dst, const void *src, uint64_t n) {
-  return copy(bctx, bq, w, false, dst, (CUdeviceptr)(uintptr_t)src, n);
+  return graph_or_copy(bctx, bq, w, false, dst, (CUdeviceptr)(uintptr_t)src, n);
 }
 
 /* Feed ops: several copies enqueued with w == NULL, then one completion. */
@@ -834,6 +860,7 @@ static gpa_status cu_fence(void *bctx, const gpa__work *w) {
   gpa__cu_ctx *C = bctx;
   gpa__cu_queue *q = w->bq;
   if (C->failed) return failed_state(C, w->err, w->err_cap);
+  gpa__cu_release(C, q, GPA__RELEASE_OTHER);
   gpa__cu_rec *r = rec_get(C, w, w->err, w->err_cap);
   if (!r) return C->failed ? GPA_EDEVICE : GPA_ENOMEM;
   CUresult e = start_event(C, q, r);
@@ -858,11 +885,8 @@ static gpa_op_impl_fn cu_impl_of(const gpa_op_desc *d) {
   return d->host ? gpa__cu_fallback : NULL;
 }
 
-static gpa_status cu_run(void *bctx, const gpa__work *w, const gpa_op_desc *d, gpa_op_impl_fn impl,
-                         gpa_op_exec *x) {
-  gpa__cu_ctx *C = bctx;
-  if (C->failed) return failed_state(C, w->err, w->err_cap);
-  gpa__cu_queue *q = w->bq;
+void gpa__cu_enter_op(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, const gpa_op_desc *d,
+                      gpa_op_impl_fn impl, gpa_op_exec *x) {
   C->cur_w = *w;
   C->cur_op = d; /* the registration whose impl runs: the fallback runs its host implementation */
   C->cur_q = q;
@@ -870,6 +894,13 @@ static gpa_status cu_run(void *bctx, const gpa__work *w, const gpa_op_desc *d, g
   /* gpa_exec_scratch: device scratch for CUDA implementations, host scratch
    * for a host implementation on the fallback. */
   C->env.scratch_fn = impl == gpa__cu_fallback ? NULL : exec_scratch;
+}
+
+gpa_status gpa__cu_run_eager(gpa__cu_ctx *C, const gpa__work *w, const gpa_op_desc *d, gpa_op_impl_fn impl,
+                             gpa_op_exec *x) {
+  if (C->failed) return failed_state(C, w->err, w->err_cap);
+  gpa__cu_queue *q = w->bq;
+  gpa__cu_enter_op(C, q, w, d, impl, x);
   gpa__cu_rec *r = rec_get(C, w, w->err, w->err_cap);
   if (!r) return C->failed ? GPA_EDEVICE : GPA_ENOMEM;
   CUresult e = start_event(C, q, r);
@@ -897,6 +928,27 @@ static gpa_status cu_run(void *bctx, const gpa__work *w, const gpa_op_desc *d, g
   return enqueue_done(C, q, r, w->err, w->err_cap);
 }
 
+static gpa_status cu_run(void *bctx, const gpa__work *w, const gpa_op_desc *d, gpa_op_impl_fn impl,
+                         gpa_op_exec *x) {
+  gpa__cu_ctx *C = bctx;
+  gpa__cu_queue *q = w->bq;
+  if (q->gq && !C->failed) {
+    gpa_status st = gpa__cu_graph_op(C, q, w, d, impl, x);
+    if (st != GPA__CU_EAGER) return st;
+  }
+  return gpa__cu_run_eager(C, w, d, impl, x);
+}
+
+/* graph.c's way to the records */
+gpa__cu_rec *gpa__cu_rec_get(gpa__cu_ctx *C, const gpa__work *w, char *msg, size_t cap) {
+  return rec_get(C, w, msg, cap);
+}
+void gpa__cu_rec_put(gpa__cu_ctx *C, gpa__cu_rec *r) { rec_put(C, r); }
+CUresult gpa__cu_start_event(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r) { return start_event(C, q, r); }
+gpa_status gpa__cu_enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r, char *msg, size_t cap) {
+  return enqueue_done(C, q, r, msg, cap);
+}
+
 static gpa_exec_env *cu_env(void *bctx) { return &((gpa__cu_ctx *)bctx)->env; }
 
 /* extmem.c: external buffers and their events */
@@ -907,7 +959,8 @@ gpa_status gpa__cu_external_event(void *bctx, void *bq, void *event, bool wait, 
   .init = cu_init, .fini = cu_fini, .mem_alloc = cu_alloc, .mem_free = cu_free, .queue_init = cu_queue_init, \
   .queue_fini = cu_queue_fini, .upload = cu_upload, .readback = cu_readback, .impl_of = cu_impl_of,          \
   .run = cu_run, .fence = cu_fence, .env = cu_env, .complete = cu_complete, .poll = cu_poll, .flush = cu_flush, \
-  .reap = cu_reap, .park = cu_park, \
+  .reap = cu_reap, .park = cu_park, .batch_begin = gpa__cu_batch_begin, .release = gpa__cu_release,      \
+  .batch_graph = gpa__cu_batch_graph, \
   .external_check = gpa__cu_external_check, .external_event = gpa__cu_external_event
 
 const gpa__backend gpa__backend_cuda = {.name = "cuda", GPA__CU_METHODS};

@@ -28,7 +28,10 @@
   X(cuEventDestroy) X(cuEventRecord) X(cuEventElapsedTime) X(cuEventSynchronize) X(cuEventQuery) X(cuMemAlloc) X(cuMemFree)     \
   X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemGetInfo) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)                  \
   X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuModuleLoadData)           \
-  X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel)
+  X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel)                         \
+  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphGetNodes)         \
+  X(cuGraphAddChildGraphNode) X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy)                          \
+  X(cuGraphExecChildGraphNodeSetParams) X(cuGraphLaunch)
 
 typedef struct gpa__cu_api {
   void *lib;

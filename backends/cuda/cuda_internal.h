@@ -18,6 +18,7 @@ typedef struct gpa__cu_stage {
   void *rb_dst; /* a readback's destination: the completion copies rb_n bytes there */
   uint64_t rb_n;
   struct gpa__cu_stage *next;
+  bool graph; /* a graph's own (graph.c): its nodes copy to or from it; never pooled */
 } gpa__cu_stage;
 
 typedef struct gpa__cu_ctx gpa__cu_ctx;
@@ -73,6 +74,13 @@ typedef struct gpa__cu_queue {
   uint32_t n_polled;
   bool on_polled;
   struct gpa__cu_queue *polled_next; /* on C->polled while poll_first */
+  /* graphs (graph.c): made at the first batch that asks for them */
+  struct gpa__cu_gq *gq;
+  bool graph_listed;
+  struct gpa__cu_queue *graph_next; /* on C->graph_queues while gq */
+  uint64_t scratch_gen; /* bumped when the scratch block moves: graphs point into it */
+  bool scratch_refused; /* a capture needed more scratch than the block has */
+  uint32_t direct; /* completions of held work without a record, for cu_complete */
 } gpa__cu_queue;
 
 #define GPA__CU_MODULES_MAX 16
@@ -115,6 +123,7 @@ struct gpa__cu_ctx {
   gpa__cu_rec *abandoned;
   gpa__cu_queue *dirty; /* queues with open records, for the next flush */
   gpa__cu_queue *polled; /* queues with flushed records that reap may complete */
+  gpa__cu_queue *graph_queues; /* queues with graph state (graph.c) */
   bool no_poll;          /* GPA_CUDA_NO_POLL: a host function at every flush */
   struct gpa__cu_mem *mem; /* stream-ordered device memory (alloc.c); NULL: cuMemAlloc */
   /* pools */

@@ -17,7 +17,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "backends/cuda/cuda_internal.h"
+#include "backends/cuda/graph.h"
 #include "gpuactor/external.h"
 
 typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
@@ -111,6 +111,8 @@ gpa_status gpa__cu_external_event(void *bctx, void *bq, void *event, bool wait, 
     snprintf(msg, cap, "device failed earlier: %s", C->fail_msg);
     return GPA_EDEVICE;
   }
+  /* The event orders against the queue's earlier work: held work starts. */
+  gpa__cu_release(C, q, GPA__RELEASE_OTHER);
   if (!wait) return gpa__cu_check(C, C->cu.cuEventRecord((CUevent)event, q->s), "cuEventRecord", msg, cap);
   wait_event_fn fn = (wait_event_fn)driver_fn(C, "cuStreamWaitEvent");
   if (!fn) {

@@ -67,12 +67,33 @@ typedef struct gpa_batch_stats {
   int32_t first_error;       /* gpa_status of the first failure, 0 if none */
   char first_error_message[192];
   char label[64];
+  uint32_t graph;            /* how it ran on a CUDA device: 0 eagerly, 1 recorded into a CUDA graph, 2 replayed
+                                as one (docs/graphs.md); added in 0.9: a smaller size (the struct without it)
+                                is accepted and filled up to its size */
 } gpa_batch_stats;
+
+/* Whether a batch runs as a CUDA graph (docs/graphs.md). */
+typedef enum gpa_graph_mode {
+  GPA_GRAPH_DEFAULT = 0, /* the actor's option: GPA_GRAPHS=N replays a label's batches once N in a row were alike */
+  GPA_GRAPH_OFF = 1,
+  GPA_GRAPH_ON = 2 /* record this batch (or replay its label's graph) */
+} gpa_graph_mode;
+
+typedef struct gpa_batch_options {
+  uint32_t size;  /* sizeof(gpa_batch_options), or 0 */
+  uint32_t graph; /* gpa_graph_mode */
+} gpa_batch_options;
 
 /* Opens a batch on q. Any thread; does not wait for the actor. Errors:
  * EINVAL, EBUSY (a batch is open on q), ECLOSED, ENOMEM, ESHUTDOWN,
  * ETIMEDOUT (a control call: never EAGAIN). */
 gpa_status gpa_batch_begin(gpa_queue *q, const char *label);
+/* gpa_batch_begin with options (opts may be NULL: defaults). With graphs, a
+ * handle of the batch completes when the batch's graph has run: the graph is
+ * launched once the batch matched its recorded sequence, at gpa_sync_batch,
+ * or as soon as someone waits on one of its handles (the rest of the batch
+ * then runs eagerly). Errors: those of gpa_batch_begin; EINVAL (bad mode). */
+gpa_status gpa_batch_begin_opts(gpa_queue *q, const char *label, const gpa_batch_options *opts);
 /* Waits for every message submitted to q since the batch began (or since the
  * last sync), makes the batch's readbacks readable, fills stats (nullable),
  * closes the batch and returns its first error (GPA_OK if none). Blocks the

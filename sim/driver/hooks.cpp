@@ -1,5 +1,6 @@
 /* gpa-sim driver: hooks for the cuBLAS subset (include/gpa_sim_hooks.h). */
 #include <stdio.h>
+#include <memory>
 #include "../include/gpa_sim_hooks.h"
 #include "internal.h"
 
@@ -10,13 +11,17 @@ GPA_SIM_API CUresult gpa_sim__enqueue(CUstream h, int (*fn)(void *, char *, size
     CUstream_st *s;
     CUresult r = gpa_sim__stream_get(ctx, h, &s);
     if (r) return r;
-    gpa_sim__stream_push(s, [ctx, fn, arg, free_arg] {
+    /* The argument lives as long as the operation: once on a stream, or
+     * in a captured graph for as many launches as it gets (graph.cpp). */
+    auto a = std::shared_ptr<void>(arg, [free_arg](void *p) {
+      if (free_arg) free_arg(p);
+    });
+    gpa_sim__stream_push(s, [ctx, fn, a] {
       char why[512] = "";
-      if (ctx->sticky.load() == 0 && fn(arg, why, sizeof why) != 0)
+      if (ctx->sticky.load() == 0 && fn(a.get(), why, sizeof why) != 0)
         gpa_sim__ctx_set_sticky(ctx, CUDA_ERROR_ILLEGAL_ADDRESS, why);
-      if (free_arg) free_arg(arg);
       return CUDA_SUCCESS;
-    }, true /* runs after a sticky error too, only to free its argument */);
+    });
     return CUDA_SUCCESS;
   });
 }

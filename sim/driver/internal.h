@@ -108,6 +108,11 @@ struct CUstream_st {
   unsigned waiters = 0;          /* threads in gpa_sim__stream_wait, under mu */
   bool stop = false;
   std::atomic<unsigned> delay_us{0};
+  /* Stream capture (graph.cpp), under mu: while cap is set, work pushed on
+   * the stream is recorded into it instead of queued; a synchronizing call
+   * meanwhile invalidates the capture, as on a GPU. */
+  std::vector<gpa_sim_op> *cap = nullptr;
+  bool cap_invalid = false;
 };
 /* Throws (std::system_error, std::bad_alloc) when no thread can be started:
  * callers are inside gpa_sim__guard. */
@@ -118,6 +123,12 @@ void gpa_sim__stream_destroy(CUstream_st *s);
 /* Resolves NULL / CU_STREAM_LEGACY / CU_STREAM_PER_THREAD and checks the handle. */
 CUresult gpa_sim__stream_get(CUctx_st *ctx, CUstream h, CUstream_st **out);
 void gpa_sim__stream_push(CUstream_st *s, std::function<CUresult()> fn, bool always = false, bool host_fn = false);
+/* Whether s is capturing; if so, the capture is invalidated (a synchronizing
+ * call on a capturing stream: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED). */
+bool gpa_sim__stream_capture_violated(CUstream_st *s);
+/* Graph faults (graph.cpp), armed by GPA_SIM_FAULT and the control API:
+ * which = 0 capture refused, 1 instantiate failing, 2 graph launch failing. */
+void gpa_sim__graph_fault_set(int which, unsigned n);
 /* Waits until every operation queued on s before the call has finished. */
 void gpa_sim__stream_wait(CUstream_st *s);
 /* The same for every stream of the context (legacy: only the NULL stream and

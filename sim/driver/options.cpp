@@ -2,7 +2,7 @@
  *
  * Every environment variable of the sim is read here, once, on first use
  * (the table below); bad values are reported and ignored. Faults come from
- * GPA_SIM_FAULT ("alloc=N,oom=N,launch=N,sticky=N,delay_us=N,host_fn_delay_us=N,
+ * GPA_SIM_FAULT ("alloc=N,oom=N,launch=N,sticky=N,capture=N,instantiate=N,graph_launch=N,delay_us=N,host_fn_delay_us=N,
  * host_fns_after_sticky=0|1", each optional) and
  * from the gpa_sim_fault_* API, which overrides the environment. A fault
  * counter n means "the n-th event from now": it is decremented by each
@@ -61,6 +61,9 @@ void parse_faults(const char *spec) {
     else if (key == "delay_us") g_delay_all = (unsigned)v;
     else if (key == "host_fn_delay_us") g_host_fn_delay = (unsigned)v;
     else if (key == "host_fns_after_sticky") g_skip_host_fns = v == 0;
+    else if (key == "capture") gpa_sim__graph_fault_set(0, (unsigned)v);
+    else if (key == "instantiate") gpa_sim__graph_fault_set(1, (unsigned)v);
+    else if (key == "graph_launch") gpa_sim__graph_fault_set(2, (unsigned)v);
     else fprintf(stderr, "gpa-sim: ignoring unknown GPA_SIM_FAULT key '%s'\n", key.c_str());
   }
 }
@@ -200,6 +203,7 @@ GPA_SIM_API void gpa_sim_fault_clear(void) {
   gpa_sim__opts();
   g_fault_alloc = g_fault_launch = g_fault_host_fn = g_fault_sticky = g_delay_all = g_host_fn_delay = g_fault_oom = 0;
   g_oom = g_skip_host_fns = false;
+  for (int i = 0; i < 3; i++) gpa_sim__graph_fault_set(i, 0);
 }
 GPA_SIM_API size_t gpa_sim_last_error_message(char *buf, size_t n) {
   std::lock_guard<std::mutex> lk(g_msg_mu);

@@ -27,7 +27,10 @@
   X(cuModuleLoadData) X(cuModuleLoadDataEx) X(cuModuleLoadFatBinary) X(cuModuleUnload)                 \
   X(cuModuleGetFunction) X(cuLibraryLoadData) X(cuLibraryUnload) X(cuLibraryGetKernel)                 \
   X(cuLibraryGetModule) X(cuKernelGetFunction) X(cuFuncSetAttribute) X(cuFuncGetAttribute)             \
-  X(cuKernelSetAttribute) X(cuKernelGetAttribute) X(cuLaunchKernel) X(cuGetProcAddress)
+  X(cuKernelSetAttribute) X(cuKernelGetAttribute) X(cuLaunchKernel) X(cuGetProcAddress)                \
+  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuStreamIsCapturing) X(cuGraphCreate)                \
+  X(cuGraphDestroy) X(cuGraphGetNodes) X(cuGraphAddChildGraphNode) X(cuGraphInstantiateWithFlags)      \
+  X(cuGraphExecDestroy) X(cuGraphExecChildGraphNodeSetParams) X(cuGraphLaunch)
 
 #define GPA_SIM_STR2(x) #x
 #define GPA_SIM_STR(x) GPA_SIM_STR2(x)

@@ -151,10 +151,21 @@ CUresult gpa_sim__stream_get(CUctx_st *ctx, CUstream h, CUstream_st **out) {
 void gpa_sim__stream_push(CUstream_st *s, std::function<CUresult()> fn, bool always, bool host_fn) {
   {
     std::lock_guard<std::mutex> lk(s->mu);
+    if (s->cap) { /* captured: it runs when a graph of it is launched */
+      s->cap->push_back(gpa_sim_op{std::move(fn), always, host_fn});
+      return;
+    }
     s->q.push_back(gpa_sim_op{std::move(fn), always, host_fn});
     s->pushed++;
   }
   s->cv.notify_one();
+}
+
+bool gpa_sim__stream_capture_violated(CUstream_st *s) {
+  std::lock_guard<std::mutex> lk(s->mu);
+  if (!s->cap) return false;
+  s->cap_invalid = true;
+  return true;
 }
 
 void gpa_sim__stream_wait(CUstream_st *s) {
@@ -218,6 +229,9 @@ GPA_SIM_API CUresult cuStreamSynchronize(CUstream h) {
     CUstream_st *s;
     CUresult r = gpa_sim__stream_get(ctx, h, &s);
     if (r) return r;
+    if (gpa_sim__stream_capture_violated(s))
+      return gpa_sim__fail(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuStreamSynchronize on a capturing stream "
+                           "(the capture is invalidated)");
     gpa_sim__stream_wait(s);
     return (CUresult)ctx->sticky.load();
   });
@@ -229,6 +243,9 @@ GPA_SIM_API CUresult cuStreamQuery(CUstream h) {
     CUstream_st *s;
     CUresult r = gpa_sim__stream_get(ctx, h, &s);
     if (r) return r;
+    if (gpa_sim__stream_capture_violated(s))
+      return gpa_sim__fail(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuStreamQuery on a capturing stream "
+                           "(the capture is invalidated)");
     std::lock_guard<std::mutex> lk(s->mu);
     return s->done < s->pushed ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
   });
@@ -311,6 +328,12 @@ GPA_SIM_API CUresult cuEventRecord(CUevent e, CUstream h) {
     CUresult r = gpa_sim__stream_get(ctx, h, &s);
     if (r) return r;
     if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
+    {
+      /* In a capture a record only orders the graph's nodes; the event
+       * itself is untouched (a query of it would never see the record). */
+      std::lock_guard<std::mutex> lk(s->mu);
+      if (s->cap) return CUDA_SUCCESS;
+    }
     uint64_t seq;
     {
       std::lock_guard<std::mutex> lk(g_ev_mu);

@@ -38,6 +38,14 @@ void gpa_sim_fault_host_fn_delay(unsigned us);
  * a real GPU (cuLaunchHostFunc documents it); run = 1 (the default): they
  * still run, so that their waiters are woken. */
 void gpa_sim_fault_host_fns_after_sticky(int run);
+/* Graphs: the n-th cuStreamBeginCapture from now is refused
+ * (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED); the n-th
+ * cuGraphInstantiateWithFlags fails (CUDA_ERROR_OUT_OF_MEMORY); the n-th
+ * cuGraphLaunch is refused (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, not sticky).
+ * 0 disarms. GPA_SIM_FAULT keys: capture, instantiate, graph_launch. */
+void gpa_sim_fault_capture(unsigned n);
+void gpa_sim_fault_instantiate(unsigned n);
+void gpa_sim_fault_graph_launch(unsigned n);
 /* Disarms every fault, including those read from GPA_SIM_FAULT (host
  * functions run after a sticky error again). */
 void gpa_sim_fault_clear(void);
@@ -64,6 +72,11 @@ size_t gpa_sim_allocations(void);
 size_t gpa_sim_primary_resets(void);
 /* cuLaunchHostFunc calls so far (tests of how completions are batched). */
 size_t gpa_sim_host_fns(void);
+/* Graph calls that succeeded so far: cuGraphLaunch, cuStreamEndCapture,
+ * cuGraphExecChildGraphNodeSetParams (tests of replay). */
+size_t gpa_sim_graph_launches(void);
+size_t gpa_sim_graph_captures(void);
+size_t gpa_sim_graph_updates(void);
 
 #ifdef __cplusplus
 }

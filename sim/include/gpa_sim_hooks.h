@@ -8,7 +8,9 @@
 extern "C" {
 #endif
 /* Queues fn(arg) on stream s (NULL = the NULL stream) of the current
- * context; free_arg(arg) runs after it. fn returns 0, or nonzero with a
+ * context; free_arg(arg) runs once the operation is gone: after it ran, or,
+ * captured into a graph, when the graph and its launches are (fn may then
+ * run several times). fn returns 0, or nonzero with a
  * message in why[0..n): the context then gets the sticky
  * CUDA_ERROR_ILLEGAL_ADDRESS, as a faulting kernel would give it. Returns the
  * context's status (no context, sticky error, bad stream). */

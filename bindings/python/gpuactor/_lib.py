@@ -86,7 +86,12 @@ class BatchStats(ctypes.Structure):
     _fields_ = [("size", ctypes.c_uint32), ("ops", ctypes.c_uint64), ("errors", ctypes.c_uint64),
                 ("bytes_moved", ctypes.c_uint64), ("uploads_skipped", ctypes.c_uint64),
                 ("host_ns", ctypes.c_int64), ("device_ns", ctypes.c_int64), ("first_error", ctypes.c_int32),
-                ("first_error_message", ctypes.c_char * 192), ("label", ctypes.c_char * 64)]
+                ("first_error_message", ctypes.c_char * 192), ("label", ctypes.c_char * 64),
+                ("graph", ctypes.c_uint32)]
+
+
+class BatchOptions(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint32), ("graph", ctypes.c_uint32)]
 
 
 class BufferInfo(ctypes.Structure):
@@ -152,6 +157,7 @@ readback = _fn("gpa_readback", c_status, c_p, P(Tensor), P(c_p))
 handle_data = _fn("gpa_handle_data", c_status, c_p, P(c_p), P(ctypes.c_uint64))
 upload = _fn("gpa_upload", c_status, c_p, P(Tensor), c_p, ctypes.c_uint64, ctypes.c_uint64, P(c_p))
 batch_begin = _fn("gpa_batch_begin", c_status, c_p, ctypes.c_char_p)
+batch_begin_opts = _fn("gpa_batch_begin_opts", c_status, c_p, ctypes.c_char_p, c_p)
 sync_batch = _fn("gpa_sync_batch", c_status, c_p, P(BatchStats))
 
 feed_open = _fn("gpa_feed_open", c_status, c_p, P(FeedOptions), P(c_p))

@@ -303,13 +303,15 @@ def _tensors(ts):
 
 class Batch:
     """with queue.batch("label") as b: ... — begin on enter, sync on exit;
-    b.stats holds the batch stats and the first error is raised."""
+    b.stats holds the batch stats and the first error is raised. graph:
+    None (the actor's GPA_GRAPHS), True (record or replay as a CUDA graph),
+    False (eager); docs/graphs.md."""
 
-    def __init__(self, queue, label):
-        self.queue, self.label, self.stats = queue, label, None
+    def __init__(self, queue, label, graph=None):
+        self.queue, self.label, self.graph, self.stats = queue, label, graph, None
 
     def __enter__(self):
-        self.queue.batch_begin(self.label)
+        self.queue.batch_begin(self.label, self.graph)
         return self
 
     def __exit__(self, exc_type, *exc):
@@ -370,8 +372,11 @@ class Queue:
         _check(L.readback(self._p(), ctypes.byref(t), ctypes.byref(h)))
         return Readback(h.value, tensor.dtype, tensor.shape)
 
-    def batch_begin(self, label=None):
-        _check(L.batch_begin(self._p(), label.encode() if label else None))
+    def batch_begin(self, label=None, graph=None):
+        """graph: None (the actor's GPA_GRAPHS), True (CUDA graph), False (eager)."""
+        mode = 0 if graph is None else (2 if graph else 1)
+        opts = L.BatchOptions(size=ctypes.sizeof(L.BatchOptions), graph=mode)
+        _check(L.batch_begin_opts(self._p(), label.encode() if label else None, ctypes.byref(opts)))
 
     def sync(self):
         """gpa_sync_batch (the GIL is released while it waits): the batch's stats
@@ -380,12 +385,13 @@ class Queue:
         st = L.sync_batch(self._p(), ctypes.byref(s))
         stats = {"ops": s.ops, "errors": s.errors, "bytes_moved": s.bytes_moved,
                  "uploads_skipped": s.uploads_skipped, "host_ns": s.host_ns, "device_ns": s.device_ns,
-                 "first_error": s.first_error, "label": s.label.decode(errors="replace")}
+                 "first_error": s.first_error, "label": s.label.decode(errors="replace"),
+                 "graph": s.graph}
         _check(st, s.first_error_message.decode(errors="replace"))
         return stats
 
-    def batch(self, label=None):
-        return Batch(self, label)
+    def batch(self, label=None, graph=None):
+        return Batch(self, label, graph)
 
     def infeed(self, feed, outputs, timeout=None):
         outs = _tensors(outputs)

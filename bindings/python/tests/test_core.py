@@ -47,6 +47,21 @@ def test_batch_deferred_readback(actor):
         rb.status
 
 
+def test_batch_as_cuda_graph(actor):
+    """graph=True: recorded, then replayed on a CUDA device (eager on the host); the same results."""
+    q = actor.queue
+    x = actor.from_numpy(np.arange(8, dtype=np.float32))
+    y = actor.tensor((8,))
+    graphed = actor.backend in ("sim", "cuda")
+    for step in range(3):
+        with q.batch("py_graph", graph=True) as b:
+            q.submit("scale", [x], [y], {"alpha": 0.5 + step}).release()
+            rb = q.readback(y)
+        assert b.stats["graph"] == ((1 if step == 0 else 2) if graphed else 0)
+        assert np.array_equal(rb.array(), np.arange(8, dtype=np.float32) * np.float32(0.5 + step))
+        rb.release()
+
+
 def test_submit_errors_raise_with_name_and_message(actor):
     x, y = actor.tensor((4,)), actor.tensor((5,))
     with pytest.raises(ga.GpaError) as e:
