@@ -21,7 +21,11 @@
 struct CUevent_st {
   unsigned flags;
   uint64_t recorded = 0;  /* records issued (under g_ev_mu) */
-  uint64_t completed = 0; /* records the stream has reached */
+  uint64_t completed = 0; /* the latest record its stream has reached */
+  /* Records issued and not reached. A wait is for one record (the latest
+   * when the wait was made), which may be reached after a later record on
+   * a faster stream: `completed` alone would release it early. */
+  std::set<uint64_t> pending;
   int64_t t_ns = 0;
   unsigned waiters = 0;   /* queued cuStreamWaitEvent operations that refer to it */
 };
@@ -301,7 +305,7 @@ GPA_SIM_API CUresult cuEventDestroy(CUevent e) {
     if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
     /* a pending record still refers to the event: let it land first */
     std::unique_lock<std::mutex> lk(g_ev_mu);
-    g_ev_cv.wait(lk, [e] { return e->completed >= e->recorded && e->waiters == 0; });
+    g_ev_cv.wait(lk, [e] { return e->pending.empty() && e->waiters == 0; });
     if (!g_events.erase(e)) return CUDA_ERROR_INVALID_HANDLE; /* a reset took it meanwhile */
     lk.unlock();
     delete e;
@@ -338,9 +342,11 @@ GPA_SIM_API CUresult cuEventRecord(CUevent e, CUstream h) {
     {
       std::lock_guard<std::mutex> lk(g_ev_mu);
       seq = ++e->recorded;
+      e->pending.insert(seq);
     }
     gpa_sim__stream_push(s, [e, seq] {
       std::lock_guard<std::mutex> lk(g_ev_mu);
+      e->pending.erase(seq);
       if (seq > e->completed) {
         e->completed = seq;
         e->t_ns = now_ns();
@@ -375,7 +381,7 @@ GPA_SIM_API CUresult cuEventSynchronize(CUevent e) {
     if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
     std::unique_lock<std::mutex> lk(g_ev_mu);
     uint64_t target = e->recorded;
-    g_ev_cv.wait(lk, [e, target] { return e->completed >= target; });
+    g_ev_cv.wait(lk, [e, target] { return !e->pending.count(target); });
     return (CUresult)ctx->sticky.load();
   });
 }
@@ -412,7 +418,7 @@ GPA_SIM_API CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags
     }
     gpa_sim__stream_push(s, [e, target] {
       std::unique_lock<std::mutex> lk(g_ev_mu);
-      g_ev_cv.wait(lk, [e, target] { return e->completed >= target; });
+      g_ev_cv.wait(lk, [e, target] { return !e->pending.count(target); });
       e->waiters--;
       g_ev_cv.notify_all();
       return CUDA_SUCCESS;

@@ -217,10 +217,16 @@ static int t_cross_stream_wait(void) {
   CK(cuMemcpyHtoDAsync(buf, pin, n * sizeof(int), sa));
   CK(cuEventRecord(e, sa));
   CK(cuStreamWaitEvent(sb, e, 0));
+  /* A later record of e on a stream that reaches it first does not release
+   * the wait: it waits for the record that was the latest when it was made. */
+  CUstream sc;
+  CK(cuStreamCreate(&sc, CU_STREAM_NON_BLOCKING));
+  CK(cuEventRecord(e, sc));
   CK(cuMemcpyDtoDAsync(out, buf, n * sizeof(int), sb));
   CK(cuMemcpyDtoHAsync(pin + n, out, n * sizeof(int), sb));
   CK(cuStreamSynchronize(sb));
   for (int i = 0; i < n; i++) CHECK(pin[n + i] == i);
+  CK(cuStreamDestroy(sc));
   CK(cuEventDestroy(e)); /* right after a wait was queued: must stay valid for it */
   gpa_sim_fault_stream_delay(sa, 0);
   CK(cuStreamDestroy(sa));
