@@ -98,7 +98,8 @@ gpa_status gpa_batch_begin_opts(gpa_queue *q, const char *label, const gpa_batch
  * last sync), makes the batch's readbacks readable, fills stats (nullable),
  * closes the batch and returns its first error (GPA_OK if none). Blocks the
  * calling thread; any thread but the actor's. A destroyed queue can still be
- * synced. Errors: EINVAL, ENOMEM, ESHUTDOWN, ETIMEDOUT, ECANCELED (the
+ * synced: the first sync after the destroy returns the work it left unsynced,
+ * later ones empty stats. Errors: EINVAL, ENOMEM, ESHUTDOWN, ETIMEDOUT, ECANCELED (the
  * batch's readbacks stay unreadable); otherwise the batch's first error. */
 gpa_status gpa_sync_batch(gpa_queue *q, gpa_batch_stats *stats);
 
