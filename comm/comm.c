@@ -1,6 +1,5 @@
 /* Communicators: init, destroy, abort, and the collective calls of any
  * thread (validation, then a message of gpa__coll_class). */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
