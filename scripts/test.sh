@@ -47,7 +47,7 @@ if [ "${GPA_QUICK:-0}" != 1 ]; then
         echo "== valgrind: $c ($(( $(date +%s) - start )) s in)"
         GPA_SIM_MODULE_PATH=build/sim/modules "${vg[@]}" build/sim/$c >/dev/null
       done
-      for t in batch submit_await cuda_faults cuda_sticky cuda_graph custom_kernel actor_churn queue_churn; do
+      for t in batch submit_await cuda_faults cuda_sticky cuda_graph cuda_stream_alloc custom_kernel actor_churn queue_churn; do
         echo "== valgrind: $t on sim ($(( $(date +%s) - start )) s in)"
         GPA_DEVICE=sim GPA_CHURN_PER=3 GPA_QUEUE_CHURN_CYCLES=200 "${vg[@]}" "build/tests/test_$t" >/dev/null
       done

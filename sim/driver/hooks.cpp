@@ -12,16 +12,30 @@ GPA_SIM_API CUresult gpa_sim__enqueue(CUstream h, int (*fn)(void *, char *, size
     CUresult r = gpa_sim__stream_get(ctx, h, &s);
     if (r) return r;
     /* The argument lives as long as the operation: once on a stream, or
-     * in a captured graph for as many launches as it gets (graph.cpp). */
-    auto a = std::shared_ptr<void>(arg, [free_arg](void *p) {
-      if (free_arg) free_arg(p);
-    });
-    gpa_sim__stream_push(s, [ctx, fn, a] {
-      char why[512] = "";
-      if (ctx->sticky.load() == 0 && fn(a.get(), why, sizeof why) != 0)
-        gpa_sim__ctx_set_sticky(ctx, CUDA_ERROR_ILLEGAL_ADDRESS, why);
-      return CUDA_SUCCESS;
-    });
+     * in a captured graph for as many launches as it gets (graph.cpp). If
+     * the push fails, the caller keeps it (it frees it itself). */
+    struct owned {
+      void *p;
+      void (*free_arg)(void *);
+      bool ours = true;
+      ~owned() {
+        if (ours && free_arg) free_arg(p);
+      }
+    };
+    auto a = std::make_shared<owned>();
+    a->p = arg;
+    a->free_arg = free_arg;
+    try {
+      gpa_sim__stream_push(s, [ctx, fn, a] {
+        char why[512] = "";
+        if (ctx->sticky.load() == 0 && fn(a->p, why, sizeof why) != 0)
+          gpa_sim__ctx_set_sticky(ctx, CUDA_ERROR_ILLEGAL_ADDRESS, why);
+        return CUDA_SUCCESS;
+      });
+    } catch (...) {
+      a->ours = false;
+      throw;
+    }
     return CUDA_SUCCESS;
   });
 }
