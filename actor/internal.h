@@ -207,6 +207,7 @@ typedef struct gpa__opts {
   /* process-wide: read once, applied at the first actor (options.c) */
   int32_t host_nt;       /* 0 auto, 1 never stream, 2 always stream */
   int32_t no_membarrier; /* asymmetric fences off (the fallback's tests) */
+  int32_t tgemm_avx512, conv1d_avx512; /* 1 ("0" given): the host tile GEMM / direct conv1d keep to AVX2 (benches) */
   int32_t cuda_no_poll;  /* cuda: completions by host functions only (backends/cuda/backend.c) */
   char blas[256];          /* the host BLAS library ("" = libopenblas.so.0) */
   char blas_coretype[32];  /* its kernel set ("" / "auto" = the best the CPU runs) */

@@ -23,6 +23,8 @@
 
 #include "actor/internal.h"
 #include "kernels/host/blas_lib.h"
+#include "kernels/host/conv1d_direct.h"
+#include "kernels/host/tgemm.h"
 #include "kernels/host/nt_store.h"
 
 void gpa__config_read(const char *path, gpa__opts *vals, bool *set);
@@ -43,7 +45,7 @@ typedef struct opt_def {
 static const char *const full_names[] = {"wait", "fail", NULL};
 static const char *const shutdown_names[] = {"drain", "cancel", NULL};
 static const char *const log_names[] = {"error", "warn", "info", "debug", NULL};
-static const char *const nt_names[] = {"0", "1", NULL}; /* stored as 1, 2: 0 is "auto" */
+static const char *const nt_names[] = {"0", "1", NULL}; /* stored as 1, 2: 0 is "auto" (also the AVX-512 switches) */
 #define FIELD(f) offsetof(gpa__opts, f), sizeof(((gpa__opts *)0)->f)
 #define OPT(env, key, kind, f, names, base, flags) {env, key, kind, names, base, flags, FIELD(f)}
 
@@ -70,6 +72,8 @@ static const opt_def gpa__opt_table[] = {
     OPT("GPA_CUDA_NO_POLL", "cuda_no_poll", OPT_BOOL, cuda_no_poll, NULL, 0, PROCESS),
     OPT("GPA_BLAS", "blas", OPT_PATH, blas, NULL, 0, PROCESS),
     OPT("GPA_BLAS_CORETYPE", "blas_coretype", OPT_PATH, blas_coretype, NULL, 0, PROCESS),
+    OPT("GPA_TGEMM_AVX512", "tgemm_avx512", OPT_ENUM, tgemm_avx512, nt_names, 1, PROCESS),
+    OPT("GPA_CONV1D_AVX512", "conv1d_avx512", OPT_ENUM, conv1d_avx512, nt_names, 1, PROCESS),
 };
 #define N_OPTS (sizeof gpa__opt_table / sizeof gpa__opt_table[0])
 
@@ -175,6 +179,8 @@ static void read_layers(void) {
   apply_layer(&gpa__process, &gpa__layers.env);
   /* The process-wide switches take effect here, before any kernel runs. */
   if (gpa__process.host_nt) gpa__nt_force(gpa__process.host_nt == 2);
+  if (gpa__process.tgemm_avx512 == 1) gpa__tgemm_isa(1); /* "0": AVX2 at most */
+  if (gpa__process.conv1d_avx512 == 1) gpa__conv1d_direct_avx2_only(1);
   gpa__blas_configure(gpa__process.blas, gpa__process.blas_coretype);
 }
 

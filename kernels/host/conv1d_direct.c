@@ -43,9 +43,7 @@ static int use_avx512(void) {
   int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (c < 0) {
     __builtin_cpu_init();
-    c = __builtin_cpu_supports("avx512f") != 0;
-    const char *e = getenv("GPA_CONV1D_AVX512"); /* 0: the AVX2 kernel (benches, tests) */
-    if (e && e[0] == '0') c = 0;
+    c = __builtin_cpu_supports("avx512f") != 0; /* GPA_CONV1D_AVX512=0: avx2_only (options table) */
     __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
   }
   return c;

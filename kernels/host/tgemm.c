@@ -19,16 +19,15 @@ static int isa_cap; /* gpa__tgemm_isa: 0 auto, 1 AVX2 at most, 2 plain C */
 
 void gpa__tgemm_isa(int cap) { __atomic_store_n(&isa_cap, cap, __ATOMIC_RELAXED); }
 
-/* 2: AVX-512F, 1: AVX2+FMA, 0: plain C. GPA_TGEMM_AVX512=0 in the
- * environment keeps the AVX2 kernel (benches). */
+/* 2: AVX-512F, 1: AVX2+FMA, 0: plain C. GPA_TGEMM_AVX512=0 (the options
+ * table) keeps the AVX2 kernel through gpa__tgemm_isa (benches). */
 static int isa(void) {
 #ifdef GPA__HAVE_AVX2_PATH
   static int cached = -1;
   int cap = __atomic_load_n(&isa_cap, __ATOMIC_RELAXED), c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (c < 0) {
     __builtin_cpu_init();
-    const char *e = getenv("GPA_TGEMM_AVX512");
-    c = gpa__cpu_avx2() ? (__builtin_cpu_supports("avx512f") && !(e && e[0] == '0') ? 2 : 1) : 0;
+    c = gpa__cpu_avx2() ? (__builtin_cpu_supports("avx512f") ? 2 : 1) : 0;
     __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
   }
   return cap == 2 ? 0 : cap == 1 && c > 1 ? 1 : c;
