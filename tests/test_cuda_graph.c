@@ -64,6 +64,22 @@ static net net_open(void) {
   return n;
 }
 
+/* The batch's last message: a readback of t into out[N]; then the sync.
+ * Returns how the batch ran (gpa_batch_stats.graph). */
+static uint32_t read_and_sync(net *n, const gpa_tensor *t, float *out) {
+  gpa_handle *rb;
+  CHECK_OK(gpa_readback(n->q, t, &rb));
+  gpa_batch_stats st = {.size = sizeof st};
+  CHECK_OK(gpa_sync_batch(n->q, &st));
+  const void *d;
+  uint64_t size;
+  CHECK_OK(gpa_handle_data(rb, &d, &size));
+  CHECK(size == sizeof(float) * N);
+  memcpy(out, d, size);
+  gpa_handle_release(rb);
+  return st.graph;
+}
+
 /* One step k of kind `kind`; the parameters after it land in out[N].
  * Returns how the batch ran (gpa_batch_stats.graph). */
 static uint32_t step(net *n, uint32_t mode, int k, int kind, float *out) {
@@ -84,17 +100,7 @@ static uint32_t step(net *n, uint32_t mode, int k, int kind, float *out) {
     CHECK_OK(gpa_adamw(n->q, &(gpa_adamw_args){.param = n->p, .grad = n->g, .m = n->m, .v = n->v, .lr = 1e-2 / (1 + k),
                                                 .beta1 = 0.9, .beta2 = 0.999, .weight_decay = 0.01, .step = k + 1},
                        NULL));
-  gpa_handle *rb;
-  CHECK_OK(gpa_readback(n->q, &n->p, &rb));
-  gpa_batch_stats st = {.size = sizeof st};
-  CHECK_OK(gpa_sync_batch(n->q, &st));
-  const void *d;
-  uint64_t size;
-  CHECK_OK(gpa_handle_data(rb, &d, &size));
-  CHECK(size == sizeof(float) * N);
-  memcpy(out, d, size);
-  gpa_handle_release(rb);
-  return st.graph;
+  return read_and_sync(n, &n->p, out);
 }
 
 /* A long batch: 1 upload + 80 ops + 1 readback, three 32-message segments
@@ -118,16 +124,7 @@ static uint32_t long_step(net *n, uint32_t mode, int k, int diverge_at, int awai
       gpa_handle_release(h);
     }
   }
-  gpa_handle *rb;
-  CHECK_OK(gpa_readback(n->q, &n->x, &rb));
-  gpa_batch_stats st = {.size = sizeof st};
-  CHECK_OK(gpa_sync_batch(n->q, &st));
-  const void *d;
-  uint64_t size;
-  CHECK_OK(gpa_handle_data(rb, &d, &size));
-  memcpy(out, d, sizeof(float) * N);
-  gpa_handle_release(rb);
-  return st.graph;
+  return read_and_sync(n, &n->x, out);
 }
 
 static const int schedule[STEPS] = {NORMAL, NORMAL, NORMAL, NORMAL, EXTRA, NORMAL, NORMAL, NORMAL,

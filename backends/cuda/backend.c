@@ -445,11 +445,11 @@ gpa_status gpa__cu_sync(const gpa_op_exec *x) {
 
 /* A record's start event: its own when timed, else only the first of the
  * stream's open group (group_timing). */
-static CUresult start_event(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r) {
+CUresult gpa__cu_start_event(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r) {
   return r->w.timed || !q->open ? C->cu.cuEventRecord(r->ev0, q->s) : CUDA_SUCCESS;
 }
 
-static gpa__cu_rec *rec_get(gpa__cu_ctx *C, const gpa__work *w, char *msg, size_t cap) {
+gpa__cu_rec *gpa__cu_rec_get(gpa__cu_ctx *C, const gpa__work *w, char *msg, size_t cap) {
   gpa__cu_rec *r = C->free_recs;
   if (r) {
     C->free_recs = r->next;
@@ -480,7 +480,7 @@ static gpa__cu_rec *rec_get(gpa__cu_ctx *C, const gpa__work *w, char *msg, size_
   return r;
 }
 
-static void rec_put(gpa__cu_ctx *C, gpa__cu_rec *r) {
+void gpa__cu_rec_put(gpa__cu_ctx *C, gpa__cu_rec *r) {
   stages_put(C, r->stages);
   r->stages = NULL;
   gpa__cu_stage_put(C, r->post.stage);
@@ -525,13 +525,13 @@ static void CUDA_CB done(void *arg) { group_complete(arg, GPA_OK, NULL); }
  * function per message stalled the stream for a round trip to the CPU after
  * every op (a real GPU sat idle between kernels). Returns GPA__DEFERRED, or
  * the error (record released). */
-static gpa_status enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r, char *msg, size_t cap) {
+gpa_status gpa__cu_enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r, char *msg, size_t cap) {
   CUresult e = r->w.timed ? C->cu.cuEventRecord(r->ev1, q->s) : CUDA_SUCCESS;
   if (e != CUDA_SUCCESS) {
     gpa_status st = gpa__cu_check(C, e, "cuEventRecord", msg, cap);
     /* The stream may still read the staging block: let it drain. */
     C->cu.cuStreamSynchronize(q->s);
-    rec_put(C, r);
+    gpa__cu_rec_put(C, r);
     return st;
   }
   if (q->tail) {
@@ -779,7 +779,7 @@ static gpa_status cu_complete(void *bctx, const gpa__work *w, gpa_status st) {
     else if (is_sticky(e)) gpa__cu_check(C, e, "cuEventElapsedTime", NULL, 0);
   }
   if (r->post.kind && st == GPA_OK && !C->failed) st = post_status(r, w);
-  rec_put(C, r);
+  gpa__cu_rec_put(C, r);
   if (C->failed && st == GPA_OK) {
     snprintf(w->err, w->err_cap, "device failed: %s", C->fail_msg);
     return GPA_EDEVICE;
@@ -791,7 +791,7 @@ static gpa_status cu_complete(void *bctx, const gpa__work *w, gpa_status st) {
 
 /* w == NULL (feed ops): enqueue only; the staging waits on q->unfenced for
  * the fence that completes the message. */
-static gpa_status copy(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, bool up, void *host, CUdeviceptr dev,
+gpa_status gpa__cu_copy(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, bool up, void *host, CUdeviceptr dev,
                        uint64_t n) {
   char scratch[GPA__ERR_MAX];
   char *msg = w ? w->err : scratch;
@@ -800,17 +800,17 @@ static gpa_status copy(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, boo
   if (!n) return GPA_OK;
   gpa__cu_rec *r = NULL;
   if (w) {
-    r = rec_get(C, w, msg, cap);
+    r = gpa__cu_rec_get(C, w, msg, cap);
     if (!r) return C->failed ? GPA_EDEVICE : GPA_ENOMEM;
   }
   gpa__cu_stage *s = gpa__cu_stage_get(C, n);
   if (!s) {
-    if (r) rec_put(C, r);
+    if (r) gpa__cu_rec_put(C, r);
     if (C->failed) return failed_state(C, msg, cap);
     snprintf(msg, cap, "out of pinned host memory staging %" PRIu64 " bytes", n);
     return GPA_ENOMEM;
   }
-  CUresult e = r ? start_event(C, q, r) : CUDA_SUCCESS;
+  CUresult e = r ? gpa__cu_start_event(C, q, r) : CUDA_SUCCESS;
   if (up) {
     memcpy(s->p, host, n);
     if (e == CUDA_SUCCESS) e = C->cu.cuMemcpyHtoDAsync(dev, s->p, n, q->s);
@@ -821,7 +821,7 @@ static gpa_status copy(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, boo
   }
   if (e != CUDA_SUCCESS) {
     gpa__cu_stage_put(C, s);
-    if (r) rec_put(C, r);
+    if (r) gpa__cu_rec_put(C, r);
     return gpa__cu_check(C, e, up ? "upload: cuMemcpyHtoDAsync" : "readback: cuMemcpyDtoHAsync", msg, cap);
   }
   if (!r) {
@@ -830,12 +830,7 @@ static gpa_status copy(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, boo
     return GPA_OK;
   }
   r->stages = s;
-  return enqueue_done(C, q, r, msg, cap);
-}
-
-gpa_status gpa__cu_copy_eager(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, bool up, void *host,
-                              CUdeviceptr dev, uint64_t n) {
-  return copy(C, q, w, up, host, dev, n);
+  return gpa__cu_enqueue_done(C, q, r, msg, cap);
 }
 
 static gpa_status graph_or_copy(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, bool up, void *host,
@@ -844,7 +839,7 @@ static gpa_status graph_or_copy(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__wor
     gpa_status st = gpa__cu_graph_copy(C, q, w, up, host, dev, n);
     if (st != GPA__CU_EAGER) return st;
   }
-  return copy(C, q, w, up, host, dev, n);
+  return gpa__cu_copy(C, q, w, up, host, dev, n);
 }
 
 static gpa_status cu_upload(void *bctx, void *bq, const gpa__work *w, void *dst, const void *src, uint64_t n) {
@@ -861,16 +856,16 @@ static gpa_status cu_fence(void *bctx, const gpa__work *w) {
   gpa__cu_queue *q = w->bq;
   if (C->failed) return failed_state(C, w->err, w->err_cap);
   gpa__cu_release(C, q, GPA__RELEASE_OTHER);
-  gpa__cu_rec *r = rec_get(C, w, w->err, w->err_cap);
+  gpa__cu_rec *r = gpa__cu_rec_get(C, w, w->err, w->err_cap);
   if (!r) return C->failed ? GPA_EDEVICE : GPA_ENOMEM;
-  CUresult e = start_event(C, q, r);
+  CUresult e = gpa__cu_start_event(C, q, r);
   if (e != CUDA_SUCCESS) {
-    rec_put(C, r);
+    gpa__cu_rec_put(C, r);
     return gpa__cu_check(C, e, "cuEventRecord", w->err, w->err_cap);
   }
   r->stages = q->unfenced;
   q->unfenced = NULL;
-  return enqueue_done(C, q, r, w->err, w->err_cap);
+  return gpa__cu_enqueue_done(C, q, r, w->err, w->err_cap);
 }
 
 /* ---- ops ------------------------------------------------------------------------------------------- */
@@ -901,11 +896,11 @@ gpa_status gpa__cu_run_eager(gpa__cu_ctx *C, const gpa__work *w, const gpa_op_de
   if (C->failed) return failed_state(C, w->err, w->err_cap);
   gpa__cu_queue *q = w->bq;
   gpa__cu_enter_op(C, q, w, d, impl, x);
-  gpa__cu_rec *r = rec_get(C, w, w->err, w->err_cap);
+  gpa__cu_rec *r = gpa__cu_rec_get(C, w, w->err, w->err_cap);
   if (!r) return C->failed ? GPA_EDEVICE : GPA_ENOMEM;
-  CUresult e = start_event(C, q, r);
+  CUresult e = gpa__cu_start_event(C, q, r);
   if (e != CUDA_SUCCESS) {
-    rec_put(C, r);
+    gpa__cu_rec_put(C, r);
     return gpa__cu_check(C, e, "cuEventRecord", w->err, w->err_cap);
   }
   C->post = (gpa__cu_post){0};
@@ -921,11 +916,11 @@ gpa_status gpa__cu_run_eager(gpa__cu_ctx *C, const gpa__work *w, const gpa_op_de
   }
   if (st != GPA_OK || impl == gpa__cu_fallback) {
     /* Declined, failed, or ran synchronously (the host fallback). */
-    rec_put(C, r);
+    gpa__cu_rec_put(C, r);
     if (st != GPA_OK && st != GPA_SKIP && C->failed && !w->err[0]) failed_state(C, w->err, w->err_cap);
     return st;
   }
-  return enqueue_done(C, q, r, w->err, w->err_cap);
+  return gpa__cu_enqueue_done(C, q, r, w->err, w->err_cap);
 }
 
 static gpa_status cu_run(void *bctx, const gpa__work *w, const gpa_op_desc *d, gpa_op_impl_fn impl,
@@ -937,16 +932,6 @@ static gpa_status cu_run(void *bctx, const gpa__work *w, const gpa_op_desc *d, g
     if (st != GPA__CU_EAGER) return st;
   }
   return gpa__cu_run_eager(C, w, d, impl, x);
-}
-
-/* graph.c's way to the records */
-gpa__cu_rec *gpa__cu_rec_get(gpa__cu_ctx *C, const gpa__work *w, char *msg, size_t cap) {
-  return rec_get(C, w, msg, cap);
-}
-void gpa__cu_rec_put(gpa__cu_ctx *C, gpa__cu_rec *r) { rec_put(C, r); }
-CUresult gpa__cu_start_event(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r) { return start_event(C, q, r); }
-gpa_status gpa__cu_enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r, char *msg, size_t cap) {
-  return enqueue_done(C, q, r, msg, cap);
 }
 
 static gpa_exec_env *cu_env(void *bctx) { return &((gpa__cu_ctx *)bctx)->env; }

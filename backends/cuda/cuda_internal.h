@@ -76,7 +76,6 @@ typedef struct gpa__cu_queue {
   struct gpa__cu_queue *polled_next; /* on C->polled while poll_first */
   /* graphs (graph.c): made at the first batch that asks for them */
   struct gpa__cu_gq *gq;
-  bool graph_listed;
   struct gpa__cu_queue *graph_next; /* on C->graph_queues while gq */
   uint64_t scratch_gen; /* bumped when the scratch block moves: graphs point into it */
   bool scratch_refused; /* a capture needed more scratch than the block has */

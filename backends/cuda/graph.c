@@ -148,12 +148,15 @@ static void entry_clear(gpa__cu_ctx *C, gentry *e) {
 static void hold_drop(gpa__cu_ctx *C, ghold *h) {
   if (h->child) C->cu.cuGraphDestroy(h->child);
   h->child = NULL;
-  if (h->post.stage) stage_free(C, h->post.stage);
+  stage_free(C, h->post.stage);
   h->post = (gpa__cu_post){0};
 }
 
-static struct gpa__cu_gq *gq_of(gpa__cu_queue *q) {
-  if (!q->gq) q->gq = calloc(1, sizeof *q->gq);
+/* q's graph state, made (and q put on C's list) at its first graph batch. */
+static struct gpa__cu_gq *gq_of(gpa__cu_ctx *C, gpa__cu_queue *q) {
+  if (q->gq || !(q->gq = calloc(1, sizeof *q->gq))) return q->gq;
+  q->graph_next = C->graph_queues;
+  C->graph_queues = q;
   return q->gq;
 }
 
@@ -214,7 +217,7 @@ static void run_held(gpa__cu_ctx *C, gpa__cu_queue *q, struct gpa__cu_gq *g) {
       h->x.out = h->ptrs + h->x.n_inputs;
       st = gpa__cu_run_eager(C, &h->w, h->d, h->impl, &h->x);
     } else {
-      st = gpa__cu_copy_eager(C, q, &h->w, h->up, h->host, h->dev, h->n);
+      st = gpa__cu_copy(C, q, &h->w, h->up, h->host, h->dev, h->n);
     }
     if (st != GPA__DEFERRED) complete_direct(C, q, &h->w, st);
   }
@@ -287,7 +290,7 @@ static gpa_status capture_op(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *
              st != GPA_OK ? gpa_status_name(st) : gpa__cu_errstr(&C->cu, e, b, sizeof b), st != GPA_OK ? ": " : "",
              st != GPA_OK ? x->msg : "");
     if (g) C->cu.cuGraphDestroy(g);
-    if (post->stage) stage_free(C, post->stage);
+    stage_free(C, post->stage);
     *post = (gpa__cu_post){0};
     x->msg[0] = 0;
     return st == GPA_SKIP ? GPA_SKIP : GPA__CU_EAGER;
@@ -429,27 +432,24 @@ void gpa__cu_release(void *bctx, void *bq, int why) {
     e->repeats = e->sig == g->sig ? e->repeats + 1 : 1;
     e->sig = g->sig;
   }
-  if (!g->n_hold) {
-    /* nothing held */
-  } else if (C->failed) {
+  bool end = why == GPA__RELEASE_END;
+  if (g->n_hold && C->failed) {
     diverge(C, q, g, "device failed");
-  } else if (g->phase == PH_RECORD && why == GPA__RELEASE_END) {
-    if (!record_segment(C, q, g, e)) diverge(C, q, g, "the recorded graph could not be built or launched");
-  } else if (g->phase == PH_RECORD) {
-    diverge(C, q, g, "a message of the batch was waited on (or other work joined the stream) before its end");
-  } else {
-    diverge(C, q, g, why == GPA__RELEASE_END ? "the batch ended before its recorded sequence"
-                                            : "a message of the batch was waited on before the sequence completed");
+  } else if (g->phase == PH_RECORD && g->n_hold) {
+    if (!end) diverge(C, q, g, "a message of the batch was waited on (or other work joined the stream) before its end");
+    else if (!record_segment(C, q, g, e)) diverge(C, q, g, "the recorded graph could not be built or launched");
+  } else if (g->phase == PH_REPLAY && (g->n_hold || (end && g->pos))) {
+    /* held messages, or segments launched and the rest never came */
+    diverge(C, q, g, end ? "the batch ended before its recorded sequence"
+                         : "a message of the batch was waited on before the sequence completed");
   }
-  if (g->phase == PH_RECORD && why == GPA__RELEASE_END && e->n_steps) {
+  if (g->phase == PH_RECORD && end && e->n_steps) {
     e->complete = true; /* every segment launched */
     e->fails = 0;
     g->outcome = 1;
   }
-  if (g->phase == PH_REPLAY && why == GPA__RELEASE_END && g->pos) /* ended before its recorded sequence */
-    diverge(C, q, g, "the batch ended before its recorded sequence");
   /* After its end the queue's messages belong to no graph batch. */
-  if (why == GPA__RELEASE_END) g->phase = PH_EAGER;
+  if (end) g->phase = PH_EAGER;
 }
 
 void gpa__cu_batch_begin(void *bctx, void *bq, const char *label, int32_t graph) {
@@ -457,13 +457,8 @@ void gpa__cu_batch_begin(void *bctx, void *bq, const char *label, int32_t graph)
   gpa__cu_queue *q = bq;
   if (!graph && !q->gq) return;
   gpa__cu_release(C, q, GPA__RELEASE_END);
-  struct gpa__cu_gq *g = gq_of(q);
+  struct gpa__cu_gq *g = gq_of(C, q);
   if (!g) return; /* out of memory: eager */
-  if (!q->graph_listed) {
-    q->graph_listed = true;
-    q->graph_next = C->graph_queues;
-    C->graph_queues = q;
-  }
   g->phase = PH_EAGER;
   g->cur = NULL;
   g->outcome = 0;
@@ -749,10 +744,7 @@ void gpa__cu_graph_free(gpa__cu_ctx *C, gpa__cu_queue *q) {
   free(g->hold);
   free(g);
   q->gq = NULL;
-  if (q->graph_listed) {
-    gpa__cu_queue **pp = &C->graph_queues;
-    while (*pp && *pp != q) pp = &(*pp)->graph_next;
-    if (*pp) *pp = q->graph_next;
-    q->graph_listed = false;
-  }
+  gpa__cu_queue **pp = &C->graph_queues;
+  while (*pp && *pp != q) pp = &(*pp)->graph_next;
+  if (*pp) *pp = q->graph_next;
 }

@@ -28,8 +28,9 @@ void gpa__cu_enter_op(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, cons
                       gpa_op_impl_fn impl, gpa_op_exec *x);
 gpa_status gpa__cu_run_eager(gpa__cu_ctx *C, const gpa__work *w, const gpa_op_desc *d, gpa_op_impl_fn impl,
                              gpa_op_exec *x);
-gpa_status gpa__cu_copy_eager(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, bool up, void *host,
-                              CUdeviceptr dev, uint64_t n);
+/* A copy on q (upload: up) through pooled staging; w NULL: no completion. */
+gpa_status gpa__cu_copy(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, bool up, void *host, CUdeviceptr dev,
+                        uint64_t n);
 
 /* The backend methods (backend.h). */
 void gpa__cu_batch_begin(void *bctx, void *bq, const char *label, int32_t graph);
