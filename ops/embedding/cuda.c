@@ -2,7 +2,8 @@
  * selects the _bf16 kernels. The ids are checked on the device
  * (gpa__cu_check_index); the outcome is read when the op completes, so
  * nothing synchronizes here. The backward sorts (id, row) keys with a
- * bitonic network and sums each id's rows in order: deterministic. */
+ * bitonic network and sums each id's rows in chunks of sorted positions,
+ * then the cut runs' parts in chunk order: deterministic. */
 #include "backends/cuda/cuda_ops.h"
 #include "ops/cuda_kernels.h"
 #include "ops/embedding/embedding.h"
@@ -25,22 +26,34 @@ gpa_status gpa__emb_fwd_cu(const gpa_op_exec *x) {
  * 32 KiB, under the 48 KiB a block gets without opting in). */
 #define GPA__EMB_SORT_BLOCK_MAX 4096
 
+/* Sorted positions per block of gpa_emb_bwd_f32 (GPA_EMB_CHUNK in
+ * kernels/cuda/embedding.cu). */
+#define GPA__EMB_CHUNK 32
+
 gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x) {
   const gpa_tensor *ids = &x->inputs[1], *dt = &x->outputs[0];
   long long n = ids->shape[0] * ids->shape[1], v = dt->shape[0], d = dt->shape[1];
   int acc = (int)((const gpa__emb_params *)x->params)->accumulate;
   if (v <= 0 || d <= 0) return GPA_OK;
-  long long npow2 = 1;
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  /* the runs add into dtable: zeros unless accumulating */
+  if (!acc) {
+    CUresult e = C->cu.cuMemsetD32Async(GPA__DP(x->out[0]), 0, (size_t)(v * d), (CUstream)x->stream);
+    GPA__CU_TRY(gpa__cu_check(C, e, "embedding_bwd: cuMemsetD32Async", x->msg, x->msg_size));
+  }
+  if (n <= 0) return GPA_OK;
+  long long npow2 = 1, chunks = (n + GPA__EMB_CHUNK - 1) / GPA__EMB_CHUNK;
   while (npow2 < n) npow2 *= 2;
-  CUdeviceptr scr = gpa__cu_scratch(x, GPA__CU_INDEX_RES_BYTES + (uint64_t)(n > 0 ? npow2 : 1) * 8);
+  uint64_t key_bytes = (uint64_t)npow2 * 8, part_bytes = (uint64_t)chunks * 2 * (uint64_t)d * 8;
+  CUdeviceptr scr = gpa__cu_scratch(x, GPA__CU_INDEX_RES_BYTES + key_bytes + part_bytes);
   if (!scr) return GPA_ENOMEM;
-  CUdeviceptr res = scr, keys = scr + GPA__CU_INDEX_RES_BYTES;
+  CUdeviceptr res = scr, keys = scr + GPA__CU_INDEX_RES_BYTES, part = keys + key_bytes;
   GPA__CU_TRY(gpa__cu_check_index(x, res, x->in[1], n, v, 0, 0, GPA__CU_POST_IDS2D, "embedding_bwd", ids->shape[1], v));
   void *ip = x->in[1], *dy = x->in[0], *out = x->out[0];
   void *ak[] = {&keys, &ip, &n, &npow2};
-  if (n > 0 && npow2 <= GPA__EMB_SORT_BLOCK_MAX) {
+  if (npow2 <= GPA__EMB_SORT_BLOCK_MAX) {
     GPA__CU_TRY(gpa__cu_launch(x, GPA__K_EMB_SORT_BLOCK, 1, 1, 1, 1024, 1, (unsigned)(npow2 * 8), ak));
-  } else if (n > 0) {
+  } else {
     unsigned grid = gpa__cu_blocks(x, npow2, GPA__CU_THREADS);
     GPA__CU_TRY(gpa__cu_launch(x, GPA__K_EMB_KEYS, grid, 1, 1, GPA__CU_THREADS, 1, 0, ak));
     for (long long k = 2; k <= npow2; k *= 2)
@@ -49,7 +62,12 @@ gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x) {
         GPA__CU_TRY(gpa__cu_launch(x, GPA__K_EMB_BITONIC, grid, 1, 1, GPA__CU_THREADS, 1, 0, ab));
       }
   }
-  void *args[] = {&out, &dy, &keys, &n, &v, &d, &acc};
+  unsigned threads = d >= 128 ? 128 : (unsigned)((d + 31) / 32 * 32);
+  void *args[] = {&out, &part, &dy, &keys, &n, &v, &d};
   int id = x->inputs[0].dtype == GPA_BF16 ? GPA__K_EMB_BWD_BF : GPA__K_EMB_BWD;
-  return gpa__cu_launch(x, id, gpa__cu_blocks(x, v * d, GPA__CU_THREADS), 1, 1, GPA__CU_THREADS, 1, 0, args);
+  GPA__CU_TRY(gpa__cu_launch(x, id, (unsigned)chunks, 1, 1, threads, 1, 0, args));
+  if (chunks == 1) return GPA_OK; /* no run is cut */
+  void *aj[] = {&out, &part, &keys, &n, &v, &d};
+  return gpa__cu_launch(x, GPA__K_EMB_BWD_JOIN, gpa__cu_blocks(x, chunks * d, GPA__CU_THREADS), 1, 1,
+                        GPA__CU_THREADS, 1, 0, aj);
 }

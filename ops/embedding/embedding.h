@@ -21,6 +21,7 @@ gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x);
   K(EMB_BITONIC, emb, gpa_emb_bitonic) \
   K(EMB_SORT_BLOCK, emb, gpa_emb_sort_block) \
   K(EMB_BWD, emb, gpa_emb_bwd_f32)     \
+  K(EMB_BWD_JOIN, emb, gpa_emb_bwd_join) \
   K(EMB_FWD_BF, emb, gpa_emb_fwd_bf16) \
   K(EMB_BWD_BF, emb, gpa_emb_bwd_bf16)
 
