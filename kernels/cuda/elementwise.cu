@@ -263,30 +263,63 @@ extern "C" __global__ void gpa_gelu_bwd_bf16(gpa_bf16 *dx, const gpa_bf16 *x, co
 
 /* ---- optimizers ------------------------------------------------------------------------------------ */
 
-/* AdamW; scalars formed on the host in double, as the host kernel does. */
+/* AdamW; scalars formed on the host in double, as the host kernel does.
+ * Four values per 16-byte access when `vec` (GPA_F4_LOOP): seven streams
+ * of scalar accesses kept too few bytes in flight (0.86 of the copy on an
+ * H100, session 6). */
+static __device__ __forceinline__ void adamw_one(float &po, float &mo, float &vo, float p, float g, float m, float v,
+                                                 float decay, float b1, float c1, float b2, float c2,
+                                                 float step_size, float inv_bc2_sqrt, float eps) {
+  mo = b1 * m + c1 * g;
+  vo = b2 * v + c2 * g * g;
+  po = p * decay - step_size * mo / (sqrtf(vo) * inv_bc2_sqrt + eps);
+}
+
 extern "C" __global__ void gpa_adamw_f32(float *po, float *mo, float *vo, const float *p, const float *g,
                                          const float *m, const float *v, long long n, float decay, float b1,
                                          float c1, float b2, float c2, float step_size, float inv_bc2_sqrt,
-                                         float eps) {
-  GS_LOOP(i, n) {
-    const float gi = g[i];
-    const float mi = b1 * m[i] + c1 * gi;
-    const float vi = b2 * v[i] + c2 * gi * gi;
-    const float pi = p[i] * decay;
-    po[i] = pi - step_size * mi / (sqrtf(vi) * inv_bc2_sqrt + eps);
-    mo[i] = mi;
-    vo[i] = vi;
-  }
+                                         float eps, int vec) {
+#define F4(a, i0) *reinterpret_cast<const float4 *>((a) + (i0))
+#define CH(i0)                                                                                   \
+  const float4 p4 = F4(p, i0), g4 = F4(g, i0), m4 = F4(m, i0), v4 = F4(v, i0);                  \
+  float4 a, b, c;                                                                                \
+  adamw_one(a.x, b.x, c.x, p4.x, g4.x, m4.x, v4.x, decay, b1, c1, b2, c2, step_size, inv_bc2_sqrt, eps); \
+  adamw_one(a.y, b.y, c.y, p4.y, g4.y, m4.y, v4.y, decay, b1, c1, b2, c2, step_size, inv_bc2_sqrt, eps); \
+  adamw_one(a.z, b.z, c.z, p4.z, g4.z, m4.z, v4.z, decay, b1, c1, b2, c2, step_size, inv_bc2_sqrt, eps); \
+  adamw_one(a.w, b.w, c.w, p4.w, g4.w, m4.w, v4.w, decay, b1, c1, b2, c2, step_size, inv_bc2_sqrt, eps); \
+  *reinterpret_cast<float4 *>(po + (i0)) = a;                                                    \
+  *reinterpret_cast<float4 *>(mo + (i0)) = b;                                                    \
+  *reinterpret_cast<float4 *>(vo + (i0)) = c;
+#define ONE(i) adamw_one(po[i], mo[i], vo[i], p[i], g[i], m[i], v[i], decay, b1, c1, b2, c2, step_size, inv_bc2_sqrt, eps);
+  GPA_F4_LOOP(n, vec, CH, ONE);
+#undef CH
+#undef ONE
+}
+
+static __device__ __forceinline__ void sgd_one(float &po, float &bo, float p, float g, float b, float lr, float mu,
+                                               float wd, int nesterov) {
+  const float gi = g + wd * p;
+  const float bi = mu * b + gi;
+  po = p - lr * (nesterov ? gi + mu * bi : bi);
+  bo = bi;
 }
 
 extern "C" __global__ void gpa_sgd_f32(float *po, float *bo, const float *p, const float *g, const float *b,
-                                       long long n, float lr, float mu, float wd, int nesterov) {
-  GS_LOOP(i, n) {
-    const float gi = g[i] + wd * p[i];
-    const float bi = mu * b[i] + gi;
-    po[i] = p[i] - lr * (nesterov ? gi + mu * bi : bi);
-    bo[i] = bi;
-  }
+                                       long long n, float lr, float mu, float wd, int nesterov, int vec) {
+#define CH(i0)                                                                    \
+  const float4 p4 = F4(p, i0), g4 = F4(g, i0), b4 = F4(b, i0);                    \
+  float4 a, c;                                                                    \
+  sgd_one(a.x, c.x, p4.x, g4.x, b4.x, lr, mu, wd, nesterov);                      \
+  sgd_one(a.y, c.y, p4.y, g4.y, b4.y, lr, mu, wd, nesterov);                      \
+  sgd_one(a.z, c.z, p4.z, g4.z, b4.z, lr, mu, wd, nesterov);                      \
+  sgd_one(a.w, c.w, p4.w, g4.w, b4.w, lr, mu, wd, nesterov);                      \
+  *reinterpret_cast<float4 *>(po + (i0)) = a;                                     \
+  *reinterpret_cast<float4 *>(bo + (i0)) = c;
+#define ONE(i) sgd_one(po[i], bo[i], p[i], g[i], b[i], lr, mu, wd, nesterov);
+  GPA_F4_LOOP(n, vec, CH, ONE);
+#undef CH
+#undef ONE
+#undef F4
 }
 
 /* bf16 storage of the optimizers: grad (g_bf) and/or param (p_bf, then po

@@ -35,12 +35,7 @@ gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x) {
   long long n = ids->shape[0] * ids->shape[1], v = dt->shape[0], d = dt->shape[1];
   int acc = (int)((const gpa__emb_params *)x->params)->accumulate;
   if (v <= 0 || d <= 0) return GPA_OK;
-  gpa__cu_ctx *C = gpa__cu_of(x);
-  /* the runs add into dtable: zeros unless accumulating */
-  if (!acc) {
-    CUresult e = C->cu.cuMemsetD32Async(GPA__DP(x->out[0]), 0, (size_t)(v * d), (CUstream)x->stream);
-    GPA__CU_TRY(gpa__cu_check(C, e, "embedding_bwd: cuMemsetD32Async", x->msg, x->msg_size));
-  }
+  if (!acc) GPA__CU_TRY(gpa__cu_zero_f32(x, x->out[0], v * d)); /* the runs add into dtable */
   if (n <= 0) return GPA_OK;
   long long npow2 = 1, chunks = (n + GPA__EMB_CHUNK - 1) / GPA__EMB_CHUNK;
   while (npow2 < n) npow2 *= 2;

@@ -16,9 +16,13 @@ gpa_status gpa__adamw_cu(const gpa_op_exec *x) {
   float decay = (float)(1.0 - lr * wd), fb1 = (float)b1, c1 = (float)(1.0 - b1), fb2 = (float)b2,
         c2 = (float)(1.0 - b2), ss = (float)(lr / bc1), ib = (float)(1.0 / sqrt(bc2)), fe = (float)eps;
   void *po = x->out[0], *mo = x->out[1], *vo = x->out[2], *p = x->in[0], *g = x->in[1], *m = x->in[2], *v = x->in[3];
-  int pbf = x->inputs[0].dtype == GPA_BF16, gbf = x->inputs[1].dtype == GPA_BF16;
+  int pbf = x->inputs[0].dtype == GPA_BF16, gbf = x->inputs[1].dtype == GPA_BF16, vec = gpa__cu_aligned16(x);
+  if (!pbf && !gbf) {
+    void *args[] = {&po, &mo, &vo, &p, &g, &m, &v, &n, &decay, &fb1, &c1, &fb2, &c2, &ss, &ib, &fe, &vec};
+    return gpa__cu_launch1d(x, GPA__K_ADAMW, vec ? (n + 3) / 4 : n, args);
+  }
   void *args[] = {&po, &mo, &vo, &p, &g, &m, &v, &n, &decay, &fb1, &c1, &fb2, &c2, &ss, &ib, &fe, &pbf, &gbf};
-  return gpa__cu_launch1d(x, pbf || gbf ? GPA__K_ADAMW_BF : GPA__K_ADAMW, n, args);
+  return gpa__cu_launch1d(x, GPA__K_ADAMW_BF, n, args);
 }
 
 gpa_status gpa__sgd_cu(const gpa_op_exec *x) {
@@ -27,7 +31,11 @@ gpa_status gpa__sgd_cu(const gpa_op_exec *x) {
   float lr = (float)pa->lr, mu = (float)pa->momentum, wd = (float)pa->weight_decay;
   int nest = (int)pa->nesterov;
   void *po = x->out[0], *bo = x->out[1], *p = x->in[0], *g = x->in[1], *b = x->in[2];
-  int pbf = x->inputs[0].dtype == GPA_BF16, gbf = x->inputs[1].dtype == GPA_BF16;
+  int pbf = x->inputs[0].dtype == GPA_BF16, gbf = x->inputs[1].dtype == GPA_BF16, vec = gpa__cu_aligned16(x);
+  if (!pbf && !gbf) {
+    void *args[] = {&po, &bo, &p, &g, &b, &n, &lr, &mu, &wd, &nest, &vec};
+    return gpa__cu_launch1d(x, GPA__K_SGD, vec ? (n + 3) / 4 : n, args);
+  }
   void *args[] = {&po, &bo, &p, &g, &b, &n, &lr, &mu, &wd, &nest, &pbf, &gbf};
-  return gpa__cu_launch1d(x, pbf || gbf ? GPA__K_SGD_BF : GPA__K_SGD, n, args);
+  return gpa__cu_launch1d(x, GPA__K_SGD_BF, n, args);
 }
