@@ -33,20 +33,30 @@ extern "C" __global__ void gpa_idx_fetch(const int *idx, unsigned long long *res
   if (threadIdx.x == 0 && blockIdx.x == 0 && res[0] != NONE) res[1] = (unsigned long long)(long long)idx[res[0]];
 }
 
-extern "C" __global__ void gpa_emb_fwd_f32(float *y, const int *ids, const float *table, long long n, long long d,
-                                           long long v) {
-  GS_LOOP(i, n * d) {
-    const long long id = ids[i / d];
-    y[i] = id >= 0 && id < v ? table[id * d + i % d] : 0.0f;
+/* Row copies. `w` (1, or 4 for f32 / 8 for bf16: 16 bytes) values move per
+ * access: the host passes w > 1 when d is a multiple of it and y and the
+ * table are 16-byte aligned (the row loads stay 16-byte aligned). A 4-byte
+ * copy per thread with a 64-bit division per value kept the op under the
+ * copy bandwidth the rest of the step's memory-bound ops reach (issue 25). */
+template <typename V>
+static __device__ void emb_fwd_rows(V *y, const int *ids, const V *table, long long n, long long dw, long long v) {
+  GS_LOOP(i, n * dw) {
+    const long long row = i / dw, id = ids[row];
+    if (id >= 0 && id < v) y[i] = table[id * dw + (i - row * dw)];
+    else y[i] = V();
   }
 }
 
+extern "C" __global__ void gpa_emb_fwd_f32(float *y, const int *ids, const float *table, long long n, long long d,
+                                           long long v, int w) {
+  if (w > 1) emb_fwd_rows((float4 *)y, ids, (const float4 *)table, n, d / w, v);
+  else emb_fwd_rows(y, ids, table, n, d, v);
+}
+
 extern "C" __global__ void gpa_emb_fwd_bf16(gpa_bf16 *y, const int *ids, const gpa_bf16 *table, long long n,
-                                            long long d, long long v) {
-  GS_LOOP(i, n * d) {
-    const long long id = ids[i / d];
-    y[i] = id >= 0 && id < v ? table[id * d + i % d] : (gpa_bf16)0;
-  }
+                                            long long d, long long v, int w) {
+  if (w > 1) emb_fwd_rows((uint4 *)y, ids, (const uint4 *)table, n, d / w, v);
+  else emb_fwd_rows(y, ids, table, n, d, v);
 }
 
 /* Sort key of position i: (id, position), past n the largest key. */

@@ -16,10 +16,12 @@ gpa_status gpa__emb_fwd_cu(const gpa_op_exec *x) {
   if (!res) return GPA_ENOMEM;
   GPA__CU_TRY(gpa__cu_check_index(x, res, x->in[0], n, v, 0, 0, GPA__CU_POST_IDS2D, "embedding_fwd", ids->shape[1], v));
   void *y = x->out[0], *ip = x->in[0], *tp = x->in[1];
-  void *args[] = {&y, &ip, &tp, &n, &d, &v};
   if (n * d <= 0) return GPA_OK;
-  int id = tab->dtype == GPA_BF16 ? GPA__K_EMB_FWD_BF : GPA__K_EMB_FWD;
-  return gpa__cu_launch(x, id, gpa__cu_blocks(x, n * d, GPA__CU_THREADS), 1, 1, GPA__CU_THREADS, 1, 0, args);
+  int bf = tab->dtype == GPA_BF16, w = bf ? 8 : 4; /* values per 16 bytes */
+  if (d % w || ((uintptr_t)y & 15) || ((uintptr_t)tp & 15)) w = 1;
+  void *args[] = {&y, &ip, &tp, &n, &d, &v, &w};
+  return gpa__cu_launch(x, bf ? GPA__K_EMB_FWD_BF : GPA__K_EMB_FWD, gpa__cu_blocks(x, n * d / w, GPA__CU_THREADS), 1,
+                        1, GPA__CU_THREADS, 1, 0, args);
 }
 
 /* Keys sorted by one block in shared memory up to this many (8 bytes each:
