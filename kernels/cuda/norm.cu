@@ -77,17 +77,45 @@ extern "C" __global__ void gpa_ln_fwd_f32(const float *__restrict__ x, const flo
   }
 }
 
-extern "C" __global__ void gpa_ln_bwd_cols_f32(const float *__restrict__ part, float *__restrict__ dgamma,
-                                               float *__restrict__ dbeta, int d, int nblk) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= d) return;
+/* dgamma/dbeta from the partials: a block of 32 columns x LN_SLICES
+ * slices; slice s adds partials s, s + LN_SLICES, ... in double (loads of
+ * four partials issued before their adds: one memory latency per four
+ * instead of per partial), then slice 0 adds the slices in order. The
+ * order is fixed by nblk: deterministic. One thread per column adding
+ * every partial in turn was latency bound when nblk is large. */
+#define LN_SLICES 8
+extern "C" __global__ void __launch_bounds__(32 * LN_SLICES)
+    gpa_ln_bwd_cols_f32(const float *__restrict__ part, float *__restrict__ dgamma, float *__restrict__ dbeta, int d,
+                        int nblk) {
+  __shared__ double sg[LN_SLICES][32], sb[LN_SLICES][32];
+  const int tx = threadIdx.x, ty = threadIdx.y, j = blockIdx.x * 32 + tx;
   double g = 0.0, b = 0.0;
-  for (int k = 0; k < nblk; k++) {
-    g += (double)part[(long long)k * 2 * d + j];
-    b += (double)part[(long long)k * 2 * d + d + j];
+  if (j < d) {
+    int k = ty;
+    for (; k + 3 * LN_SLICES < nblk; k += 4 * LN_SLICES) {
+      float pg[4], pb[4];
+GPA_UNROLL
+      for (int u = 0; u < 4; u++) {
+        const long long o = (long long)(k + u * LN_SLICES) * 2 * d + j;
+        pg[u] = part[o];
+        pb[u] = part[o + d];
+      }
+GPA_UNROLL
+      for (int u = 0; u < 4; u++) g += (double)pg[u], b += (double)pb[u];
+    }
+    for (; k < nblk; k += LN_SLICES) {
+      g += (double)part[(long long)k * 2 * d + j];
+      b += (double)part[(long long)k * 2 * d + d + j];
+    }
   }
-  dgamma[j] = (float)g;
-  dbeta[j] = (float)b;
+  sg[ty][tx] = g;
+  sb[ty][tx] = b;
+  __syncthreads();
+  if (ty == 0 && j < d) {
+    for (int s2 = 1; s2 < LN_SLICES; s2++) g += sg[s2][tx], b += sb[s2][tx];
+    dgamma[j] = (float)g;
+    dbeta[j] = (float)b;
+  }
 }
 
 /* ---- bf16 storage: x, y, dy, dx bf16; gamma, beta, mean, rstd and the
@@ -259,7 +287,27 @@ static __device__ void ln_part(const T *__restrict__ x, const T *__restrict__ dy
     float g[V], b[V];
 GPA_UNROLL
     for (int k = 0; k < V; k++) g[k] = b[k] = 0.0f;
-    for (long long r = r0; r < r1; r++) {
+    /* rows in fours: the four rows' loads issued before their sums (one
+     * memory latency per four rows); the sums in row order as before */
+    long long r = r0;
+    for (; r + 4 <= r1; r += 4) {
+      float xv[4][V], dv[4][V], m[4], rs[4];
+GPA_UNROLL
+      for (int u = 0; u < 4; u++) {
+        ln_ldv(x + (r + u) * d + j, xv[u]);
+        ln_ldv(dy + (r + u) * d + j, dv[u]);
+        m[u] = mean[r + u], rs[u] = rstd[r + u];
+      }
+GPA_UNROLL
+      for (int u = 0; u < 4; u++)
+GPA_UNROLL
+        for (int k = 0; k < V; k++) {
+          const float xh = (xv[u][k] - m[u]) * rs[u];
+          g[k] += dv[u][k] * xh;
+          b[k] += dv[u][k];
+        }
+    }
+    for (; r < r1; r++) {
       float xv[V], dv[V];
       ln_ldv(x + r * d + j, xv);
       ln_ldv(dy + r * d + j, dv);

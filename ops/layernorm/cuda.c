@@ -9,7 +9,21 @@
 #include "ops/layernorm/layernorm.h"
 
 #define WARPS 4 /* per forward/dx block */
-#define PART_ROWS 64     /* rows per dgamma/dbeta partial */
+#define LN_SLICES 8 /* y threads of the dgamma/dbeta column kernel (norm.cu) */
+
+/* Rows per dgamma/dbeta partial: up to 64, fewer while that leaves under
+ * 32768 threads of 16-byte columns for the partials (n * d / 4 / rows),
+ * so small layers (the main job's 4096 x 96) still fill the GPU instead of
+ * 64 blocks walking 64 rows each; at least 4, and few enough blocks for
+ * gridDim.y. Depends on n and d only, not on the access width: the vector
+ * and scalar paths' sums stay the same bit for bit (test_membound_vec). */
+static int part_rows(long long n, int d) {
+  long long rows = n * d / (4 * 32768);
+  if (rows > 64) rows = 64;
+  if (rows < 4) rows = 4;
+  if (rows < (n + 65534) / 65535) rows = (n + 65534) / 65535;
+  return (int)rows;
+}
 /* Rows from which the forward (and dx) holds a row in registers (a block per row)
  * instead of reading it twice with a lane group: 4 KiB of x (below, the
  * lane groups' rows stay in L1 between the two reads). A guess from the
@@ -81,15 +95,16 @@ gpa_status gpa__ln_bwd_cu(const gpa_op_exec *x) {
           : gpa__cu_launch(x, bf ? GPA__K_LN_BWD_DX_BF : GPA__K_LN_BWD_DX, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1,
                            32, WARPS, 0, a1);
   if (st != GPA_OK) return st;
-  int rows = PART_ROWS, nblk = (int)((n + rows - 1) / rows);
+  int cols = vec_rows ? d / v : d; /* threads across a row */
+  int rows = part_rows(n, d), nblk = (int)((n + rows - 1) / rows);
   CUdeviceptr part = gpa__cu_scratch(x, (uint64_t)nblk * 2 * (uint64_t)d * sizeof(float));
   if (!part) return GPA_ENOMEM;
   void *a2[] = {&xx, &dy, &m, &r, &part, &n, &d, &rows, &vec_rows};
-  int cols = vec_rows ? d / v : d; /* threads across a row */
-  st = gpa__cu_launch(x, bf ? GPA__K_LN_BWD_PART_BF : GPA__K_LN_BWD_PART, (unsigned)((cols + 127) / 128),
-                      (unsigned)nblk, 1, 128, 1, 0, a2);
+  unsigned pt = cols >= 128 ? 128 : (unsigned)(cols + 31) / 32 * 32;
+  st = gpa__cu_launch(x, bf ? GPA__K_LN_BWD_PART_BF : GPA__K_LN_BWD_PART, (unsigned)((cols + pt - 1) / pt),
+                      (unsigned)nblk, 1, pt, 1, 0, a2);
   if (st != GPA_OK) return st;
   void *a3[] = {&part, &dg, &db, &d, &nblk};
-  return gpa__cu_launch(x, GPA__K_LN_BWD_COLS, (unsigned)((d + 127) / 128), 1, 1, 128, 1, 0, a3);
+  return gpa__cu_launch(x, GPA__K_LN_BWD_COLS, (unsigned)((d + 31) / 32), 1, 1, 32, LN_SLICES, 0, a3);
 }
 
