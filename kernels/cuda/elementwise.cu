@@ -1,7 +1,8 @@
 /* Memory-bound kernels of the CUDA backend: elementwise ops, GELU and the
  * optimizers (fp32), and bf16 storage variants of the elementwise ops and
  * GELU (fp32 math, eight values per 16-byte access) and of the optimizers
- * (bf16 grad and/or param, scalar like their fp32 kernels). Grid-stride loops over 64-bit indices; the host side caps the grid
+ * (bf16 grad and/or param, scalar loads; the fp32 optimizers take 16-byte
+ * accesses when aligned). Grid-stride loops over 64-bit indices; the host side caps the grid
  * (backends/cuda/kernels.c). Semantics and formulas follow kernels/host/. */
 #include "gpa_bf16.h"
 
