@@ -1,7 +1,8 @@
 /* gpa-bench cuda_*: the CUDA backend's kernels timed on the device (CUDA
  * events around each op, the batch's device time), through the actor.
- *   cuda_membound: add, gelu_fwd/bwd (erf), layernorm_fwd/bwd (f32 and bf16)
- *     and adamw (f32) as GB/s (each input read once, each output written
+ *   cuda_membound: add, gelu_fwd/bwd (erf), layernorm_fwd/bwd (f32 and bf16),
+ *     adamw and sgd (f32), embedding_fwd/bwd, cross_entropy_fwd/bwd,
+ *     add_broadcast_fwd and mask_zero (f32 and bf16) as GB/s (each input read once, each output written
  *     once), against the built-in copy op of n floats, which is one
  *     cuMemcpyDtoDAsync: the device-to-device copy bandwidth measured in the
  *     same run; with GPA_BENCH_MEMBOUND_TORCH naming bench/membound_torch.py
@@ -66,6 +67,31 @@ static gpa_tensor f32(cb *c, int rank, const int64_t *shape) {
   return t;
 }
 
+/* i32 values in [0, v) (ids, targets) or u8 values 0/1 (a mask), uploaded. */
+static gpa_tensor ints(cb *c, int dt, int rank, const int64_t *shape, int64_t v, uint64_t *seed) {
+  gpa_tensor t = {0};
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= shape[i], t.shape[i] = shape[i];
+  t.rank = (uint32_t)rank;
+  t.dtype = dt;
+  size_t es = dt == GPA_U8 ? 1 : 4;
+  void *h = malloc((size_t)n * es);
+  if (!h || gpa_buffer_acquire(c->a, NULL, (uint64_t)n * es, &t.buffer) != GPA_OK) {
+    fprintf(stderr, "gpa-bench cuda_*: %s\n", gpa_last_error_message());
+    exit(1);
+  }
+  for (int64_t i = 0; i < n; i++) {
+    *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+    int64_t r = (int64_t)((*seed >> 33) % (uint64_t)v);
+    if (dt == GPA_U8) ((uint8_t *)h)[i] = (uint8_t)r;
+    else ((int32_t *)h)[i] = (int32_t)r;
+  }
+  gpa_upload(c->q, &t, h, (uint64_t)n * es, 0, NULL);
+  gpa_sync_batch(c->q, NULL);
+  free(h);
+  return t;
+}
+
 /* Best over reps of the device time per op, k ops per batch. */
 static double op_ns(cb *c, const gpa_op_call *call, int k, int reps) {
   double best = 1e300;
@@ -121,6 +147,70 @@ static const char *extra_of(cb *c, char *buf, size_t n, double ns, double torch_
   if (torch_us_ <= 0) return c->note;
   snprintf(buf, n, "%s,\"torch_ns\":%.1f,\"torch_ratio\":%.4f", c->note, torch_us_ * 1e3, torch_us_ * 1e3 / ns);
   return buf;
+}
+
+/* The rest of issue 25's memory-bound ops at the same size: sgd (f32),
+ * embedding fwd/bwd (16384 ids of a 32000-row table of width D; dtable f32),
+ * cross-entropy fwd/bwd (N rows of D classes), add_broadcast_fwd and
+ * mask_zero ([N/128, 128, D]); bytes: each input read once, each output
+ * written once. */
+static void membound_more(cb *c, int dt, int64_t N, int64_t D, int k, int reps, double ref, double ref_bytes,
+                          const torch_fig *tf, int ntf, uint64_t *seed) {
+  const int bf = dt == GPA_BF16;
+  const double es = bf ? 2.0 : 4.0, n = (double)N * (double)D;
+  const int64_t V = c->sim ? 1000 : 32000, B = N / 128;
+  int64_t sh[2] = {N, D}, sh3[3] = {B, 128, D}, ids2[2] = {B, 128}, tab[2] = {V, D}, bd[2] = {B, D}, rows[1] = {N};
+  char shape[64], extra[512];
+  const char *dn = bf ? "bf16" : "f32";
+  snprintf(shape, sizeof shape, "%s %lldx%lld", dn, (long long)N, (long long)D);
+  gpa_tensor x = gpa_bench_device_tensor(c->a, c->q, dt, 2, sh, seed), y = gpa_bench_device_tensor(c->a, c->q, dt, 2, sh, seed);
+  gpa_tensor p = gpa_bench_device_tensor(c->a, c->q, GPA_F32, 2, sh, seed);
+  gpa_tensor gr = gpa_bench_device_tensor(c->a, c->q, GPA_F32, 2, sh, seed);
+  gpa_tensor bu = gpa_bench_device_tensor(c->a, c->q, GPA_F32, 2, sh, seed);
+  gpa_tensor t = gpa_bench_device_tensor(c->a, c->q, dt, 2, tab, seed);
+  gpa_tensor dtab = gpa_bench_device_tensor(c->a, c->q, GPA_F32, 2, tab, seed);
+  gpa_tensor v = gpa_bench_device_tensor(c->a, c->q, dt, 2, bd, seed);
+  gpa_tensor ids = ints(c, GPA_I32, 2, ids2, V, seed), tg = ints(c, GPA_I32, 1, rows, D, seed);
+  gpa_tensor mask = ints(c, GPA_U8, 2, ids2, 2, seed);
+  gpa_tensor loss = gpa_bench_device_tensor(c->a, c->q, GPA_F32, 1, (int64_t[]){1}, seed);
+  gpa_tensor x3 = x, y3 = y;
+  x3.rank = y3.rank = 3;
+  memcpy(x3.shape, sh3, sizeof sh3);
+  memcpy(y3.shape, sh3, sizeof sh3);
+  struct {
+    const char *name, *op;
+    gpa_tensor in[4];
+    uint32_t nin;
+    gpa_tensor out[2];
+    uint32_t nout;
+    gpa_attr attr[2];
+    uint32_t nattr;
+    double bytes;
+    int f32_only;
+  } cases[] = {
+      {"cuda_sgd", "sgd", {p, gr, bu}, 3, {p, bu}, 2,
+       {{"lr", GPA_ATTR_FLOAT, 0, 1e-3}, {"momentum", GPA_ATTR_FLOAT, 0, 0.9}}, 2, 20.0 * n, 1},
+      {"cuda_embedding_fwd", "embedding_fwd", {ids, t}, 2, {y3}, 1, {{0}}, 0, 2 * es * n + 4.0 * N, 0},
+      {"cuda_embedding_bwd", "embedding_bwd", {y3, ids}, 2, {dtab}, 1, {{0}}, 0, es * n + 4.0 * N + 4.0 * V * D, 0},
+      {"cuda_cross_entropy_fwd", "cross_entropy_fwd", {x, tg}, 2, {loss}, 1, {{0}}, 0, es * n + 4.0 * N, 0},
+      {"cuda_cross_entropy_bwd", "cross_entropy_bwd", {x, tg}, 2, {y}, 1, {{0}}, 0, 2 * es * n + 4.0 * N, 0},
+      {"cuda_add_broadcast_fwd", "add_broadcast_fwd", {x3, v}, 2, {y3}, 1, {{0}}, 0, 2 * es * n + es * B * D, 0},
+      {"cuda_mask_zero", "mask_zero", {x3, mask}, 2, {y3}, 1, {{0}}, 0, 2 * es * n + (double)N, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (bf && cases[i].f32_only) continue;
+    gpa_op_call call = {cases[i].op, cases[i].in, cases[i].nin, cases[i].out, cases[i].nout, cases[i].attr,
+                        cases[i].nattr};
+    double ns = op_ns(c, &call, k, reps);
+    if (ns <= 0) continue;
+    double tu = torch_us(tf, ntf, cases[i].op, dn);
+    gpa_bench_result r = {.name = cases[i].name, .backend = c->sim ? "sim" : "cuda", .shape = shape,
+                          .ref = "cuMemcpyDtoD", .ns = ns, .ref_ns = ref, .bytes = cases[i].bytes,
+                          .ref_bytes = ref_bytes, .extra = extra_of(c, extra, sizeof extra, ns, tu)};
+    gpa_bench_emit(&r);
+  }
+  const gpa_tensor all[12] = {x, y, p, gr, bu, t, dtab, v, ids, tg, mask, loss};
+  for (int i = 0; i < 12; i++) gpa_buffer_release(c->a, all[i].buffer);
 }
 
 void gpa_bench_cuda_membound(void) {
@@ -187,6 +277,7 @@ void gpa_bench_cuda_membound(void) {
     }
     const gpa_tensor all[9] = {x, y, z, w, g, b, mu, rs, dg};
     for (int i = 0; i < 9; i++) gpa_buffer_release(c.a, all[i].buffer);
+    membound_more(&c, dt, N, D, k, reps, ref, ref_bytes, tf, ntf, &seed);
   }
   gpa_actor_destroy(c.a);
 }
