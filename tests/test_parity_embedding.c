@@ -100,6 +100,10 @@ int main(void) {
     c.label = "accumulate";
     gpa_parity_check(p, &c);
   }
+  /* 19200 ids: the sort's tiles of 4096 merged over three sequence sizes
+   * (global stages and tile merges, ops/embedding/cuda.c) */
+  gpa_pcase big = bwd(64, 300, 50, 4, 0, 49);
+  gpa_parity_check(p, &big);
   if (gpa_parity_large(p)) {
     gpa_pcase c = fwd(8, 512, 32000, 64, 0, 31999);
     gpa_parity_check(p, &c);

@@ -64,44 +64,60 @@ static __device__ __forceinline__ unsigned long long emb_key(const int *ids, lon
   return i < n ? ((unsigned long long)(unsigned)ids[i] << 32) | (unsigned long long)i : NONE;
 }
 
-extern "C" __global__ void gpa_emb_keys(unsigned long long *keys, const int *ids, long long n, long long npow2) {
-  GS_LOOP(i, npow2) keys[i] = emb_key(ids, i, n);
-}
-
 /* The network's compare-exchange of element i in the stage (k: sequence
- * size, j: compare distance), by the lower index of each pair. */
-static __device__ __forceinline__ void bitonic_cas(unsigned long long *keys, long long i, long long j, long long k) {
+ * size, j: compare distance), by the lower index of each pair; i indexes
+ * `keys`, which starts at element `base` of the whole sequence (the
+ * direction depends on the global index). */
+static __device__ __forceinline__ void bitonic_cas(unsigned long long *keys, long long i, long long j, long long k,
+                                                   long long base) {
   const long long l = i ^ j;
   if (l > i) {
     const unsigned long long a = keys[i], b = keys[l];
-    if ((a > b) == ((i & k) == 0)) {
+    if ((a > b) == (((base + i) & k) == 0)) {
       keys[i] = b;
       keys[l] = a;
     }
   }
 }
 
-/* One bitonic stage. */
+/* One bitonic stage over global memory (the compare distances j >= tile). */
 extern "C" __global__ void gpa_emb_bitonic(unsigned long long *keys, long long npow2, long long j, long long k) {
-  GS_LOOP(i, npow2) bitonic_cas(keys, i, j, k);
+  GS_LOOP(i, npow2) bitonic_cas(keys, i, j, k, 0);
 }
 
-/* The whole sort in one block while the keys fit shared memory (up to
- * 4096 tokens, GPA__EMB_SORT_BLOCK_MAX in ops/embedding/cuda.c; the main job's step has 32 x 128): one
- * launch instead of log2(n) (log2(n) + 1) / 2 of the stage kernel above
- * (78 at 4096 tokens, each a launch and a pass over global memory). The
- * same network, so the same order. */
-extern "C" __global__ void gpa_emb_sort_block(unsigned long long *keys, const int *ids, long long n, long long npow2) {
+/* Tiles of `tile` keys (a power of two up to 4096, GPA__EMB_SORT_BLOCK_MAX
+ * in ops/embedding/cuda.c: 32 KiB of shared memory), a block each. The
+ * first kernel makes the keys and runs every stage with k <= tile; the
+ * second, for one k > tile, the stages with j < tile, after the global
+ * stages j >= tile. So n keys take 1 + sum over k > tile of (log2(k/tile)
+ * + 1) launches: 1 up to 4096 keys (the main job's step has 32 x 128), 6
+ * at 16384 instead of 105 launches of the stage kernel. The network and
+ * so the order are the same (keys are unique: any sort gives this one). */
+extern "C" __global__ void gpa_emb_sort_block(unsigned long long *keys, const int *ids, long long n, long long tile) {
   GPA_DYNAMIC_SHARED(unsigned long long, sk);
-  const int t = (int)threadIdx.x, nt = (int)blockDim.x, np = (int)npow2;
-  for (int i = t; i < np; i += nt) sk[i] = emb_key(ids, i, n);
+  const int t = (int)threadIdx.x, nt = (int)blockDim.x, np = (int)tile;
+  const long long base = (long long)blockIdx.x * tile;
+  for (int i = t; i < np; i += nt) sk[i] = emb_key(ids, base + i, n);
   __syncthreads();
   for (int k = 2; k <= np; k *= 2)
     for (int j = k / 2; j > 0; j /= 2) {
-      for (int i = t; i < np; i += nt) bitonic_cas(sk, i, j, k);
+      for (int i = t; i < np; i += nt) bitonic_cas(sk, i, j, k, base);
       __syncthreads();
     }
-  for (int i = t; i < np; i += nt) keys[i] = sk[i];
+  for (int i = t; i < np; i += nt) keys[base + i] = sk[i];
+}
+
+extern "C" __global__ void gpa_emb_merge_block(unsigned long long *keys, long long tile, long long k) {
+  GPA_DYNAMIC_SHARED(unsigned long long, sk);
+  const int t = (int)threadIdx.x, nt = (int)blockDim.x, np = (int)tile;
+  const long long base = (long long)blockIdx.x * tile;
+  for (int i = t; i < np; i += nt) sk[i] = keys[base + i];
+  __syncthreads();
+  for (int j = np / 2; j > 0; j /= 2) {
+    for (int i = t; i < np; i += nt) bitonic_cas(sk, i, j, k, base);
+    __syncthreads();
+  }
+  for (int i = t; i < np; i += nt) keys[base + i] = sk[i];
 }
 
 static __device__ __forceinline__ double ld_d(const float *p, long long i) { return (double)p[i]; }
@@ -138,10 +154,12 @@ static __device__ void emb_bwd_chunk(float *dtable, double *part, const T *dy, c
   for (long long col = threadIdx.x; col < d; col += blockDim.x) {
     for (int i = 1; i <= len;) {
       const unsigned long long r = key_row(sk[i]);
+      const bool in = r < (unsigned long long)v; /* ids out of range fail the op; their keys sort last */
       double acc = 0.0;
       int j = i;
-      for (; j <= len && key_row(sk[j]) == r; j++) acc += ld_d(dy, (long long)(sk[j] & 0xffffffffull) * d + col);
-      if (r < (unsigned long long)v) { /* ids out of range fail the op; their keys sort last and are skipped */
+      for (; j <= len && key_row(sk[j]) == r; j++)
+        if (in) acc += ld_d(dy, (long long)(sk[j] & 0xffffffffull) * d + col);
+      if (in) {
         const bool starts = i > 1 || key_row(sk[0]) != r, ends = j <= len || key_row(sk[len + 1]) != r;
         if (starts && ends) dtable[r * d + col] = (float)((double)dtable[r * d + col] + acc);
         else part[(2 * c + (starts ? 1 : 0)) * d + col] = acc;

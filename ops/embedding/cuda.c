@@ -24,8 +24,9 @@ gpa_status gpa__emb_fwd_cu(const gpa_op_exec *x) {
                         1, GPA__CU_THREADS, 1, 0, args);
 }
 
-/* Keys sorted by one block in shared memory up to this many (8 bytes each:
- * 32 KiB, under the 48 KiB a block gets without opting in). */
+/* Keys sorted by a block in shared memory in tiles of up to this many (8
+ * bytes each: 32 KiB, under the 48 KiB a block gets without opting in);
+ * longer sequences merge tiles (kernels/cuda/embedding.cu). */
 #define GPA__EMB_SORT_BLOCK_MAX 4096
 
 /* Sorted positions per block of gpa_emb_bwd_f32 (GPA_EMB_CHUNK in
@@ -47,17 +48,18 @@ gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x) {
   CUdeviceptr res = scr, keys = scr + GPA__CU_INDEX_RES_BYTES, part = keys + key_bytes;
   GPA__CU_TRY(gpa__cu_check_index(x, res, x->in[1], n, v, 0, 0, GPA__CU_POST_IDS2D, "embedding_bwd", ids->shape[1], v));
   void *ip = x->in[1], *dy = x->in[0], *out = x->out[0];
-  void *ak[] = {&keys, &ip, &n, &npow2};
-  if (npow2 <= GPA__EMB_SORT_BLOCK_MAX) {
-    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_EMB_SORT_BLOCK, 1, 1, 1, 1024, 1, (unsigned)(npow2 * 8), ak));
-  } else {
-    unsigned grid = gpa__cu_blocks(x, npow2, GPA__CU_THREADS);
-    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_EMB_KEYS, grid, 1, 1, GPA__CU_THREADS, 1, 0, ak));
-    for (long long k = 2; k <= npow2; k *= 2)
-      for (long long j = k / 2; j > 0; j /= 2) {
-        void *ab[] = {&keys, &npow2, &j, &k};
-        GPA__CU_TRY(gpa__cu_launch(x, GPA__K_EMB_BITONIC, grid, 1, 1, GPA__CU_THREADS, 1, 0, ab));
-      }
+  long long tile = npow2 < GPA__EMB_SORT_BLOCK_MAX ? npow2 : GPA__EMB_SORT_BLOCK_MAX, tiles = npow2 / tile;
+  unsigned smem = (unsigned)(tile * 8);
+  void *ak[] = {&keys, &ip, &n, &tile};
+  GPA__CU_TRY(gpa__cu_launch(x, GPA__K_EMB_SORT_BLOCK, (unsigned)tiles, 1, 1, 1024, 1, smem, ak));
+  for (long long k = 2 * tile; k <= npow2; k *= 2) {
+    for (long long j = k / 2; j >= tile; j /= 2) {
+      void *ab[] = {&keys, &npow2, &j, &k};
+      GPA__CU_TRY(gpa__cu_launch(x, GPA__K_EMB_BITONIC, gpa__cu_blocks(x, npow2, GPA__CU_THREADS), 1, 1,
+                                 GPA__CU_THREADS, 1, 0, ab));
+    }
+    void *am[] = {&keys, &tile, &k};
+    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_EMB_MERGE_BLOCK, (unsigned)tiles, 1, 1, 1024, 1, smem, am));
   }
   unsigned threads = d >= 128 ? 128 : (unsigned)((d + 31) / 32 * 32);
   void *args[] = {&out, &part, &dy, &keys, &n, &v, &d};

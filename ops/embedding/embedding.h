@@ -17,9 +17,9 @@ gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x);
   K(IDX_CHECK, emb, gpa_idx_check)     \
   K(IDX_FETCH, emb, gpa_idx_fetch)     \
   K(EMB_FWD, emb, gpa_emb_fwd_f32)     \
-  K(EMB_KEYS, emb, gpa_emb_keys)       \
   K(EMB_BITONIC, emb, gpa_emb_bitonic) \
   K(EMB_SORT_BLOCK, emb, gpa_emb_sort_block) \
+  K(EMB_MERGE_BLOCK, emb, gpa_emb_merge_block) \
   K(EMB_BWD, emb, gpa_emb_bwd_f32)     \
   K(EMB_BWD_JOIN, emb, gpa_emb_bwd_join) \
   K(EMB_FWD_BF, emb, gpa_emb_fwd_bf16) \
