@@ -9,18 +9,55 @@
 #define GS_LOOP(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 
+/* Grid-stride over n floats as n/4 float4 chunks when `vec` (every pointer
+ * 16-byte aligned: the host checks) and a scalar tail; CHUNK(i0) handles
+ * [i0, i0+4), ONE(i) one element. A 16-byte access per thread keeps 4x the
+ * bytes in flight of a scalar loop at the same occupancy (the fp32 GELU ran
+ * at 0.77 of PyTorch on an H100 with 4-byte accesses, issue 25). Each
+ * element's math is the scalar path's: the same bits either way. */
+#define GPA_F4_LOOP(n, vec, CHUNK, ONE)                                                                    \
+  do {                                                                                                     \
+    const long long t0_ = (long long)blockIdx.x * blockDim.x + threadIdx.x;                                \
+    const long long st_ = (long long)gridDim.x * blockDim.x;                                               \
+    const long long n4_ = (vec) ? (n) / 4 : 0;                                                             \
+    for (long long c_ = t0_; c_ < n4_; c_ += st_) { CHUNK(c_ * 4); }                                       \
+    for (long long i_ = n4_ * 4 + t0_; i_ < (n); i_ += st_) { ONE(i_); }                                   \
+  } while (0)
+
 /* ---- basic elementwise ---------------------------------------------------------------------------- */
 
-extern "C" __global__ void gpa_ew_add_f32(float *y, const float *a, const float *b, long long n) {
-  GS_LOOP(i, n) y[i] = a[i] + b[i];
+#define F4(a, i0) (*reinterpret_cast<const float4 *>((a) + (i0)))
+#define ST4(a, i0) (*reinterpret_cast<float4 *>((a) + (i0)))
+
+extern "C" __global__ void gpa_ew_add_f32(float *y, const float *a, const float *b, long long n, int vec) {
+#define CH(i0)                                          \
+  const float4 u = F4(a, i0), w = F4(b, i0);            \
+  ST4(y, i0) = make_float4(u.x + w.x, u.y + w.y, u.z + w.z, u.w + w.w);
+#define ONE(i) y[i] = a[i] + b[i];
+  GPA_F4_LOOP(n, vec, CH, ONE);
+#undef CH
+#undef ONE
 }
 
 /* y = alpha * x (+ y0 when y0 != NULL) */
-extern "C" __global__ void gpa_ew_axpy_f32(float *y, const float *x, const float *y0, float alpha, long long n) {
+extern "C" __global__ void gpa_ew_axpy_f32(float *y, const float *x, const float *y0, float alpha, long long n,
+                                           int vec) {
   if (y0) {
-    GS_LOOP(i, n) y[i] = alpha * x[i] + y0[i];
+#define CH(i0)                                          \
+  const float4 u = F4(x, i0), w = F4(y0, i0);           \
+  ST4(y, i0) = make_float4(alpha * u.x + w.x, alpha * u.y + w.y, alpha * u.z + w.z, alpha * u.w + w.w);
+#define ONE(i) y[i] = alpha * x[i] + y0[i];
+    GPA_F4_LOOP(n, vec, CH, ONE);
+#undef CH
+#undef ONE
   } else {
-    GS_LOOP(i, n) y[i] = alpha * x[i];
+#define CH(i0)                                          \
+  const float4 u = F4(x, i0);                           \
+  ST4(y, i0) = make_float4(alpha * u.x, alpha * u.y, alpha * u.z, alpha * u.w);
+#define ONE(i) y[i] = alpha * x[i];
+    GPA_F4_LOOP(n, vec, CH, ONE);
+#undef CH
+#undef ONE
   }
 }
 
@@ -28,10 +65,16 @@ static __device__ __forceinline__ int mask_at(const void *mask, int i32, long lo
   return i32 ? ((const int *)mask)[i] != 0 : ((const unsigned char *)mask)[i] != 0;
 }
 
-/* rows x d: y = x where mask[row] != 0, else 0 */
+/* rows x d: y = x where mask[row] != 0, else 0 (vec: d % 4 == 0, so a
+ * chunk lies in one row) */
 extern "C" __global__ void gpa_ew_mask_zero_f32(float *y, const float *x, const void *mask, int mask_i32,
-                                                long long rows, long long d) {
-  GS_LOOP(i, rows * d) y[i] = mask_at(mask, mask_i32, i / d) ? x[i] : 0.0f;
+                                                long long rows, long long d, int vec) {
+  const long long n = rows * d;
+#define CH(i0) ST4(y, i0) = mask_at(mask, mask_i32, (i0) / d) ? F4(x, i0) : make_float4(0.f, 0.f, 0.f, 0.f);
+#define ONE(i) y[i] = mask_at(mask, mask_i32, (i) / d) ? x[i] : 0.0f;
+  GPA_F4_LOOP(n, vec, CH, ONE);
+#undef CH
+#undef ONE
 }
 
 /* One thread per (b, column): y[b,d] = sum (or mean) over l of x[b,l,d],
@@ -66,12 +109,16 @@ extern "C" __global__ void gpa_ew_masked_mean_bwd_f32(float *dx, const float *dy
   }
 }
 
+/* vec: D % 4 == 0 (a chunk lies in one row; v's chunk is aligned too) */
 extern "C" __global__ void gpa_ew_add_broadcast_f32(float *y, const float *x, const float *v, long long L,
-                                                    long long D, long long n) {
-  GS_LOOP(i, n) {
-    const long long r = i / D;
-    y[i] = x[i] + v[(r / L) * D + (i % D)];
-  }
+                                                    long long D, long long n, int vec) {
+#define CH(i0)                                                              \
+  const float4 u = F4(x, i0), w = F4(v, (((i0) / D) / L) * D + (i0) % D);   \
+  ST4(y, i0) = make_float4(u.x + w.x, u.y + w.y, u.z + w.z, u.w + w.w);
+#define ONE(i) y[i] = x[i] + v[((i) / D / L) * D + (i) % D];
+  GPA_F4_LOOP(n, vec, CH, ONE);
+#undef CH
+#undef ONE
 }
 
 /* ---- GELU ------------------------------------------------------------------------------------------ */
@@ -97,21 +144,6 @@ static __device__ __forceinline__ float gelu_grad(float v, int approximate) {
   }
   return 0.5f * erfcf(-v * INV_SQRT2) + v * INV_SQRT2PI * expf(-0.5f * v * v);
 }
-
-/* Grid-stride over n floats as n/4 float4 chunks when `vec` (every pointer
- * 16-byte aligned: the host checks) and a scalar tail; CHUNK(i0) handles
- * [i0, i0+4), ONE(i) one element. A 16-byte access per thread keeps 4x the
- * bytes in flight of a scalar loop at the same occupancy (the fp32 GELU ran
- * at 0.77 of PyTorch on an H100 with 4-byte accesses, issue 25). Each
- * element's math is the scalar path's: the same bits either way. */
-#define GPA_F4_LOOP(n, vec, CHUNK, ONE)                                                                    \
-  do {                                                                                                     \
-    const long long t0_ = (long long)blockIdx.x * blockDim.x + threadIdx.x;                                \
-    const long long st_ = (long long)gridDim.x * blockDim.x;                                               \
-    const long long n4_ = (vec) ? (n) / 4 : 0;                                                             \
-    for (long long c_ = t0_; c_ < n4_; c_ += st_) { CHUNK(c_ * 4); }                                       \
-    for (long long i_ = n4_ * 4 + t0_; i_ < (n); i_ += st_) { ONE(i_); }                                   \
-  } while (0)
 
 extern "C" __global__ void gpa_gelu_fwd_f32(float *y, const float *x, long long n, int approximate, int vec) {
 #define CH(i0)                                                    \
@@ -280,7 +312,6 @@ extern "C" __global__ void gpa_adamw_f32(float *po, float *mo, float *vo, const 
                                          const float *m, const float *v, long long n, float decay, float b1,
                                          float c1, float b2, float c2, float step_size, float inv_bc2_sqrt,
                                          float eps, int vec) {
-#define F4(a, i0) *reinterpret_cast<const float4 *>((a) + (i0))
 #define CH(i0)                                                                                   \
   const float4 p4 = F4(p, i0), g4 = F4(g, i0), m4 = F4(m, i0), v4 = F4(v, i0);                  \
   float4 a, b, c;                                                                                \
@@ -320,7 +351,6 @@ extern "C" __global__ void gpa_sgd_f32(float *po, float *bo, const float *p, con
   GPA_F4_LOOP(n, vec, CH, ONE);
 #undef CH
 #undef ONE
-#undef F4
 }
 
 /* bf16 storage of the optimizers: grad (g_bf) and/or param (p_bf, then po

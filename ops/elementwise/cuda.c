@@ -2,7 +2,8 @@
  * validated at submit; the kernels are launched on the queue's stream with a
  * capped grid-stride grid. bf16 tensors (the dtype of input 0 decides;
  * submit checked the others match) take the _bf16 kernels, which move eight
- * values per 16-byte access when every pointer is aligned. */
+ * values per 16-byte access when every pointer is aligned; the f32 kernels
+ * move four (float4) under the same condition. */
 #include <limits.h>
 
 #include "backends/cuda/cuda_ops.h"
@@ -15,7 +16,7 @@ gpa_status gpa__ew_add_cu(const gpa_op_exec *x) {
   int vec = gpa__cu_aligned16(x);
   void *args[] = {&y, &a, &b, &n, &vec};
   if ((x->inputs[0].dtype == GPA_BF16)) return gpa__cu_launch_bf(x, GPA__K_ADD_BF, n, vec, args);
-  return gpa__cu_launch1d(x, GPA__K_ADD, n, args);
+  return gpa__cu_launch1d(x, GPA__K_ADD, vec ? (n + 3) / 4 : n, args);
 }
 
 static gpa_status axpy_common(const gpa_op_exec *x, void *y0) {
@@ -25,7 +26,7 @@ static gpa_status axpy_common(const gpa_op_exec *x, void *y0) {
   int vec = gpa__cu_aligned16(x);
   void *args[] = {&y, &xx, &y0, &alpha, &n, &vec};
   if ((x->inputs[0].dtype == GPA_BF16)) return gpa__cu_launch_bf(x, GPA__K_AXPY_BF, n, vec, args);
-  return gpa__cu_launch1d(x, GPA__K_AXPY, n, args);
+  return gpa__cu_launch1d(x, GPA__K_AXPY, vec ? (n + 3) / 4 : n, args);
 }
 gpa_status gpa__ew_scale_cu(const gpa_op_exec *x) { return axpy_common(x, NULL); }
 gpa_status gpa__ew_axpy_cu(const gpa_op_exec *x) { return axpy_common(x, x->in[1]); }
@@ -37,10 +38,11 @@ gpa_status gpa__ew_mask_zero_cu(const gpa_op_exec *x) {
   long long rows = t->shape[0] * t->shape[1], d = t->rank == 3 ? t->shape[2] : 1;
   int i32 = mask_i32(&x->inputs[1]);
   void *y = x->out[0], *xx = x->in[0], *m = x->in[1];
-  int vec = d % 8 == 0 && ((uintptr_t)y & 15) == 0 && ((uintptr_t)xx & 15) == 0;
+  int bf = x->inputs[0].dtype == GPA_BF16;
+  int vec = d % (bf ? 8 : 4) == 0 && ((uintptr_t)y & 15) == 0 && ((uintptr_t)xx & 15) == 0;
   void *args[] = {&y, &xx, &m, &i32, &rows, &d, &vec};
-  if ((x->inputs[0].dtype == GPA_BF16)) return gpa__cu_launch_bf(x, GPA__K_MASK_ZERO_BF, rows * d, vec, args);
-  return gpa__cu_launch1d(x, GPA__K_MASK_ZERO, rows * d, args);
+  if (bf) return gpa__cu_launch_bf(x, GPA__K_MASK_ZERO_BF, rows * d, vec, args);
+  return gpa__cu_launch1d(x, GPA__K_MASK_ZERO, vec ? (rows * d + 3) / 4 : rows * d, args);
 }
 
 static gpa_status sum_over_l(const gpa_op_exec *x, const void *mask, int i32, int mean) {
@@ -68,10 +70,11 @@ gpa_status gpa__ew_bc_fwd_cu(const gpa_op_exec *x) {
   const gpa_tensor *t = &x->inputs[0];
   long long L = t->shape[1], D = t->shape[2], n = gpa__cu_numel(t);
   void *y = x->out[0], *xx = x->in[0], *v = x->in[1];
-  int vec = D % 8 == 0 && gpa__cu_aligned16(x);
+  int bf = x->inputs[0].dtype == GPA_BF16;
+  int vec = D % (bf ? 8 : 4) == 0 && gpa__cu_aligned16(x);
   void *args[] = {&y, &xx, &v, &L, &D, &n, &vec};
-  if ((x->inputs[0].dtype == GPA_BF16)) return gpa__cu_launch_bf(x, GPA__K_ADD_BCAST_BF, n, vec, args);
-  return gpa__cu_launch1d(x, GPA__K_ADD_BCAST, n, args);
+  if (bf) return gpa__cu_launch_bf(x, GPA__K_ADD_BCAST_BF, n, vec, args);
+  return gpa__cu_launch1d(x, GPA__K_ADD_BCAST, vec ? (n + 3) / 4 : n, args);
 }
 
 /* One block of 32 x 8 threads per 32 x 32 tile of every batch
