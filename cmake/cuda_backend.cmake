@@ -20,7 +20,7 @@ target_compile_definitions(gpa_obj INTERFACE GPA_HAVE_CUDA_BACKEND=1)
 # Kernel modules: gpa_cu_<mod> (ops/cuda_kernels.h names them),
 # from one source or several (separated by ","; one translation unit).
 set(GPA_CUDA_KERNEL_MODULES
-  "ew:elementwise.cu"
+  "ew:elementwise.cu,cast.cu"
   "norm:norm.cu"
   "emb:embedding.cu"
   "met:metrics.cu"
@@ -90,7 +90,7 @@ add_dependencies(gpa_obj gpa_cuda_nodev)
 # The other modules' kernels (fp32 and bf16): no spills either, one test per
 # source (ew_no_spills, ...).
 if((BUILD_TESTING OR NOT DEFINED BUILD_TESTING) AND NOT GPA_SANITIZE)
-  foreach(entry ew:elementwise norm:norm lin:linear emb:embedding met:metrics)
+  foreach(entry ew:elementwise cast:cast norm:norm lin:linear emb:embedding met:metrics)
     string(REPLACE ":" ";" parts "${entry}")
     list(GET parts 0 mod)
     list(GET parts 1 src)

@@ -12,7 +12,8 @@
   X(embedding)              \
   X(metrics)                \
   X(optim)                  \
-  X(attention)
+  X(attention)              \
+  X(cast)
 
 #define GPA__DECLARE(fam) extern const gpa__family gpa__family_##fam;
 GPA__OP_FAMILIES(GPA__DECLARE)

@@ -8,6 +8,7 @@
 #define GPA_OPS_CUDA_KERNELS_H
 #include "backends/cuda/cuda_ops.h"
 #include "ops/attention/attention.h"
+#include "ops/cast/cast.h"
 #include "ops/conv1d/conv1d.h"
 #include "ops/core/core.h"
 #include "ops/elementwise/elementwise.h"
@@ -30,7 +31,8 @@
   GPA__CU_KERNELS_METRICS(K)      \
   GPA__CU_KERNELS_LINEAR(K)       \
   GPA__CU_KERNELS_CONV1D(K)       \
-  GPA__CU_KERNELS_ATTENTION(K)
+  GPA__CU_KERNELS_ATTENTION(K)    \
+  GPA__CU_KERNELS_CAST(K)
 
 enum {
 #define GPA__CU_MENUM(mod) GPA__CU_MOD_##mod,
