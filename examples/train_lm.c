@@ -18,6 +18,12 @@
  * The run prints the unigram entropy of the text next to the losses: a model
  * that learned nothing about context cannot go below it.
  *
+ * --bf16: mixed precision (examples/lm/model.c, docs/training.md): fp32
+ * master parameters, gradients and AdamW state; bf16 copies of the GEMM
+ * weights cast at each forward, bf16 activations through conv1d, linear,
+ * attention and the ops between them; layernorm, the residual stream, the
+ * embedding and the loss fp32.
+ *
  * --gradcheck compares every parameter's gradient with central finite
  * differences of the loss on a small configuration and exits 1 on a
  * mismatch. GPA_TRACE=path (read by the library) writes the run's trace.
@@ -69,7 +75,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: %s [--steps N] [--batch B] [--ctx L] [--dim D] [--heads H] [--blocks N] [--kernel K]\n"
           "          [--lr F] [--wd F] [--seed N] [--data PATH] [--eval-every N] [--print-every N]\n"
-          "          [--quiet] [--require-below-unigram] [--gradcheck] [--graphs] [--losses]\n"
+          "          [--quiet] [--require-below-unigram] [--gradcheck] [--graphs] [--losses] [--bf16]\n"
           "          [--data-parallel N [--bucket-kb K] [--no-overlap] [--parity-check [--parity-tol F]]]\n",
           prog);
 }
@@ -110,6 +116,8 @@ static int parse(int argc, char **argv, opts *o) {
       o->quiet = 1;
     } else if (!strcmp(a, "--graphs")) {
       o->graphs = 1;
+    } else if (!strcmp(a, "--bf16")) {
+      o->cfg.bf16 = 1;
     } else if (!strcmp(a, "--losses")) {
       o->losses = 1;
     } else if (!strcmp(a, "--gradcheck")) {
@@ -122,6 +130,10 @@ static int parse(int argc, char **argv, opts *o) {
     }
   }
   const lm_config *c = &o->cfg;
+  if (o->gradcheck && c->bf16) {
+    fprintf(stderr, "%s: --gradcheck checks fp32 gradients against fp32 finite differences; not with --bf16\n", prog);
+    return -1;
+  }
   if (o->steps < 1 || c->batch < 1 || c->ctx < 2 || c->dim < 1 || c->heads < 1 || c->dim % c->heads ||
       c->dim / c->heads > 256 || c->blocks < 0 || c->blocks > LM_MAX_BLOCKS || c->kernel < 1 || !(o->lr > 0) ||
       o->weight_decay < 0 || o->eval_every < 0 || o->print_every < 0 || o->dp < 0 || o->dp > LM_DP_MAX ||
@@ -493,9 +505,13 @@ int main(int argc, char **argv) {
     if (o.gradcheck) {
       rc = gradcheck(&m, &text);
     } else {
-      printf("%s: %d steps of %d x %d tokens, AdamW lr %g (warmup, cosine), weight decay %g\n", prog, o.steps,
-             c->batch, c->ctx, o.lr, o.weight_decay);
+      printf("%s: %d steps of %d x %d tokens, AdamW lr %g (warmup, cosine), weight decay %g; %s\n", prog, o.steps,
+             c->batch, c->ctx, o.lr, o.weight_decay,
+             c->bf16 ? "bf16 mixed precision (fp32 masters and AdamW state)" : "fp32");
       rc = train(&m, NULL, &text, &o, NULL);
+      if (c->bf16) /* how many casts the whole run submitted: 0 would mean fp32 ran */
+        printf("%s: bf16: %lld casts submitted (weights to bf16 copies, fp32 <-> bf16 activations)\n", prog,
+               (long long)m.casts);
     }
   } else {
     lm_failed(&m, prog);

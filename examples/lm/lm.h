@@ -45,6 +45,7 @@ typedef struct lm_config {
   int kernel;   /* conv taps */
   int ctx;      /* sequence length L */
   int batch;    /* sequences per step B */
+  int bf16;     /* mixed precision (--bf16): bf16 GEMM weights and activations, fp32 masters (model.c) */
 } lm_config;
 
 enum { LM_MAX_BLOCKS = 8, LM_MAX_PARAMS = 8 * LM_MAX_BLOCKS + 16, LM_MAX_BUFS = 512 };
@@ -52,6 +53,8 @@ enum { LM_MAX_BLOCKS = 8, LM_MAX_PARAMS = 8 * LM_MAX_BLOCKS + 16, LM_MAX_BUFS = 
 typedef struct lm_param {
   char name[40];
   gpa_tensor p, g, m, v; /* value, gradient (a view of lm_model.grads), AdamW moments */
+  gpa_tensor w;          /* what the forward and backward read: p, or under bf16 p's bf16 copy (GEMM
+                            weights and biases), cast from p at the start of every forward */
   int64_t n;
   int64_t g_off;         /* where g starts in lm_model.grads, in floats */
   int ready;             /* lm_backward submitted the op that writes g */
@@ -92,6 +95,12 @@ typedef struct lm_model {
   gpa_tensor f_mean, f_rstd, uf, logits, loss;
   /* gradients of activations and scratch */
   gpa_tensor dlogits, dx, d1, d2, d3, dq4, dk4, dv4, do4, tmp, tmpT;
+  /* the activation dtype's side of f32 tensors that cross into the GEMMs
+   * (bf16 under cfg.bf16; in f32 they are the f32 tensors themselves and no
+   * cast runs): layernorm outputs ulp (scratch), ua_lp, uf_lp; a branch's
+   * output before the residual add tlp; gradients d1lp, d2lp, dxlp */
+  gpa_tensor ulp, ua_lp, uf_lp, tlp, d1lp, d2lp, dxlp;
+  int64_t casts;   /* cast ops submitted (a --bf16 run must submit some) */
   /* every parameter's gradient in one buffer, the last parameter first (the
    * order the backward produces them): data-parallel buckets are ranges */
   gpa_tensor grads;

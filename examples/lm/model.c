@@ -22,7 +22,25 @@
  * residual stream's gradient lives in dx and each branch's gradient is added
  * into it (add, in place). The three projections' input gradients are summed
  * the same way. Every submit is checked; the first failure is kept in
- * m->err and later submits are skipped. */
+ * m->err and later submits are skipped.
+ *
+ * Mixed precision (cfg.bf16, `gpa-train-lm --bf16`), as PyTorch's autocast
+ * would run this model: the parameters, their gradients and the AdamW state
+ * stay fp32 (the masters); at the start of every forward the weights and
+ * biases of the GEMMs (conv1d, the four projections, the head) are cast to
+ * bf16 copies (p->w), and conv1d, linear and attention take bf16 inputs and
+ * write bf16 outputs (fp32 accumulation inside), as do the ops between them
+ * (transpose, GELU, the q/k/v gradient sums), their backward forms likewise
+ * (dW and db f32, straight into the fp32 gradients). What stays fp32: the
+ * residual stream and its gradient (each block adds a small update to it; in
+ * bf16 the updates would round away), layernorm (its statistics and output,
+ * then cast for the GEMM: autocast runs layer_norm in fp32), its parameters
+ * (tiny, and their gradients are sums over every token), the embedding table
+ * (a lookup, no GEMM; its gradient sums over every position) and the loss
+ * (cross-entropy widens bf16 logits and sums in double). The casts sit where
+ * fp32 and bf16 meet: 2 per conv block and 2 in the attention block forward
+ * and backward, 1 at the head each way. In fp32 the lp tensors are the fp32
+ * ones and no cast is submitted: the op sequence is the one above. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,9 +99,20 @@ static void upload(lm_model *m, const gpa_tensor *t, const void *src, uint64_t v
   if (st) fail(m, st, "gpa_upload");
 }
 
-/* A parameter of the given shape, initialised N(0, std^2) (std 0: `fill`). */
+/* The dtype of activations that meet the GEMMs. */
+static int act(const lm_model *m) { return m->cfg.bf16 ? GPA_BF16 : GPA_F32; }
+
+/* dst = src in dst's dtype; nothing when they are one tensor (fp32 runs). */
+static void cast(lm_model *m, gpa_tensor src, gpa_tensor dst) {
+  if (src.dtype == dst.dtype && src.buffer == dst.buffer && src.offset == dst.offset) return;
+  op(m, "cast", &src, 1, &dst, 1, NULL, 0);
+  m->casts++;
+}
+
+/* A parameter of the given shape, initialised N(0, std^2) (std 0: `fill`).
+ * gemm: read by conv1d or linear (a bf16 copy under cfg.bf16). */
 static lm_param *param(lm_model *m, lm_rng *rng, const char *name, uint32_t rank, int64_t d0, int64_t d1,
-                       int64_t d2, double std, float fill, int decay) {
+                       int64_t d2, double std, float fill, int decay, int gemm) {
   if (m->n_params == LM_MAX_PARAMS) {
     fail(m, GPA_EINVAL, "too many parameters");
     return &m->params[0];
@@ -93,6 +122,11 @@ static lm_param *param(lm_model *m, lm_rng *rng, const char *name, uint32_t rank
   char label[64];
   snprintf(label, sizeof label, "lm.%s", name);
   p->p = tensor(m, label, GPA_F32, rank, d0, d1, d2);
+  p->w = p->p;
+  if (gemm && m->cfg.bf16) {
+    snprintf(label, sizeof label, "lm.%s.bf16", name);
+    p->w = tensor(m, label, GPA_BF16, rank, d0, d1, d2);
+  }
   p->g = view(p->p, rank, d0, d1, d2, 0); /* its buffer: grads_alloc */
   snprintf(label, sizeof label, "lm.%s.adam_m", name);
   p->m = tensor(m, label, GPA_F32, rank, d0, d1, d2);
@@ -155,32 +189,32 @@ int lm_model_init(lm_model *m, gpa_actor *a, const lm_config *cfg, uint64_t seed
   lm_rng rng = {seed};
   /* Scaled init: residual branches' output layers get 1/sqrt(2 * depth). */
   double branch = 1.0 / sqrt(2.0 * (cfg->blocks + 1));
-  m->emb = param(m, &rng, "emb", 2, V, D, 0, 1.0, 0, 0);
+  m->emb = param(m, &rng, "emb", 2, V, D, 0, 1.0, 0, 0, 0);
   char name[40];
   for (int i = 0; i < cfg->blocks; i++) {
     lm_conv_block *k = &m->blk[i];
     snprintf(name, sizeof name, "conv%d.ln_g", i);
-    k->ln_g = param(m, &rng, name, 1, D, 0, 0, 0, 1.0f, 0);
+    k->ln_g = param(m, &rng, name, 1, D, 0, 0, 0, 1.0f, 0, 0);
     snprintf(name, sizeof name, "conv%d.ln_b", i);
-    k->ln_b = param(m, &rng, name, 1, D, 0, 0, 0, 0.0f, 0);
+    k->ln_b = param(m, &rng, name, 1, D, 0, 0, 0, 0.0f, 0, 0);
     snprintf(name, sizeof name, "conv%d.W", i);
-    k->W = param(m, &rng, name, 3, D, D, K, branch * sqrt(2.0 / (double)(D * K)), 0, 1);
+    k->W = param(m, &rng, name, 3, D, D, K, branch * sqrt(2.0 / (double)(D * K)), 0, 1, 1);
     snprintf(name, sizeof name, "conv%d.b", i);
-    k->b = param(m, &rng, name, 1, D, 0, 0, 0, 0.0f, 0);
+    k->b = param(m, &rng, name, 1, D, 0, 0, 0, 0.0f, 0, 1);
     k->dilation = 1 << i;
   }
   double sd = 1.0 / sqrt((double)D);
-  m->a_ln_g = param(m, &rng, "attn.ln_g", 1, D, 0, 0, 0, 1.0f, 0);
-  m->a_ln_b = param(m, &rng, "attn.ln_b", 1, D, 0, 0, 0, 0.0f, 0);
-  m->Wq = param(m, &rng, "attn.Wq", 2, D, D, 0, sd, 0, 1);
-  m->Wk = param(m, &rng, "attn.Wk", 2, D, D, 0, sd, 0, 1);
-  m->Wv = param(m, &rng, "attn.Wv", 2, D, D, 0, sd, 0, 1);
-  m->Wo = param(m, &rng, "attn.Wo", 2, D, D, 0, sd * branch, 0, 1);
-  m->bo = param(m, &rng, "attn.bo", 1, D, 0, 0, 0, 0.0f, 0);
-  m->f_ln_g = param(m, &rng, "head.ln_g", 1, D, 0, 0, 0, 1.0f, 0);
-  m->f_ln_b = param(m, &rng, "head.ln_b", 1, D, 0, 0, 0, 0.0f, 0);
-  m->Wh = param(m, &rng, "head.W", 2, V, D, 0, sd, 0, 1);
-  m->bh = param(m, &rng, "head.b", 1, V, 0, 0, 0, 0.0f, 0);
+  m->a_ln_g = param(m, &rng, "attn.ln_g", 1, D, 0, 0, 0, 1.0f, 0, 0);
+  m->a_ln_b = param(m, &rng, "attn.ln_b", 1, D, 0, 0, 0, 0.0f, 0, 0);
+  m->Wq = param(m, &rng, "attn.Wq", 2, D, D, 0, sd, 0, 1, 1);
+  m->Wk = param(m, &rng, "attn.Wk", 2, D, D, 0, sd, 0, 1, 1);
+  m->Wv = param(m, &rng, "attn.Wv", 2, D, D, 0, sd, 0, 1, 1);
+  m->Wo = param(m, &rng, "attn.Wo", 2, D, D, 0, sd * branch, 0, 1, 1);
+  m->bo = param(m, &rng, "attn.bo", 1, D, 0, 0, 0, 0.0f, 0, 1);
+  m->f_ln_g = param(m, &rng, "head.ln_g", 1, D, 0, 0, 0, 1.0f, 0, 0);
+  m->f_ln_b = param(m, &rng, "head.ln_b", 1, D, 0, 0, 0, 0.0f, 0, 0);
+  m->Wh = param(m, &rng, "head.W", 2, V, D, 0, sd, 0, 1, 1);
+  m->bh = param(m, &rng, "head.b", 1, V, 0, 0, 0, 0.0f, 0, 1);
   grads_alloc(m);
 
   m->ids = tensor(m, "lm.in.ids", GPA_I32, 2, B, L, 0);
@@ -202,38 +236,50 @@ int lm_model_init(lm_model *m, gpa_actor *a, const lm_config *cfg, uint64_t seed
     snprintf(label, sizeof label, "lm.act.conv%d.u", i);
     k->u = tensor(m, label, GPA_F32, 3, B, L, D);
     snprintf(label, sizeof label, "lm.act.conv%d.uT", i);
-    k->uT = tensor(m, label, GPA_F32, 3, B, D, L);
+    k->uT = tensor(m, label, act(m), 3, B, D, L);
     snprintf(label, sizeof label, "lm.act.conv%d.cT", i);
-    k->cT = tensor(m, label, GPA_F32, 3, B, D, L);
+    k->cT = tensor(m, label, act(m), 3, B, D, L);
     snprintf(label, sizeof label, "lm.act.conv%d.c", i);
-    k->c = tensor(m, label, GPA_F32, 3, B, L, D);
+    k->c = tensor(m, label, act(m), 3, B, L, D);
   }
   m->a_mean = tensor(m, "lm.act.attn.mean", GPA_F32, 1, N, 0, 0);
   m->a_rstd = tensor(m, "lm.act.attn.rstd", GPA_F32, 1, N, 0, 0);
   m->ua = tensor(m, "lm.act.attn.u", GPA_F32, 3, B, L, D);
-  m->q4 = view(tensor(m, "lm.act.attn.q", GPA_F32, 3, B, L, D), 4, B, L, H, D / H);
-  m->k4 = view(tensor(m, "lm.act.attn.k", GPA_F32, 3, B, L, D), 4, B, L, H, D / H);
-  m->v4 = view(tensor(m, "lm.act.attn.v", GPA_F32, 3, B, L, D), 4, B, L, H, D / H);
-  m->o4 = view(tensor(m, "lm.act.attn.o", GPA_F32, 3, B, L, D), 4, B, L, H, D / H);
+  m->q4 = view(tensor(m, "lm.act.attn.q", act(m), 3, B, L, D), 4, B, L, H, D / H);
+  m->k4 = view(tensor(m, "lm.act.attn.k", act(m), 3, B, L, D), 4, B, L, H, D / H);
+  m->v4 = view(tensor(m, "lm.act.attn.v", act(m), 3, B, L, D), 4, B, L, H, D / H);
+  m->o4 = view(tensor(m, "lm.act.attn.o", act(m), 3, B, L, D), 4, B, L, H, D / H);
   m->lse = tensor(m, "lm.act.attn.lse", GPA_F32, 3, B, H, L);
   m->xb = tensor(m, "lm.act.xb", GPA_F32, 3, B, L, D);
   m->f_mean = tensor(m, "lm.act.head.mean", GPA_F32, 1, N, 0, 0);
   m->f_rstd = tensor(m, "lm.act.head.rstd", GPA_F32, 1, N, 0, 0);
   m->uf = tensor(m, "lm.act.head.u", GPA_F32, 3, B, L, D);
-  m->logits = tensor(m, "lm.act.logits", GPA_F32, 2, N, V, 0);
+  m->logits = tensor(m, "lm.act.logits", act(m), 2, N, V, 0);
   m->loss = tensor(m, "lm.act.loss", GPA_F32, 0, 0, 0, 0);
 
-  m->dlogits = tensor(m, "lm.grad.logits", GPA_F32, 2, N, V, 0);
+  m->dlogits = tensor(m, "lm.grad.logits", act(m), 2, N, V, 0);
   m->dx = tensor(m, "lm.grad.x", GPA_F32, 3, B, L, D);
   m->d1 = tensor(m, "lm.grad.d1", GPA_F32, 3, B, L, D);
   m->d2 = tensor(m, "lm.grad.d2", GPA_F32, 3, B, L, D);
   m->d3 = tensor(m, "lm.grad.d3", GPA_F32, 3, B, L, D);
-  m->dq4 = view(tensor(m, "lm.grad.q", GPA_F32, 3, B, L, D), 4, B, L, H, D / H);
-  m->dk4 = view(tensor(m, "lm.grad.k", GPA_F32, 3, B, L, D), 4, B, L, H, D / H);
-  m->dv4 = view(tensor(m, "lm.grad.v", GPA_F32, 3, B, L, D), 4, B, L, H, D / H);
-  m->do4 = view(tensor(m, "lm.grad.o", GPA_F32, 3, B, L, D), 4, B, L, H, D / H);
+  m->dq4 = view(tensor(m, "lm.grad.q", act(m), 3, B, L, D), 4, B, L, H, D / H);
+  m->dk4 = view(tensor(m, "lm.grad.k", act(m), 3, B, L, D), 4, B, L, H, D / H);
+  m->dv4 = view(tensor(m, "lm.grad.v", act(m), 3, B, L, D), 4, B, L, H, D / H);
+  m->do4 = view(tensor(m, "lm.grad.o", act(m), 3, B, L, D), 4, B, L, H, D / H);
   m->tmp = tensor(m, "lm.tmp.bld", GPA_F32, 3, B, L, D);
-  m->tmpT = tensor(m, "lm.tmp.bdl", GPA_F32, 3, B, D, L);
+  m->tmpT = tensor(m, "lm.tmp.bdl", act(m), 3, B, D, L);
+  if (cfg->bf16) {
+    m->ulp = tensor(m, "lm.act.u.bf16", GPA_BF16, 3, B, L, D);
+    m->ua_lp = tensor(m, "lm.act.attn.u.bf16", GPA_BF16, 3, B, L, D);
+    m->uf_lp = tensor(m, "lm.act.head.u.bf16", GPA_BF16, 3, B, L, D);
+    m->tlp = tensor(m, "lm.tmp.bld.bf16", GPA_BF16, 3, B, L, D);
+    m->d1lp = tensor(m, "lm.grad.d1.bf16", GPA_BF16, 3, B, L, D);
+    m->d2lp = tensor(m, "lm.grad.d2.bf16", GPA_BF16, 3, B, L, D);
+    m->dxlp = tensor(m, "lm.grad.x.bf16", GPA_BF16, 3, B, L, D);
+  } else { /* one tensor each: cast() submits nothing */
+    m->ua_lp = m->ua, m->uf_lp = m->uf, m->tlp = m->tmp;
+    m->d1lp = m->d1, m->d2lp = m->d2, m->dxlp = m->dx;
+  }
   return m->err ? -1 : 0;
 }
 
@@ -291,40 +337,47 @@ static void conv_geometry(const lm_conv_block *k, gpa_attr at[2]) {
 void lm_forward(lm_model *m) {
   const lm_config *c = &m->cfg;
   gpa_tensor x0 = c->blocks ? m->blk[0].x : m->xa;
+  for (int i = 0; i < m->n_params; i++) cast(m, m->params[i].p, m->params[i].w); /* bf16 copies of the masters */
   gpa_tensor ein[2] = {m->ids, m->emb->p};
   op(m, "embedding_fwd", ein, 2, &x0, 1, NULL, 0);
   for (int i = 0; i < c->blocks; i++) {
     lm_conv_block *k = &m->blk[i];
     gpa_tensor next = i + 1 < c->blocks ? m->blk[i + 1].x : m->xa;
     layernorm(m, k->x, k->ln_g, k->ln_b, k->u, k->mean, k->rstd);
-    transpose(m, 1, k->u, k->uT);
+    gpa_tensor ulp = c->bf16 ? m->ulp : k->u;
+    cast(m, k->u, ulp);
+    transpose(m, 1, ulp, k->uT);
     gpa_attr at[2];
     conv_geometry(k, at);
-    gpa_tensor cin[3] = {k->uT, k->W->p, k->b->p};
+    gpa_tensor cin[3] = {k->uT, k->W->w, k->b->w};
     op(m, "conv1d_fwd", cin, 3, &k->cT, 1, at, 2);
     transpose(m, 0, k->cT, k->c);
-    op(m, "gelu_fwd", &k->c, 1, &m->tmp, 1, NULL, 0);
+    op(m, "gelu_fwd", &k->c, 1, &m->tlp, 1, NULL, 0);
+    cast(m, m->tlp, m->tmp);
     gpa_tensor ain[2] = {k->x, m->tmp};
     op(m, "add", ain, 2, &next, 1, NULL, 0);
   }
   /* attention block */
   layernorm(m, m->xa, m->a_ln_g, m->a_ln_b, m->ua, m->a_mean, m->a_rstd);
+  cast(m, m->ua, m->ua_lp);
   lm_param *W[3] = {m->Wq, m->Wk, m->Wv};
   gpa_tensor qkv[3] = {m->q4, m->k4, m->v4};
   for (int j = 0; j < 3; j++) {
-    gpa_tensor in[2] = {m->ua, W[j]->p}, out = flat3(m, qkv[j]);
+    gpa_tensor in[2] = {m->ua_lp, W[j]->w}, out = flat3(m, qkv[j]);
     op(m, "linear_fwd", in, 2, &out, 1, NULL, 0);
   }
   gpa_attr causal = {"causal", GPA_ATTR_INT, 1, 0};
   gpa_tensor ain[3] = {m->q4, m->k4, m->v4}, aout[2] = {m->o4, m->lse};
   op(m, "attention_fwd", ain, 3, aout, 2, &causal, 1);
-  gpa_tensor pin[3] = {flat3(m, m->o4), m->Wo->p, m->bo->p};
-  op(m, "linear_fwd", pin, 3, &m->tmp, 1, NULL, 0);
+  gpa_tensor pin[3] = {flat3(m, m->o4), m->Wo->w, m->bo->w};
+  op(m, "linear_fwd", pin, 3, &m->tlp, 1, NULL, 0);
+  cast(m, m->tlp, m->tmp);
   gpa_tensor rin[2] = {m->xa, m->tmp};
   op(m, "add", rin, 2, &m->xb, 1, NULL, 0);
   /* head */
   layernorm(m, m->xb, m->f_ln_g, m->f_ln_b, m->uf, m->f_mean, m->f_rstd);
-  gpa_tensor hin[3] = {rows(m, m->uf), m->Wh->p, m->bh->p};
+  cast(m, m->uf, m->uf_lp);
+  gpa_tensor hin[3] = {rows(m, m->uf_lp), m->Wh->w, m->bh->w};
   op(m, "linear_fwd", hin, 3, &m->logits, 1, NULL, 0);
   gpa_tensor lin[2] = {m->logits, m->targets};
   op(m, "cross_entropy_fwd", lin, 2, &m->loss, 1, NULL, 0);
@@ -336,42 +389,47 @@ void lm_backward(lm_model *m) {
   gpa_tensor lin[2] = {m->logits, m->targets};
   op(m, "cross_entropy_bwd", lin, 2, &m->dlogits, 1, NULL, 0);
   /* head: dlogits -> d(uf) -> dx (gradient of xb) */
-  gpa_tensor hin[3] = {m->dlogits, rows(m, m->uf), m->Wh->p}, hout[3] = {rows(m, m->d1), m->Wh->g, m->bh->g};
+  gpa_tensor hin[3] = {m->dlogits, rows(m, m->uf_lp), m->Wh->w}, hout[3] = {rows(m, m->d1lp), m->Wh->g, m->bh->g};
   op(m, "linear_bwd", hin, 3, hout, 3, NULL, 0);
   grads_ready(m, m->Wh, m->bh, NULL);
+  cast(m, m->d1lp, m->d1);
   layernorm_bwd(m, m->xb, m->d1, m->f_ln_g, m->f_ln_b, m->f_mean, m->f_rstd, m->dx);
   grads_ready(m, m->f_ln_g, m->f_ln_b, NULL);
   /* attention block: xb = xa + (o Wo^T + bo) */
-  gpa_tensor pin[3] = {m->dx, flat3(m, m->o4), m->Wo->p}, pout[3] = {flat3(m, m->do4), m->Wo->g, m->bo->g};
+  cast(m, m->dx, m->dxlp);
+  gpa_tensor pin[3] = {m->dxlp, flat3(m, m->o4), m->Wo->w}, pout[3] = {flat3(m, m->do4), m->Wo->g, m->bo->g};
   op(m, "linear_bwd", pin, 3, pout, 3, NULL, 0);
   grads_ready(m, m->Wo, m->bo, NULL);
   gpa_attr causal = {"causal", GPA_ATTR_INT, 1, 0};
   gpa_tensor ain[6] = {m->do4, m->q4, m->k4, m->v4, m->o4, m->lse}, aout[3] = {m->dq4, m->dk4, m->dv4};
   op(m, "attention_bwd", ain, 6, aout, 3, &causal, 1);
   lm_param *W[3] = {m->Wq, m->Wk, m->Wv};
-  gpa_tensor dqkv[3] = {m->dq4, m->dk4, m->dv4}, du[3] = {m->d1, m->d2, m->d2};
+  gpa_tensor dqkv[3] = {m->dq4, m->dk4, m->dv4}, du[3] = {m->d1lp, m->d2lp, m->d2lp};
   for (int j = 0; j < 3; j++) {
-    gpa_tensor in[3] = {flat3(m, dqkv[j]), m->ua, W[j]->p}, out[2] = {du[j], W[j]->g};
+    gpa_tensor in[3] = {flat3(m, dqkv[j]), m->ua_lp, W[j]->w}, out[2] = {du[j], W[j]->g};
     op(m, "linear_bwd_nobias", in, 3, out, 2, NULL, 0);
     grads_ready(m, W[j], NULL, NULL);
-    if (j) add_into(m, m->d1, m->d2);
+    if (j) add_into(m, m->d1lp, m->d2lp);
   }
+  cast(m, m->d1lp, m->d1);
   layernorm_bwd(m, m->xa, m->d1, m->a_ln_g, m->a_ln_b, m->a_mean, m->a_rstd, m->d3);
   grads_ready(m, m->a_ln_g, m->a_ln_b, NULL);
   add_into(m, m->dx, m->d3); /* dx: gradient of xa */
   /* conv blocks, last first: x' = x + gelu(c) */
   for (int i = c->blocks - 1; i >= 0; i--) {
     lm_conv_block *k = &m->blk[i];
-    gpa_tensor gin[2] = {k->c, m->dx};
-    op(m, "gelu_bwd", gin, 2, &m->d1, 1, NULL, 0); /* d1 = dc */
-    transpose(m, 1, m->d1, m->tmpT);     /* dcT */
+    cast(m, m->dx, m->dxlp);
+    gpa_tensor gin[2] = {k->c, m->dxlp};
+    op(m, "gelu_bwd", gin, 2, &m->d1lp, 1, NULL, 0); /* d1 = dc */
+    transpose(m, 1, m->d1lp, m->tmpT);               /* dcT */
     gpa_attr at[2];
     conv_geometry(k, at);
-    gpa_tensor cin[3] = {m->tmpT, k->uT, k->W->p};
+    gpa_tensor cin[3] = {m->tmpT, k->uT, k->W->w};
     gpa_tensor cout[3] = {view(k->cT, 3, c->batch, c->dim, c->ctx, 0), k->W->g, k->b->g}; /* duT into cT's buffer */
     op(m, "conv1d_bwd", cin, 3, cout, 3, at, 2);
     grads_ready(m, k->W, k->b, NULL);
-    transpose(m, 0, k->cT, m->d2); /* du */
+    transpose(m, 0, k->cT, m->d2lp); /* du */
+    cast(m, m->d2lp, m->d2);
     layernorm_bwd(m, k->x, m->d2, k->ln_g, k->ln_b, k->mean, k->rstd, m->d3);
     grads_ready(m, k->ln_g, k->ln_b, NULL);
     add_into(m, m->dx, m->d3); /* dx: gradient of the block's input */
