@@ -20,14 +20,23 @@
  * is made under its mutex, so none races the abort, and none is made after
  * it (the handle is gone then).
  *
- * Init. ncclCommInitRank returns once every rank joined, and uses the
- * calling thread's current device: it runs on the actor thread (gpa__call),
- * so gpa_comm_init blocks until every rank joined. gpa_comm_init_all sends
- * every rank's init to its actor first and then waits for all of them: one
- * thread per device, NCCL's other way besides group calls. Ranks of one
- * process share NCCL's unique id through a table keyed by the id's token,
- * made by the first rank to join; ranks in several processes need an id
- * that carries it (gpa_comm_id_make_nccl). */
+ * Init. NCCL's init uses the calling thread's current device, so it is
+ * started on the actor thread (a call message). From NCCL 2.14 on it is
+ * non-blocking (ncclCommInitRankConfig, config.blocking = 0): the call
+ * returns at once and the actor goes on with its queues, while the thread
+ * in gpa_comm_init polls ncclCommGetAsyncError (ncclInProgress: still
+ * joining) with sleeps that grow to a millisecond, until every rank is
+ * ready, one failed, the communicator's timeout passed (ETIMEDOUT) or an
+ * actor shuts down (ESHUTDOWN); on the last three every rank not ready is
+ * ended with ncclCommAbort. Older NCCL: ncclCommInitRank, which blocks the
+ * actor thread until every rank joined, with no timeout. gpa_comm_init_all
+ * starts every rank's init on its actor before waiting for any: one thread
+ * per device, NCCL's other way besides group calls. On a non-blocking
+ * communicator a collective call may answer ncclInProgress too (NCCL still
+ * enqueuing it): enqueue waits for the state to settle before it fences.
+ * Ranks of one process share NCCL's unique id through a table keyed by the
+ * id's token, made by the first rank to join; ranks in several processes
+ * need an id that carries it (gpa_comm_id_make_nccl). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +61,7 @@ typedef struct nccl_state {
   pthread_cond_t cv;
   pthread_t watchdog;
   bool has_watchdog, quit, dead; /* dead: nc aborted (the handle is gone) */
+  bool nonblocking;              /* nc made with config.blocking = 0 */
   uint32_t inflight;
   gpa__coll *head; /* in flight, by deadline order of submission */
 } nccl_state;
@@ -80,6 +90,9 @@ static bool load(gpa__nccl_api *api, const char *path, char *why, size_t cap) {
              GPA__NCCL_MIN_VERSION);
     goto bad;
   }
+  /* non-blocking init from 2.14 (older: the blocking one, no timeout) */
+  if (api->version >= GPA__NCCL_CONFIG_VERSION && (fn = dlsym(api->lib, "ncclCommInitRankConfig")))
+    memcpy(&api->ncclCommInitRankConfig, &fn, sizeof fn);
   return true;
 bad:
   dlclose(api->lib);
@@ -236,18 +249,104 @@ typedef struct init_req {
 } init_req;
 _Static_assert(sizeof(init_req) <= GPA_OP_PARAMS_MAX, "an init request fits a message's params");
 
-/* On the actor thread: its device is current there. */
+/* On the actor thread: its device is current there. Non-blocking where
+ * NCCL has it: then the init goes on after this returns. */
 static gpa_status init_fn(gpa_actor *a, gpa__msg *m) {
   (void)a;
   init_req *q = (init_req *)m->params;
   nccl_state *s = q->c->es;
-  gpa__ncclResult_t r = s->api.ncclCommInitRank(&s->nc, q->c->size, q->uid, q->c->rank);
+  gpa__ncclResult_t r;
+  s->nc = NULL;
+  if (s->api.ncclCommInitRankConfig) {
+    gpa__ncclConfig cfg = {sizeof cfg, GPA__NCCL_CONFIG_MAGIC, GPA__NCCL_CONFIG_VERSION, 0,
+                           GPA__NCCL_CONFIG_UNDEF_INT};
+    s->nonblocking = true;
+    r = s->api.ncclCommInitRankConfig(&s->nc, q->c->size, q->uid, q->c->rank, &cfg);
+    if (r == GPA__NCCL_IN_PROGRESS) r = GPA__NCCL_SUCCESS; /* gpa__comm_nccl_join_all waits */
+  } else {
+    r = s->api.ncclCommInitRank(&s->nc, q->c->size, q->uid, q->c->rank);
+  }
   if (r == GPA__NCCL_SUCCESS) return GPA_OK;
   char t[112]; /* with the prefix, within the message text */
   nccl_text(&s->api, NULL, r, t, sizeof t);
-  snprintf(m->err, sizeof m->err, "gpa_comm_init: ncclCommInitRank (rank %d of %d): %s", q->c->rank, q->c->size, t);
+  snprintf(m->err, sizeof m->err, "gpa_comm_init: %s (rank %d of %d): %s",
+           s->nonblocking ? "ncclCommInitRankConfig" : "ncclCommInitRank", q->c->rank, q->c->size, t);
+  if (s->nc) s->api.ncclCommAbort(s->nc); /* a non-blocking init may leave one to end */
   s->nc = NULL;
   return GPA_EDEVICE;
+}
+
+static void sleep_ns(int64_t ns) {
+  nanosleep(&(struct timespec){(time_t)(ns / 1000000000), (long)(ns % 1000000000)}, NULL);
+}
+
+static bool actor_ending(const gpa_actor *a) {
+  return atomic_load_explicit(&a->closing, memory_order_acquire) ||
+         atomic_load_explicit(&a->stopping, memory_order_acquire);
+}
+
+/* The caller's thread, once every rank's non-blocking init started: looks
+ * at each rank's state until all are ready, one failed, the communicator's
+ * timeout passed or an actor is shutting down. Between looks it sleeps,
+ * 20 us at first and twice as long each time up to 1 ms (a rank far behind
+ * costs a thousand wake-ups a second, no core). On failure every rank's
+ * NCCL communicator is aborted (those ready too: their peers are gone) and
+ * why says which rank waited for what. */
+static gpa_status wait_joined(gpa_comm **cs, int32_t n, char *why, size_t cap) {
+  int64_t t0 = gpa__now_ns(), timeout = cs[0]->timeout_ns, dl = timeout > 0 ? t0 + timeout : 0, nap = 20000;
+  bool ready[n];
+  memset(ready, 0, sizeof ready);
+  int32_t left = n;
+  gpa_status st = GPA_OK;
+  while (left) {
+    for (int32_t i = 0; i < n && st == GPA_OK; i++) {
+      if (ready[i]) continue;
+      nccl_state *s = cs[i]->es;
+      gpa__ncclResult_t e = GPA__NCCL_IN_PROGRESS;
+      pthread_mutex_lock(&s->mu);
+      gpa__ncclResult_t r = s->api.ncclCommGetAsyncError(s->nc, &e);
+      if (r != GPA__NCCL_SUCCESS) e = r;
+      if (e == GPA__NCCL_SUCCESS) {
+        ready[i] = true;
+        left--;
+      } else if (e != GPA__NCCL_IN_PROGRESS) {
+        char t[112];
+        nccl_text(&s->api, s->nc, e, t, sizeof t);
+        snprintf(why, cap, "gpa_comm_init: NCCL's init of rank %d of %d failed: %s", cs[i]->rank, cs[i]->size, t);
+        st = GPA_EDEVICE;
+      }
+      pthread_mutex_unlock(&s->mu);
+    }
+    if (st != GPA_OK || !left) break;
+    int32_t w = 0; /* a rank still waiting, to name */
+    while (ready[w]) w++;
+    for (int32_t i = 0; i < n && st == GPA_OK; i++)
+      if (actor_ending(cs[i]->a)) {
+        snprintf(why, cap, "gpa_comm_init: the actor of rank %d of %d shut down while NCCL's init waited for the "
+                 "other ranks to join", cs[i]->rank, cs[i]->size);
+        st = GPA_ESHUTDOWN;
+      }
+    int64_t now = gpa__now_ns();
+    if (st == GPA_OK && dl && now >= dl) {
+      snprintf(why, cap, "gpa_comm_init: rank %d of %d waited %lld ms for the other ranks to join NCCL's init "
+               "(the communicator's timeout; %d of this process's %d ranks were ready)",
+               cs[w]->rank, cs[w]->size, (long long)(timeout / 1000000), n - left, n);
+      st = GPA_ETIMEDOUT;
+    }
+    if (st != GPA_OK) break;
+    sleep_ns(dl && dl - now < nap ? dl - now : nap);
+    if ((nap *= 2) > 1000000) nap = 1000000;
+  }
+  if (st != GPA_OK)
+    for (int32_t i = 0; i < n; i++) {
+      nccl_state *s = cs[i]->es;
+      pthread_mutex_lock(&s->mu);
+      if (s->nc) s->api.ncclCommAbort(s->nc);
+      s->nc = NULL;
+      s->dead = true;
+      pthread_mutex_unlock(&s->mu);
+    }
+  return st;
 }
 
 static void state_free(nccl_state *s) {
@@ -342,10 +441,20 @@ gpa_status gpa__comm_nccl_join_all(gpa_comm **cs, int32_t n, const gpa_comm_id *
     }
     gpa_handle_release(ms[i]);
   }
+  /* every init started; the non-blocking ones (all or none: one library)
+   * still join. A rank whose init failed at the call leaves the others to
+   * be aborted by teardown. */
+  if (st == GPA_OK && ((nccl_state *)cs[0]->es)->nonblocking) st = wait_joined(cs, n, why, sizeof why);
   for (int32_t i = 0; i < sent && st == GPA_OK; i++)
     if ((st = start_watchdog(cs[i])) != GPA_OK) snprintf(why, sizeof why, "%s", gpa_last_error_message());
   if (st != GPA_OK) {
-    for (int32_t i = 0; i < n; i++) teardown(cs[i]);
+    for (int32_t i = 0; i < n; i++) {
+      /* never usable: abort (destroy would wait for peers that may never come) */
+      nccl_state *s = cs[i]->es;
+      if (s->nc && !s->dead) s->api.ncclCommAbort(s->nc);
+      s->dead = true;
+      teardown(cs[i]);
+    }
     return gpa__fail(st, "%s", why);
   }
   return GPA_OK;
@@ -369,11 +478,58 @@ static int nccl_op(int op) {
   return ops[op];
 }
 
+/* A call on a non-blocking communicator answered ncclInProgress: NCCL is
+ * still enqueuing it (say, connecting to its peers on first use), and the
+ * fence must wait until it is on the stream. The actor thread waits for the
+ * state to leave ncclInProgress, sleeping between looks (2 us doubling to
+ * 1 ms) with s->mu released so that the watchdog and gpa_comm_abort are not
+ * held up, until the collective's deadline (then the communicator fails
+ * with ETIMEDOUT) or the actor's shutdown. Called and returns with s->mu
+ * held; GPA_OK: enqueued; else m->err says why. */
+static gpa_status wait_enqueued(gpa_actor *a, gpa_comm *c, nccl_state *s, int64_t dl, gpa__msg *m) {
+  const char *name = ((const char *const[]){"allreduce", "reduce_scatter", "allgather", "broadcast", "send",
+                                             "recv"})[((gpa__coll *)m->params)->kind];
+  char why[GPA__ERR_MAX];
+  for (int64_t nap = 2000;; nap = nap * 2 > 1000000 ? 1000000 : nap * 2) {
+    if (s->dead) {
+      snprintf(m->err, sizeof m->err, "%s on rank %d: the communicator failed: %s", name, c->rank, c->why);
+      return atomic_load(&c->failed) ? atomic_load(&c->failed) : GPA_ECLOSED;
+    }
+    gpa__ncclResult_t e = GPA__NCCL_IN_PROGRESS, r = s->api.ncclCommGetAsyncError(s->nc, &e);
+    if (r != GPA__NCCL_SUCCESS) e = r;
+    if (e == GPA__NCCL_SUCCESS) return GPA_OK;
+    if (e != GPA__NCCL_IN_PROGRESS) {
+      char t[150];
+      nccl_text(&s->api, s->nc, e, t, sizeof t);
+      snprintf(why, sizeof why, "NCCL failed on rank %d: %s", c->rank, t);
+      fail_locked(c, s, GPA_EDEVICE, why);
+      snprintf(m->err, sizeof m->err, "%s", why);
+      return GPA_EDEVICE;
+    }
+    int64_t now = gpa__now_ns();
+    if ((dl && now >= dl) || actor_ending(a)) {
+      bool late = dl && now >= dl;
+      if (late)
+        snprintf(why, sizeof why, "%s on rank %d of %d: NCCL still enqueuing it after %lld ms (the communicator's "
+                 "timeout)", name, c->rank, c->size, (long long)(c->timeout_ns / 1000000));
+      else
+        snprintf(why, sizeof why, "the actor of rank %d shut down while NCCL enqueued a collective", c->rank);
+      fail_locked(c, s, late ? GPA_ETIMEDOUT : GPA_ECANCELED, why);
+      snprintf(m->err, sizeof m->err, "%s", why);
+      return late ? GPA_ETIMEDOUT : GPA_ECANCELED;
+    }
+    pthread_mutex_unlock(&s->mu);
+    sleep_ns(dl && dl - now < nap ? dl - now : nap);
+    pthread_mutex_lock(&s->mu);
+  }
+}
+
 /* Actor thread: one NCCL call on the queue's stream, then the fence. */
 static gpa_status enqueue(gpa_actor *a, gpa_comm *c, gpa__coll *p, gpa__msg *m) {
   nccl_state *s = c->es;
   void *stream = gpa__cu_stream_of(a->bctx, gpa__work_of(m).bq);
   int dt = nccl_dtype(p->dtype);
+  int64_t dl = c->timeout_ns > 0 ? gpa__now_ns() + c->timeout_ns : 0;
   gpa__ncclResult_t r;
   pthread_mutex_lock(&s->mu);
   if (s->dead) {
@@ -395,6 +551,14 @@ static gpa_status enqueue(gpa_actor *a, gpa_comm *c, gpa__coll *p, gpa__msg *m) 
     case GPA__COLL_SEND: r = s->api.ncclSend(p->send, p->count, dt, p->peer, s->nc, stream); break;
     default: r = s->api.ncclRecv(p->recv, p->count, dt, p->peer, s->nc, stream); break;
   }
+  if (r == GPA__NCCL_IN_PROGRESS && s->nonblocking) {
+    gpa_status st = wait_enqueued(a, c, s, dl, m);
+    if (st != GPA_OK) {
+      pthread_mutex_unlock(&s->mu);
+      return st;
+    }
+    r = GPA__NCCL_SUCCESS;
+  }
   if (r != GPA__NCCL_SUCCESS) {
     char t[112]; /* with the prefix, within the message text */
     nccl_text(&s->api, s->nc, r, t, sizeof t);
@@ -402,7 +566,7 @@ static gpa_status enqueue(gpa_actor *a, gpa_comm *c, gpa__coll *p, gpa__msg *m) 
     snprintf(m->err, sizeof m->err, "NCCL on rank %d: %s", c->rank, t);
     return GPA_EDEVICE;
   }
-  p->deadline = c->timeout_ns > 0 ? gpa__now_ns() + c->timeout_ns : 0;
+  p->deadline = dl;
   p->next = s->head;
   s->head = p;
   s->inflight++;

@@ -4,13 +4,17 @@
  * one process; the references are the LOCAL transport's results, bit for
  * bit. Then the faults: an init that fails, a collective that fails on its
  * stream, a hung rank and a missing one (the communicator's timeout), abort,
- * shutdown with a collective in flight, and NCCL absent. Every handle
+ * shutdown with a collective in flight, and NCCL absent. Init is NCCL's
+ * non-blocking one: a rank whose peer never joins times out while its actor
+ * keeps running ops, a shutdown ends a pending init, and an NCCL too old
+ * for it (the simulator reporting 2.13) falls back to the blocking init. Every handle
  * completes once; nothing hangs. Skipped (77) in builds without the
  * simulator's NCCL. Where a real GPU and libnccl.so.2 are present, the
  * shared cases also run with one rank on cuda:0 through the real NCCL (one
  * card cannot host two NCCL ranks). */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -189,6 +193,136 @@ static void shutdown_case(void) {
   pair_down(&p);
 }
 
+/* ---- init ------------------------------------------------------------------------ */
+
+/* gpa_comm_init of rank 0 of a 2-rank communicator whose rank 1 never
+ * comes, on its own thread. */
+typedef struct lone_init {
+  gpa_actor *a;
+  gpa_comm_id id;
+  int64_t timeout_ns;
+  pthread_t t;
+  gpa_status st;
+  char why[256];
+  double ms;
+  atomic_int done;
+} lone_init;
+
+static double ms_since(const struct timespec *t0) {
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (t1.tv_sec - t0->tv_sec) * 1e3 + (t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static void *lone_main(void *p) {
+  lone_init *x = p;
+  gpa_comm_options o = {.size = sizeof o, .timeout_ns = x->timeout_ns};
+  gpa_comm *c = NULL;
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  x->st = gpa_comm_init(x->a, &x->id, 2, 0, &o, &c);
+  x->ms = ms_since(&t0);
+  snprintf(x->why, sizeof x->why, "%s", gpa_last_error_message());
+  if (c) gpa_comm_destroy(c);
+  atomic_store(&x->done, 1);
+  return NULL;
+}
+
+static void lone_start(lone_init *x, gpa_actor *a, int64_t timeout_ms) {
+  memset(x, 0, sizeof *x);
+  x->a = a;
+  x->timeout_ns = timeout_ms * 1000000;
+  CHECK_OK(gpa_comm_id_make(&x->id));
+  CHECK(pthread_create(&x->t, NULL, lone_main, x) == 0);
+}
+
+/* Joins the init thread, failing (not hanging) when it has not returned
+ * within limit_ms: an init without a deadline would wait forever. */
+static void lone_join(lone_init *x, double limit_ms) {
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  while (!atomic_load(&x->done)) {
+    if (ms_since(&t0) > limit_ms) {
+      fprintf(stderr, "gpa_comm_init still waiting after %.0f ms\n", limit_ms);
+      exit(1);
+    }
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+  }
+  pthread_join(x->t, NULL);
+}
+
+/* Its peer never joins: ETIMEDOUT after the communicator's timeout (200
+ * ms), naming the rank and what it waited for; meanwhile the actor runs ops
+ * of the queue the init went through, at once (a blocking init would hold
+ * its thread until the peer came). */
+static void init_timeout(void) {
+  gpa_actor *a = on(0);
+  gpa_tensor x = tu_f32(a, 64);
+  gpa_queue *q = gpa_actor_default_queue(a);
+  lone_init li;
+  lone_start(&li, a, 200);
+  nanosleep(&(struct timespec){0, 20 * 1000000}, NULL); /* the init is pending by now */
+  for (int i = 0; i < 3; i++) {
+    gpa_handle *h;
+    CHECK_OK(tu_fill(q, &x, 4.0 + i, &h));
+    CHECK_OK(gpa_await(h, 100 * 1000000ll));
+    gpa_handle_release(h);
+  }
+  float v[64];
+  tu_get(q, &x, v, 64);
+  CHECK(v[63] == 6.0f);
+  CHECK(!atomic_load(&li.done)); /* the ops ran while the init waited */
+  lone_join(&li, 5000);
+  printf("comm_nccl: init without its peer: %s after %.0f ms: %s\n", gpa_status_name(li.st), li.ms, li.why);
+  CHECK(li.st == GPA_ETIMEDOUT);
+  CHECK(strstr(li.why, "rank 0 of 2") && strstr(li.why, "waited 200 ms") && strstr(li.why, "join"));
+  CHECK(li.ms >= 199 && li.ms < 1500);
+  tu_get(q, &x, v, 64); /* the actor is still usable */
+  CHECK(v[0] == 6.0f);
+  CHECK_OK(gpa_actor_destroy(a));
+}
+
+/* A shutdown of the actor ends an init that has no timeout: ESHUTDOWN, and
+ * the simulated communicator is gone (aborted). */
+static void init_shutdown(void) {
+  gpa_actor *a = on(1);
+  lone_init li;
+  lone_start(&li, a, 0);
+  nanosleep(&(struct timespec){0, 50 * 1000000}, NULL);
+  CHECK(!atomic_load(&li.done));
+  CHECK_OK(gpa_actor_shutdown(a));
+  lone_join(&li, 5000);
+  CHECK(li.st == GPA_ESHUTDOWN && strstr(li.why, "shut down") && strstr(li.why, "rank 0 of 2"));
+  CHECK_OK(gpa_actor_destroy(a));
+}
+
+/* NCCL 2.13 (no ncclCommInitRankConfig for us): the blocking init, which
+ * still joins and reduces; NCCL 2.9: refused (no bf16, no avg). */
+static void init_old_nccl(void) {
+  void (*set_version)(int) = (void (*)(int))dlsym(sim_nccl, "gpa_sim_nccl_set_version");
+  CHECK(set_version != NULL);
+  set_version(21300);
+  pair p;
+  pair_up(&p, 1000);
+  for (int i = 0; i < 2; i++) {
+    CHECK_OK(tu_fill(q_of(&p, i), &p.x[i], 1.0 + i, NULL));
+    CHECK_OK(gpa_allreduce(q_of(&p, i), p.c[i], &p.x[i], &p.x[i], GPA_REDUCE_SUM, NULL));
+  }
+  for (int i = 0; i < 2; i++) {
+    float v[64];
+    tu_get(q_of(&p, i), &p.x[i], v, 64);
+    CHECK(v[0] == 3.0f && v[63] == 3.0f);
+  }
+  pair_down(&p);
+  set_version(2908);
+  gpa_actor *a = on(0);
+  gpa_comm *c;
+  CHECK_ST(gpa_comm_init_all(&a, 1, NULL, &c), GPA_EUNSUPPORTED);
+  CHECK_MSG("older than");
+  CHECK_OK(gpa_actor_destroy(a));
+  set_version(0);
+}
+
 static void errors(void) {
   gpa_actor *a = on(0);
   gpa_comm *c;
@@ -299,6 +433,9 @@ int main(void) {
   all_cases(2);
   all_cases(4);
   init_fault();
+  init_timeout();
+  init_shutdown();
+  init_old_nccl();
   async_fault();
   timeout_case(false);
   timeout_case(true);

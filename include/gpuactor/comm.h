@@ -45,7 +45,8 @@ typedef struct gpa_comm_options {
   uint32_t size;      /* sizeof(gpa_comm_options), or 0 */
   int32_t transport;  /* gpa_comm_transport */
   int64_t timeout_ns; /* a collective waiting longer for its peers fails with ETIMEDOUT and fails the
-                         communicator; 0 or < 0: no limit */
+                         communicator; so does an NCCL init (NCCL 2.14 and later) whose ranks have not
+                         all joined by then; 0 or < 0: no limit */
 } gpa_comm_options;
 
 typedef enum gpa_reduce_op {
@@ -99,17 +100,21 @@ gpa_status gpa_comm_bootstrap_mpi(gpa_comm_id *id, int32_t *rank, int32_t *size)
 /* Makes actor's communicator as rank `rank` of `size` on id. LOCAL: returns
  * at once, collectives wait until every rank joined; MPI: collective over
  * MPI_COMM_WORLD (every process calls it, in the same order as its other
- * communicator inits), one rank per process, rank order free. opts may be
- * NULL. Any thread. Errors: EINVAL (NULL, size < 1, rank outside [0, size),
+ * communicator inits), one rank per process, rank order free; NCCL: returns
+ * once every rank joined, the actor running its ops meanwhile (NCCL 2.14
+ * and later; older ones block the actor). opts may be NULL. Any thread. Errors: EINVAL (NULL, size < 1, rank outside [0, size),
  * a rank already taken, a size other ranks disagree with, a bad option),
  * EUNSUPPORTED (the transport is not available for this actor's backend or
  * build; the message names the missing library), EDEVICE (the engine
- * failed: its text in the message), ESHUTDOWN, ENOMEM. */
+ * failed: its text in the message), ETIMEDOUT (NCCL: the ranks had not all
+ * joined within opts' timeout_ns; the message names the rank), ESHUTDOWN
+ * (also: the actor shut down during an NCCL init), ENOMEM. */
 gpa_status gpa_comm_init(gpa_actor *actor, const gpa_comm_id *id, int32_t size, int32_t rank,
                          const gpa_comm_options *opts, gpa_comm **out);
 /* Makes a LOCAL communicator of n actors of this process, actors[i] being
  * rank i; out[i] is its communicator. Any thread. Errors: EINVAL (also n <
- * 1, an actor listed twice), EUNSUPPORTED, EDEVICE, ESHUTDOWN, ENOMEM. */
+ * 1, an actor listed twice), EUNSUPPORTED, EDEVICE, ETIMEDOUT, ESHUTDOWN,
+ * ENOMEM. */
 gpa_status gpa_comm_init_all(gpa_actor *const *actors, int32_t n, const gpa_comm_options *opts, gpa_comm **out);
 /* Rank and size; -1 for NULL. Any thread. */
 int32_t gpa_comm_rank(const gpa_comm *comm);

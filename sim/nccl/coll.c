@@ -285,6 +285,11 @@ static ncclResult_t enqueue(ncclComm_t c, post p, int peer, cudaStream_t stream)
     free(s);
     return snc_fail(NULL, ncclInvalidUsage, "%s: the communicator was destroyed", api);
   }
+  if (c->nonblocking && snc_init_state_locked(c) == ncclInProgress) {
+    pthread_mutex_unlock(&snc_mu);
+    free(s);
+    return snc_fail(c, ncclInvalidUsage, "%s: the communicator's init is still in progress", api);
+  }
   s->c = c;
   c->refs++;
   if (p.kind != K_SEND && p.kind != K_RECV) s->seq = c->seq++;
@@ -295,7 +300,12 @@ static ncclResult_t enqueue(ncclComm_t c, post p, int peer, cudaStream_t stream)
     step_free(s);
     return snc_fail(c, ncclUnhandledCudaError, "%s: the stream refused the work (CUresult %d)", api, (int)cr);
   }
-  return ncclSuccess;
+  if (!c->nonblocking) return ncclSuccess;
+  /* as NCCL's non-blocking calls may: "still enqueuing", for one look */
+  pthread_mutex_lock(&snc_mu);
+  c->busy_polls = 1;
+  pthread_mutex_unlock(&snc_mu);
+  return ncclInProgress;
 }
 
 EXPORT ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,

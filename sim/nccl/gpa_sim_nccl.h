@@ -21,6 +21,10 @@ void gpa_sim_nccl_fault_async(unsigned n);
  * its peers wait until their communicators are aborted. */
 void gpa_sim_nccl_fault_hang(unsigned n);
 void gpa_sim_nccl_fault_clear(void);
+/* The version code ncclGetVersion reports (0: the default, 2.28.0): an
+ * older one makes comm/nccl.c take its fallbacks (below 2.14: blocking
+ * init). */
+void gpa_sim_nccl_set_version(int code);
 /* Ranks whose communicator memory is still held (leak checks). */
 int gpa_sim_nccl_live_comms(void);
 

@@ -35,6 +35,10 @@ struct ncclComm {
   bool aborted;       /* ncclCommAbort: waiting steps give up */
   ncclResult_t async; /* first asynchronous error */
   char last[256];     /* ncclGetLastError */
+  bool nonblocking;   /* made with config.blocking = 0: calls may answer ncclInProgress */
+  bool init_done;     /* non-blocking: every rank joined (seen by snc_init_state_locked) */
+  int busy_polls;     /* ncclCommGetAsyncError answers ncclInProgress this many more times (a call "still
+                         enqueuing" on a non-blocking communicator) */
   uint64_t seq;       /* collectives issued (send/recv have their own order) */
 };
 
@@ -79,5 +83,9 @@ HIDDEN ncclResult_t snc_fail(ncclComm_t c, ncclResult_t r, const char *fmt, ...)
  * once unused); marks c's group failed for every rank still waiting. */
 HIDDEN void snc_unref_locked(ncclComm_t c);
 HIDDEN void snc_fail_group_locked(group *g, int rank, const char *why);
+/* Under snc_mu: ncclSuccess once every rank of c's group joined,
+ * ncclInProgress while some have not (non-blocking init), or the error that
+ * ended the init (an abort, a peer's failure). */
+HIDDEN ncclResult_t snc_init_state_locked(ncclComm_t c);
 
 #endif

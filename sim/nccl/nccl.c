@@ -4,7 +4,13 @@
  * Overview. A unique id names a group; ncclCommInitRank joins rank r of it
  * and waits until every rank joined (inside ncclGroupStart/End the wait
  * moves to ncclGroupEnd, so one thread can join several ranks, as with
- * NCCL). A collective call checks its arguments, takes the rank's next
+ * NCCL). ncclCommInitRankConfig with config.blocking = 0 joins and returns
+ * ncclInProgress at once: ncclCommGetAsyncError then answers ncclInProgress
+ * until every rank joined (ncclSuccess) or the init ended otherwise (an
+ * abort, a peer's failure: an error), and ncclCommAbort may end it while
+ * pending. On such a non-blocking communicator every collective call
+ * answers ncclInProgress, and the next ncclCommGetAsyncError too, as NCCL's
+ * may while it is still enqueuing: callers must wait for ncclSuccess. A collective call checks its arguments, takes the rank's next
  * sequence number and queues a step on the stream (gpa_sim__enqueue): the
  * step posts the rank's buffers in the group's slot of that number and waits
  * until every rank posted; the last one computes the whole collective for
@@ -55,6 +61,7 @@ static __thread char t_last[256];
 static __thread int t_group_depth;
 static __thread ncclComm_t t_pending[MAXR]; /* inits inside a group call, waited for at ncclGroupEnd */
 static __thread int t_n_pending;
+static atomic_int g_version = NCCL_VERSION(2, 28, 0);
 
 /* ---- faults ---------------------------------------------------------------- */
 
@@ -100,6 +107,8 @@ EXPORT void gpa_sim_nccl_fault_clear(void) {
   pthread_once(&f_once, read_env);
   f_init = snc_f_call = snc_f_async = snc_f_hang = 0;
 }
+
+EXPORT void gpa_sim_nccl_set_version(int code) { g_version = code ? code : NCCL_VERSION(2, 28, 0); }
 
 EXPORT int gpa_sim_nccl_live_comms(void) {
   int n = 0;
@@ -149,7 +158,7 @@ EXPORT const char *ncclGetLastError(ncclComm_t c) {
 
 EXPORT ncclResult_t ncclGetVersion(int *v) {
   if (!v) return ncclInvalidArgument;
-  *v = NCCL_VERSION(2, 28, 0);
+  *v = atomic_load(&g_version);
   return ncclSuccess;
 }
 
@@ -203,7 +212,17 @@ static bool wait_joined(ncclComm_t c) {
   return !c->aborted && !c->g->failed;
 }
 
-EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank) {
+ncclResult_t snc_init_state_locked(ncclComm_t c) {
+  if (c->init_done) return ncclSuccess;
+  if (c->aborted) return ncclSystemError;
+  if (c->g->joined == c->g->nranks) { /* every rank joined once: later failures are the collectives' */
+    c->init_done = true;
+    return ncclSuccess;
+  }
+  return c->g->failed ? ncclRemoteError : ncclInProgress;
+}
+
+static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank, bool blocking) {
   if (!out) return snc_fail(NULL, ncclInvalidArgument, "ncclCommInitRank: %s", "NULL comm");
   *out = NULL;
   if (nranks < 1 || nranks > MAXR)
@@ -252,11 +271,16 @@ EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId i
   c->rank = rank;
   c->nranks = nranks;
   c->refs = 1;
+  c->nonblocking = !blocking;
   g->rank[rank] = c;
   g->joined++;
   g->alive++;
   pthread_cond_broadcast(&snc_cv);
   *out = c;
+  if (!blocking) { /* the peers are waited for in ncclCommGetAsyncError */
+    pthread_mutex_unlock(&snc_mu);
+    return ncclInProgress;
+  }
   if (t_group_depth > 0 && t_n_pending < MAXR) {
     t_pending[t_n_pending++] = c; /* ncclGroupEnd waits */
     pthread_mutex_unlock(&snc_mu);
@@ -270,6 +294,28 @@ EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId i
   }
   pthread_mutex_unlock(&snc_mu);
   return ok ? ncclSuccess : snc_fail(NULL, ncclSystemError, "ncclCommInitRank: another rank's init failed (rank %d)", rank);
+}
+
+EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank) {
+  return init_rank(out, nranks, id, rank, true);
+}
+
+/* The config's layout up to `blocking` (NCCL 2.14's), read as NCCL reads
+ * it: the magic of NCCL_CONFIG_INITIALIZER, fields newer than `version`
+ * left at their defaults, INT_MIN (undefined) meaning the default. */
+EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id, int rank,
+                                           ncclConfig_t *config) {
+  bool blocking = true;
+  if (config) {
+    size_t size;
+    memcpy(&size, config, sizeof size);
+    if (size < offsetof(ncclConfig_t, blocking) + sizeof(int) || config->magic != 0xcafebeef)
+      return snc_fail(NULL, ncclInvalidArgument, "ncclCommInitRankConfig: %s",
+                      "config not initialized by NCCL_CONFIG_INITIALIZER (size or magic)");
+    if (config->version >= NCCL_VERSION(2, 14, 0) && config->blocking != NCCL_CONFIG_UNDEF_INT)
+      blocking = config->blocking != 0;
+  }
+  return init_rank(out, nranks, id, rank, blocking);
 }
 
 EXPORT ncclResult_t ncclGroupStart(void) {
@@ -304,7 +350,18 @@ EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t c, int *r) {
 EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *e) {
   if (!c || !e) return ncclInvalidArgument;
   pthread_mutex_lock(&snc_mu);
-  *e = c->async;
+  ncclResult_t st = c->nonblocking ? snc_init_state_locked(c) : ncclSuccess;
+  if (c->async) *e = c->async;
+  else if (st == ncclInProgress) *e = ncclInProgress;
+  else if (st != ncclSuccess) {
+    /* the init ended without every rank: NCCL's text, as its bootstrap would */
+    snprintf(c->last, sizeof c->last, "ncclCommInitRankConfig (rank %d): %s", c->rank,
+             c->aborted ? "aborted (ncclCommAbort) during init" : c->g->fail_why);
+    *e = c->async = st;
+  } else if (c->busy_polls > 0) {
+    c->busy_polls--;
+    *e = ncclInProgress;
+  } else *e = ncclSuccess;
   pthread_mutex_unlock(&snc_mu);
   return ncclSuccess;
 }
