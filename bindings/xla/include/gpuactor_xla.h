@@ -34,7 +34,14 @@
  * device ordinal), whose default queue waits for XLA's stream by an event;
  * XLA's stream then waits for the op by another. The handler returns once
  * the op is enqueued, without waiting for the GPU; an op that fails later
- * fails the device's next call. The feed calls are host only.
+ * fails the device's next call. Each XLA stream has a queue of its own (up
+ * to 16 streams a device; more share one), so calls of different streams
+ * never wait for each other. The CUDA feed calls
+ * (gpa_xla_cuda_infeed/outfeed, same targets) move XLA's device buffers
+ * from and to a session opened on that device (gpa_xla_cuda_session_open),
+ * ordered with XLA's stream the same way; the call waits on the host only
+ * for the session (an item to take, room for an outfeed), never for the
+ * GPU.
  *
  * An actor is created on the first call (one per process for the host, one
  * per device for CUDA); GPA_* environment variables configure it as for any
@@ -72,6 +79,8 @@ XLA_FFI_Error *gpa_xla_cuda_gelu_bwd(XLA_FFI_CallFrame *frame);
 XLA_FFI_Error *gpa_xla_cuda_linear_fwd(XLA_FFI_CallFrame *frame);
 XLA_FFI_Error *gpa_xla_cuda_linear_bwd(XLA_FFI_CallFrame *frame);
 XLA_FFI_Error *gpa_xla_cuda_op(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_cuda_infeed(XLA_FFI_CallFrame *frame);
+XLA_FFI_Error *gpa_xla_cuda_outfeed(XLA_FFI_CallFrame *frame);
 
 /* One entry per handler: its custom call target name and the function. */
 typedef struct gpa_xla_target {
@@ -80,7 +89,7 @@ typedef struct gpa_xla_target {
 } gpa_xla_target;
 /* The host table above, terminated by {NULL, NULL}. */
 const gpa_xla_target *gpa_xla_targets(void);
-/* The CUDA table: the op handlers and gpuactor_nothing. */
+/* The CUDA table: the op handlers, gpuactor_nothing and the feed calls. */
 const gpa_xla_target *gpa_xla_cuda_targets(void);
 
 /* Registers every handler with XLA through the C API (what a host program
@@ -113,7 +122,13 @@ struct gpa_actor *gpa_xla_actor(char *msg, uint64_t msg_size);
 struct gpa_feed;
 struct gpa_feed_options;
 int gpa_xla_session_open(const struct gpa_feed_options *opts, struct gpa_feed **out, char *msg, uint64_t msg_size);
-/* 0, or -1 if it was not open. Any thread but the session's sink. */
+/* The same on CUDA device `device` (its actor: XLA's device memory): for the
+ * feed calls of a CUDA XLA program on that device. A host call naming it,
+ * or a call of another device, fails naming the attribute 'session'. */
+int gpa_xla_cuda_session_open(int device, const struct gpa_feed_options *opts, struct gpa_feed **out, char *msg,
+                              uint64_t msg_size);
+/* 0, or -1 if it was not open (host or device). Any thread but the
+ * session's sink. */
 int gpa_xla_session_close(struct gpa_feed *session);
 
 /* What the handlers did, for tests and measurements. */

@@ -8,9 +8,9 @@
  * - The CUDA handlers (cuda.c): XLA's stream waits for the op by an event;
  *   the handle only tells whether it failed, which the device's next call
  *   reports, and when the wraps may be given back.
- * One thread awaits the handles in submission order (the op handlers share
- * each actor's default queue, which runs them in that order) and completes
- * each. Completing a future may run XLA's next work on that thread,
+ * One thread completes each call once its handles have: the oldest first
+ * among those that are, without waiting for an older one still running on
+ * another queue (a stalled XLA stream). Completing a future may run XLA's next work on that thread,
  * handlers included: they only ever enqueue here, so the thread never waits
  * on itself. */
 #include <pthread.h>
@@ -29,7 +29,10 @@ typedef struct pending {
   XLA_FFI_Future *future; /* NULL: a CUDA call */
   gpa_xla_dev *dev;       /* where a CUDA call's failure goes */
   gpa_actor *actor;
+  gpa_handle *pre; /* the queue's wait for XLA's stream (CUDA), or NULL */
   gpa_handle *h;
+  gpa_queue *batch_q; /* a CUDA feed call's queue: synced, then given back (cuda_feed.c) */
+  int quiet;          /* the call has failed already: nothing more to report, not counted */
   const char *target; /* a static string of the signature table */
   uint32_t n_wraps;
   gpa_xla_wrap wraps[];
@@ -43,10 +46,24 @@ static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static pending *head, *tail;
 
 static void complete(pending *p) {
-  gpa_status st = gpa_xla_wait(p->h);
+  gpa_status st = p->pre ? gpa_xla_wait(p->pre) : GPA_OK;
+  gpa_handle *first = p->pre;
+  if (st == GPA_OK) st = gpa_xla_wait(p->h), first = p->h;
   char msg[512] = "";
   if (st != GPA_OK)
-    snprintf(msg, sizeof msg, "%s: %s (%s)", p->target, gpa_handle_error_message(p->h), gpa_status_name(st));
+    snprintf(msg, sizeof msg, "%s: %s (%s)", p->target, gpa_handle_error_message(first), gpa_status_name(st));
+  if (p->pre && first == p->pre) gpa_xla_wait(p->h); /* the op's wraps are in use until it is done */
+  if (p->batch_q) {
+    /* Everything of the batch has run (its last message was p->h): the
+     * sync does not wait for the device, and collects a failure no handle
+     * showed (an outfeed's copy). */
+    gpa_batch_stats bs = {.size = sizeof bs};
+    gpa_status bst = gpa_sync_batch(p->batch_q, &bs);
+    if (st == GPA_OK && bst != GPA_OK)
+      st = bst, snprintf(msg, sizeof msg, "%s: %s (%s)", p->target, bs.first_error_message, gpa_status_name(bst));
+    gpa_xla_cuda_feed_queue_back(p->dev, p->batch_q);
+  }
+  gpa_handle_release(p->pre);
   gpa_handle_release(p->h);
   for (uint32_t i = 0; i < p->n_wraps; i++) gpa_xla_wrap_put(p->actor, &p->wraps[i]);
   if (p->future && st != GPA_OK) {
@@ -57,23 +74,48 @@ static void complete(pending *p) {
     XLA_FFI_Future_SetAvailable_Args a = {.struct_size = XLA_FFI_Future_SetAvailable_Args_STRUCT_SIZE,
                                           .future = p->future};
     p->api->XLA_FFI_Future_SetAvailable(&a);
-  } else if (st != GPA_OK && p->dev) {
+  } else if (st != GPA_OK && p->dev && !p->quiet) {
     gpa_xla_cuda_defer_error(p->dev, gpa_xla_code_of(st), msg);
   }
+  if (!p->quiet) atomic_fetch_add(&n_done, 1);
   free(p);
-  atomic_fetch_add(&n_done, 1);
 }
 
+static int settled(const pending *p) {
+  return (!p->pre || gpa_handle_status(p->pre) != GPA_EPENDING) && (!p->h || gpa_handle_status(p->h) != GPA_EPENDING);
+}
+
+/* Completes whatever has settled, oldest first, and otherwise waits a
+ * little on the oldest: the CUDA calls come from several queues (one per
+ * XLA stream, cuda.c), and a stalled stream's op must not hold up the
+ * completion of another stream's, nor a host call's future. Only this
+ * thread removes entries, so `oldest` stays valid outside the lock. */
 static void *completer(void *arg) {
   (void)arg;
   for (;;) {
     pthread_mutex_lock(&mu);
     while (!head) pthread_cond_wait(&cv, &mu);
-    pending *p = head;
-    head = p->next;
-    if (!head) tail = NULL;
+    pending *done = NULL, **done_tail = &done, *oldest = head;
+    tail = NULL;
+    for (pending **pp = &head; *pp;) {
+      pending *p = *pp;
+      if (settled(p)) {
+        *pp = p->next;
+        p->next = NULL;
+        *done_tail = p, done_tail = &p->next;
+      } else {
+        tail = p, pp = &p->next;
+      }
+    }
     pthread_mutex_unlock(&mu);
-    complete(p);
+    if (!done) {
+      gpa_await(oldest->pre && gpa_handle_status(oldest->pre) == GPA_EPENDING ? oldest->pre : oldest->h, 1000000);
+      continue;
+    }
+    for (pending *p = done, *next; p; p = next) {
+      next = p->next;
+      complete(p);
+    }
   }
   return NULL;
 }
@@ -97,14 +139,14 @@ void gpa_xla_watch_counts(uint64_t *watched, uint64_t *done) {
   *watched = atomic_load(&n_watched);
 }
 
-int gpa_xla_watch(const XLA_FFI_Api *api, XLA_FFI_Future *future, gpa_xla_dev *dev, const char *target, gpa_actor *a,
-                  gpa_handle *h, const gpa_xla_wrap *wraps, uint32_t n_wraps) {
+static int enqueue(const pending *tmpl, const gpa_xla_wrap *wraps, uint32_t n_wraps) {
   pthread_once(&thread_once, start_thread);
   pending *p = running ? malloc(sizeof *p + n_wraps * sizeof *wraps) : NULL;
   if (!p) return -1;
-  *p = (pending){NULL, api, future, dev, a, h, target, n_wraps};
+  *p = *tmpl;
+  p->next = NULL, p->n_wraps = n_wraps;
   memcpy(p->wraps, wraps, n_wraps * sizeof *wraps);
-  atomic_fetch_add(&n_watched, 1);
+  if (!p->quiet) atomic_fetch_add(&n_watched, 1);
   pthread_mutex_lock(&mu);
   if (tail) tail->next = p;
   else head = p;
@@ -112,6 +154,18 @@ int gpa_xla_watch(const XLA_FFI_Api *api, XLA_FFI_Future *future, gpa_xla_dev *d
   pthread_cond_signal(&cv);
   pthread_mutex_unlock(&mu);
   return 0;
+}
+
+int gpa_xla_watch(const XLA_FFI_Api *api, XLA_FFI_Future *future, gpa_xla_dev *dev, const char *target, gpa_actor *a,
+                  gpa_handle *pre, gpa_handle *h, const gpa_xla_wrap *wraps, uint32_t n_wraps) {
+  pending t = {.api = api, .future = future, .dev = dev, .actor = a, .pre = pre, .h = h, .target = target};
+  return enqueue(&t, wraps, n_wraps);
+}
+
+int gpa_xla_watch_feed(gpa_xla_dev *dev, const char *target, gpa_actor *a, gpa_handle *pre, gpa_handle *h,
+                       gpa_queue *q, int quiet, const gpa_xla_wrap *wraps, uint32_t n_wraps) {
+  pending t = {.dev = dev, .actor = a, .pre = pre, .h = h, .batch_q = q, .quiet = quiet, .target = target};
+  return enqueue(&t, wraps, n_wraps);
 }
 
 /* The call frame's `future` is not covered by its struct_size: XLA's header
@@ -138,7 +192,7 @@ int gpa_xla_async_hand_over(XLA_FFI_CallFrame *f, const char *target, gpa_actor 
     }
     return 0; /* no futures here: wait in the handler */
   }
-  if (gpa_xla_watch(f->api, c.future, NULL, target, a, h, wraps, n_wraps) != 0) {
+  if (gpa_xla_watch(f->api, c.future, NULL, target, a, NULL, h, wraps, n_wraps) != 0) {
     /* A future XLA made must be completed: it is, at once, and the handler
      * waits for the op itself. */
     XLA_FFI_Future_SetAvailable_Args s = {.struct_size = XLA_FFI_Future_SetAvailable_Args_STRUCT_SIZE,

@@ -1,13 +1,25 @@
-/* The CUDA side of the handlers: one actor per device, the driver calls
- * that order the actor's work with XLA's stream, and the errors of ops that
- * failed after their call had returned.
+/* The CUDA side of the handlers: one actor per device, a queue per XLA
+ * stream, the driver calls that order the actor's work with XLA's stream,
+ * and the errors of ops that failed after their call had returned.
  *
  * Ordering (docs/xla.md, "CUDA"): a call records an event on XLA's stream
- * and makes the actor's queue wait for it (gpa_queue_wait_event), submits
- * the op, then has the actor record an event after it
- * (gpa_queue_record_event) and makes XLA's stream wait for that
- * (cuStreamWaitEvent). Both waits are on the device: no host thread waits
- * for the GPU, and the handler returns once the work is enqueued.
+ * and submits the op "xla_stream_wait" to its queue, whose implementation
+ * makes the queue's stream wait for that event (cuStreamWaitEvent on the
+ * actor thread: no round trip); it submits the op, then has the actor
+ * record an event after it (gpa_queue_record_event, the one round trip: the
+ * record must exist before XLA's stream can wait for it) and makes XLA's
+ * stream wait for that (cuStreamWaitEvent). Both waits are on the device:
+ * no host thread waits for the GPU, and the handler returns once the work
+ * is enqueued.
+ *
+ * Queues: each XLA stream of a device gets a queue of its own (created on
+ * its first call), so that calls of unrelated XLA streams do not wait for
+ * each other on the actor's side: a stalled stream holds up only its own
+ * queue. The map is bounded (STREAM_QUEUES per device); streams past the
+ * bound share the actor's default queue, which only orders them more than
+ * needed. The queues live as long as the device's actor, i.e. the process
+ * (actor.c says why it is never destroyed); a stream XLA destroyed and made
+ * again at the same address finds its old queue, which is harmless.
  *
  * Implementation notes
  * - The library does not link the driver. It opens the one the actor opened
@@ -18,13 +30,19 @@
  *   GPU both use libcuda.
  * - Events are those of the device's primary context, the context XLA's
  *   streams and the actor's live in. Each call takes two from a pool and
- *   gives them back before it returns. CUDA lets an event be recorded again
- *   as soon as a wait on it is enqueued (the wait keeps the record before
- *   it), but the simulator models an event as one counter, so that a newer
- *   record completing first would release an older wait: the pool is a FIFO
- *   and an event is taken again only once its last record has completed
- *   (one cuEventQuery per take; a new event when the oldest is still
- *   pending). On a GPU that costs a query and never orders less.
+ *   gives them back before it returns, after its round trip: by then the
+ *   actor has issued the queue's wait for the first (it came before the
+ *   record in the queue), so it cannot be recorded again too early. CUDA
+ *   lets an event be recorded again as soon as a wait on it is enqueued
+ *   (the wait keeps the record before it), but the simulator models an
+ *   event as one counter, so that a newer record completing first would
+ *   release an older wait: the pool is a FIFO and an event is taken again
+ *   only once its last record has completed (one cuEventQuery per take; a
+ *   new event when the oldest is still pending). On a GPU that costs a
+ *   query and never orders less.
+ * - GPA_XLA_WAIT_CALL=1 makes the queue wait by gpa_queue_wait_event, a
+ *   second round trip per call, as before the wait op: for measuring
+ *   (bench/bench_xla_cuda.c).
  * - The driver wants a current context for these calls; XLA's thread has
  *   one, but the handler sets the primary context for the calls and puts
  *   the caller's back, so it works from any thread. */
@@ -36,9 +54,12 @@
 #include <string.h>
 
 #include "gpuactor/external.h"
+#include "gpuactor/handle.h"
+#include "gpuactor/op.h"
 #include "xla_internal.h"
 
 #define MAX_DEVICES 16
+#define STREAM_QUEUES 16
 #define EVENT_DISABLE_TIMING 0x2 /* CU_EVENT_DISABLE_TIMING */
 
 typedef int cu_result; /* CUresult: 0 = CUDA_SUCCESS */
@@ -52,6 +73,7 @@ typedef struct drv {
   cu_result (*device_get)(int *dev, int ordinal);
   cu_result (*primary_retain)(void **ctx, int dev);
   cu_result (*error_name)(cu_result r, const char **name);
+  cu_result (*memset32)(uintptr_t p, unsigned v, size_t n, void *stream);
 } drv;
 
 struct gpa_xla_dev {
@@ -61,6 +83,11 @@ struct gpa_xla_dev {
   drv cu;
   void *ctx; /* the device's primary context */
   pthread_mutex_t mu;
+  struct {
+    void *stream;
+    gpa_queue *q;
+  } queues[STREAM_QUEUES]; /* XLA stream -> its queue; appended under mu, never removed */
+  int n_queues;
   void **pool; /* FIFO of idle events: head is the oldest given back */
   size_t head, n_pool, cap;
   /* The first op that failed after its call returned: the next call of
@@ -111,6 +138,7 @@ static int resolve(gpa_xla_dev *d, void *lib, char *why, size_t cap) {
       {(void **)&d->cu.device_get, "cuDeviceGet"},
       {(void **)&d->cu.primary_retain, "cuDevicePrimaryCtxRetain"},
       {(void **)&d->cu.error_name, "cuGetErrorName"},
+      {(void **)&d->cu.memset32, "cuMemsetD32Async"},
   };
   for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
     if (!(*fns[i].slot = dlsym(lib, fns[i].name))) {
@@ -119,6 +147,18 @@ static int resolve(gpa_xla_dev *d, void *lib, char *why, size_t cap) {
     }
   return 0;
 }
+
+/* The queue's side of "the queue waits for XLA's stream": on the actor
+ * thread, in the queue's order, so the handler does not wait for it. */
+static gpa_status stream_wait_cuda(const gpa_op_exec *x) {
+  gpa_xla_dev *d = x->user_data;
+  void *ev = (void *)(intptr_t)*(const int64_t *)x->params;
+  cu_result r = d->cu.stream_wait_event(x->stream, ev, 0);
+  if (!r) return GPA_OK;
+  snprintf(x->msg, x->msg_size, "xla_stream_wait: cuStreamWaitEvent: %s", cu_err(d, r));
+  return GPA_EDEVICE;
+}
+static const gpa_attr_spec wait_attrs[] = {{"event", GPA_ATTR_INT, 1, 0, 0, 0, 1, 0}};
 
 static void open_device(gpa_xla_dev *d, int ordinal) {
   d->ordinal = ordinal;
@@ -158,6 +198,15 @@ static void open_device(gpa_xla_dev *d, int ordinal) {
      * runs it: this is XLA's thread, whose context is put back. */
     gpa_actor_destroy(a);
     if (d->cu.ctx_set) d->cu.ctx_set(cur);
+    return;
+  }
+  gpa_op_desc wait = {.size = sizeof wait, .name = "xla_stream_wait", .attrs = wait_attrs, .n_attrs = 1,
+                      .params_size = sizeof(int64_t), .cuda = stream_wait_cuda, .user_data = d};
+  if ((st = gpa_op_register(gpa_actor_registry(a), &wait)) != GPA_OK) {
+    snprintf(d->error, sizeof d->error, "cannot register xla_stream_wait: %s", gpa_last_error_message());
+    d->state = -1;
+    gpa_actor_destroy(a);
+    d->cu.ctx_set(cur);
     return;
   }
   /* Never destroyed, for the host actor's reason (actor.c); the driver
@@ -227,33 +276,93 @@ static void give_event(gpa_xla_dev *d, void *ev) {
   pthread_mutex_unlock(&d->mu);
 }
 
-XLA_FFI_Error *gpa_xla_cuda_order(XLA_FFI_CallFrame *f, const char *target, gpa_xla_dev *d, void *stream,
-                                  gpa_queue *q, int xla_first) {
-  void *cur = enter(d), *ev = NULL;
+gpa_queue *gpa_xla_cuda_queue(gpa_xla_dev *d, void *stream) {
+  gpa_queue *q = NULL;
+  pthread_mutex_lock(&d->mu);
+  for (int i = 0; i < d->n_queues && !q; i++)
+    if (d->queues[i].stream == stream) q = d->queues[i].q;
+  /* Made under mu, once per stream: two threads of one new stream must not
+   * both make one. A failure leaves the default queue (ordering more). */
+  if (!q && d->n_queues < STREAM_QUEUES && gpa_queue_create(d->actor, "xla stream", &q) == GPA_OK)
+    d->queues[d->n_queues].stream = stream, d->queues[d->n_queues++].q = q;
+  pthread_mutex_unlock(&d->mu);
+  return q ? q : gpa_actor_default_queue(d->actor);
+}
+
+static int wait_by_call(void) {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("GPA_XLA_WAIT_CALL");
+    v = e && !strcmp(e, "1"); /* a benign race: every thread computes the same value */
+  }
+  return v;
+}
+
+XLA_FFI_Error *gpa_xla_cuda_begin(XLA_FFI_CallFrame *f, const char *target, gpa_xla_dev *d, void *stream,
+                                  gpa_queue *q, gpa_xla_order *o) {
+  o->ev_in = o->ev_out = NULL, o->pre = NULL;
+  void *cur = enter(d);
   XLA_FFI_Error *e = NULL;
   gpa_status st = GPA_OK;
-  cu_result r = take_event(d, &ev);
+  cu_result r = take_event(d, &o->ev_in);
+  if (!r) r = take_event(d, &o->ev_out);
   if (r) {
     e = gpa_xla_error(f, XLA_FFI_Error_Code_INTERNAL, "%s: cuEventCreate: %s", target, cu_err(d, r));
-  } else if (xla_first) {
+  } else if ((r = d->cu.event_record(o->ev_in, stream))) {
     /* XLA's earlier work on its stream, then the queue's next messages. */
-    if ((r = d->cu.event_record(ev, stream)))
-      e = gpa_xla_error(f, XLA_FFI_Error_Code_INTERNAL, "%s: cuEventRecord on XLA's stream: %s", target, cu_err(d, r));
-    else if ((st = gpa_queue_wait_event(q, ev)) != GPA_OK)
+    e = gpa_xla_error(f, XLA_FFI_Error_Code_INTERNAL, "%s: cuEventRecord on XLA's stream: %s", target, cu_err(d, r));
+  } else if (wait_by_call()) {
+    if ((st = gpa_queue_wait_event(q, o->ev_in)) != GPA_OK)
       e = gpa_xla_error(f, gpa_xla_code_of(st), "%s: the queue cannot wait for XLA's stream: %s", target,
                         gpa_last_error_message());
   } else {
-    /* The queue's work so far (the op), then XLA's later work. */
-    if ((st = gpa_queue_record_event(q, ev)) != GPA_OK)
-      e = gpa_xla_error(f, gpa_xla_code_of(st), "%s: cannot record the op's event: %s", target,
-                        gpa_last_error_message());
-    else if ((r = d->cu.stream_wait_event(stream, ev, 0)))
-      e = gpa_xla_error(f, XLA_FFI_Error_Code_INTERNAL, "%s: cuStreamWaitEvent on XLA's stream: %s", target,
-                        cu_err(d, r));
+    gpa_attr at = {.name = "event", .type = GPA_ATTR_INT, .i = (int64_t)(intptr_t)o->ev_in};
+    gpa_op_call oc = {"xla_stream_wait", NULL, 0, NULL, 0, &at, 1};
+    if ((st = gpa_submit(q, &oc, &o->pre)) != GPA_OK)
+      e = gpa_xla_error(f, gpa_xla_code_of(st), "%s: the queue cannot wait for XLA's stream: %s (%s)", target,
+                        gpa_last_error_message(), gpa_status_name(st));
   }
-  if (ev) give_event(d, ev);
   leave(d, cur);
+  if (e) {
+    /* Nothing of the call is enqueued (or a wait that orders nothing): the
+     * events were never waited on by the actor. */
+    if (o->ev_in) give_event(d, o->ev_in);
+    if (o->ev_out) give_event(d, o->ev_out);
+    o->ev_in = o->ev_out = NULL;
+  }
   return e;
+}
+
+XLA_FFI_Error *gpa_xla_cuda_end(XLA_FFI_CallFrame *f, const char *target, gpa_xla_dev *d, void *stream,
+                                gpa_queue *q, gpa_xla_order *o) {
+  void *cur = enter(d);
+  XLA_FFI_Error *e = NULL;
+  cu_result r = 0;
+  /* The queue's work so far (the op), then XLA's later work. The round trip
+   * also means the actor has issued the queue's wait for ev_in. */
+  gpa_status st = gpa_queue_record_event(q, o->ev_out);
+  if (st != GPA_OK)
+    e = gpa_xla_error(f, gpa_xla_code_of(st), "%s: cannot record the op's event: %s", target,
+                      gpa_last_error_message());
+  else if ((r = d->cu.stream_wait_event(stream, o->ev_out, 0)))
+    e = gpa_xla_error(f, XLA_FFI_Error_Code_INTERNAL, "%s: cuStreamWaitEvent on XLA's stream: %s", target,
+                      cu_err(d, r));
+  leave(d, cur);
+  /* A failed record leaves it unknown whether the actor is past ev_in's
+   * wait: that event is dropped rather than recorded again too early. */
+  if (st == GPA_OK) give_event(d, o->ev_in);
+  give_event(d, o->ev_out);
+  o->ev_in = o->ev_out = NULL;
+  return e;
+}
+
+int gpa_xla_cuda_ordinal(const gpa_xla_dev *d) { return d->ordinal; }
+
+const char *gpa_xla_cuda_zero32(gpa_xla_dev *d, void *ptr, void *stream) {
+  void *cur = enter(d);
+  cu_result r = d->cu.memset32((uintptr_t)ptr, 0, 1, stream);
+  leave(d, cur);
+  return r ? cu_err(d, r) : NULL;
 }
 
 void gpa_xla_cuda_defer_error(gpa_xla_dev *d, XLA_FFI_Error_Code code, const char *msg) {

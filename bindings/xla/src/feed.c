@@ -23,6 +23,7 @@
 typedef struct session {
   char tag[GPA_FEED_TAG_MAX];
   uint32_t tag_len;
+  int device; /* -1: the host actor's; else the CUDA device's (cuda_feed.c), with no q or worker */
   gpa_feed *feed; /* NULL: free slot */
   gpa_queue *q;   /* the blocking calls' */
   gpa_xla_feed_worker *worker; /* the calls with futures; NULL: every call blocks */
@@ -46,12 +47,12 @@ static void init_locks(void) {
   no_async = v && !strcmp(v, "0");
 }
 
-int gpa_xla_session_open(const gpa_feed_options *opts, gpa_feed **out, char *msg, uint64_t msg_size) {
-  const char *why = "";
-  gpa_actor *a = gpa_xla_host_actor(&why);
+/* Opens a session on actor a (device -1: the host's, with a queue and a
+ * worker for the host calls). Tags are unique across host and devices. */
+static int open_session(gpa_actor *a, int device, const gpa_feed_options *opts, gpa_feed **out, char *msg,
+                        uint64_t msg_size) {
   *out = NULL;
   pthread_once(&once, init_locks);
-  if (!a) return snprintf(msg, msg_size, "%s", why), -1;
   if (!opts || opts->tag_len == 0 || opts->tag_len > GPA_FEED_TAG_MAX)
     return snprintf(msg, msg_size, "a session needs a tag of 1 to %d bytes", GPA_FEED_TAG_MAX), -1;
   pthread_rwlock_wrlock(&mu);
@@ -72,14 +73,14 @@ int gpa_xla_session_open(const gpa_feed_options *opts, gpa_feed **out, char *msg
     snprintf(msg, msg_size, "%d sessions are open already", SESSIONS);
   } else if (gpa_feed_open(a, opts, &f) != GPA_OK) {
     snprintf(msg, msg_size, "gpa_feed_open: %s", gpa_last_error_message());
-  } else if (gpa_queue_create(a, "xla feed", &q) != GPA_OK) {
+  } else if (device < 0 && gpa_queue_create(a, "xla feed", &q) != GPA_OK) {
     snprintf(msg, msg_size, "gpa_queue_create: %s", gpa_last_error_message());
     gpa_feed_close(f);
   } else {
     session *s = &slots[free_slot];
     memcpy(s->tag, opts->tag, opts->tag_len);
-    s->tag_len = opts->tag_len, s->feed = f, s->q = q;
-    s->worker = no_async ? NULL : gpa_xla_feed_worker_start(a, opts->tag, opts->tag_len);
+    s->tag_len = opts->tag_len, s->feed = f, s->q = q, s->device = device;
+    s->worker = no_async || device >= 0 ? NULL : gpa_xla_feed_worker_start(a, opts->tag, opts->tag_len);
     *out = f;
     rc = 0;
   }
@@ -87,19 +88,51 @@ int gpa_xla_session_open(const gpa_feed_options *opts, gpa_feed **out, char *msg
   return rc;
 }
 
+int gpa_xla_session_open(const gpa_feed_options *opts, gpa_feed **out, char *msg, uint64_t msg_size) {
+  const char *why = "";
+  gpa_actor *a = gpa_xla_host_actor(&why);
+  if (!a) return *out = NULL, snprintf(msg, msg_size, "%s", why), -1;
+  return open_session(a, -1, opts, out, msg, msg_size);
+}
+
+int gpa_xla_cuda_session_open(int device, const gpa_feed_options *opts, gpa_feed **out, char *msg,
+                              uint64_t msg_size) {
+  const char *why = "";
+  gpa_xla_dev *d = gpa_xla_cuda_device(device, &why);
+  if (!d) return *out = NULL, snprintf(msg, msg_size, "%s", why), -1;
+  return open_session(gpa_xla_cuda_actor(d), device, opts, out, msg, msg_size);
+}
+
+void gpa_xla_sessions_lock(void) {
+  pthread_once(&once, init_locks);
+  pthread_rwlock_rdlock(&mu);
+}
+void gpa_xla_sessions_unlock(void) { pthread_rwlock_unlock(&mu); }
+
+gpa_feed *gpa_xla_session_find(const void *tag, uint32_t tag_len, int *device) {
+  for (int i = 0; i < SESSIONS; i++)
+    if (slots[i].feed && slots[i].tag_len == tag_len && !memcmp(slots[i].tag, tag, tag_len)) {
+      *device = slots[i].device;
+      return slots[i].feed;
+    }
+  return NULL;
+}
+
 int gpa_xla_session_close(gpa_feed *f) {
   gpa_queue *q = NULL;
+  int found = 0;
+  pthread_once(&once, init_locks);
   pthread_rwlock_wrlock(&mu);
   for (int i = 0; i < SESSIONS; i++)
     if (f && slots[i].feed == f) {
-      q = slots[i].q;
+      q = slots[i].q, found = 1;
       gpa_feed_close(f); /* parked infeeds and undelivered outfeeds complete ECANCELED */
       gpa_xla_feed_worker_close(slots[i].worker); /* ends once its calls are done */
       memset(&slots[i], 0, sizeof slots[i]);
     }
   pthread_rwlock_unlock(&mu);
-  if (!q) return -1;
-  gpa_queue_destroy(q); /* the object stays valid: handlers may still sync it */
+  if (!found) return -1;
+  if (q) gpa_queue_destroy(q); /* the object stays valid: handlers may still sync it */
   return 0;
 }
 
@@ -113,8 +146,8 @@ XLA_FFI_Error *gpa_xla_feed_error(const XLA_FFI_Api *api, const char *target, gp
 }
 
 /* The attributes of a feed call: the session's tag and the infeed timeout. */
-static XLA_FFI_Error *feed_attrs(XLA_FFI_CallFrame *f, const char *target, XLA_FFI_ByteSpan *tag,
-                                 int64_t *timeout_ms) {
+XLA_FFI_Error *gpa_xla_feed_attrs(XLA_FFI_CallFrame *f, const char *target, XLA_FFI_ByteSpan *tag,
+                                  int64_t *timeout_ms) {
   tag->ptr = NULL, tag->len = 0;
   for (int64_t i = 0; i < f->attrs.size; i++) {
     const XLA_FFI_ByteSpan *nm = f->attrs.names[i];
@@ -139,8 +172,8 @@ static XLA_FFI_Error *feed_attrs(XLA_FFI_CallFrame *f, const char *target, XLA_F
 }
 
 /* Wraps XLA's buffers [first, first + n) of args (is_ret 0) or results. */
-static XLA_FFI_Error *wrap_all(XLA_FFI_CallFrame *f, const char *target, gpa_actor *a, int is_ret, int64_t first,
-                               int64_t n, gpa_tensor *t, gpa_xla_wrap *w, uint32_t *n_wrapped) {
+XLA_FFI_Error *gpa_xla_feed_wrap(XLA_FFI_CallFrame *f, const char *target, gpa_actor *a, int is_ret, int64_t first,
+                                 int64_t n, gpa_tensor *t, gpa_xla_wrap *w, uint32_t *n_wrapped) {
   for (int64_t i = 0; i < n; i++) {
     const XLA_FFI_Buffer *b = is_ret ? f->rets.rets[first + i] : f->args.args[first + i];
     gpa_tensor *x = &t[i];
@@ -186,7 +219,7 @@ static XLA_FFI_Error *feed_call(XLA_FFI_CallFrame *f, int in) {
   if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
   XLA_FFI_ByteSpan tag;
   int64_t timeout_ms = 10000;
-  if ((e = feed_attrs(f, target, &tag, in ? &timeout_ms : NULL))) return e;
+  if ((e = gpa_xla_feed_attrs(f, target, &tag, in ? &timeout_ms : NULL))) return e;
   int64_t n = in ? f->rets.size : f->args.size;
   if (n < 1 || n > GPA_FEED_MAX_TENSORS)
     return gpa_xla_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, "%s: %lld tensors; a feed call moves 1 to %d",
@@ -206,7 +239,7 @@ static XLA_FFI_Error *feed_call(XLA_FFI_CallFrame *f, int in) {
   gpa_tensor t[GPA_FEED_MAX_TENSORS];
   gpa_xla_wrap w[GPA_FEED_MAX_TENSORS];
   uint32_t n_wrapped = 0;
-  e = wrap_all(f, target, a, in, 0, n, t, w, &n_wrapped);
+  e = gpa_xla_feed_wrap(f, target, a, in, 0, n, t, w, &n_wrapped);
   int slot = -1;
   gpa_status st = GPA_OK;
   if (!e) {
@@ -217,6 +250,12 @@ static XLA_FFI_Error *feed_call(XLA_FFI_CallFrame *f, int in) {
       pthread_rwlock_unlock(&mu);
       e = gpa_xla_error(f, XLA_FFI_Error_Code_NOT_FOUND, "%s: no open session '%.*s'", target, (int)tag.len,
                         tag.ptr);
+    } else if (slots[slot].device >= 0) {
+      int dev = slots[slot].device;
+      pthread_rwlock_unlock(&mu);
+      e = gpa_xla_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                        "%s: attribute 'session': session '%.*s' is on CUDA device %d, and this call runs on the host",
+                        target, (int)tag.len, tag.ptr, dev);
     }
   }
   if (!e && slots[slot].worker && gpa_xla_has_futures(f)) {
@@ -237,7 +276,7 @@ static XLA_FFI_Error *feed_call(XLA_FFI_CallFrame *f, int in) {
     pthread_mutex_lock(&call_mu[slot]);
     pthread_rwlock_rdlock(&mu);
     session s = slots[slot];
-    int same = s.feed && s.tag_len == tag.len && !memcmp(s.tag, tag.ptr, tag.len);
+    int same = s.feed && s.device < 0 && s.tag_len == tag.len && !memcmp(s.tag, tag.ptr, tag.len);
     int begun = 0;
     if (!same) st = GPA_ECLOSED;
     else if ((st = gpa_batch_begin(s.q, target)) == GPA_OK && (begun = 1))

@@ -114,14 +114,14 @@ static const gpa_xla_target targets[] = {
     {NULL, NULL},
 };
 
-/* CUDA: the op handlers and the baseline; the feed calls are host only
- * (docs/xla.md). */
+/* CUDA: the op handlers, the baseline and the feed calls (cuda_feed.c). */
 static const gpa_xla_target cuda_targets[] = {
     {"gpuactor_attention_fwd", gpa_xla_cuda_attention_fwd}, {"gpuactor_attention_bwd", gpa_xla_cuda_attention_bwd},
     {"gpuactor_layernorm_fwd", gpa_xla_cuda_layernorm_fwd}, {"gpuactor_layernorm_bwd", gpa_xla_cuda_layernorm_bwd},
     {"gpuactor_gelu_fwd", gpa_xla_cuda_gelu_fwd},           {"gpuactor_gelu_bwd", gpa_xla_cuda_gelu_bwd},
     {"gpuactor_linear_fwd", gpa_xla_cuda_linear_fwd},       {"gpuactor_linear_bwd", gpa_xla_cuda_linear_bwd},
     {"gpuactor_op", gpa_xla_cuda_op},                       {"gpuactor_nothing", gpa_xla_nothing},
+    {"gpuactor_infeed", gpa_xla_cuda_infeed},               {"gpuactor_outfeed", gpa_xla_cuda_outfeed},
     {NULL, NULL},
 };
 

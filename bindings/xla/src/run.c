@@ -253,31 +253,47 @@ static XLA_FFI_Error *submit(call *c, int *handed) {
   return e;
 }
 
-/* CUDA: the queue waits for XLA's stream, runs the op, and XLA's stream
- * waits for the queue; the handle goes to the completion thread, which
- * gives the wraps back once the op has run and keeps a failure for the
- * device's next call. Nothing here waits for the GPU. */
+/* CUDA: the stream's queue waits for XLA's stream, runs the op, and XLA's
+ * stream waits for the queue; the handles go to the completion thread,
+ * which gives the wraps back once the op has run and keeps a failure for
+ * the device's next call. Nothing here waits for the GPU; the one wait is
+ * the round trip of gpa_xla_cuda_end (cuda.c). */
 static XLA_FFI_Error *submit_cuda(call *c, int *handed) {
-  gpa_queue *q = gpa_actor_default_queue(c->actor);
+  gpa_queue *q = gpa_xla_cuda_queue(c->dev, c->stream);
   const char *t = c->sig->target;
-  XLA_FFI_Error *e = gpa_xla_cuda_order(c->f, t, c->dev, c->stream, q, 1);
+  gpa_xla_order o;
+  XLA_FFI_Error *e = gpa_xla_cuda_begin(c->f, t, c->dev, c->stream, q, &o);
   if (e) return e;
   gpa_op_call oc = {c->op, c->in, c->n_in, c->out, c->n_out, c->attrs, c->n_attrs};
   gpa_handle *h = NULL;
   gpa_status st = gpa_submit(q, &oc, &h);
-  if (st != GPA_OK) /* the queue's wait for XLA's stream is harmless: it orders nothing more */
-    return gpa_xla_error(c->f, gpa_xla_code_of(st), "%s: %s (%s)", t, gpa_last_error_message(), gpa_status_name(st));
+  if (st != GPA_OK) {
+    /* The queue's wait for XLA's stream is harmless: it orders nothing
+     * more. Its handle is dropped (it completes all the same). */
+    e = gpa_xla_error(c->f, gpa_xla_code_of(st), "%s: %s (%s)", t, gpa_last_error_message(), gpa_status_name(st));
+    XLA_FFI_Error *e2 = gpa_xla_cuda_end(c->f, t, c->dev, c->stream, q, &o);
+    if (e2) {
+      XLA_FFI_Error_Destroy_Args d = {.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE, .error = e2};
+      c->f->api->XLA_FFI_Error_Destroy(&d);
+    }
+    gpa_handle_release(o.pre);
+    return e;
+  }
   gpa_xla_count_call();
-  e = gpa_xla_cuda_order(c->f, t, c->dev, c->stream, q, 0);
-  if (gpa_xla_watch(c->f->api, NULL, c->dev, t, c->actor, h, c->wraps, c->n_wraps) == 0) {
+  e = gpa_xla_cuda_end(c->f, t, c->dev, c->stream, q, &o);
+  if (gpa_xla_watch(c->f->api, NULL, c->dev, t, c->actor, o.pre, h, c->wraps, c->n_wraps) == 0) {
     *handed = 1;
     return e;
   }
   /* No completion thread: wait here (correct, but the call then waits for
    * the GPU). */
-  st = gpa_xla_wait(h);
+  st = o.pre ? gpa_xla_wait(o.pre) : GPA_OK;
+  gpa_status st_op = gpa_xla_wait(h);
+  if (st == GPA_OK) st = st_op;
   if (st != GPA_OK && !e)
-    e = gpa_xla_error(c->f, gpa_xla_code_of(st), "%s: %s (%s)", t, gpa_handle_error_message(h), gpa_status_name(st));
+    e = gpa_xla_error(c->f, gpa_xla_code_of(st), "%s: %s (%s)", t,
+                      gpa_handle_error_message(st_op != GPA_OK ? h : o.pre), gpa_status_name(st));
+  gpa_handle_release(o.pre);
   gpa_handle_release(h);
   return e;
 }

@@ -85,25 +85,59 @@ XLA_FFI_Error *gpa_xla_cuda_stream(XLA_FFI_CallFrame *f, const char *target, voi
 /* The device's actor and driver state, made on first use; NULL with *why. */
 gpa_xla_dev *gpa_xla_cuda_device(int ordinal, const char **why);
 gpa_actor *gpa_xla_cuda_actor(gpa_xla_dev *d);
-/* xla_first = 1: q's next messages wait for XLA's work so far on stream;
- * 0: stream's next work waits for q's messages so far. By events, on the
- * device; the call does not wait for either. */
-XLA_FFI_Error *gpa_xla_cuda_order(XLA_FFI_CallFrame *f, const char *target, gpa_xla_dev *d, void *stream,
-                                  gpa_queue *q, int xla_first);
+/* The queue of XLA's stream on d (made on its first call; the default
+ * queue past the map's bound). */
+gpa_queue *gpa_xla_cuda_queue(gpa_xla_dev *d, void *stream);
+/* One call's ordering with XLA's stream, by events on the device (the call
+ * waits for neither): begin makes q's next messages wait for XLA's work so
+ * far on stream (an op on q, no round trip; pre: its handle, NULL with
+ * GPA_XLA_WAIT_CALL=1); end makes stream's next work wait for q's messages
+ * so far (one round trip) and gives the events back. After a begin that
+ * succeeded, end must follow, also when nothing was submitted between. */
+typedef struct gpa_xla_order {
+  void *ev_in, *ev_out;
+  struct gpa_handle *pre;
+} gpa_xla_order;
+XLA_FFI_Error *gpa_xla_cuda_begin(XLA_FFI_CallFrame *f, const char *target, gpa_xla_dev *d, void *stream,
+                                  gpa_queue *q, gpa_xla_order *o);
+XLA_FFI_Error *gpa_xla_cuda_end(XLA_FFI_CallFrame *f, const char *target, gpa_xla_dev *d, void *stream,
+                                gpa_queue *q, gpa_xla_order *o);
 /* An op that failed after its call returned: kept (the first one) until the
  * device's next call, which returns it (take). */
 void gpa_xla_cuda_defer_error(gpa_xla_dev *d, XLA_FFI_Error_Code code, const char *msg);
 XLA_FFI_Error *gpa_xla_cuda_take_deferred(XLA_FFI_CallFrame *f, const char *target, gpa_xla_dev *d);
 uint64_t gpa_xla_cuda_deferred_count(void);
 
-/* The completion thread (async.c): awaits h, gives the wraps back, then
+/* The completion thread (async.c): awaits pre (NULL: none) and h, gives
+ * the wraps back, then
  * completes `future` (when not NULL) with the op's status, or keeps a
  * failure for dev's next call (when dev is not NULL). 0 if taken (h and the
  * wraps are then its), -1 if it cannot (no thread or memory: wait in the
  * handler). */
 int gpa_xla_watch(const XLA_FFI_Api *api, XLA_FFI_Future *future, gpa_xla_dev *dev, const char *target,
-                  gpa_actor *a, struct gpa_handle *h, const gpa_xla_wrap *wraps, uint32_t n_wraps);
+                  gpa_actor *a, struct gpa_handle *pre, struct gpa_handle *h, const gpa_xla_wrap *wraps,
+                  uint32_t n_wraps);
 void gpa_xla_watch_counts(uint64_t *watched, uint64_t *done);
+/* A CUDA feed call (cuda_feed.c): as gpa_xla_watch with dev, h may be
+ * NULL, and then syncs q's batch and gives q back
+ * (gpa_xla_cuda_feed_queue_back). quiet: the call failed already (nothing
+ * more is reported, and it is not counted in the stats). */
+int gpa_xla_watch_feed(gpa_xla_dev *dev, const char *target, gpa_actor *a, struct gpa_handle *pre,
+                       struct gpa_handle *h, gpa_queue *q, int quiet, const gpa_xla_wrap *wraps, uint32_t n_wraps);
+void gpa_xla_cuda_feed_queue_back(gpa_xla_dev *d, gpa_queue *q);
+/* cuda.c: the ordinal; an s32 0 written to device memory on stream (the
+ * outfeed's ack); 0 or a message. */
+int gpa_xla_cuda_ordinal(const gpa_xla_dev *d);
+const char *gpa_xla_cuda_zero32(gpa_xla_dev *d, void *ptr, void *stream);
+/* feed.c: the session table, shared with cuda_feed.c. find: under the
+ * lock, the session of a tag (NULL: none) and its device (-1: the host). */
+void gpa_xla_sessions_lock(void);
+void gpa_xla_sessions_unlock(void);
+struct gpa_feed *gpa_xla_session_find(const void *tag, uint32_t tag_len, int *device);
+XLA_FFI_Error *gpa_xla_feed_attrs(XLA_FFI_CallFrame *f, const char *target, XLA_FFI_ByteSpan *tag,
+                                  int64_t *timeout_ms);
+XLA_FFI_Error *gpa_xla_feed_wrap(XLA_FFI_CallFrame *f, const char *target, gpa_actor *a, int is_ret, int64_t first,
+                                 int64_t n, gpa_tensor *t, gpa_xla_wrap *w, uint32_t *n_wrapped);
 
 /* Feed calls (feed.c) and their asynchronous path (feed_async.c). */
 struct gpa_feed;

@@ -55,4 +55,6 @@ void expect_ok(XLA_FFI_Error *e, const char *what);
 /* cuda_sim_ops.c: every op handler against references in double. */
 void ops(void);
 void ops_backward(void);
+/* cuda_sim_feed.c: the feed calls on a session of device 0. */
+void feeds(void);
 #endif
