@@ -289,13 +289,15 @@ gpa_queue *gpa_xla_cuda_queue(gpa_xla_dev *d, void *stream) {
   return q ? q : gpa_actor_default_queue(d->actor);
 }
 
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static int by_call;
+static void read_env(void) {
+  const char *e = getenv("GPA_XLA_WAIT_CALL");
+  by_call = e && !strcmp(e, "1");
+}
 static int wait_by_call(void) {
-  static int v = -1;
-  if (v < 0) {
-    const char *e = getenv("GPA_XLA_WAIT_CALL");
-    v = e && !strcmp(e, "1"); /* a benign race: every thread computes the same value */
-  }
-  return v;
+  pthread_once(&env_once, read_env);
+  return by_call;
 }
 
 XLA_FFI_Error *gpa_xla_cuda_begin(XLA_FFI_CallFrame *f, const char *target, gpa_xla_dev *d, void *stream,
