@@ -6,7 +6,11 @@
  * PyTorch's F.conv1d forward and its autograd backward on the same shapes
  * and dtype (bench/conv1d_torch.py, named by GPA_BENCH_CONV1D_TORCH, when
  * python3 has torch with CUDA; ratio = PyTorch's time over ours, > 1
- * faster). On sim: tiny shapes, plumbing only. */
+ * faster). Two rows per shape and direction: cuda_conv1d_* through the
+ * default path (cuDNN's convolutions where it takes the call,
+ * backends/cuda/cudnn_conv.c) and cuda_conv1d_own_* with GPA_CUDNN_CONV=0
+ * (our kernels), each on its own actor. On sim: tiny shapes, plumbing
+ * only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,9 +30,19 @@ static int torch_conv(const char *args, double *fwd_us, double *bwd_us) {
   return n;
 }
 
-void gpa_bench_cuda_conv1d(void) {
+/* One pass over the shapes on a fresh actor: own = 0 the default path,
+ * 1 our kernels (GPA_CUDNN_CONV=0, read at actor creation). */
+static void conv_rows(int own) {
   int sim;
+  const char *was = getenv("GPA_CUDNN_CONV");
+  char saved[16] = "";
+  if (was) snprintf(saved, sizeof saved, "%s", was);
+  if (own) setenv("GPA_CUDNN_CONV", "0", 1);
   gpa_actor *a = gpa_bench_cuda_actor("cuda_conv1d", &sim);
+  if (own) {
+    if (was) setenv("GPA_CUDNN_CONV", saved, 1);
+    else unsetenv("GPA_CUDNN_CONV");
+  }
   if (!a) return;
   gpa_queue *q = gpa_actor_default_queue(a);
   const int reps = gpa_bench_reps(5), k = sim ? 1 : 20;
@@ -57,17 +71,23 @@ void gpa_bench_cuda_conv1d(void) {
              (long long)L, (long long)K, (long long)dil);
     snprintf(args, sizeof args, "%lld %lld %lld %lld %lld %s", (long long)B, (long long)C, (long long)L, (long long)K,
              (long long)dil, dn);
-    double t[2] = {0, 0};
-    int have = sim ? 0 : torch_conv(args, &t[0], &t[1]);
+    /* PyTorch's figures once per shape, for both passes */
+    static double tt[6][2];
+    static int th[6];
+    if (!own) th[si] = sim ? 0 : torch_conv(args, &tt[si][0], &tt[si][1]);
+    const double *t = tt[si];
+    int have = th[si];
+    static const char *names[2][2] = {{"cuda_conv1d_fwd", "cuda_conv1d_bwd"}, {"cuda_conv1d_own_fwd", "cuda_conv1d_own_bwd"}};
     const double flops = 2.0 * (double)(B * C * C * K * L);
     for (int dir = 0; dir < 2; dir++) {
       if (ns[dir] <= 0) {
         fprintf(stderr, "gpa-bench cuda_conv1d %s %s: %s\n", shape, dir ? "bwd" : "fwd", err);
         continue;
       }
-      snprintf(extra, sizeof extra, "\"note\":\"%s\"",
-               sim ? "simulated device: plumbing only, the numbers mean nothing" : "device time from CUDA events");
-      gpa_bench_result r = {.name = dir ? "cuda_conv1d_bwd" : "cuda_conv1d_fwd", .backend = sim ? "sim" : "cuda",
+      snprintf(extra, sizeof extra, "\"note\":\"%s; %s\"",
+               sim ? "simulated device: plumbing only, the numbers mean nothing" : "device time from CUDA events",
+               own ? "our kernels (GPA_CUDNN_CONV=0)" : "cuDNN where it takes the call, else our kernels");
+      gpa_bench_result r = {.name = names[own][dir], .backend = sim ? "sim" : "cuda",
                             .shape = shape, .ref = have ? "torch_conv1d" : "itself", .ns = ns[dir],
                             .ref_ns = have ? t[dir] * 1e3 : ns[dir], .flops = dir ? 2 * flops : flops, .extra = extra};
       gpa_bench_emit(&r);
@@ -77,4 +97,9 @@ void gpa_bench_cuda_conv1d(void) {
     for (int i = 0; i < 8; i++) gpa_buffer_release(a, all[i].buffer);
   }
   gpa_actor_destroy(a);
+}
+
+void gpa_bench_cuda_conv1d(void) {
+  conv_rows(0);
+  conv_rows(1);
 }

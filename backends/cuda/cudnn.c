@@ -1,6 +1,6 @@
 /* Loading cuDNN at run time (design in cudnn.h).
  *
- * Loaded by the first attention op, not at actor creation: libcudnn pulls
+ * Loaded by the first attention or conv1d op, not at actor creation: libcudnn pulls
  * in its engine libraries (hundreds of MB) and most actors never need it.
  * Each way of being unavailable is told apart in the one info line:
  * the library does not open, lacks an entry point, is older than
@@ -65,13 +65,14 @@ static gpa__dnn *dnn_load(gpa__cu_ctx *C) {
   char why[200];
   if (dnn_open(d, path, why, sizeof why)) {
     d->state = 1;
-    gpa__log(GPA_LOG_DEBUG, C->host.log_level, "cuda: cuDNN %zu from %s: fused attention", d->version, path);
+    gpa__log(GPA_LOG_DEBUG, C->host.log_level, "cuda: cuDNN %zu from %s: fused attention, convolutions", d->version,
+             path);
   } else {
     d->state = -1;
     if (d->api.lib) dlclose(d->api.lib);
     memset(&d->api, 0, sizeof d->api);
     snprintf(d->load_why, sizeof d->load_why, "%s", why);
-    gpa__log(GPA_LOG_INFO, C->host.log_level, "cuda: no cuDNN (%s): attention runs our own kernels", why);
+    gpa__log(GPA_LOG_INFO, C->host.log_level, "cuda: no cuDNN (%s): attention and conv1d run our own kernels", why);
   }
   return d;
 }

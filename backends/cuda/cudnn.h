@@ -1,10 +1,11 @@
 /* cuDNN's fused attention (docs/cuda.md, "cuDNN fused attention"): the first implementation
  * the CUDA attention adapter tries, before our own kernels and the host
- * fallback. Every entry point answers GPA_SKIP ("not for these inputs") for
+ * fallback. Its convolutions serve conv1d the same way (cudnn_conv.h), on
+ * the same library, handle and plan cache. Every entry point answers GPA_SKIP ("not for these inputs") for
  * anything cuDNN cannot or should not do, so the next implementation runs;
  * only failures after work was enqueued are errors.
  *
- * libcudnn.so.9 is dlopened by the first attention op of an actor (GPA_CUDNN
+ * libcudnn.so.9 is dlopened by the first attention or conv1d op of an actor (GPA_CUDNN
  * names another library; GPA_DEVICE=sim uses the simulator's subset) and its
  * backend API resolved into a table of the actor: no process-global state.
  * A missing or too old library, or a cudnnCreate that fails, is logged once
@@ -62,6 +63,7 @@ typedef struct gpa__sdpa_args {
 /* What the plan cache did, for tests and the docs' measurements. */
 typedef struct gpa__cudnn_stats {
   uint64_t hits, misses, evictions, builds_failed, declines;
+  uint64_t conv_execs; /* convolution plans executed (cudnn_conv.c) */
   uint32_t plans; /* held now (refused keys included) */
 } gpa__cudnn_stats;
 
@@ -97,6 +99,12 @@ gpa_status gpa__dnn_decline(const gpa_op_exec *x, const char *fmt, ...) __attrib
 typedef struct gpa__dnn_key {
   int32_t bwd, dtype, causal, lens, nondet, ordinal;
   int64_t B, S, Sk, H, Hkv, D;
+  /* convolutions (cudnn_conv.c; zero for SDPA): which graph (GPA__DNN_CONV_*),
+   * whether engines that round f32 inputs or reorder sums (TF32 tensor
+   * cores, FFT, Winograd, reduced-precision sums) are refused, and the
+   * geometry B Cin L Cout K stride pad_l pad_r dil groups */
+  int32_t conv, exact;
+  int64_t cg[10];
 } gpa__dnn_key;
 /* The descriptors of one operation graph: kept alive with its plan (the
  * plan refers to the graph through its engine config). */
@@ -142,6 +150,7 @@ struct gpa__dnn {
   uint32_t n_plans, bound;
   uint64_t tick;
   gpa__cudnn_stats st;
+  int conv_told;      /* a convolution decline was logged at info level (cudnn_conv.c) */
   char why[256];      /* the last decline */
   char load_why[200]; /* why the library is unavailable */
 };

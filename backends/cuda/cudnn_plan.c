@@ -21,7 +21,9 @@
 
 #include "backends/cuda/cudnn.h"
 
-#define CANDIDATES 8
+/* Engine configs read from the heuristics: convolutions list many, and the
+ * deterministic non-tensor-core ones an exact f32 key needs come late. */
+#define CANDIDATES 32
 
 struct gpa__dnn_plan {
   gpa__dnn_key key;
@@ -111,9 +113,21 @@ void gpa__cudnn_set_plan_bound(gpa__cu_ctx *C, uint32_t bound) {
 
 static const char *dnn_err(const gpa__dnn *d, cudnnStatus_t s) { return d->api.cudnnGetErrorString(s); }
 
-/* Whether engine config `cfg` may be used: determinism unless allowed. */
-static int engine_ok(gpa__dnn *d, cudnnBackendDescriptor_t cfg, int nondet_ok) {
-  if (nondet_ok) return 1;
+/* A numerical note that refuses an engine for an exact key: f32 inputs
+ * rounded (TF32 tensor cores, down-conversion), sums that are not plain
+ * fp32 dot products (FFT, Winograd, reduced precision). */
+static int inexact(cudnnBackendNumericalNote_t n, int exact) {
+  if (!exact) return 0;
+  if (n == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS || n == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
+    return 1;
+  /* exact == 2: f32 storage, where a tensor-core engine means TF32 */
+  return exact == 2 && n != CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC && n != CUDNN_NUMERICAL_NOTE_STRICT_NAN_PROP;
+}
+
+/* Whether engine config `cfg` may be used: determinism unless allowed,
+ * and exactness where the key asks for it. */
+static int engine_ok(gpa__dnn *d, cudnnBackendDescriptor_t cfg, int nondet_ok, int exact) {
+  if (nondet_ok && !exact) return 1;
   const gpa__cudnn_api *A = &d->api;
   cudnnBackendDescriptor_t eng = NULL;
   int64_t n = 0;
@@ -128,7 +142,7 @@ static int engine_ok(gpa__dnn *d, cudnnBackendDescriptor_t cfg, int nondet_ok) {
                                     CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nn, notes) == CUDNN_STATUS_SUCCESS) {
       ok = 1;
       for (int64_t i = 0; i < nn && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
-        if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) ok = 0;
+        if ((notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC && !nondet_ok) || inexact(notes[i], exact)) ok = 0;
     }
   }
   A->cudnnBackendDestroyDescriptor(eng);
@@ -137,13 +151,13 @@ static int engine_ok(gpa__dnn *d, cudnnBackendDescriptor_t cfg, int nondet_ok) {
 
 /* A finalized plan for the graph (its engine config in *chosen, kept with
  * it), or NULL with why. */
-static cudnnBackendDescriptor_t make_plan(gpa__dnn *d, cudnnBackendDescriptor_t graph, int nondet_ok,
-                                          int64_t *workspace, cudnnBackendDescriptor_t *chosen, char *why,
-                                          size_t n) {
+static cudnnBackendDescriptor_t make_plan_mode(gpa__dnn *d, cudnnBackendDescriptor_t graph, int nondet_ok,
+                                               int exact, cudnnBackendHeurMode_t mode, int64_t *workspace,
+                                               cudnnBackendDescriptor_t *chosen, int *tried, char *why,
+                                               size_t n) {
   const gpa__cudnn_api *A = &d->api;
   cudnnBackendDescriptor_t heur = NULL, cfg[CANDIDATES] = {0}, plan = NULL;
   int64_t found = 0;
-  cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
   cudnnStatus_t s = A->cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
   if (!s) s = A->cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                           1, &graph);
@@ -158,12 +172,13 @@ static cudnnBackendDescriptor_t make_plan(gpa__dnn *d, cudnnBackendDescriptor_t 
   cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
   int skipped = 0;
   for (int64_t i = 0; !s && i < found && i < CANDIDATES && !plan; i++) {
-    if (!engine_ok(d, cfg[i], nondet_ok)) {
+    if (!engine_ok(d, cfg[i], nondet_ok, exact)) {
       skipped++;
       continue;
     }
     cudnnBackendDescriptor_t p = NULL;
     cudnnHandle_t h = d->h;
+    *tried = 1;
     last = A->cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p);
     if (!last) last = A->cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
     if (!last)
@@ -183,13 +198,34 @@ static cudnnBackendDescriptor_t make_plan(gpa__dnn *d, cudnnBackendDescriptor_t 
     }
   }
   if (!s && found >= 1 && !plan) {
-    if (skipped == found || skipped == CANDIDATES) snprintf(why, n, "no deterministic engine among %lld", (long long)found);
+    if (skipped == found || skipped == CANDIDATES) snprintf(why, n, "no %s engine among %lld", exact ? "deterministic exact-fp32" : "deterministic", (long long)found);
     else snprintf(why, n, "execution plan: %s", dnn_err(d, last));
   }
   for (int i = 0; i < CANDIDATES; i++)
     if (cfg[i]) A->cudnnBackendDestroyDescriptor(cfg[i]);
   if (heur) A->cudnnBackendDestroyDescriptor(heur);
   return plan;
+}
+
+/* Mode A's candidates, then, for exact keys where mode A listed no engine
+ * they accept (the plain fp32 engines may be listed only there), the
+ * fallback list's. An accepted engine whose plan fails is not retried. */
+static cudnnBackendDescriptor_t make_plan(gpa__dnn *d, cudnnBackendDescriptor_t graph, int nondet_ok, int exact,
+                                          int64_t *workspace, cudnnBackendDescriptor_t *chosen, char *why,
+                                          size_t n) {
+  int tried = 0;
+  cudnnBackendDescriptor_t p =
+      make_plan_mode(d, graph, nondet_ok, exact, CUDNN_HEUR_MODE_A, workspace, chosen, &tried, why, n);
+  if (!p && exact && !tried) {
+    char w2[256];
+    p = make_plan_mode(d, graph, nondet_ok, exact, CUDNN_HEUR_MODE_FALLBACK, workspace, chosen, &tried, w2,
+                       sizeof w2);
+    if (!p) {
+      size_t l = strlen(why);
+      snprintf(why + l, n - l, "; fallback list: %s", w2);
+    }
+  }
+  return p;
 }
 
 gpa__dnn_plan *gpa__dnn_plan_get(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_build_fn build, char *why, size_t n) {
@@ -213,7 +249,7 @@ gpa__dnn_plan *gpa__dnn_plan_get(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_bu
     d->st.builds_failed++;
     return NULL;
   }
-  if (build(d, k, &p->g, why, n)) p->plan = make_plan(d, p->g.graph, k->nondet, &p->workspace, &p->cfg, why, n);
+  if (build(d, k, &p->g, why, n)) p->plan = make_plan(d, p->g.graph, k->nondet, k->exact, &p->workspace, &p->cfg, why, n);
   if (!p->plan) {
     d->st.builds_failed++;
     gpa__dnn_descs_free(&d->api, &p->g);

@@ -25,7 +25,7 @@
 #define SD_MAGIC 0x5d9e5c01u
 #define H_MAGIC 0x5d9e4a11u
 
-static _Atomic unsigned f_create, f_graph, f_plan, f_exec;
+static _Atomic unsigned f_create, f_graph, f_plan, f_exec, f_heur;
 static _Atomic long long workspace_bytes = 1 << 20, n_graphs, n_plans, n_execs, n_live;
 static _Atomic int last_engine = -1;
 static _Atomic size_t version = 91400;
@@ -43,6 +43,7 @@ static void read_env(void) {
       else if (!strcmp(key, "graph")) f_graph = v;
       else if (!strcmp(key, "plan")) f_plan = v;
       else if (!strcmp(key, "exec")) f_exec = v;
+      else if (!strcmp(key, "heur")) f_heur = v;
       else fprintf(stderr, "gpa-sim cudnn: ignoring unknown GPA_SIM_CUDNN_FAULT key '%s'\n", key);
       p += used;
     } else {
@@ -69,11 +70,12 @@ EXPORT void gpa_sim_cudnn_fault_create(unsigned n) { read_env(), f_create = n; }
 EXPORT void gpa_sim_cudnn_fault_graph(unsigned n) { read_env(), f_graph = n; }
 EXPORT void gpa_sim_cudnn_fault_plan(unsigned n) { read_env(), f_plan = n; }
 EXPORT void gpa_sim_cudnn_fault_exec(unsigned n) { read_env(), f_exec = n; }
+EXPORT void gpa_sim_cudnn_fault_heur(unsigned n) { read_env(), f_heur = n; }
 EXPORT void gpa_sim_cudnn_set_workspace(long long bytes) { read_env(), workspace_bytes = bytes; }
 EXPORT void gpa_sim_cudnn_set_version(size_t v) { read_env(), version = v; }
 EXPORT void gpa_sim_cudnn_fault_clear(void) {
   read_env();
-  f_create = f_graph = f_plan = f_exec = 0;
+  f_create = f_graph = f_plan = f_exec = f_heur = 0;
 }
 EXPORT void gpa_sim_cudnn_counts(long long *graphs, long long *plans, long long *execs, int *engine) {
   if (graphs) *graphs = n_graphs;
@@ -138,7 +140,8 @@ static size_t elem_size(cudnnBackendAttributeType_t t) {
   switch (t) {
   case CUDNN_TYPE_HANDLE: case CUDNN_TYPE_VOID_PTR: case CUDNN_TYPE_BACKEND_DESCRIPTOR: return sizeof(void *);
   case CUDNN_TYPE_DATA_TYPE: case CUDNN_TYPE_HEUR_MODE: case CUDNN_TYPE_NUMERICAL_NOTE: case CUDNN_TYPE_POINTWISE_MODE:
-  case CUDNN_TYPE_REDUCTION_OPERATOR_TYPE: case CUDNN_TYPE_INT32: case CUDNN_TYPE_FLOAT: return 4;
+  case CUDNN_TYPE_REDUCTION_OPERATOR_TYPE: case CUDNN_TYPE_INT32: case CUDNN_TYPE_FLOAT:
+  case CUDNN_TYPE_CONVOLUTION_MODE: return 4;
   case CUDNN_TYPE_BOOLEAN: case CUDNN_TYPE_CHAR: return 1;
   case CUDNN_TYPE_INT64: case CUDNN_TYPE_DOUBLE: return 8;
   default: return 0;
@@ -260,7 +263,10 @@ static cudnnStatus_t fin_graph(sdesc *d) {
     else if (!list[i]->finalized) s = CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED;
   }
   if (!s && fires(&f_graph)) s = CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN;
-  if (!s && !sim_sdpa_recognize(list, (int)n, &d->spec, d->why, sizeof d->why))
+  int conv = s ? 0 : sim_conv_recognize(list, (int)n, &d->conv, d->why, sizeof d->why);
+  if (conv < 0) s = CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN;
+  d->is_conv = conv > 0;
+  if (!s && !conv && !sim_sdpa_recognize(list, (int)n, &d->spec, d->why, sizeof d->why))
     s = CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN;
   free(list);
   if (s == CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN && d->why[0])
@@ -270,6 +276,60 @@ static cudnnStatus_t fin_graph(sdesc *d) {
     n_graphs++;
   }
   return s;
+}
+
+/* The attributes cuDNN requires of a convolution descriptor: compute type,
+ * mode, spatial dims and, for each spatial dim, paddings (>= 0), dilations
+ * and strides (>= 1). */
+static cudnnStatus_t fin_conv_desc(sdesc *d) {
+  const int64_t *sp = need(d, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, NULL);
+  const int32_t *mode = need(d, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, NULL);
+  if (!sp || !mode || !need(d, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, NULL))
+    return CUDNN_STATUS_BAD_PARAM;
+  if (*sp < 1 || *sp > 3) return CUDNN_STATUS_BAD_PARAM;
+  /* the subset keeps two spatial dims (what conv1d as height 1 uses); more: not supported */
+  if (*sp != 2) return CUDNN_STATUS_NOT_SUPPORTED;
+  const int64_t *pre = need(d, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, *sp, NULL);
+  const int64_t *post = need(d, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, *sp, NULL);
+  const int64_t *dil = need(d, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, *sp, NULL);
+  const int64_t *str = need(d, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, *sp, NULL);
+  if (!pre || !post || !dil || !str) return CUDNN_STATUS_BAD_PARAM;
+  for (int i = 0; i < 2; i++) {
+    if (pre[i] < 0 || post[i] < 0 || dil[i] < 1 || str[i] < 1) return CUDNN_STATUS_BAD_PARAM;
+    d->pre[i] = pre[i], d->post[i] = post[i], d->dil[i] = dil[i], d->cstride[i] = str[i];
+  }
+  d->spatial = *sp;
+  d->mode = *mode;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+/* A scaling factor: float or double, as cuDNN takes either. */
+static int scale_of(const sdesc *d, int name, float *out) {
+  const sattr *a = sd_attr(d, name);
+  if (!a || a->count != 1) return 0;
+  if (a->type == CUDNN_TYPE_FLOAT) *out = *(const float *)a->data;
+  else if (a->type == CUDNN_TYPE_DOUBLE) *out = (float)*(const double *)a->data;
+  else return 0;
+  return 1;
+}
+
+/* A convolution operation: its descriptor, three tensors and alpha
+ * (required), beta (0 if absent); shapes checked by conv.c. */
+static cudnnStatus_t fin_conv_op(sdesc *d) {
+  int f = d->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+      bd = d->type == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR;
+  int base = f ? CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA
+               : bd ? CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA : CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA;
+  /* attribute order from base: alpha, beta, conv desc, then the three tensors:
+   * forward W X Y, data gradient W DX DY, filter gradient DW X DY */
+  TRY(ref(d, base + 2, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, 1, &d->desc));
+  TRY(ref(d, base + 3, CUDNN_BACKEND_TENSOR_DESCRIPTOR, 1, &d->b));
+  TRY(ref(d, base + 4, CUDNN_BACKEND_TENSOR_DESCRIPTOR, 1, &d->x));
+  TRY(ref(d, base + 5, CUDNN_BACKEND_TENSOR_DESCRIPTOR, 1, &d->y));
+  if (!scale_of(d, base, &d->alpha)) return CUDNN_STATUS_BAD_PARAM;
+  d->beta = 0.0f;
+  if (sd_attr(d, base + 1) && !scale_of(d, base + 1, &d->beta)) return CUDNN_STATUS_BAD_PARAM;
+  return sim_conv_check_op(d);
 }
 
 EXPORT cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t dd) {
@@ -293,6 +353,10 @@ EXPORT cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t dd) {
     d->mode = *m;
     break;
   }
+  case CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR: TRY(fin_conv_desc(d)); break;
+  case CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR:
+  case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR:
+  case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR: TRY(fin_conv_op(d)); break;
   case CUDNN_BACKEND_MATMUL_DESCRIPTOR:
     if (!need(d, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, NULL)) return CUDNN_STATUS_BAD_PARAM;
     break;
@@ -358,13 +422,24 @@ EXPORT cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t dd) {
   return CUDNN_STATUS_SUCCESS;
 }
 
-/* Engines of a recognized graph: the backward offers the non-deterministic
- * engine 0 first, then the deterministic engine 1; the forward engine 1. */
-static int engines_of(const sdesc *g, int *first) {
+/* Engines of a recognized graph, in the heuristics' order. SDPA: the
+ * backward offers the non-deterministic engine 0 first, then the
+ * deterministic engine 1; the forward engine 1. Convolutions: the
+ * gradients the non-deterministic engine 0 first (as cuDNN's atomics-based
+ * kernels often rank), f32 the TF32 engine 2 next, then the plain engine 1. */
+static int engines_of(const sdesc *g, int *list) {
+  int n = 0;
   if (!g->recognized) return 0;
+  if (g->is_conv) {
+    if (g->conv.kind > 1) list[n++] = 0;
+    if (g->conv.io == CUDNN_DATA_FLOAT) list[n++] = 2;
+    list[n++] = 1;
+    return n;
+  }
   if (sim_sdpa_refuses(&g->spec)) return 0;
-  *first = g->spec.bwd ? 0 : 1;
-  return g->spec.bwd ? 2 : 1;
+  if (g->spec.bwd) list[n++] = 0;
+  list[n++] = 1;
+  return n;
 }
 
 EXPORT cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const dd, cudnnBackendAttributeName_t name,
@@ -374,12 +449,14 @@ EXPORT cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const dd,
   if (!d || !d->finalized) return d ? CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED : CUDNN_STATUS_BAD_PARAM;
   if (name == CUDNN_ATTR_ENGINEHEUR_RESULTS && d->type == CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR) {
     if (type != CUDNN_TYPE_BACKEND_DESCRIPTOR || !count) return CUDNN_STATUS_BAD_PARAM;
-    int first = 0, n = engines_of(d->graph, &first);
+    /* the heuristics fault holds for the graph: its fallback list is empty too */
+    if (fires(&f_heur)) ((sdesc *)d->graph)->no_engines = true;
+    int list[4], n = d->graph->no_engines ? 0 : engines_of(d->graph, list);
     int64_t k = 0;
     for (; k < n && k < requested; k++) {
       sdesc *c = as_desc(((void **)elements)[k]);
       if (!c || c->type != CUDNN_BACKEND_ENGINECFG_DESCRIPTOR || c->finalized) return CUDNN_STATUS_BAD_PARAM;
-      c->graph = d->graph, c->engine = first + (int)k, c->finalized = true;
+      c->graph = d->graph, c->engine = list[k], c->finalized = true;
     }
     *count = k;
     return CUDNN_STATUS_SUCCESS;
@@ -395,8 +472,12 @@ EXPORT cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const dd,
   if (name == CUDNN_ATTR_ENGINE_NUMERICAL_NOTE && d->type == CUDNN_BACKEND_ENGINE_DESCRIPTOR) {
     if (type != CUDNN_TYPE_NUMERICAL_NOTE || !count) return CUDNN_STATUS_BAD_PARAM;
     int64_t k = 0;
-    if (d->engine == 0 && requested >= 1) ((cudnnBackendNumericalNote_t *)elements)[k++] = CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
-    if (requested > k) ((cudnnBackendNumericalNote_t *)elements)[k++] = CUDNN_NUMERICAL_NOTE_TENSOR_CORE;
+    cudnnBackendNumericalNote_t *out = elements;
+    /* tensor cores: every SDPA engine; a convolution's on bf16, and f32's TF32 engine */
+    int tc = !d->graph->is_conv || d->graph->conv.io != CUDNN_DATA_FLOAT || d->engine == 2;
+    if (d->engine == 0 && requested > k) out[k++] = CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+    if (tc && requested > k) out[k++] = CUDNN_NUMERICAL_NOTE_TENSOR_CORE;
+    if (d->engine == 2 && requested > k) out[k++] = CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS;
     *count = k;
     return CUDNN_STATUS_SUCCESS;
   }
@@ -424,7 +505,9 @@ EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor
   if (!p->finalized || !v->finalized) return CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED;
   if (fires(&f_exec)) return CUDNN_STATUS_EXECUTION_FAILED;
   char why[200] = "";
-  cudnnStatus_t s = sim_sdpa_execute(&p->graph->spec, v, p->workspace, h->stream, why, sizeof why);
+  cudnnStatus_t s = p->graph->is_conv
+                        ? sim_conv_execute(&p->graph->conv, p->engine, v, p->workspace, h->stream, why, sizeof why)
+                        : sim_sdpa_execute(&p->graph->spec, v, p->workspace, h->stream, why, sizeof why);
   if (s) {
     fprintf(stderr, "gpa-sim cudnn: cudnnBackendExecute: %s\n", why);
     return s;

@@ -1,7 +1,7 @@
 /* gpa-sim cuDNN subset: fault injection and diagnostics, exported by
  * libgpa_sim_cudnn.so next to the cuDNN entry points (tests resolve them
  * with dlsym). Also through the environment, read at the first call:
- *   GPA_SIM_CUDNN_FAULT=create=N,graph=N,plan=N,exec=N   (each optional)
+ *   GPA_SIM_CUDNN_FAULT=create=N,graph=N,heur=N,plan=N,exec=N   (each optional)
  *   GPA_SIM_CUDNN_VERSION=N     what cudnnGetVersion reports (default 91400)
  *   GPA_SIM_CUDNN_WORKSPACE=N   bytes each plan asks for (default 1 MiB)
  * The API overrides the environment. Counters are one-shot: "the N-th from
@@ -17,6 +17,9 @@ extern "C" {
 void gpa_sim_cudnn_fault_create(unsigned n);
 /* The n-th finalize of an operation graph fails (NOT_SUPPORTED_GRAPH_PATTERN). */
 void gpa_sim_cudnn_fault_graph(unsigned n);
+/* The n-th query of the heuristics' results finds no engine (count 0), nor
+ * does any later query for the same operation graph (any mode). */
+void gpa_sim_cudnn_fault_heur(unsigned n);
 /* The n-th finalize of an execution plan fails (NOT_SUPPORTED). */
 void gpa_sim_cudnn_fault_plan(unsigned n);
 /* The n-th cudnnBackendExecute fails (EXECUTION_FAILED); nothing is queued. */
@@ -30,7 +33,8 @@ void gpa_sim_cudnn_fault_clear(void);
 /* Counts since load: operation graphs finalized, plans finalized,
  * executions queued; and the engine of the last execution (0: the fast
  * non-deterministic backward engine, 1: the deterministic one; forward
- * graphs have engine 1 only). Any pointer may be NULL. */
+ * SDPA graphs have engine 1 only; 2: a convolution's TF32 engine for f32).
+ * Any pointer may be NULL. */
 void gpa_sim_cudnn_counts(long long *graphs, long long *plans, long long *execs, int *last_engine);
 /* Descriptors alive now (created and not destroyed): leak checks. */
 long long gpa_sim_cudnn_live_descriptors(void);

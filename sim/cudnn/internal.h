@@ -32,6 +32,20 @@ typedef struct sdpa_spec {
   int kt, vt; /* k (v) given transposed: [b,h,d,s] */
 } sdpa_spec;
 
+/* One recognized convolution graph (conv.c): a forward, data-gradient or
+ * filter-gradient convolution on [N,C,1,L] tensors, the forward possibly
+ * followed by a pointwise add of a [1,C,1,1] bias. Roles: x the input
+ * activation (dx for the data gradient), w the filter (dw for the filter
+ * gradient), y the output activation (dy for the gradients); out the
+ * tensor the forward writes (y, or the bias add's output). */
+typedef struct conv_spec {
+  int kind; /* 1 forward, 2 data gradient, 3 filter gradient */
+  int64_t N, C, L, K, R, Lout, G, pre, post, dil, stride;
+  int io; /* cudnnDataType_t of x (and w, y) */
+  float alpha, beta;
+  const sdesc *x, *w, *y, *bias, *out;
+} conv_spec;
+
 struct sdesc {
   uint32_t magic;
   int type;
@@ -45,8 +59,16 @@ struct sdesc {
   /* pointwise / reduction descriptor */
   int mode;
   int64_t axis;
-  /* operations: inputs x, b, t (pointwise), a (matmul: x = A, b = B); output y; the op's descriptor */
+  /* operations: inputs x, b, t (pointwise), a (matmul: x = A, b = B); output y; the op's descriptor;
+   * convolutions: x, w (b), y as the operation names them (dx, dw, dy for the gradients) */
   const sdesc *x, *b, *t, *y, *desc;
+  /* convolution descriptor */
+  int64_t spatial, pre[2], post[2], dil[2], cstride[2];
+  float alpha, beta;
+  /* operation graph of a convolution (conv.c) instead of an SDPA */
+  conv_spec conv;
+  bool is_conv;
+  bool no_engines; /* the heuristics fault fired for this graph */
   /* operation graph */
   sdpa_spec spec;
   bool recognized;
@@ -81,4 +103,15 @@ const char *sim_sdpa_refuses(const sdpa_spec *s);
 cudnnStatus_t sim_sdpa_execute(const sdpa_spec *s, const sdesc *vp, int64_t workspace, CUstream stream, char *why,
                                size_t wn);
 
+/* conv.c: the convolution graphs. Recognize: 1 (a convolution graph: s
+ * filled), 0 (no convolution in the graph: try SDPA), -1 (a convolution
+ * graph this subset refuses: why). */
+int sim_conv_recognize(const sdesc *const *ops, int n, conv_spec *s, char *why, size_t wn);
+/* Finalize checks of a convolution operation (its tensors' shapes and types
+ * against the descriptor), as cuDNN's; CUDNN_STATUS_SUCCESS or BAD_PARAM. */
+cudnnStatus_t sim_conv_check_op(const sdesc *op);
+/* Engine `engine` computes: 0 the non-deterministic one, 1 the plain fp32
+ * one, 2 the TF32 tensor-core one (f32 inputs rounded to 10-bit mantissas). */
+cudnnStatus_t sim_conv_execute(const conv_spec *s, int engine, const sdesc *vp, int64_t workspace, CUstream stream,
+                               char *why, size_t wn);
 #endif

@@ -1,0 +1,367 @@
+/* conv1d through cuDNN's convolutions (backends/cuda/cudnn_conv.c,
+ * docs/cuda.md "cuDNN convolutions"), through the public API.
+ *   - parity against a double reference of y (with bias), dx, dW and db,
+ *     f32 and bf16: the main job's shape (B32 C96 L128 K3, causal,
+ *     dilation 1 and 8) and a strided, grouped, padded one; f32 within an
+ *     fp32 summation bound (a TF32 engine's rounding fails it), bf16 within
+ *     one bf16 rounding of y and dx;
+ *   - the backward twice: the same bits (on sim not at the main job's shape);
+ *   - on sim, proof that cuDNN ran: its execution count grows by one per
+ *     forward and two per backward, and the last engine is the
+ *     deterministic exact one (1), not the non-deterministic (0) or TF32
+ *     (2) ones its heuristics list first;
+ *   - faults (sim): graph refused, no engine, plan refused, execute failing,
+ *     no device memory for the workspace: each falls back to our kernels
+ *     with correct results (the forward's execution not counted; after the
+ *     execute fault the same shape runs on cuDNN again);
+ *   - GPA_CUDNN_CONV=0 and a cuDNN that does not load: our kernels, correct;
+ *   - where the machine has libcudnn.so.9 (no GPU needed; not in sanitizer
+ *     builds): our convolution graphs finalize in the real library, with
+ *     their heuristics.
+ * cpu: the real-library part only. A real GPU: parity and determinism
+ * (through cuDNN when it is there, else our kernels). */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/half.h"
+#include "util/nn_test.h"
+#include "util/testutil.h"
+
+#ifndef GPA_HAVE_CUDA_BACKEND
+int main(void) {
+  fprintf(stderr, "skipped: built without the CUDA backend\n");
+  return 77;
+}
+#else
+#include "backends/cuda/cudnn_conv.h"
+
+typedef struct shape {
+  int64_t B, Cin, L, Cout, K, stride, pad, dil, G;
+  int causal;
+} shape;
+
+static int64_t pad_l(const shape *s) { return s->causal ? (s->K - 1) * s->dil : s->pad; }
+static int64_t pad_r(const shape *s) { return s->causal ? 0 : s->pad; }
+static int64_t lout(const shape *s) { return (s->L + pad_l(s) + pad_r(s) - s->dil * (s->K - 1) - 1) / s->stride + 1; }
+
+/* ---- the simulator's counters --------------------------------------------------------------------- */
+
+static struct {
+  void (*graph)(unsigned), (*heur)(unsigned), (*plan)(unsigned), (*exec)(unsigned), (*clear)(void);
+  void (*counts)(long long *, long long *, long long *, int *);
+  void (*workspace)(long long);
+} simc;
+static int on_sim;
+
+static void sim_api(void) {
+  void *lib = dlopen("libgpa_sim_cudnn.so", RTLD_NOW | RTLD_NOLOAD);
+  CHECK(lib);
+  *(void **)&simc.graph = dlsym(lib, "gpa_sim_cudnn_fault_graph");
+  *(void **)&simc.heur = dlsym(lib, "gpa_sim_cudnn_fault_heur");
+  *(void **)&simc.plan = dlsym(lib, "gpa_sim_cudnn_fault_plan");
+  *(void **)&simc.exec = dlsym(lib, "gpa_sim_cudnn_fault_exec");
+  *(void **)&simc.clear = dlsym(lib, "gpa_sim_cudnn_fault_clear");
+  *(void **)&simc.counts = dlsym(lib, "gpa_sim_cudnn_counts");
+  *(void **)&simc.workspace = dlsym(lib, "gpa_sim_cudnn_set_workspace");
+  CHECK(simc.graph && simc.heur && simc.plan && simc.exec && simc.clear && simc.counts && simc.workspace);
+  /* held open for the test's life: the counters are read across actors */
+}
+
+static long long sim_execs(int *engine) {
+  long long e = 0;
+  if (on_sim && simc.counts) simc.counts(NULL, NULL, &e, engine);
+  return e;
+}
+
+/* ---- reference ------------------------------------------------------------------------------------ */
+
+typedef struct ref {
+  double *y, *dx, *dW, *db, *my, *mdx, *mdW, *mdb; /* values and sums of |terms| */
+} ref;
+
+static void reference(const shape *s, const float *x, const float *W, const float *b, const float *dy, ref *r) {
+  int64_t lo = lout(s), cg = s->Cin / s->G, og = s->Cout / s->G;
+  size_t ny = (size_t)(s->B * s->Cout * lo), nx = (size_t)(s->B * s->Cin * s->L), nw = (size_t)(s->Cout * cg * s->K);
+  double **all[8] = {&r->y, &r->dx, &r->dW, &r->db, &r->my, &r->mdx, &r->mdW, &r->mdb};
+  size_t sz[8] = {ny, nx, nw, (size_t)s->Cout, ny, nx, nw, (size_t)s->Cout};
+  for (int i = 0; i < 8; i++) *all[i] = calloc(sz[i] + 1, sizeof(double));
+  for (int64_t n = 0; n < s->B; n++)
+    for (int64_t co = 0; co < s->Cout; co++)
+      for (int64_t t = 0; t < lo; t++) {
+        size_t yi = (size_t)((n * s->Cout + co) * lo + t);
+        double g = dy[yi];
+        r->y[yi] = b[co], r->my[yi] = fabs(b[co]);
+        r->db[co] += g, r->mdb[co] += fabs(g);
+        for (int64_t cj = 0; cj < cg; cj++)
+          for (int64_t k = 0; k < s->K; k++) {
+            int64_t pos = t * s->stride - pad_l(s) + k * s->dil;
+            if (pos < 0 || pos >= s->L) continue;
+            size_t xi = (size_t)((n * s->Cin + co / og * cg + cj) * s->L + pos), wi = (size_t)((co * cg + cj) * s->K + k);
+            r->y[yi] += (double)W[wi] * x[xi], r->my[yi] += fabs((double)W[wi] * x[xi]);
+            r->dx[xi] += g * W[wi], r->mdx[xi] += fabs(g * W[wi]);
+            r->dW[wi] += g * x[xi], r->mdW[wi] += fabs(g * x[xi]);
+          }
+      }
+}
+
+static void ref_free(ref *r) {
+  double *all[8] = {r->y, r->dx, r->dW, r->db, r->my, r->mdx, r->mdW, r->mdb};
+  for (int i = 0; i < 8; i++) free(all[i]);
+}
+
+/* ---- one case ------------------------------------------------------------------------------------- */
+
+static void attrs(const shape *s, gpa_attr at[5]) {
+  const char *names[5] = {"stride", "padding", "dilation", "groups", "causal"};
+  int64_t v[5] = {s->stride, s->pad, s->dil, s->G, s->causal};
+  for (int i = 0; i < 5; i++) at[i] = (gpa_attr){names[i], GPA_ATTR_INT, v[i], 0.0};
+}
+
+/* Values as the dtype holds them (bf16: rounded), and the tensor. */
+static gpa_tensor upload(gpa_nt *t, int dtype, int64_t n0, int64_t n1, int64_t n2, float *v, int64_t n) {
+  const int64_t shp[3] = {n0, n1, n2};
+  uint32_t rank = n1 ? 3 : 1;
+  if (dtype == GPA_F32) return gpa_nt_tensor(t, GPA_F32, rank, rank == 3 ? shp : &n0, v);
+  uint16_t *h = malloc(sizeof *h * (size_t)(n + 1));
+  for (int64_t i = 0; i < n; i++) h[i] = tu_to_bf16(v[i]), v[i] = tu_from_bf16(h[i]);
+  gpa_tensor r = gpa_nt_tensor(t, GPA_BF16, rank, rank == 3 ? shp : &n0, h);
+  free(h);
+  return r;
+}
+
+static void read_f(gpa_nt *t, const gpa_tensor *g, float *dst, int64_t n) {
+  if (g->dtype == GPA_F32) {
+    gpa_nt_read(t, g, dst);
+    return;
+  }
+  uint16_t *h = malloc(sizeof *h * (size_t)(n + 1));
+  gpa_nt_read(t, g, h);
+  for (int64_t i = 0; i < n; i++) dst[i] = tu_from_bf16(h[i]);
+  free(h);
+}
+
+/* Runs forward and backward of shape s in dtype and checks them; the
+ * cuDNN executions they took (sim) into *execs. */
+static void check_case(gpa_nt *t, const char *what, const shape *s, int dtype, uint64_t seed, long long *execs) {
+  int64_t lo = lout(s), cg = s->Cin / s->G;
+  int64_t nx = s->B * s->Cin * s->L, nw = s->Cout * cg * s->K, ny = s->B * s->Cout * lo;
+  float *x = malloc(sizeof(float) * (size_t)nx), *W = malloc(sizeof(float) * (size_t)nw);
+  float *b = malloc(sizeof(float) * (size_t)s->Cout), *dy = malloc(sizeof(float) * (size_t)ny);
+  gpa_nt_fill(x, nx, -1, 1, &seed);
+  gpa_nt_fill(W, nw, -1, 1, &seed);
+  gpa_nt_fill(b, s->Cout, -1, 1, &seed);
+  gpa_nt_fill(dy, ny, -1, 1, &seed);
+  gpa_tensor tx = upload(t, dtype, s->B, s->Cin, s->L, x, nx), tw = upload(t, dtype, s->Cout, cg, s->K, W, nw);
+  gpa_tensor tb = upload(t, dtype, s->Cout, 0, 0, b, s->Cout), tdy = upload(t, dtype, s->B, s->Cout, lo, dy, ny);
+  ref r;
+  reference(s, x, W, b, dy, &r);
+  const int64_t ys[3] = {s->B, s->Cout, lo}, ws[3] = {s->Cout, cg, s->K};
+  gpa_tensor ty = gpa_nt_tensor(t, dtype, 3, ys, NULL), tdx = gpa_nt_tensor(t, dtype, 3, tx.shape, NULL);
+  gpa_tensor tdw = gpa_nt_out(t, 3, ws), tdb = gpa_nt_out(t, 1, &s->Cout);
+  gpa_attr at[5];
+  attrs(s, at);
+  long long e0 = sim_execs(NULL);
+  gpa_tensor fin[3] = {tx, tw, tb}, bin[3] = {tdy, tx, tw}, bout[3] = {tdx, tdw, tdb};
+  gpa_status st = gpa_nt_run(t, "conv1d_fwd", fin, 3, &ty, 1, at, 5);
+  if (st == GPA_OK) st = gpa_nt_run(t, "conv1d_bwd", bin, 3, bout, 3, at, 5);
+  if (execs) *execs = sim_execs(NULL) - e0;
+  char name[640];
+  if (st != GPA_OK) {
+    snprintf(name, sizeof name, "%s: %s", what, gpa_nt_msg);
+    gpa_nt_fail(t, name);
+  } else {
+    float *got = malloc(sizeof(float) * (size_t)(nx > ny ? nx : ny)), *got2 = malloc(sizeof(float) * (size_t)nx);
+    float *gw = malloc(sizeof(float) * (size_t)nw), *gw2 = malloc(sizeof(float) * (size_t)nw);
+    /* bf16 outputs: one rounding (2^-8 relative); f32: fp32 sums in any
+     * order (a TF32 engine's 2^-11 input rounding is 100 times that) */
+    double rt = dtype == GPA_BF16 ? 1.0 / 128 : 1e-5;
+    read_f(t, &ty, got, ny);
+    snprintf(name, sizeof name, "%s: y", what);
+    gpa_nt_close_to(t, name, got, r.y, r.my, ny, rt);
+    read_f(t, &tdx, got, nx);
+    snprintf(name, sizeof name, "%s: dx", what);
+    gpa_nt_close_to(t, name, got, r.dx, r.mdx, nx, rt);
+    gpa_nt_read(t, &tdw, gw);
+    snprintf(name, sizeof name, "%s: dW", what);
+    gpa_nt_close_to(t, name, gw, r.dW, r.mdW, nw, 1e-5);
+    float *gb = malloc(sizeof(float) * (size_t)s->Cout);
+    gpa_nt_read(t, &tdb, gb);
+    snprintf(name, sizeof name, "%s: db", what);
+    gpa_nt_close_to(t, name, gb, r.db, r.mdb, s->Cout, 1e-5);
+    free(gb);
+    /* the backward again: the same bits (on sim the smaller shapes only: the
+     * simulator's host sums take seconds at the main job's) */
+    if (on_sim && nx > 65536) {
+    } else if (gpa_nt_run(t, "conv1d_bwd", bin, 3, bout, 3, at, 5) == GPA_OK) {
+      read_f(t, &tdx, got2, nx);
+      gpa_nt_read(t, &tdw, gw2);
+      snprintf(name, sizeof name, "%s: dx twice", what);
+      gpa_nt_same_bits(t, name, got, got2, nx);
+      snprintf(name, sizeof name, "%s: dW twice", what);
+      gpa_nt_same_bits(t, name, gw, gw2, nw);
+    } else {
+      gpa_nt_fail(t, gpa_nt_msg);
+    }
+    free(got), free(got2), free(gw), free(gw2);
+  }
+  ref_free(&r);
+  free(x), free(W), free(b), free(dy);
+}
+
+static void expect_execs(gpa_nt *t, const char *what, long long got, long long want) {
+  if (!on_sim || got == want) return;
+  char m[200];
+  snprintf(m, sizeof m, "%s: %lld cuDNN executions, expected %lld", what, got, want);
+  gpa_nt_fail(t, m);
+}
+
+/* ---- the real library ----------------------------------------------------------------------------- */
+
+static int real_graphs(void) {
+#if defined(GPA_ASAN) || defined(GPA_TSAN)
+  printf("skipped part: the real libcudnn in a sanitizer build\n");
+  return 0;
+#endif
+  const char *cand[] = {getenv("GPA_CUDNN"), "libcudnn.so.9", "/usr/local/cuda/lib/libcudnn.so.9",
+                        "/usr/local/cuda/lib64/libcudnn.so.9", "/usr/lib/x86_64-linux-gnu/libcudnn.so.9"};
+  gpa__dnn d;
+  memset(&d, 0, sizeof d);
+  for (size_t i = 0; i < sizeof cand / sizeof cand[0] && !d.api.lib; i++)
+    if (cand[i] && *cand[i] && !strstr(cand[i], "gpa_sim")) d.api.lib = dlopen(cand[i], RTLD_NOW | RTLD_LOCAL);
+  if (!d.api.lib) {
+    printf("skipped part: no libcudnn.so.9 on this machine\n");
+    return 0;
+  }
+#define RESOLVE(name)                                \
+  *(void **)&d.api.name = dlsym(d.api.lib, #name); \
+  CHECK(d.api.name);
+  GPA__CUDNN_API(RESOLVE)
+#undef RESOLVE
+  d.version = d.api.cudnnGetVersion();
+  const shape shapes[2] = {{32, 96, 128, 96, 3, 1, 0, 8, 1, 1}, {3, 8, 37, 12, 5, 2, 3, 2, 4, 0}};
+  int fails = 0;
+  for (int si = 0; si < 2; si++)
+    for (int dt = 0; dt < 2; dt++)
+      for (int conv = GPA__DNN_CONV_FWD; conv <= GPA__DNN_CONV_WGRAD; conv++) {
+        if (conv == GPA__DNN_CONV_FWD_BIAS && !dt) continue; /* f32 adds its bias itself */
+        const shape *s = &shapes[si];
+        gpa__dnn_key k;
+        memset(&k, 0, sizeof k);
+        k.conv = conv, k.dtype = dt ? GPA_BF16 : GPA_F32, k.exact = dt ? 1 : 2;
+        const int64_t cgeo[10] = {s->B, s->Cin, s->L, s->Cout, s->K, s->stride, pad_l(s), pad_r(s), s->dil, s->G};
+        memcpy(k.cg, cgeo, sizeof cgeo);
+        gpa__dnn_descs g;
+        char why[256] = "";
+        cudnnBackendDescriptor_t heur = NULL;
+        cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+        cudnnStatus_t st = gpa__dnn_build_conv(&d, &k, &g, why, sizeof why) ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM;
+        if (!st) {
+          st = d.api.cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
+          if (!st) st = d.api.cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g.graph);
+          if (!st) st = d.api.cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+          if (!st) st = d.api.cudnnBackendFinalize(heur);
+          if (st) snprintf(why, sizeof why, "heuristics: %s", d.api.cudnnGetErrorString(st));
+          if (heur) d.api.cudnnBackendDestroyDescriptor(heur);
+          gpa__dnn_descs_free(&d.api, &g);
+        }
+        printf("%s: real cuDNN %zu, conv graph %d %s shape %d: %s\n", st ? "FAIL" : "ok", d.version, conv,
+               gpa_dtype_name(k.dtype), si, st ? why : "graph and heuristics finalized");
+        fails += st != 0;
+      }
+  dlclose(d.api.lib);
+  return fails;
+}
+
+/* ---- main ----------------------------------------------------------------------------------------- */
+
+static const shape small = {2, 6, 23, 4, 3, 1, 1, 2, 2, 0};
+
+/* A fresh actor with the environment as now; one small case; the cuDNN
+ * executions it took. */
+static long long other_actor(gpa_nt *main_t, const char *what) {
+  gpa_nt u;
+  long long e = -1;
+  if (gpa_nt_open(&u)) {
+    gpa_nt_fail(main_t, "second actor");
+    return -1;
+  }
+  check_case(&u, what, &small, GPA_F32, 7, &e);
+  if (gpa_nt_close(&u)) gpa_nt_fail(main_t, what);
+  return e;
+}
+
+int main(void) {
+  if (real_graphs()) return 1;
+  const char *dev = getenv("GPA_DEVICE");
+  on_sim = dev && !strcmp(dev, "sim");
+  gpa_nt t;
+  int rc = gpa_nt_open(&t);
+  if (rc) return rc;
+  if (!strcmp(gpa_actor_backend(t.a), "cpu")) {
+    printf("skipped part: conv1d on cuDNN needs the cuda backend\n");
+    return gpa_nt_close(&t);
+  }
+  long long e = 0;
+  check_case(&t, "small f32", &small, GPA_F32, 1, NULL); /* the first op loads cuDNN */
+  if (on_sim) sim_api();
+  check_case(&t, "small f32 again", &small, GPA_F32, 2, &e);
+  expect_execs(&t, "small f32 again", e, 3); /* forward, data and filter gradients */
+  int64_t c = t.quick ? 24 : 96;
+  const shape shapes[] = {
+      {32, c, 128, c, 3, 1, 0, 1, 1, 1}, /* the main job's, causal, dilation 1 */
+      {32, c, 128, c, 3, 1, 0, 8, 1, 1}, /* and 8 */
+      {3, 8, 37, 12, 5, 2, 3, 2, 4, 0},  /* strided, grouped, padded */
+  };
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+    for (int dt = 0; dt < 2; dt++) {
+      char what[96];
+      snprintf(what, sizeof what, "%s shape %zu", dt ? "bf16" : "f32", i);
+      int engine = -1;
+      check_case(&t, what, &shapes[i], dt ? GPA_BF16 : GPA_F32, 10 + i, &e);
+      expect_execs(&t, what, e, 3);
+      sim_execs(&engine);
+      if (on_sim && engine != 1) gpa_nt_fail(&t, "the last execution was not on the deterministic exact engine");
+    }
+  if (on_sim) {
+    /* each fault: a new shape (refusals are cached per key), our kernels, correct results */
+    static const char *names[] = {"graph refused", "no engine", "plan refused", "no memory for the workspace"};
+    for (int f = 0; f < 4; f++) {
+      shape s = small;
+      s.L = 40 + f;
+      simc.clear();
+      if (f == 0) simc.graph(1);
+      if (f == 1) simc.heur(1);
+      if (f == 2) simc.plan(1);
+      if (f == 3) simc.workspace(1ll << 44); /* more than the device has: the scratch cannot grow to it */
+      check_case(&t, names[f], &s, GPA_F32, 30 + (uint64_t)f, &e);
+      /* the forward declined; the gradients (their own keys) run on cuDNN, but for the workspace */
+      expect_execs(&t, names[f], e, f == 3 ? 0 : 2);
+      if (f == 3) simc.workspace(1 << 20);
+    }
+    simc.clear();
+    /* execute failing: the forward declines once, then the same shape runs on cuDNN */
+    shape s = small;
+    s.L = 50;
+    simc.exec(1);
+    check_case(&t, "execute fails", &s, GPA_F32, 40, &e);
+    expect_execs(&t, "execute fails", e, 2);
+    check_case(&t, "after the execute fault", &s, GPA_F32, 41, &e);
+    expect_execs(&t, "after the execute fault", e, 3);
+    simc.clear();
+    /* the knob, and a library that does not load */
+    setenv("GPA_CUDNN_CONV", "0", 1);
+    expect_execs(&t, "GPA_CUDNN_CONV=0", other_actor(&t, "GPA_CUDNN_CONV=0"), 0);
+    setenv("GPA_CUDNN_CONV", "1", 1);
+    expect_execs(&t, "GPA_CUDNN_CONV=1", other_actor(&t, "GPA_CUDNN_CONV=1"), 3);
+    unsetenv("GPA_CUDNN_CONV");
+    setenv("GPA_CUDNN", "/nonexistent/libcudnn.so.9", 1);
+    expect_execs(&t, "no library", other_actor(&t, "no library"), 0);
+    unsetenv("GPA_CUDNN");
+  }
+  return gpa_nt_close(&t);
+}
+#endif
