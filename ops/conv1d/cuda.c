@@ -8,6 +8,7 @@
 
 #include "backends/cuda/cuda_ops.h"
 #include "ops/conv1d/conv1d.h"
+#include "ops/conv1d/conv1d_cudnn.h"
 #include "ops/cuda_kernels.h"
 
 #define CONV_SCRATCH_CAP ((uint64_t)256 << 20)
@@ -62,6 +63,8 @@ static gpa_status im2col(const gpa_op_exec *x, const geom *g, void *col, const f
 }
 
 gpa_status gpa__conv_fwd_cu(const gpa_op_exec *x) {
+  gpa_status dnn = gpa__conv_cudnn_cu(x, 0); /* cuDNN first where it takes the call */
+  if (dnn != GPA_SKIP) return dnn;
   gpa__cu_ctx *C = gpa__cu_of(x);
   geom g;
   conv_geom(x, &x->inputs[0], &x->inputs[1], x->outputs[0].shape[2], &g);
@@ -96,6 +99,8 @@ gpa_status gpa__conv_fwd_cu(const gpa_op_exec *x) {
 }
 
 gpa_status gpa__conv_bwd_cu(const gpa_op_exec *x) {
+  gpa_status dnn = gpa__conv_cudnn_cu(x, 1);
+  if (dnn != GPA_SKIP) return dnn;
   gpa__cu_ctx *C = gpa__cu_of(x);
   geom g;
   conv_geom(x, &x->inputs[1], &x->inputs[2], x->inputs[0].shape[2], &g);
