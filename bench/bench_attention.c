@@ -204,7 +204,9 @@ void gpa_bench_attention_bwd(void) { sweep(1); }
  * PyTorch's "flash" (ref "none" without it). Shapes of the issue's targets:
  * B4 S4096 H16 D128 and B4 S4096 H32 D64, causal and not, bf16 (fp16 with
  * GPA_BENCH_FULL=1); o, dq, dk, dv in the storage type, as PyTorch's. Device
- * time from the batch's CUDA events. On sim: tiny shapes, plumbing only. */
+ * time from the batch's CUDA events. On sim: tiny shapes, plumbing only.
+ * Then the fp32 rows (f32_rows): our 3xTF32 forward beside PyTorch's
+ * memory-efficient backend on fp32. */
 #ifdef GPA_HAVE_CUDA_BACKEND
 #include "gpuactor.h"
 #include "ops/attention/attention.h"
@@ -219,6 +221,59 @@ static const gpa_attr_spec fa2_attrs[] = {
     {"causal", GPA_ATTR_INT, 0, offsetof(gpa__attn_params, causal), 0, 0.0, 0, 1},
 };
 
+static gpa_status simt32_fwd_op(const gpa_op_exec *x) { return gpa__attn_simt32_fwd_cu(x); }
+
+/* fp32 forward at issue 23's f32 target, B4 S2048 H16 D64, causal and not:
+ * "cuda_attention_f32tc_fwd", our own fp32 path (the 3xTF32 tensor-core
+ * kernels, attention_f32tc.cu), beside PyTorch's memory-efficient backend on
+ * fp32 (ratio = ours over "efficient"), with the SIMT kernels' time
+ * (attention.cu, forced through gpa__attn_simt32_fwd_cu) in "simt_ns". */
+static void f32_rows(gpa_actor *a, gpa_queue *q, int sim, int reps, int k, const char *note) {
+  gpa_op_desc d = {.size = sizeof d, .name = "bench_tc32_fwd", .min_inputs = 3, .max_inputs = 4, .n_outputs = 2,
+                   .attrs = fa2_attrs, .n_attrs = 2, .params_size = sizeof(gpa__attn_params), .cuda = fa2_fwd_op};
+  gpa_op_desc d2 = d;
+  d2.name = "bench_simt32_fwd", d2.cuda = simt32_fwd_op;
+  if (gpa_op_register(gpa_actor_registry(a), &d) != GPA_OK || gpa_op_register(gpa_actor_registry(a), &d2) != GPA_OK)
+    return;
+  uint64_t seed = 2324;
+  for (int causal = 0; causal <= 1; causal++) {
+    const int64_t B = sim ? 1 : 4, H = sim ? 2 : 16, S = sim ? 80 : 2048, D = 64;
+    int64_t qs[4] = {B, S, H, D}, ls[3] = {B, H, S};
+    gpa_tensor t[5];
+    for (int i = 0; i < 4; i++) t[i] = gpa_bench_device_tensor(a, q, GPA_F32, 4, qs, &seed);
+    t[4] = gpa_bench_device_tensor(a, q, GPA_F32, 3, ls, &seed);
+    gpa_attr at = {"causal", GPA_ATTR_INT, causal, 0};
+    gpa_tensor fout[2] = {t[3], t[4]};
+    gpa_op_call tc = {"bench_tc32_fwd", t, 3, fout, 2, &at, 1}, simt = {"bench_simt32_fwd", t, 3, fout, 2, &at, 1};
+    char err[256] = "", shape[96], args[96], extra[384];
+    const unsigned long long n0 = __atomic_load_n(&gpa__attn_tc32_calls, __ATOMIC_RELAXED);
+    const double ns = gpa_bench_batch_ns(q, &tc, k, reps, NULL, err, sizeof err);
+    const int ran_tc = __atomic_load_n(&gpa__attn_tc32_calls, __ATOMIC_RELAXED) > n0;
+    const double ns_simt = ns > 0 ? gpa_bench_batch_ns(q, &simt, k, reps, NULL, err, sizeof err) : 0;
+    snprintf(shape, sizeof shape, "f32 B%lld S%lld H%lld D%lld%s", (long long)B, (long long)S, (long long)H,
+             (long long)D, causal ? " causal" : "");
+    snprintf(args, sizeof args, "f32 %lld %lld %lld %lld %lld %d", (long long)B, (long long)S, (long long)H,
+             (long long)H, (long long)D, causal);
+    double tf = 0; /* PyTorch's memory-efficient TFLOP/s; 0 without it */
+    gpa_bench_torch_row rows[4];
+    int nr = sim ? 0 : gpa_bench_torch_sdpa(args, rows, 4);
+    for (int i = 0; i < nr; i++)
+      if (!strcmp(rows[i].backend, "efficient")) tf = rows[i].fwd;
+    const double fl = 4.0 * (double)(B * H * S * S * D) * (causal ? 0.5 : 1.0);
+    if (ns <= 0 || ns_simt <= 0 || !ran_tc) {
+      fprintf(stderr, "gpa-bench cuda_attention_fa2 %s: %s\n", shape, ran_tc ? err : "the 3xTF32 kernels declined");
+    } else {
+      snprintf(extra, sizeof extra, "%s,\"torch_efficient_tflops\":%.1f,\"simt_ns\":%.0f,\"simt_tflops\":%.2f", note,
+               tf, ns_simt, fl / ns_simt * 1e-3);
+      gpa_bench_result r = {.name = "cuda_attention_f32tc_fwd", .backend = sim ? "sim" : "cuda", .shape = shape,
+                            .ref = tf > 0 ? "torch_efficient" : "none", .ns = ns,
+                            .ref_ns = tf > 0 ? fl / (tf * 1e3) : ns, .flops = fl, .extra = extra};
+      gpa_bench_emit(&r);
+    }
+    gpa_sync_batch(q, NULL);
+    for (int i = 0; i < 5; i++) gpa_buffer_release(a, t[i].buffer);
+  }
+}
 
 void gpa_bench_cuda_attention_fa2(void) {
   int sim;
@@ -283,6 +338,7 @@ void gpa_bench_cuda_attention_fa2(void) {
         const gpa_tensor all[9] = {tq, tk, tv, tdo, to, tl, g[0], g[1], g[2]};
         for (int i = 0; i < 9; i++) gpa_buffer_release(a, all[i].buffer);
       }
+  f32_rows(a, q, sim, reps, k, note);
   gpa_actor_destroy(a);
 }
 #else

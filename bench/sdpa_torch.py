@@ -5,7 +5,7 @@
     python3 sdpa_torch.py - < shapes     (one "DTYPE B S H HKV D CAUSAL" a line)
 
 prints one line per backend that runs: "name fwd_tflops bwd_tflops"
-(cudnn, flash, efficient); with "-", each line prefixed by its shape's seven
+(cudnn, flash, efficient; DTYPE bf16, f16 or f32); with "-", each line prefixed by its shape's seven
 fields, for GPA_BENCH_SDPA_TORCH_CACHE (bench/bench_device.c): one python
 start for every shape of a GPU run instead of one per shape and bench. Layout [B,S,H,D] viewed as [B,H,S,D] by a
 transpose, as our tensors are. S = Sk, so PyTorch's top-left causal mask is
@@ -37,7 +37,7 @@ def main():
 
 def run(torch, F, SDPBackend, sdpa_kernel, args, prefix):
     dt, B, S, H, Hk, D, causal = args[0], *map(int, args[1:7])
-    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[dt]
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[dt]
     dev = "cuda"
 
     def t(h):

@@ -3,7 +3,9 @@
  * ones), odd S and Sk, S = 1, Sk = 1, causal with S != Sk, per-batch key
  * lengths including 0, the default scale; finite differences, bitwise
  * determinism of the backward, equality with the direct (inline, one
- * thread) kernel run, and the shape/length errors. */
+ * thread) kernel run, and the shape/length errors. On CUDA (and sim), that
+ * fp32 forwards with D % 16 == 0, D <= 128 ran on the 3xTF32 kernels
+ * (attention_f32tc.cu) and the others on the SIMT ones. */
 #include <stddef.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +14,9 @@
 
 #include "gpuactor/ops_attention.h"
 #include "kernels/host/attention.h"
+#ifdef GPA_HAVE_CUDA_BACKEND
+#include "ops/attention/attention.h"
+#endif
 #include "tests/parity/harness.h"
 #include "util/attn_ref.h"
 #include "util/nn_test.h"
@@ -56,6 +61,9 @@ static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
   gpa_tensor tq = gpa_nt_tensor(t, GPA_F32, 4, qs, q), tk = gpa_nt_tensor(t, GPA_F32, 4, ks, k);
   gpa_tensor tv = gpa_nt_tensor(t, GPA_F32, 4, ks, v), tl = gpa_nt_tensor(t, GPA_I32, 1, &B, lens);
   gpa_tensor fin[4] = {tq, tk, tv, tl}, fout[2] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 3, ls)};
+#ifdef GPA_HAVE_CUDA_BACKEND
+  const unsigned long long tc0 = __atomic_load_n(&gpa__attn_tc32_calls, __ATOMIC_RELAXED);
+#endif
   gpa_status st = gpa_nt_run(t, "attention_fwd", fin, c->lens ? 4 : 3, fout, 2, at, c->scale > 0 ? 2 : 1 + 0 * 1);
   if (c->scale <= 0) { /* default scale: the attribute absent */
     gpa_attr ac = {"causal", GPA_ATTR_INT, c->causal, 0};
@@ -65,6 +73,17 @@ static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
     snprintf(w2, sizeof w2, "%s: attention_fwd %s: %s", what, gpa_status_name(st), gpa_nt_msg);
     gpa_nt_fail(t, w2);
   }
+#ifdef GPA_HAVE_CUDA_BACKEND
+  /* on CUDA (and sim) an fp32 forward with D a multiple of 16 up to 128 runs
+   * on the 3xTF32 tensor-core kernels, any other on the SIMT ones */
+  if (!strcmp(gpa_actor_backend(t->a), "cuda") || !strcmp(gpa_actor_backend(t->a), "sim")) {
+    const int want = D % 16 == 0 && D <= 128;
+    if ((__atomic_load_n(&gpa__attn_tc32_calls, __ATOMIC_RELAXED) > tc0) != want) {
+      snprintf(w2, sizeof w2, "%s: the %s kernels did not run the forward", what, want ? "3xTF32" : "SIMT");
+      gpa_nt_fail(t, w2);
+    }
+  }
+#endif
   float *go = malloc(sizeof(float) * (size_t)nq), *gl = malloc(sizeof(float) * (size_t)nl);
   gpa_nt_read(t, &fout[0], go);
   gpa_nt_read(t, &fout[1], gl);

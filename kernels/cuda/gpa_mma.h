@@ -121,4 +121,59 @@ static __device__ __forceinline__ void gpa_cp_async_wait(void) {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
+
+/* ---- tf32 (sm_80+): m16n8k8 with fp32 accumulation, and the split of an
+ * fp32 value into two tf32 values for 3xTF32 products.
+ * Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k8" with .tf32);
+ * one 32-bit element per register, g = lane / 4, t = lane % 4:
+ *   A 16x8 (row): a[0] = (g, t)  a[1] = (g+8, t)  a[2] = (g, t+4)  a[3] = (g+8, t+4)
+ *   B 8x8  (col): b[0] = (k t, n g)  b[1] = (k t+4, n g)
+ *   C/D 16x8 f32: as m16n8k16's.
+ * The tensor core reads only the tf32 bits of an operand (sign, 8-bit
+ * exponent, 10-bit mantissa); cvt.rna rounds to them (nearest, ties away
+ * from zero) and zeroes the 13 low bits. */
+static __device__ __forceinline__ unsigned gpa_cvt_tf32(float x) {
+#ifdef GPA_SIM_EMU
+  return gpa_sim_cvt_tf32(x);
+#else
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+#endif
+}
+/* x = big + small + O(2^-22 |x|): big = tf32(x), small = tf32(x - big)
+ * (x - big is exact in fp32). */
+static __device__ __forceinline__ void gpa_split_tf32(float x, unsigned &big, unsigned &small) {
+  big = gpa_cvt_tf32(x);
+  small = gpa_cvt_tf32(x - __uint_as_float(big));
+}
+/* d += a b, one m16n8k8 tf32 product. */
+static __device__ __forceinline__ void gpa_mma1688_tf32(float d[4], const unsigned a[4], const unsigned b[2]) {
+#ifdef GPA_SIM_EMU
+  gpa_sim_mma1688_tf32(d, a, b, nullptr, nullptr);
+#else
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+/* d += a b in 3xTF32 (what CUTLASS calls OpMultiplyAddFastF32): a = ab + as,
+ * b = bb + bs split as above, d += as bb, d += ab bs, d += ab bb (the small
+ * terms first; as bs, below 2^-22 |a b|, is left out). Each product of two
+ * tf32 values is exact in fp32, so a term is off by about 3 * 2^-22 of
+ * |a b| against fp32's 2^-24 rounding of the product: fp32 accuracy in
+ * practice (tests/test_attention_f32tc.c measures it), where one tf32
+ * product (2^-11) is not. */
+static __device__ __forceinline__ void gpa_mma1688_3xtf32(float d[4], const unsigned ab[4], const unsigned as[4],
+                                                          const unsigned bb[2], const unsigned bs[2]) {
+#ifdef GPA_SIM_EMU
+  gpa_sim_mma1688_tf32(d, ab, bb, as, bs); /* the three products in one exchange, in this order */
+#else
+  gpa_mma1688_tf32(d, as, bb);
+  gpa_mma1688_tf32(d, ab, bs);
+  gpa_mma1688_tf32(d, ab, bb);
+#endif
+}
 #endif

@@ -1,6 +1,7 @@
 /* Attention's params (host and CUDA adapters) and its CUDA kernels
- * (kernels/cuda/attention.cu fp32, attention_fa2.cu and attention_fa2_bwd.cu
- * bf16/fp16; module "attn"). */
+ * (kernels/cuda/attention.cu fp32, attention_f32tc.cu fp32 forward in
+ * 3xTF32, attention_fa2.cu and attention_fa2_bwd.cu bf16/fp16; module
+ * "attn"). */
 #ifndef GPA_OPS_ATTENTION_H
 #define GPA_OPS_ATTENTION_H
 #include "ops/family.h"
@@ -20,6 +21,13 @@ gpa_status gpa__attn_bwd_cu(const gpa_op_exec *x);
  * cuda_attention_fa2 calls them directly to force this path. */
 gpa_status gpa__attn_own_fwd_cu(const gpa_op_exec *x);
 gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x);
+/* The fp32 forward on the SIMT kernels only (attention.cu), never the
+ * 3xTF32 tensor-core ones that gpa__attn_own_fwd_cu prefers: gpa-bench
+ * cuda_attention_fa2 measures both. */
+gpa_status gpa__attn_simt32_fwd_cu(const gpa_op_exec *x);
+/* fp32 forwards given to the 3xTF32 kernels so far (relaxed atomic), so
+ * that tests/test_attention.c can tell which kernels ran a call. */
+extern unsigned long long gpa__attn_tc32_calls;
 /* cuDNN's fused SDPA (cuda_cudnn.c), bwd = 0 or 1: GPA_SKIP when cuDNN does
  * not take the call (nothing enqueued then). */
 gpa_status gpa__attn_cudnn_cu(const gpa_op_exec *x, int bwd);
@@ -71,6 +79,10 @@ gpa_status gpa__attn_cudnn_cu(const gpa_op_exec *x, int bwd);
   K(FA2_DELTA32_BF, attn, gpa_fa2_delta32_bf16)                                 \
   K(FA2_DELTA32_H, attn, gpa_fa2_delta32_f16)                                   \
   K(FA2_DELTA_BF, attn, gpa_fa2_delta_bf16)                                     \
-  K(FA2_DELTA_H, attn, gpa_fa2_delta_f16)
+  K(FA2_DELTA_H, attn, gpa_fa2_delta_f16)                                       \
+  /* fp32 forward in 3xTF32 (attention_f32tc.cu): D <= 64, 96, 128 */             \
+  K(TC32_FWD64, attn, gpa_tc32_fwd_d64)                                         \
+  K(TC32_FWD96, attn, gpa_tc32_fwd_d96)                                         \
+  K(TC32_FWD128, attn, gpa_tc32_fwd_d128)
 
 #endif

@@ -1,4 +1,6 @@
-/* Attention on CUDA: fp32 flash attention (kernels/cuda/attention.cu),
+/* Attention on CUDA: fp32 forward on tensor cores in 3xTF32 (kernels/cuda/
+ * attention_f32tc.cu: fp32 accuracy, head dims that are multiples of 16 up
+ * to 128), else fp32 flash attention on SIMT (kernels/cuda/attention.cu),
  * forward and deterministic backward, head dims up to 256; bf16 and fp16
  * with tensor cores, FlashAttention-2 structure on mma.sync (kernels/cuda/
  * attention_fa2.cu, attention_fa2_bwd.cu), forward (o in fp32 or in the
@@ -95,7 +97,23 @@ static unsigned fa2_dq_smem(int D) { return (2 * 64 + 4 * (D > 128 ? 32 : 64)) *
 /* cp.async moves 16 bytes, the fp32 outputs are written in pairs */
 static int fa2_aligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
-gpa_status gpa__attn_own_fwd_cu(const gpa_op_exec *x) {
+/* fp32 on tensor cores (attention_f32tc.cu), 3xTF32: D a multiple of 16 up
+ * to 128 (-1 otherwise: the SIMT kernels run it). Classes 64 (64-key
+ * tiles), 96 and 128 (32-key tiles); 64-row Q tiles, 4 warps. Shared
+ * memory: the Q tile and double-buffered K tiles in rows of class + 16
+ * floats, double-buffered V tiles in rows of class + 4. */
+static int tc32_class(int D) { return D % 16 || D > 128 ? -1 : D <= 64 ? 0 : D <= 96 ? 1 : 2; }
+static unsigned tc32_fwd_smem(int D) {
+  static const unsigned dm[3] = {64, 96, 128};
+  const unsigned c = dm[tc32_class(D)], kt = c > 64 ? 32 : 64;
+  return 4 * (64 * (c + 16) + 2 * kt * (c + 16) + 2 * kt * (c + 4));
+}
+
+unsigned long long gpa__attn_tc32_calls;
+
+/* tc: the fp32 forward may take the tensor-core kernels (0: the SIMT
+ * ones only, for the benchmark's comparison). */
+static gpa_status own_fwd(const gpa_op_exec *x, int tc) {
   attn_geom g;
   gpa_status st = geom(x, &x->inputs[0], &x->inputs[1], &g);
   if (st == GPA_SKIP) return gpa__cu_fallback(x);
@@ -105,10 +123,19 @@ gpa_status gpa__attn_own_fwd_cu(const gpa_op_exec *x) {
   if (lowp && (var < 0 || !fa2_aligned(q, 16) || !fa2_aligned(k, 16) || !fa2_aligned(v, 16) ||
                !fa2_aligned(o, o_f32 ? 8 : 16)))
     return gpa__cu_fallback(x);
+  const int tcc = lowp || !tc ? -1 : tc32_class(g.D);
+  const int use_tc = tcc >= 0 && fa2_aligned(q, 16) && fa2_aligned(k, 16) && fa2_aligned(v, 16) &&
+                     fa2_aligned(o, 8) && allow_smem(x, GPA__K_TC32_FWD64 + tcc, tc32_fwd_smem(g.D));
   void *lens = x->n_inputs > 3 ? x->in[3] : NULL;
   CUdeviceptr res = lens ? gpa__cu_scratch(x, GPA__CU_INDEX_RES_BYTES) : 0;
   if (lens && !res) return GPA_ENOMEM;
   GPA__CU_TRY(check_lengths(x, "attention_fwd", lens, &g, res));
+  if (use_tc) {
+    __atomic_fetch_add(&gpa__attn_tc32_calls, 1, __ATOMIC_RELAXED);
+    void *a[] = {&q, &k, &v, &lens, &o, &lse, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale, &g.causal};
+    return gpa__cu_launch(x, GPA__K_TC32_FWD64 + tcc, (unsigned)((g.S + 63) / 64), (unsigned)g.H, (unsigned)g.B,
+                          32, 4, tc32_fwd_smem(g.D), a);
+  }
   int id = lowp ? GPA__K_FA2_FWD_BF64 + var : GPA__K_ATT_FWD32 + dclass(g.D);
   unsigned smem = lowp ? fa2_fwd_smem(g.D) : fwd_smem(g.D), br = lowp ? fa2_fwd_br(g.D) : FWD_BR;
   if (!allow_smem(x, id, smem)) return gpa__cu_fallback(x);
@@ -120,6 +147,8 @@ gpa_status gpa__attn_own_fwd_cu(const gpa_op_exec *x) {
   void *args[] = {&q, &k, &v, &lens, &o, &lse, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale, &g.causal};
   return gpa__cu_launch(x, id, (unsigned)((g.S + br - 1) / br), (unsigned)g.H, (unsigned)g.B, 32, 4, smem, args);
 }
+gpa_status gpa__attn_own_fwd_cu(const gpa_op_exec *x) { return own_fwd(x, 1); }
+gpa_status gpa__attn_simt32_fwd_cu(const gpa_op_exec *x) { return own_fwd(x, 0); }
 
 gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x) {
   attn_geom g;

@@ -1,4 +1,5 @@
-/* gpa-sim: mma.sync m16n8k16, ldmatrix .x4 (.trans) and cp.async for the
+/* gpa-sim: mma.sync m16n8k16 (bf16, fp16) and m16n8k8 (tf32, with
+ * cvt.rna.tf32.f32), ldmatrix .x4 (.trans) and cp.async for the
  * emulated kernels (kernels/cuda/gpa_mma.h calls these under GPA_SIM_EMU).
  *
  * Every lane keeps only its own fragment registers, laid out as the PTX ISA
@@ -43,6 +44,7 @@ inline float gpa_sim_mma_f(uint16_t bits) {
  * worker runs one block at a time; 32 warps at most). */
 struct gpa_sim_mma_xchg {
   unsigned a[32][4], b[32][2];
+  unsigned as[32][4], bs[32][2]; /* tf32: the second (small) operands of 3xTF32 */
   uintptr_t row[32];
 };
 inline gpa_sim_mma_xchg &gpa_sim_mma_area(void) {
@@ -85,6 +87,64 @@ inline void gpa_sim_mma16816(float d[4], const unsigned a[4], const unsigned b[2
     for (int k = 0; k < 16; k++) s += ra[k] * cb[k];
     d[i] += s;
   }
+}
+
+/* cvt.rna.tf32.f32: to 10 mantissa bits, nearest, ties away from zero (add
+ * half a tf32 ulp to the magnitude, drop the 13 low bits; a carry into the
+ * exponent is the correct rounding, up to inf); NaN stays NaN. */
+inline unsigned gpa_sim_cvt_tf32(float x) {
+  unsigned u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return (u & 0x7fffffu) ? 0x7fffffffu : u;
+  return (u + 0x1000u) & 0xffffe000u;
+}
+/* One operand register as the tensor core reads it: its tf32 bits. */
+inline float gpa_sim_tf32_f(unsigned r) {
+  r &= 0xffffe000u;
+  float f;
+  memcpy(&f, &r, 4);
+  return f;
+}
+/* mma.m16n8k8 tf32 (layouts in gpa_mma.h): d += a b; with as and bs (3xTF32)
+ * d += as b, d += a bs, d += a b in this order, each product summed over k
+ * in fp32 (tf32 x tf32 products are exact in fp32) and added to d. */
+inline void gpa_sim_mma1688_tf32(float d[4], const unsigned a[4], const unsigned b[2], const unsigned *as,
+                                 const unsigned *bs) {
+  const int lane = (int)gpa_sim_self()->lane, g = lane >> 2, t = lane & 3;
+  gpa_sim_mma_xchg &x = gpa_sim_mma_area();
+  memcpy(x.a[lane], a, sizeof x.a[lane]);
+  memcpy(x.b[lane], b, sizeof x.b[lane]);
+  if (as) {
+    memcpy(x.as[lane], as, sizeof x.as[lane]);
+    memcpy(x.bs[lane], bs, sizeof x.bs[lane]);
+  }
+  __syncwarp();
+  /* A rows g (0) and g+8 (1), k = 0..7: column t of lane 4g+t in a[0]/a[1],
+   * column t+4 in a[2]/a[3]; B columns 2t, 2t+1: k t in b[0], t+4 in b[1] of
+   * the lanes 4n..4n+3 */
+  float ar[2][2][8], bc[2][2][8]; /* [big/small][row or column][k] */
+  const int parts = as ? 2 : 1;
+  for (int p = 0; p < parts; p++) {
+    for (int s = 0; s < 4; s++) {
+      const unsigned *r = p ? x.as[4 * g + s] : x.a[4 * g + s];
+      for (int i = 0; i < 4; i++) ar[p][i & 1][s + (i >> 1) * 4] = gpa_sim_tf32_f(r[i]);
+    }
+    for (int c = 0; c < 2; c++)
+      for (int s = 0; s < 4; s++) {
+        const unsigned *r = p ? x.bs[4 * (2 * t + c) + s] : x.b[4 * (2 * t + c) + s];
+        bc[p][c][s] = gpa_sim_tf32_f(r[0]);
+        bc[p][c][s + 4] = gpa_sim_tf32_f(r[1]);
+      }
+  }
+  __syncwarp(); /* every lane has read the area */
+  static const int terms[3][2] = {{1, 0}, {0, 1}, {0, 0}}; /* (a, b) parts: small big, big small, big big */
+  for (int q = as ? 0 : 2; q < 3; q++)
+    for (int i = 0; i < 4; i++) {
+      const float *ra = ar[terms[q][0]][i >> 1], *cb = bc[terms[q][1]][i & 1];
+      float s = 0.0f;
+      for (int k = 0; k < 8; k++) s += ra[k] * cb[k];
+      d[i] += s;
+    }
 }
 
 inline void gpa_sim_ldmatrix_x4(unsigned r[4], const void *row, bool trans) {

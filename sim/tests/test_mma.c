@@ -119,7 +119,71 @@ static int t_tiles(void) {
   return 0;
 }
 
+/* tf32: cvt.rna.tf32.f32 (nearest, ties away from zero, 13 low bits zero),
+ * the m16n8k8 layouts (values exact in tf32: the product equals the plain
+ * one), and 3xTF32 on full fp32 mantissas: within 2^-20 of the exact sum of
+ * |products| where the single tf32 product is not. */
+static float bits(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static int t_tf32(void) {
+  sim_setup();
+  CUmodule m;
+  CK(cuModuleLoadData(&m, gpa_fatbin_sim_mma_kernels));
+  float x[32];
+  uint32_t want[32], got[32];
+  for (int i = 0; i < 32; i++) {
+    /* 1.0 + i ulps of fp32 around the tf32 half ulp (0x1000), both signs */
+    const uint32_t u = 0x3f800000u + (uint32_t)(i % 16) * 0x200u, sign = i >= 16 ? 0x80000000u : 0;
+    x[i] = bits(u | sign);
+    const uint32_t low = u & 0x1fffu;
+    want[i] = ((u & ~0x1fffu) + (low >= 0x1000u ? 0x2000u : 0)) | sign; /* a tie (0x1000) goes away from zero */
+  }
+  float a[128], b[64], c[128], d[128];
+  for (int split = 0; split < 2; split++)
+    for (int exact = 0; exact < 2; exact++) {
+      uint64_t seed = 77;
+      for (int i = 0; i < 128; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        a[i] = exact ? val(i, 7, 11) : (float)((double)(seed >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        c[i] = exact ? (float)(i % 5) : 0.0f;
+      }
+      for (int i = 0; i < 64; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        b[i] = exact ? val(i, 5, 9) : (float)((double)(seed >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+      }
+      CUdeviceptr da = up(a, sizeof a), db = up(b, sizeof b), dc = up(c, sizeof c), dx = up(x, sizeof x), dd, dout;
+      CK(cuMemAlloc(&dd, sizeof d));
+      CK(cuMemAlloc(&dout, sizeof got));
+      void *args[] = {&da, &db, &dc, &dd, &split, &dx, &dout};
+      CK(cuLaunchKernel(sim_kernel(m, "sim_mma_direct_tf32"), 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
+      CK(cuMemcpyDtoH(d, dd, sizeof d));
+      CK(cuMemcpyDtoH(got, dout, sizeof got));
+      for (int i = 0; i < 32; i++) CHECK(got[i] == want[i]);
+      double worst = 0;
+      for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 8; j++) {
+          double s = c[i * 8 + j], mag = fabs(s);
+          for (int k = 0; k < 8; k++) {
+            const double p = (double)a[i * 8 + k] * b[k * 8 + j];
+            s += p;
+            mag += fabs(p);
+          }
+          if (exact) CHECK(d[i * 8 + j] == (float)s);
+          const double err = fabs(d[i * 8 + j] - s) / mag;
+          if (err > worst) worst = err;
+        }
+      if (!exact) CHECK(split ? worst <= 0x1p-20 : worst > 0x1p-16); /* 3xTF32 near fp32; 1xTF32 near 2^-11 */
+      CUdeviceptr all[] = {da, db, dc, dd, dx, dout};
+      for (int i = 0; i < 6; i++) CK(cuMemFree(all[i]));
+    }
+  sim_teardown();
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  static const sim_case cases[] = {{"direct", t_direct}, {"ldmatrix", t_ldmatrix}, {"tiles", t_tiles}};
+  static const sim_case cases[] = {{"direct", t_direct}, {"ldmatrix", t_ldmatrix}, {"tiles", t_tiles}, {"tf32", t_tf32}};
   return sim_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

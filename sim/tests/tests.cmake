@@ -51,10 +51,15 @@ set_tests_properties(sim_driver_dlopen PROPERTIES TIMEOUT ${GPA_SIM_TEST_TIMEOUT
 # kernels/cuda/gpa_mma.h (mma.sync, ldmatrix, cp.async) against the PTX
 # ISA's fragment layouts (sim/emu/gpa_sim_mma.h emulates them).
 gpa_cuda_kernels(sim_mma_kernels SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/tests/kernels/mma_kernels.cu)
-gpa_sim_test(sim_mma tests/test_mma.c MODULES sim_mma_kernels CASES direct ldmatrix tiles)
+gpa_sim_test(sim_mma tests/test_mma.c MODULES sim_mma_kernels CASES direct ldmatrix tiles tf32)
 # The FlashAttention-2-structured attention kernels (kernels/cuda/
 # attention_fa2*.cu, in the backend's attn module) launched directly against
 # tests/util/attn_ref.c.
 gpa_sim_test(sim_attention_fa2 tests/test_attention_fa2.c MODULES gpa_cu_attn CASES small big LIBS m)
 target_sources(sim_attention_fa2 PRIVATE ${PROJECT_SOURCE_DIR}/tests/util/attn_ref.c)
 target_include_directories(sim_attention_fa2 PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+# The fp32 tensor-core (3xTF32) attention forward (kernels/cuda/
+# attention_f32tc.cu) against the same reference with the fp32 bound.
+gpa_sim_test(sim_attention_f32tc tests/test_attention_f32tc.c MODULES gpa_cu_attn CASES small big LIBS m)
+target_sources(sim_attention_f32tc PRIVATE ${PROJECT_SOURCE_DIR}/tests/util/attn_ref.c)
+target_include_directories(sim_attention_f32tc PRIVATE ${PROJECT_SOURCE_DIR}/tests)

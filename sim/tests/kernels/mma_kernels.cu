@@ -105,3 +105,23 @@ extern "C" __global__ void sim_mma_tiles_f16(const __half *a, const __half *bt, 
                                              float *c2, int K, int nvalid) {
   mma_tiles(a, bt, b, c1, c2, K, nvalid);
 }
+
+/* tf32 m16n8k8: d = a b + c with a [16][8], b [8][8] (k rows), c, d
+ * [16][8] fp32, fragments built by the documented formulas; split = 0: one
+ * product of the cvt.rna-rounded operands, 1: 3xTF32. Also x -> cvt.rna
+ * bits for 32 values (out[lane]). */
+extern "C" __global__ void sim_mma_direct_tf32(const float *a, const float *b, const float *c, float *d, int split,
+                                               const float *x, unsigned *out) {
+  const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+  unsigned ab[4], as[4], bb[2], bs[2];
+  for (int i = 0; i < 4; i++) gpa_split_tf32(a[(g + (i & 1) * 8) * 8 + t + (i >> 1) * 4], ab[i], as[i]);
+  for (int i = 0; i < 2; i++) gpa_split_tf32(b[(t + i * 4) * 8 + g], bb[i], bs[i]);
+  float acc[4];
+  for (int i = 0; i < 4; i++) acc[i] = c[(g + (i >> 1) * 8) * 8 + 2 * t + (i & 1)];
+  if (split)
+    gpa_mma1688_3xtf32(acc, ab, as, bb, bs);
+  else
+    gpa_mma1688_tf32(acc, ab, bb);
+  for (int i = 0; i < 4; i++) d[(g + (i >> 1) * 8) * 8 + 2 * t + (i & 1)] = acc[i];
+  out[lane] = gpa_cvt_tf32(x[lane]);
+}
