@@ -2,7 +2,8 @@
  * on XLA's device buffers, with a session opened on that device
  * (gpa_xla_cuda_session_open).
  *
- * A call takes a queue of the device's feed pool, begins a batch on it
+ * A call writes the outfeed's ack (0) on XLA's stream, takes a queue of
+ * the device's feed pool, begins a batch on it
  * (which ends the taint a timed-out infeed left), makes it wait for XLA's
  * stream, submits the infeed or outfeed and has XLA's stream wait for it,
  * all by events as the op calls do (cuda.c). The round trip of that last
@@ -85,8 +86,6 @@ static XLA_FFI_Error *cuda_feed_call(XLA_FFI_CallFrame *f, int in) {
   if (!d) return gpa_xla_error(f, XLA_FFI_Error_Code_UNAVAILABLE, "%s: %s", target, why);
   if ((e = gpa_xla_cuda_take_deferred(f, target, d))) return e;
   gpa_actor *a = gpa_xla_cuda_actor(d);
-  if (ack && (why = gpa_xla_cuda_zero32(d, ack->data, stream)))
-    return gpa_xla_error(f, XLA_FFI_Error_Code_INTERNAL, "%s: cuMemsetD32Async of the ack: %s", target, why);
 
   gpa_tensor t[GPA_FEED_MAX_TENSORS];
   gpa_xla_wrap w[GPA_FEED_MAX_TENSORS];
@@ -113,6 +112,8 @@ static XLA_FFI_Error *cuda_feed_call(XLA_FFI_CallFrame *f, int in) {
       e = gpa_xla_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                         "%s: attribute 'session': session '%.*s' is on %s, and this call runs on CUDA device %d",
                         target, (int)tag.len, tag.ptr, where, ordinal);
+    } else if (ack && (why = gpa_xla_cuda_zero32(d, ack->data, stream))) {
+      e = gpa_xla_error(f, XLA_FFI_Error_Code_INTERNAL, "%s: cuMemsetD32Async of the ack: %s", target, why);
     } else if ((st = take_queue(d, &q)) != GPA_OK) {
       snprintf(why_submit, sizeof why_submit, "%s", gpa_last_error_message());
     } else {
