@@ -288,11 +288,12 @@ static XLA_FFI_Error *submit_cuda(call *c, int *handed) {
   /* No completion thread: wait here (correct, but the call then waits for
    * the GPU). */
   st = o.pre ? gpa_xla_wait(o.pre) : GPA_OK;
+  gpa_handle *first = st != GPA_OK ? o.pre : h;
   gpa_status st_op = gpa_xla_wait(h);
   if (st == GPA_OK) st = st_op;
   if (st != GPA_OK && !e)
-    e = gpa_xla_error(c->f, gpa_xla_code_of(st), "%s: %s (%s)", t,
-                      gpa_handle_error_message(st_op != GPA_OK ? h : o.pre), gpa_status_name(st));
+    e = gpa_xla_error(c->f, gpa_xla_code_of(st), "%s: %s (%s)", t, gpa_handle_error_message(first),
+                      gpa_status_name(st));
   gpa_handle_release(o.pre);
   gpa_handle_release(h);
   return e;
