@@ -141,11 +141,21 @@ static __device__ __forceinline__ unsigned gpa_cvt_tf32(float x) {
   return r;
 #endif
 }
-/* x = big + small + O(2^-22 |x|): big = tf32(x), small = tf32(x - big)
- * (x - big is exact in fp32). */
+/* cvt.rna.tf32.f32 in two integer instructions: add half a tf32 ulp to the
+ * magnitude (sign-magnitude bits), drop the 13 low bits. The same value as
+ * cvt.rna for every finite x and for inf (the carry into the exponent is
+ * the correct rounding); a NaN may come out as inf, which the split's
+ * x - big turns back into NaN. ptxas expands cvt.rna.tf32.f32 to about
+ * four instructions on sm_90 (its NaN test and select): the split below
+ * runs twice per operand element, so it uses this. */
+static __device__ __forceinline__ unsigned gpa_rna_tf32_bits(float x) {
+  return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+}
+/* x = big + small + O(2^-22 |x|): big = tf32(x), small = tf32(x - big),
+ * both rounded to nearest, ties away (x - big is exact in fp32). */
 static __device__ __forceinline__ void gpa_split_tf32(float x, unsigned &big, unsigned &small) {
-  big = gpa_cvt_tf32(x);
-  small = gpa_cvt_tf32(x - __uint_as_float(big));
+  big = gpa_rna_tf32_bits(x);
+  small = gpa_rna_tf32_bits(x - __uint_as_float(big));
 }
 /* d += a b, one m16n8k8 tf32 product. */
 static __device__ __forceinline__ void gpa_mma1688_tf32(float d[4], const unsigned a[4], const unsigned b[2]) {
