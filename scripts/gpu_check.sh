@@ -10,7 +10,9 @@
 #   attention the bf16/fp16 FlashAttention-2 kernels (issue 23): their tests
 #             on cuda, memcheck and racecheck on them, gpa-bench
 #             cuda_attention_fa2 beside PyTorch's FlashAttention-2 backend
-#             (bench/sdpa_torch.py), one ncu report of the forward
+#             (bench/sdpa_torch.py) and the fp32 rows beside its
+#             memory-efficient backend, ncu reports of the bf16 and fp32
+#             forwards
 #   cudnn     cuDNN's fused attention (issue 22): the attention tests on cuda,
 #             compute-sanitizer memcheck over test_cudnn_attention, and
 #             gpa-bench cuda_sdpa beside PyTorch's SDPA backends (about 3 min)
@@ -91,7 +93,9 @@ cudnn() {
 # issue 23: everything the FlashAttention-2 kernels need a GPU for, in one
 # go; files under $OUT: attention_*.txt, bench_attention_fa2.json,
 # ncu_fa2_fwd.ncu-rep and ncu_fa2_fwd.txt (the forward at B4 S4096 H16 D128
-# bf16: achieved occupancy, tensor pipe utilisation, SM throughput).
+# bf16: achieved occupancy, tensor pipe utilisation, SM throughput),
+# attention_f32_{memcheck,racecheck}.txt, ncu_tc32_fwd.{ncu-rep,txt} (the
+# fp32 3xTF32 forward at B4 S2048 H16 D64).
 attention() {
   local rc=0 r
   GPA_DEVICE=cuda ctest --test-dir "$B" --timeout 600 --output-on-failure \
@@ -102,6 +106,12 @@ attention() {
       >"$OUT/attention_$tool.txt" 2>&1
     r=$?
     echo "$tool attention_lowp: exit $r, $(grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/attention_$tool.txt" | tail -n 1)"
+    [ $r = 0 ] || rc=1
+    # the fp32 path: the 3xTF32 kernels (attention_f32tc.cu) and the SIMT ones
+    GPA_DEVICE=cuda GPA_PARITY_QUICK=1 "$sanitizer" --tool "$tool" --error-exitcode 9 "$B/tests/test_attention" \
+      >"$OUT/attention_f32_$tool.txt" 2>&1
+    r=$?
+    echo "$tool attention (f32): exit $r, $(grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/attention_f32_$tool.txt" | tail -n 1)"
     [ $r = 0 ] || rc=1
   done
   local torch=
@@ -124,6 +134,12 @@ attention() {
     "$ncu" --import "$OUT/ncu_fa2_fwd.ncu-rep" --page details >"$OUT/ncu_fa2_fwd.txt" 2>&1 || rc=1
     grep -E "Achieved Occupancy|Theoretical Occupancy|Compute \(SM\) Throughput|hmma|Registers Per|Duration" \
       "$OUT/ncu_fa2_fwd.txt"
+    # the fp32 3xTF32 forward (B4 S2048 H16 D64, not causal): tensor pipe or ALU bound?
+    GPA_DEVICE=cuda GPA_BENCH_REPS=1 "$ncu" --kernel-name regex:gpa_tc32_fwd_d64 --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section ComputeWorkloadAnalysis -f -o "$OUT/ncu_tc32_fwd" \
+      "$B/bench/gpa-bench" cuda_attention_fa2 >"$OUT/ncu_tc32_run.txt" 2>&1 || rc=1
+    "$ncu" --import "$OUT/ncu_tc32_fwd.ncu-rep" --page details >"$OUT/ncu_tc32_fwd.txt" 2>&1 || rc=1
+    grep -E "Achieved Occupancy|Compute \(SM\) Throughput|Issue Slots|Duration" "$OUT/ncu_tc32_fwd.txt"
   else
     echo "attention: no ncu"
     rc=1
