@@ -69,7 +69,7 @@ build() {
 sanitize() {
   local rc=0
   for t in parity_elementwise parity_gelu parity_layernorm parity_linear parity_linear_bf16 parity_conv1d \
-    parity_embedding parity_metrics parity_optim attention; do
+    parity_embedding parity_metrics parity_optim attention cudnn_conv1d; do
     GPA_DEVICE=cuda GPA_PARITY_QUICK=1 "$sanitizer" --tool memcheck --error-exitcode 9 "$B/tests/test_$t" \
       >"$OUT/memcheck_$t.txt" 2>&1
     local r=$?

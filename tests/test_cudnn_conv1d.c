@@ -9,7 +9,9 @@
  *   - on sim, proof that cuDNN ran: its execution count grows by one per
  *     forward and two per backward, and the last engine is the
  *     deterministic exact one (1), not the non-deterministic (0) or TF32
- *     (2) ones its heuristics list first;
+ *     (2) ones its heuristics list first; the backend's own count
+ *     (gpa__cudnn_stats.conv_execs, read by a user op) is printed on any
+ *     device and checked on sim (on a GPU with GPA_TEST_EXPECT_CUDNN_CONV=1);
  *   - faults (sim): graph refused, no engine, plan refused, execute failing,
  *     no device memory for the workspace: each falls back to our kernels
  *     with correct results (the forward's execution not counted; after the
@@ -74,6 +76,31 @@ static long long sim_execs(int *engine) {
   long long e = 0;
   if (on_sim && simc.counts) simc.counts(NULL, NULL, &e, engine);
   return e;
+}
+
+/* ---- the backend's counters (any device with the cuda backend) ---------------------------------- */
+
+/* A user op whose CUDA implementation reads the actor's cuDNN counters
+ * (written on the actor thread, read after the handle completed). */
+static gpa__cudnn_stats dnn_stats;
+static char dnn_why[256];
+static gpa_status stats_cuda(const gpa_op_exec *x) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  gpa__cudnn_get_stats(C, &dnn_stats);
+  snprintf(dnn_why, sizeof dnn_why, "%s", gpa__cudnn_last_decline(C));
+  return GPA_OK;
+}
+static void register_stats(gpa_actor *a) {
+  gpa_op_desc d = {.size = sizeof d, .name = "dnn_conv_stats", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
+                   .cuda = stats_cuda};
+  CHECK_OK(gpa_op_register(gpa_actor_registry(a), &d));
+}
+/* Convolution plans cuDNN executed so far on t's actor. */
+static long long backend_execs(gpa_nt *t) {
+  const int64_t one = 1;
+  gpa_tensor a = gpa_nt_out(t, 1, &one), b = gpa_nt_out(t, 1, &one);
+  if (gpa_nt_run(t, "dnn_conv_stats", &a, 1, &b, 1, NULL, 0) != GPA_OK) gpa_nt_fail(t, gpa_nt_msg);
+  return (long long)dnn_stats.conv_execs;
 }
 
 /* ---- reference ------------------------------------------------------------------------------------ */
@@ -305,6 +332,7 @@ int main(void) {
     printf("skipped part: conv1d on cuDNN needs the cuda backend\n");
     return gpa_nt_close(&t);
   }
+  register_stats(t.a);
   long long e = 0;
   check_case(&t, "small f32", &small, GPA_F32, 1, NULL); /* the first op loads cuDNN */
   if (on_sim) sim_api();
@@ -362,6 +390,14 @@ int main(void) {
     expect_execs(&t, "no library", other_actor(&t, "no library"), 0);
     unsetenv("GPA_CUDNN");
   }
+  /* the backend's own count: on sim it must agree with the simulator's; on
+   * a GPU it says whether cuDNN took the calls (GPA_TEST_EXPECT_CUDNN_CONV=1:
+   * it must have, e.g. on a machine known to have an engine for them) */
+  long long be = backend_execs(&t);
+  printf("cuDNN convolution executions on this actor: %lld (last decline: %s)\n", be, dnn_why[0] ? dnn_why : "none");
+  const char *want = getenv("GPA_TEST_EXPECT_CUDNN_CONV");
+  if ((on_sim || (want && !strcmp(want, "1"))) && be < 3 * 8)
+    gpa_nt_fail(&t, "cuDNN's convolutions did not run where they should have");
   return gpa_nt_close(&t);
 }
 #endif
