@@ -189,6 +189,69 @@ static gpa_status settle(gpa_actor *a, gpa__msg *m, gpa_status st) {
 
 const gpa__msg_class gpa__coll_class = {"collective", must_park, coll_ready, timed_out, run, finished, settle};
 
+/* ---- one transport per id in this process --------------------------------- */
+
+/* The transport each id's ranks of this process joined through, counted by
+ * rank. A communicator mixing transports (LOCAL ranks here and MPI ranks,
+ * or cpu actors' LOCAL and cuda actors' NCCL, on one id) is not supported
+ * (docs/collectives.md, "mixed"): left alone, each half would wait for
+ * ranks that joined the other engine, and no timeout would say why. A
+ * second transport for an id this process already uses is refused at
+ * init. Ranks in other processes cannot be seen from here. */
+typedef struct id_use {
+  struct id_use *next;
+  unsigned char token[GPA__COMM_TOKEN_BYTES];
+  const gpa__comm_engine *eng;
+  int32_t ranks;
+} id_use;
+_Static_assert(GPA__COMM_TOKEN_BYTES == sizeof(((gpa_comm *)0)->token), "a communicator holds its id's token");
+
+static pthread_mutex_t uses_lock = PTHREAD_MUTEX_INITIALIZER;
+static id_use *uses;
+
+static const char *transport_name(const gpa__comm_engine *e) {
+  return e == &gpa__comm_mpi ? "MPI" : e == &gpa__comm_nccl ? "NCCL" : "LOCAL";
+}
+
+/* Counts c as a rank of its id through c->eng, unless the id's ranks here
+ * use another transport (EUNSUPPORTED). */
+static gpa_status claim_id(gpa_comm *c, const char *what) {
+  gpa_status st = GPA_OK;
+  pthread_mutex_lock(&uses_lock);
+  id_use *u = uses;
+  while (u && memcmp(u->token, c->token, sizeof u->token)) u = u->next;
+  if (u && u->eng != c->eng)
+    st = gpa__fail(GPA_EUNSUPPORTED,
+                   "%s: rank %d would join this id through %s, but %d rank(s) of this process joined it through %s: "
+                   "one communicator takes one transport (mixed transports: docs/collectives.md)",
+                   what, c->rank, transport_name(c->eng), u->ranks, transport_name(u->eng));
+  else if (!u && !(u = calloc(1, sizeof *u)))
+    st = gpa__fail(GPA_ENOMEM, "%s: out of memory", what);
+  else if (!u->ranks) {
+    memcpy(u->token, c->token, sizeof u->token);
+    u->eng = c->eng;
+    u->next = uses;
+    uses = u;
+  }
+  if (st == GPA_OK) u->ranks++;
+  pthread_mutex_unlock(&uses_lock);
+  return st;
+}
+
+static void release_id(gpa_comm *c) {
+  pthread_mutex_lock(&uses_lock);
+  for (id_use **pp = &uses; *pp; pp = &(*pp)->next)
+    if (!memcmp((*pp)->token, c->token, sizeof c->token)) {
+      id_use *u = *pp;
+      if (--u->ranks == 0) {
+        *pp = u->next;
+        free(u);
+      }
+      break;
+    }
+  pthread_mutex_unlock(&uses_lock);
+}
+
 /* ---- communicators --------------------------------------------------------- */
 
 /* The engine for actor a and the transport asked for: cpu actors LOCAL or
@@ -212,19 +275,24 @@ static gpa_status pick(gpa_actor *a, int32_t transport, const gpa__comm_engine *
   return GPA_OK;
 }
 
-static gpa_comm *comm_new(gpa_actor *a, int32_t size, int32_t rank, int64_t timeout_ns,
-                          const gpa__comm_engine *eng) {
+/* A communicator counted as a rank of id through eng (claim_id). */
+static gpa_status comm_new(gpa_actor *a, const gpa_comm_id *id, int32_t size, int32_t rank, int64_t timeout_ns,
+                           const gpa__comm_engine *eng, gpa_comm **out) {
   gpa_comm *c = calloc(1, sizeof *c);
-  if (!c) {
-    gpa__fail(GPA_ENOMEM, "gpa_comm_init: out of memory");
-    return NULL;
-  }
+  if (!c) return gpa__fail(GPA_ENOMEM, "gpa_comm_init: out of memory");
   c->a = a;
   c->rank = rank;
   c->size = size;
   c->timeout_ns = timeout_ns;
   c->eng = eng;
-  return c;
+  memcpy(c->token, id->bytes + GPA__COMM_TOKEN_OFF, sizeof c->token);
+  gpa_status st = claim_id(c, "gpa_comm_init");
+  if (st != GPA_OK) {
+    free(c);
+    return st;
+  }
+  *out = c;
+  return GPA_OK;
 }
 
 static gpa_status init_one(gpa_actor *a, const gpa_comm_id *id, int32_t size, int32_t rank, int32_t transport,
@@ -232,12 +300,13 @@ static gpa_status init_one(gpa_actor *a, const gpa_comm_id *id, int32_t size, in
   const gpa__comm_engine *eng;
   gpa_status st = pick(a, transport, &eng);
   if (st != GPA_OK) return st;
-  gpa_comm *c = comm_new(a, size, rank, timeout_ns, eng);
-  if (!c) return GPA_ENOMEM;
+  gpa_comm *c;
+  if ((st = comm_new(a, id, size, rank, timeout_ns, eng, &c)) != GPA_OK) return st;
   st = eng == &gpa__comm_mpi     ? gpa__comm_mpi_join(c, id)
        : eng == &gpa__comm_nccl ? gpa__comm_nccl_join(c, id)
                                 : gpa__comm_local_join(c, id);
   if (st != GPA_OK) {
+    release_id(c);
     free(c);
     return st;
   }
@@ -252,12 +321,13 @@ static gpa_status init_all_nccl(gpa_actor *const *actors, int32_t n, const gpa_c
   gpa_status st = GPA_OK;
   for (int32_t i = 0; i < n && st == GPA_OK; i++) {
     const gpa__comm_engine *eng;
-    if ((st = pick(actors[i], GPA_COMM_NCCL, &eng)) == GPA_OK && !(out[i] = comm_new(actors[i], n, i, timeout_ns, eng)))
-      st = GPA_ENOMEM;
+    if ((st = pick(actors[i], GPA_COMM_NCCL, &eng)) == GPA_OK)
+      st = comm_new(actors[i], id, n, i, timeout_ns, eng, &out[i]);
   }
   if (st == GPA_OK) st = gpa__comm_nccl_join_all(out, n, id);
   if (st != GPA_OK)
     for (int32_t i = 0; i < n; i++) {
+      if (out[i]) release_id(out[i]);
       free(out[i]);
       out[i] = NULL;
     }
@@ -353,6 +423,7 @@ gpa_status gpa_comm_destroy(gpa_comm *c) {
     }
   }
   c->eng->destroy(c);
+  release_id(c);
   free(c);
   return GPA_OK;
 }

@@ -83,6 +83,7 @@ struct gpa_comm {
   _Atomic int32_t failed;        /* 0, or why collectives fail at once (ECANCELED, ETIMEDOUT) */
   _Atomic uint32_t outstanding;  /* submitted and not finished */
   char why[128];                 /* the failure, set before `failed` */
+  unsigned char token[32];       /* the id's token (comm.c's transport registry) */
 };
 
 extern const gpa__msg_class gpa__coll_class;

@@ -188,6 +188,10 @@ static void init_errors(void) {
   CHECK_MSG("already taken");
   CHECK_ST(gpa_comm_init(b, &id, 3, 1, &local, &d), GPA_EINVAL);
   CHECK_MSG("said 2");
+  /* one communicator, one transport: rank 1 through MPI beside a LOCAL rank 0 */
+  gpa_comm_options mpi = {.size = sizeof mpi, .transport = GPA_COMM_MPI};
+  CHECK_ST(gpa_comm_init(b, &id, 2, 1, &mpi, &d), GPA_EUNSUPPORTED);
+  CHECK_MSG("joined it through LOCAL");
   CHECK_OK(gpa_comm_init(b, &id, 2, 1, &local, &d));
   /* a queue of another actor */
   gpa_tensor x = f32(a, 4);

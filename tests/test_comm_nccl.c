@@ -348,6 +348,13 @@ static void errors(void) {
   gpa_comm *cs[2];
   CHECK_ST(gpa_comm_init_all(mix, 2, NULL, cs), GPA_EUNSUPPORTED);
   CHECK_MSG("do not mix");
+  /* nor one id: a LOCAL rank 0 on the cpu actor, then an NCCL rank 1 */
+  gpa_comm_id mixed;
+  CHECK_OK(gpa_comm_id_make(&mixed));
+  CHECK_OK(gpa_comm_init(mix[0], &mixed, 2, 0, NULL, &cs[0]));
+  CHECK_ST(gpa_comm_init(mix[1], &mixed, 2, 1, NULL, &cs[1]), GPA_EUNSUPPORTED);
+  CHECK_MSG("through NCCL, but 1 rank(s) of this process joined it through LOCAL");
+  CHECK_OK(gpa_comm_destroy(cs[0]));
   CHECK_OK(gpa_actor_destroy(mix[0]));
   CHECK_OK(gpa_actor_destroy(mix[1]));
   /* NCCL absent: EUNSUPPORTED naming the library */

@@ -105,7 +105,8 @@ gpa_status gpa_comm_bootstrap_mpi(gpa_comm_id *id, int32_t *rank, int32_t *size)
  * and later; older ones block the actor). opts may be NULL. Any thread. Errors: EINVAL (NULL, size < 1, rank outside [0, size),
  * a rank already taken, a size other ranks disagree with, a bad option),
  * EUNSUPPORTED (the transport is not available for this actor's backend or
- * build; the message names the missing library), EDEVICE (the engine
+ * build, the message naming the missing library; or this process's earlier
+ * ranks of the id joined through another transport), EDEVICE (the engine
  * failed: its text in the message), ETIMEDOUT (NCCL: the ranks had not all
  * joined within opts' timeout_ns; the message names the rank), ESHUTDOWN
  * (also: the actor shut down during an NCCL init), ENOMEM. */
