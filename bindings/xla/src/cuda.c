@@ -42,7 +42,7 @@
  *   query and never orders less.
  * - GPA_XLA_WAIT_CALL=1 makes the queue wait by gpa_queue_wait_event, a
  *   second round trip per call, as before the wait op: for measuring
- *   (bench/bench_xla_cuda.c).
+ *   (bindings/xla/bench_xla_cuda.c).
  * - The driver wants a current context for these calls; XLA's thread has
  *   one, but the handler sets the primary context for the calls and puts
  *   the caller's back, so it works from any thread. */
