@@ -189,8 +189,25 @@ void snc_unref_locked(ncclComm_t c) {
 
 /* Frees g once nobody uses it: no rank alive, and (a failed init) every
  * rank came, so that none arrives at a freed group. Under snc_mu. */
+static void group_free_locked(group *g);
 static void group_release_locked(group *g) {
   if (g->alive || (g->failed && g->arrived < g->nranks)) return;
+  group_free_locked(g);
+}
+
+/* At unload (the last dlclose, or exit): the groups kept for ranks that
+ * never came go with the library, whose list of them is about to vanish.
+ * Groups with a live rank stay (a stream's step may still use them). */
+__attribute__((destructor)) static void groups_unload(void) {
+  pthread_mutex_lock(&snc_mu);
+  for (group *g = g_groups, *next; g; g = next) {
+    next = g->next;
+    if (!g->alive) group_free_locked(g);
+  }
+  pthread_mutex_unlock(&snc_mu);
+}
+
+static void group_free_locked(group *g) {
   for (int s = 0; s < g->nranks; s++)
     for (int d = 0; d < g->nranks; d++)
       for (msg *m = g->box[s][d], *n; m; m = n) {
