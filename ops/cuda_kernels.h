@@ -19,7 +19,7 @@
 #include "ops/metrics/metrics.h"
 #include "ops/optim/optim.h"
 
-#define GPA__CU_MODULES(M) M(ew) M(norm) M(emb) M(met) M(lin) M(attn)
+#define GPA__CU_MODULES(M) M(ew) M(norm) M(emb) M(met) M(lin) M(conv) M(attn)
 
 #define GPA__CU_KERNELS(K)        \
   GPA__CU_KERNELS_CORE(K)         \

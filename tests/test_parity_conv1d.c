@@ -1,6 +1,7 @@
 /* conv1d_fwd / conv1d_bwd / conv1d_bwd_nobias through the actor against a
  * double reference: padding, causal, dilation, groups, stride, K = 1 (the
- * direct path), size 1, primes, a column matrix past the 16 MiB chunk;
+ * direct path), size 1, primes, tiles of the CUDA kernels and the
+ * shape they decline, a column matrix past the 16 MiB chunk;
  * finite differences, backward determinism, and the shape errors. */
 #include <math.h>
 #include <stdio.h>
@@ -248,6 +249,11 @@ int main(void) {
       {2, 4, 50, 6, 7, 3, 0, 3, 2, 0, 0},  {1, 3, 23, 2, 4, 1, 0, 3, 1, 1, 0},  {3, 8, 29, 8, 3, 2, 1, 1, 8, 0, 1},
       {2, 6, 11, 9, 11, 1, 5, 1, 3, 0, 1}, {1, 16, 64, 32, 3, 1, 1, 1, 1, 0, 1}, {2, 5, 9, 7, 1, 2, 0, 1, 1, 0, 1},
       {0, 3, 8, 2, 3, 1, 1, 1, 1, 0, 1},
+      /* CUDA's implicit-GEMM tiles (64 x 64, 16 channels a stage): causal dilation 8 with Cin, Cout, L
+       * past one tile and not multiples of it; stride 2 and 3 with groups and padding; then a kernel
+       * extent whose tiles pass 48 KiB of shared memory (the im2col + cuBLAS path takes it) */
+      {3, 70, 131, 67, 3, 1, 0, 8, 1, 1, 1}, {2, 12, 97, 18, 5, 2, 3, 3, 3, 0, 1}, {2, 34, 77, 36, 4, 3, 0, 2, 2, 1, 0},
+      {1, 2, 13010, 2, 2, 1, 0, 13000, 1, 0, 1},
   };
   uint64_t seed = 777;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&t, &cases[i], seed + i);

@@ -113,6 +113,10 @@ int main(void) {
       {2, 6, 20, 4, 2, 2, 1, 1, 2, 0},     {4, 8, 64, 8, 3, 1, 0, 4, 1, 1},  {2, 5, 7, 3, 5, 1, 2, 1, 1, 0},
       {3, 4, 9, 4, 1, 1, 0, 1, 1, 0},      {2, 8, 31, 12, 3, 3, 2, 2, 4, 0}, {1, 3, 5, 2, 3, 1, 0, 3, 1, 1},
       {32, 12, 128, 12, 3, 1, 0, 8, 1, 1}, /* the main job's shape, fewer channels: causal, dilation 8 */
+      /* CUDA's implicit-GEMM tiles (64 x 64, 16 channels a stage): sizes past one tile and not
+       * multiples of it; stride, groups, padding; a kernel extent the kernels decline (cuBLAS) */
+      {3, 70, 131, 67, 3, 1, 0, 8, 1, 1},  {2, 12, 97, 18, 5, 2, 3, 3, 3, 0}, {2, 34, 77, 36, 4, 3, 0, 2, 2, 1},
+      {1, 2, 13010, 2, 2, 1, 0, 13000, 1, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     for (int bias = 0; bias < 2; bias++) {

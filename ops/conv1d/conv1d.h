@@ -1,5 +1,7 @@
-/* conv1d's params (host and CUDA adapters) and its CUDA kernels
- * (kernels/cuda/linear.cu, module "lin"); GEMMs go to cuBLAS (f32:
+/* conv1d's params (host and CUDA adapters) and its CUDA kernels: the
+ * implicit GEMMs of kernels/cuda/conv1d.cu (module "conv",
+ * ops/conv1d/cuda_igemm.c) wherever they fit, else im2col / col2im
+ * (kernels/cuda/linear.cu, module "lin") and cuBLAS GEMMs (f32:
  * ops/conv1d/cuda.c, bf16 storage: ops/conv1d/cuda_bf16.c). */
 #ifndef GPA_OPS_CONV1D_H
 #define GPA_OPS_CONV1D_H
@@ -19,6 +21,12 @@ typedef struct gpa__conv_cu_geom {
 } gpa__conv_cu_geom;
 gpa_status gpa__conv_fwd_bf16_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
 gpa_status gpa__conv_bwd_bf16_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
+/* ops/conv1d/cuda_igemm.c: the implicit-GEMM kernels (f32 and bf16 storage)
+ * take the shape when every index fits an int, the grids fit, and one
+ * stage of each kernel fits 48 KiB of shared memory. */
+int gpa__conv_ig_fits(const gpa__conv_cu_geom *g);
+gpa_status gpa__conv_fwd_ig_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
+gpa_status gpa__conv_bwd_ig_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
 
 /* K(id, module, kernel name) */
 #define GPA__CU_KERNELS_CONV1D(K)            \
@@ -31,6 +39,12 @@ gpa_status gpa__conv_bwd_bf16_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *
   K(CONV_IM2COL_BF, lin, gpa_conv_im2col_bf16) \
   K(CONV_OUT_BF, lin, gpa_conv_out_bf16)     \
   K(CONV_PERM_BF, lin, gpa_conv_perm_bf16)   \
-  K(CONV_COL2IM_BF, lin, gpa_conv_col2im_bf16)
+  K(CONV_COL2IM_BF, lin, gpa_conv_col2im_bf16) \
+  K(CONV_IG_FWD, conv, gpa_conv_ig_fwd_f32)    \
+  K(CONV_IG_FWD_BF, conv, gpa_conv_ig_fwd_bf16) \
+  K(CONV_IG_DX, conv, gpa_conv_ig_dx_f32)      \
+  K(CONV_IG_DX_BF, conv, gpa_conv_ig_dx_bf16)  \
+  K(CONV_IG_DW, conv, gpa_conv_ig_dw_f32)      \
+  K(CONV_IG_DW_BF, conv, gpa_conv_ig_dw_bf16)
 
 #endif

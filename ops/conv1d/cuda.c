@@ -1,4 +1,7 @@
-/* conv1d on CUDA: im2col (kernels/cuda/linear.cu) + cuBLAS GEMMs per
+/* conv1d on CUDA: our implicit-GEMM kernels (ops/conv1d/cuda_igemm.c)
+ * wherever gpa__conv_ig_fits holds; for the rest (indices past an int,
+ * grids past their limits, a kernel extent whose stage passes 48 KiB of
+ * shared memory) im2col (kernels/cuda/linear.cu) + cuBLAS GEMMs per
  * group, in chunks of batches whose column matrices fit CONV_SCRATCH_CAP;
  * col2im for dx. dW: one strided-batched GEMM of the per-batch products,
  * summed over batches in order by a kernel (deterministic). Row-major
@@ -69,6 +72,7 @@ gpa_status gpa__conv_fwd_cu(const gpa_op_exec *x) {
   geom g;
   conv_geom(x, &x->inputs[0], &x->inputs[1], x->outputs[0].shape[2], &g);
   if (!conv_fits(&g)) return gpa__cu_fallback(x);
+  if (gpa__conv_ig_fits(&g)) return gpa__conv_fwd_ig_cu(x, &g);
   if (x->inputs[0].dtype == GPA_BF16) return gpa__conv_fwd_bf16_cu(x, &g);
   if (g.B == 0) return GPA_OK;
   cublasHandle_t h;
@@ -105,6 +109,7 @@ gpa_status gpa__conv_bwd_cu(const gpa_op_exec *x) {
   geom g;
   conv_geom(x, &x->inputs[1], &x->inputs[2], x->inputs[0].shape[2], &g);
   if (!conv_fits(&g)) return gpa__cu_fallback(x);
+  if (gpa__conv_ig_fits(&g)) return gpa__conv_bwd_ig_cu(x, &g);
   if (x->inputs[1].dtype == GPA_BF16) return gpa__conv_bwd_bf16_cu(x, &g);
   const float *dy = x->in[0], *xs = x->in[1], *W = x->in[2];
   float *dx = x->out[0], *dW = x->out[1];

@@ -1,0 +1,236 @@
+/* conv1d as implicit GEMMs (ops/conv1d/cuda_igemm.c): the forward, dx and
+ * dW products read x and dy where they lie, with the causal or symmetric
+ * left padding, dilation, stride and groups folded into the indices, so
+ * no column matrix (im2col) or col2im pass exists. f32 and bf16 storage
+ * (bf16 widened to fp32 in shared memory; fp32 FMA sums, each bf16 output
+ * rounded once; dW f32).
+ *
+ * Block tile GPA_CONV_TM x GPA_CONV_TN (kernels/cuda/conv1d_geo.h), 256
+ * threads, 4 x 4 outputs each: rows ty*4 .. ty*4+3 read as one float4 of
+ * shared memory (a broadcast within the half warp), columns tx + 16 j so
+ * that a warp's column reads are consecutive (no bank conflicts at
+ * stride 1).
+ *   y:  rows co, columns t of one batch; per stage bc input channels: the
+ *       W slice [bc K][TM] and x [bc][span] over the tile's positions,
+ *       zeros outside [0, L) (the padding).
+ *   dx: rows ci, columns p of one batch; per stage bc output channels: W^T
+ *       [bc K][TM] and dy [bc][span] over the t that reach the tile; at
+ *       stride s only t*s == p + pad_l - k*dil contributes.
+ *   dW: rows co, columns r = ci K + k; the B Lout sum in slices of bt
+ *       timesteps of one batch, a fixed run of `per` slices per split
+ *       (blockIdx.z). One split writes dW; several write partials that
+ *       gpa_conv_dw_sum_f32 adds in split order. No atomics anywhere: every
+ *       sum has one order for a given shape (deterministic). */
+#include "conv1d_geo.h"
+#include "gpa_bf16.h"
+
+#define TM GPA_CONV_TM
+#define TN GPA_CONV_TN
+#define NT GPA_CONV_NT
+
+static __device__ __forceinline__ float cv_ld(const float *p, long long i) { return p[i]; }
+static __device__ __forceinline__ float cv_ld(const gpa_bf16 *p, long long i) { return gpa_bf2f(p[i]); }
+static __device__ __forceinline__ void cv_st(float *p, long long i, float v) { p[i] = v; }
+static __device__ __forceinline__ void cv_st(gpa_bf16 *p, long long i, float v) { p[i] = gpa_f2bf(v); }
+
+/* floor(a / s), s > 0 */
+static __device__ __forceinline__ int cv_floordiv(int a, int s) { return a >= 0 ? a / s : -((s - 1 - a) / s); }
+
+/* acc[i][j] += a[i] v[j]: the 4 x 4 outer product of one reduction step */
+#define CV_FMA4x4(acc, a, v)                                                       \
+  GPA_UNROLL for (int i_ = 0; i_ < 4; i_++) {                                      \
+    const float wi_ = i_ == 0 ? (a).x : i_ == 1 ? (a).y : i_ == 2 ? (a).z : (a).w; \
+    GPA_UNROLL for (int j_ = 0; j_ < 4; j_++) acc[i_][j_] += wi_ * (v)[j_]; \
+  }
+
+/* y[b, grp cout_g + co, t] = bias + sum over c, k of W[co, c, k] x[b, grp cin_g + c, t s - pad_l + k dil] */
+template <typename T>
+static __device__ void cv_fwd(float *sm, T *y, const T *x, const T *w, const T *bias, const gpa_conv_geo &g) {
+  const int tile = blockIdx.x % g.nt, b = blockIdx.x / g.nt;
+  const int grp = blockIdx.y / g.mt, co0 = (blockIdx.y % g.mt) * TM, t0 = tile * TN;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int wrows = g.bc * g.K;
+  float *ws = sm, *xs = sm + wrows * TM;
+  const T *xb = x + ((long long)b * g.Cin + (long long)grp * g.cin_g) * g.L;
+  const T *wg = w + (long long)grp * g.cout_g * g.cin_g * g.K;
+  const int pos0 = t0 * g.stride - g.pad_l;
+  float acc[4][4];
+  GPA_UNROLL for (int i = 0; i < 4; i++) GPA_UNROLL for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+  for (int c0 = 0; c0 < g.cin_g; c0 += g.bc) {
+    __syncthreads(); /* the previous stage's reads are done */
+    for (int i = threadIdx.x; i < wrows * TM; i += NT) {
+      const int m = i % TM, rr = i / TM, co = co0 + m;
+      ws[i] = co < g.cout_g && c0 + rr / g.K < g.cin_g ? cv_ld(wg, ((long long)co * g.cin_g + c0) * g.K + rr) : 0.0f;
+    }
+    for (int i = threadIdx.x; i < g.bc * g.span; i += NT) {
+      const int u = i % g.span, c = c0 + i / g.span, pos = pos0 + u;
+      xs[i] = c < g.cin_g && pos >= 0 && pos < g.L ? cv_ld(xb, (long long)c * g.L + pos) : 0.0f;
+    }
+    __syncthreads();
+    const int nc = min(g.bc, g.cin_g - c0);
+    for (int c = 0; c < nc; c++)
+      for (int k = 0; k < g.K; k++) {
+        const float4 wv = *reinterpret_cast<const float4 *>(ws + (c * g.K + k) * TM + ty * 4);
+        const float *xr = xs + c * g.span + k * g.dil + tx * g.stride;
+        float v[4];
+        GPA_UNROLL for (int j = 0; j < 4; j++) v[j] = xr[j * 16 * g.stride];
+        CV_FMA4x4(acc, wv, v);
+      }
+  }
+  GPA_UNROLL for (int i = 0; i < 4; i++) {
+    const int co = co0 + ty * 4 + i;
+    if (co >= g.cout_g) continue;
+    const int cg = grp * g.cout_g + co;
+    const float bv = bias ? cv_ld(bias, cg) : 0.0f;
+    T *yr = y + ((long long)b * g.Cout + cg) * g.Lout;
+    GPA_UNROLL for (int j = 0; j < 4; j++) {
+      const int t = t0 + tx + 16 * j;
+      if (t < g.Lout) cv_st(yr, t, acc[i][j] + bv);
+    }
+  }
+}
+
+/* dx[b, grp cin_g + ci, p] = sum over o, k with t s == p + pad_l - k dil, 0 <= t < Lout of
+ * W[grp cout_g + o, ci, k] dy[b, grp cout_g + o, t]. S1: stride 1 (every k contributes). */
+template <typename T, bool S1>
+static __device__ void cv_dx(float *sm, T *dx, const T *dy, const T *w, const gpa_conv_geo &g) {
+  const int tile = blockIdx.x % g.nt, b = blockIdx.x / g.nt;
+  const int grp = blockIdx.y / g.mt, ci0 = (blockIdx.y % g.mt) * TM, p0 = tile * TN;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int s = S1 ? 1 : g.stride, wrows = g.bc * g.K;
+  float *ws = sm, *ds = sm + wrows * TM;
+  const T *dyb = dy + ((long long)b * g.Cout + (long long)grp * g.cout_g) * g.Lout;
+  const T *wg = w + (long long)grp * g.cout_g * g.cin_g * g.K;
+  /* the first t any column of the tile reaches (its k = K - 1 term) */
+  const int tmin = cv_floordiv(p0 + g.pad_l - (g.K - 1) * g.dil, s);
+  float acc[4][4];
+  GPA_UNROLL for (int i = 0; i < 4; i++) GPA_UNROLL for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+  for (int o0 = 0; o0 < g.cout_g; o0 += g.bc) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < wrows * TM; i += NT) {
+      const int m = i % TM, rr = i / TM, ci = ci0 + m, o = o0 + rr / g.K;
+      ws[i] = ci < g.cin_g && o < g.cout_g ? cv_ld(wg, ((long long)o * g.cin_g + ci) * g.K + rr % g.K) : 0.0f;
+    }
+    for (int i = threadIdx.x; i < g.bc * g.span; i += NT) {
+      const int u = i % g.span, o = o0 + i / g.span, t = tmin + u;
+      ds[i] = o < g.cout_g && t >= 0 && t < g.Lout ? cv_ld(dyb, (long long)o * g.Lout + t) : 0.0f;
+    }
+    __syncthreads();
+    const int nc = min(g.bc, g.cout_g - o0);
+    for (int c = 0; c < nc; c++)
+      for (int k = 0; k < g.K; k++) {
+        const float4 wv = *reinterpret_cast<const float4 *>(ws + (c * g.K + k) * TM + ty * 4);
+        const float *dr = ds + c * g.span;
+        float v[4];
+        GPA_UNROLL for (int j = 0; j < 4; j++) {
+          /* q = (p + pad_l - k dil) - tmin s >= 0: a multiple of s where a t exists */
+          const int q = p0 + tx + 16 * j + g.pad_l - k * g.dil - tmin * s;
+          if (S1)
+            v[j] = dr[q];
+          else
+            v[j] = q % s == 0 ? dr[q / s] : 0.0f;
+        }
+        CV_FMA4x4(acc, wv, v);
+      }
+  }
+  GPA_UNROLL for (int i = 0; i < 4; i++) {
+    const int ci = ci0 + ty * 4 + i;
+    if (ci >= g.cin_g) continue;
+    T *xr = dx + ((long long)b * g.Cin + (long long)grp * g.cin_g + ci) * g.L;
+    GPA_UNROLL for (int j = 0; j < 4; j++) {
+      const int p = p0 + tx + 16 * j;
+      if (p < g.L) cv_st(xr, p, acc[i][j]);
+    }
+  }
+}
+
+/* out[grp cout_g + co][r] = sum over this split's slices (b, t) of
+ * dy[b, grp cout_g + co, t] x[b, grp cin_g + r / K, t s - pad_l + (r % K) dil];
+ * out = dW when one split, else part + split Cout cin_g K. */
+template <typename T>
+static __device__ void cv_dw(float *sm, float *out, const T *dy, const T *x, const gpa_conv_geo &g) {
+  const int R = g.cin_g * g.K, r0 = blockIdx.x * TN, z = blockIdx.z;
+  const int grp = blockIdx.y / g.mt, co0 = (blockIdx.y % g.mt) * TM;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  const int cbase = r0 / g.K, tpb = (g.Lout + g.bt - 1) / g.bt;
+  float *ds = sm, *xs = sm + g.bt * TM;
+  int off[4];
+  GPA_UNROLL for (int j = 0; j < 4; j++) {
+    const int r = r0 + tx + 16 * j;
+    off[j] = r < R ? (r / g.K - cbase) * g.span + (r % g.K) * g.dil : 0;
+  }
+  float acc[4][4];
+  GPA_UNROLL for (int i = 0; i < 4; i++) GPA_UNROLL for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+  const int s_end = min(g.nslice, (z + 1) * g.per);
+  for (int sl = z * g.per; sl < s_end; sl++) {
+    const int b = sl / tpb, t0 = (sl % tpb) * g.bt, nt = min(g.bt, g.Lout - t0);
+    const T *dyb = dy + ((long long)b * g.Cout + (long long)grp * g.cout_g) * g.Lout;
+    const T *xb = x + ((long long)b * g.Cin + (long long)grp * g.cin_g) * g.L;
+    const int pos0 = t0 * g.stride - g.pad_l;
+    __syncthreads();
+    for (int i = threadIdx.x; i < g.bt * TM; i += NT) {
+      const int m = i % TM, t = i / TM, co = co0 + m;
+      ds[i] = co < g.cout_g && t < nt ? cv_ld(dyb, (long long)co * g.Lout + t0 + t) : 0.0f;
+    }
+    for (int i = threadIdx.x; i < g.nch * g.span; i += NT) {
+      const int u = i % g.span, c = cbase + i / g.span, pos = pos0 + u;
+      xs[i] = c < g.cin_g && pos >= 0 && pos < g.L ? cv_ld(xb, (long long)c * g.L + pos) : 0.0f;
+    }
+    __syncthreads();
+    for (int t = 0; t < nt; t++) {
+      const float4 dv = *reinterpret_cast<const float4 *>(ds + t * TM + ty * 4);
+      const float *xr = xs + t * g.stride;
+      float v[4];
+      GPA_UNROLL for (int j = 0; j < 4; j++) v[j] = xr[off[j]];
+      CV_FMA4x4(acc, dv, v);
+    }
+  }
+  float *o = g.per < g.nslice ? out + (long long)z * g.Cout * R : out;
+  GPA_UNROLL for (int i = 0; i < 4; i++) {
+    const int co = co0 + ty * 4 + i;
+    if (co >= g.cout_g) continue;
+    float *orow = o + ((long long)grp * g.cout_g + co) * R;
+    GPA_UNROLL for (int j = 0; j < 4; j++) {
+      const int r = r0 + tx + 16 * j;
+      if (r < R) orow[r] = acc[i][j];
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(NT, 2) gpa_conv_ig_fwd_f32(float *y, const float *x, const float *w,
+                                                                   const float *bias, gpa_conv_geo g) {
+  GPA_DYNAMIC_SHARED(float, sm);
+  cv_fwd(sm, y, x, w, bias, g);
+}
+extern "C" __global__ void __launch_bounds__(NT, 2) gpa_conv_ig_fwd_bf16(gpa_bf16 *y, const gpa_bf16 *x,
+                                                                    const gpa_bf16 *w, const gpa_bf16 *bias,
+                                                                    gpa_conv_geo g) {
+  GPA_DYNAMIC_SHARED(float, sm);
+  cv_fwd(sm, y, x, w, bias, g);
+}
+extern "C" __global__ void __launch_bounds__(NT, 2) gpa_conv_ig_dx_f32(float *dx, const float *dy, const float *w,
+                                                                  gpa_conv_geo g) {
+  GPA_DYNAMIC_SHARED(float, sm);
+  if (g.stride == 1)
+    cv_dx<float, true>(sm, dx, dy, w, g);
+  else
+    cv_dx<float, false>(sm, dx, dy, w, g);
+}
+extern "C" __global__ void __launch_bounds__(NT, 2) gpa_conv_ig_dx_bf16(gpa_bf16 *dx, const gpa_bf16 *dy,
+                                                                   const gpa_bf16 *w, gpa_conv_geo g) {
+  GPA_DYNAMIC_SHARED(float, sm);
+  if (g.stride == 1)
+    cv_dx<gpa_bf16, true>(sm, dx, dy, w, g);
+  else
+    cv_dx<gpa_bf16, false>(sm, dx, dy, w, g);
+}
+extern "C" __global__ void __launch_bounds__(NT, 2) gpa_conv_ig_dw_f32(float *out, const float *dy, const float *x,
+                                                                  gpa_conv_geo g) {
+  GPA_DYNAMIC_SHARED(float, sm);
+  cv_dw(sm, out, dy, x, g);
+}
+extern "C" __global__ void __launch_bounds__(NT, 2) gpa_conv_ig_dw_bf16(float *out, const gpa_bf16 *dy,
+                                                                   const gpa_bf16 *x, gpa_conv_geo g) {
+  GPA_DYNAMIC_SHARED(float, sm);
+  cv_dw(sm, out, dy, x, g);
+}

@@ -1,0 +1,29 @@
+/* The geometry conv1d's implicit-GEMM kernels (kernels/cuda/conv1d.cu)
+ * take by value, filled by ops/conv1d/cuda_igemm.c: plain C, shared by the
+ * host adapter and both kernel compilers. Every index fits an int (the
+ * adapter declines larger tensors). */
+#ifndef GPA_CONV1D_GEO_H
+#define GPA_CONV1D_GEO_H
+
+/* Block tile: CV_TM output rows (co for y and dW, ci for dx) by CV_TN
+ * columns (t for y, p for dx, r = ci K + k for dW); CV_NT threads as 16 x
+ * 16, each 4 x 4 outputs (rows ty*4.., columns tx + 16 j). */
+#define GPA_CONV_TM 64
+#define GPA_CONV_TN 64
+#define GPA_CONV_NT 256
+/* dynamic shared memory per block: at most the default 48 KiB */
+#define GPA_CONV_SMEM_MAX (48 * 1024)
+
+typedef struct gpa_conv_geo {
+  int B, Cin, L, Cout, K, stride, pad_l, dil, G, Lout, cin_g, cout_g;
+  int mt;     /* row tiles per group (blockIdx.y = group * mt + tile) */
+  int nt;     /* column tiles: per batch (y, dx: blockIdx.x = b nt + tile) or over R (dW) */
+  int bc;     /* y, dx: reduction channels per shared stage */
+  int span;   /* shared positions per channel */
+  int bt;     /* dW: timesteps per slice (one batch's t0 .. t0 + bt) */
+  int nch;    /* dW: input channels a column tile touches (at most) */
+  int per;    /* dW: slices per split (blockIdx.z), the last split shorter */
+  int nslice; /* dW: slices in all, B ceil(Lout / bt) */
+} gpa_conv_geo;
+
+#endif
