@@ -27,63 +27,20 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/cuda/cudnn_build.h"
 #include "backends/cuda/cudnn_conv.h"
 
 enum { UID_X = 1, UID_W, UID_Y, UID_B, UID_DY, UID_DX, UID_DW, UID_VIRT = 100 };
 
 /* ---- graph building ------------------------------------------------------------------------------- */
 
-typedef struct cb {
-  const gpa__cudnn_api *A;
-  gpa__dnn_descs *g;
-  cudnnStatus_t s;
-  const char *what;
-} cb;
-
-static cudnnBackendDescriptor_t mk(cb *b, cudnnBackendDescriptorType_t t) {
-  cudnnBackendDescriptor_t d = NULL;
-  if (b->s) return NULL;
-  if (b->g->n == GPA__DNN_DESCS) {
-    b->s = CUDNN_STATUS_INTERNAL_ERROR;
-    b->what = "too many descriptors";
-    return NULL;
-  }
-  b->s = b->A->cudnnBackendCreateDescriptor(t, &d);
-  if (b->s) {
-    b->what = "create descriptor";
-    return NULL;
-  }
-  b->g->d[b->g->n++] = d;
-  return d;
-}
-
-static void set(cb *b, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t t,
-                int64_t n, const void *v, const char *what) {
-  if (b->s) return;
-  b->s = b->A->cudnnBackendSetAttribute(d, name, t, n, v);
-  if (b->s) b->what = what;
-}
-
-static void fin(cb *b, cudnnBackendDescriptor_t d, const char *what, int is_op) {
-  if (b->s) return;
-  b->s = b->A->cudnnBackendFinalize(d);
-  if (b->s) b->what = what;
-  if (is_op && !b->s) b->g->op[b->g->n - 1] = 1; /* operations are finalized right after their creation */
-}
+typedef gpa__dnn_b cb;
 
 /* [n, c, 1, l], packed (virtual: an intermediate of the graph). */
 static cudnnBackendDescriptor_t tensor(cb *b, int64_t uid, cudnnDataType_t dt, int64_t n, int64_t c, int64_t l,
                                        bool virt) {
-  const int64_t dim[4] = {n, c, 1, l}, str[4] = {c * l, l, l, 1}, align = 16;
-  cudnnBackendDescriptor_t t = mk(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  set(b, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor type");
-  set(b, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim, "tensor dims");
-  set(b, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, str, "tensor strides");
-  set(b, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "tensor uid");
-  set(b, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor alignment");
-  if (virt) set(b, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt, "virtual tensor");
-  fin(b, t, "tensor", 0);
-  return t;
+  const int64_t dim[4] = {n, c, 1, l}, str[4] = {c * l, l, l, 1};
+  return gpa__dnn_tensor(b, uid, dt, dim, str, virt ? GPA__DNN_VIRT : 0);
 }
 
 typedef struct geo {
@@ -102,15 +59,15 @@ static cudnnBackendDescriptor_t conv_desc(cb *b, const geo *g) {
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
   const int64_t dims = 2, pre[2] = {0, g->pad_l}, post[2] = {0, g->pad_r}, dil[2] = {1, g->dil},
                 str[2] = {1, g->stride};
-  cudnnBackendDescriptor_t c = mk(b, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
-  set(b, c, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f, "convolution compute type");
-  set(b, c, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, "convolution mode");
-  set(b, c, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims, "convolution spatial dims");
-  set(b, c, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pre, "convolution pre-paddings");
-  set(b, c, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, post, "convolution post-paddings");
-  set(b, c, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil, "convolution dilations");
-  set(b, c, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str, "convolution strides");
-  fin(b, c, "convolution descriptor", 0);
+  cudnnBackendDescriptor_t c = gpa__dnn_mk(b, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  gpa__dnn_set(b, c, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f, "convolution compute type");
+  gpa__dnn_set(b, c, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, "convolution mode");
+  gpa__dnn_set(b, c, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims, "convolution spatial dims");
+  gpa__dnn_set(b, c, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pre, "convolution pre-paddings");
+  gpa__dnn_set(b, c, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, post, "convolution post-paddings");
+  gpa__dnn_set(b, c, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil, "convolution dilations");
+  gpa__dnn_set(b, c, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str, "convolution strides");
+  gpa__dnn_fin(b, c, "convolution descriptor");
   return c;
 }
 
@@ -138,34 +95,34 @@ static void conv_op(cb *b, int conv, cudnnBackendDescriptor_t cd, cudnnBackendDe
   };
   int i = conv == GPA__DNN_CONV_DGRAD ? 1 : conv == GPA__DNN_CONV_WGRAD ? 2 : 0;
   const float alpha = 1.0f, beta = 0.0f;
-  cudnnBackendDescriptor_t o = mk(b, k[i].type);
-  set(b, o, k[i].alpha, CUDNN_TYPE_FLOAT, 1, &alpha, "convolution alpha");
-  set(b, o, k[i].beta, CUDNN_TYPE_FLOAT, 1, &beta, "convolution beta");
-  set(b, o, k[i].desc, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd, "convolution operation's descriptor");
-  set(b, o, k[i].a0, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t0, "convolution operation's tensor");
-  set(b, o, k[i].a1, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t1, "convolution operation's tensor");
-  set(b, o, k[i].a2, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t2, "convolution operation's tensor");
-  fin(b, o, "convolution operation", 1);
+  cudnnBackendDescriptor_t o = gpa__dnn_mk(b, k[i].type);
+  gpa__dnn_set(b, o, k[i].alpha, CUDNN_TYPE_FLOAT, 1, &alpha, "convolution alpha");
+  gpa__dnn_set(b, o, k[i].beta, CUDNN_TYPE_FLOAT, 1, &beta, "convolution beta");
+  gpa__dnn_set(b, o, k[i].desc, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd, "convolution operation's descriptor");
+  gpa__dnn_set(b, o, k[i].a0, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t0, "convolution operation's tensor");
+  gpa__dnn_set(b, o, k[i].a1, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t1, "convolution operation's tensor");
+  gpa__dnn_set(b, o, k[i].a2, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t2, "convolution operation's tensor");
+  gpa__dnn_op(b, o, "convolution operation");
 }
 
 /* y = acc + bias (fp32 math). */
 static void add_bias(cb *b, cudnnBackendDescriptor_t acc, cudnnBackendDescriptor_t bias, cudnnBackendDescriptor_t y) {
   const cudnnPointwiseMode_t mode = CUDNN_POINTWISE_ADD;
   const cudnnDataType_t f = CUDNN_DATA_FLOAT;
-  cudnnBackendDescriptor_t p = mk(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-  set(b, p, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode");
-  set(b, p, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f, "pointwise precision");
-  fin(b, p, "pointwise descriptor", 0);
-  cudnnBackendDescriptor_t o = mk(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-  set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &p, "bias add");
-  set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &acc, "bias add");
-  set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bias, "bias add");
-  set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "bias add");
-  fin(b, o, "bias add operation", 1);
+  cudnnBackendDescriptor_t p = gpa__dnn_mk(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+  gpa__dnn_set(b, p, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode");
+  gpa__dnn_set(b, p, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f, "pointwise precision");
+  gpa__dnn_fin(b, p, "pointwise descriptor");
+  cudnnBackendDescriptor_t o = gpa__dnn_mk(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+  gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &p, "bias add");
+  gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &acc, "bias add");
+  gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bias, "bias add");
+  gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "bias add");
+  gpa__dnn_op(b, o, "bias add operation");
 }
 
 int gpa__dnn_build_conv(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_descs *g, char *why, size_t n) {
-  cb b = {gpa__dnn_api(d), g, CUDNN_STATUS_SUCCESS, NULL};
+  cb b = {gpa__dnn_api(d), g, CUDNN_STATUS_SUCCESS, NULL, 0};
   memset(g, 0, sizeof *g);
   geo e = geo_of(k);
   cudnnDataType_t io = k->dtype == GPA_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
@@ -183,14 +140,8 @@ int gpa__dnn_build_conv(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_descs *g, c
       break;
     }
     cudnnBackendDescriptor_t acc = tensor(&b, UID_VIRT, CUDNN_DATA_FLOAT, e.B, e.Cout, e.Lout, true);
-    const int64_t bd[4] = {1, e.Cout, 1, 1}, bs[4] = {e.Cout, 1, 1, 1}, uid = UID_B, align = 16;
-    cudnnBackendDescriptor_t bias = mk(&b, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-    set(&b, bias, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &io, "bias type");
-    set(&b, bias, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, bd, "bias dims");
-    set(&b, bias, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, bs, "bias strides");
-    set(&b, bias, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "bias uid");
-    set(&b, bias, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "bias alignment");
-    fin(&b, bias, "bias tensor", 0);
+    const int64_t bd[4] = {1, e.Cout, 1, 1}, bs[4] = {e.Cout, 1, 1, 1};
+    cudnnBackendDescriptor_t bias = gpa__dnn_tensor(&b, UID_B, io, bd, bs, 0);
     conv_op(&b, k->conv, cd, w, x, acc);
     add_bias(&b, acc, bias, y);
     break;
@@ -212,12 +163,12 @@ int gpa__dnn_build_conv(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_descs *g, c
   int64_t n_ops = 0;
   for (int i = 0; i < g->n && n_ops < 4; i++)
     if (g->op[i]) ops[n_ops++] = g->d[i];
-  cudnnBackendDescriptor_t graph = mk(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  cudnnBackendDescriptor_t graph = gpa__dnn_mk(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   cudnnHandle_t h = gpa__dnn_handle(d);
   /* no handle: a graph checked against the real library without a GPU (tests) */
-  if (h) set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "graph handle");
-  set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n_ops, ops, "graph operations");
-  fin(&b, graph, "operation graph", 0);
+  if (h) gpa__dnn_set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "graph handle");
+  gpa__dnn_set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n_ops, ops, "graph operations");
+  gpa__dnn_fin(&b, graph, "operation graph");
   if (b.s) {
     static const char *names[] = {"", "forward", "forward+bias", "data-gradient", "filter-gradient"};
     snprintf(why, n, "convolution %s graph: %s: %s", k->conv >= 1 && k->conv <= 4 ? names[k->conv] : "?",

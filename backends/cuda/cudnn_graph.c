@@ -22,101 +22,37 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/cuda/cudnn_build.h"
 #include "backends/cuda/cudnn_sdpa.h"
 
-typedef struct gb {
-  const gpa__cudnn_api *A;
-  gpa__dnn_descs *g;
-  cudnnStatus_t s;
-  const char *what; /* the step that failed first */
-  int64_t vuid;
-} gb;
-
-enum { VIRT = 1, BYVAL = 2 };
-
-static cudnnBackendDescriptor_t mk(gb *b, cudnnBackendDescriptorType_t t) {
-  cudnnBackendDescriptor_t d = NULL;
-  if (b->s) return NULL;
-  if (b->g->n == GPA__DNN_DESCS) {
-    b->s = CUDNN_STATUS_INTERNAL_ERROR;
-    b->what = "too many descriptors";
-    return NULL;
-  }
-  b->s = b->A->cudnnBackendCreateDescriptor(t, &d);
-  if (b->s) {
-    b->what = "create descriptor";
-    return NULL;
-  }
-  b->g->d[b->g->n++] = d;
-  return d;
-}
-
-static void set(gb *b, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t t,
-                int64_t n, const void *v) {
-  if (b->s) return;
-  b->s = b->A->cudnnBackendSetAttribute(d, name, t, n, v);
-  if (b->s) b->what = "set attribute";
-}
-
-static void fin(gb *b, cudnnBackendDescriptor_t d, const char *what) {
-  if (b->s) return;
-  b->s = b->A->cudnnBackendFinalize(d);
-  if (b->s) b->what = what;
-}
-
-static cudnnBackendDescriptor_t tensor(gb *b, int64_t uid, cudnnDataType_t dt, const int64_t dim[4],
-                                       const int64_t str[4], int flags) {
-  cudnnBackendDescriptor_t t = mk(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  int64_t align = 16;
-  bool virt = flags & VIRT, byval = flags & BYVAL;
-  if (!uid) uid = b->vuid++;
-  set(b, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
-  set(b, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim);
-  set(b, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, str);
-  set(b, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
-  set(b, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
-  if (virt) set(b, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
-  if (byval) set(b, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byval);
-  fin(b, t, "tensor");
-  return t;
-}
+typedef gpa__dnn_b gb;
 
 /* A virtual tensor [d0,d1,d2,d3], packed. */
 static cudnnBackendDescriptor_t vt(gb *b, cudnnDataType_t dt, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
   const int64_t dim[4] = {d0, d1, d2, d3}, str[4] = {d1 * d2 * d3, d2 * d3, d3, 1};
-  return tensor(b, 0, dt, dim, str, VIRT);
+  return gpa__dnn_tensor(b, 0, dt, dim, str, GPA__DNN_VIRT);
 }
 
 static cudnnBackendDescriptor_t scalar(gb *b, int64_t uid, cudnnDataType_t dt) {
   const int64_t one[4] = {1, 1, 1, 1};
-  return tensor(b, uid, dt, one, one, BYVAL);
-}
-
-/* Finalizes an operation and marks it for the graph's list. */
-static void op(gb *b, cudnnBackendDescriptor_t o, const char *what) {
-  fin(b, o, what);
-  for (int i = b->g->n - 1; i >= 0 && !b->s; i--)
-    if (b->g->d[i] == o) {
-      b->g->op[i] = 1;
-      break;
-    }
+  return gpa__dnn_tensor(b, uid, dt, one, one, GPA__DNN_BYVAL);
 }
 
 /* y = mode(x, b2, t); axis >= 0 for GEN_INDEX. */
 static void pw(gb *b, cudnnPointwiseMode_t mode, cudnnDataType_t prec, cudnnBackendDescriptor_t x,
                cudnnBackendDescriptor_t b2, cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y, int64_t axis) {
-  cudnnBackendDescriptor_t p = mk(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
-  set(b, p, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
-  set(b, p, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
-  if (axis >= 0) set(b, p, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
-  fin(b, p, "pointwise");
-  cudnnBackendDescriptor_t o = mk(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-  set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &p);
-  set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-  if (b2) set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b2);
-  if (t) set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t);
-  set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-  op(b, o, "pointwise operation");
+  cudnnBackendDescriptor_t p = gpa__dnn_mk(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+  gpa__dnn_set(b, p, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, NULL);
+  gpa__dnn_set(b, p, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, NULL);
+  if (axis >= 0) gpa__dnn_set(b, p, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, NULL);
+  gpa__dnn_fin(b, p, "pointwise");
+  cudnnBackendDescriptor_t o = gpa__dnn_mk(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+  gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &p, NULL);
+  gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, NULL);
+  if (b2) gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b2, NULL);
+  if (t) gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t, NULL);
+  gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, NULL);
+  gpa__dnn_op(b, o, "pointwise operation");
 }
 
 /* c = a b over the last two dims, fp32 accumulate. No GEMM size overrides
@@ -126,35 +62,35 @@ static void pw(gb *b, cudnnPointwiseMode_t mode, cudnnDataType_t prec, cudnnBack
  * With the mask alone a bad length can only mask too much or too little. */
 static void mm(gb *b, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t bb, cudnnBackendDescriptor_t c) {
   cudnnDataType_t f = CUDNN_DATA_FLOAT;
-  cudnnBackendDescriptor_t m = mk(b, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
-  set(b, m, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f);
-  fin(b, m, "matmul");
-  cudnnBackendDescriptor_t o = mk(b, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-  set(b, o, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a);
-  set(b, o, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bb);
-  set(b, o, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
-  set(b, o, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m);
-  op(b, o, "matmul operation");
+  cudnnBackendDescriptor_t m = gpa__dnn_mk(b, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+  gpa__dnn_set(b, m, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f, NULL);
+  gpa__dnn_fin(b, m, "matmul");
+  cudnnBackendDescriptor_t o = gpa__dnn_mk(b, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+  gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, NULL);
+  gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bb, NULL);
+  gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, NULL);
+  gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m, NULL);
+  gpa__dnn_op(b, o, "matmul operation");
 }
 
 static void red(gb *b, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
   cudnnDataType_t f = CUDNN_DATA_FLOAT;
-  cudnnBackendDescriptor_t r = mk(b, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
-  set(b, r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
-  set(b, r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f);
-  fin(b, r, "reduction");
-  cudnnBackendDescriptor_t o = mk(b, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-  set(b, o, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-  set(b, o, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-  set(b, o, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r);
-  op(b, o, "reduction operation");
+  cudnnBackendDescriptor_t r = gpa__dnn_mk(b, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+  gpa__dnn_set(b, r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode, NULL);
+  gpa__dnn_set(b, r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f, NULL);
+  gpa__dnn_fin(b, r, "reduction");
+  cudnnBackendDescriptor_t o = gpa__dnn_mk(b, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+  gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, NULL);
+  gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, NULL);
+  gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r, NULL);
+  gpa__dnn_op(b, o, "reduction operation");
 }
 
 static void reshape(gb *b, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
-  cudnnBackendDescriptor_t o = mk(b, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-  set(b, o, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-  set(b, o, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-  op(b, o, "reshape operation");
+  cudnnBackendDescriptor_t o = gpa__dnn_mk(b, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+  gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, NULL);
+  gpa__dnn_set(b, o, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, NULL);
+  gpa__dnn_op(b, o, "reshape operation");
 }
 
 /* The graph's common tensors. */
@@ -169,12 +105,12 @@ typedef struct sdpa_t {
 static cudnnBackendDescriptor_t bshd(gb *b, int64_t uid, cudnnDataType_t dt, int64_t B, int64_t S, int64_t H,
                                      int64_t D) {
   const int64_t dim[4] = {B, H, S, D}, str[4] = {S * H * D, D, H * D, 1};
-  return tensor(b, uid, dt, dim, str, 0);
+  return gpa__dnn_tensor(b, uid, dt, dim, str, 0);
 }
 static cudnnBackendDescriptor_t bshd_t(gb *b, int64_t uid, cudnnDataType_t dt, int64_t B, int64_t S, int64_t H,
                                        int64_t D) {
   const int64_t dim[4] = {B, H, D, S}, str[4] = {S * H * D, D, 1, H * D};
-  return tensor(b, uid, dt, dim, str, 0);
+  return gpa__dnn_tensor(b, uid, dt, dim, str, 0);
 }
 
 static cudnnBackendDescriptor_t select_masked(gb *b, const sdpa_t *t, cudnnBackendDescriptor_t x,
@@ -236,8 +172,8 @@ static void common(gb *b, sdpa_t *t, gpa__dnn *d, const gpa__dnn_key *k) {
   t->seq_q = t->seq_kv = NULL;
   if (k->lens) {
     const int64_t dim[4] = {t->B, 1, 1, 1}, str[4] = {1, 1, 1, 1};
-    t->seq_q = tensor(b, GPA__DNN_UID_SEQ_Q, CUDNN_DATA_INT32, dim, str, 0);
-    t->seq_kv = tensor(b, GPA__DNN_UID_SEQ_KV, CUDNN_DATA_INT32, dim, str, 0);
+    t->seq_q = gpa__dnn_tensor(b, GPA__DNN_UID_SEQ_Q, CUDNN_DATA_INT32, dim, str, 0);
+    t->seq_kv = gpa__dnn_tensor(b, GPA__DNN_UID_SEQ_KV, CUDNN_DATA_INT32, dim, str, 0);
   }
   (void)d;
 }
@@ -248,7 +184,7 @@ static void fwd_graph(gb *b, gpa__dnn *d, const gpa__dnn_key *k) {
   const int64_t sdim[4] = {t.B, t.H, t.S, 1}, sstr[4] = {t.H * t.S, t.S, 1, 1};
   cudnnBackendDescriptor_t v = bshd(b, GPA__DNN_UID_V, t.io, t.B, t.Sk, t.Hkv, t.D);
   cudnnBackendDescriptor_t o = bshd(b, GPA__DNN_UID_O, t.io, t.B, t.S, t.H, t.D);
-  cudnnBackendDescriptor_t stats = tensor(b, GPA__DNN_UID_STATS, CUDNN_DATA_FLOAT, sdim, sstr, 0);
+  cudnnBackendDescriptor_t stats = gpa__dnn_tensor(b, GPA__DNN_UID_STATS, CUDNN_DATA_FLOAT, sdim, sstr, 0);
   cudnnBackendDescriptor_t s = scores(b, &t, k);
   if (k->causal) s = causal(b, &t, s);
   /* softmax with its stats: m = max, e = exp(s - m), z = sum e, lse = m + log z, p = e / z */
@@ -287,7 +223,7 @@ static void grad_kv(gb *b, const sdpa_t *t, cudnnBackendDescriptor_t xt, cudnnBa
 /* p [B,H,S,Sk] as [B,H,Sk,S] in the storage type (a view: strides swapped). */
 static cudnnBackendDescriptor_t transposed(gb *b, const sdpa_t *t, cudnnBackendDescriptor_t p) {
   const int64_t dim[4] = {t->B, t->H, t->Sk, t->S}, str[4] = {t->H * t->S * t->Sk, t->S * t->Sk, 1, t->Sk};
-  cudnnBackendDescriptor_t y = tensor(b, 0, t->io, dim, str, VIRT);
+  cudnnBackendDescriptor_t y = gpa__dnn_tensor(b, 0, t->io, dim, str, GPA__DNN_VIRT);
   reshape(b, p, y);
   return y;
 }
@@ -302,8 +238,8 @@ static void bwd_graph(gb *b, gpa__dnn *d, const gpa__dnn_key *k) {
   cudnnBackendDescriptor_t dq = bshd(b, GPA__DNN_UID_DQ, t.io, t.B, t.S, t.H, t.D);
   cudnnBackendDescriptor_t dk = bshd(b, GPA__DNN_UID_DK, t.io, t.B, t.Sk, t.Hkv, t.D);
   cudnnBackendDescriptor_t dv = bshd(b, GPA__DNN_UID_DV, t.io, t.B, t.Sk, t.Hkv, t.D);
-  cudnnBackendDescriptor_t stats = tensor(b, GPA__DNN_UID_STATS, CUDNN_DATA_FLOAT, sdim, sstr, 0);
-  cudnnBackendDescriptor_t delta = tensor(b, GPA__DNN_UID_DELTA, CUDNN_DATA_FLOAT, sdim, sstr, 0);
+  cudnnBackendDescriptor_t stats = gpa__dnn_tensor(b, GPA__DNN_UID_STATS, CUDNN_DATA_FLOAT, sdim, sstr, 0);
+  cudnnBackendDescriptor_t delta = gpa__dnn_tensor(b, GPA__DNN_UID_DELTA, CUDNN_DATA_FLOAT, sdim, sstr, 0);
   cudnnBackendDescriptor_t one = scalar(b, GPA__DNN_UID_ONE, CUDNN_DATA_FLOAT);
   /* delta = rowsum(dO * O): the softmax's share of dP (in the workspace) */
   cudnnBackendDescriptor_t doo = vt(b, CUDNN_DATA_FLOAT, t.B, t.H, t.S, t.D);
@@ -331,7 +267,7 @@ static void bwd_graph(gb *b, gpa__dnn *d, const gpa__dnn_key *k) {
   grad_kv(b, &t, transposed(b, &t, ds), t.q, dk);
   /* dQ = dS K, K read back out of the KT view */
   const int64_t kdim[4] = {t.B, t.Hkv, t.Sk, t.D}, kstr[4] = {t.Sk * t.Hkv * t.D, t.D, t.Hkv * t.D, 1};
-  cudnnBackendDescriptor_t kk = tensor(b, 0, t.io, kdim, kstr, VIRT);
+  cudnnBackendDescriptor_t kk = gpa__dnn_tensor(b, 0, t.io, kdim, kstr, GPA__DNN_VIRT);
   reshape(b, t.kt, kk);
   mm(b, ds, kk, dq);
 }
@@ -346,13 +282,13 @@ int gpa__dnn_build_sdpa(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_descs *g, c
   int64_t n_ops = 0;
   for (int i = 0; i < g->n; i++)
     if (g->op[i]) ops[n_ops++] = g->d[i];
-  cudnnBackendDescriptor_t graph = mk(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  cudnnBackendDescriptor_t graph = gpa__dnn_mk(&b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   cudnnHandle_t h = d->h;
   /* No handle: a graph checked against the real library on a machine
    * without a GPU (tests/test_cudnn_attention.c); never so in the backend. */
-  if (h) set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
-  set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n_ops, ops);
-  fin(&b, graph, "operation graph");
+  if (h) gpa__dnn_set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, NULL);
+  gpa__dnn_set(&b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n_ops, ops, NULL);
+  gpa__dnn_fin(&b, graph, "operation graph");
   if (b.s) {
     snprintf(why, n, "%s graph: %s: %s", k->bwd ? "backward" : "forward", b.what ? b.what : "?",
              d->api.cudnnGetErrorString(b.s));
