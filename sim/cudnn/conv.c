@@ -140,23 +140,6 @@ static void *find(const sdesc *vp, T t) {
   return NULL;
 }
 
-static size_t esize(int dt) { return dt == CUDNN_DATA_FLOAT ? 4 : 2; }
-
-static int covers(T t, void *p, char *why, size_t wn) {
-  size_t last = 0;
-  char w[160];
-  for (int i = 0; i < t->nd; i++) last += (size_t)(t->dim[i] - 1) * (size_t)t->str[i];
-  if (!p) {
-    snprintf(why, wn, "no pointer for tensor uid %lld in the variant pack", (long long)t->uid);
-    return 0;
-  }
-  if (!gpa_sim__device_range_ok((CUdeviceptr)(uintptr_t)p, (last + 1) * esize(t->dt), w, sizeof w)) {
-    snprintf(why, wn, "tensor uid %lld: %s", (long long)t->uid, w);
-    return 0;
-  }
-  return 1;
-}
-
 static size_t at(T t, int64_t n, int64_t c, int64_t l) { return (size_t)(n * t->str[0] + c * t->str[1] + l * t->str[3]); }
 
 static double tf32(double v) {
@@ -280,7 +263,7 @@ cudnnStatus_t sim_conv_execute(const conv_spec *s, int engine, const sdesc *vp, 
     T t = *fields[i];
     if (!t || t->virt) continue; /* the fused forward's accumulator has no memory */
     void *p = find(vp, t);
-    if (!covers(t, p, why, wn)) {
+    if (!sd_covers(t, p, why, wn)) {
       free(J);
       return CUDNN_STATUS_BAD_PARAM;
     }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "gpa_sim_cudnn.h"
+#include "gpa_sim_hooks.h"
 #include "internal.h"
 
 #define SD_MAGIC 0x5d9e5c01u
@@ -181,6 +182,23 @@ const sattr *sd_attr(const sdesc *d, int name) {
   for (int i = 0; i < d->n_attrs; i++)
     if (d->attrs[i].name == name) return &d->attrs[i];
   return NULL;
+}
+
+static size_t esize(int dt) { return dt == CUDNN_DATA_FLOAT || dt == CUDNN_DATA_INT32 ? 4 : 2; }
+
+int sd_covers(const sdesc *t, void *p, char *why, size_t wn) {
+  size_t last = 0;
+  char w[160];
+  for (int i = 0; i < t->nd; i++) last += (size_t)(t->dim[i] - 1) * (size_t)t->str[i];
+  if (!p) {
+    snprintf(why, wn, "no pointer for tensor uid %lld in the variant pack", (long long)t->uid);
+    return 0;
+  }
+  if (!gpa_sim__device_range_ok((CUdeviceptr)(uintptr_t)p, (last + 1) * esize(t->dt), w, sizeof w)) {
+    snprintf(why, wn, "tensor uid %lld: %s", (long long)t->uid, w);
+    return 0;
+  }
+  return 1;
 }
 
 EXPORT cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t dd, cudnnBackendAttributeName_t name,

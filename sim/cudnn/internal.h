@@ -92,6 +92,8 @@ struct cudnnContext {
 };
 
 const sattr *sd_attr(const sdesc *d, int name);
+/* Whether device pointer p covers tensor t's bytes (1), or why not (0). */
+int sd_covers(const sdesc *t, void *p, char *why, size_t wn);
 
 /* sdpa.c: recognizes the operation graph's operations as an SDPA forward or
  * backward (1), or says why not (0, why). */

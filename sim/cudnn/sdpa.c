@@ -178,24 +178,6 @@ static void *find(const sdesc *vp, T t) {
   return NULL;
 }
 
-static size_t esize(int dt) { return dt == CUDNN_DATA_FLOAT || dt == CUDNN_DATA_INT32 ? 4 : 2; }
-
-/* The tensor's bytes in device memory: its pointer must cover them. */
-static int covers(T t, void *p, char *why, size_t wn) {
-  size_t last = 0;
-  for (int i = 0; i < t->nd; i++) last += (size_t)(t->dim[i] - 1) * (size_t)t->str[i];
-  char w[160];
-  if (!p) {
-    snprintf(why, wn, "no pointer for tensor uid %lld in the variant pack", (long long)t->uid);
-    return 0;
-  }
-  if (!gpa_sim__device_range_ok((CUdeviceptr)(uintptr_t)p, (last + 1) * esize(t->dt), w, sizeof w)) {
-    snprintf(why, wn, "tensor uid %lld: %s", (long long)t->uid, w);
-    return 0;
-  }
-  return 1;
-}
-
 static size_t at(T t, int64_t a, int64_t b, int64_t c, int64_t d) {
   return (size_t)(a * t->str[0] + b * t->str[1] + c * t->str[2] + d * t->str[3]);
 }
@@ -339,7 +321,7 @@ cudnnStatus_t sim_sdpa_execute(const sdpa_spec *s, const sdesc *vp, int64_t work
   for (size_t i = 0; i < sizeof real_t / sizeof real_t[0]; i++) {
     if (!real_t[i]) continue;
     void *ptr = find(vp, real_t[i]);
-    if (!covers(real_t[i], ptr, why, wn)) {
+    if (!sd_covers(real_t[i], ptr, why, wn)) {
       free(J);
       return CUDNN_STATUS_BAD_PARAM;
     }
