@@ -69,15 +69,9 @@ static XLA_FFI_Error *cuda_feed_call(XLA_FFI_CallFrame *f, int in) {
   if (gpa_xla_metadata(f, &e)) return e;
   if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
   XLA_FFI_ByteSpan tag;
-  int64_t timeout_ms = 10000;
-  if ((e = gpa_xla_feed_attrs(f, target, &tag, in ? &timeout_ms : NULL))) return e;
-  int64_t n = in ? f->rets.size : f->args.size;
-  if (n < 1 || n > GPA_FEED_MAX_TENSORS)
-    return gpa_xla_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, "%s: %lld tensors; a feed call moves 1 to %d",
-                         target, (long long)n, GPA_FEED_MAX_TENSORS);
-  const XLA_FFI_Buffer *ack = !in && f->rets.size == 1 ? f->rets.rets[0] : NULL;
-  if (!in && (!ack || ack->dtype != XLA_FFI_DataType_S32 || ack->rank != 0))
-    return gpa_xla_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, "%s: the one result must be an s32 scalar", target);
+  int64_t timeout_ms = 10000, n;
+  const XLA_FFI_Buffer *ack;
+  if ((e = gpa_xla_feed_check(f, in, target, &tag, &timeout_ms, &n, &ack))) return e;
   void *stream;
   int ordinal;
   const char *why = "";

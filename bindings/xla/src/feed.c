@@ -146,8 +146,8 @@ XLA_FFI_Error *gpa_xla_feed_error(const XLA_FFI_Api *api, const char *target, gp
 }
 
 /* The attributes of a feed call: the session's tag and the infeed timeout. */
-XLA_FFI_Error *gpa_xla_feed_attrs(XLA_FFI_CallFrame *f, const char *target, XLA_FFI_ByteSpan *tag,
-                                  int64_t *timeout_ms) {
+static XLA_FFI_Error *feed_attrs(XLA_FFI_CallFrame *f, const char *target, XLA_FFI_ByteSpan *tag,
+                                 int64_t *timeout_ms) {
   tag->ptr = NULL, tag->len = 0;
   for (int64_t i = 0; i < f->attrs.size; i++) {
     const XLA_FFI_ByteSpan *nm = f->attrs.names[i];
@@ -168,6 +168,20 @@ XLA_FFI_Error *gpa_xla_feed_attrs(XLA_FFI_CallFrame *f, const char *target, XLA_
   }
   if (!tag->ptr || tag->len == 0)
     return gpa_xla_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, "%s: missing attribute 'session' (the tag)", target);
+  return NULL;
+}
+
+XLA_FFI_Error *gpa_xla_feed_check(XLA_FFI_CallFrame *f, int in, const char *target, XLA_FFI_ByteSpan *tag,
+                                  int64_t *timeout_ms, int64_t *n, const XLA_FFI_Buffer **ack) {
+  XLA_FFI_Error *e = feed_attrs(f, target, tag, in ? timeout_ms : NULL);
+  if (e) return e;
+  *n = in ? f->rets.size : f->args.size;
+  if (*n < 1 || *n > GPA_FEED_MAX_TENSORS)
+    return gpa_xla_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, "%s: %lld tensors; a feed call moves 1 to %d",
+                         target, (long long)*n, GPA_FEED_MAX_TENSORS);
+  *ack = !in && f->rets.size == 1 ? f->rets.rets[0] : NULL;
+  if (!in && (!*ack || (*ack)->dtype != XLA_FFI_DataType_S32 || (*ack)->rank != 0))
+    return gpa_xla_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, "%s: the one result must be an s32 scalar", target);
   return NULL;
 }
 
@@ -218,19 +232,10 @@ static XLA_FFI_Error *feed_call(XLA_FFI_CallFrame *f, int in) {
   if (gpa_xla_metadata(f, &e)) return e;
   if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
   XLA_FFI_ByteSpan tag;
-  int64_t timeout_ms = 10000;
-  if ((e = gpa_xla_feed_attrs(f, target, &tag, in ? &timeout_ms : NULL))) return e;
-  int64_t n = in ? f->rets.size : f->args.size;
-  if (n < 1 || n > GPA_FEED_MAX_TENSORS)
-    return gpa_xla_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, "%s: %lld tensors; a feed call moves 1 to %d",
-                         target, (long long)n, GPA_FEED_MAX_TENSORS);
-  if (!in) {
-    const XLA_FFI_Buffer *ack = f->rets.size == 1 ? f->rets.rets[0] : NULL;
-    if (!ack || ack->dtype != XLA_FFI_DataType_S32 || ack->rank != 0)
-      return gpa_xla_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, "%s: the one result must be an s32 scalar",
-                           target);
-    *(int32_t *)ack->data = 0;
-  }
+  int64_t timeout_ms = 10000, n;
+  const XLA_FFI_Buffer *ack;
+  if ((e = gpa_xla_feed_check(f, in, target, &tag, &timeout_ms, &n, &ack))) return e;
+  if (ack) *(int32_t *)ack->data = 0;
   const char *why = "";
   gpa_actor *a = gpa_xla_host_actor(&why);
   if (!a) return gpa_xla_error(f, XLA_FFI_Error_Code_UNAVAILABLE, "%s: %s", target, why);

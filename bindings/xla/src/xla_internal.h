@@ -134,8 +134,11 @@ const char *gpa_xla_cuda_zero32(gpa_xla_dev *d, void *ptr, void *stream);
 void gpa_xla_sessions_lock(void);
 void gpa_xla_sessions_unlock(void);
 struct gpa_feed *gpa_xla_session_find(const void *tag, uint32_t tag_len, int *device);
-XLA_FFI_Error *gpa_xla_feed_attrs(XLA_FFI_CallFrame *f, const char *target, XLA_FFI_ByteSpan *tag,
-                                  int64_t *timeout_ms);
+/* The feed calls' common checks: the attributes (timeout_ms for an infeed),
+ * 1 to GPA_FEED_MAX_TENSORS tensors (*n) and an outfeed's one s32 scalar
+ * result (*ack; NULL for an infeed). */
+XLA_FFI_Error *gpa_xla_feed_check(XLA_FFI_CallFrame *f, int in, const char *target, XLA_FFI_ByteSpan *tag,
+                                  int64_t *timeout_ms, int64_t *n, const XLA_FFI_Buffer **ack);
 XLA_FFI_Error *gpa_xla_feed_wrap(XLA_FFI_CallFrame *f, const char *target, gpa_actor *a, int is_ret, int64_t first,
                                  int64_t n, gpa_tensor *t, gpa_xla_wrap *w, uint32_t *n_wrapped);
 
