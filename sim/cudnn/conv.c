@@ -134,12 +134,6 @@ typedef struct job {
   int engine;
 } job;
 
-static void *find(const sdesc *vp, T t) {
-  for (int64_t i = 0; t && i < vp->n_vp; i++)
-    if (vp->uids[i] == t->uid) return vp->ptrs[i];
-  return NULL;
-}
-
 static size_t at(T t, int64_t n, int64_t c, int64_t l) { return (size_t)(n * t->str[0] + c * t->str[1] + l * t->str[3]); }
 
 static double tf32(double v) {
@@ -262,7 +256,7 @@ cudnnStatus_t sim_conv_execute(const conv_spec *s, int engine, const sdesc *vp, 
   for (int i = 0; i < 5; i++) {
     T t = *fields[i];
     if (!t || t->virt) continue; /* the fused forward's accumulator has no memory */
-    void *p = find(vp, t);
+    void *p = sd_find(vp, t);
     if (!sd_covers(t, p, why, wn)) {
       free(J);
       return CUDNN_STATUS_BAD_PARAM;
@@ -272,10 +266,7 @@ cudnnStatus_t sim_conv_execute(const conv_spec *s, int engine, const sdesc *vp, 
     *fields[i] = &J->t[i];
     *dst[i] = p;
   }
-  char w[160];
-  if (workspace > 0 &&
-      (!vp->ws || !gpa_sim__device_range_ok((CUdeviceptr)(uintptr_t)vp->ws, (size_t)workspace, w, sizeof w))) {
-    snprintf(why, wn, "workspace of %lld bytes: %s", (long long)workspace, vp->ws ? w : "none given");
+  if (!sd_workspace_ok(vp, workspace, why, wn)) {
     free(J);
     return CUDNN_STATUS_BAD_PARAM;
   }

@@ -184,6 +184,22 @@ const sattr *sd_attr(const sdesc *d, int name) {
   return NULL;
 }
 
+void *sd_find(const sdesc *vp, const sdesc *t) {
+  for (int64_t i = 0; t && i < vp->n_vp; i++)
+    if (vp->uids[i] == t->uid) return vp->ptrs[i];
+  return NULL;
+}
+
+int sd_workspace_ok(const sdesc *vp, int64_t workspace, char *why, size_t wn) {
+  char w[160];
+  if (workspace > 0 &&
+      (!vp->ws || !gpa_sim__device_range_ok((CUdeviceptr)(uintptr_t)vp->ws, (size_t)workspace, w, sizeof w))) {
+    snprintf(why, wn, "workspace of %lld bytes: %s", (long long)workspace, vp->ws ? w : "none given");
+    return 0;
+  }
+  return 1;
+}
+
 static size_t esize(int dt) { return dt == CUDNN_DATA_FLOAT || dt == CUDNN_DATA_INT32 ? 4 : 2; }
 
 int sd_covers(const sdesc *t, void *p, char *why, size_t wn) {

@@ -92,8 +92,12 @@ struct cudnnContext {
 };
 
 const sattr *sd_attr(const sdesc *d, int name);
+/* The variant pack's pointer for tensor t (NULL: none, or t NULL). */
+void *sd_find(const sdesc *vp, const sdesc *t);
 /* Whether device pointer p covers tensor t's bytes (1), or why not (0). */
 int sd_covers(const sdesc *t, void *p, char *why, size_t wn);
+/* Whether the variant pack's workspace covers `workspace` bytes (1), or why not (0). */
+int sd_workspace_ok(const sdesc *vp, int64_t workspace, char *why, size_t wn);
 
 /* sdpa.c: recognizes the operation graph's operations as an SDPA forward or
  * backward (1), or says why not (0, why). */

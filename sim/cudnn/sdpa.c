@@ -172,12 +172,6 @@ typedef struct job {
   int32_t shift;
 } job;
 
-static void *find(const sdesc *vp, T t) {
-  for (int64_t i = 0; t && i < vp->n_vp; i++)
-    if (vp->uids[i] == t->uid) return vp->ptrs[i];
-  return NULL;
-}
-
 static size_t at(T t, int64_t a, int64_t b, int64_t c, int64_t d) {
   return (size_t)(a * t->str[0] + b * t->str[1] + c * t->str[2] + d * t->str[3]);
 }
@@ -320,24 +314,21 @@ cudnnStatus_t sim_sdpa_execute(const sdpa_spec *s, const sdesc *vp, int64_t work
   void **dst[] = {&J->q, &J->k, &J->v, &J->o, &J->stats, NULL, &J->seq_kv, &J->dout, &J->dq, &J->dk, &J->dv, &J->delta};
   for (size_t i = 0; i < sizeof real_t / sizeof real_t[0]; i++) {
     if (!real_t[i]) continue;
-    void *ptr = find(vp, real_t[i]);
+    void *ptr = sd_find(vp, real_t[i]);
     if (!sd_covers(real_t[i], ptr, why, wn)) {
       free(J);
       return CUDNN_STATUS_BAD_PARAM;
     }
     if (dst[i]) *dst[i] = ptr;
   }
-  const float *sc = find(vp, s->scale);
-  const int32_t *sh = find(vp, s->shift);
-  if (!sc || (s->shift && !sh) || (s->neg && !find(vp, s->neg)) || (s->one && !find(vp, s->one))) {
+  const float *sc = sd_find(vp, s->scale);
+  const int32_t *sh = sd_find(vp, s->shift);
+  if (!sc || (s->shift && !sh) || (s->neg && !sd_find(vp, s->neg)) || (s->one && !sd_find(vp, s->one))) {
     snprintf(why, wn, "a by-value scalar is missing from the variant pack");
     free(J);
     return CUDNN_STATUS_BAD_PARAM;
   }
-  char w[160];
-  if (workspace > 0 &&
-      (!vp->ws || !gpa_sim__device_range_ok((CUdeviceptr)(uintptr_t)vp->ws, (size_t)workspace, w, sizeof w))) {
-    snprintf(why, wn, "workspace of %lld bytes: %s", (long long)workspace, vp->ws ? w : "none given");
+  if (!sd_workspace_ok(vp, workspace, why, wn)) {
     free(J);
     return CUDNN_STATUS_BAD_PARAM;
   }
