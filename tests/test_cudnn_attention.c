@@ -43,6 +43,7 @@ int main(void) {
 }
 #else
 #include "backends/cuda/cudnn.h"
+#include "util/real_cudnn.h"
 #include "backends/cuda/cudnn_sdpa.h"
 
 typedef struct tparams {
@@ -533,27 +534,8 @@ static void unavailable(const char *what, const char *sub) {
  * descriptor of our SDPA graphs, the operation graphs and their heuristics
  * pass its finalize. Engines, plans and execution need a GPU. Any device. */
 static int real_graphs(void) {
-#if defined(GPA_ASAN) || defined(GPA_TSAN)
-  /* not ours to leak- or race-check: an uninstrumented library with its own threads */
-  printf("skipped part: the real libcudnn in a sanitizer build\n");
-  return 0;
-#endif
-  const char *cand[] = {getenv("GPA_CUDNN"), "libcudnn.so.9", "/usr/local/cuda/lib/libcudnn.so.9",
-                        "/usr/local/cuda/lib64/libcudnn.so.9", "/usr/lib/x86_64-linux-gnu/libcudnn.so.9"};
   gpa__dnn d;
-  memset(&d, 0, sizeof d);
-  for (size_t i = 0; i < sizeof cand / sizeof cand[0] && !d.api.lib; i++)
-    if (cand[i] && *cand[i] && !strstr(cand[i], "gpa_sim")) d.api.lib = dlopen(cand[i], RTLD_NOW | RTLD_LOCAL);
-  if (!d.api.lib) {
-    printf("skipped part: no libcudnn.so.9 on this machine\n");
-    return 0;
-  }
-#define RESOLVE(name)                         \
-  *(void **)&d.api.name = dlsym(d.api.lib, #name); \
-  CHECK(d.api.name);
-  GPA__CUDNN_API(RESOLVE)
-#undef RESOLVE
-  d.version = d.api.cudnnGetVersion();
+  if (!tu_real_cudnn_open(&d)) return 0;
   int fails = 0;
   for (int bwd = 0; bwd < 2; bwd++)
     for (int dt = 0; dt < 2; dt++)

@@ -39,6 +39,7 @@ int main(void) {
 }
 #else
 #include "backends/cuda/cudnn_conv.h"
+#include "util/real_cudnn.h"
 
 typedef struct shape {
   int64_t B, Cin, L, Cout, K, stride, pad, dil, G;
@@ -248,26 +249,8 @@ static void expect_execs(gpa_nt *t, const char *what, long long got, long long w
 /* ---- the real library ----------------------------------------------------------------------------- */
 
 static int real_graphs(void) {
-#if defined(GPA_ASAN) || defined(GPA_TSAN)
-  printf("skipped part: the real libcudnn in a sanitizer build\n");
-  return 0;
-#endif
-  const char *cand[] = {getenv("GPA_CUDNN"), "libcudnn.so.9", "/usr/local/cuda/lib/libcudnn.so.9",
-                        "/usr/local/cuda/lib64/libcudnn.so.9", "/usr/lib/x86_64-linux-gnu/libcudnn.so.9"};
   gpa__dnn d;
-  memset(&d, 0, sizeof d);
-  for (size_t i = 0; i < sizeof cand / sizeof cand[0] && !d.api.lib; i++)
-    if (cand[i] && *cand[i] && !strstr(cand[i], "gpa_sim")) d.api.lib = dlopen(cand[i], RTLD_NOW | RTLD_LOCAL);
-  if (!d.api.lib) {
-    printf("skipped part: no libcudnn.so.9 on this machine\n");
-    return 0;
-  }
-#define RESOLVE(name)                                \
-  *(void **)&d.api.name = dlsym(d.api.lib, #name); \
-  CHECK(d.api.name);
-  GPA__CUDNN_API(RESOLVE)
-#undef RESOLVE
-  d.version = d.api.cudnnGetVersion();
+  if (!tu_real_cudnn_open(&d)) return 0;
   const shape shapes[2] = {{32, 96, 128, 96, 3, 1, 0, 8, 1, 1}, {3, 8, 37, 12, 5, 2, 3, 2, 4, 0}};
   int fails = 0;
   for (int si = 0; si < 2; si++)
