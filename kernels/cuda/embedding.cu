@@ -14,6 +14,7 @@
  * bf16 storage: the forward copies bf16 table rows into a bf16 y (exact);
  * the backward reads bf16 dy (widened) and writes the f32 dtable. */
 #include "gpa_bf16.h"
+#include "launch_shapes.h"
 
 #define GS_LOOP(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
@@ -135,7 +136,6 @@ static __device__ __forceinline__ double ld_d(const gpa_bf16 *p, long long i) { 
  * those parts chunk by chunk. The split is fixed by n alone, so the sums
  * are deterministic. dtable holds zeros (or the prior gradient with
  * accumulate) on entry: the runs add into it, each row from one thread. */
-#define GPA_EMB_CHUNK 32
 
 static __device__ __forceinline__ unsigned long long key_row(unsigned long long k) { return k >> 32; }
 

@@ -18,6 +18,7 @@
  * storage types, at the end of the file. */
 #include "gpa_bf16.h"
 #include "gpa_rows.h"
+#include "launch_shapes.h"
 
 /* vec4: D % 4 == 0 and x, y, gamma, beta 16-byte aligned (checked by the host). */
 extern "C" __global__ void gpa_ln_fwd_f32(const float *__restrict__ x, const float *__restrict__ gamma,
@@ -77,33 +78,32 @@ extern "C" __global__ void gpa_ln_fwd_f32(const float *__restrict__ x, const flo
   }
 }
 
-/* dgamma/dbeta from the partials: a block of 32 columns x LN_SLICES
- * slices; slice s adds partials s, s + LN_SLICES, ... in double (loads of
+/* dgamma/dbeta from the partials: a block of 32 columns x GPA_LN_SLICES
+ * slices; slice s adds partials s, s + GPA_LN_SLICES, ... in double (loads of
  * four partials issued before their adds: one memory latency per four
  * instead of per partial), then slice 0 adds the slices in order. The
  * order is fixed by nblk: deterministic. One thread per column adding
  * every partial in turn was latency bound when nblk is large. */
-#define LN_SLICES 8
-extern "C" __global__ void __launch_bounds__(32 * LN_SLICES)
+extern "C" __global__ void __launch_bounds__(32 * GPA_LN_SLICES)
     gpa_ln_bwd_cols_f32(const float *__restrict__ part, float *__restrict__ dgamma, float *__restrict__ dbeta, int d,
                         int nblk) {
-  __shared__ double sg[LN_SLICES][32], sb[LN_SLICES][32];
+  __shared__ double sg[GPA_LN_SLICES][32], sb[GPA_LN_SLICES][32];
   const int tx = threadIdx.x, ty = threadIdx.y, j = blockIdx.x * 32 + tx;
   double g = 0.0, b = 0.0;
   if (j < d) {
     int k = ty;
-    for (; k + 3 * LN_SLICES < nblk; k += 4 * LN_SLICES) {
+    for (; k + 3 * GPA_LN_SLICES < nblk; k += 4 * GPA_LN_SLICES) {
       float pg[4], pb[4];
 GPA_UNROLL
       for (int u = 0; u < 4; u++) {
-        const long long o = (long long)(k + u * LN_SLICES) * 2 * d + j;
+        const long long o = (long long)(k + u * GPA_LN_SLICES) * 2 * d + j;
         pg[u] = part[o];
         pb[u] = part[o + d];
       }
 GPA_UNROLL
       for (int u = 0; u < 4; u++) g += (double)pg[u], b += (double)pb[u];
     }
-    for (; k < nblk; k += LN_SLICES) {
+    for (; k < nblk; k += GPA_LN_SLICES) {
       g += (double)part[(long long)k * 2 * d + j];
       b += (double)part[(long long)k * 2 * d + d + j];
     }
@@ -112,7 +112,7 @@ GPA_UNROLL
   sb[ty][tx] = b;
   __syncthreads();
   if (ty == 0 && j < d) {
-    for (int s2 = 1; s2 < LN_SLICES; s2++) g += sg[s2][tx], b += sb[s2][tx];
+    for (int s2 = 1; s2 < GPA_LN_SLICES; s2++) g += sg[s2][tx], b += sb[s2][tx];
     dgamma[j] = (float)g;
     dbeta[j] = (float)b;
   }

@@ -7,6 +7,7 @@
 #include "backends/cuda/cuda_ops.h"
 #include "ops/cuda_kernels.h"
 #include "ops/embedding/embedding.h"
+#include "kernels/cuda/launch_shapes.h"
 
 gpa_status gpa__emb_fwd_cu(const gpa_op_exec *x) {
   const gpa_tensor *ids = &x->inputs[0], *tab = &x->inputs[1];
@@ -29,10 +30,6 @@ gpa_status gpa__emb_fwd_cu(const gpa_op_exec *x) {
  * longer sequences merge tiles (kernels/cuda/embedding.cu). */
 #define GPA__EMB_SORT_BLOCK_MAX 4096
 
-/* Sorted positions per block of gpa_emb_bwd_f32 (GPA_EMB_CHUNK in
- * kernels/cuda/embedding.cu). */
-#define GPA__EMB_CHUNK 32
-
 gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x) {
   const gpa_tensor *ids = &x->inputs[1], *dt = &x->outputs[0];
   long long n = ids->shape[0] * ids->shape[1], v = dt->shape[0], d = dt->shape[1];
@@ -40,7 +37,7 @@ gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x) {
   if (v <= 0 || d <= 0) return GPA_OK;
   if (!acc) GPA__CU_TRY(gpa__cu_zero_f32(x, x->out[0], v * d)); /* the runs add into dtable */
   if (n <= 0) return GPA_OK;
-  long long npow2 = 1, chunks = (n + GPA__EMB_CHUNK - 1) / GPA__EMB_CHUNK;
+  long long npow2 = 1, chunks = (n + GPA_EMB_CHUNK - 1) / GPA_EMB_CHUNK;
   while (npow2 < n) npow2 *= 2;
   uint64_t key_bytes = (uint64_t)npow2 * 8, part_bytes = (uint64_t)chunks * 2 * (uint64_t)d * 8;
   CUdeviceptr scr = gpa__cu_scratch(x, GPA__CU_INDEX_RES_BYTES + key_bytes + part_bytes);

@@ -7,9 +7,9 @@
 #include "backends/cuda/cuda_ops.h"
 #include "ops/cuda_kernels.h"
 #include "ops/layernorm/layernorm.h"
+#include "kernels/cuda/launch_shapes.h"
 
 #define WARPS 4 /* per forward/dx block */
-#define LN_SLICES 8 /* y threads of the dgamma/dbeta column kernel (norm.cu) */
 
 /* Rows per dgamma/dbeta partial: up to 64, fewer while that leaves under
  * 32768 threads of 16-byte columns for the partials (n * d / 4 / rows),
@@ -105,6 +105,6 @@ gpa_status gpa__ln_bwd_cu(const gpa_op_exec *x) {
                       (unsigned)nblk, 1, pt, 1, 0, a2);
   if (st != GPA_OK) return st;
   void *a3[] = {&part, &dg, &db, &d, &nblk};
-  return gpa__cu_launch(x, GPA__K_LN_BWD_COLS, (unsigned)((d + 31) / 32), 1, 1, 32, LN_SLICES, 0, a3);
+  return gpa__cu_launch(x, GPA__K_LN_BWD_COLS, (unsigned)((d + 31) / 32), 1, 1, 32, GPA_LN_SLICES, 0, a3);
 }
 

@@ -1,0 +1,14 @@
+/* Launch shapes that a host adapter and its kernels must agree on; both
+ * compilers include this file (as conv1d_geo.h for conv1d). */
+#ifndef GPA_KERNELS_CUDA_LAUNCH_SHAPES_H
+#define GPA_KERNELS_CUDA_LAUNCH_SHAPES_H
+
+/* Sorted positions per block of embedding_bwd's sums (embedding.cu,
+ * ops/embedding/cuda.c: the grid and the partials' size). */
+#define GPA_EMB_CHUNK 32
+
+/* y threads (slices) of layernorm_bwd's dgamma/dbeta column kernel
+ * (norm.cu's shared arrays, ops/layernorm/cuda.c's block). */
+#define GPA_LN_SLICES 8
+
+#endif
