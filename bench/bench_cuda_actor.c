@@ -1,7 +1,7 @@
 /* gpa-bench cuda_actor (issue 24): the actor's own cost on a GPU, each
  * figure beside its floor measured in the same run by a bare driver loop of
- * the same kernel (gpa_ew_add_f32 over 1024 floats, 4 blocks of 256, from
- * the same embedded module) on a stream of its own:
+ * the same kernel (gpa_ew_add_f32 over 1024 floats, one block of 256 threads, four floats
+ * each, as the actor launches it, from the same embedded module) on a stream of its own:
  *
  *  cuda_actor_stream:    N adds submitted without handles, then one sync:
  *                        wall time per op. ref: N cuLaunchKernel then one
@@ -38,7 +38,8 @@ typedef struct bare {
   CUevent ev[2];
   CUdeviceptr y, a, b;
   long long n;
-  void *args[4];
+  int vec; /* the kernel's 16-byte path, as the actor's add takes it on cuMemAlloc'd buffers */
+  void *args[5];
   int ok;
 } bare;
 
@@ -85,7 +86,8 @@ static int bare_open(bare *b, int sim) {
   BARE_CALL(b, cuMemsetD32Async(b->b, 0x3f000000u, TINY, b->s));
   BARE_CALL(b, cuStreamSynchronize(b->s));
   b->n = TINY;
-  b->args[0] = &b->y, b->args[1] = &b->a, b->args[2] = &b->b, b->args[3] = &b->n;
+  b->vec = 1;
+  b->args[0] = &b->y, b->args[1] = &b->a, b->args[2] = &b->b, b->args[3] = &b->n, b->args[4] = &b->vec;
   return 1;
 }
 
@@ -107,7 +109,7 @@ static void bare_close(bare *b) {
 }
 
 static int launch(bare *b) {
-  BARE_CALL(b, cuLaunchKernel(b->f, 4, 1, 1, 256, 1, 1, 0, b->s, b->args, NULL));
+  BARE_CALL(b, cuLaunchKernel(b->f, 1, 1, 1, 256, 1, 1, 0, b->s, b->args, NULL));
   return 1;
 }
 

@@ -63,7 +63,10 @@ step() { # name command...: runs it with its log in $OUT/name.txt, prints the ta
 }
 
 build() {
-  cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cmake_args[@]}" &&
+  # the XLA FFI handlers need jaxlib's headers: from this machine's jax, if any
+  local xla=()
+  python3 -c "import jax.ffi" 2>/dev/null && xla=(-DGPA_XLA_PYTHON="$(command -v python3)")
+  cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cmake_args[@]}" "${xla[@]}" &&
     cmake --build "$B" -j"$(nproc)"
 }
 sanitize() {

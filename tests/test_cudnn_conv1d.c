@@ -214,6 +214,11 @@ static void check_case(gpa_nt *t, const char *what, const shape *s, int dtype, u
     gpa_nt_close_to(t, name, got, r.dx, r.mdx, nx, rt);
     gpa_nt_read(t, &tdw, gw);
     snprintf(name, sizeof name, "%s: dW", what);
+    /* dW sums B*Lout = 4096 products per element at the main job's shape:
+     * cuDNN 9.14's bf16 filter-gradient engine on an H100 (fp32 sums in a
+     * long chain) missed eps * sum|terms| by 1.7x; allow 8x, which a TF32
+     * engine's input rounding (2^-11 per product) still exceeds ~8 times. */
+    for (int64_t i = 0; i < nw; i++) r.mdW[i] *= 8;
     gpa_nt_close_to(t, name, gw, r.dW, r.mdW, nw, 1e-5);
     float *gb = malloc(sizeof(float) * (size_t)s->Cout);
     gpa_nt_read(t, &tdb, gb);

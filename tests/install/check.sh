@@ -53,7 +53,8 @@ export PKG_CONFIG_PATH
   { echo "pkg-config: version differs from version.h"; exit 1; }
 # shellcheck disable=SC2046
 "$cc" -std=c11 -o "$tmp/consumer_pc" "$src/consumer.c" $(pkg-config --cflags --libs gpuactor)
-LD_LIBRARY_PATH="$lib" "$tmp/consumer_pc"
+# the dependencies unpacked outside the system directories stay findable
+LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$tmp/consumer_pc"
 # The static link through pkg-config's private flags (the archive named
 # instead of -lgpuactor, which would pick the shared library).
 # shellcheck disable=SC2046
