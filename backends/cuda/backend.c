@@ -367,6 +367,9 @@ static void cu_queue_fini(void *bctx, void *bq) {
   gpa__cu_mem_free(C, q->s, q->scratch);
   q->scratch = 0;
   q->scratch_cap = 0;
+  gpa__cu_mem_free(C, q->s, q->blas_ws);
+  q->blas_ws = 0;
+  q->blas_ws_size = 0;
   CUresult r = C->cu.cuStreamSynchronize(q->s);
   if (r != CUDA_SUCCESS) gpa__cu_check(C, r, "cuStreamSynchronize", NULL, 0);
   if (q->on_polled) { /* its records are done; a parked chain left it listed */

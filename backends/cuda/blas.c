@@ -3,11 +3,46 @@
  * GPA_DEVICE=sim uses the simulator's subset. */
 #include <stdio.h>
 
+#include "backends/cuda/alloc.h"
 #include "backends/cuda/cuda_internal.h"
 
 #ifndef GPA_SIM_CUBLAS_DEFAULT
 #define GPA_SIM_CUBLAS_DEFAULT "libgpa_sim_cublas.so"
 #endif
+
+/* cuBLAS 12.2 and later take the workspace of a handle that has none set
+ * from cudaMallocAsync on the call's stream. Captured into a graph, that is
+ * a memory allocation node and a free node, which a child graph may not
+ * hold: on an H100 every batch's graph failed to build with
+ * CUDA_ERROR_NOT_SUPPORTED and stayed eager. So each queue gets a workspace
+ * of its own, made on its stream outside any capture and set after every
+ * cublasSetStream (which resets the handle to the default pool). The size is
+ * cuBLAS's own recommendation: 32 MiB on Hopper and later, 4 MiB before. */
+static gpa_status blas_workspace(const gpa_op_exec *x, gpa__cu_ctx *C, gpa__cu_queue *q) {
+  if (!q->blas_ws) {
+    if (gpa__cu_mem_capturing(C, q->s)) { /* the allocation would be captured */
+      snprintf(x->msg, x->msg_size, "cuBLAS workspace: cannot be made while the stream is captured");
+      q->scratch_refused = true; /* graph.c: the eager run makes it; record again later */
+      return GPA_ENOMEM;
+    }
+    int major = 0;
+    C->cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, C->dev);
+    uint64_t size = major >= 9 ? 32u << 20 : 4u << 20;
+    CUresult r = gpa__cu_mem_alloc(C, q->s, size, &q->blas_ws);
+    if (r != CUDA_SUCCESS) {
+      q->blas_ws = 0;
+      gpa__cu_check(C, r, "cuBLAS workspace: cuMemAlloc", x->msg, x->msg_size);
+      return r == CUDA_ERROR_OUT_OF_MEMORY ? GPA_ENOMEM : GPA_EDEVICE;
+    }
+    q->blas_ws_size = size;
+  }
+  cublasStatus_t s = C->blas.cublasSetWorkspace(C->blas_h, (void *)(uintptr_t)q->blas_ws, q->blas_ws_size);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    snprintf(x->msg, x->msg_size, "cublasSetWorkspace: %s", C->blas.cublasGetStatusString(s));
+    return GPA_EDEVICE;
+  }
+  return GPA_OK;
+}
 
 gpa_status gpa__cu_blas(const gpa_op_exec *x, cublasHandle_t *h) {
   gpa__cu_ctx *C = gpa__cu_of(x);
@@ -35,6 +70,8 @@ gpa_status gpa__cu_blas(const gpa_op_exec *x, cublasHandle_t *h) {
     snprintf(x->msg, x->msg_size, "cublasSetStream: %s", C->blas.cublasGetStatusString(s));
     return GPA_EDEVICE;
   }
+  gpa_status st = blas_workspace(x, C, C->cur_q);
+  if (st != GPA_OK) return st;
   *h = C->blas_h;
   return GPA_OK;
 }

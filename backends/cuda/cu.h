@@ -51,7 +51,7 @@ const char *gpa__cu_errstr(const gpa__cu_api *api, CUresult r, char *buf, size_t
 
 /* cuBLAS: only the calls the backend makes. */
 #define GPA__CUBLAS_API(X)                                                                                        \
-  X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSetMathMode) X(cublasSgemm)                         \
+  X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSetWorkspace) X(cublasSetMathMode) X(cublasSgemm)   \
   X(cublasSgemmStridedBatched) X(cublasGemmEx) X(cublasGetStatusString)
 
 typedef struct gpa__cublas_api {

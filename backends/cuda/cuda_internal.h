@@ -78,6 +78,8 @@ typedef struct gpa__cu_queue {
   struct gpa__cu_gq *gq;
   struct gpa__cu_queue *graph_next; /* on C->graph_queues while gq */
   uint64_t scratch_gen; /* bumped when the scratch block moves: graphs point into it */
+  CUdeviceptr blas_ws; /* cuBLAS's workspace on this stream (blas.c), made once */
+  uint64_t blas_ws_size;
   bool scratch_refused; /* a capture needed more scratch than the block has */
   uint32_t direct; /* completions of held work without a record, for cu_complete */
 } gpa__cu_queue;

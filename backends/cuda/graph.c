@@ -325,10 +325,12 @@ static gseg *seg_next(gentry *e) { return grow((void **)&e->segs, &e->cap_segs, 
 static bool build(gpa__cu_ctx *C, struct gpa__cu_gq *g, gentry *e, gseg *sg) {
   CUresult r = C->cu.cuGraphCreate(&sg->g, 0);
   CUgraphNode prev = NULL;
+  const char *who = "the segment"; /* the op whose capture the driver refused, for the log */
   for (uint32_t i = 0; r == CUDA_SUCCESS && i < sg->n; i++) {
     if (!g->hold[i].child) continue;
     gstep *st = &e->steps[sg->first + i];
     r = C->cu.cuGraphAddChildGraphNode(&st->node, sg->g, prev ? &prev : NULL, prev ? 1 : 0, g->hold[i].child);
+    if (r != CUDA_SUCCESS && g->hold[i].d) who = g->hold[i].d->name;
     prev = st->node;
   }
   for (uint32_t i = 0; i < g->n_hold; i++) {
@@ -339,7 +341,7 @@ static bool build(gpa__cu_ctx *C, struct gpa__cu_gq *g, gentry *e, gseg *sg) {
   if (r == CUDA_SUCCESS) return true;
   char msg[200];
   gpa__cu_check(C, r, "graph: build/instantiate", msg, sizeof msg);
-  gpa__log(GPA_LOG_DEBUG, C->host.log_level, "cuda: batch '%s': %s", e->label, msg);
+  gpa__log(GPA_LOG_DEBUG, C->host.log_level, "cuda: batch '%s': %s (%s)", e->label, msg, who);
   return false;
 }
 

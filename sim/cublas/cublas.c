@@ -111,6 +111,7 @@ static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
     return CUBLAS_STATUS_INVALID_VALUE;
   if (!type_size(at) || at != bt || (ct != CUDA_R_32F && ct != at)) return CUBLAS_STATUS_NOT_SUPPORTED;
   if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  if (!h->workspace_size) gpa_sim__capture_mem_nodes(h->stream); /* its default pool: cudaMallocAsync */
   gemm_task *g = calloc(1, sizeof *g);
   if (!g) return CUBLAS_STATUS_ALLOC_FAILED;
   *g = (gemm_task){ta, tb, m, n, k, batch, 0, 0, NULL, NULL, a, b, c, at, bt, ct, lda, ldb, ldc, sa, sb, sc};
@@ -163,6 +164,8 @@ EXPORT cublasStatus_t cublasGetVersion(cublasHandle_t h, int *v) {
 EXPORT cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   h->stream = (CUstream)s;
+  h->workspace = NULL; /* as cuBLAS does: back to the default workspace pool */
+  h->workspace_size = 0;
   return CUBLAS_STATUS_SUCCESS;
 }
 

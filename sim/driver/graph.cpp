@@ -195,6 +195,12 @@ GPA_SIM_API CUresult cuGraphAddChildGraphNode(CUgraphNode *out, CUgraph g, const
       for (CUgraphNode n : g->nodes) found |= n == deps[i];
       if (!found) return gpa_sim__fail(CUDA_ERROR_INVALID_VALUE, "cuGraphAddChildGraphNode: a dependency is not a node of the graph");
     }
+    for (CUgraphNode c : child->nodes)
+      for (const gpa_sim_op &op : c->ops)
+        if (op.mem_node)
+          return gpa_sim__fail(CUDA_ERROR_NOT_SUPPORTED, "cuGraphAddChildGraphNode: the child graph holds a memory "
+                                                         "allocation or free node (a captured cuMemAllocAsync or "
+                                                         "cuMemFreeAsync, or cuBLAS without a workspace of its own)");
     CUgraphNode n = new CUgraphNode_st();
     n->ops = flatten(child);
     n->child = true;

@@ -46,3 +46,16 @@ GPA_SIM_API int gpa_sim__device_range_ok(CUdeviceptr p, size_t bytes, char *why,
   snprintf(why, n, "%s", w.c_str());
   return 0;
 }
+
+GPA_SIM_API int gpa_sim__capture_mem_nodes(CUstream h) {
+  int captured = 0;
+  gpa_sim__guard("gpa_sim__capture_mem_nodes", [&]() -> CUresult {
+    GPA_SIM_ENTER(ctx);
+    CUstream_st *s;
+    CUresult r = gpa_sim__stream_get(ctx, h, &s);
+    if (r) return r;
+    captured = gpa_sim__stream_mem_node(s) && gpa_sim__stream_mem_node(s);
+    return CUDA_SUCCESS;
+  });
+  return captured;
+}

@@ -88,6 +88,7 @@ struct gpa_sim_op {
   std::function<CUresult()> fn;
   bool always;  /* runs even after a sticky error (event records, waits, host functions) */
   bool host_fn; /* a cuLaunchHostFunc: its own delay, and skipped after a sticky error on request */
+  bool mem_node = false; /* captured stream-ordered allocation or free: a graph memory node */
 };
 /* A stream is shared by its creator and whoever waits on it: a context-wide
  * synchronization (cuCtxSynchronize, cuMemFree, synchronous copies) of one
@@ -122,10 +123,15 @@ CUresult gpa_sim__stream_create(CUctx_st *ctx, unsigned flags, CUstream_st **out
 void gpa_sim__stream_destroy(CUstream_st *s);
 /* Resolves NULL / CU_STREAM_LEGACY / CU_STREAM_PER_THREAD and checks the handle. */
 CUresult gpa_sim__stream_get(CUctx_st *ctx, CUstream h, CUstream_st **out);
-void gpa_sim__stream_push(CUstream_st *s, std::function<CUresult()> fn, bool always = false, bool host_fn = false);
+void gpa_sim__stream_push(CUstream_st *s, std::function<CUresult()> fn, bool always = false, bool host_fn = false,
+                          bool mem_node = false);
 /* Whether s is capturing; if so, the capture is invalidated (a synchronizing
  * call on a capturing stream: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED). */
 bool gpa_sim__stream_capture_violated(CUstream_st *s);
+/* Whether s is capturing; if so, a memory (allocation or free) node joins
+ * the capture: graph.cpp refuses such a graph as a child, as the driver
+ * does (CUDA_ERROR_NOT_SUPPORTED). */
+bool gpa_sim__stream_mem_node(CUstream_st *s);
 /* Graph faults (graph.cpp), armed by GPA_SIM_FAULT and the control API:
  * which = 0 capture refused, 1 instantiate failing, 2 graph launch failing. */
 void gpa_sim__graph_fault_set(int which, unsigned n);

@@ -153,7 +153,9 @@ GPA_SIM_API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream h) {
     CUstream_st *s;
     CUresult r = gpa_sim__stream_get(ctx, h, &s);
     if (r) return r;
-    return gpa_sim__mem_alloc(p, n, "cuMemAllocAsync");
+    r = gpa_sim__mem_alloc(p, n, "cuMemAllocAsync");
+    if (!r) gpa_sim__stream_mem_node(s); /* captured: an allocation node (allocated at once here) */
+    return r;
   });
 }
 
@@ -172,6 +174,10 @@ GPA_SIM_API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream h) {
     if (!p) return CUDA_SUCCESS;
     if (gpa_sim__mem_check(p, 1, &why) != CUDA_SUCCESS)
       return gpa_sim__failf(CUDA_ERROR_INVALID_VALUE, "cuMemFreeAsync: %s", why.c_str());
+    CUstream_st *s;
+    CUresult r = gpa_sim__stream_get(ctx, h, &s);
+    if (r) return r;
+    gpa_sim__stream_mem_node(s); /* captured: a free node */
     return submit(ctx, h, true, [p](std::string *w) {
       CUresult r = gpa_sim__mem_free(p, "cuMemFreeAsync");
       if (r) *w = "cuMemFreeAsync failed (see above)";

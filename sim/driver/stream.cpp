@@ -152,17 +152,24 @@ CUresult gpa_sim__stream_get(CUctx_st *ctx, CUstream h, CUstream_st **out) {
   return CUDA_SUCCESS;
 }
 
-void gpa_sim__stream_push(CUstream_st *s, std::function<CUresult()> fn, bool always, bool host_fn) {
+void gpa_sim__stream_push(CUstream_st *s, std::function<CUresult()> fn, bool always, bool host_fn, bool mem_node) {
   {
     std::lock_guard<std::mutex> lk(s->mu);
     if (s->cap) { /* captured: it runs when a graph of it is launched */
-      s->cap->push_back(gpa_sim_op{std::move(fn), always, host_fn});
+      s->cap->push_back(gpa_sim_op{std::move(fn), always, host_fn, mem_node});
       return;
     }
     s->q.push_back(gpa_sim_op{std::move(fn), always, host_fn});
     s->pushed++;
   }
   s->cv.notify_one();
+}
+
+bool gpa_sim__stream_mem_node(CUstream_st *s) {
+  std::lock_guard<std::mutex> lk(s->mu);
+  if (!s->cap) return false;
+  s->cap->push_back(gpa_sim_op{[] { return CUDA_SUCCESS; }, false, false, true});
+  return true;
 }
 
 bool gpa_sim__stream_capture_violated(CUstream_st *s) {

@@ -16,6 +16,10 @@ extern "C" {
  * context's status (no context, sticky error, bad stream). */
 CUresult gpa_sim__enqueue(CUstream s, int (*fn)(void *arg, char *why, size_t n), void *arg,
                           void (*free_arg)(void *arg));
+/* cuBLAS 12.2+ without a workspace set takes one from cudaMallocAsync on
+ * the call's stream: when s captures, an allocation and a free node join
+ * the capture (1), else nothing happens (0). */
+int gpa_sim__capture_mem_nodes(CUstream s);
 /* [p, p+bytes) inside one live device allocation; else 0 with the reason. */
 int gpa_sim__device_range_ok(CUdeviceptr p, size_t bytes, char *why, size_t n);
 #ifdef __cplusplus
