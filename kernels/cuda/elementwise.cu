@@ -125,12 +125,76 @@ extern "C" __global__ void gpa_ew_add_broadcast_f32(float *y, const float *x, co
 
 #define K_TANH 0.7978845608028654f /* sqrt(2/pi) */
 #define C_TANH 0.044715f
-#define INV_SQRT2 0.7071067811865476f
 #define INV_SQRT2PI 0.3989422804014327f
+
+/* erf form, a = |x| clamped to 13, phi the normal density:
+ *   Phi(-a) = 0.5 erfc(a / sqrt2) = phi(a) R(a),  phi(a) = exp(-a^2/2) / sqrt(2pi),
+ * R the Mills ratio as P/Q, P of degree 4, Q monic of degree 5 (relative
+ * minimax fit on [0, 13.2], scripts/fit_gelu_mills.py 4 5: 2.5e-8 with the
+ * float coefficients; all positive, so Horner does not cancel), one
+ * MUFU.EX2 and one MUFU.RCP (ex2_normal, rcp_normal); Phi(x) = 1 -
+ * Phi(-a) for x >= 0. Relative, not absolute: the negative tail keeps its
+ * digits (no 1 + erf). Why not erfcf and expf: CUDA's erfcf alone is ~55
+ * instructions with two MUFU.RCP and an EX2 per value (SASS, sm_90), and at
+ * that count the bf16 kernels (4 or 6 bytes per value) were bound by issue,
+ * not memory, on an H100 (0.69 / 0.76 of PyTorch, issue 25); this is ~20.
+ * Error: ex2.approx's (2 ulp) and a^2's roundings in its argument (|y| 1.2e-7,
+ * 2e-6 relative at |x| = 6, where |Phi(x) x| is 6e-9); R, the divide and
+ * the rest a few ulp. gelu'(x) = Phi(x) + x phi(x): both terms carry the
+ * same exp, so its error cancels where they do (x = -0.75). */
+#define MP0 1.245921549e+02f
+#define MP1 1.085170056e+02f
+#define MP2 4.514279988e+01f
+#define MP3 9.951410237e+00f
+#define MP4 1.000014442e+00f
+#define MQ0 9.941015631e+01f
+#define MQ1 1.659019076e+02f
+#define MQ2 1.186838279e+02f
+#define MQ3 4.612624007e+01f
+#define MQ4 9.952151882e+00f
+#define NEG_HALF_LOG2E (-0.72134752044448170368f) /* -log2(e) / 2 */
+
+/* 2^y for y in [-126, 0] and 1/q for q in [1, 2^126]: the MUFU
+ * instructions alone. exp2f and __fdividef add a compare and two predicated
+ * multiplies each for subnormal operands, which gelu_phi's never are (6 of
+ * its ~25 instructions a value). The emulated build (sim) computes them
+ * exactly. */
+static __device__ __forceinline__ float ex2_normal(float y) {
+#ifdef GPA_SIM_EMU
+  return exp2f(y);
+#else
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+  return r;
+#endif
+}
+
+static __device__ __forceinline__ float rcp_normal(float q) {
+#ifdef GPA_SIM_EMU
+  return 1.0f / q;
+#else
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(q));
+  return r;
+#endif
+}
+
+/* Phi(x) in *s, phi(x) in *phi; a = |x| (clamped: fminf gives 13 for a NaN
+ * x, whose NaN the caller's product with x carries) */
+static __device__ __forceinline__ void gelu_phi(float v, float a, float *s, float *phi) {
+  const float e = ex2_normal(a * a * NEG_HALF_LOG2E) * INV_SQRT2PI;
+  const float p = fmaf(fmaf(fmaf(fmaf(MP4, a, MP3), a, MP2), a, MP1), a, MP0);
+  const float q = fmaf(fmaf(fmaf(fmaf(a + MQ4, a, MQ3), a, MQ2), a, MQ1), a, MQ0);
+  const float t = e * (p * rcp_normal(q));
+  *s = v >= 0.0f ? 1.0f - t : t;
+  *phi = e;
+}
 
 static __device__ __forceinline__ float gelu_f(float v, int approximate) {
   if (approximate) return v / (1.0f + expf(-2.0f * K_TANH * (v + C_TANH * v * v * v)));
-  return 0.5f * v * erfcf(-v * INV_SQRT2);
+  float s, phi;
+  gelu_phi(v, fminf(fabsf(v), 13.0f), &s, &phi);
+  return v * s;
 }
 
 static __device__ __forceinline__ float gelu_grad(float v, int approximate) {
@@ -142,7 +206,11 @@ static __device__ __forceinline__ float gelu_grad(float v, int approximate) {
     const float du = K_TANH * (1.0f + 3.0f * C_TANH * v * v);
     return s + 2.0f * v * s * s1 * du;
   }
-  return 0.5f * erfcf(-v * INV_SQRT2) + v * INV_SQRT2PI * expf(-0.5f * v * v);
+  /* x phi(x) with x clamped as a: finite at +-inf (gelu' -> 1 and 0) */
+  const float a = fminf(fabsf(v), 13.0f);
+  float s, phi;
+  gelu_phi(v, a, &s, &phi);
+  return fmaf(copysignf(a, v), phi, s);
 }
 
 extern "C" __global__ void gpa_gelu_fwd_f32(float *y, const float *x, long long n, int approximate, int vec) {
