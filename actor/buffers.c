@@ -18,6 +18,7 @@ typedef struct buf_args {
     struct {
       void *event;
       bool wait;
+      bool posted; /* gpa_queue_wait_event_async: nobody waits for the outcome */
     } ev;
   };
 } buf_args;
@@ -221,16 +222,21 @@ gpa_status gpa_buffer_wrap(gpa_actor *a, const gpa_external_desc *d, gpa_buffer_
 
 static gpa_status event_fn(gpa_actor *a, gpa__msg *m) {
   buf_args *b = (buf_args *)m->params;
+  gpa_status st;
   if (!a->be->external_event) {
     snprintf(m->err, sizeof m->err, "%s: backend %s has no streams: its ops complete in order on the host",
              b->ev.wait ? "gpa_queue_wait_event" : "gpa_queue_record_event", a->be->name);
-    return GPA_EUNSUPPORTED;
+    st = GPA_EUNSUPPORTED;
+  } else {
+    st = a->be->external_event(a->bctx, m->q->s->bq, b->ev.event, b->ev.wait, m->err, sizeof m->err);
   }
-  return a->be->external_event(a->bctx, m->q->s->bq, b->ev.event, b->ev.wait, m->err, sizeof m->err);
+  /* Posted: the queue's batch reports it, as it does a released handle's. */
+  if (st != GPA_OK && b->ev.posted) gpa__batch_fail(&m->q->s->batch, st, m->err);
+  return st;
 }
 
-static gpa_status queue_event(gpa_queue *q, void *event, bool wait) {
-  const char *what = wait ? "gpa_queue_wait_event" : "gpa_queue_record_event";
+static gpa_status queue_event(gpa_queue *q, void *event, bool wait, bool posted) {
+  const char *what = posted ? "gpa_queue_wait_event_async" : wait ? "gpa_queue_wait_event" : "gpa_queue_record_event";
   if (!q || !event) return gpa__fail(GPA_EINVAL, "%s: NULL argument", what);
   gpa_status st = gpa__check_queue(q);
   if (st != GPA_OK) return st;
@@ -240,14 +246,16 @@ static gpa_status queue_event(gpa_queue *q, void *event, bool wait) {
   buf_args *b = (buf_args *)m->params;
   b->ev.event = event;
   b->ev.wait = wait;
+  b->ev.posted = posted;
   m->q = q; /* in the queue's order: after its earlier messages are on the stream */
-  st = gpa__call(q->actor, m);
+  st = posted ? gpa__send(q->actor, m) : gpa__call(q->actor, m);
   gpa__msg_unref(m);
   return st;
 }
 
-gpa_status gpa_queue_wait_event(gpa_queue *q, void *event) { return queue_event(q, event, true); }
-gpa_status gpa_queue_record_event(gpa_queue *q, void *event) { return queue_event(q, event, false); }
+gpa_status gpa_queue_wait_event(gpa_queue *q, void *event) { return queue_event(q, event, true, false); }
+gpa_status gpa_queue_wait_event_async(gpa_queue *q, void *event) { return queue_event(q, event, true, true); }
+gpa_status gpa_queue_record_event(gpa_queue *q, void *event) { return queue_event(q, event, false, false); }
 
 static gpa_status lend_fn(gpa_actor *a, gpa__msg *m) {
   buf_args *b = (buf_args *)m->params;

@@ -148,6 +148,14 @@ static void bad_input(gpa_actor *a) {
     CHECK_ST(gpa_queue_wait_event(q, mem), GPA_EUNSUPPORTED);
     CHECK_ST(gpa_queue_record_event(q, mem), GPA_EUNSUPPORTED);
     CHECK_ST(gpa_queue_wait_event(q, NULL), GPA_EINVAL);
+    CHECK_ST(gpa_queue_wait_event_async(q, NULL), GPA_EINVAL);
+    /* Posted: the refusal comes back through the queue's batch. */
+    CHECK_OK(gpa_batch_begin(q, "posted"));
+    CHECK_OK(gpa_queue_wait_event_async(q, mem));
+    gpa_batch_stats bs = {.size = sizeof bs};
+    CHECK_ST(gpa_sync_batch(q, &bs), GPA_EUNSUPPORTED);
+    CHECK(bs.errors == 1 && bs.first_error == GPA_EUNSUPPORTED);
+    CHECK_MSG("no streams");
     CHECK_ST(gpa_queue_record_event(NULL, mem), GPA_EINVAL);
     /* Pinned host memory is host memory here. */
     d = host_desc(mem, 256, &o);

@@ -131,6 +131,13 @@ int main(void) {
   CHECK(d.event_record(ev, s) == CUDA_SUCCESS);
   CHECK_OK(gpa_queue_wait_event(q, ev));
   CHECK(get1(q, id, (N / 2 - 1) * sizeof(float)) == 5.0f);
+  /* The posted wait orders the same: it returns before the actor ran it, and
+   * the read after it still sees the producer's late write. */
+  union { float f; unsigned u; } six = {.f = 6.0f};
+  CHECK(d.memset32_async(p, six.u, N / 2, s) == CUDA_SUCCESS);
+  CHECK(d.event_record(ev, s) == CUDA_SUCCESS);
+  CHECK_OK(gpa_queue_wait_event_async(q, ev));
+  CHECK(get1(q, id, (N / 2 - 1) * sizeof(float)) == 6.0f);
 
   /* The wrap's ready event: every queue waits before the buffer's first use. */
   CUdeviceptr p2;

@@ -82,6 +82,14 @@ gpa_status gpa_buffer_wrap(gpa_actor *actor, const gpa_external_desc *desc, gpa_
  * (a backend without streams), EDEVICE, ENOMEM, ESHUTDOWN, ETIMEDOUT,
  * ECANCELED. */
 gpa_status gpa_queue_wait_event(gpa_queue *q, void *event);
+/* The same wait, posted without waiting for the actor: it returns once the
+ * message is in the queue's order (no round trip), so a producer that then
+ * submits ops and records an event pays one round trip per exchange, not
+ * two. The wait is on the stream before any later message of q runs. Its
+ * failure (EDEVICE, EUNSUPPORTED) is reported as a released handle's is: by
+ * the queue's batch (gpa_sync_batch's first error). Errors here: EINVAL,
+ * ECLOSED, ENOMEM, ESHUTDOWN, EAGAIN / ETIMEDOUT (mailbox full). */
+gpa_status gpa_queue_wait_event_async(gpa_queue *q, void *event);
 /* Queue-ordered: records `event` (a CUevent of the actor's context) on q's
  * stream after the queue's earlier work. Any thread; returns once it is
  * recorded (a control call). Errors: EINVAL, ECLOSED, EUNSUPPORTED (a

@@ -188,4 +188,5 @@ class BufferLoan(ctypes.Structure):
 buffer_wrap = _fn("gpa_buffer_wrap", c_status, c_p, P(ExternalDesc), P(ctypes.c_uint64))
 buffer_lend = _fn("gpa_buffer_lend", c_status, c_p, ctypes.c_uint64, P(BufferLoan))
 queue_wait_event = _fn("gpa_queue_wait_event", c_status, c_p, c_p)
+queue_wait_event_async = _fn("gpa_queue_wait_event_async", c_status, c_p, c_p)
 queue_record_event = _fn("gpa_queue_record_event", c_status, c_p, c_p)

@@ -399,9 +399,11 @@ class Queue:
         _check(L.infeed(self._p(), feed._p(), outs, len(outputs), _timeout_ns(timeout), ctypes.byref(h)))
         return Handle(h.value, "infeed")
 
-    def wait_event(self, event):
-        """The queue's later work waits for `event` (a CUevent handle, int)."""
-        _check(L.queue_wait_event(self._p(), event))
+    def wait_event(self, event, block=True):
+        """The queue's later work waits for `event` (a CUevent handle, int).
+        block=False posts the wait without a round trip to the actor; a
+        failure then shows at the queue's next sync (gpa_queue_wait_event_async)."""
+        _check((L.queue_wait_event if block else L.queue_wait_event_async)(self._p(), event))
 
     def record_event(self, event):
         """Records `event` (a CUevent handle, int) after the queue's earlier work."""

@@ -17,8 +17,10 @@ actor is done with the memory.
 
 Ordering. On the CPU, run() waits for the op: torch sees the result when it
 returns. On CUDA, the actor's queue waits for an event recorded on torch's
-current stream, and torch's current stream waits for an event recorded
-after the op: no host wait and no device-wide sync. (The CUDA path needs a
+current stream (posted: no round trip), and torch's current stream waits for
+an event recorded after the op (the call's one round trip: the record must
+be on the actor's stream before torch's wait is): no wait for the device
+and no device-wide sync. (The CUDA path needs a
 GPU with a CUDA build of PyTorch; this repository's CI has neither, so only
 the CPU path is tested there.)
 """
@@ -74,7 +76,7 @@ def run(actor, op, inputs=(), outputs=(), attrs=None, queue=None):
     if on_cuda:
         ready = _torch.cuda.Event()
         ready.record(_torch.cuda.current_stream())
-        q.wait_event(_cuda_event_handle(ready))
+        q.wait_event(_cuda_event_handle(ready), block=False)  # ordered before the op; the record below is the round trip
     h = q.submit(op, wrapped[:len(inputs)], wrapped[len(inputs):], attrs)
     if on_cuda:
         done = _torch.cuda.Event()
