@@ -67,6 +67,12 @@ const gpa__op *gpa__registry_find(const gpa_registry *reg, const char *name) {
 
 gpa_registry *gpa_actor_registry(gpa_actor *a) { return a ? &a->registry : NULL; }
 
+/* max_outputs, or 0 where the caller's desc (size) ends before it: fields
+ * added to gpa_op_desc after a caller was built read as 0. */
+static uint32_t desc_max_outputs(const gpa_op_desc *d) {
+  return d->size && d->size < offsetof(gpa_op_desc, max_outputs) + sizeof d->max_outputs ? 0 : d->max_outputs;
+}
+
 static gpa_status check_desc(const gpa_op_desc *d) {
   if (!d->name || !d->name[0]) return gpa__fail(GPA_EINVAL, "gpa_op_register: name is empty");
   if (strlen(d->name) >= GPA_OP_NAME_MAX)
@@ -80,6 +86,9 @@ static gpa_status check_desc(const gpa_op_desc *d) {
   if (d->min_inputs > d->max_inputs || d->max_inputs > GPA__MAX_IN || d->n_outputs > GPA__MAX_OUT)
     return gpa__fail(GPA_EINVAL, "gpa_op_register('%s'): arity must satisfy min_inputs <= max_inputs <= %d, n_outputs <= %d",
                      d->name, GPA__MAX_IN, GPA__MAX_OUT);
+  if (desc_max_outputs(d) && (desc_max_outputs(d) < d->n_outputs || desc_max_outputs(d) > GPA__MAX_OUT))
+    return gpa__fail(GPA_EINVAL, "gpa_op_register('%s'): max_outputs %u must satisfy n_outputs (%u) <= max_outputs <= %d",
+                     d->name, desc_max_outputs(d), d->n_outputs, GPA__MAX_OUT);
   if (d->params_size > GPA_OP_PARAMS_MAX)
     return gpa__fail(GPA_EINVAL, "gpa_op_register('%s'): params_size %u exceeds %d", d->name, d->params_size,
                      GPA_OP_PARAMS_MAX);
@@ -113,8 +122,9 @@ gpa_status gpa_op_register(gpa_registry *reg, const gpa_op_desc *desc) {
   if (st != GPA_OK) return st;
   gpa__op *op = calloc(1, sizeof *op);
   if (!op) return gpa__fail(GPA_ENOMEM, "gpa_op_register: out of memory");
-  op->d = *desc;
+  memcpy(&op->d, desc, desc->size && desc->size < sizeof op->d ? desc->size : sizeof op->d); /* the rest stays 0 */
   op->d.size = sizeof op->d;
+  op->d.max_outputs = desc_max_outputs(desc) > desc->n_outputs ? desc_max_outputs(desc) : desc->n_outputs;
   if (desc->cuda_kernel) {
     snprintf(op->kernel_buf, sizeof op->kernel_buf, "%s", desc->cuda_kernel);
     op->d.cuda_kernel = op->kernel_buf;

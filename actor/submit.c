@@ -96,8 +96,12 @@ GPA__HOT_INLINE gpa_status validate(gpa_actor *a, const gpa__op *op, const gpa_o
     return gpa__fail(GPA_EINVAL, "%s: takes %u to %u inputs, got %u", d->name, d->min_inputs, d->max_inputs,
                      call->n_inputs);
   }
-  if (call->n_outputs != d->n_outputs)
-    return gpa__fail(GPA_EINVAL, "%s: takes %u outputs, got %u", d->name, d->n_outputs, call->n_outputs);
+  if (call->n_outputs < d->n_outputs || call->n_outputs > d->max_outputs) { /* max_outputs: registry.c */
+    if (d->n_outputs == d->max_outputs)
+      return gpa__fail(GPA_EINVAL, "%s: takes %u outputs, got %u", d->name, d->n_outputs, call->n_outputs);
+    return gpa__fail(GPA_EINVAL, "%s: takes %u to %u outputs, got %u", d->name, d->n_outputs, d->max_outputs,
+                     call->n_outputs);
+  }
   if ((call->n_inputs && !call->inputs) || (call->n_outputs && !call->outputs) || (call->n_attrs && !call->attrs))
     return gpa__fail(GPA_EINVAL, "%s: a tensor or attribute array is NULL but its count is not 0", d->name);
   for (uint32_t i = 0; i < call->n_inputs; i++) {

@@ -65,6 +65,59 @@ static gpa_status params_zero(const gpa_op_exec *x) {
   return GPA_OK;
 }
 
+/* Variadic outputs (desc.max_outputs): copies input k into output k. */
+static gpa_status copies_shape(const gpa_op_sig *s, gpa_tensor *out, char *msg, size_t cap) {
+  if (s->n_outputs != s->n_inputs) {
+    snprintf(msg, cap, "copies: one output per input");
+    return GPA_EINVAL;
+  }
+  for (uint32_t i = 0; i < s->n_outputs; i++) out[i] = s->inputs[i];
+  return GPA_OK;
+}
+static gpa_status copies_host(const gpa_op_exec *x) {
+  for (uint32_t i = 0; i < x->n_outputs; i++)
+    memcpy(x->out[i], x->in[i], (size_t)gpa_tensor_numel(&x->inputs[i]) * 4);
+  return GPA_OK;
+}
+
+static void variadic_outputs(gpa_registry *reg, gpa_queue *q, gpa_actor *a) {
+  gpa_op_desc d = {.size = sizeof d, .name = "copies", .min_inputs = 1, .max_inputs = 4, .n_outputs = 1,
+                   .max_outputs = 4, .shape = copies_shape, .host = copies_host};
+  CHECK_OK(gpa_op_register(reg, &d));
+  gpa_tensor x[4], y[4];
+  for (int i = 0; i < 4; i++) {
+    x[i] = tu_f32(a, 3), y[i] = tu_f32(a, 3);
+    float v[3] = {(float)i, (float)i + 0.5f, -1.0f};
+    tu_put(q, &x[i], v, 3);
+  }
+  CHECK_OK(gpa_submit(q, &(gpa_op_call){.op = "copies", .inputs = x, .n_inputs = 3, .outputs = y, .n_outputs = 3},
+                      NULL));
+  float got[3];
+  tu_get(q, &y[2], got, 3);
+  CHECK(got[0] == 2.0f && got[1] == 2.5f);
+  CHECK_ST(gpa_submit(q, &(gpa_op_call){.op = "copies", .inputs = x, .n_inputs = 4, .outputs = y, .n_outputs = 5},
+                      NULL), GPA_EINVAL);
+  CHECK_MSG("takes 1 to 4 outputs, got 5");
+  CHECK_ST(gpa_submit(q, &(gpa_op_call){.op = "copies", .inputs = x, .n_inputs = 1, .outputs = y, .n_outputs = 0},
+                      NULL), GPA_EINVAL);
+  /* n_outputs <= max_outputs <= GPA_MAX_OUTPUTS at registration */
+  gpa_op_desc bad = d;
+  bad.name = "copies_bad", bad.n_outputs = 3, bad.max_outputs = 2;
+  CHECK_ST(gpa_op_register(reg, &bad), GPA_EINVAL);
+  CHECK_MSG("max_outputs");
+  bad.n_outputs = 1, bad.max_outputs = GPA_MAX_OUTPUTS + 1;
+  CHECK_ST(gpa_op_register(reg, &bad), GPA_EINVAL);
+  /* a desc from before max_outputs (its size ends earlier): the field is
+   * not read, the op takes exactly n_outputs */
+  bad.size = (uint32_t)offsetof(gpa_op_desc, max_outputs);
+  bad.max_outputs = 1000;
+  CHECK_OK(gpa_op_register(reg, &bad));
+  CHECK_ST(gpa_submit(q, &(gpa_op_call){.op = "copies_bad", .inputs = x, .n_inputs = 2, .outputs = y, .n_outputs = 2},
+                      NULL), GPA_EINVAL);
+  CHECK_MSG("takes 1 outputs, got 2");
+  CHECK_OK(gpa_sync_batch(q, NULL));
+}
+
 int main(void) {
   gpa_actor *a = tu_actor(NULL);
   gpa_registry *reg = gpa_actor_registry(a);
@@ -167,6 +220,7 @@ int main(void) {
     CHECK_OK(gpa_sync_batch(q, NULL));
   }
   CHECK(zero_calls == 120 && zero_dirty == 0);
+  variadic_outputs(reg, q, a);
 
   /* registries are per actor: another actor does not see my_scale */
   gpa_actor *b = tu_actor(NULL);

@@ -119,6 +119,10 @@ typedef struct gpa_op_desc {
   const char *cuda_kernel;
   gpa_status (*cuda_launch_shape)(const gpa_op_sig *sig, uint32_t grid[3], uint32_t block[3],
                                   uint32_t *shared_bytes);
+  /* Variadic outputs: a call may pass n_outputs..max_outputs outputs (shape
+   * then writes expected_outputs[0..sig->n_outputs)). 0, or a desc whose
+   * size ends before this field: exactly n_outputs. At most GPA_MAX_OUTPUTS. */
+  uint32_t max_outputs;
 } gpa_op_desc;
 
 /* Registers desc (copied, name included). Any thread; takes effect for

@@ -234,9 +234,9 @@ static gpa_status bwd_host(const gpa_op_exec *x) {
 
 static const gpa_op_desc attention_ops[] = {
     {sizeof(gpa_op_desc), "attention_fwd", 3, 4, 2, attn_attrs, 3, sizeof(attn_params), fwd_shape, fwd_host,
-     GPA__CUDA(gpa__attn_fwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
+     GPA__CUDA(gpa__attn_fwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL, 0},
     {sizeof(gpa_op_desc), "attention_bwd", 6, 7, 3, attn_attrs, 3, sizeof(attn_params), bwd_shape, bwd_host,
-     GPA__CUDA(gpa__attn_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
+     GPA__CUDA(gpa__attn_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL, 0},
 };
 GPA__FAMILY(attention, attention_ops);
 

@@ -162,11 +162,11 @@ GPA__BF16_HOST(bwd_host)
 
 static const gpa_op_desc conv1d_ops[] = {
     {sizeof(gpa_op_desc), "conv1d_fwd", 2, 3, 1, conv_attrs, N_CONV_ATTRS, sizeof(conv_params), fwd_shape,
-     fwd_host_any, GPA__CUDA(gpa__conv_fwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
+     fwd_host_any, GPA__CUDA(gpa__conv_fwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL, 0},
     {sizeof(gpa_op_desc), "conv1d_bwd", 3, 3, 3, conv_attrs, N_CONV_ATTRS, sizeof(conv_params), bwd_shape,
-     bwd_host_any, GPA__CUDA(gpa__conv_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
+     bwd_host_any, GPA__CUDA(gpa__conv_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL, 0},
     {sizeof(gpa_op_desc), "conv1d_bwd_nobias", 3, 3, 2, conv_attrs, N_CONV_ATTRS, sizeof(conv_params),
-     bwd_nb_shape, bwd_host_any, GPA__CUDA(gpa__conv_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
+     bwd_nb_shape, bwd_host_any, GPA__CUDA(gpa__conv_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL, 0},
 };
 GPA__FAMILY(conv1d, conv1d_ops);
 

@@ -199,13 +199,13 @@ GPA__BF16_HOST(bwd_host)
 
 static const gpa_op_desc linear_ops[] = {
     {sizeof(gpa_op_desc), "linear_fwd", 2, 3, 1, linear_attrs, 1, sizeof(linear_params), fwd_shape, fwd_host_any,
-     GPA__CUDA(gpa__lin_fwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
+     GPA__CUDA(gpa__lin_fwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL, 0},
     {sizeof(gpa_op_desc), "linear_gelu_fwd", 2, 3, 2, NULL, 0, sizeof(linear_params), gelu_fwd_shape,
-     gelu_fwd_host_any, GPA__CUDA(gpa__lin_gelu_fwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
+     gelu_fwd_host_any, GPA__CUDA(gpa__lin_gelu_fwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL, 0},
     {sizeof(gpa_op_desc), "linear_bwd", 3, 4, 3, linear_bwd_attrs, 2, sizeof(linear_params), bwd_shape, bwd_host_any,
-     GPA__CUDA(gpa__lin_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
+     GPA__CUDA(gpa__lin_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL, 0},
     {sizeof(gpa_op_desc), "linear_bwd_nobias", 3, 4, 2, linear_bwd_attrs, 2, sizeof(linear_params), bwd_nb_shape,
-     bwd_host_any, GPA__CUDA(gpa__lin_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL},
+     bwd_host_any, GPA__CUDA(gpa__lin_bwd_cu), gpa__nn_io_bytes, NULL, NULL, NULL, NULL, 0},
 };
 GPA__FAMILY(linear, linear_ops);
 

@@ -265,9 +265,10 @@ gpa_status gpa_pi_run_direct(gpa_parity *p, const gpa_pcase *c, pdata *ins, pdat
     snprintf(msg, ms, "op '%s' not registered", c->op);
     return GPA_ENOTFOUND;
   }
-  if (c->n_in < op->d.min_inputs || c->n_in > op->d.max_inputs || c->n_out != op->d.n_outputs) {
-    snprintf(msg, ms, "%s: takes %u..%u inputs and %u outputs, got %u and %u", c->op, op->d.min_inputs,
-             op->d.max_inputs, op->d.n_outputs, c->n_in, c->n_out);
+  if (c->n_in < op->d.min_inputs || c->n_in > op->d.max_inputs || c->n_out < op->d.n_outputs ||
+      c->n_out > op->d.max_outputs) {
+    snprintf(msg, ms, "%s: takes %u..%u inputs and %u..%u outputs, got %u and %u", c->op, op->d.min_inputs,
+             op->d.max_inputs, op->d.n_outputs, op->d.max_outputs, c->n_in, c->n_out);
     return GPA_EINVAL;
   }
   unsigned char params[GPA_OP_PARAMS_MAX];
