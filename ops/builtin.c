@@ -12,6 +12,7 @@
   X(embedding)              \
   X(metrics)                \
   X(optim)                  \
+  X(optim_multi)            \
   X(attention)              \
   X(cast)
 

@@ -9,14 +9,28 @@ typedef struct gpa__opt_params {
   int64_t step, nesterov;
 } gpa__opt_params;
 
+/* adamw_multi (adamw_multi.c): adamw's attributes, and decay_mask (bit k:
+ * tensor k takes weight_decay; -1: all). */
+typedef struct gpa__adamw_multi_params {
+  double lr, beta1, beta2, eps, weight_decay;
+  int64_t step, decay_mask;
+} gpa__adamw_multi_params;
+
+/* tensor k's weight decay under the call's decay_mask */
+static inline double gpa__adamw_multi_wd(const gpa__adamw_multi_params *p, uint32_t k) {
+  return p->decay_mask < 0 || (p->decay_mask >> k & 1) ? p->weight_decay : 0.0;
+}
+
 gpa_status gpa__adamw_cu(const gpa_op_exec *x);
 gpa_status gpa__sgd_cu(const gpa_op_exec *x);
+gpa_status gpa__adamw_multi_cu(const gpa_op_exec *x);
 
 /* K(id, module, kernel name) */
 #define GPA__CU_KERNELS_OPTIM(K)    \
   K(ADAMW, ew, gpa_adamw_f32)       \
   K(SGD, ew, gpa_sgd_f32)           \
   K(ADAMW_BF, ew, gpa_adamw_bf16)   \
-  K(SGD_BF, ew, gpa_sgd_bf16)
+  K(SGD_BF, ew, gpa_sgd_bf16)       \
+  K(ADAMW_MULTI, ew, gpa_adamw_multi_f32)
 
 #endif

@@ -36,10 +36,11 @@ static const char *const OPS[] = {
     "add_broadcast_fwd", "add_broadcast_bwd", "gelu_fwd", "gelu_bwd", "layernorm_fwd", "layernorm_bwd", "linear_fwd",
     "linear_gelu_fwd", "linear_bwd", "linear_bwd_nobias", "conv1d_fwd", "conv1d_bwd", "conv1d_bwd_nobias",
     "embedding_fwd", "embedding_bwd", "cross_entropy_fwd", "cross_entropy_bwd", "mse", "cosine", "adamw", "sgd",
+    "adamw_multi",
     "attention_fwd", "attention_bwd", "no_such_op", ""};
 static const char *const ATTRS[] = {"value", "alpha", "eps", "approximate", "gelu", "stride", "padding", "dilation",
                                     "groups", "causal", "scale", "ignore_index", "lr", "beta1", "beta2",
-                                    "weight_decay", "step", "momentum", "nesterov", "accumulate", "bogus"};
+                                    "weight_decay", "step", "momentum", "nesterov", "accumulate", "decay_mask", "bogus"};
 #define COUNT(x) (sizeof x / sizeof x[0])
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {

@@ -1,0 +1,134 @@
+/* adamw_multi: one AdamW step over up to 16 tensors in one message (and one
+ * kernel launch on CUDA), as torch.optim.AdamW(fused=True) or
+ * foreach=True does for a parameter group. A trainer's optimizer step is
+ * otherwise one message per parameter tensor (the main job's: 28 a step).
+ *   in:  param_k, grad_k, m_k, v_k for k = 0..count-1 (f32; each tensor's
+ *        four of one shape; shapes differ between tensors)
+ *   out: param_k', m_k', v_k' (3 per tensor; the same tensor as the input
+ *        to update in place, as adamw)
+ *   attrs: adamw's (lr, beta1, beta2, eps, weight_decay, step), shared, and
+ *        decay_mask (int, default -1 = all): bit k set = tensor k takes
+ *        weight_decay, clear = none (PyTorch's no-decay parameter group,
+ *        for norms and biases, in the same call)
+ * Each tensor's result is adamw's on it, bit for bit: the host runs adamw's
+ * kernel per tensor; CUDA runs adamw's per-element code (elementwise.cu).
+ * The tensors must not overlap each other's memory (they are updated in
+ * parallel); bf16 storage stays with adamw. */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "kernels/cuda/adamw_multi.h"
+#include "kernels/host/optim.h"
+#include "ops/optim/optim.h"
+
+typedef gpa__adamw_multi_params mparams;
+
+#define OFF(f) offsetof(mparams, f)
+static const gpa_attr_spec multi_attrs[] = {
+    {"lr", GPA_ATTR_FLOAT, 1, OFF(lr), 0, 0.0, 0.0, 1e6},
+    {"beta1", GPA_ATTR_FLOAT, 0, OFF(beta1), 0, 0.9, 0.0, 0.999999},
+    {"beta2", GPA_ATTR_FLOAT, 0, OFF(beta2), 0, 0.999, 0.0, 0.999999},
+    {"eps", GPA_ATTR_FLOAT, 0, OFF(eps), 0, 1e-8, 0.0, 1.0},
+    {"weight_decay", GPA_ATTR_FLOAT, 0, OFF(weight_decay), 0, 0.01, 0.0, 1e6},
+    {"step", GPA_ATTR_INT, 1, OFF(step), 0, 0.0, 1.0, 9.2e18},
+    {"decay_mask", GPA_ATTR_INT, 0, OFF(decay_mask), -1, 0.0, -1.0, (double)((1 << GPA_ADAMW_MULTI_MAX) - 1)},
+};
+
+static const char *const in_role[4] = {"param", "grad", "m", "v"};
+static const char *const out_role[3] = {"param'", "m'", "v'"};
+
+/* a and b share bytes (views of one buffer) */
+static int meets(const gpa_tensor *a, const gpa_tensor *b) {
+  if (a->buffer != b->buffer) return 0;
+  uint64_t an = (uint64_t)gpa__chk_numel(a) * 4u, bn = (uint64_t)gpa__chk_numel(b) * 4u;
+  return an && bn && a->offset < b->offset + bn && b->offset < a->offset + an;
+}
+
+/* What tensor j writes against what tensor k (k > j) reads or writes, and
+ * k's writes against j's reads: the tensors run in parallel on CUDA, so
+ * any shared byte would make the result depend on the schedule. Reads may
+ * share (two tensors of one gradient are fine, if odd). */
+static gpa_status check_apart(const gpa_op_sig *s, uint32_t count, char *msg, size_t ms) {
+  for (uint32_t k = 1; k < count; k++)
+    for (uint32_t j = 0; j < k; j++)
+      for (uint32_t w = 0; w < 3; w++)
+        for (uint32_t r = 0; r < 7; r++) {
+          const gpa_tensor *wj = &s->outputs[3 * j + w], *wk = &s->outputs[3 * k + w];
+          const gpa_tensor *rk = r < 4 ? &s->inputs[4 * k + r] : &s->outputs[3 * k + r - 4];
+          const gpa_tensor *rj = r < 4 ? &s->inputs[4 * j + r] : NULL;
+          uint32_t a = j, b = k;
+          const char *an = out_role[w], *bn = r < 4 ? in_role[r] : out_role[r - 4];
+          int hit = meets(wj, rk);
+          if (!hit && rj && meets(wk, rj)) hit = 1, a = k, b = j;
+          if (hit) {
+            snprintf(msg, ms, "adamw_multi: tensor %u's %s overlaps tensor %u's %s (the tensors are updated in "
+                     "parallel: each needs memory of its own)", a, an, b, bn);
+            return GPA_EINVAL;
+          }
+        }
+  return GPA_OK;
+}
+
+static gpa_status multi_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  const mparams *pa = s->params;
+  const uint32_t count = s->n_inputs / 4;
+  if (s->n_inputs % 4) {
+    snprintf(msg, ms, "adamw_multi: inputs come in fours (param, grad, m, v per tensor), got %u", s->n_inputs);
+    return GPA_EINVAL;
+  }
+  if (s->n_outputs != 3 * count) {
+    snprintf(msg, ms, "adamw_multi: %u tensors take %u outputs (param', m', v' per tensor), got %u", count,
+             3 * count, s->n_outputs);
+    return GPA_EINVAL;
+  }
+  if (pa->decay_mask >= 0 && pa->decay_mask >> count) {
+    snprintf(msg, ms, "adamw_multi: decay_mask 0x%" PRIx64 " names tensors past the call's %u", (uint64_t)pa->decay_mask,
+             count);
+    return GPA_EINVAL;
+  }
+  char names[4][24];
+  for (uint32_t k = 0; k < count; k++) {
+    const gpa_tensor *p = &s->inputs[4 * k];
+    for (int r = 0; r < 4; r++) snprintf(names[r], sizeof names[r], "%s[%u]", in_role[r], k);
+    if (p->dtype == GPA_BF16 || s->inputs[4 * k + 1].dtype == GPA_BF16) {
+      snprintf(msg, ms, "adamw_multi: %s is bf16; adamw_multi takes f32 tensors (bf16 params or grads: adamw)",
+               names[p->dtype == GPA_BF16 ? 0 : 1]);
+      return GPA_EDTYPE;
+    }
+    GPA__CHK(gpa__chk_dtype("adamw_multi", names[0], p, GPA_F32, 0, msg, ms));
+    for (int r = 1; r < 4; r++)
+      GPA__CHK(gpa__chk_f32_like("adamw_multi", names[r], &s->inputs[4 * k + r], p, names[0], msg, ms));
+    for (int o = 0; o < 3; o++) gpa__chk_set(&e[3 * k + o], GPA_F32, p->rank, p->shape);
+  }
+  /* outputs of the wrong shape fail the runtime's comparison before any
+   * kernel runs; overlap is judged on the outputs given */
+  for (uint32_t k = 0; k < count; k++)
+    for (int o = 0; o < 3; o++)
+      if (gpa__chk_numel(&s->outputs[3 * k + o]) != gpa__chk_numel(&s->inputs[4 * k])) return GPA_OK;
+  return check_apart(s, count, msg, ms);
+}
+
+static gpa_status multi_host(const gpa_op_exec *x) {
+  const mparams *pa = x->params;
+  gpa__par par = gpa__ops_par(x->env);
+  for (uint32_t k = 0; k < x->n_inputs / 4; k++) {
+    gpa__adamw_hp hp = {pa->lr, pa->beta1, pa->beta2, pa->eps, gpa__adamw_multi_wd(pa, k), pa->step};
+    void *const *in = x->in + 4 * k, *const *out = x->out + 3 * k;
+    gpa__adamw_f32(&par, out[0], out[1], out[2], in[0], in[1], in[2], in[3], gpa__chk_numel(&x->inputs[4 * k]), &hp);
+  }
+  return GPA_OK;
+}
+
+static uint64_t multi_bytes(const gpa_op_sig *s) {
+  uint64_t n = 0;
+  for (uint32_t k = 0; k + 4 <= s->n_inputs; k += 4) n += (uint64_t)gpa__chk_numel(&s->inputs[k]);
+  return 28u * n;
+}
+
+static const gpa_op_desc multi_ops[] = {
+    {.size = sizeof(gpa_op_desc), .name = "adamw_multi", .min_inputs = 4, .max_inputs = 4 * GPA_ADAMW_MULTI_MAX,
+     .n_outputs = 3, .max_outputs = 3 * GPA_ADAMW_MULTI_MAX, .attrs = multi_attrs, .n_attrs = 7,
+     .params_size = sizeof(mparams), .shape = multi_shape, .host = multi_host,
+     .cuda = GPA__CUDA(gpa__adamw_multi_cu), .bytes_moved = multi_bytes},
+};
+GPA__FAMILY(optim_multi, multi_ops);

@@ -1,0 +1,214 @@
+/* adamw_multi against adamw, bit for bit, on the device GPA_DEVICE selects:
+ * two copies of the same parameters and moments, one stepped by adamw per
+ * tensor, the other by adamw_multi calls over the same tensors, several
+ * steps, with a decay mask, odd sizes (0, 1, 7, 17, 65539), a view 4 bytes
+ * into its buffer (no 16-byte accesses for that tensor, float4 for the
+ * rest of the call), empty tensors in the middle and at the end of a call,
+ * in place and out of place. Then bad input: each gets its status and a
+ * message that names the problem. */
+#include <math.h>
+
+#include "util/testutil.h"
+
+enum { MAXT = 16 };
+
+typedef struct set {
+  gpa_tensor p[MAXT], m[MAXT], v[MAXT];
+} set;
+
+static gpa_actor *A;
+static gpa_queue *Q;
+static int64_t len[MAXT];
+static gpa_tensor grad[MAXT];
+
+/* a tensor of n floats, `skew` floats into a buffer of its own */
+static gpa_tensor f32_at(int64_t n, int skew) {
+  gpa_tensor t = tu_f32(A, n + skew);
+  t.offset = (uint64_t)skew * 4;
+  t.shape[0] = n;
+  return t;
+}
+
+static float urand(uint64_t *s, float lo, float hi) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return lo + (hi - lo) * (float)((*s >> 40) / 16777216.0);
+}
+
+static void put_rand(const gpa_tensor *t, int64_t n, uint64_t seed, float lo, float hi) {
+  if (!n) return;
+  float *h = malloc((size_t)(n ? n : 1) * 4);
+  for (int64_t i = 0; i < n; i++) h[i] = urand(&seed, lo, hi);
+  tu_put(Q, t, h, n);
+  free(h);
+}
+
+static void set_init(set *s, int count, int skew_k) {
+  for (int k = 0; k < count; k++) {
+    int skew = k == skew_k;
+    s->p[k] = f32_at(len[k], skew), s->m[k] = f32_at(len[k], skew), s->v[k] = f32_at(len[k], skew);
+    put_rand(&s->p[k], len[k], 11 + (uint64_t)k, -1, 1);
+    put_rand(&s->m[k], len[k], 101 + (uint64_t)k, -0.1f, 0.1f);
+    put_rand(&s->v[k], len[k], 1001 + (uint64_t)k, 0, 0.01f);
+  }
+}
+
+static gpa_attr hp[7];
+static void set_hp(int64_t step, int64_t mask) {
+  gpa_attr h[7] = {{"lr", GPA_ATTR_FLOAT, 0, 1e-3},        {"beta1", GPA_ATTR_FLOAT, 0, 0.85},
+                   {"beta2", GPA_ATTR_FLOAT, 0, 0.98},      {"eps", GPA_ATTR_FLOAT, 0, 1e-7},
+                   {"weight_decay", GPA_ATTR_FLOAT, 0, 0.1}, {"step", GPA_ATTR_INT, step, 0},
+                   {"decay_mask", GPA_ATTR_INT, mask, 0}};
+  memcpy(hp, h, sizeof h);
+}
+
+/* tensor k by adamw, its weight decay 0 where mask leaves it out */
+static void step_one(const set *in, const set *out, int k, int64_t mask) {
+  gpa_attr h[6];
+  memcpy(h, hp, sizeof h);
+  if (!(mask >> k & 1)) h[4].f = 0.0;
+  gpa_tensor i4[4] = {in->p[k], grad[k], in->m[k], in->v[k]}, o3[3] = {out->p[k], out->m[k], out->v[k]};
+  CHECK_OK(gpa_submit(Q, &(gpa_op_call){"adamw", i4, 4, o3, 3, h, 6}, NULL));
+}
+
+static gpa_status step_multi(const set *in, const set *out, int k0, int count) {
+  gpa_tensor i4[4 * MAXT], o3[3 * MAXT];
+  for (int j = 0; j < count; j++) {
+    int k = k0 + j;
+    i4[4 * j] = in->p[k], i4[4 * j + 1] = grad[k], i4[4 * j + 2] = in->m[k], i4[4 * j + 3] = in->v[k];
+    o3[3 * j] = out->p[k], o3[3 * j + 1] = out->m[k], o3[3 * j + 2] = out->v[k];
+  }
+  return gpa_submit(Q, &(gpa_op_call){"adamw_multi", i4, 4 * (uint32_t)count, o3, 3 * (uint32_t)count, hp, 7}, NULL);
+}
+
+/* every tensor of a and b the same bits; returns how many elements of a's
+ * params differ from `before` (the step must have moved them) */
+static int64_t same_bits(const set *a, const set *b, int count, const set *before) {
+  int64_t moved = 0;
+  for (int k = 0; k < count; k++) {
+    int64_t n = len[k];
+    if (!n) continue;
+    float *x = malloc((size_t)(n ? n : 1) * 4), *y = malloc((size_t)(n ? n : 1) * 4);
+    const gpa_tensor *ta[3] = {&a->p[k], &a->m[k], &a->v[k]}, *tb[3] = {&b->p[k], &b->m[k], &b->v[k]};
+    for (int r = 0; r < 3; r++) {
+      tu_get(Q, ta[r], x, n);
+      tu_get(Q, tb[r], y, n);
+      if (memcmp(x, y, (size_t)n * 4)) {
+        int64_t i = 0;
+        while (x[i] == y[i]) i++;
+        fprintf(stderr, "tensor %d (%lld floats) role %d differs at %lld: adamw %.9g, adamw_multi %.9g\n", k,
+                (long long)n, r, (long long)i, x[i], y[i]);
+        exit(1);
+      }
+    }
+    if (before) {
+      tu_get(Q, &before->p[k], y, n);
+      tu_get(Q, &a->p[k], x, n);
+      for (int64_t i = 0; i < n; i++) moved += x[i] != y[i];
+    }
+    free(x);
+    free(y);
+  }
+  return moved;
+}
+
+static void parity(void) {
+  /* 16 tensors: odd sizes, empties at 5 and 15 (the last), one large enough
+   * for many blocks; tensor 3 starts 4 bytes into its buffers */
+  const int64_t sizes[MAXT] = {96, 1, 7, 17, 1000, 0, 65539, 16, 3, 4099, 96 * 96 * 3, 5, 12, 257, 2, 0};
+  int64_t total = 0;
+  for (int k = 0; k < MAXT; k++) {
+    len[k] = sizes[k], total += sizes[k];
+    grad[k] = f32_at(len[k], k == 3);
+    put_rand(&grad[k], len[k], 7 + (uint64_t)k, -1, 1);
+  }
+  set a, b, o1, o2;
+  set_init(&a, MAXT, 3);
+  set_init(&b, MAXT, 3);
+  const int64_t mask = 0x5A3D; /* some tensors without weight decay */
+  for (int64_t step = 1; step <= 3; step++) {
+    set_hp(step, mask);
+    for (int k = 0; k < MAXT; k++) step_one(&a, &a, k, mask);
+    CHECK_OK(step_multi(&b, &b, 0, MAXT));
+    CHECK_OK(gpa_sync_batch(Q, NULL));
+  }
+  same_bits(&a, &b, MAXT, NULL);
+  /* out of place, in calls of 1, 3 and 12 tensors (tensor 15 empty last) */
+  set_init(&o1, MAXT, -1);
+  set_init(&o2, MAXT, -1);
+  set_hp(4, -1); /* -1: every tensor decays */
+  for (int k = 0; k < MAXT; k++) step_one(&a, &o1, k, -1);
+  CHECK_OK(step_multi(&b, &o2, 0, 1));
+  CHECK_OK(step_multi(&b, &o2, 1, 3));
+  set_hp(4, 0xFFF); /* the same for the 12 tensors from 4 on: bits 0..11 */
+  CHECK_OK(step_multi(&b, &o2, 4, 12));
+  CHECK_OK(gpa_sync_batch(Q, NULL));
+  int64_t moved = same_bits(&o1, &o2, MAXT, &a);
+  CHECK(moved > total / 2); /* the step changed the parameters */
+  same_bits(&a, &b, MAXT, NULL); /* the inputs were left alone */
+  printf("adamw_multi: %d tensors (%lld floats), 4 steps, bitwise equal to adamw; %lld params moved\n", MAXT,
+         (long long)total, (long long)moved);
+}
+
+static void expect(gpa_op_call c, gpa_status want, const char *needle) {
+  CHECK_ST(gpa_submit(Q, &c, NULL), want);
+  CHECK_MSG(needle);
+}
+
+static void bad_input(void) {
+  gpa_tensor t[8], o[6];
+  for (int i = 0; i < 8; i++) t[i] = tu_f32(A, 5);
+  for (int i = 0; i < 6; i++) o[i] = tu_f32(A, 5);
+  set_hp(1, -1);
+  expect((gpa_op_call){"adamw_multi", t, 6, o, 3, hp, 7}, GPA_EINVAL, "inputs come in fours");
+  expect((gpa_op_call){"adamw_multi", t, 8, o, 3, hp, 7}, GPA_EINVAL, "2 tensors take 6 outputs");
+  gpa_tensor many[68];
+  for (int i = 0; i < 68; i++) many[i] = t[i % 8];
+  expect((gpa_op_call){"adamw_multi", many, 68, o, 6, hp, 7}, GPA_EINVAL, "takes 4 to 64 inputs");
+  expect((gpa_op_call){"adamw_multi", t, 4, o, 3, hp, 5}, GPA_EINVAL, "step"); /* step missing */
+  set_hp(1, 4);                                                                /* bit 2: a third tensor */
+  expect((gpa_op_call){"adamw_multi", t, 8, o, 6, hp, 7}, GPA_EINVAL, "decay_mask 0x4");
+  set_hp(1, -2);
+  expect((gpa_op_call){"adamw_multi", t, 4, o, 3, hp, 7}, GPA_ERANGE, "decay_mask");
+  set_hp(1, -1);
+  gpa_tensor s[8];
+  memcpy(s, t, sizeof s);
+  s[5].shape[0] = 4; /* grad[1] */
+  expect((gpa_op_call){"adamw_multi", s, 8, o, 6, hp, 7}, GPA_ESHAPE, "grad[1]");
+  memcpy(s, t, sizeof s);
+  s[6].dtype = GPA_I32; /* m[1] */
+  expect((gpa_op_call){"adamw_multi", s, 8, o, 6, hp, 7}, GPA_EDTYPE, "m[1]");
+  memcpy(s, t, sizeof s);
+  s[4].dtype = GPA_BF16, s[4].shape[0] = 10; /* param[1] bf16 (10 bf16 in 20 bytes) */
+  expect((gpa_op_call){"adamw_multi", s, 8, o, 6, hp, 7}, GPA_EDTYPE, "param[1] is bf16");
+  gpa_tensor os[6];
+  memcpy(os, o, sizeof os);
+  os[4].shape[0] = 4; /* m'[1] */
+  expect((gpa_op_call){"adamw_multi", t, 8, os, 6, hp, 7}, GPA_ESHAPE, "outputs[4]");
+  /* the same parameter twice, in place: two writers of one memory */
+  gpa_tensor twice[8] = {t[0], t[1], t[2], t[3], t[0], t[5], t[6], t[7]};
+  gpa_tensor tw_out[6] = {t[0], t[2], t[3], t[0], t[6], t[7]};
+  expect((gpa_op_call){"adamw_multi", twice, 8, tw_out, 6, hp, 7}, GPA_EINVAL,
+         "tensor 0's param' overlaps tensor 1's param");
+  /* tensor 1's v' is a view that reaches into tensor 0's grad */
+  gpa_tensor big = tu_f32(A, 8), in2[8], out2[6];
+  memcpy(in2, t, sizeof in2);
+  in2[1] = big; /* grad[0] = big[0..5) */
+  in2[1].shape[0] = 5;
+  memcpy(out2, o, sizeof out2);
+  out2[5] = big, out2[5].offset = 12, out2[5].shape[0] = 5; /* v'[1] = big[3..8) */
+  expect((gpa_op_call){"adamw_multi", in2, 8, out2, 6, hp, 7}, GPA_EINVAL, "tensor 1's v' overlaps tensor 0's grad");
+  /* two tensors may read one gradient */
+  gpa_tensor share[8] = {t[0], t[1], t[2], t[3], t[4], t[1], t[6], t[7]};
+  CHECK_OK(gpa_submit(Q, &(gpa_op_call){"adamw_multi", share, 8, o, 6, hp, 7}, NULL));
+  CHECK_OK(gpa_sync_batch(Q, NULL));
+}
+
+int main(void) {
+  A = tu_actor(NULL);
+  Q = gpa_actor_default_queue(A);
+  parity();
+  bad_input();
+  CHECK_OK(gpa_actor_destroy(A));
+  printf("adamw_multi: ok\n");
+  return 0;
+}
