@@ -194,7 +194,7 @@ int lm_dp_step(lm_dp *d, const int32_t *ids, const int32_t *tg, double lr, doubl
       g.offset = (uint64_t)b->lo * sizeof(float);
       g.shape[0] = b->hi - b->lo;
       if ((st = gpa_allreduce(d->q2[r], d->c[r], &g, &g, GPA_REDUCE_AVG, NULL))) fail(d, st, "gpa_allreduce");
-      for (int i = b->hi_param; i >= b->lo_param; i--) lm_adamw_param(&d->m[r], d->q2[r], &d->m[r].params[i], lr, wd, step);
+      lm_adamw_range(&d->m[r], d->q2[r], b->lo_param, b->hi_param, lr, wd, step);
     }
   /* The loss averaged over the ranks, after the buckets on the same queue:
    * every rank issues the communicator's collectives in one order (the last

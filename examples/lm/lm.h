@@ -120,11 +120,12 @@ void lm_upload_batch(lm_model *m, const int32_t *ids, const int32_t *targets);
 void lm_forward(lm_model *m);
 /* Submits the backward pass: every parameter's gradient into its .g. */
 void lm_backward(lm_model *m);
-/* Submits one AdamW step over every parameter (step is 1-based). */
+/* Submits one AdamW step over every parameter (step is 1-based): one
+ * adamw_multi message per 16 parameters, weight decay on the matrices. */
 void lm_adamw(lm_model *m, double lr, double weight_decay, int step);
-/* The same for one parameter, on queue q (data-parallel: a bucket's, on the
- * queue that reduced its gradients). */
-void lm_adamw_param(lm_model *m, gpa_queue *q, lm_param *p, double lr, double weight_decay, int step);
+/* The same for params[lo..hi], on queue q (data-parallel: a bucket's, on
+ * the queue that reduced its gradients). */
+void lm_adamw_range(lm_model *m, gpa_queue *q, int lo, int hi, double lr, double weight_decay, int step);
 /* Reports the first submit error, if any (returns nonzero then). */
 int lm_failed(const lm_model *m, const char *prog);
 

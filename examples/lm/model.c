@@ -440,16 +440,31 @@ void lm_backward(lm_model *m) {
 }
 
 void lm_adamw(lm_model *m, double lr, double weight_decay, int step) {
-  for (int i = 0; i < m->n_params; i++) lm_adamw_param(m, m->q, &m->params[i], lr, weight_decay, step);
+  lm_adamw_range(m, m->q, 0, m->n_params - 1, lr, weight_decay, step);
 }
 
-void lm_adamw_param(lm_model *m, gpa_queue *q, lm_param *p, double lr, double weight_decay, int step) {
-  gpa_attr hp[3] = {{"lr", GPA_ATTR_FLOAT, 0, lr},
-                    {"step", GPA_ATTR_INT, step, 0},
-                    {"weight_decay", GPA_ATTR_FLOAT, 0, p->decay ? weight_decay : 0.0}};
-  gpa_tensor in[4] = {p->p, p->g, p->m, p->v}, out[3] = {p->p, p->m, p->v};
-  if (m->err) return;
-  gpa_op_call c = {"adamw", in, 4, out, 3, hp, 3};
-  gpa_status st = gpa_submit(q, &c, NULL);
-  if (st) fail(m, st, "adamw");
+/* adamw_multi over up to 16 parameters a message (its limit: 64 inputs,
+ * four per tensor), matrices decayed through decay_mask: the main job's 28
+ * tensors in 2 messages (one adamw message each before; the same bits). */
+enum { LM_ADAMW_GROUP = 16 };
+
+void lm_adamw_range(lm_model *m, gpa_queue *q, int lo, int hi, double lr, double weight_decay, int step) {
+  for (int i0 = lo; i0 <= hi && !m->err; i0 += LM_ADAMW_GROUP) {
+    int n = hi - i0 + 1 < LM_ADAMW_GROUP ? hi - i0 + 1 : LM_ADAMW_GROUP;
+    gpa_tensor in[4 * LM_ADAMW_GROUP], out[3 * LM_ADAMW_GROUP];
+    int64_t mask = 0;
+    for (int k = 0; k < n; k++) {
+      const lm_param *p = &m->params[i0 + k];
+      in[4 * k] = p->p, in[4 * k + 1] = p->g, in[4 * k + 2] = p->m, in[4 * k + 3] = p->v;
+      out[3 * k] = p->p, out[3 * k + 1] = p->m, out[3 * k + 2] = p->v;
+      mask |= (int64_t)p->decay << k;
+    }
+    gpa_attr hp[4] = {{"lr", GPA_ATTR_FLOAT, 0, lr},
+                      {"step", GPA_ATTR_INT, step, 0},
+                      {"weight_decay", GPA_ATTR_FLOAT, 0, weight_decay},
+                      {"decay_mask", GPA_ATTR_INT, mask, 0}};
+    gpa_op_call c = {"adamw_multi", in, 4 * (uint32_t)n, out, 3 * (uint32_t)n, hp, 4};
+    gpa_status st = gpa_submit(q, &c, NULL);
+    if (st) fail(m, st, "adamw_multi");
+  }
 }
