@@ -109,7 +109,10 @@ static gpa_pcase pair(const char *op, uint32_t rank, const int64_t *shape, int s
 int main(void) {
   gpa_parity *p = gpa_parity_open("parity_metrics");
   int large = gpa_parity_large(p);
-  const int64_t shapes[][2] = {{1, 1}, {1, 2}, {3, 5}, {7, 13}, {0, 4}, {16, 1000}, {5, 1025}, {3, 32000}};
+  /* 1024 and 4096 wide (f32), 2048 and 4096 (bf16): cross_entropy_bwd's
+   * block-per-row kernel on CUDA (rows of 4 KiB and more) */
+  const int64_t shapes[][2] = {{1, 1}, {1, 2}, {3, 5}, {7, 13}, {0, 4}, {16, 1000}, {5, 1025}, {3, 32000},
+                               {3, 1024}, {5, 4096}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     int64_t N = shapes[i][0], V = shapes[i][1];
     gpa_pgrad g = {.op = "cross_entropy_bwd", .n_dy = 1, .n_in = 2, .in = {{GPA_PSRC_FWD_IN, 0}, {GPA_PSRC_FWD_IN, 1}},
@@ -130,7 +133,7 @@ int main(void) {
     gpa_pcase_attr_float(&c, "scale", 0.5);
     gpa_parity_check(p, &c);
   }
-  const int64_t bshapes[][2] = {{1, 1}, {3, 5}, {0, 4}, {16, 1000}, {5, 1025}, {3, 32000}};
+  const int64_t bshapes[][2] = {{1, 1}, {3, 5}, {0, 4}, {16, 1000}, {5, 1025}, {3, 32000}, {3, 2048}, {5, 4096}};
   for (size_t i = 0; i < sizeof bshapes / sizeof bshapes[0]; i++) {
     int64_t N = bshapes[i][0], V = bshapes[i][1];
     gpa_pcase c = ce_bf("cross_entropy_fwd", N, V, 0, V - 1, 4);

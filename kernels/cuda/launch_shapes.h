@@ -11,4 +11,8 @@
  * (norm.cu's shared arrays, ops/layernorm/cuda.c's block). */
 #define GPA_LN_SLICES 8
 
+/* 16-byte vectors a thread of cross_entropy_bwd's block-per-row kernel
+ * (metrics.cu ce_bwd_row's registers, ops/metrics/cuda.c's block size). */
+#define GPA_CE_ROW_NV 4
+
 #endif

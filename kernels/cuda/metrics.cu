@@ -7,6 +7,7 @@
  * writes bf16 dlogits (rounded once): the same template bodies. */
 #include "gpa_bf16.h"
 #include "gpa_rows.h"
+#include "launch_shapes.h"
 
 #define THREADS 256 /* gpa_sum_final, gpa_ce_count: one block */
 
@@ -134,6 +135,113 @@ extern "C" __global__ void gpa_ce_bwd(float *dl, const float *logits, const int 
 extern "C" __global__ void gpa_ce_bwd_bf16(gpa_bf16 *dl, const gpa_bf16 *logits, const int *tg, const long long *cnt,
                                            long long n, long long v, long long ignore, double scale, int g) {
   ce_bwd(dl, logits, tg, cnt, n, v, ignore, scale, g);
+}
+
+/* ---- backward, one block per row, the row held in registers -----------
+ * The lane-group ce_bwd above reads each row twice (statistics, then the
+ * gradient); at 16384 x 4096 f32 its warps' rows in flight (~64 per SM of
+ * 16 KiB, ~135 MB over an H100) are more than L2 holds, so the second read
+ * comes from DRAM: 3 passes of 268 MB, 0.59 of PyTorch (issue 25). Here
+ * each thread loads its NV vectors of V values (float4, 8 bf16; vector q
+ * = thread + k blockDim.x) once, the row's max and the sum of the other
+ * terms are reduced by the warps' shuffle trees and then the warps'
+ * results in warp order (a fixed order: deterministic), each exp is
+ * computed once and kept in the registers, and dlogits is written from
+ * them: one read and one write. Per value the formulas are ce_bwd's (the
+ * same expf(x - m) * f, the same double terms); only the order of the
+ * double sum differs. The host picks it (ops/metrics/cuda.c) when V
+ * divides the row and every pointer is 16-byte aligned. */
+static __device__ __forceinline__ void ce_ldv(const float *p, float *v) {
+  const float4 a = *reinterpret_cast<const float4 *>(p);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+}
+static __device__ __forceinline__ void ce_ldv(const gpa_bf16 *p, float *v) { gpa_bf8_load(p, v); }
+static __device__ __forceinline__ void ce_stv(float *p, const float *v) {
+  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+static __device__ __forceinline__ void ce_stv(gpa_bf16 *p, const float *v) { gpa_bf8_store(p, v); }
+
+template <typename T, int V, int NV>
+static __device__ void ce_bwd_row(float *redf, double *redd, T *__restrict__ dl, const T *__restrict__ logits,
+                                  const int *__restrict__ tg, const long long *__restrict__ cnt, long long n,
+                                  long long v, long long ignore, double scale) {
+  const int tid = (int)threadIdx.x, nt = (int)blockDim.x, warp = tid / 32, lane = tid % 32, nw = nt / 32;
+  const long long count = *cnt > 0 ? *cnt : 1;
+  const double k = scale / (double)count;
+  for (long long row = blockIdx.x; row < n; row += gridDim.x) {
+    const long long t = tg[row];
+    const T *xr = logits + row * v;
+    T *o = dl + row * v;
+    if (t == ignore || t < 0 || t >= v) { /* uniform over the block */
+      const float z[V] = {0};
+      for (long long i = (long long)tid * V; i < v; i += (long long)nt * V) ce_stv(o + i, z);
+      continue;
+    }
+    float e[NV][V];
+    float m = -INFINITY;
+GPA_UNROLL
+    for (int q = 0; q < NV; q++) {
+      const long long i = (long long)(tid + q * nt) * V;
+      if (i < v) {
+        ce_ldv(xr + i, e[q]);
+GPA_UNROLL
+        for (int j = 0; j < V; j++) m = e[q][j] > m ? e[q][j] : m; /* as ce_bwd's: NaN never raises m */
+      }
+    }
+    m = gpa_group_max(m, 32);
+    if (lane == 0) redf[warp] = m;
+    __syncthreads();
+    m = redf[0];
+    for (int w = 1; w < nw; w++) m = fmaxf(m, redf[w]);
+    double s = 0.0;
+GPA_UNROLL
+    for (int q = 0; q < NV; q++) {
+      const long long i = (long long)(tid + q * nt) * V;
+      if (i < v) {
+GPA_UNROLL
+        for (int j = 0; j < V; j++) {
+          const float xi = e[q][j];
+          e[q][j] = expf(xi - m);
+          /* -inf entries add nothing while the row's max is -inf (exp(-inf
+           * - -inf) would be NaN); NaN always propagates; the target apart */
+          if (i + j != t && (m != -INFINITY || xi != xi)) s += (double)e[q][j];
+        }
+      }
+    }
+    s = gpa_group_sum_d(s, 32);
+    if (lane == 0) redd[warp] = s;
+    __syncthreads();
+    double rest = 0.0;
+    for (int w = 0; w < nw; w++) rest += redd[w];
+    __syncthreads(); /* redf and redd are rewritten by the next row */
+    const double et = (double)expf(ld(xr, t) - m), z = et + rest;
+    const float f = (float)(k / z), ft = (float)(-k * rest / z);
+GPA_UNROLL
+    for (int q = 0; q < NV; q++) {
+      const long long i = (long long)(tid + q * nt) * V;
+      if (i < v) {
+GPA_UNROLL
+        for (int j = 0; j < V; j++) e[q][j] = i + j == t ? ft : e[q][j] * f;
+        ce_stv(o + i, e[q]);
+      }
+    }
+  }
+}
+
+/* NV vectors a thread: blockDim.x = ceil(V / (GPA_CE_ROW_NV x 4 or 8)) rounded up to a warp (<= 1024) */
+extern "C" __global__ void gpa_ce_bwd_row(float *dl, const float *logits, const int *tg, const long long *cnt,
+                                          long long n, long long v, long long ignore, double scale) {
+  __shared__ float redf[32];
+  __shared__ double redd[32];
+  ce_bwd_row<float, 4, GPA_CE_ROW_NV>(redf, redd, dl, logits, tg, cnt, n, v, ignore, scale);
+}
+
+extern "C" __global__ void gpa_ce_bwd_row_bf16(gpa_bf16 *dl, const gpa_bf16 *logits, const int *tg,
+                                               const long long *cnt, long long n, long long v, long long ignore,
+                                               double scale) {
+  __shared__ float redf[32];
+  __shared__ double redd[32];
+  ce_bwd_row<gpa_bf16, 8, GPA_CE_ROW_NV>(redf, redd, dl, logits, tg, cnt, n, v, ignore, scale);
 }
 
 /* part[r] = sum (y - t)^2 (cosine == 0) or dot / max(|y||t|, eps). */

@@ -5,8 +5,25 @@
 #include "backends/cuda/cuda_ops.h"
 #include "ops/cuda_kernels.h"
 #include "ops/metrics/metrics.h"
+#include "kernels/cuda/launch_shapes.h"
 
 #define WARPS 8 /* per block of the row kernels */
+/* Rows from which cross_entropy_bwd holds a row in registers (a block per
+ * row, metrics.cu ce_bwd_row) instead of reading it twice with a lane
+ * group: 4 KiB of logits, as layernorm's forward (below that the lane
+ * groups' rows stay in L1 between the two reads; a guess from the cache
+ * sizes, not measured). */
+#define CE_ROW_MIN_BYTES 4096
+
+/* Threads of ce_bwd_row for rows of v values, or 0 when it does not apply:
+ * the row not in whole 16-byte vectors, a pointer not 16-byte aligned, the
+ * row too short, or more than 1024 threads needed. */
+static unsigned ce_row_threads(const gpa_op_exec *x, long long v, int bf) {
+  const long long per = bf ? 8 : 4, vecs = v / per;
+  const long long t = ((vecs + GPA_CE_ROW_NV - 1) / GPA_CE_ROW_NV + 31) / 32 * 32;
+  const int aligned = ((uintptr_t)x->in[0] & 15) == 0 && ((uintptr_t)x->out[0] & 15) == 0;
+  return aligned && v % per == 0 && v * (bf ? 2 : 4) >= CE_ROW_MIN_BYTES && t <= 1024 ? (unsigned)t : 0;
+}
 
 gpa_status gpa__ce_fwd_cu(const gpa_op_exec *x) {
   long long n = x->inputs[0].shape[0], v = x->inputs[0].shape[1];
@@ -39,9 +56,16 @@ gpa_status gpa__ce_bwd_cu(const gpa_op_exec *x) {
   void *lg = x->in[0], *tg = x->in[1], *out = x->out[0];
   void *a1[] = {&cnt, &tg, &n, &ign};
   GPA__CU_TRY(gpa__cu_launch(x, GPA__K_CE_COUNT, 1, 1, 1, GPA__CU_THREADS, 1, 0, a1));
+  const int bf = x->inputs[0].dtype == GPA_BF16;
+  unsigned threads = ce_row_threads(x, v, bf);
+  if (threads) {
+    void *ra[] = {&out, &lg, &tg, &cnt, &n, &v, &ign, &scale};
+    return gpa__cu_launch(x, bf ? GPA__K_CE_BWD_ROW_BF : GPA__K_CE_BWD_ROW, gpa__cu_row_blocks(x, n, 32, 1), 1, 1,
+                          threads, 1, 0, ra);
+  }
   int grp = gpa__cu_row_group(v);
   void *a2[] = {&out, &lg, &tg, &cnt, &n, &v, &ign, &scale, &grp};
-  int id = x->inputs[0].dtype == GPA_BF16 ? GPA__K_CE_BWD_BF : GPA__K_CE_BWD;
+  int id = bf ? GPA__K_CE_BWD_BF : GPA__K_CE_BWD;
   return gpa__cu_launch(x, id, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32, WARPS, 0, a2);
 }
 
