@@ -18,6 +18,7 @@ for the GPU). See docs/xla.md.
 import ctypes
 import functools
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -68,6 +69,47 @@ lib.gpa_xla_session_open.argtypes = (ctypes.POINTER(L.FeedOptions), ctypes.POINT
                                      ctypes.c_uint64)
 lib.gpa_xla_session_close.restype = ctypes.c_int
 lib.gpa_xla_session_close.argtypes = (ctypes.c_void_p,)
+
+lib.gpa_xla_ffi_version.restype = None
+lib.gpa_xla_ffi_version.argtypes = (ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32))
+
+
+def _library_ffi_version():
+    """The XLA FFI version (major, minor) the handlers were built against:
+    what they answer XLA's metadata query with."""
+    major, minor = ctypes.c_int32(-1), ctypes.c_int32(-1)
+    lib.gpa_xla_ffi_version(ctypes.byref(major), ctypes.byref(minor))
+    return major.value, minor.value
+
+
+def _jaxlib_ffi_version():
+    """The XLA FFI version this jaxlib implements: that of the header it
+    ships (its runtime is built from it); None if it cannot be read."""
+    try:
+        with open(os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")) as f:
+            src = f.read()
+    except (OSError, AttributeError):
+        return None
+    found = [re.search(r"^#define XLA_FFI_API_%s (\d+)" % k, src, re.M) for k in ("MAJOR", "MINOR")]
+    return tuple(int(m.group(1)) for m in found) if all(found) else None
+
+
+def check_ffi_version(built, runtime):
+    """Raises ImportError where XLA would refuse the handlers: jax's
+    registration does not say so (the refused targets are just missing when
+    a program runs), so the mismatch is named here. XLA takes handlers built
+    against its own FFI version or an older one of the same major."""
+    if runtime is None:
+        return
+    if built[0] != runtime[0] or built > runtime:
+        raise ImportError("gpuactor.jax: %s was built against XLA FFI %d.%d, but this jaxlib (%s) implements %d.%d "
+                          "and would refuse its handlers: build libgpuactor_xla.so against this jax's headers "
+                          "(cmake -DGPA_XLA_PYTHON=<this python>; docs/xla.md)" %
+                          (library_path, built[0], built[1], jax.__version__, runtime[0], runtime[1]))
+
+
+ffi_version = _library_ffi_version()
+check_ffi_version(ffi_version, _jaxlib_ffi_version())
 
 for _t in TARGETS:
     jax.ffi.register_ffi_target("gpuactor_" + _t, jax.ffi.pycapsule(getattr(lib, "gpa_xla_" + _t)), platform="cpu")

@@ -102,6 +102,11 @@ const gpa_xla_target *gpa_xla_cuda_targets(void);
  * copied to msg. */
 int gpa_xla_register(const XLA_FFI_Api *api, const char *platform, const char *prefix, char *msg,
                      uint64_t msg_size);
+/* The XLA FFI C API version (major, minor) of the header this library was
+ * built against: what every handler answers XLA's metadata query with. XLA
+ * refuses handlers newer than itself (a library built against jaxlib
+ * 0.11's header, 0.4, in jaxlib 0.10, 0.3) and takes older ones. */
+void gpa_xla_ffi_version(int32_t *major, int32_t *minor);
 /* The api pointer XLA passed to the last handler call (NULL before any):
  * lets a process that reached XLA only through a framework (JAX) register
  * more handlers through the C API. */

@@ -131,16 +131,26 @@ XLA_FFI_Error *gpa_xla_error_api(const XLA_FFI_Api *api, XLA_FFI_Error_Code code
   return e;
 }
 
+void gpa_xla_ffi_version(int32_t *major, int32_t *minor) {
+  if (major) *major = XLA_FFI_API_MAJOR;
+  if (minor) *minor = XLA_FFI_API_MINOR;
+}
+
 int gpa_xla_metadata(XLA_FFI_CallFrame *frame, XLA_FFI_Error **err) {
-  XLA_FFI_Extension_Base *ext = frame->extension_start;
   *err = NULL;
-  if (!ext || ext->type != XLA_FFI_Extension_Metadata) return 0;
+  /* XLA puts the query first; the chain is walked in case a later XLA
+   * puts something before it. An execution call has no metadata link. */
+  gpa_ffi_extension *ext = frame->extension_start;
+  while (ext && ext->type != XLA_FFI_Extension_Metadata) ext = ext->next;
+  if (!ext) return 0;
   XLA_FFI_Metadata_Extension *m = (XLA_FFI_Metadata_Extension *)ext;
   if (ext->struct_size < XLA_FFI_Metadata_Extension_STRUCT_SIZE || !m->metadata ||
       m->metadata->struct_size < XLA_FFI_Metadata_STRUCT_SIZE) {
     *err = gpa_xla_error(frame, XLA_FFI_Error_Code_INVALID_ARGUMENT, "gpuactor: XLA's metadata query is too old");
     return 1;
   }
+  /* The version of the header this library was built against: what XLA
+   * checks against its own (ffi_version.h). */
   m->metadata->api_version = (XLA_FFI_Api_Version){XLA_FFI_Api_Version_STRUCT_SIZE, NULL, XLA_FFI_API_MAJOR,
                                                    XLA_FFI_API_MINOR};
   m->metadata->traits = 0; /* not safe to capture into a command buffer: the actor runs the work */

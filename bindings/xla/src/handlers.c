@@ -145,8 +145,8 @@ int gpa_xla_register(const XLA_FFI_Api *api, const char *platform, const char *p
                                        .bundle = {.execute = t->handler}};
     XLA_FFI_Error *e = api->XLA_FFI_Handler_Register(&r);
     if (!e) continue;
-    XLA_FFI_Error_GetMessage_Args g = {.struct_size = XLA_FFI_Error_GetMessage_Args_STRUCT_SIZE, .error = e};
-    api->XLA_FFI_Error_GetMessage(&g);
+    gpa_ffi_error_text_args g = {.struct_size = GPA_FFI_ERROR_TEXT_ARGS_SIZE, .error = e};
+    GPA_FFI_ERROR_TEXT(api)(&g);
     if (msg && msg_size) snprintf(msg, msg_size, "%s: %s", name, g.message ? g.message : "");
     XLA_FFI_Error_Destroy_Args d = {.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE, .error = e};
     api->XLA_FFI_Error_Destroy(&d);

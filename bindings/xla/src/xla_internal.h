@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "gpuactor/actor.h"
+#include "ffi_version.h"
 #include "gpuactor_xla.h"
 
 /* An attribute a typed handler accepts. */

@@ -9,14 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "xla/ffi/api/c_api.h"
+#include "../src/ffi_version.h"
 
 struct XLA_FFI_Error {
   XLA_FFI_Error_Code code;
   char msg[1024];
 };
-/* XLA's is opaque to handlers; the test's holds what its API answers. */
-struct XLA_FFI_ExecutionContext {
+/* XLA's is opaque to handlers; the test's holds what its API answers
+ * (XLA_FFI_ExecutionContext names it in either version). */
+struct GPA_FFI_CONTEXT_TAG {
   void *stream; /* a CUstream of the simulated driver; NULL: Stream_Get fails */
   int32_t ordinal;
 };
@@ -27,7 +28,7 @@ static inline XLA_FFI_Error *ff_error_create(XLA_FFI_Error_Create_Args *a) {
   snprintf(e->msg, sizeof e->msg, "%s", a->message);
   return e;
 }
-static inline void ff_error_message(XLA_FFI_Error_GetMessage_Args *a) { a->message = a->error->msg; }
+static inline void ff_error_message(gpa_ffi_error_text_args *a) { a->message = a->error->msg; }
 static inline void ff_error_destroy(XLA_FFI_Error_Destroy_Args *a) { free(a->error); }
 
 static inline XLA_FFI_Error *ff_stream_get(XLA_FFI_Stream_Get_Args *a) {
@@ -51,7 +52,15 @@ static struct {
   XLA_FFI_Handler *execute;
 } ff_reg[FF_MAX_REG];
 static int ff_n_reg;
+/* Set: registration fails with this message, as XLA's does for a handler
+ * whose metadata it refuses. */
+static const char *ff_register_refuse;
 static inline XLA_FFI_Error *ff_register(XLA_FFI_Handler_Register_Args *a) {
+  if (ff_register_refuse) {
+    XLA_FFI_Error_Create_Args e = {XLA_FFI_Error_Create_Args_STRUCT_SIZE, NULL, ff_register_refuse,
+                                   XLA_FFI_Error_Code_INVALID_ARGUMENT};
+    return ff_error_create(&e);
+  }
   if (ff_n_reg == FF_MAX_REG) return NULL;
   snprintf(ff_reg[ff_n_reg].name, sizeof ff_reg[0].name, "%.*s", (int)a->name.len, a->name.ptr);
   snprintf(ff_reg[ff_n_reg].platform, sizeof ff_reg[0].platform, "%.*s", (int)a->platform.len, a->platform.ptr);
@@ -106,7 +115,7 @@ static inline XLA_FFI_Api ff_api(void) {
   api.struct_size = XLA_FFI_Api_STRUCT_SIZE;
   api.api_version = (XLA_FFI_Api_Version){XLA_FFI_Api_Version_STRUCT_SIZE, NULL, XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR};
   api.XLA_FFI_Error_Create = ff_error_create;
-  api.XLA_FFI_Error_GetMessage = ff_error_message;
+  GPA_FFI_ERROR_TEXT(&api) = ff_error_message;
   api.XLA_FFI_Error_Destroy = ff_error_destroy;
   api.XLA_FFI_Handler_Register = ff_register;
   api.XLA_FFI_Stream_Get = ff_stream_get;

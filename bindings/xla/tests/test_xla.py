@@ -298,6 +298,35 @@ def test_c_api_registration():
     np.testing.assert_allclose(y, jax.nn.gelu(x, approximate=False), **TOL)
 
 
+def test_ffi_version_handshake():
+    """The handlers' FFI version is one this jaxlib takes, as XLA's own API
+    table reports its version (XLA has checked the handlers' metadata answer
+    at registration: every other test needs that), and the import check
+    refuses what XLA would."""
+    import ctypes
+
+    class ApiHead(ctypes.Structure):  # XLA_FFI_Api's first fields: struct_size, extension_start, api_version
+        _fields_ = [("size", ctypes.c_size_t), ("ext", ctypes.c_void_p), ("vsize", ctypes.c_size_t),
+                    ("vext", ctypes.c_void_p), ("major", ctypes.c_int), ("minor", ctypes.c_int)]
+
+    jax.jit(gj.gelu)(rand(4)).block_until_ready()
+    gj.lib.gpa_xla_api.restype = ctypes.c_void_p
+    head = ApiHead.from_address(gj.lib.gpa_xla_api())
+    runtime = (head.major, head.minor)
+    assert gj._jaxlib_ffi_version() == runtime  # the header jaxlib ships is its runtime's
+    assert gj.ffi_version[0] == runtime[0] and gj.ffi_version <= runtime, (gj.ffi_version, runtime)
+    known = {"0.10": (0, 3), "0.11": (0, 4)}  # the releases docs/xla.md names
+    rel = ".".join(jax.__version__.split(".")[:2])
+    if rel in known:
+        assert runtime == known[rel]
+    for built, rt in (((0, 3), (0, 3)), ((0, 3), (0, 4)), ((0, 4), (0, 4))):
+        gj.check_ffi_version(built, rt)
+    for built, rt in (((0, 4), (0, 3)), ((1, 0), (0, 4)), ((0, 3), (1, 0))):
+        with pytest.raises(ImportError, match=r"built against XLA FFI %d\.%d" % built):
+            gj.check_ffi_version(built, rt)
+    gj.check_ffi_version((0, 9), None)  # unknown runtime: XLA's own check stands
+
+
 def test_runtime_error_is_reported():
     """An op that fails while it runs (not at submit) fails the program: in
     the async mode this goes through the future (GPA_XLA_ASYNC=1 pass)."""
