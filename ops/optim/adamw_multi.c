@@ -16,6 +16,7 @@
  * parallel); bf16 storage stays with adamw. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "kernels/cuda/adamw_multi.h"
 #include "kernels/host/optim.h"
@@ -34,38 +35,75 @@ static const gpa_attr_spec multi_attrs[] = {
     {"decay_mask", GPA_ATTR_INT, 0, OFF(decay_mask), -1, 0.0, -1.0, (double)((1 << GPA_ADAMW_MULTI_MAX) - 1)},
 };
 
-static const char *const in_role[4] = {"param", "grad", "m", "v"};
-static const char *const out_role[3] = {"param'", "m'", "v'"};
+/* a tensor's roles: inputs 0..3, outputs 4..6 (written) */
+static const char *const role_name[7] = {"param", "grad", "m", "v", "param'", "m'", "v'"};
 
-/* a and b share bytes (views of one buffer) */
-static int meets(const gpa_tensor *a, const gpa_tensor *b) {
-  if (a->buffer != b->buffer) return 0;
-  uint64_t an = (uint64_t)gpa__chk_numel(a) * 4u, bn = (uint64_t)gpa__chk_numel(b) * 4u;
-  return an && bn && a->offset < b->offset + bn && b->offset < a->offset + an;
+/* The tensors run in parallel on CUDA: a byte that one tensor writes and
+ * another reads or writes would make the result depend on the schedule.
+ * Reads may share (two tensors reading one gradient are fine, if odd).
+ * Every view goes into a small hash table by buffer id and is compared
+ * only with the earlier views of its buffer: a pairwise scan of 16 tensors'
+ * 7 views each measured ~20 us a call, the cost of a message. */
+enum { SPANS = 7 * GPA_ADAMW_MULTI_MAX, SLOTS = 256 };
+typedef struct span {
+  gpa_buffer_id b;
+  uint64_t lo, hi;
+  uint8_t k, role;
+  int16_t next; /* the previous view in this slot, -1: none */
+} span;
+
+static gpa_status check_apart(const gpa_op_sig *s, uint32_t count, char *msg, size_t ms) {
+  span sp[SPANS];
+  int16_t head[SLOTS];
+  memset(head, 0xff, sizeof head);
+  int n = 0;
+  for (uint32_t k = 0; k < count; k++)
+    for (uint8_t r = 0; r < 7; r++) {
+      const gpa_tensor *t = r < 4 ? &s->inputs[4 * k + r] : &s->outputs[3 * k + r - 4];
+      uint64_t bytes = (uint64_t)gpa__chk_numel(t) * 4u;
+      if (!bytes) continue;
+      uint32_t h = (uint32_t)(t->buffer * 0x9E3779B97F4A7C15ull >> 56);
+      for (int e = head[h]; e >= 0; e = sp[e].next) {
+        const span *o = &sp[e];
+        if (o->b != t->buffer || o->k == k || (o->role < 4 && r < 4)) continue;
+        if (o->lo < t->offset + bytes && t->offset < o->hi) {
+          int new_writes = r >= 4; /* name the writer first */
+          snprintf(msg, ms, "adamw_multi: tensor %u's %s overlaps tensor %u's %s (the tensors are updated in "
+                   "parallel: each needs memory of its own)", new_writes ? k : o->k, role_name[new_writes ? r : o->role],
+                   new_writes ? o->k : k, role_name[new_writes ? o->role : r]);
+          return GPA_EINVAL;
+        }
+      }
+      sp[n] = (span){t->buffer, t->offset, t->offset + bytes, (uint8_t)k, r, head[h]};
+      head[h] = (int16_t)n++;
+    }
+  return GPA_OK;
 }
 
-/* What tensor j writes against what tensor k (k > j) reads or writes, and
- * k's writes against j's reads: the tensors run in parallel on CUDA, so
- * any shared byte would make the result depend on the schedule. Reads may
- * share (two tensors of one gradient are fine, if odd). */
-static gpa_status check_apart(const gpa_op_sig *s, uint32_t count, char *msg, size_t ms) {
-  for (uint32_t k = 1; k < count; k++)
-    for (uint32_t j = 0; j < k; j++)
-      for (uint32_t w = 0; w < 3; w++)
-        for (uint32_t r = 0; r < 7; r++) {
-          const gpa_tensor *wj = &s->outputs[3 * j + w], *wk = &s->outputs[3 * k + w];
-          const gpa_tensor *rk = r < 4 ? &s->inputs[4 * k + r] : &s->outputs[3 * k + r - 4];
-          const gpa_tensor *rj = r < 4 ? &s->inputs[4 * j + r] : NULL;
-          uint32_t a = j, b = k;
-          const char *an = out_role[w], *bn = r < 4 ? in_role[r] : out_role[r - 4];
-          int hit = meets(wj, rk);
-          if (!hit && rj && meets(wk, rj)) hit = 1, a = k, b = j;
-          if (hit) {
-            snprintf(msg, ms, "adamw_multi: tensor %u's %s overlaps tensor %u's %s (the tensors are updated in "
-                     "parallel: each needs memory of its own)", a, an, b, bn);
-            return GPA_EINVAL;
-          }
-        }
+/* tensor k's four inputs f32 of param's shape (the fast path: names are
+ * formatted only for a message, by tensor_why) */
+static int tensor_ok(const gpa_op_sig *s, uint32_t k) {
+  const gpa_tensor *p = &s->inputs[4 * k];
+  for (int r = 0; r < 4; r++) {
+    const gpa_tensor *t = p + r;
+    if (t->dtype != GPA_F32 || t->rank != p->rank) return 0;
+    for (uint32_t d = 0; d < p->rank; d++)
+      if (t->shape[d] != p->shape[d]) return 0;
+  }
+  return 1;
+}
+
+static gpa_status tensor_why(const gpa_op_sig *s, uint32_t k, char *msg, size_t ms) {
+  const gpa_tensor *p = &s->inputs[4 * k];
+  char names[4][24];
+  for (int r = 0; r < 4; r++) snprintf(names[r], sizeof names[r], "%s[%u]", role_name[r], k);
+  if (p->dtype == GPA_BF16 || p[1].dtype == GPA_BF16) {
+    snprintf(msg, ms, "adamw_multi: %s is bf16; adamw_multi takes f32 tensors (bf16 params or grads: adamw)",
+             names[p->dtype == GPA_BF16 ? 0 : 1]);
+    return GPA_EDTYPE;
+  }
+  GPA__CHK(gpa__chk_dtype("adamw_multi", names[0], p, GPA_F32, 0, msg, ms));
+  for (int r = 1; r < 4; r++) GPA__CHK(gpa__chk_f32_like("adamw_multi", names[r], p + r, p, names[0], msg, ms));
   return GPA_OK;
 }
 
@@ -86,18 +124,9 @@ static gpa_status multi_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, siz
              count);
     return GPA_EINVAL;
   }
-  char names[4][24];
   for (uint32_t k = 0; k < count; k++) {
     const gpa_tensor *p = &s->inputs[4 * k];
-    for (int r = 0; r < 4; r++) snprintf(names[r], sizeof names[r], "%s[%u]", in_role[r], k);
-    if (p->dtype == GPA_BF16 || s->inputs[4 * k + 1].dtype == GPA_BF16) {
-      snprintf(msg, ms, "adamw_multi: %s is bf16; adamw_multi takes f32 tensors (bf16 params or grads: adamw)",
-               names[p->dtype == GPA_BF16 ? 0 : 1]);
-      return GPA_EDTYPE;
-    }
-    GPA__CHK(gpa__chk_dtype("adamw_multi", names[0], p, GPA_F32, 0, msg, ms));
-    for (int r = 1; r < 4; r++)
-      GPA__CHK(gpa__chk_f32_like("adamw_multi", names[r], &s->inputs[4 * k + r], p, names[0], msg, ms));
+    if (!tensor_ok(s, k)) GPA__CHK(tensor_why(s, k, msg, ms));
     for (int o = 0; o < 3; o++) gpa__chk_set(&e[3 * k + o], GPA_F32, p->rank, p->shape);
   }
   /* outputs of the wrong shape fail the runtime's comparison before any
