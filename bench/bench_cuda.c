@@ -221,8 +221,10 @@ void gpa_bench_cuda_membound(void) {
   int64_t sh[2] = {N, D}, vec[1] = {D}, rows[1] = {N}, flat[1] = {n};
   char shape[64], args[64], extra[512];
   snprintf(args, sizeof args, "membound %lld %lld", (long long)N, (long long)D);
-  torch_fig tf[16];
-  int ntf = c.sim ? 0 : torch_figs(args, tf, 16);
+  /* 24 lines today (13 ops in f32, 11 in bf16): with room for 16 the bf16
+   * rows past gelu_bwd had no PyTorch column (session 14's H100 run) */
+  torch_fig tf[64];
+  int ntf = c.sim ? 0 : torch_figs(args, tf, 64);
   uint64_t seed = 25;
   /* the reference: one device-to-device copy of n floats (8n bytes moved) */
   gpa_tensor xf = gpa_bench_device_tensor(c.a, c.q, GPA_F32, 1, flat, &seed);
