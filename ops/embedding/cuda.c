@@ -58,9 +58,17 @@ gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x) {
     void *am[] = {&keys, &tile, &k};
     GPA__CU_TRY(gpa__cu_launch(x, GPA__K_EMB_MERGE_BLOCK, (unsigned)tiles, 1, 1, 1024, 1, smem, am));
   }
-  unsigned threads = d >= 128 ? 128 : (unsigned)((d + 31) / 32 * 32);
-  void *args[] = {&out, &part, &dy, &keys, &n, &v, &d};
-  int id = x->inputs[0].dtype == GPA_BF16 ? GPA__K_EMB_BWD_BF : GPA__K_EMB_BWD;
+  /* 16 bytes of dy a thread (embedding.cu emb_bwd_cols) when d and the
+   * pointers allow; up to 256 threads a chunk then (the vectors of a 4096
+   * row: 4 f32 or 2 bf16 a thread) */
+  const int bf = x->inputs[0].dtype == GPA_BF16;
+  int w = bf ? 8 : 4;
+  if (d % w || ((uintptr_t)dy & 15) || ((uintptr_t)out & 15)) w = 1;
+  long long cols = d / w;
+  unsigned threads = w > 1 ? (cols >= 256 ? 256 : (unsigned)((cols + 31) / 32 * 32))
+                           : (d >= 128 ? 128 : (unsigned)((d + 31) / 32 * 32));
+  void *args[] = {&out, &part, &dy, &keys, &n, &v, &d, &w};
+  int id = bf ? GPA__K_EMB_BWD_BF : GPA__K_EMB_BWD;
   GPA__CU_TRY(gpa__cu_launch(x, id, (unsigned)chunks, 1, 1, threads, 1, 0, args));
   if (chunks == 1) return GPA_OK; /* no run is cut */
   void *aj[] = {&out, &part, &keys, &n, &v, &d};
