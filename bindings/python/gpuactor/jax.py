@@ -67,6 +67,11 @@ lib.gpa_xla_actor.argtypes = (ctypes.c_char_p, ctypes.c_uint64)
 lib.gpa_xla_session_open.restype = ctypes.c_int
 lib.gpa_xla_session_open.argtypes = (ctypes.POINTER(L.FeedOptions), ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
                                      ctypes.c_uint64)
+lib.gpa_xla_cuda_actor_get.restype = ctypes.c_void_p
+lib.gpa_xla_cuda_actor_get.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_uint64)
+lib.gpa_xla_cuda_session_open.restype = ctypes.c_int
+lib.gpa_xla_cuda_session_open.argtypes = (ctypes.c_int, ctypes.POINTER(L.FeedOptions),
+                                          ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_uint64)
 lib.gpa_xla_session_close.restype = ctypes.c_int
 lib.gpa_xla_session_close.argtypes = (ctypes.c_void_p,)
 
@@ -111,26 +116,40 @@ def check_ffi_version(built, runtime):
 ffi_version = _library_ffi_version()
 check_ffi_version(ffi_version, _jaxlib_ffi_version())
 
-for _t in TARGETS:
-    jax.ffi.register_ffi_target("gpuactor_" + _t, jax.ffi.pycapsule(getattr(lib, "gpa_xla_" + _t)), platform="cpu")
+# The CUDA handlers (same target names; XLA picks by the platform a program
+# runs on): the op handlers, the baseline (one function serves both
+# platforms) and the feed calls, whose sessions are opened on the device
+# (Session(device=...)). The same rows as the library's
+# gpa_xla_cuda_targets().
+CUDA_TARGETS = TARGETS
 
-# The CUDA handlers (same target names; XLA picks by platform): the op
-# handlers and the baseline, where JAX has a CUDA backend. The feed calls
-# are host only.
-CUDA_TARGETS = TARGETS[:10]
+
+def registrations(cuda):
+    """(target, handler symbol, jax platform) for each handler this module
+    registers: the host ones for "cpu", and with cuda the CUDA ones for
+    "CUDA"."""
+    regs = [("gpuactor_" + t, "gpa_xla_" + t, "cpu") for t in TARGETS]
+    if cuda:
+        regs += [("gpuactor_" + t, "gpa_xla_nothing" if t == "nothing" else "gpa_xla_cuda_" + t, "CUDA")
+                 for t in CUDA_TARGETS]
+    return regs
 
 
-def _has_cuda():
+def _cuda_devices(devices=None):
+    """JAX's CUDA devices ([] without a CUDA backend)."""
     try:
-        return bool(jax.devices("cuda"))
+        return list((devices or jax.devices)("cuda"))
     except (RuntimeError, ValueError):  # no CUDA backend (JAX_PLATFORMS, or jax without the CUDA plugin)
-        return False
+        return []
 
 
-if _has_cuda():
-    for _t in CUDA_TARGETS:
-        _fn = getattr(lib, "gpa_xla_nothing" if _t == "nothing" else "gpa_xla_cuda_" + _t)
-        jax.ffi.register_ffi_target("gpuactor_" + _t, jax.ffi.pycapsule(_fn), platform="CUDA")
+def _has_cuda(devices=None):
+    return bool(_cuda_devices(devices))
+
+
+has_cuda = _has_cuda()
+for _name, _sym, _platform in registrations(has_cuda):
+    jax.ffi.register_ffi_target(_name, jax.ffi.pycapsule(getattr(lib, _sym)), platform=_platform)
 
 
 def stats():
@@ -313,11 +332,15 @@ def op(name, *args, out, **attrs):
 # orders them in the program (XLA orders by data, not by effects).
 
 class _HandlersActor:
-    """What Feed needs of an actor, for the handlers' own host actor."""
+    """What Feed needs of an actor, for the handlers' own actor: the host's
+    (device None) or that of CUDA device `device`."""
 
-    def __init__(self):
+    def __init__(self, device=None):
         msg = ctypes.create_string_buffer(256)
-        self._ptr = lib.gpa_xla_actor(msg, len(msg))
+        if device is None:
+            self._ptr = lib.gpa_xla_actor(msg, len(msg))
+        else:
+            self._ptr = lib.gpa_xla_cuda_actor_get(device, msg, len(msg))
         if not self._ptr:
             raise RuntimeError("gpuactor.jax: " + msg.value.decode())
 
@@ -325,16 +348,59 @@ class _HandlersActor:
         return self._ptr
 
 
+def _default_device():
+    """The device a jitted program runs on unless told otherwise."""
+    d = getattr(jax.config, "jax_default_device", None)
+    if isinstance(d, str):
+        return jax.devices(d)[0]
+    return d if d is not None else jax.devices()[0]
+
+
+def session_ordinal(device, default=_default_device, cuda_devices=None):
+    """Where a session for programs on `device` lives: None (the host actor)
+    or the CUDA ordinal XLA's calls on that device report (their
+    XLA_FFI_DeviceOrdinal_Get: the device's local hardware id). device: None
+    (JAX's default device, default()), "cpu", an int or "cuda:N" (a CUDA
+    ordinal), or a jax Device (cuda_devices: JAX's CUDA devices; None: ask
+    JAX)."""
+    if device is None:
+        device = default()
+    if isinstance(device, str):
+        if device in ("cpu", "host"):
+            return None
+        if device.startswith("cuda:") and device[5:].isdigit():
+            return int(device[5:])
+        raise ValueError("gpuactor.jax: device %r is not 'cpu' or 'cuda:N'" % device)
+    if isinstance(device, (int, np.integer)) and not isinstance(device, bool):
+        if device < 0:
+            raise ValueError("gpuactor.jax: CUDA ordinal %d < 0" % device)
+        return int(device)
+    if device in (_cuda_devices() if cuda_devices is None else cuda_devices):
+        hw = getattr(device, "local_hardware_id", None)
+        return int(device.id if hw is None else hw)
+    if getattr(device, "platform", None) == "cpu":
+        return None
+    raise ValueError("gpuactor.jax: %r is neither a CUDA device of JAX nor a cpu device" % (device,))
+
+
 class Session(Feed):
     """A feed session of the custom calls, named by its tag (a str, unique
-    among open sessions). push(*arrays) queues an item for infeed; outfeed
-    items go to sink(session, tag, arrays) on the session's delivery thread,
-    or wait for pop(timeout). close() (or leaving the with block) makes a
-    program waiting on the session fail instead of hang; so does an infeed
-    that waits past its timeout."""
+    among open sessions of the host and the devices). push(*arrays) queues
+    an item for infeed; outfeed items go to sink(session, tag, arrays) on the
+    session's delivery thread, or wait for pop(timeout). close() (or leaving
+    the with block) makes a program waiting on the session fail instead of
+    hang; so does an infeed that waits past its timeout.
 
-    def __init__(self, tag, sink=None, outfeed_capacity=0, outfeed_policy=0, infeed_capacity=0):
-        self.actor = _HandlersActor()
+    device: where the programs that use it run (session_ordinal says how it
+    is read; None: JAX's default device). A CUDA device's session is on that
+    device's actor (gpa_xla_cuda_session_open): the CUDA feed calls move
+    XLA's device buffers to and from it; a program on another device, or on
+    the host, fails naming the attribute 'session'. self.device: the CUDA
+    ordinal, or None for the host."""
+
+    def __init__(self, tag, sink=None, outfeed_capacity=0, outfeed_policy=0, infeed_capacity=0, device=None):
+        self.device = session_ordinal(device)
+        self.actor = _HandlersActor(self.device)
         self.name = str(tag)
         self.tag = self.name.encode()
         self.sink = sink
@@ -346,7 +412,11 @@ class Session(Feed):
                              outfeed_capacity=outfeed_capacity, outfeed_policy=outfeed_policy,
                              infeed_capacity=infeed_capacity)
         p, msg = ctypes.c_void_p(), ctypes.create_string_buffer(256)
-        if lib.gpa_xla_session_open(ctypes.byref(opts), ctypes.byref(p), msg, len(msg)) != 0:
+        if self.device is None:
+            rc = lib.gpa_xla_session_open(ctypes.byref(opts), ctypes.byref(p), msg, len(msg))
+        else:
+            rc = lib.gpa_xla_cuda_session_open(self.device, ctypes.byref(opts), ctypes.byref(p), msg, len(msg))
+        if rc != 0:
             raise RuntimeError("gpuactor.jax: " + msg.value.decode())
         self._ptr = p.value
 

@@ -116,6 +116,11 @@ const XLA_FFI_Api *gpa_xla_api(void);
  * talks to the same actor the handlers use (feed sessions). NULL if it could
  * not be created; msg gets why. */
 struct gpa_actor *gpa_xla_actor(char *msg, uint64_t msg_size);
+/* The same for CUDA device `device` (XLA's device ordinal): the actor its
+ * CUDA handlers and device sessions use, created if need be. NULL with msg
+ * if it cannot be (no CUDA driver or device; GPA_DEVICE chose another
+ * backend; GPA_DEVICE=sim has device 0 only). */
+struct gpa_actor *gpa_xla_cuda_actor_get(int device, char *msg, uint64_t msg_size);
 
 /* Feed sessions of the custom calls: a gpuactor feed session (feed.h) on
  * the host actor, found by the calls through its tag (opts->tag, 1 to

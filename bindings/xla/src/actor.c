@@ -81,6 +81,13 @@ gpa_actor *gpa_xla_actor(char *msg, uint64_t msg_size) {
   return a;
 }
 
+gpa_actor *gpa_xla_cuda_actor_get(int device, char *msg, uint64_t msg_size) {
+  const char *why = "";
+  gpa_xla_dev *d = gpa_xla_cuda_device(device, &why);
+  if (!d && msg && msg_size) snprintf(msg, msg_size, "%s", why);
+  return d ? gpa_xla_cuda_actor(d) : NULL;
+}
+
 void gpa_xla_count_call(void) { atomic_fetch_add_explicit(&n_calls, 1, memory_order_relaxed); }
 
 void gpa_xla_wrap_counts(uint64_t *wraps, uint64_t *hits);
