@@ -43,7 +43,9 @@ typedef struct gpa__be_host {
    * GPA_CUBLASLT, GPA_CUDNN, GPA_NCCL): NULL = the backend's default search */
   const char *cuda_driver, *cublas, *cublaslt, *cudnn, *nccl;
   bool cuda_no_poll; /* GPA_CUDA_NO_POLL: no completion polling while the actor spins */
-  bool no_cudnn_conv; /* GPA_CUDNN_CONV=0: conv1d never goes to cuDNN (backends/cuda/cudnn_conv.c) */
+  /* GPA_CUDNN_CONV (backends/cuda/cudnn_conv.c): 0 unset (cuDNN for large
+   * convolutions and inside graph captures), 1 "0" (never), 2 "1" (always) */
+  int32_t cudnn_conv;
   /* Completes deferred work w->m with st: any thread, no allocation, no
    * driver call (a driver's host-function thread calls it). Set w's err and
    * device time first. */

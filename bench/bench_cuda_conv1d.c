@@ -6,11 +6,11 @@
  * PyTorch's F.conv1d forward and its autograd backward on the same shapes
  * and dtype (bench/conv1d_torch.py, named by GPA_BENCH_CONV1D_TORCH, when
  * python3 has torch with CUDA; ratio = PyTorch's time over ours, > 1
- * faster). Two rows per shape and direction: cuda_conv1d_* through the
- * default path (cuDNN's convolutions where it takes the call,
- * backends/cuda/cudnn_conv.c) and cuda_conv1d_own_* with GPA_CUDNN_CONV=0
- * (our kernels), each on its own actor. On sim: tiny shapes, plumbing
- * only. */
+ * faster). Two rows per shape and direction: cuda_conv1d_* with
+ * GPA_CUDNN_CONV=1 (cuDNN's convolutions wherever it takes the call,
+ * backends/cuda/cudnn_conv.c; unset, small eager convolutions take our
+ * kernels) and cuda_conv1d_own_* with GPA_CUDNN_CONV=0 (our kernels), each
+ * on its own actor. On sim: tiny shapes, plumbing only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,19 +30,18 @@ static int torch_conv(const char *args, double *fwd_us, double *bwd_us) {
   return n;
 }
 
-/* One pass over the shapes on a fresh actor: own = 0 the default path,
- * 1 our kernels (GPA_CUDNN_CONV=0, read at actor creation). */
+/* One pass over the shapes on a fresh actor: own = 0 cuDNN wherever it
+ * takes the call (GPA_CUDNN_CONV=1), 1 our kernels (GPA_CUDNN_CONV=0; read
+ * at actor creation). */
 static void conv_rows(int own) {
   int sim;
   const char *was = getenv("GPA_CUDNN_CONV");
   char saved[16] = "";
   if (was) snprintf(saved, sizeof saved, "%s", was);
-  if (own) setenv("GPA_CUDNN_CONV", "0", 1);
+  setenv("GPA_CUDNN_CONV", own ? "0" : "1", 1);
   gpa_actor *a = gpa_bench_cuda_actor("cuda_conv1d", &sim);
-  if (own) {
-    if (was) setenv("GPA_CUDNN_CONV", saved, 1);
-    else unsetenv("GPA_CUDNN_CONV");
-  }
+  if (was) setenv("GPA_CUDNN_CONV", saved, 1);
+  else unsetenv("GPA_CUDNN_CONV");
   if (!a) return;
   gpa_queue *q = gpa_actor_default_queue(a);
   const int reps = gpa_bench_reps(5), k = sim ? 1 : 20;
@@ -86,7 +85,7 @@ static void conv_rows(int own) {
       }
       snprintf(extra, sizeof extra, "\"note\":\"%s; %s\"",
                sim ? "simulated device: plumbing only, the numbers mean nothing" : "device time from CUDA events",
-               own ? "our kernels (GPA_CUDNN_CONV=0)" : "cuDNN where it takes the call, else our kernels");
+               own ? "our kernels (GPA_CUDNN_CONV=0)" : "cuDNN where it takes the call (GPA_CUDNN_CONV=1), else our kernels");
       gpa_bench_result r = {.name = names[own][dir], .backend = sim ? "sim" : "cuda",
                             .shape = shape, .ref = have ? "torch_conv1d" : "itself", .ns = ns[dir],
                             .ref_ns = have ? t[dir] * 1e3 : ns[dir], .flops = dir ? 2 * flops : flops, .extra = extra};

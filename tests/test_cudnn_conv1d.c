@@ -309,10 +309,48 @@ static long long other_actor(gpa_nt *main_t, const char *what) {
   return e;
 }
 
+/* Unset GPA_CUDNN_CONV: a small convolution stays on our kernels when run
+ * eagerly and goes to cuDNN inside a graph capture (the batch's recording;
+ * its replays launch the graph, no execute). The simulator's executions. */
+static void auto_mode(gpa_nt *main_t) {
+  gpa_nt u;
+  if (gpa_nt_open(&u)) {
+    gpa_nt_fail(main_t, "auto-mode actor");
+    return;
+  }
+  long long e = -1;
+  check_case(&u, "auto, eager", &small, GPA_F32, 60, &e);
+  expect_execs(main_t, "GPA_CUDNN_CONV unset, a small convolution, eager", e, 0);
+  int64_t lo = lout(&small);
+  const int64_t xs[3] = {small.B, small.Cin, small.L}, ws[3] = {small.Cout, small.Cin / small.G, small.K},
+                ys[3] = {small.B, small.Cout, lo};
+  gpa_tensor io[4] = {gpa_nt_tensor(&u, GPA_F32, 3, xs, NULL), gpa_nt_tensor(&u, GPA_F32, 3, ws, NULL),
+                      gpa_nt_tensor(&u, GPA_F32, 1, &small.Cout, NULL), gpa_nt_tensor(&u, GPA_F32, 3, ys, NULL)};
+  gpa_attr at[5];
+  attrs(&small, at);
+  long long e0 = sim_execs(NULL);
+  int graphs = 0;
+  for (int step = 0; step < 3; step++) {
+    gpa_status st = gpa_batch_begin_opts(u.q, "auto", &(gpa_batch_options){.graph = GPA_GRAPH_ON});
+    if (st == GPA_OK)
+      st = gpa_submit(u.q, &(gpa_op_call){"conv1d_fwd", io, 3, io + 3, 1, at, 5}, NULL);
+    gpa_batch_stats bs = {.size = sizeof bs};
+    if (st == GPA_OK) st = gpa_sync_batch(u.q, &bs);
+    if (st != GPA_OK) gpa_nt_fail(main_t, gpa_last_error_message());
+    graphs += bs.graph != 0;
+  }
+  if (graphs < 2) gpa_nt_fail(main_t, "auto mode: the conv batches did not record and replay");
+  expect_execs(main_t, "GPA_CUDNN_CONV unset, a small convolution, captured", sim_execs(NULL) - e0, 1);
+  if (gpa_nt_close(&u)) gpa_nt_fail(main_t, "auto-mode actor");
+}
+
 int main(void) {
   if (real_graphs()) return 1;
   const char *dev = getenv("GPA_DEVICE");
   on_sim = dev && !strcmp(dev, "sim");
+  /* cuDNN for every convolution, small ones too (unset: our kernels for
+   * small eager ones; auto_mode below) */
+  setenv("GPA_CUDNN_CONV", "1", 1);
   gpa_nt t;
   int rc = gpa_nt_open(&t);
   if (rc) return rc;
@@ -373,10 +411,11 @@ int main(void) {
     expect_execs(&t, "GPA_CUDNN_CONV=0", other_actor(&t, "GPA_CUDNN_CONV=0"), 0);
     setenv("GPA_CUDNN_CONV", "1", 1);
     expect_execs(&t, "GPA_CUDNN_CONV=1", other_actor(&t, "GPA_CUDNN_CONV=1"), 3);
-    unsetenv("GPA_CUDNN_CONV");
     setenv("GPA_CUDNN", "/nonexistent/libcudnn.so.9", 1);
     expect_execs(&t, "no library", other_actor(&t, "no library"), 0);
     unsetenv("GPA_CUDNN");
+    unsetenv("GPA_CUDNN_CONV");
+    auto_mode(&t);
   }
   /* the backend's own count: on sim it must agree with the simulator's; on
    * a GPU it says whether cuDNN took the calls (GPA_TEST_EXPECT_CUDNN_CONV=1:

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backends/cuda/alloc.h"
 #include "backends/cuda/cudnn_build.h"
 #include "backends/cuda/cudnn_conv.h"
 
@@ -195,6 +196,11 @@ static gpa_status decline(const gpa_op_exec *x, gpa__dnn *d, int loud, const cha
   return gpa__dnn_decline(x, "%s: %s", op, why);
 }
 
+/* 2 B Cout Lout (Cin / G) K: one pass's multiply-adds, twice. */
+static double conv_flops(const gpa__conv_dnn_args *a) {
+  return 2.0 * (double)a->B * (double)a->Cout * (double)a->Lout * (double)(a->Cin / a->G) * (double)a->K;
+}
+
 static const char *unsupported(const gpa__conv_dnn_args *a) {
   if (a->dtype != GPA_F32 && a->dtype != GPA_BF16) return "storage is not f32/bf16";
   if (a->B < 1 || a->Cin < 1 || a->Cout < 1 || a->L < 1 || a->Lout < 1 || a->K < 1 || a->G < 1) return "empty tensor";
@@ -227,7 +233,7 @@ static void put(pass *s, int64_t uid, const void *p) {
 static gpa_status run(const gpa_op_exec *x, const gpa__conv_dnn_args *a, const char *op, pass *ps, const int *conv,
                       int n) {
   gpa__cu_ctx *C = gpa__cu_of(x);
-  if (C->host.no_cudnn_conv) return gpa__dnn_decline(x, "%s: off (GPA_CUDNN_CONV=0)", op);
+  if (C->host.cudnn_conv == 1) return gpa__dnn_decline(x, "%s: off (GPA_CUDNN_CONV=0)", op);
   const char *no_lib;
   gpa__dnn *d = gpa__cudnn_get(x, &no_lib);
   if (!d) return gpa__dnn_decline(x, "%s: no cuDNN: %s", op, no_lib); /* the load logged it */
@@ -243,6 +249,18 @@ static gpa_status run(const gpa_op_exec *x, const gpa__conv_dnn_args *a, const c
     if (!ps[i].p) return decline(x, d, d->st.builds_failed != failed, op, why);
     uint64_t w = (uint64_t)gpa__dnn_plan_workspace(ps[i].p);
     if (w > ws) ws = w;
+  }
+  /* Unset: each execute costs tens of µs of host time (an H100 with cuDNN
+   * 9.14: the main job's eager step 2.44 ms with it, 2.14 without), more
+   * than it saves on a small convolution; inside a graph capture that host
+   * time is paid once, and on a large one cuDNN's kernels win (2.5-16x our
+   * own at B8 C512 L2048). The eager call still builds the plans and grows
+   * the scratch to their workspace, so that a capture finds both ready (a
+   * capture can neither grow the scratch nor should it plan). */
+  if (C->host.cudnn_conv == 0 && conv_flops(a) < GPA__CUDNN_CONV_EAGER_FLOPS && !gpa__cu_mem_capturing(C, C->cur_q->s)) {
+    gpa__cu_scratch(x, up256(ws) + 1); /* no memory: the capture will decline; our kernels run now anyway */
+    x->msg[0] = 0;
+    return gpa__dnn_decline(x, "%s: small (%.0f MFLOP) and eager: our kernels", op, conv_flops(a) / 1e6);
   }
   CUdeviceptr work = gpa__cu_scratch(x, up256(ws) + 1);
   if (!work) {
