@@ -100,7 +100,7 @@ def _jaxlib_ffi_version():
 
 
 def check_ffi_version(built, runtime):
-    """Raises ImportError where XLA would refuse the handlers: jax's
+    """Raises ImportError where XLA would refuse the handlers: jax 0.10's
     registration does not say so (the refused targets are just missing when
     a program runs), so the mismatch is named here. XLA takes handlers built
     against its own FFI version or an older one of the same major."""
