@@ -7,14 +7,18 @@
 #include "ops/cuda_kernels.h"
 #include "ops/optim/optim.h"
 
+gpa__adamw_cu_factors gpa__adamw_cu_fold(double lr, double b1, double b2, double eps, double wd, int64_t step) {
+  double bc1 = 1.0 - pow(b1, (double)step), bc2 = 1.0 - pow(b2, (double)step);
+  return (gpa__adamw_cu_factors){(float)(1.0 - lr * wd), (float)b1, (float)(1.0 - b1), (float)b2, (float)(1.0 - b2),
+                                 (float)(lr / bc1), (float)(1.0 / sqrt(bc2)), (float)eps};
+}
+
 gpa_status gpa__adamw_cu(const gpa_op_exec *x) {
   long long n = gpa__cu_numel(&x->inputs[0]);
   const gpa__opt_params *pa = x->params;
-  double lr = pa->lr, b1 = pa->beta1, b2 = pa->beta2, eps = pa->eps, wd = pa->weight_decay;
-  int64_t step = pa->step;
-  double bc1 = 1.0 - pow(b1, (double)step), bc2 = 1.0 - pow(b2, (double)step);
-  float decay = (float)(1.0 - lr * wd), fb1 = (float)b1, c1 = (float)(1.0 - b1), fb2 = (float)b2,
-        c2 = (float)(1.0 - b2), ss = (float)(lr / bc1), ib = (float)(1.0 / sqrt(bc2)), fe = (float)eps;
+  gpa__adamw_cu_factors f = gpa__adamw_cu_fold(pa->lr, pa->beta1, pa->beta2, pa->eps, pa->weight_decay, pa->step);
+  float decay = f.decay, fb1 = f.b1, c1 = f.c1, fb2 = f.b2, c2 = f.c2, ss = f.step_size, ib = f.inv_bc2_sqrt,
+        fe = f.eps;
   void *po = x->out[0], *mo = x->out[1], *vo = x->out[2], *p = x->in[0], *g = x->in[1], *m = x->in[2], *v = x->in[3];
   int pbf = x->inputs[0].dtype == GPA_BF16, gbf = x->inputs[1].dtype == GPA_BF16, vec = gpa__cu_aligned16(x);
   if (!pbf && !gbf) {

@@ -4,9 +4,8 @@
  * nothing is allocated or copied before the launch, so the launch captures
  * into a CUDA graph like any other. Each tensor gets the blocks adamw's own
  * launch would give it (gpa__cu_blocks), in a run of the one grid, and the
- * factors adamw_cu folds on the host, in the same double arithmetic: each
- * tensor's bits are adamw's. */
-#include <math.h>
+ * factors adamw's launch gets (gpa__adamw_cu_fold): each tensor's bits are
+ * adamw's. */
 #include <string.h>
 
 #include "backends/cuda/cuda_ops.h"
@@ -23,13 +22,14 @@ static int aligned16(void *const *p, uint32_t n) {
 gpa_status gpa__adamw_multi_cu(const gpa_op_exec *x) {
   const gpa__adamw_multi_params *pa = x->params;
   const uint32_t count = x->n_inputs / 4;
-  const double lr = pa->lr, b1 = pa->beta1, b2 = pa->beta2;
-  const double bc1 = 1.0 - pow(b1, (double)pa->step), bc2 = 1.0 - pow(b2, (double)pa->step);
+  /* decay with and without weight decay; the rest shared */
+  const gpa__adamw_cu_factors f = gpa__adamw_cu_fold(pa->lr, pa->beta1, pa->beta2, pa->eps, pa->weight_decay, pa->step),
+                              f0 = gpa__adamw_cu_fold(pa->lr, pa->beta1, pa->beta2, pa->eps, 0.0, pa->step);
   gpa_adamw_multi_args a;
   memset(&a, 0, sizeof a);
   a.count = (int)count;
-  a.b1 = (float)b1, a.c1 = (float)(1.0 - b1), a.b2 = (float)b2, a.c2 = (float)(1.0 - b2);
-  a.step_size = (float)(lr / bc1), a.inv_bc2_sqrt = (float)(1.0 / sqrt(bc2)), a.eps = (float)pa->eps;
+  a.b1 = f.b1, a.c1 = f.c1, a.b2 = f.b2, a.c2 = f.c2, a.step_size = f.step_size, a.inv_bc2_sqrt = f.inv_bc2_sqrt;
+  a.eps = f.eps;
   long long blocks = 0;
   for (uint32_t k = 0; k < count && k < GPA_ADAMW_MULTI_MAX; k++) {
     gpa_adamw_multi_tensor *t = &a.t[k];
@@ -37,7 +37,7 @@ gpa_status gpa__adamw_multi_cu(const gpa_op_exec *x) {
     t->po = out[0], t->mo = out[1], t->vo = out[2];
     t->p = in[0], t->g = in[1], t->m = in[2], t->v = in[3];
     t->n = gpa__cu_numel(&x->inputs[4 * k]);
-    t->decay = (float)(1.0 - lr * gpa__adamw_multi_wd(pa, k));
+    t->decay = gpa__adamw_multi_wd(pa, k) != 0.0 ? f.decay : f0.decay;
     t->vec = aligned16(in, 4) && aligned16(out, 3);
     t->block0 = blocks;
     if (t->n > 0) blocks += gpa__cu_blocks(x, t->vec ? (t->n + 3) / 4 : t->n, GPA__CU_THREADS);

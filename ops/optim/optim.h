@@ -21,6 +21,14 @@ static inline double gpa__adamw_multi_wd(const gpa__adamw_multi_params *p, uint3
   return p->decay_mask < 0 || (p->decay_mask >> k & 1) ? p->weight_decay : 0.0;
 }
 
+/* adamw's fp32 factors, folded on the host in double as the host kernel
+ * does (cuda.c): adamw and adamw_multi take them from here alike */
+typedef struct gpa__adamw_cu_factors {
+  float decay, b1, c1, b2, c2, step_size, inv_bc2_sqrt, eps;
+} gpa__adamw_cu_factors;
+gpa__adamw_cu_factors gpa__adamw_cu_fold(double lr, double beta1, double beta2, double eps, double weight_decay,
+                                         int64_t step);
+
 gpa_status gpa__adamw_cu(const gpa_op_exec *x);
 gpa_status gpa__sgd_cu(const gpa_op_exec *x);
 gpa_status gpa__adamw_multi_cu(const gpa_op_exec *x);
