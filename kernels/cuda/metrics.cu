@@ -137,7 +137,7 @@ extern "C" __global__ void gpa_ce_bwd_bf16(gpa_bf16 *dl, const gpa_bf16 *logits,
   ce_bwd(dl, logits, tg, cnt, n, v, ignore, scale, g);
 }
 
-/* ---- backward, one block per row, the row held in registers -----------
+/* ---- one block per row, the row held in registers (backward, forward) --
  * The lane-group ce_bwd above reads each row twice (statistics, then the
  * gradient); at 16384 x 4096 f32 its warps' rows in flight (~64 per SM of
  * 16 KiB, ~135 MB over an H100) are more than L2 holds, so the second read
@@ -150,7 +150,8 @@ extern "C" __global__ void gpa_ce_bwd_bf16(gpa_bf16 *dl, const gpa_bf16 *logits,
  * them: one read and one write. Per value the formulas are ce_bwd's (the
  * same expf(x - m) * f, the same double terms); only the order of the
  * double sum differs. The host picks it (ops/metrics/cuda.c) when V
- * divides the row and every pointer is 16-byte aligned. */
+ * divides the row and every pointer is 16-byte aligned; the forward
+ * (ce_fwd_row) too, for its 16-byte loads and no per-value rescaling. */
 static __device__ __forceinline__ void ce_ldv(const float *p, float *v) {
   const float4 a = *reinterpret_cast<const float4 *>(p);
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
@@ -161,11 +162,60 @@ static __device__ __forceinline__ void ce_stv(float *p, const float *v) {
 }
 static __device__ __forceinline__ void ce_stv(gpa_bf16 *p, const float *v) { gpa_bf8_store(p, v); }
 
+/* The row's statistics with the row in registers: loads the thread's NV
+ * vectors into e, sets *m to the row's max and returns the double sum of
+ * exp(x - m) over the row but its target t, leaving e[q][j] = exp(x - m).
+ * Block-wide (every thread must call it); red* are rewritten by the next
+ * call only after the barrier at its end. */
+template <typename T, int V, int NV>
+static __device__ double ce_row_stats(float *redf, double *redd, const T *__restrict__ xr, long long v, long long t,
+                                      float (&e)[NV][V], float *m_out) {
+  const int tid = (int)threadIdx.x, nt = (int)blockDim.x, warp = tid / 32, lane = tid % 32, nw = nt / 32;
+  float m = -INFINITY;
+GPA_UNROLL
+  for (int q = 0; q < NV; q++) {
+    const long long i = (long long)(tid + q * nt) * V;
+    if (i < v) {
+      ce_ldv(xr + i, e[q]);
+GPA_UNROLL
+      for (int j = 0; j < V; j++) m = e[q][j] > m ? e[q][j] : m; /* as ce_bwd's: NaN never raises m */
+    }
+  }
+  m = gpa_group_max(m, 32);
+  if (lane == 0) redf[warp] = m;
+  __syncthreads();
+  m = redf[0];
+  for (int w = 1; w < nw; w++) m = fmaxf(m, redf[w]);
+  double s = 0.0;
+GPA_UNROLL
+  for (int q = 0; q < NV; q++) {
+    const long long i = (long long)(tid + q * nt) * V;
+    if (i < v) {
+GPA_UNROLL
+      for (int j = 0; j < V; j++) {
+        const float xi = e[q][j];
+        e[q][j] = expf(xi - m);
+        /* -inf entries add nothing while the row's max is -inf (exp(-inf
+         * - -inf) would be NaN); NaN always propagates; the target apart */
+        if (i + j != t && (m != -INFINITY || xi != xi)) s += (double)e[q][j];
+      }
+    }
+  }
+  s = gpa_group_sum_d(s, 32);
+  if (lane == 0) redd[warp] = s;
+  __syncthreads();
+  double rest = 0.0;
+  for (int w = 0; w < nw; w++) rest += redd[w];
+  __syncthreads(); /* redf and redd are rewritten by the next row */
+  *m_out = m;
+  return rest;
+}
+
 template <typename T, int V, int NV>
 static __device__ void ce_bwd_row(float *redf, double *redd, T *__restrict__ dl, const T *__restrict__ logits,
                                   const int *__restrict__ tg, const long long *__restrict__ cnt, long long n,
                                   long long v, long long ignore, double scale) {
-  const int tid = (int)threadIdx.x, nt = (int)blockDim.x, warp = tid / 32, lane = tid % 32, nw = nt / 32;
+  const int tid = (int)threadIdx.x, nt = (int)blockDim.x;
   const long long count = *cnt > 0 ? *cnt : 1;
   const double k = scale / (double)count;
   for (long long row = blockIdx.x; row < n; row += gridDim.x) {
@@ -177,43 +227,8 @@ static __device__ void ce_bwd_row(float *redf, double *redd, T *__restrict__ dl,
       for (long long i = (long long)tid * V; i < v; i += (long long)nt * V) ce_stv(o + i, z);
       continue;
     }
-    float e[NV][V];
-    float m = -INFINITY;
-GPA_UNROLL
-    for (int q = 0; q < NV; q++) {
-      const long long i = (long long)(tid + q * nt) * V;
-      if (i < v) {
-        ce_ldv(xr + i, e[q]);
-GPA_UNROLL
-        for (int j = 0; j < V; j++) m = e[q][j] > m ? e[q][j] : m; /* as ce_bwd's: NaN never raises m */
-      }
-    }
-    m = gpa_group_max(m, 32);
-    if (lane == 0) redf[warp] = m;
-    __syncthreads();
-    m = redf[0];
-    for (int w = 1; w < nw; w++) m = fmaxf(m, redf[w]);
-    double s = 0.0;
-GPA_UNROLL
-    for (int q = 0; q < NV; q++) {
-      const long long i = (long long)(tid + q * nt) * V;
-      if (i < v) {
-GPA_UNROLL
-        for (int j = 0; j < V; j++) {
-          const float xi = e[q][j];
-          e[q][j] = expf(xi - m);
-          /* -inf entries add nothing while the row's max is -inf (exp(-inf
-           * - -inf) would be NaN); NaN always propagates; the target apart */
-          if (i + j != t && (m != -INFINITY || xi != xi)) s += (double)e[q][j];
-        }
-      }
-    }
-    s = gpa_group_sum_d(s, 32);
-    if (lane == 0) redd[warp] = s;
-    __syncthreads();
-    double rest = 0.0;
-    for (int w = 0; w < nw; w++) rest += redd[w];
-    __syncthreads(); /* redf and redd are rewritten by the next row */
+    float e[NV][V], m;
+    const double rest = ce_row_stats<T, V, NV>(redf, redd, xr, v, t, e, &m);
     const double et = (double)expf(ld(xr, t) - m), z = et + rest;
     const float f = (float)(k / z), ft = (float)(-k * rest / z);
 GPA_UNROLL
@@ -226,6 +241,42 @@ GPA_UNROLL
       }
     }
   }
+}
+
+/* The forward's per-row loss from the same statistics: the row read once
+ * with 16-byte loads, no rescaling branch per value (ce_rows' online
+ * softmax), the same part[row] formula. */
+template <typename T, int V, int NV>
+static __device__ void ce_fwd_row(float *redf, double *redd, double *part, const T *__restrict__ logits,
+                                  const int *__restrict__ tg, long long n, long long v, long long ignore) {
+  for (long long row = blockIdx.x; row < n; row += gridDim.x) {
+    const long long t = tg[row];
+    const T *xr = logits + row * v;
+    if (t == ignore || t < 0 || t >= v) { /* uniform over the block */
+      if (threadIdx.x == 0) part[row] = 0.0;
+      continue;
+    }
+    float e[NV][V], m;
+    const double rest = ce_row_stats<T, V, NV>(redf, redd, xr, v, t, e, &m);
+    if (threadIdx.x == 0) {
+      const double et = (double)expf(ld(xr, t) - m);
+      part[row] = log(et + rest) - ((double)ld(xr, t) - (double)m);
+    }
+  }
+}
+
+extern "C" __global__ void gpa_ce_rows_row(double *part, const float *logits, const int *tg, long long n, long long v,
+                                           long long ignore) {
+  __shared__ float redf[32];
+  __shared__ double redd[32];
+  ce_fwd_row<float, 4, GPA_CE_ROW_NV>(redf, redd, part, logits, tg, n, v, ignore);
+}
+
+extern "C" __global__ void gpa_ce_rows_row_bf16(double *part, const gpa_bf16 *logits, const int *tg, long long n,
+                                                long long v, long long ignore) {
+  __shared__ float redf[32];
+  __shared__ double redd[32];
+  ce_fwd_row<gpa_bf16, 8, GPA_CE_ROW_NV>(redf, redd, part, logits, tg, n, v, ignore);
 }
 
 /* NV vectors a thread: blockDim.x = ceil(V / (GPA_CE_ROW_NV x 4 or 8)) rounded up to a warp (<= 1024) */

@@ -12,16 +12,17 @@
  * row, metrics.cu ce_bwd_row) instead of reading it twice with a lane
  * group: 4 KiB of logits, as layernorm's forward (below that the lane
  * groups' rows stay in L1 between the two reads; a guess from the cache
- * sizes, not measured). */
+ * sizes, not measured). The forward takes the same kernel shape
+ * (ce_fwd_row) from the same size. */
 #define CE_ROW_MIN_BYTES 4096
 
 /* Threads of ce_bwd_row for rows of v values, or 0 when it does not apply:
  * the row not in whole 16-byte vectors, a pointer not 16-byte aligned, the
  * row too short, or more than 1024 threads needed. */
-static unsigned ce_row_threads(const gpa_op_exec *x, long long v, int bf) {
+static unsigned ce_row_threads(const void *logits, const void *dlogits, long long v, int bf) {
   const long long per = bf ? 8 : 4, vecs = v / per;
   const long long t = ((vecs + GPA_CE_ROW_NV - 1) / GPA_CE_ROW_NV + 31) / 32 * 32;
-  const int aligned = ((uintptr_t)x->in[0] & 15) == 0 && ((uintptr_t)x->out[0] & 15) == 0;
+  const int aligned = ((uintptr_t)logits & 15) == 0 && ((uintptr_t)dlogits & 15) == 0;
   return aligned && v % per == 0 && v * (bf ? 2 : 4) >= CE_ROW_MIN_BYTES && t <= 1024 ? (unsigned)t : 0;
 }
 
@@ -33,10 +34,16 @@ gpa_status gpa__ce_fwd_cu(const gpa_op_exec *x) {
   CUdeviceptr res = scr, part = scr + GPA__CU_INDEX_RES_BYTES;
   GPA__CU_TRY(gpa__cu_check_index(x, res, x->in[1], n, v, ign, 1, GPA__CU_POST_TARGETS, "cross_entropy_fwd", v, ign));
   void *lg = x->in[0], *tg = x->in[1], *out = x->out[0];
-  if (n > 0) {
+  const int bf = x->inputs[0].dtype == GPA_BF16;
+  unsigned threads = ce_row_threads(lg, NULL, v, bf);
+  if (n > 0 && threads) {
+    void *ra[] = {&part, &lg, &tg, &n, &v, &ign};
+    GPA__CU_TRY(gpa__cu_launch(x, bf ? GPA__K_CE_ROWS_ROW_BF : GPA__K_CE_ROWS_ROW, gpa__cu_row_blocks(x, n, 32, 1), 1,
+                               1, threads, 1, 0, ra));
+  } else if (n > 0) {
     int grp = gpa__cu_row_group(v);
     void *a1[] = {&part, &lg, &tg, &n, &v, &ign, &grp};
-    int id = x->inputs[0].dtype == GPA_BF16 ? GPA__K_CE_ROWS_BF : GPA__K_CE_ROWS;
+    int id = bf ? GPA__K_CE_ROWS_BF : GPA__K_CE_ROWS;
     GPA__CU_TRY(gpa__cu_launch(x, id, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32, WARPS, 0, a1));
   }
   double div = 0;
@@ -57,7 +64,7 @@ gpa_status gpa__ce_bwd_cu(const gpa_op_exec *x) {
   void *a1[] = {&cnt, &tg, &n, &ign};
   GPA__CU_TRY(gpa__cu_launch(x, GPA__K_CE_COUNT, 1, 1, 1, GPA__CU_THREADS, 1, 0, a1));
   const int bf = x->inputs[0].dtype == GPA_BF16;
-  unsigned threads = ce_row_threads(x, v, bf);
+  unsigned threads = ce_row_threads(x->in[0], x->out[0], v, bf);
   if (threads) {
     void *ra[] = {&out, &lg, &tg, &cnt, &n, &v, &ign, &scale};
     return gpa__cu_launch(x, bf ? GPA__K_CE_BWD_ROW_BF : GPA__K_CE_BWD_ROW, gpa__cu_row_blocks(x, n, 32, 1), 1, 1,

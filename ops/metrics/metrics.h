@@ -25,6 +25,8 @@ gpa_status gpa__cosine_cu(const gpa_op_exec *x);
   K(CE_ROWS_BF, met, gpa_ce_rows_bf16) \
   K(CE_BWD_BF, met, gpa_ce_bwd_bf16)  \
   K(CE_BWD_ROW, met, gpa_ce_bwd_row)  \
-  K(CE_BWD_ROW_BF, met, gpa_ce_bwd_row_bf16)
+  K(CE_BWD_ROW_BF, met, gpa_ce_bwd_row_bf16) \
+  K(CE_ROWS_ROW, met, gpa_ce_rows_row)  \
+  K(CE_ROWS_ROW_BF, met, gpa_ce_rows_row_bf16)
 
 #endif
