@@ -9,7 +9,8 @@
  *                                args add the error code after the message)
  *   struct XLA_FFI_ExecutionContext  struct XLA_FFI_InvokeContext (the old name a typedef)
  *
- * Everything else the handlers use kept its name and layout. The structs
+ * 0.5 (jaxlib 0.12.0) only appended XLA_FFI_CustomOptions_Get to the API
+ * table. Everything else the handlers use kept its name and layout. The structs
  * that grew (the handler bundle's record stage, the register args after
  * it) are filled by designated initializers, so their sizes come from the
  * header too. A library reports the version of the header it was built
@@ -20,7 +21,7 @@
 #include "xla/ffi/api/c_api.h"
 
 #if XLA_FFI_API_MAJOR != 0
-#error "gpuactor's XLA handlers know the XLA FFI C API 0.x (tested: 0.3 and 0.4)"
+#error "gpuactor's XLA handlers know the XLA FFI C API 0.x (tested: 0.3, 0.4, 0.5)"
 #endif
 
 #if XLA_FFI_API_MINOR >= 4
