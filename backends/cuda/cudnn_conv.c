@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backends/cuda/alloc.h"
 #include "backends/cuda/cudnn_build.h"
 #include "backends/cuda/cudnn_conv.h"
 
@@ -239,6 +238,13 @@ static gpa_status run(const gpa_op_exec *x, const gpa__conv_dnn_args *a, const c
   if (!d) return gpa__dnn_decline(x, "%s: no cuDNN: %s", op, no_lib); /* the load logged it */
   const char *no = unsupported(a);
   if (no) return decline(x, d, 0, op, no);
+  /* Unset: each execute costs tens of µs of host time (an H100 with cuDNN
+   * 9.14: the main job's eager step 2.44 ms with it, 2.14 without), more
+   * than its kernels save on a small convolution; on a large one they win
+   * (2.5-16x our own at B8 C512 L2048). Decided by size alone, so a batch
+   * replayed as a CUDA graph computes what its eager run did, bit for bit. */
+  if (C->host.cudnn_conv == 0 && conv_flops(a) < GPA__CUDNN_CONV_MIN_FLOPS)
+    return gpa__dnn_decline(x, "%s: small (%.0f MFLOP): our kernels", op, conv_flops(a) / 1e6);
   uint64_t ws = 0;
   for (int i = 0; i < n; i++) {
     gpa__dnn_key k;
@@ -249,18 +255,6 @@ static gpa_status run(const gpa_op_exec *x, const gpa__conv_dnn_args *a, const c
     if (!ps[i].p) return decline(x, d, d->st.builds_failed != failed, op, why);
     uint64_t w = (uint64_t)gpa__dnn_plan_workspace(ps[i].p);
     if (w > ws) ws = w;
-  }
-  /* Unset: each execute costs tens of µs of host time (an H100 with cuDNN
-   * 9.14: the main job's eager step 2.44 ms with it, 2.14 without), more
-   * than it saves on a small convolution; inside a graph capture that host
-   * time is paid once, and on a large one cuDNN's kernels win (2.5-16x our
-   * own at B8 C512 L2048). The eager call still builds the plans and grows
-   * the scratch to their workspace, so that a capture finds both ready (a
-   * capture can neither grow the scratch nor should it plan). */
-  if (C->host.cudnn_conv == 0 && conv_flops(a) < GPA__CUDNN_CONV_EAGER_FLOPS && !gpa__cu_mem_capturing(C, C->cur_q->s)) {
-    gpa__cu_scratch(x, up256(ws) + 1); /* no memory: the capture will decline; our kernels run now anyway */
-    x->msg[0] = 0;
-    return gpa__dnn_decline(x, "%s: small (%.0f MFLOP) and eager: our kernels", op, conv_flops(a) / 1e6);
   }
   CUdeviceptr work = gpa__cu_scratch(x, up256(ws) + 1);
   if (!work) {

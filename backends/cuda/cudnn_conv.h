@@ -8,11 +8,11 @@
 #define GPA_BACKENDS_CUDA_CUDNN_CONV_H
 #include "backends/cuda/cudnn.h"
 
-/* GPA_CUDNN_CONV unset: an eager convolution below this many FLOPs (2 B
- * Cout Lout Cin/G K) runs on our kernels, cuDNN's host time per execute
+/* GPA_CUDNN_CONV unset: a convolution below this many FLOPs (2 B Cout
+ * Lout Cin/G K) runs on our kernels, cuDNN's host time per execute
  * outweighing its faster kernels there (the main job's 0.23 GFLOP ones on
- * an H100); inside a graph capture, and above it, cuDNN. */
-#define GPA__CUDNN_CONV_EAGER_FLOPS 1e9
+ * an H100); from it on, cuDNN. */
+#define GPA__CUDNN_CONV_MIN_FLOPS 1e9
 
 /* The graphs a key names (gpa__dnn_key.conv). */
 enum { GPA__DNN_CONV_FWD = 1, GPA__DNN_CONV_FWD_BIAS, GPA__DNN_CONV_DGRAD, GPA__DNN_CONV_WGRAD };
