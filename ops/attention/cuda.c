@@ -87,7 +87,10 @@ static int fa2_variant(int dtype, int D) {
   return (dtype == GPA_F16 ? 4 : 0) + fa2_class(D);
 }
 static unsigned fa2_ld(int D) { static const int dm[4] = {64, 96, 128, 256}; return (unsigned)dm[fa2_class(D)] + 8; }
+/* the forward's query rows per block and warps per block (attention_fa2.cu,
+ * fa2_fwd_cfg): 32 rows a warp (two m-tiles) up to D 128, 16 for D 256 */
 static unsigned fa2_fwd_br(int D) { return D > 128 ? 64 : 128; }
+static unsigned fa2_fwd_warps(int D) { return fa2_fwd_br(D) / (D > 128 ? 16 : 32); }
 static unsigned fa2_fwd_smem(int D) { return (fa2_fwd_br(D) + 4 * (D > 128 ? 32 : 64)) * fa2_ld(D) * 2; }
 static unsigned fa2_dkv_smem(int D) {
   const unsigned bq = D > 128 ? 16 : 32;
@@ -142,7 +145,8 @@ static gpa_status own_fwd(const gpa_op_exec *x, int tc) {
   if (lowp) { /* o in fp32 or in the storage type */
     void *o32 = o_f32 ? o : NULL, *oT = o_f32 ? NULL : o;
     void *a[] = {&q, &k, &v, &lens, &o32, &oT, &lse, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale, &g.causal};
-    return gpa__cu_launch(x, id, (unsigned)((g.S + br - 1) / br), (unsigned)g.H, (unsigned)g.B, 32, br / 16, smem, a);
+    return gpa__cu_launch(x, id, (unsigned)((g.S + br - 1) / br), (unsigned)g.H, (unsigned)g.B, 32,
+                          fa2_fwd_warps(g.D), smem, a);
   }
   void *args[] = {&q, &k, &v, &lens, &o, &lse, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale, &g.causal};
   return gpa__cu_launch(x, id, (unsigned)((g.S + br - 1) / br), (unsigned)g.H, (unsigned)g.B, 32, 4, smem, args);

@@ -95,11 +95,12 @@ static void run_case(CUmodule m, const acase *c, int half, uint64_t seed) {
            c->causal ? " causal" : "", c->lens ? " lengths" : "");
 
   /* forward: o in fp32 and in T */
-  const int br = dm > 128 ? 64 : 128, bc = dm > 128 ? 32 : 64;
+  /* attention_fa2.cu's fa2_fwd_cfg: 4 warps of 32 rows (16 for D 256) */
+  const int br = dm > 128 ? 64 : 128, bc = dm > 128 ? 32 : 64, warps = 4;
   const unsigned fsm = (unsigned)((br + 4 * bc) * ld * 2);
   void *fa[] = {&dq_, &dk_, &dv_, &dl, &o32, &oT, &dlse, &iS, &iSk, &iH, &iHk, &iD, &scale, &causal};
   CK(cuLaunchKernel(fn(m, "fwd", half, dm, fsm), (unsigned)((S + br - 1) / br), (unsigned)H, (unsigned)B, 32,
-                    (unsigned)(br / 16), 1, fsm, NULL, fa, NULL));
+                    (unsigned)warps, 1, fsm, NULL, fa, NULL));
   float *fo = malloc(4 * (size_t)(nq + 1)), *fl = malloc(4 * (size_t)(nl + 1));
   uint16_t *ho = malloc(2 * (size_t)(nq + 1));
   CK(cuMemcpyDtoH(fo, o32, 4 * nq));
