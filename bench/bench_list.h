@@ -24,6 +24,7 @@ void gpa_bench_embedding_fwd(void);
 void gpa_bench_embedding_bwd(void);
 void gpa_bench_cross_entropy(void);
 void gpa_bench_adamw(void);
+void gpa_bench_adamw_multi(void);
 void gpa_bench_actor_overhead(void);
 void gpa_bench_pool_wake(void);
 void gpa_bench_cuda_membound(void);
@@ -58,6 +59,7 @@ static const gpa_bench_entry gpa_benches[] = {
     {"embedding_bwd", gpa_bench_embedding_bwd},
     {"cross_entropy", gpa_bench_cross_entropy},
     {"adamw", gpa_bench_adamw},
+    {"adamw_multi", gpa_bench_adamw_multi},
     {"actor_overhead", gpa_bench_actor_overhead},
     {"pool_wake", gpa_bench_pool_wake},
     {"cuda_membound", gpa_bench_cuda_membound},
