@@ -216,6 +216,8 @@ actor() {
   GPA_DEVICE=cuda GPA_BENCH_ACTOR_TORCH=$PWD/bench/actor_torch.py "$B/bench/gpa-bench" cuda_actor || rc=1
   echo "-- GPA_CUDA_NO_POLL=1 (completions by host functions only)"
   GPA_DEVICE=cuda GPA_CUDA_NO_POLL=1 "$B/bench/gpa-bench" cuda_actor || rc=1
+  # the main job's optimizer step: 2 adamw_multi messages against 28 adamw
+  GPA_DEVICE=cuda "$B/bench/gpa-bench" adamw_multi || rc=1
   GPA_DEVICE=cuda "$B/examples/gpa-train-lm" --steps 600 >"$OUT/train.txt" 2>&1 || rc=1
   tail -n 4 "$OUT/train.txt"
   # issue 24: every step replayed as one CUDA graph (--graphs, docs/graphs.md)
