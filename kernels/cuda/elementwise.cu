@@ -352,8 +352,12 @@ extern "C" __global__ void gpa_gelu_fwd_bf16(gpa_bf16 *y, const gpa_bf16 *x, lon
 #undef ONE
 }
 
-extern "C" __global__ void gpa_gelu_bwd_bf16(gpa_bf16 *dx, const gpa_bf16 *x, const gpa_bf16 *dy, long long n,
-                                             int approximate, int vec) {
+/* 32 registers (39 unbounded): the host launches 8 blocks of 256 a SM
+ * (gpa__cu_blocks' cap, GPA__CU_THREADS), and at 39 only 6 fit, so a
+ * quarter of the grid ran as a second wave with 2 blocks a SM (16 KiB in
+ * flight). ptxas fits it in 32 without spills (+14 instructions). */
+extern "C" __global__ void __launch_bounds__(256, 8)
+    gpa_gelu_bwd_bf16(gpa_bf16 *dx, const gpa_bf16 *x, const gpa_bf16 *dy, long long n, int approximate, int vec) {
 #define CH(i0)                                                              \
   float vx[8], vd[8];                                                       \
   gpa_bf8_load(x + (i0), vx);                                               \
