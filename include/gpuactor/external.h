@@ -87,7 +87,7 @@ gpa_status gpa_queue_wait_event(gpa_queue *q, void *event);
  * submits ops and records an event pays one round trip per exchange, not
  * two. The wait is on the stream before any later message of q runs. Its
  * failure (EDEVICE, EUNSUPPORTED) is reported as a released handle's is: by
- * the queue's batch (gpa_sync_batch's first error). Errors here: EINVAL,
+ * the queue's batch (gpa_sync_batch's first error). Errors: EINVAL,
  * ECLOSED, ENOMEM, ESHUTDOWN, EAGAIN / ETIMEDOUT (mailbox full). */
 gpa_status gpa_queue_wait_event_async(gpa_queue *q, void *event);
 /* Queue-ordered: records `event` (a CUevent of the actor's context) on q's
