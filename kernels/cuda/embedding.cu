@@ -146,9 +146,6 @@ extern "C" __global__ void gpa_emb_merge_block(unsigned long long *keys, long lo
   for (int i = t; i < np; i += nt) keys[base + i] = sk[i];
 }
 
-static __device__ __forceinline__ double ld_d(const float *p, long long i) { return (double)p[i]; }
-static __device__ __forceinline__ double ld_d(const gpa_bf16 *p, long long i) { return (double)gpa_bf2f(p[i]); }
-
 /* The backward's sums, split into chunks of GPA_EMB_CHUNK sorted positions
  * (a block each) so that no thread walks a long run of one id alone: the
  * most frequent token of a batch (a space in text) may own a tenth of it,
