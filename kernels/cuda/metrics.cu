@@ -190,14 +190,23 @@ GPA_UNROLL
 GPA_UNROLL
   for (int q = 0; q < NV; q++) {
     const long long i = (long long)(tid + q * nt) * V;
-    if (i < v) {
+    /* the target's place in this vector, or -1: a 32-bit compare with a
+     * constant per value instead of a 64-bit one */
+    const int jt = t >= i && t < i + V ? (int)(t - i) : -1;
+    if (i < v && m != -INFINITY) {
+GPA_UNROLL
+      for (int j = 0; j < V; j++) {
+        e[q][j] = expf(e[q][j] - m);
+        if (j != jt) s += (double)e[q][j]; /* the target apart */
+      }
+    } else if (i < v) {
+      /* the row's max is -inf: -inf entries add nothing (exp(-inf - -inf)
+       * would be NaN), a NaN propagates */
 GPA_UNROLL
       for (int j = 0; j < V; j++) {
         const float xi = e[q][j];
         e[q][j] = expf(xi - m);
-        /* -inf entries add nothing while the row's max is -inf (exp(-inf
-         * - -inf) would be NaN); NaN always propagates; the target apart */
-        if (i + j != t && (m != -INFINITY || xi != xi)) s += (double)e[q][j];
+        if (j != jt && xi != xi) s += (double)e[q][j];
       }
     }
   }
