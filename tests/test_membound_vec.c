@@ -6,7 +6,8 @@
  * dgamma/dbeta (the partials sum each column in row order either way);
  * layernorm's y and dx sum a row in another order per path, so they agree
  * to fp32 rounding (f32) or within a bf16 ulp (bf16). GELU's size is not
- * a multiple of 8, so the vector path's scalar tail runs too. */
+ * a multiple of 8, so the vector path's scalar tail runs too. A NaN x gives NaN
+ * y and dx in both paths. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +81,7 @@ static void gelu(gpa_nt *t, int dt, int form) {
   uint64_t seed = 11 + (uint64_t)form;
   gpa_nt_fill(x, NG, -6, 6, &seed);
   gpa_nt_fill(dy, NG, -2, 2, &seed);
+  x[3] = NAN; /* inside the vector path's first 16 bytes: y and dx NaN in both paths */
   int64_t n = NG;
   gpa_attr at = {"approximate", GPA_ATTR_INT, form, 0};
   for (int off = 0; off < 2; off++) {
@@ -95,6 +97,12 @@ static void gelu(gpa_nt *t, int dt, int form) {
   agree(w, r[0], r[2], n, -1);
   snprintf(w, sizeof w, "gelu_bwd %s form %d", dt == GPA_BF16 ? "bf16" : "f32", form);
   agree(w, r[1], r[3], n, -1);
+  for (int k = 0; k < 4; k++)
+    if (!isnan(r[k][3])) {
+      printf("FAIL gelu_%s %s form %d, %s path: x NaN gave %.9g\n", k % 2 ? "bwd" : "fwd",
+             dt == GPA_BF16 ? "bf16" : "f32", form, k < 2 ? "vector" : "scalar", r[k][3]);
+      failures++;
+    }
   for (int i = 0; i < 4; i++) free(r[i]);
   free(x);
   free(dy);

@@ -210,8 +210,9 @@ static __device__ __forceinline__ float gelu_grad(float v, int approximate) {
     const float du = K_TANH * (1.0f + 3.0f * C_TANH * v * v);
     return s + 2.0f * v * s * s1 * du;
   }
-  /* x phi(x) with x clamped as a: finite at +-inf (gelu' -> 1 and 0) */
-  const float a = fminf(fabsf(v), 13.0f);
+  /* x phi(x) with x clamped as a: finite at +-inf (gelu' -> 1 and 0); a
+   * NaN x keeps a NaN (fminf would give 13 and a finite gradient) */
+  const float a = fabsf(v) > 13.0f ? 13.0f : fabsf(v);
   float s, phi;
   gelu_phi(v, a, &s, &phi);
   return fmaf(copysignf(a, v), phi, s);
