@@ -12,9 +12,11 @@
  *     2^(S^T scale log2e - lse log2e) and dS^T = P^T (dP^T - delta), both
  *     re-laid from the accumulators as A operands (no shared-memory round
  *     trip), dV += P^T dO and dK += dS^T Q with dO and Q by ldmatrix.trans.
- *   dQ: one block per (query tile of 64, head, batch), 4 warps of 16 query
- *     rows, key tiles ascending up to the tile's last visible key,
- *     double-buffered: S = Q K^T, dP = dO V^T, dS as above, dQ += dS K.
+ *   dQ: one block per (query tile of 128, head, batch), 4 warps of 32 query
+ *     rows (two m-tiles sharing every K and V fragment; DM 256: 64 rows,
+ *     16 a warp), key tiles ascending up to the tile's last visible key,
+ *     double-buffered: S = Q K^T, dP = dO V^T, dS as above, dQ += dS K; a
+ *     warp skips the math of tiles past its own last visible key.
  * dQ without atomics costs a second computation of S and dP (the dQ pass
  * recomputes what the dK/dV pass had): 7 tile products per (query tile,
  * key tile) instead of FA2's 5, about 1.4x the backward's tensor work, for
@@ -24,7 +26,7 @@
  * splits the dK/dV block's columns in two (blockIdx.x = 2 tile + half:
  * dK and dV alone would take 256 registers a thread), each half computing
  * the tile's S and dP whole. Query steps of the dK/dV pass: 32 rows (DM
- * 256: 16); key tiles of the dQ pass: 64 (DM 256: 32).
+ * 256: 16); key tiles of the dQ pass: 64 for DM 64, 32 above.
  *
  * Accuracy: P and dS are rounded to T before their products (the bound of
  * tests/test_attention_lowp.c); everything else is fp32. dq, dk, dv are
@@ -36,7 +38,10 @@ template <int DM>
 struct fa2_bwd_cfg {
   static constexpr int LD = DM + 8, W = 4, NT = 128;
   static constexpr int BKV = 64, QT = DM > 128 ? 16 : 32, DA = DM > 128 ? 128 : DM; /* dK/dV pass */
-  static constexpr int BQ2 = 64, BC2 = DM > 128 ? 32 : 64;                          /* dQ pass */
+  /* dQ pass: MQ 16-row m-tiles a warp (each K or V fragment ldmatrix loads
+   * feeds MQ of them), BQ2 query rows a block, key tiles of BC2; DM 96 and
+   * 128 take 32-key tiles so two m-tiles' dQ, S and dP fit (ptxas -v) */
+  static constexpr int MQ = DM > 128 ? 1 : 2, BQ2 = 64 * MQ, BC2 = DM > 64 ? 32 : 64;
 };
 
 /* dq, dk, dv: fp32, or T when grads_t (rounded once from the fp32 sums) */
@@ -194,7 +199,8 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
 template <class T, int DM>
 static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
   typedef fa2_bwd_cfg<DM> C;
-  constexpr int LD = C::LD, NT = C::NT, BR = C::BQ2, KT = C::BC2, KF = DM / 16, NB = KT / 8, NO = DM / 8;
+  constexpr int LD = C::LD, NT = C::NT, BR = C::BQ2, KT = C::BC2, MQ = C::MQ, RW = 16 * MQ;
+  constexpr int KF = DM / 16, NB = KT / 8, NO = DM / 8;
   GPA_DYNAMIC_SHARED(T, sQ);
   T *sO = sQ + BR * LD, *sK = sO + BR * LD, *sV = sK + 2 * KT * LD; /* K, V: [2][KT][LD] */
   (void)dk;
@@ -206,12 +212,20 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
   const int row0 = qtile * BR, h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
   const int kvlen = attn_kvlen(lens, b, Sk), nrows = S - row0 < BR ? S - row0 : BR;
   const int jmax = attn_limit(kvlen, row0 + nrows - 1, S, Sk, causal), ntiles = (jmax + KT - 1) / KT;
-  const int r0 = row0 + w * 16 + g, r1 = r0 + 8;
-  const int lim0 = r0 < S ? attn_limit(kvlen, r0, S, Sk, causal) : 0;
-  const int lim1 = r1 < S ? attn_limit(kvlen, r1, S, Sk, causal) : 0;
   const long long at = ((long long)b * H + h) * S;
-  const float L0 = r0 < S ? lse[at + r0] * FA2_LOG2E : 0.0f, L1 = r1 < S ? lse[at + r1] * FA2_LOG2E : 0.0f;
-  const float D0 = r0 < S ? delta[at + r0] : 0.0f, D1 = r1 < S ? delta[at + r1] : 0.0f;
+  /* this lane's rows: m-tile mt, rows rw + mt 16 + g (half 0) and + 8 (half 1) */
+  const int rw = row0 + w * RW;
+  int lim[MQ][2];
+  UNROLL
+  for (int mt = 0; mt < MQ; mt++)
+    UNROLL
+    for (int hf = 0; hf < 2; hf++) {
+      const int r = rw + mt * 16 + hf * 8 + g;
+      lim[mt][hf] = r < S ? attn_limit(kvlen, r, S, Sk, causal) : 0;
+    }
+  /* the warp's key limit (limits grow with the row): tiles at or past it
+   * add nothing to any of the warp's rows, whose math it skips */
+  const int wlim = rw < S ? attn_limit(kvlen, (rw + RW - 1 < S ? rw + RW - 1 : S - 1), S, Sk, causal) : 0;
   const long long ldq = (long long)H * D, ldkv = (long long)Hkv * D;
   const long long qoff = ((long long)b * S + row0) * ldq + (long long)h * D;
   const T *kb = k + (long long)b * Sk * ldkv + (long long)kh * D;
@@ -226,10 +240,12 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
     fa2_load<T, KT, LD, NT>(sV, vb, ldkv, nc, D, tid);
   }
   gpa_cp_async_commit();
-  float aq[NO][4];
+  float aq[MQ][NO][4];
   UNROLL
-  for (int n = 0; n < NO; n++) aq[n][0] = aq[n][1] = aq[n][2] = aq[n][3] = 0.0f;
-  const T *sQw = sQ + (w * 16) * LD, *sOw = sO + (w * 16) * LD;
+  for (int mt = 0; mt < MQ; mt++)
+    UNROLL
+    for (int n = 0; n < NO; n++) aq[mt][n][0] = aq[mt][n][1] = aq[mt][n][2] = aq[mt][n][3] = 0.0f;
+  const T *sQw = sQ + (w * RW) * LD, *sOw = sO + (w * RW) * LD;
   for (int it = 0; it < ntiles; it++) {
     const int j0 = it * KT, buf = it & 1;
     if (it + 1 < ntiles) {
@@ -242,62 +258,93 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
       gpa_cp_async_wait<0>();
     }
     __syncthreads();
-    const T *tK = sK + buf * KT * LD, *tV = sV + buf * KT * LD;
-    float s[NB][4], dp[NB][4];
-    UNROLL
-    for (int n = 0; n < NB; n++)
+    if (j0 < wlim) { /* warp-uniform */
+      const T *tK = sK + buf * KT * LD, *tV = sV + buf * KT * LD;
+      float s[MQ][NB][4], dp[MQ][NB][4];
       UNROLL
-      for (int i = 0; i < 4; i++) s[n][i] = dp[n][i] = 0.0f;
-    UNROLL
-    for (int f = 0; f < KF; f++)
-      if (f * 16 < D) {
-        unsigned a_q[4], a_o[4];
-        fa2_lda<LD>(a_q, sQw + f * 16, lane);
-        fa2_lda<LD>(a_o, sOw + f * 16, lane);
+      for (int mt = 0; mt < MQ; mt++)
         UNROLL
-        for (int n = 0; n < NB; n += 2) {
-          unsigned bk[4], bv[4];
-          fa2_ldb_nk<LD>(bk, tK + (n * 8) * LD + f * 16, lane);
-          fa2_ldb_nk<LD>(bv, tV + (n * 8) * LD + f * 16, lane);
-          gpa_mma16816<T>(s[n], a_q, bk);
-          gpa_mma16816<T>(s[n + 1], a_q, bk + 2);
-          gpa_mma16816<T>(dp[n], a_o, bv);
-          gpa_mma16816<T>(dp[n + 1], a_o, bv + 2);
-        }
-      }
-    UNROLL
-    for (int n = 0; n < NB; n++)
-      UNROLL
-      for (int i = 0; i < 4; i++) {
-        const int col = j0 + n * 8 + 2 * t + (i & 1);
-        const bool vis = col < (i < 2 ? lim0 : lim1);
-        const float p = vis ? exp2f(fmaf(s[n][i], sl2, -(i < 2 ? L0 : L1))) : 0.0f;
-        dp[n][i] = p * (dp[n][i] - (i < 2 ? D0 : D1));
-      }
-    /* dQ += dS K: K as [k = key][n = d], by ldmatrix.trans */
-    UNROLL
-    for (int kk = 0; kk < KT / 16; kk++) {
-      unsigned da[4];
-      fa2_acc_to_a<T>(da, dp[2 * kk], dp[2 * kk + 1]);
+        for (int n = 0; n < NB; n++)
+          UNROLL
+          for (int i = 0; i < 4; i++) s[mt][n][i] = dp[mt][n][i] = 0.0f;
       UNROLL
       for (int f = 0; f < KF; f++)
         if (f * 16 < D) {
-          unsigned bk[4];
-          fa2_ldb_kn<LD>(bk, tK + (kk * 16) * LD + f * 16, lane);
-          gpa_mma16816<T>(aq[2 * f], da, bk);
-          gpa_mma16816<T>(aq[2 * f + 1], da, bk + 2);
+          unsigned a_q[MQ][4], a_o[MQ][4];
+          UNROLL
+          for (int mt = 0; mt < MQ; mt++) {
+            fa2_lda<LD>(a_q[mt], sQw + (mt * 16) * LD + f * 16, lane);
+            fa2_lda<LD>(a_o[mt], sOw + (mt * 16) * LD + f * 16, lane);
+          }
+          UNROLL
+          for (int n = 0; n < NB; n += 2) {
+            unsigned bk[4], bv[4];
+            fa2_ldb_nk<LD>(bk, tK + (n * 8) * LD + f * 16, lane);
+            fa2_ldb_nk<LD>(bv, tV + (n * 8) * LD + f * 16, lane);
+            UNROLL
+            for (int mt = 0; mt < MQ; mt++) {
+              gpa_mma16816<T>(s[mt][n], a_q[mt], bk);
+              gpa_mma16816<T>(s[mt][n + 1], a_q[mt], bk + 2);
+              gpa_mma16816<T>(dp[mt][n], a_o[mt], bv);
+              gpa_mma16816<T>(dp[mt][n + 1], a_o[mt], bv + 2);
+            }
+          }
         }
+      UNROLL
+      for (int mt = 0; mt < MQ; mt++) {
+        /* lse and delta re-read per tile (L1 hits): 8 registers fewer across
+         * the tile's products, which two m-tiles at D 128 need */
+        float L[2], Dl[2];
+        UNROLL
+        for (int hf = 0; hf < 2; hf++) {
+          const int r = rw + mt * 16 + hf * 8 + g;
+          L[hf] = r < S ? lse[at + r] * FA2_LOG2E : 0.0f;
+          Dl[hf] = r < S ? delta[at + r] : 0.0f;
+        }
+        UNROLL
+        for (int n = 0; n < NB; n++)
+          UNROLL
+          for (int i = 0; i < 4; i++) {
+            const int col = j0 + n * 8 + 2 * t + (i & 1), hf = i >> 1;
+            const bool vis = col < lim[mt][hf];
+            const float p = vis ? exp2f(fmaf(s[mt][n][i], sl2, -L[hf])) : 0.0f;
+            dp[mt][n][i] = p * (dp[mt][n][i] - Dl[hf]);
+          }
+      }
+      /* dQ += dS K: K as [k = key][n = d], by ldmatrix.trans, each fragment
+       * feeding MQ m-tiles */
+      UNROLL
+      for (int kk = 0; kk < KT / 16; kk++) {
+        unsigned da[MQ][4];
+        UNROLL
+        for (int mt = 0; mt < MQ; mt++) fa2_acc_to_a<T>(da[mt], dp[mt][2 * kk], dp[mt][2 * kk + 1]);
+        UNROLL
+        for (int f = 0; f < KF; f++)
+          if (f * 16 < D) {
+            unsigned bk[4];
+            fa2_ldb_kn<LD>(bk, tK + (kk * 16) * LD + f * 16, lane);
+            UNROLL
+            for (int mt = 0; mt < MQ; mt++) {
+              gpa_mma16816<T>(aq[mt][2 * f], da[mt], bk);
+              gpa_mma16816<T>(aq[mt][2 * f + 1], da[mt], bk + 2);
+            }
+          }
+      }
     }
     __syncthreads();
   }
   gpa_cp_async_wait<0>(); /* no key tile at all: Q and dO are still in flight */
-  const long long o0 = qoff + (long long)(w * 16 + g) * ldq, o1 = o0 + 8 * ldq;
   UNROLL
-  for (int n = 0; n < NO; n++) {
-    const int c = n * 8 + 2 * t;
-    if (c < D) {
-      if (r0 < S) fa2_put2<T>(dq, o0 + c, aq[n][0] * scale, aq[n][1] * scale, grads_t);
-      if (r1 < S) fa2_put2<T>(dq, o1 + c, aq[n][2] * scale, aq[n][3] * scale, grads_t);
+  for (int mt = 0; mt < MQ; mt++) {
+    const int r0 = rw + mt * 16 + g, r1 = r0 + 8;
+    const long long o0 = qoff + (long long)(r0 - row0) * ldq, o1 = o0 + 8 * ldq;
+    UNROLL
+    for (int n = 0; n < NO; n++) {
+      const int c = n * 8 + 2 * t;
+      if (c < D) {
+        if (r0 < S) fa2_put2<T>(dq, o0 + c, aq[mt][n][0] * scale, aq[mt][n][1] * scale, grads_t);
+        if (r1 < S) fa2_put2<T>(dq, o1 + c, aq[mt][n][2] * scale, aq[mt][n][3] * scale, grads_t);
+      }
     }
   }
 }

@@ -96,7 +96,10 @@ static unsigned fa2_dkv_smem(int D) {
   const unsigned bq = D > 128 ? 16 : 32;
   return (2 * 64 + 4 * bq) * fa2_ld(D) * 2 + 4 * bq * 4;
 }
-static unsigned fa2_dq_smem(int D) { return (2 * 64 + 4 * (D > 128 ? 32 : 64)) * fa2_ld(D) * 2; }
+/* dQ pass (fa2_bwd_cfg): 128 query rows a block (32 a warp), 64 for D 256;
+ * key tiles of 64 for D 64, 32 above */
+static unsigned fa2_dq_br(int D) { return D > 128 ? 64 : 128; }
+static unsigned fa2_dq_smem(int D) { return (2 * fa2_dq_br(D) + 4 * (D > 64 ? 32 : 64)) * fa2_ld(D) * 2; }
 /* cp.async moves 16 bytes, the fp32 outputs are written in pairs */
 static int fa2_aligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
@@ -175,7 +178,7 @@ gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x) {
                : o_f32 ? (dtype == GPA_F16 ? GPA__K_FA2_DELTA32_H : GPA__K_FA2_DELTA32_BF)
                        : (dtype == GPA_F16 ? GPA__K_FA2_DELTA_H : GPA__K_FA2_DELTA_BF);
   unsigned smem = lowp ? fa2_dkv_smem(g.D) : bwd_smem(g.D), smem_q = lowp ? fa2_dq_smem(g.D) : smem;
-  unsigned bk = lowp ? 64 : BC, bq = lowp ? 64 : BQ;
+  unsigned bk = lowp ? 64 : BC, bq = lowp ? fa2_dq_br(g.D) : BQ;
   unsigned halves = lowp && g.D > 128 ? 2 : 1; /* dK/dV blocks per key tile */
   if (!allow_smem(x, kdkv, smem) || !allow_smem(x, kdq, smem_q)) return gpa__cu_fallback(x);
   long long rows = (long long)g.B * g.S * g.H;

@@ -146,9 +146,10 @@ static void run_case(CUmodule m, const acase *c, int half, uint64_t seed) {
   int grads_t = 0;
   void *ba[] = {&ddo, &dq_, &dk_, &dv_, &dlse, &dlt, &dl, &gq, &gk, &gv, &iS, &iSk, &iH, &iHk, &iD, &scale, &causal,
                 &grads_t};
-  const int bq = dm > 128 ? 16 : 32, bc2 = dm > 128 ? 32 : 64, halves = dm > 128 ? 2 : 1;
+  /* fa2_bwd_cfg: dQ blocks of 128 query rows (32 a warp; D 256: 64) */
+  const int bq = dm > 128 ? 16 : 32, bq2 = dm > 128 ? 64 : 128, bc2 = dm > 64 ? 32 : 64, halves = dm > 128 ? 2 : 1;
   const unsigned ksm = (unsigned)((2 * 64 + 4 * bq) * ld * 2 + 4 * bq * 4);
-  const unsigned qsm = (unsigned)((2 * 64 + 4 * bc2) * ld * 2);
+  const unsigned qsm = (unsigned)((2 * bq2 + 4 * bc2) * ld * 2);
   const int64_t ng = nq + 2 * nk;
   float *got[2] = {malloc(4 * (size_t)(ng + 1)), malloc(4 * (size_t)(ng + 1))};
   for (int rep = 0; rep < 3; rep++) { /* rep 2: the gradients in T, over the fp32 buffers */
@@ -156,8 +157,8 @@ static void run_case(CUmodule m, const acase *c, int half, uint64_t seed) {
     if (Sk)
       CK(cuLaunchKernel(fn(m, "dkv", half, dm, ksm), (unsigned)((Sk + 63) / 64 * halves), (unsigned)Hk, (unsigned)B,
                         32, 4, 1, ksm, NULL, ba, NULL));
-    CK(cuLaunchKernel(fn(m, "dq", half, dm, qsm), (unsigned)((S + 63) / 64), (unsigned)H, (unsigned)B, 32, 4, 1, qsm,
-                      NULL, ba, NULL));
+    CK(cuLaunchKernel(fn(m, "dq", half, dm, qsm), (unsigned)((S + bq2 - 1) / bq2), (unsigned)H, (unsigned)B, 32, 4,
+                      1, qsm, NULL, ba, NULL));
     if (rep == 2) { /* each the fp32 result rounded once */
       uint16_t *h = malloc(2 * (size_t)(ng + 1));
       CK(cuMemcpyDtoH(h, gq, 2 * nq));
