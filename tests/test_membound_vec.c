@@ -82,6 +82,7 @@ static void gelu(gpa_nt *t, int dt, int form) {
   gpa_nt_fill(x, NG, -6, 6, &seed);
   gpa_nt_fill(dy, NG, -2, 2, &seed);
   x[3] = NAN; /* inside the vector path's first 16 bytes: y and dx NaN in both paths */
+  x[5] = -INFINITY, x[6] = INFINITY; /* erf form: y ~0 and inf, dx ~0 and dy */
   int64_t n = NG;
   gpa_attr at = {"approximate", GPA_ATTR_INT, form, 0};
   for (int off = 0; off < 2; off++) {
@@ -103,6 +104,15 @@ static void gelu(gpa_nt *t, int dt, int form) {
              dt == GPA_BF16 ? "bf16" : "f32", form, k < 2 ? "vector" : "scalar", r[k][3]);
       failures++;
     }
+  for (int k = 0; k < 4 && form == 0; k++) {
+    const float lo = r[k][5], hi = r[k][6], want_hi = k % 2 ? r[k][6] : INFINITY;
+    const float dyh = dt == GPA_BF16 ? gpa__bf16_to_f32(gpa__f32_to_bf16(dy[6])) : dy[6];
+    if (!(fabsf(lo) < 1e-30f) || !(k % 2 ? hi == dyh : hi == want_hi)) {
+      printf("FAIL gelu_%s %s erf, %s path: x -inf, +inf gave %.9g, %.9g\n", k % 2 ? "bwd" : "fwd",
+             dt == GPA_BF16 ? "bf16" : "f32", k < 2 ? "vector" : "scalar", lo, hi);
+      failures++;
+    }
+  }
   for (int i = 0; i < 4; i++) free(r[i]);
   free(x);
   free(dy);

@@ -183,22 +183,27 @@ static __device__ __forceinline__ float rcp_normal(float q) {
 #endif
 }
 
-/* Phi(x) in *s, phi(x) in *phi; a = |x| (clamped: fminf gives 13 for a NaN
- * x, whose NaN the caller's product with x carries) */
-static __device__ __forceinline__ void gelu_phi(float v, float a, float *s, float *phi) {
+/* |x| clamped to 13; a NaN x keeps a NaN a (fminf would give 13), which
+ * every result then carries */
+static __device__ __forceinline__ float gelu_abs(float v) { return fabsf(v) > 13.0f ? 13.0f : fabsf(v); }
+
+/* Phi(-a), and phi(a) in *phi */
+static __device__ __forceinline__ float gelu_tail(float a, float *phi) {
   const float e = ex2_normal(a * a * NEG_HALF_LOG2E) * INV_SQRT2PI;
   const float p = fmaf(fmaf(fmaf(fmaf(MP4, a, MP3), a, MP2), a, MP1), a, MP0);
   const float q = fmaf(fmaf(fmaf(fmaf(a + MQ4, a, MQ3), a, MQ2), a, MQ1), a, MQ0);
-  const float t = e * (p * rcp_normal(q));
-  *s = v >= 0.0f ? 1.0f - t : t;
   *phi = e;
+  return e * (p * rcp_normal(q));
 }
 
 static __device__ __forceinline__ float gelu_f(float v, int approximate) {
   if (approximate) return v / (1.0f + expf(-2.0f * K_TANH * (v + C_TANH * v * v * v)));
-  float s, phi;
-  gelu_phi(v, fminf(fabsf(v), 13.0f), &s, &phi);
-  return v * s;
+  /* y = max(x, 0) - a Phi(-a) for either sign (the host's form: one FMA,
+   * no select); below -13, -13 Phi(-13) (~1e-37) stands for x Phi(x):
+   * -inf gives ~0, not -inf */
+  const float a = gelu_abs(v);
+  float phi;
+  return fmaf(-a, gelu_tail(a, &phi), fmaxf(v, 0.0f));
 }
 
 static __device__ __forceinline__ float gelu_grad(float v, int approximate) {
@@ -210,12 +215,11 @@ static __device__ __forceinline__ float gelu_grad(float v, int approximate) {
     const float du = K_TANH * (1.0f + 3.0f * C_TANH * v * v);
     return s + 2.0f * v * s * s1 * du;
   }
-  /* x phi(x) with x clamped as a: finite at +-inf (gelu' -> 1 and 0); a
-   * NaN x keeps a NaN (fminf would give 13 and a finite gradient) */
-  const float a = fabsf(v) > 13.0f ? 13.0f : fabsf(v);
-  float s, phi;
-  gelu_phi(v, a, &s, &phi);
-  return fmaf(copysignf(a, v), phi, s);
+  /* Phi(x) + x phi(x), x clamped as a: finite at +-inf (gelu' -> 1, 0) */
+  const float a = gelu_abs(v);
+  float phi;
+  const float t = gelu_tail(a, &phi);
+  return fmaf(copysignf(a, v), phi, v >= 0.0f ? 1.0f - t : t);
 }
 
 extern "C" __global__ void gpa_gelu_fwd_f32(float *y, const float *x, long long n, int approximate, int vec) {
