@@ -14,5 +14,11 @@
 /* 16-byte vectors a thread of cross_entropy_bwd's block-per-row kernel
  * (metrics.cu ce_bwd_row's registers, ops/metrics/cuda.c's block size). */
 #define GPA_CE_ROW_NV 4
+/* Their largest blocks, each kernel's __launch_bounds__: a block of 1024
+ * threads needs at most 64 registers a thread, which the bf16 kernels
+ * (69-76 on sm_90) exceed, so their launches at 1024 threads failed on an
+ * H100 (too many resources requested), which the simulator does not model. */
+#define GPA_CE_ROW_MAX_THREADS_F32 1024
+#define GPA_CE_ROW_MAX_THREADS_BF16 512
 
 #endif

@@ -274,14 +274,14 @@ static __device__ void ce_fwd_row(float *redf, double *redd, double *part, const
   }
 }
 
-extern "C" __global__ void gpa_ce_rows_row(double *part, const float *logits, const int *tg, long long n, long long v,
+extern "C" __global__ void __launch_bounds__(GPA_CE_ROW_MAX_THREADS_F32) gpa_ce_rows_row(double *part, const float *logits, const int *tg, long long n, long long v,
                                            long long ignore) {
   __shared__ float redf[32];
   __shared__ double redd[32];
   ce_fwd_row<float, 4, GPA_CE_ROW_NV>(redf, redd, part, logits, tg, n, v, ignore);
 }
 
-extern "C" __global__ void gpa_ce_rows_row_bf16(double *part, const gpa_bf16 *logits, const int *tg, long long n,
+extern "C" __global__ void __launch_bounds__(GPA_CE_ROW_MAX_THREADS_BF16) gpa_ce_rows_row_bf16(double *part, const gpa_bf16 *logits, const int *tg, long long n,
                                                 long long v, long long ignore) {
   __shared__ float redf[32];
   __shared__ double redd[32];
@@ -289,14 +289,14 @@ extern "C" __global__ void gpa_ce_rows_row_bf16(double *part, const gpa_bf16 *lo
 }
 
 /* NV vectors a thread: blockDim.x = ceil(V / (GPA_CE_ROW_NV x 4 or 8)) rounded up to a warp (<= 1024) */
-extern "C" __global__ void gpa_ce_bwd_row(float *dl, const float *logits, const int *tg, const long long *cnt,
+extern "C" __global__ void __launch_bounds__(GPA_CE_ROW_MAX_THREADS_F32) gpa_ce_bwd_row(float *dl, const float *logits, const int *tg, const long long *cnt,
                                           long long n, long long v, long long ignore, double scale) {
   __shared__ float redf[32];
   __shared__ double redd[32];
   ce_bwd_row<float, 4, GPA_CE_ROW_NV>(redf, redd, dl, logits, tg, cnt, n, v, ignore, scale);
 }
 
-extern "C" __global__ void gpa_ce_bwd_row_bf16(gpa_bf16 *dl, const gpa_bf16 *logits, const int *tg,
+extern "C" __global__ void __launch_bounds__(GPA_CE_ROW_MAX_THREADS_BF16) gpa_ce_bwd_row_bf16(gpa_bf16 *dl, const gpa_bf16 *logits, const int *tg,
                                                const long long *cnt, long long n, long long v, long long ignore,
                                                double scale) {
   __shared__ float redf[32];

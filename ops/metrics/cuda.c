@@ -18,12 +18,13 @@
 
 /* Threads of ce_bwd_row for rows of v values, or 0 when it does not apply:
  * the row not in whole 16-byte vectors, a pointer not 16-byte aligned, the
- * row too short, or more than 1024 threads needed. */
+ * row too short, or more threads needed than the kernel's bound. */
 static unsigned ce_row_threads(const void *logits, const void *dlogits, long long v, int bf) {
   const long long per = bf ? 8 : 4, vecs = v / per;
   const long long t = ((vecs + GPA_CE_ROW_NV - 1) / GPA_CE_ROW_NV + 31) / 32 * 32;
   const int aligned = ((uintptr_t)logits & 15) == 0 && ((uintptr_t)dlogits & 15) == 0;
-  return aligned && v % per == 0 && v * (bf ? 2 : 4) >= CE_ROW_MIN_BYTES && t <= 1024 ? (unsigned)t : 0;
+  const long long most = bf ? GPA_CE_ROW_MAX_THREADS_BF16 : GPA_CE_ROW_MAX_THREADS_F32; /* launch_shapes.h */
+  return aligned && v % per == 0 && v * (bf ? 2 : 4) >= CE_ROW_MIN_BYTES && t <= most ? (unsigned)t : 0;
 }
 
 gpa_status gpa__ce_fwd_cu(const gpa_op_exec *x) {
