@@ -26,12 +26,7 @@ typedef gpa__adamw_multi_params mparams;
 
 #define OFF(f) offsetof(mparams, f)
 static const gpa_attr_spec multi_attrs[] = {
-    {"lr", GPA_ATTR_FLOAT, 1, OFF(lr), 0, 0.0, 0.0, 1e6},
-    {"beta1", GPA_ATTR_FLOAT, 0, OFF(beta1), 0, 0.9, 0.0, 0.999999},
-    {"beta2", GPA_ATTR_FLOAT, 0, OFF(beta2), 0, 0.999, 0.0, 0.999999},
-    {"eps", GPA_ATTR_FLOAT, 0, OFF(eps), 0, 1e-8, 0.0, 1.0},
-    {"weight_decay", GPA_ATTR_FLOAT, 0, OFF(weight_decay), 0, 0.01, 0.0, 1e6},
-    {"step", GPA_ATTR_INT, 1, OFF(step), 0, 0.0, 1.0, 9.2e18},
+    GPA__ADAMW_ATTR_SPECS(mparams),
     {"decay_mask", GPA_ATTR_INT, 0, OFF(decay_mask), -1, 0.0, -1.0, (double)((1 << GPA_ADAMW_MULTI_MAX) - 1)},
 };
 

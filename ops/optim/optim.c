@@ -21,14 +21,7 @@
 typedef gpa__opt_params opt_params;
 
 #define OFF(f) offsetof(opt_params, f)
-static const gpa_attr_spec adamw_attrs[] = {
-    {"lr", GPA_ATTR_FLOAT, 1, OFF(lr), 0, 0.0, 0.0, 1e6},
-    {"beta1", GPA_ATTR_FLOAT, 0, OFF(beta1), 0, 0.9, 0.0, 0.999999},
-    {"beta2", GPA_ATTR_FLOAT, 0, OFF(beta2), 0, 0.999, 0.0, 0.999999},
-    {"eps", GPA_ATTR_FLOAT, 0, OFF(eps), 0, 1e-8, 0.0, 1.0},
-    {"weight_decay", GPA_ATTR_FLOAT, 0, OFF(weight_decay), 0, 0.01, 0.0, 1e6},
-    {"step", GPA_ATTR_INT, 1, OFF(step), 0, 0.0, 1.0, 9.2e18},
-};
+static const gpa_attr_spec adamw_attrs[] = {GPA__ADAMW_ATTR_SPECS(opt_params)};
 static const gpa_attr_spec sgd_attrs[] = {
     {"lr", GPA_ATTR_FLOAT, 1, OFF(lr), 0, 0.0, 0.0, 1e6},
     {"momentum", GPA_ATTR_FLOAT, 0, OFF(momentum), 0, 0.0, 0.0, 1.0},

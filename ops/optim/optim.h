@@ -16,6 +16,17 @@ typedef struct gpa__adamw_multi_params {
   int64_t step, decay_mask;
 } gpa__adamw_multi_params;
 
+/* adamw's attributes (name, kind, required, field, defaults, range) over a
+ * params struct T with these field names: adamw's (optim.c) and
+ * adamw_multi's (adamw_multi.c) lists begin with them. */
+#define GPA__ADAMW_ATTR_SPECS(T)                                                \
+  {"lr", GPA_ATTR_FLOAT, 1, offsetof(T, lr), 0, 0.0, 0.0, 1e6},                \
+      {"beta1", GPA_ATTR_FLOAT, 0, offsetof(T, beta1), 0, 0.9, 0.0, 0.999999},  \
+      {"beta2", GPA_ATTR_FLOAT, 0, offsetof(T, beta2), 0, 0.999, 0.0, 0.999999}, \
+      {"eps", GPA_ATTR_FLOAT, 0, offsetof(T, eps), 0, 1e-8, 0.0, 1.0},          \
+      {"weight_decay", GPA_ATTR_FLOAT, 0, offsetof(T, weight_decay), 0, 0.01, 0.0, 1e6}, \
+      {"step", GPA_ATTR_INT, 1, offsetof(T, step), 0, 0.0, 1.0, 9.2e18}
+
 /* tensor k's weight decay under the call's decay_mask */
 static inline double gpa__adamw_multi_wd(const gpa__adamw_multi_params *p, uint32_t k) {
   return p->decay_mask < 0 || (p->decay_mask >> k & 1) ? p->weight_decay : 0.0;
