@@ -546,19 +546,8 @@ static int real_graphs(void) {
         k.B = 2, k.S = 100, k.Sk = m == 3 ? 100 : 160, k.H = 8, k.Hkv = m == 1 ? 2 : m == 3 ? 1 : 8, k.D = 64;
         gpa__dnn_descs g;
         char why[256] = "";
-        cudnnBackendDescriptor_t heur = NULL;
-        cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-        cudnnStatus_t s = gpa__dnn_build_sdpa(&d, &k, &g, why, sizeof why) ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM;
-        if (!s) {
-          s = d.api.cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
-          if (!s) s = d.api.cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
-                                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g.graph);
-          if (!s) s = d.api.cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-          if (!s) s = d.api.cudnnBackendFinalize(heur);
-          if (s) snprintf(why, sizeof why, "heuristics: %s", d.api.cudnnGetErrorString(s));
-          if (heur) d.api.cudnnBackendDestroyDescriptor(heur);
-          gpa__dnn_descs_free(&d.api, &g);
-        }
+        int built = gpa__dnn_build_sdpa(&d, &k, &g, why, sizeof why);
+        cudnnStatus_t s = tu_real_cudnn_heur(&d, built, &g, why, sizeof why);
         printf("%s: real cuDNN %zu, %s %s causal=%d lengths=%d Hkv=%lld: %s\n", s ? "FAIL" : "ok", d.version,
                bwd ? "backward" : "forward", gpa_dtype_name(k.dtype), k.causal, k.lens, (long long)k.Hkv,
                s ? why : "graph and heuristics finalized");

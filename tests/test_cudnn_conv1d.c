@@ -270,19 +270,8 @@ static int real_graphs(void) {
         memcpy(k.cg, cgeo, sizeof cgeo);
         gpa__dnn_descs g;
         char why[256] = "";
-        cudnnBackendDescriptor_t heur = NULL;
-        cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-        cudnnStatus_t st = gpa__dnn_build_conv(&d, &k, &g, why, sizeof why) ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM;
-        if (!st) {
-          st = d.api.cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
-          if (!st) st = d.api.cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
-                                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g.graph);
-          if (!st) st = d.api.cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-          if (!st) st = d.api.cudnnBackendFinalize(heur);
-          if (st) snprintf(why, sizeof why, "heuristics: %s", d.api.cudnnGetErrorString(st));
-          if (heur) d.api.cudnnBackendDestroyDescriptor(heur);
-          gpa__dnn_descs_free(&d.api, &g);
-        }
+        int built = gpa__dnn_build_conv(&d, &k, &g, why, sizeof why);
+        cudnnStatus_t st = tu_real_cudnn_heur(&d, built, &g, why, sizeof why);
         printf("%s: real cuDNN %zu, conv graph %d %s shape %d: %s\n", st ? "FAIL" : "ok", d.version, conv,
                gpa_dtype_name(k.dtype), si, st ? why : "graph and heuristics finalized");
         fails += st != 0;

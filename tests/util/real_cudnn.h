@@ -37,4 +37,23 @@ static inline int tu_real_cudnn_open(gpa__dnn *d) {
   d->version = d->api.cudnnGetVersion();
   return 1;
 }
+
+/* Finalizes cuDNN's heuristics (mode A) on the operation graph g that a
+ * build made (built: its success), then frees g. CUDNN_STATUS_SUCCESS, or
+ * the failure with why[0..n) saying where (a failed build keeps the
+ * builder's reason). */
+static inline cudnnStatus_t tu_real_cudnn_heur(gpa__dnn *d, int built, gpa__dnn_descs *g, char *why, size_t n) {
+  if (!built) return CUDNN_STATUS_BAD_PARAM;
+  cudnnBackendDescriptor_t heur = NULL;
+  cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  cudnnStatus_t s = d->api.cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
+  if (!s) s = d->api.cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->graph);
+  if (!s) s = d->api.cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  if (!s) s = d->api.cudnnBackendFinalize(heur);
+  if (s) snprintf(why, n, "heuristics: %s", d->api.cudnnGetErrorString(s));
+  if (heur) d->api.cudnnBackendDestroyDescriptor(heur);
+  gpa__dnn_descs_free(&d->api, g);
+  return s;
+}
 #endif
