@@ -19,18 +19,15 @@ import ctypes
 import os
 import subprocess
 import sys
-import threading
 import types
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax import lax
 
 from gpuactor import jax as gj
-
-SPEC = jax.ShapeDtypeStruct((4,), jnp.float32)
+from test_feed import feed_loop, serve  # the same loop and host side as the host-session tests
 
 
 class _Target(ctypes.Structure):
@@ -145,25 +142,6 @@ def test_device_sessions_on_the_simulated_device():
 cuda_only = pytest.mark.skipif(not gj.has_cuda, reason="JAX has no CUDA backend here")
 
 
-def _loop(tag, steps):
-    def step(carry, _):
-        x, ack = carry
-        ack = gj.outfeed(tag, x)
-        return (gj.infeed(tag, SPEC, ack) * 2, ack), None
-    return jax.jit(lambda x: lax.scan(step, (x, jnp.int32(0)), None, length=steps)[0][0])
-
-
-def _serve(session, steps, add, seen):
-    def run():
-        for _ in range(steps):
-            (v,) = session.pop(timeout=20)
-            seen.append(float(v[0]))
-            session.push(v + add)
-    t = threading.Thread(target=run)
-    t.start()
-    return t
-
-
 @cuda_only
 def test_feed_loop_on_each_cuda_device():
     for d in jax.devices("cuda")[:2]:
@@ -171,9 +149,9 @@ def test_feed_loop_on_each_cuda_device():
         with gj.Session(tag, device=d) as s:
             assert s.device == gj.session_ordinal(d)
             seen = []
-            t = _serve(s, 3, 1.0, seen)
+            t = serve(s, 3, 1.0, seen)
             x = jax.device_put(jnp.zeros(4, jnp.float32), d)
-            r = _loop(tag, 3)(x)
+            r = feed_loop(tag, 3)(x)
             t.join()
         assert seen == [0.0, 2.0, 6.0]
         np.testing.assert_array_equal(np.asarray(r), np.full(4, 14.0, np.float32))
