@@ -50,6 +50,19 @@ static __device__ __forceinline__ void gpa_bf8_store(gpa_bf16 *p, const float *v
   *reinterpret_cast<uint4 *>(p) = u;
 }
 
+/* One 16-byte vector as floats, by the storage type: 4 f32 or 8 bf16
+ * values (p 16-byte aligned); the row kernels of layernorm (norm.cu) and
+ * cross-entropy (metrics.cu) are templates over it. */
+static __device__ __forceinline__ void gpa_ld16(const float *p, float *v) {
+  const float4 a = *reinterpret_cast<const float4 *>(p);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+}
+static __device__ __forceinline__ void gpa_ld16(const gpa_bf16 *p, float *v) { gpa_bf8_load(p, v); }
+static __device__ __forceinline__ void gpa_st16(float *p, const float *v) {
+  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+static __device__ __forceinline__ void gpa_st16(gpa_bf16 *p, const float *v) { gpa_bf8_store(p, v); }
+
 /* Grid-stride over n items as n/8 chunks of 8 (vec) and a scalar tail; body
  * CHUNK(i0) handles [i0, i0+8), ONE(i) one element. */
 #define GPA_BF8_LOOP(n, vec, CHUNK, ONE)                                                                   \

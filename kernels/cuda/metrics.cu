@@ -152,16 +152,6 @@ extern "C" __global__ void gpa_ce_bwd_bf16(gpa_bf16 *dl, const gpa_bf16 *logits,
  * double sum differs. The host picks it (ops/metrics/cuda.c) when V
  * divides the row and every pointer is 16-byte aligned; the forward
  * (ce_fwd_row) too, for its 16-byte loads and no per-value rescaling. */
-static __device__ __forceinline__ void ce_ldv(const float *p, float *v) {
-  const float4 a = *reinterpret_cast<const float4 *>(p);
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-}
-static __device__ __forceinline__ void ce_ldv(const gpa_bf16 *p, float *v) { gpa_bf8_load(p, v); }
-static __device__ __forceinline__ void ce_stv(float *p, const float *v) {
-  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
-}
-static __device__ __forceinline__ void ce_stv(gpa_bf16 *p, const float *v) { gpa_bf8_store(p, v); }
-
 /* The row's statistics with the row in registers: loads the thread's NV
  * vectors into e, sets *m to the row's max and returns the double sum of
  * exp(x - m) over the row but its target t, leaving e[q][j] = exp(x - m).
@@ -176,7 +166,7 @@ GPA_UNROLL
   for (int q = 0; q < NV; q++) {
     const long long i = (long long)(tid + q * nt) * V;
     if (i < v) {
-      ce_ldv(xr + i, e[q]);
+      gpa_ld16(xr + i, e[q]);
 GPA_UNROLL
       for (int j = 0; j < V; j++) m = e[q][j] > m ? e[q][j] : m; /* as ce_bwd's: NaN never raises m */
     }
@@ -233,7 +223,7 @@ static __device__ void ce_bwd_row(float *redf, double *redd, T *__restrict__ dl,
     T *o = dl + row * v;
     if (t == ignore || t < 0 || t >= v) { /* uniform over the block */
       const float z[V] = {0};
-      for (long long i = (long long)tid * V; i < v; i += (long long)nt * V) ce_stv(o + i, z);
+      for (long long i = (long long)tid * V; i < v; i += (long long)nt * V) gpa_st16(o + i, z);
       continue;
     }
     float e[NV][V], m;
@@ -246,7 +236,7 @@ GPA_UNROLL
       if (i < v) {
 GPA_UNROLL
         for (int j = 0; j < V; j++) e[q][j] = i + j == t ? ft : e[q][j] * f;
-        ce_stv(o + i, e[q]);
+        gpa_st16(o + i, e[q]);
       }
     }
   }

@@ -192,17 +192,8 @@ static __device__ __forceinline__ float ln_ld(const float *p, long long i) { ret
 static __device__ __forceinline__ float ln_ld(const gpa_bf16 *p, long long i) { return gpa_bf2f(p[i]); }
 static __device__ __forceinline__ void ln_st(float *p, long long i, float v) { p[i] = v; }
 static __device__ __forceinline__ void ln_st(gpa_bf16 *p, long long i, float v) { p[i] = gpa_f2bf(v); }
-static __device__ __forceinline__ void ln_ldv(const float *p, float *v) {
-  const float4 a = *reinterpret_cast<const float4 *>(p);
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-}
-static __device__ __forceinline__ void ln_ldv(const gpa_bf16 *p, float *v) { gpa_bf8_load(p, v); }
-static __device__ __forceinline__ void ln_stv(float *p, const float *v) {
-  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
-}
-static __device__ __forceinline__ void ln_stv(gpa_bf16 *p, const float *v) { gpa_bf8_store(p, v); }
 /* V gamma values (fp32 for either storage), by the array's length */
-static __device__ __forceinline__ void ln_ldg(const float *p, float (&v)[4]) { ln_ldv(p, v); }
+static __device__ __forceinline__ void ln_ldg(const float *p, float (&v)[4]) { gpa_ld16(p, v); }
 static __device__ __forceinline__ void ln_ldg(const float *p, float (&v)[8]) { ln_load8f(p, v); }
 
 /* dx, a group of g lanes per row: fp32 sums of dy*gamma and dy*gamma*xh,
@@ -224,8 +215,8 @@ static __device__ void ln_dx(const T *__restrict__ x, const T *__restrict__ dy, 
     if (vec) {
       for (int i = sub * V; i < len; i += V * g) {
         float xv[V], dv[V], gm[V];
-        ln_ldv(xr + i, xv);
-        ln_ldv(dyr + i, dv);
+        gpa_ld16(xr + i, xv);
+        gpa_ld16(dyr + i, dv);
         ln_ldg(gamma + i, gm);
 GPA_UNROLL
         for (int k = 0; k < V; k++) {
@@ -250,12 +241,12 @@ GPA_UNROLL
     if (vec) {
       for (int i = sub * V; i < len; i += V * g) {
         float xv[V], dv[V], gm[V];
-        ln_ldv(xr + i, xv);
-        ln_ldv(dyr + i, dv);
+        gpa_ld16(xr + i, xv);
+        gpa_ld16(dyr + i, dv);
         ln_ldg(gamma + i, gm);
 GPA_UNROLL
         for (int k = 0; k < V; k++) xv[k] = r * ((__fmul_rn(dv[k], gm[k]) - ma) - ((xv[k] - m) * r) * mb);
-        ln_stv(dxr + i, xv);
+        gpa_st16(dxr + i, xv);
       }
     } else {
       for (int i = sub; i < len; i += g) {
@@ -294,8 +285,8 @@ GPA_UNROLL
       float xv[4][V], dv[4][V], m[4], rs[4];
 GPA_UNROLL
       for (int u = 0; u < 4; u++) {
-        ln_ldv(x + (r + u) * d + j, xv[u]);
-        ln_ldv(dy + (r + u) * d + j, dv[u]);
+        gpa_ld16(x + (r + u) * d + j, xv[u]);
+        gpa_ld16(dy + (r + u) * d + j, dv[u]);
         m[u] = mean[r + u], rs[u] = rstd[r + u];
       }
 GPA_UNROLL
@@ -309,8 +300,8 @@ GPA_UNROLL
     }
     for (; r < r1; r++) {
       float xv[V], dv[V];
-      ln_ldv(x + r * d + j, xv);
-      ln_ldv(dy + r * d + j, dv);
+      gpa_ld16(x + r * d + j, xv);
+      gpa_ld16(dy + r * d + j, dv);
       const float m = mean[r], rs = rstd[r];
 GPA_UNROLL
       for (int k = 0; k < V; k++) {
@@ -321,8 +312,8 @@ GPA_UNROLL
     }
 GPA_UNROLL
     for (int k = 0; k < V; k += 4) { /* fp32 partials for either storage: V/4 float4 stores */
-      ln_stv(pg + j + k, g + k);
-      ln_stv(pb + j + k, b + k);
+      gpa_st16(pg + j + k, g + k);
+      gpa_st16(pb + j + k, b + k);
     }
     return;
   }
@@ -364,7 +355,7 @@ GPA_UNROLL
     for (int k = 0; k < NV; k++) {
       const int i = (tid + k * nt) * V;
       if (i < d) {
-        ln_ldv(xr + i, v[k]);
+        gpa_ld16(xr + i, v[k]);
 GPA_UNROLL
         for (int e = 0; e < V; e++) {
           const double a = (double)v[k][e] - md;
@@ -394,7 +385,7 @@ GPA_UNROLL
         ln_ldg(beta + i, b);
 GPA_UNROLL
         for (int e = 0; e < V; e++) v[k][e] = ((v[k][e] - m1) - c) * r * gm[e] + b[e];
-        ln_stv(yr + i, v[k]);
+        gpa_st16(yr + i, v[k]);
       }
     }
     if (tid == 0) {
@@ -441,8 +432,8 @@ GPA_UNROLL
       const int i = (tid + k * nt) * V;
       if (i < d) {
         float gm[V];
-        ln_ldv(xr + i, xv[k]);
-        ln_ldv(dyr + i, gv[k]);
+        gpa_ld16(xr + i, xv[k]);
+        gpa_ld16(dyr + i, gv[k]);
         ln_ldg(gamma + i, gm);
 GPA_UNROLL
         for (int e = 0; e < V; e++) {
@@ -467,7 +458,7 @@ GPA_UNROLL
       if (i < d) {
 GPA_UNROLL
         for (int e = 0; e < V; e++) xv[k][e] = r * ((gv[k][e] - ma) - xv[k][e] * mb);
-        ln_stv(dxr + i, xv[k]);
+        gpa_st16(dxr + i, xv[k]);
       }
     }
   }
