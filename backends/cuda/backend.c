@@ -395,34 +395,42 @@ static void cu_queue_fini(void *bctx, void *bq) {
 /* The queue's scratch block, at least `bytes`. Out of memory: the buffer
  * cache gives its unused buffers back and the allocation is tried once more
  * (as buffer allocation does); then the op fails with GPA_ENOMEM. */
-static CUdeviceptr scratch_get(gpa__cu_ctx *C, gpa__cu_queue *q, uint64_t bytes, char *msg, size_t msg_cap) {
-  if (!bytes) bytes = 256;
-  if (q->scratch_cap >= bytes) return q->scratch;
+CUresult gpa__cu_queue_block(gpa__cu_ctx *C, gpa__cu_queue *q, const char *what, uint64_t asked, uint64_t size,
+                             CUdeviceptr *slot, char *msg, size_t msg_cap) {
   if (gpa__cu_mem_capturing(C, q->s)) { /* a free or an allocation would be captured into the graph */
-    snprintf(msg, msg_cap, "scratch: cannot grow to %" PRIu64 " bytes while the stream is captured", bytes);
+    snprintf(msg, msg_cap, "%s: cannot grow to %" PRIu64 " bytes while the stream is captured", what, asked);
     q->scratch_refused = true; /* graph.c: the eager run grows it; record again later */
-    return 0;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
   /* freed after the stream's earlier ops, which may still use it */
-  gpa__cu_mem_free(C, q->s, q->scratch);
-  q->scratch = 0;
-  q->scratch_cap = 0;
-  q->scratch_gen++; /* graphs recorded with the old block cannot replay */
-  uint64_t cap = gpa__size_class(bytes);
-  CUresult r = gpa__cu_mem_alloc(C, q->s, cap, &q->scratch);
+  gpa__cu_mem_free(C, q->s, *slot);
+  *slot = 0;
+  CUresult r = gpa__cu_mem_alloc(C, q->s, size, slot);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {
     uint64_t freed = C->host.trim(C->host.actor);
     gpa__cu_mem_trim(C);
     gpa__log(GPA_LOG_DEBUG, C->host.log_level,
-             "cuda: scratch of %" PRIu64 " bytes: out of memory, %" PRIu64 " cached bytes evicted, retrying", cap, freed);
-    r = gpa__cu_mem_alloc(C, q->s, cap, &q->scratch);
+             "cuda: %s of %" PRIu64 " bytes: out of memory, %" PRIu64 " cached bytes evicted, retrying", what, size,
+             freed);
+    r = gpa__cu_mem_alloc(C, q->s, size, slot);
   }
   if (r != CUDA_SUCCESS) {
-    gpa__cu_check(C, r, "scratch: cuMemAlloc", msg, msg_cap);
-    q->scratch = 0;
-    return 0;
+    char where[64];
+    snprintf(where, sizeof where, "%s: cuMemAlloc", what);
+    gpa__cu_check(C, r, where, msg, msg_cap);
+    *slot = 0;
   }
-  q->scratch_cap = cap;
+  return r;
+}
+
+static CUdeviceptr scratch_get(gpa__cu_ctx *C, gpa__cu_queue *q, uint64_t bytes, char *msg, size_t msg_cap) {
+  if (!bytes) bytes = 256;
+  if (q->scratch_cap >= bytes) return q->scratch;
+  uint64_t cap = gpa__size_class(bytes);
+  CUresult r = gpa__cu_queue_block(C, q, "scratch", bytes, cap, &q->scratch, msg, msg_cap);
+  if (r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) return 0; /* nothing changed */
+  q->scratch_gen++; /* the old block is gone: graphs recorded with it cannot replay */
+  q->scratch_cap = r == CUDA_SUCCESS ? cap : 0;
   return q->scratch;
 }
 

@@ -3,7 +3,6 @@
  * GPA_DEVICE=sim uses the simulator's subset. */
 #include <stdio.h>
 
-#include "backends/cuda/alloc.h"
 #include "backends/cuda/cuda_internal.h"
 
 #ifndef GPA_SIM_CUBLAS_DEFAULT
@@ -20,20 +19,13 @@
  * cuBLAS's own recommendation: 32 MiB on Hopper and later, 4 MiB before. */
 static gpa_status blas_workspace(const gpa_op_exec *x, gpa__cu_ctx *C, gpa__cu_queue *q) {
   if (!q->blas_ws) {
-    if (gpa__cu_mem_capturing(C, q->s)) { /* the allocation would be captured */
-      snprintf(x->msg, x->msg_size, "cuBLAS workspace: cannot be made while the stream is captured");
-      q->scratch_refused = true; /* graph.c: the eager run makes it; record again later */
-      return GPA_ENOMEM;
-    }
     int major = 0;
     C->cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, C->dev);
     uint64_t size = major >= 9 ? 32u << 20 : 4u << 20;
-    CUresult r = gpa__cu_mem_alloc(C, q->s, size, &q->blas_ws);
-    if (r != CUDA_SUCCESS) {
-      q->blas_ws = 0;
-      gpa__cu_check(C, r, "cuBLAS workspace: cuMemAlloc", x->msg, x->msg_size);
-      return r == CUDA_ERROR_OUT_OF_MEMORY ? GPA_ENOMEM : GPA_EDEVICE;
-    }
+    /* as the scratch: never made inside a capture, the cache evicted once when out of memory */
+    CUresult r = gpa__cu_queue_block(C, q, "cuBLAS workspace", size, size, &q->blas_ws, x->msg, x->msg_size);
+    if (r != CUDA_SUCCESS)
+      return r == CUDA_ERROR_OUT_OF_MEMORY || r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED ? GPA_ENOMEM : GPA_EDEVICE;
     q->blas_ws_size = size;
   }
   cublasStatus_t s = C->blas.cublasSetWorkspace(C->blas_h, (void *)(uintptr_t)q->blas_ws, q->blas_ws_size);

@@ -163,6 +163,16 @@ gpa_status gpa__cu_check(gpa__cu_ctx *C, CUresult r, const char *what, char *msg
 /* Device scratch of the current queue, valid for the running op (stream
  * ordered). 0 on failure (message in x->msg). */
 CUdeviceptr gpa__cu_scratch(const gpa_op_exec *x, uint64_t bytes);
+/* A block of q's own (its scratch, cuBLAS's workspace) of `size` bytes
+ * (`asked` for the message) into *slot, stream ordered, the block *slot
+ * held freed first. CUDA_SUCCESS; the allocation's error (msg says why;
+ * out of memory, the cache's unused buffers were evicted and it was tried
+ * once more); or, nothing changed, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+ * while the stream is captured (an allocation or a free would be captured
+ * into the graph): q->scratch_refused is set, and graph.c runs the batch
+ * eagerly once, which makes it. */
+CUresult gpa__cu_queue_block(gpa__cu_ctx *C, gpa__cu_queue *q, const char *what, uint64_t asked, uint64_t size,
+                             CUdeviceptr *slot, char *msg, size_t msg_cap);
 /* Reads back res[0..2) (first bad position or ~0, its value) when the op's
  * work is done; the op then fails with GPA_ERANGE and the host's message. */
 gpa_status gpa__cu_post_check(const gpa_op_exec *x, int kind, const char *op, CUdeviceptr res, long long a,
