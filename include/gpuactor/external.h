@@ -82,7 +82,7 @@ gpa_status gpa_buffer_wrap(gpa_actor *actor, const gpa_external_desc *desc, gpa_
  * (a backend without streams), EDEVICE, ENOMEM, ESHUTDOWN, ETIMEDOUT,
  * ECANCELED. */
 gpa_status gpa_queue_wait_event(gpa_queue *q, void *event);
-/* The same wait, posted without waiting for the actor: it returns once the
+/* The same wait, posted without waiting for the actor (any thread): it returns once the
  * message is in the queue's order (no round trip), so a producer that then
  * submits ops and records an event pays one round trip per exchange, not
  * two. The wait is on the stream before any later message of q runs. Its
