@@ -221,7 +221,9 @@ def test_threads():
 # ---- bad input ---------------------------------------------------------------
 
 def raw(target, outs, *args, **attrs):
-    return jax.jit(lambda *a: jax.ffi.ffi_call(target, outs)(*a, **attrs))(*args)
+    """The call, waited for: an error comes with the results where XLA
+    dispatches asynchronously (test_feed.py, run())."""
+    return jax.block_until_ready(jax.jit(lambda *a: jax.ffi.ffi_call(target, outs)(*a, **attrs))(*args))
 
 
 def test_wrong_dtype_is_named():
@@ -257,7 +259,7 @@ def test_shape_mismatch_is_named():
 def test_unknown_op_is_named():
     out = jax.ShapeDtypeStruct((4,), jnp.float32)
     with pytest.raises(Exception, match=r"no_such_op"):
-        jax.jit(lambda x: gj.op("no_such_op", x, out=out))(rand(4))
+        jax.block_until_ready(jax.jit(lambda x: gj.op("no_such_op", x, out=out))(rand(4)))
 
 
 def test_missing_attribute_is_named():
@@ -269,7 +271,7 @@ def test_missing_attribute_is_named():
         raw("gpuactor_op", jax.ShapeDtypeStruct((4,), jnp.float32), rand(4))
     # The op's own required attribute, through the generic handler.
     with pytest.raises(Exception, match=r"gpuactor_op: .*value"):
-        jax.jit(lambda: gj.op("fill", out=jax.ShapeDtypeStruct((4,), jnp.float32)))()
+        jax.block_until_ready(jax.jit(lambda: gj.op("fill", out=jax.ShapeDtypeStruct((4,), jnp.float32)))())
     with pytest.raises(Exception, match=r"gpuactor_gelu_fwd: unknown attribute 'approx'"):
         raw("gpuactor_gelu_fwd", jax.ShapeDtypeStruct((4,), jnp.float32), rand(4), approx=np.int32(1))
 
