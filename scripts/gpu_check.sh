@@ -26,8 +26,18 @@
 #             attention kernels (memcheck of the FA2 and cuDNN tests,
 #             racecheck of the FA2 test) and the parity tests
 #   ncu       one ncu report of the FA2 forward (inside `attention` too)
-#   lease     one device lease in value order: build checks torch cudnn
-#             attention-bench actor ncu bench; each step under a time limit
+#   nccl      collectives through the real NCCL (issue 27): test_comm_nccl's
+#             one rank on cuda:0 (and two on cuda:0 and cuda:1 where there
+#             are two GPUs); fails unless the one-rank case ran (say, no
+#             libnccl.so.2: the log says why)
+#   failing   the tests that failed on the last GPU run, verbose, in full
+#             ($OUT/failing.txt)
+#   kernels   every kernel of four eager steps of the main job (f32, then
+#             --bf16) timed alone by ncu, summed per message and kernel
+#             (scripts/ncu_kernels.py): $OUT/kernels.txt
+#   lease     one device lease in value order: build failing checks kernels
+#             nccl torch attention-bench actor ncu membound; each step
+#             under a time limit
 # Logs go to ${OUT:-gpu-check}/; with GPA_CHECK_TAR, that folder is tarred
 # there after every step (a lease returns few files: one tarball keeps
 # everything, even when the lease runs out mid-way). Exits 77 when no GPU is
@@ -193,6 +203,13 @@ checks() {
   return $rc
 }
 
+nccl() {
+  GPA_DEVICE=cuda timeout 120 "$B/tests/test_comm_nccl" >"$OUT/comm_nccl.txt" 2>&1
+  local rc=$?
+  grep -E "real NCCL|real-NCCL|comm_nccl: ok|skipped" "$OUT/comm_nccl.txt"
+  [ $rc = 0 ] && grep -q "one rank on cuda:0 through the real NCCL: ok" "$OUT/comm_nccl.txt"
+}
+
 attention_bench() {
   GPA_DEVICE=cuda GPA_BENCH_REPS=3 timeout 150 "$B/bench/gpa-bench" cuda_sdpa cuda_attention_fa2
 }
@@ -209,6 +226,24 @@ ncu_fa2() {
   "$ncu" --import "$OUT/ncu_fa2_fwd.ncu-rep" --page details >"$OUT/ncu_fa2_fwd.txt" 2>&1 || return 1
   grep -E "Achieved Occupancy|Theoretical Occupancy|Compute \(SM\) Throughput|hmma|Registers Per|Duration" \
     "$OUT/ncu_fa2_fwd.txt"
+}
+
+# issues 24, 25: is the main job's step GPU-bound (the kernels' sum near the
+# step's time: 1.92 ms with graphs on an H100 in session 14), and which
+# kernels cost it. ncu serializes the kernels, so each duration is the
+# kernel's own; --nvtx names the message that launched it.
+kernels() {
+  local ncu rc=0 f
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  [ -x "$ncu" ] || { echo "no ncu"; return 1; }
+  for f in "" --bf16; do
+    GPA_DEVICE=cuda "$ncu" --nvtx --metrics gpu__time_duration.sum --csv --page raw --print-units base \
+      --log-file "$OUT/ncu_step${f}.csv" "$B/examples/gpa-train-lm" --steps 4 --eval-every 0 --quiet $f \
+      >"$OUT/ncu_step_run${f}.txt" 2>&1 || rc=1
+    echo "-- main job${f:+ $f}: kernels of 4 steps"
+    python3 scripts/ncu_kernels.py "$OUT/ncu_step${f}.csv" --steps 4 --top 30 || rc=1
+  done
+  return $rc
 }
 
 actor() {
@@ -240,8 +275,8 @@ actor() {
 }
 
 steps=("$@")
-[ ${#steps[@]} = 0 ] && steps=(build ctest train bench sanitize cudnn attention)
-[ "${steps[*]}" = lease ] && steps=(build checks torch attention-bench actor ncu membound)
+[ ${#steps[@]} = 0 ] && steps=(build ctest nccl train bench sanitize cudnn attention)
+[ "${steps[*]}" = lease ] && steps=(build failing checks kernels nccl torch attention-bench actor ncu membound)
 for s in "${steps[@]}"; do
   case $s in
     build) step build build || exit 1 ;;
@@ -255,10 +290,14 @@ for s in "${steps[@]}"; do
     attention) TAIL=40 step attention attention ;;
     cudnn) TAIL=30 step cudnn cudnn ;;
     checks) TAIL=60 step checks checks ;;
+    nccl) TAIL=12 step nccl nccl ;;
     torch) TAIL=30 step torch timeout 90 bash -c "$(declare -f torch_sdpa); OUT=$OUT torch_sdpa" &&
       export GPA_BENCH_SDPA_TORCH_CACHE=$OUT_ABS/torch_sdpa.txt ;;
     attention-bench) TAIL=60 step attention_bench attention_bench ;;
     actor) TAIL=30 step actor timeout 150 bash -c "$(declare -f actor); B=$B OUT=$OUT actor" ;;
+    failing) TAIL=40 step failing env GPA_DEVICE=cuda ctest --test-dir "$B" --timeout 120 -V \
+      -R '^(adamw_multi|parity_metrics)$' ;;
+    kernels) TAIL=70 step kernels timeout 180 bash -c "$(declare -f kernels); B=$B OUT=$OUT kernels" ;;
     ncu) TAIL=20 step ncu timeout 90 bash -c "$(declare -f ncu_fa2); B=$B OUT=$OUT ncu_fa2" ;;
     *) echo "gpu_check: unknown step $s" >&2; exit 2 ;;
   esac
