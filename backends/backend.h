@@ -46,6 +46,9 @@ typedef struct gpa__be_host {
   /* GPA_CUDNN_CONV (backends/cuda/cudnn_conv.c): 0 unset (cuDNN for large
    * convolutions and inside graph captures), 1 "0" (never), 2 "1" (always) */
   int32_t cudnn_conv;
+  /* GPA_CONV_TC (ops/conv1d/cuda_tc.c): 1 "0" (bf16 conv1d on the SIMT
+   * implicit-GEMM kernels, A/B benches and tests), else the tensor-core ones */
+  int32_t conv_tc;
   /* Completes deferred work w->m with st: any thread, no allocation, no
    * driver call (a driver's host-function thread calls it). Set w's err and
    * device time first. */

@@ -70,7 +70,10 @@ typedef struct nccl_state {
 
 static bool load(gpa__nccl_api *api, const char *path, char *why, size_t cap) {
   memset(api, 0, sizeof *api);
-  api->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  /* never unloaded: NCCL ends a non-blocking communicator on a thread of
+   * its own after ncclCommDestroy/Abort returned (ncclInProgress), so its
+   * code must outlive our last call into it */
+  api->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!api->lib) {
     const char *e = dlerror();
     snprintf(why, cap, "cannot load %s (%s)", path, e ? e : "dlopen failed");
@@ -397,7 +400,23 @@ static void teardown(gpa_comm *c) {
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->watchdog, NULL);
   }
-  if (s->nc && !s->dead) s->api.ncclCommDestroy(s->nc);
+  if (s->nc && !s->dead) {
+    /* Success, or ncclInProgress on a non-blocking communicator: NCCL
+     * finishes it in the background and the handle is not ours any more
+     * (nothing to poll: ncclCommGetAsyncError would read freed memory).
+     * Anything else is NCCL refusing a communicator that is not ready (an
+     * asynchronous error since its last collective, say a peer that died
+     * while it was idle: ncclCommEnsureReady), which it leaves alive: only
+     * ncclCommAbort ends that one. */
+    gpa__ncclResult_t r = s->api.ncclCommDestroy(s->nc);
+    if (r != GPA__NCCL_SUCCESS && r != GPA__NCCL_IN_PROGRESS) {
+      char t[200];
+      nccl_text(&s->api, s->nc, r, t, sizeof t);
+      gpa__log(GPA_LOG_WARN, c->a->opts.log_level, "gpa_comm_destroy: NCCL refused to destroy rank %d's communicator "
+               "(%s); aborted it instead", c->rank, t);
+      s->api.ncclCommAbort(s->nc);
+    }
+  }
   state_free(s);
   c->es = NULL;
 }

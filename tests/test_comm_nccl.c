@@ -193,6 +193,47 @@ static void shutdown_case(void) {
   pair_down(&p);
 }
 
+/* NCCL reclaims a non-blocking communicator in the background after its
+ * destroy or abort (the simulator about a millisecond later): whether every
+ * simulated communicator is gone within a second. */
+static bool none_left(void) {
+  int (*live)(void) = (int (*)(void))dlsym(sim_nccl, "gpa_sim_nccl_live_comms");
+  CHECK(live != NULL);
+  for (int i = 0; i < 1000 && live(); i++) nanosleep(&(struct timespec){0, 1000000}, NULL);
+  return live() == 0;
+}
+
+/* Destroying a non-blocking communicator: NCCL answers ncclInProgress and
+ * ends it in the background, and refuses one that is not ready (here an
+ * asynchronous error since its last collective: a peer failed while it was
+ * idle), which only ncclCommAbort ends. Either way gpa_comm_destroy
+ * succeeds, nothing is left behind, and the actors go on with local work. */
+static void destroy_case(void) {
+  for (int refused = 0; refused < 2; refused++) {
+    pair p;
+    pair_up(&p, 1000);
+    for (int i = 0; i < 2; i++) {
+      CHECK_OK(tu_fill(q_of(&p, i), &p.x[i], 1.0 + i, NULL));
+      CHECK_OK(gpa_allreduce(q_of(&p, i), p.c[i], &p.x[i], &p.x[i], GPA_REDUCE_SUM, NULL));
+    }
+    for (int i = 0; i < 2; i++) {
+      float v[64];
+      tu_get(q_of(&p, i), &p.x[i], v, 64);
+      CHECK(v[0] == 3.0f && v[63] == 3.0f);
+    }
+    if (refused) fault("destroy", 1); /* rank 0's destroy is refused */
+    for (int i = 0; i < 2; i++) {
+      CHECK_OK(gpa_comm_destroy(p.c[i]));
+      CHECK_OK(tu_fill(q_of(&p, i), &p.x[i], 5.0, NULL));
+      float v[64];
+      tu_get(q_of(&p, i), &p.x[i], v, 64);
+      CHECK(v[63] == 5.0f);
+      CHECK_OK(gpa_actor_destroy(p.a[i]));
+    }
+    CHECK(none_left());
+  }
+}
+
 /* ---- init ------------------------------------------------------------------------ */
 
 /* gpa_comm_init of rank 0 of a 2-rank communicator whose rank 1 never
@@ -367,6 +408,33 @@ static void errors(void) {
   CHECK_OK(gpa_actor_destroy(a));
 }
 
+/* Two ranks on cuda:0 and cuda:1 through the real NCCL, a thread each,
+ * where the machine has a second GPU; else it says why it did not run. */
+static void real_two(void) {
+  gpa_actor_options o = {.device = "cuda:1", .threads = 1};
+  gpa_actor *a[2] = {NULL, NULL};
+  if (gpa_actor_create(&o, &a[1]) != GPA_OK) {
+    printf("comm_nccl: no second GPU (%s): the two-rank real-NCCL case is skipped\n", gpa_last_error_message());
+    return;
+  }
+  o.device = "cuda:0";
+  a[0] = tu_actor(&o);
+  gpa_comm *c[2];
+  CHECK_OK(gpa_comm_init_all(a, 2, NULL, c));
+  rank_arg args[2];
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) {
+    args[i].e = (comm_case_env){a[i], gpa_actor_default_queue(a[i]), c[i], i, 2};
+    CHECK(pthread_create(&t[i], NULL, rank_main, &args[i]) == 0);
+  }
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 2; i++) {
+    CHECK_OK(gpa_comm_destroy(c[i]));
+    CHECK_OK(gpa_actor_destroy(a[i]));
+  }
+  printf("comm_nccl: two ranks on cuda:0 and cuda:1 through the real NCCL: ok\n");
+}
+
 /* One rank on the real card, through the real NCCL; skipped quietly
  * without a GPU or NCCL. Whether it ran. */
 static bool real_gpu(void) {
@@ -394,6 +462,7 @@ static bool real_gpu(void) {
     ran = true;
   }
   CHECK_OK(gpa_actor_destroy(a));
+  if (ran) real_two();
   return ran;
 }
 
@@ -456,8 +525,8 @@ int main(void) {
   abort_case();
   shutdown_case();
   graph_batch();
-  int (*live)(void) = (int (*)(void))dlsym(sim_nccl, "gpa_sim_nccl_live_comms");
-  CHECK(live && live() == 0);
+  destroy_case();
+  CHECK(none_left());
   dlclose(sim_nccl);
   printf("comm_nccl: ok\n");
   return 0;

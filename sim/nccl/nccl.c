@@ -65,7 +65,7 @@ static atomic_int g_version = NCCL_VERSION(2, 28, 0);
 
 /* ---- faults ---------------------------------------------------------------- */
 
-static atomic_uint f_init;
+static atomic_uint f_init, f_destroy;
 atomic_uint snc_f_call, snc_f_async, snc_f_hang;
 static pthread_once_t f_once = PTHREAD_ONCE_INIT;
 
@@ -86,6 +86,7 @@ static void read_env(void) {
     else if (!strcmp(key, "call")) snc_f_call = v;
     else if (!strcmp(key, "async")) snc_f_async = v;
     else if (!strcmp(key, "hang")) snc_f_hang = v;
+    else if (!strcmp(key, "destroy")) f_destroy = v;
     else fprintf(stderr, "gpa-sim nccl: ignoring unknown GPA_SIM_NCCL_FAULT key '%s'\n", key);
   }
 }
@@ -103,9 +104,10 @@ EXPORT void gpa_sim_nccl_fault_init(unsigned n) { pthread_once(&f_once, read_env
 EXPORT void gpa_sim_nccl_fault_call(unsigned n) { pthread_once(&f_once, read_env), snc_f_call = n; }
 EXPORT void gpa_sim_nccl_fault_async(unsigned n) { pthread_once(&f_once, read_env), snc_f_async = n; }
 EXPORT void gpa_sim_nccl_fault_hang(unsigned n) { pthread_once(&f_once, read_env), snc_f_hang = n; }
+EXPORT void gpa_sim_nccl_fault_destroy(unsigned n) { pthread_once(&f_once, read_env), f_destroy = n; }
 EXPORT void gpa_sim_nccl_fault_clear(void) {
   pthread_once(&f_once, read_env);
-  f_init = snc_f_call = snc_f_async = snc_f_hang = 0;
+  f_init = snc_f_call = snc_f_async = snc_f_hang = f_destroy = 0;
 }
 
 EXPORT void gpa_sim_nccl_set_version(int code) { g_version = code ? code : NCCL_VERSION(2, 28, 0); }
@@ -392,22 +394,65 @@ void snc_fail_group_locked(group *g, int rank, const char *why) {
   pthread_cond_broadcast(&snc_cv);
 }
 
+/* The user's reference to c, dropped on a thread of its own a millisecond
+ * later: NCCL reclaims a non-blocking communicator in the background after
+ * ncclCommDestroy/Abort answered ncclInProgress, so a caller that touches
+ * the handle after that call reads freed memory here too (ASan). */
+static void *reclaim_main(void *p) {
+  nanosleep(&(struct timespec){0, 1000000}, NULL);
+  pthread_mutex_lock(&snc_mu);
+  snc_unref_locked(p);
+  pthread_mutex_unlock(&snc_mu);
+  return NULL;
+}
+
 static ncclResult_t drop_user(ncclComm_t c, bool abort) {
   if (!c) return snc_fail(NULL, ncclInvalidArgument, "ncclComm%s: NULL communicator", abort ? "Abort" : "Destroy");
   pthread_mutex_lock(&snc_mu);
+  if (c->user_gone) {
+    pthread_mutex_unlock(&snc_mu);
+    return snc_fail(NULL, ncclInvalidArgument, "ncclComm%s: the communicator was already destroyed or aborted",
+                    abort ? "Abort" : "Destroy");
+  }
+  if (!abort && snc_take(&f_destroy)) {
+    c->async = ncclRemoteError;
+    snprintf(c->last, sizeof c->last, "rank %d: a peer failed while the communicator was idle (injected)", c->rank);
+  }
+  /* NCCL's destroy first makes sure the communicator is ready
+   * (ncclCommEnsureReady): one in an asynchronous error, or still busy,
+   * is refused and left alive (only ncclCommAbort ends it) */
+  if (!abort) {
+    ncclResult_t st = c->async ? c->async : c->nonblocking ? snc_init_state_locked(c) : ncclSuccess;
+    if (st == ncclSuccess && c->busy_polls > 0) st = ncclInProgress;
+    if (st != ncclSuccess) {
+      pthread_mutex_unlock(&snc_mu);
+      return snc_fail(c, st == ncclInProgress ? ncclInvalidArgument : st,
+                      "ncclCommDestroy (rank %d): the communicator is not ready (state %d); end it with ncclCommAbort",
+                      c->rank, (int)st);
+    }
+  }
   if (abort) {
     c->aborted = true;
     if (!c->async) c->async = ncclSystemError;
     snc_fail_group_locked(c->g, c->rank, "aborted (ncclCommAbort)");
   }
   c->user_gone = true;
-  snc_unref_locked(c);
+  pthread_t t;
+  pthread_attr_t at;
+  bool later = c->nonblocking && !pthread_attr_init(&at);
+  if (later) {
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    later = !pthread_create(&t, &at, reclaim_main, c);
+    pthread_attr_destroy(&at);
+  }
+  if (!later) snc_unref_locked(c);
   pthread_mutex_unlock(&snc_mu);
-  return ncclSuccess;
+  return later ? ncclInProgress : ncclSuccess;
 }
 
 /* Destroy waits for the communicator's queued work on the streams, as
- * NCCL's does: the last step frees it. */
+ * NCCL's does: the last step frees it. On a non-blocking communicator both
+ * answer ncclInProgress and finish in the background (reclaim_main). */
 EXPORT ncclResult_t ncclCommDestroy(ncclComm_t c) { return drop_user(c, false); }
 EXPORT ncclResult_t ncclCommAbort(ncclComm_t c) { return drop_user(c, true); }
 EXPORT ncclResult_t ncclCommFinalize(ncclComm_t c) { return c ? ncclSuccess : ncclInvalidArgument; }
