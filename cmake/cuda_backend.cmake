@@ -25,7 +25,7 @@ set(GPA_CUDA_KERNEL_MODULES
   "emb:embedding.cu"
   "met:metrics.cu"
   "lin:linear.cu"
-  "conv:conv1d.cu"
+  "conv:conv1d.cu,conv1d_tc.cu"
   "attn:attention.cu,attention_fa2.cu,attention_fa2_bwd.cu,attention_f32tc.cu")
 foreach(entry IN LISTS GPA_CUDA_KERNEL_MODULES)
   string(REPLACE ":" ";" parts "${entry}")
@@ -91,7 +91,7 @@ add_dependencies(gpa_obj gpa_cuda_nodev)
 # The other modules' kernels (fp32 and bf16): no spills either, one test per
 # source (ew_no_spills, ...).
 if((BUILD_TESTING OR NOT DEFINED BUILD_TESTING) AND NOT GPA_SANITIZE)
-  foreach(entry ew:elementwise cast:cast norm:norm lin:linear conv:conv1d emb:embedding met:metrics)
+  foreach(entry ew:elementwise cast:cast norm:norm lin:linear conv:conv1d convtc:conv1d_tc emb:embedding met:metrics)
     string(REPLACE ":" ";" parts "${entry}")
     list(GET parts 0 mod)
     list(GET parts 1 src)
