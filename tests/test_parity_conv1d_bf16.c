@@ -117,6 +117,12 @@ int main(void) {
        * multiples of it; stride, groups, padding; a kernel extent the kernels decline (cuBLAS) */
       {3, 70, 131, 67, 3, 1, 0, 8, 1, 1},  {2, 12, 97, 18, 5, 2, 3, 3, 3, 0}, {2, 34, 77, 36, 4, 3, 0, 2, 2, 1},
       {1, 2, 13010, 2, 2, 1, 0, 13000, 1, 0},
+      /* the tensor-core kernels' tiles (128 x 64 outputs, 32 channels or timesteps a stage;
+       * channels padded to 8 in their channels-last copies): two row tiles and two column
+       * tiles with ragged ends, 5 channel stages the last partial, dW in 6 splits; channels
+       * per group not multiples of 8, stride 2 with groups 3 (dx: taps whose t s misses);
+       * dW with several slices per split (K 31: 31 tiles, 19 slices in 10 splits of 2) */
+      {2, 136, 70, 130, 3, 1, 0, 4, 1, 1}, {3, 18, 101, 27, 3, 2, 1, 3, 3, 0}, {1, 8, 600, 8, 31, 1, 0, 1, 1, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     for (int bias = 0; bias < 2; bias++) {

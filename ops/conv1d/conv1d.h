@@ -1,4 +1,6 @@
-/* conv1d's params (host and CUDA adapters) and its CUDA kernels: the
+/* conv1d's params (host and CUDA adapters) and its CUDA kernels: for bf16
+ * storage the tensor-core implicit GEMMs of kernels/cuda/conv1d_tc.cu
+ * (module "conv", ops/conv1d/cuda_tc.c) wherever they fit; the SIMT
  * implicit GEMMs of kernels/cuda/conv1d.cu (module "conv",
  * ops/conv1d/cuda_igemm.c) wherever they fit, else im2col / col2im
  * (kernels/cuda/linear.cu, module "lin") and cuBLAS GEMMs (f32:
@@ -27,6 +29,12 @@ gpa_status gpa__conv_bwd_bf16_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *
 int gpa__conv_ig_fits(const gpa__conv_cu_geom *g);
 gpa_status gpa__conv_fwd_ig_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
 gpa_status gpa__conv_bwd_ig_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
+/* ops/conv1d/cuda_tc.c: bf16 storage on tensor cores (kernels/cuda/conv1d_tc.cu)
+ * when every index fits an int, the grids fit, the call's scratch stays
+ * under its cap, and GPA_CONV_TC is not "0". */
+int gpa__conv_tc_fits(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
+gpa_status gpa__conv_fwd_tc_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
+gpa_status gpa__conv_bwd_tc_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
 
 /* K(id, module, kernel name) */
 #define GPA__CU_KERNELS_CONV1D(K)            \
@@ -45,6 +53,11 @@ gpa_status gpa__conv_bwd_ig_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g)
   K(CONV_IG_DX, conv, gpa_conv_ig_dx_f32)      \
   K(CONV_IG_DX_BF, conv, gpa_conv_ig_dx_bf16)  \
   K(CONV_IG_DW, conv, gpa_conv_ig_dw_f32)      \
-  K(CONV_IG_DW_BF, conv, gpa_conv_ig_dw_bf16)
+  K(CONV_IG_DW_BF, conv, gpa_conv_ig_dw_bf16)  \
+  K(CONV_TC_FWD, conv, gpa_conv_tc_fwd_bf16)   \
+  K(CONV_TC_DX, conv, gpa_conv_tc_dx_bf16)     \
+  K(CONV_TC_DW, conv, gpa_conv_tc_dw_bf16)     \
+  K(CONV_TC_PACK, conv, gpa_conv_tc_pack_bf16) \
+  K(CONV_TC_WPACK, conv, gpa_conv_tc_wpack_bf16)
 
 #endif
