@@ -9,8 +9,10 @@
  * faster). Two rows per shape and direction: cuda_conv1d_* with
  * GPA_CUDNN_CONV=1 (cuDNN's convolutions wherever it takes the call,
  * backends/cuda/cudnn_conv.c; unset, small eager convolutions take our
- * kernels) and cuda_conv1d_own_* with GPA_CUDNN_CONV=0 (our kernels), each
- * on its own actor. On sim: tiny shapes, plumbing only. */
+ * kernels) and cuda_conv1d_own_* with GPA_CUDNN_CONV=0 (our kernels: for
+ * bf16 the tensor-core implicit GEMMs of kernels/cuda/conv1d_tc.cu, for
+ * f32 the SIMT ones), each on its own actor. On sim: tiny shapes, plumbing
+ * only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,7 +87,8 @@ static void conv_rows(int own) {
       }
       snprintf(extra, sizeof extra, "\"note\":\"%s; %s\"",
                sim ? "simulated device: plumbing only, the numbers mean nothing" : "device time from CUDA events",
-               own ? "our kernels (GPA_CUDNN_CONV=0)" : "cuDNN where it takes the call (GPA_CUDNN_CONV=1), else our kernels");
+               own ? (bf ? "our tensor-core kernels (GPA_CUDNN_CONV=0)" : "our kernels (GPA_CUDNN_CONV=0)")
+                   : "cuDNN where it takes the call (GPA_CUDNN_CONV=1), else our kernels");
       gpa_bench_result r = {.name = names[own][dir], .backend = sim ? "sim" : "cuda",
                             .shape = shape, .ref = have ? "torch_conv1d" : "itself", .ns = ns[dir],
                             .ref_ns = have ? t[dir] * 1e3 : ns[dir], .flops = dir ? 2 * flops : flops, .extra = extra};
