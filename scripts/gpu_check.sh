@@ -29,7 +29,7 @@
 #   nccl      collectives through the real NCCL (issue 27): test_comm_nccl's
 #             one rank on cuda:0 (and two on cuda:0 and cuda:1 where there
 #             are two GPUs); fails unless the one-rank case ran (say, no
-#             libnccl.so.2: the log says why)
+#             libnccl.so.2: the log says why); then gpa-bench cuda_allreduce
 #   failing   the tests that failed on the last GPU run, verbose, in full
 #             ($OUT/failing.txt)
 #   kernels   every kernel of four eager steps of the main job (f32, then
@@ -207,7 +207,9 @@ nccl() {
   GPA_DEVICE=cuda timeout 120 "$B/tests/test_comm_nccl" >"$OUT/comm_nccl.txt" 2>&1
   local rc=$?
   grep -E "real NCCL|real-NCCL|comm_nccl: ok|skipped" "$OUT/comm_nccl.txt"
-  [ $rc = 0 ] && grep -q "one rank on cuda:0 through the real NCCL: ok" "$OUT/comm_nccl.txt"
+  [ $rc = 0 ] && grep -q "one rank on cuda:0 through the real NCCL: ok" "$OUT/comm_nccl.txt" || return 1
+  # allreduce through the actor against ncclAllReduce, one rank, 4 KiB to 256 MiB
+  GPA_DEVICE=cuda timeout 120 "$B/bench/gpa-bench" cuda_allreduce
 }
 
 attention_bench() {
