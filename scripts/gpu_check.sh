@@ -30,6 +30,7 @@
 #             one rank on cuda:0 (and two on cuda:0 and cuda:1 where there
 #             are two GPUs); fails unless the one-rank case ran (say, no
 #             libnccl.so.2: the log says why); then gpa-bench cuda_allreduce
+#             and, with two GPUs, the data-parallel main job on them
 #   failing   the tests that failed on the last GPU run, verbose, in full
 #             ($OUT/failing.txt)
 #   kernels   every kernel of four eager steps of the main job (f32, then
@@ -209,7 +210,11 @@ nccl() {
   grep -E "real NCCL|real-NCCL|comm_nccl: ok|skipped" "$OUT/comm_nccl.txt"
   [ $rc = 0 ] && grep -q "one rank on cuda:0 through the real NCCL: ok" "$OUT/comm_nccl.txt" || return 1
   # allreduce through the actor against ncclAllReduce, one rank, 4 KiB to 256 MiB
-  GPA_DEVICE=cuda timeout 120 "$B/bench/gpa-bench" cuda_allreduce
+  GPA_DEVICE=cuda timeout 120 "$B/bench/gpa-bench" cuda_allreduce || return 1
+  # the data-parallel main job on cuda:0 and cuda:1 (77, saying why, with one GPU)
+  local r=0
+  GPA_DEVICE=cuda timeout 240 sh tests/dp_two_gpus.sh "$B/examples/gpa-train-lm" || r=$?
+  [ $r = 0 ] || [ $r = 77 ]
 }
 
 attention_bench() {
