@@ -8,7 +8,8 @@
  *     key lengths (one of them 0), against the double reference of
  *     tests/util/attn_ref.c; o, dq, dk, dv in the storage dtype, lse fp32;
  *   - the backward twice: the same bits; on sim, the deterministic engine
- *     ran, and the non-deterministic one when allowed;
+ *     ran; with non-determinism allowed (dQ through an fp32 accumulator),
+ *     twice within the same bounds, the non-deterministic engine on sim;
  *   - the plan cache: a hit on the second call (no plan built), eviction
  *     past a bound of 2, the evicted key built again;
  *   - declines: f32 storage, o in f32, D not a multiple of 8, causal with
@@ -325,6 +326,23 @@ static void parity(gpa_nt *t, const acase *c, int dt, uint64_t seed) {
   }
   for (int rep = 0; rep < 2; rep++)
     for (int i = 0; i < 3; i++) free(g[rep][i]);
+  /* non-deterministic allowed: cuDNN's graph with dQ through an fp32
+   * accumulator (the engine PyTorch's default takes), twice: the workspace
+   * it lives in is reused, so a stale accumulator would show; the same
+   * bounds, not the same bits */
+  gpa_attr nd[2] = {at, strcmp(op_bwd, "dnn_bwd") ? attr_i("deterministic", 0) : attr_i("nondet", 1)};
+  for (int rep = 0; rep < 2; rep++) {
+    snprintf(w, sizeof w, "%s: backward, non-deterministic #%d", what, rep + 1);
+    expect(t, w, run_bwd(t, &x, nd, 2), GPA_OK, NULL);
+    if (on_sim && sim_engine() != 0) gpa_nt_fail(t, "the non-deterministic backward did not run its engine");
+    const gpa_tensor *outs[3] = {&x.dq, &x.dk, &x.dv};
+    for (int i = 0; i < 3; i++) {
+      float *gi = read16(t, dt, outs[i], ns[i]);
+      snprintf(w, sizeof w, "%s: %s, non-deterministic #%d", what, names[i], rep + 1);
+      gpa_nt_close_to(t, w, gi, refs[i], mags[i], ns[i], ulp);
+      free(gi);
+    }
+  }
   for (int i = 0; i < 4; i++) free(f[i]), free(u[i]);
   free(r.q), free(r.k), free(r.v), free(r.w);
   free(o), free(lse), free(dq), free(dk), free(dv), free(mg.o), free(mg.lse), free(mg.dq), free(mg.dk), free(mg.dv);
@@ -462,8 +480,8 @@ static void storage_outputs(gpa_nt *t, int dt) {
     parity(t, &c, dt, 5);
     op_fwd = "dnn_fwd", op_bwd = "dnn_bwd";
     if (on_sim) simc.counts(NULL, NULL, &e2, NULL);
-    /* f32 o: our kernels; 16-bit: cuDNN, forward once, backward twice */
-    if (on_sim && (e1 != e0 || e2 != e1 + 3)) gpa_nt_fail(t, "attention ops: cuDNN ran for f32 o, or not for 16 bits");
+    /* f32 o: our kernels; 16-bit: cuDNN, forward once, backward twice each way */
+    if (on_sim && (e1 != e0 || e2 != e1 + 5)) gpa_nt_fail(t, "attention ops: cuDNN ran for f32 o, or not for 16 bits");
     /* deterministic = 0 lets the backward take the non-deterministic engine
      * (no lengths: with them cuDNN declines) */
     gpa_tensor bin[6] = {dout, q, k, v, o16, lse2};
@@ -537,19 +555,21 @@ static int real_graphs(void) {
   gpa__dnn d;
   if (!tu_real_cudnn_open(&d)) return 0;
   int fails = 0;
-  for (int bwd = 0; bwd < 2; bwd++)
+  for (int dir = 0; dir < 3; dir++) /* forward, backward, backward with dQ's accumulator (non-deterministic) */
     for (int dt = 0; dt < 2; dt++)
       for (int m = 0; m < 4; m++) {
         gpa__dnn_key k;
         memset(&k, 0, sizeof k);
-        k.bwd = bwd, k.dtype = dt ? GPA_F16 : GPA_BF16, k.causal = m >= 1, k.lens = m >= 2;
+        int bwd = dir > 0;
+        k.bwd = bwd, k.nondet = dir == 2, k.dtype = dt ? GPA_F16 : GPA_BF16, k.causal = m >= 1, k.lens = m >= 2;
         k.B = 2, k.S = 100, k.Sk = m == 3 ? 100 : 160, k.H = 8, k.Hkv = m == 1 ? 2 : m == 3 ? 1 : 8, k.D = 64;
         gpa__dnn_descs g;
         char why[256] = "";
         int built = gpa__dnn_build_sdpa(&d, &k, &g, why, sizeof why);
         cudnnStatus_t s = tu_real_cudnn_heur(&d, built, &g, why, sizeof why);
         printf("%s: real cuDNN %zu, %s %s causal=%d lengths=%d Hkv=%lld: %s\n", s ? "FAIL" : "ok", d.version,
-               bwd ? "backward" : "forward", gpa_dtype_name(k.dtype), k.causal, k.lens, (long long)k.Hkv,
+               dir == 2 ? "backward (non-deterministic)" : bwd ? "backward" : "forward", gpa_dtype_name(k.dtype),
+               k.causal, k.lens, (long long)k.Hkv,
                s ? why : "graph and heuristics finalized");
         fails += s != 0;
       }

@@ -269,7 +269,20 @@ static void bwd_graph(gb *b, gpa__dnn *d, const gpa__dnn_key *k) {
   const int64_t kdim[4] = {t.B, t.Hkv, t.Sk, t.D}, kstr[4] = {t.Sk * t.Hkv * t.D, t.D, t.Hkv * t.D, 1};
   cudnnBackendDescriptor_t kk = gpa__dnn_tensor(b, 0, t.io, kdim, kstr, GPA__DNN_VIRT);
   reshape(b, t.kt, kk);
-  mm(b, ds, kk, dq);
+  if (!k->nondet) { /* the engines' deterministic kernel: dQ straight from the product */
+    mm(b, ds, kk, dq);
+    return;
+  }
+  /* Non-deterministic: dQ through an fp32 accumulator in the workspace,
+   * then copied out. cudnn-frontend builds this pattern when determinism is
+   * not asked for (PyTorch's default), and the engines match it with
+   * their faster kernel, which sums dQ's partials by atomics; the direct
+   * product above selects the deterministic kernel whatever engine notes
+   * allow (an H100, session 11: 0.57-0.95x PyTorch's backward either way). */
+  const int64_t adim[4] = {t.B, t.H, t.S, t.D}, astr[4] = {t.H * t.S * t.D, t.S * t.D, t.D, 1};
+  cudnnBackendDescriptor_t acc = gpa__dnn_tensor(b, GPA__DNN_UID_DQ_ACCUM, CUDNN_DATA_FLOAT, adim, astr, 0);
+  mm(b, ds, kk, acc);
+  pw(b, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, acc, NULL, NULL, dq, -1);
 }
 
 int gpa__dnn_build_sdpa(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_descs *g, char *why, size_t n) {

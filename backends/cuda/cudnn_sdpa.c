@@ -15,8 +15,11 @@
  * enqueued for the call (no `before` hook ran): that declines.
  *
  * Workspace: the stream's scratch (ops of a stream never overlap), laid out
- * as [reserved by the caller][delta: B H S fp32, backward][cuDNN's
- * workspace], each part 256-byte aligned. The graphs with a padding mask
+ * as [reserved by the caller][delta: B H S fp32, backward][dQ's fp32
+ * accumulator: B H S D, non-deterministic backward (cudnn_graph.c)][cuDNN's
+ * workspace], each part 256-byte aligned. The accumulator needs no
+ * zeroing from cuDNN 9.6 on (GPA__CUDNN_MIN_VERSION), where the engine
+ * initialises it (cudnn-frontend zeroes it only before 9.6). The graphs with a padding mask
  * (key.lens) stay buildable (the real-library test finalizes them) but no
  * call reaches them while calls with lengths decline. */
 #include <float.h>
@@ -88,20 +91,21 @@ static gpa_status run(const gpa_op_exec *x, const gpa__sdpa_args *a, int bwd) {
   if (!p) return gpa__dnn_decline(x, "%s", why);
 
   uint64_t delta_bytes = bwd ? up256((uint64_t)(a->B * a->H * a->S) * 4) : 0;
+  uint64_t accum_bytes = k.nondet ? up256((uint64_t)(a->B * a->H * a->S * a->D) * 4) : 0;
   uint64_t ws = (uint64_t)gpa__dnn_plan_workspace(p);
   uint64_t skip = up256(a->scratch_reserved);
-  CUdeviceptr base = gpa__cu_scratch(x, skip + delta_bytes + ws + 1);
+  CUdeviceptr base = gpa__cu_scratch(x, skip + delta_bytes + accum_bytes + ws + 1);
   if (!base) {
     x->msg[0] = 0; /* not the op's failure: the next implementation runs */
     return gpa__dnn_decline(x, "no device memory for cuDNN's workspace (%llu bytes)",
-                            (unsigned long long)(delta_bytes + ws));
+                            (unsigned long long)(delta_bytes + accum_bytes + ws));
   }
   if (a->before) {
     gpa_status st = a->before(x, base, a->before_ctx);
     if (st != GPA_OK) return st;
   }
   base += skip;
-  CUdeviceptr delta = base, work = base + delta_bytes;
+  CUdeviceptr delta = base, accum = base + delta_bytes, work = accum + accum_bytes;
   gpa__dnn_scalars *sc = gpa__dnn_plan_scalars(p);
   sc->scale = a->scale, sc->one = 1.0f;
   sc->neg = d->version >= 91000 ? -INFINITY : -FLT_MAX;
@@ -122,6 +126,7 @@ static gpa_status run(const gpa_op_exec *x, const gpa__sdpa_args *a, int bwd) {
     put(&v, GPA__DNN_UID_DV, a->dv);
     put(&v, GPA__DNN_UID_DELTA, (void *)(uintptr_t)delta);
     put(&v, GPA__DNN_UID_ONE, &sc->one);
+    if (accum_bytes) put(&v, GPA__DNN_UID_DQ_ACCUM, (void *)(uintptr_t)accum);
   }
   const gpa__cudnn_api *A = gpa__dnn_api(d);
   cudnnStatus_t s = CUDNN_STATUS_SUCCESS;

@@ -7,9 +7,10 @@
  * attributes present, referenced descriptors finalized, no change after
  * finalize. An operation graph is finalized only if it is an SDPA forward
  * or backward this library can run (sdpa.c recognizes it by its structure,
- * as cuDNN's fused engines do); the heuristics then offer its engines: the
- * backward has a fast non-deterministic engine first and a deterministic
- * one second, the forward one deterministic engine; a configuration the
+ * as cuDNN's fused engines do); the heuristics then offer its engine: a
+ * backward whose dQ goes through an fp32 accumulator the fast
+ * non-deterministic engine, one whose dQ comes straight from its product
+ * the deterministic engine, the forward one deterministic engine; a configuration the
  * real engines refuse (sdpa.c) gets no engine. Execute queues a host
  * computation on the handle's stream (the driver's hooks).
  *
@@ -457,8 +458,8 @@ EXPORT cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t dd) {
 }
 
 /* Engines of a recognized graph, in the heuristics' order. SDPA: the
- * backward offers the non-deterministic engine 0 first, then the
- * deterministic engine 1; the forward engine 1. Convolutions: the
+ * backward's pattern offers the non-deterministic engine 0 (dQ through an
+ * accumulator) or the deterministic engine 1; the forward engine 1. Convolutions: the
  * gradients the non-deterministic engine 0 first (as cuDNN's atomics-based
  * kernels often rank), f32 the TF32 engine 2 next, then the plain engine 1. */
 static int engines_of(const sdesc *g, int *list) {
@@ -471,8 +472,10 @@ static int engines_of(const sdesc *g, int *list) {
     return n;
   }
   if (sim_sdpa_refuses(&g->spec)) return 0;
-  if (g->spec.bwd) list[n++] = 0;
-  list[n++] = 1;
+  /* the backward's pattern picks the kernel: dQ through an fp32
+   * accumulator the atomics-based one, dQ straight from its product the
+   * deterministic one (cudnn-frontend builds each pattern for that) */
+  list[n++] = g->spec.bwd && g->spec.dq_accum ? 0 : 1;
   return n;
 }
 

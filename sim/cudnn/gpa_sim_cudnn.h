@@ -32,7 +32,8 @@ void gpa_sim_cudnn_fault_clear(void);
 
 /* Counts since load: operation graphs finalized, plans finalized,
  * executions queued; and the engine of the last execution (0: the fast
- * non-deterministic backward engine, 1: the deterministic one; forward
+ * non-deterministic backward engine, which a graph with dQ through an fp32
+ * accumulator gets, 1: the deterministic one; forward
  * SDPA graphs have engine 1 only; 2: a convolution's TF32 engine for f32).
  * Any pointer may be NULL. */
 void gpa_sim_cudnn_counts(long long *graphs, long long *plans, long long *execs, int *last_engine);

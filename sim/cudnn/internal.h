@@ -29,6 +29,7 @@ typedef struct sdpa_spec {
   int causal, lens;
   const sdesc *q, *k, *v, *o, *stats, *scale, *shift, *seq_q, *seq_kv, *neg;
   const sdesc *dout, *dq, *dk, *dv, *delta, *one; /* backward */
+  const sdesc *dq_accum; /* backward: dQ's fp32 accumulator, copied to dq (the non-deterministic pattern) */
   int kt, vt; /* k (v) given transposed: [b,h,d,s] */
 } sdpa_spec;
 

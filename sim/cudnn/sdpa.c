@@ -114,6 +114,12 @@ static int bwd(const sdesc *const *ops, int n, T *mm, sdpa_spec *s, char *why, s
     T r = producer(ops, n, mm[i]->b);
     if (r && is_op(r, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR) && r->x == s->k && real(mm[i]->y)) s->dq = mm[i]->y;
   }
+  /* dQ through an fp32 accumulator: the product's output copied out */
+  for (int i = 0; s->dq && i < n; i++)
+    if (pw_mode(ops[i]) == CUDNN_POINTWISE_IDENTITY && ops[i]->x == s->dq && real(ops[i]->y)) {
+      s->dq_accum = s->dq, s->dq = ops[i]->y;
+      break;
+    }
   masks(ops, n, qk->y, s);
   return 1;
 }
@@ -144,7 +150,8 @@ int sim_sdpa_recognize(const sdesc *const *ops, int n, sdpa_spec *s, char *why, 
   if (s->bwd)
     ok = ok && dims_are(s->v, s->B, s->Hkv, s->D, s->Sk) && dims_are(s->dout, s->B, s->H, s->S, s->D) &&
          dims_are(s->dq, s->B, s->H, s->S, s->D) && dims_are(s->dk, s->B, s->Hkv, s->Sk, s->D) &&
-         dims_are(s->dv, s->B, s->Hkv, s->Sk, s->D) && dims_are(s->delta, s->B, s->H, s->S, 1);
+         dims_are(s->dv, s->B, s->Hkv, s->Sk, s->D) && dims_are(s->delta, s->B, s->H, s->S, 1) &&
+         (!s->dq_accum || (dims_are(s->dq_accum, s->B, s->H, s->S, s->D) && s->dq_accum->dt == CUDNN_DATA_FLOAT));
   else ok = ok && dims_are(s->v, s->B, s->Hkv, s->Sk, s->D);
   if (!ok) {
     snprintf(why, wn, "tensor shapes of the SDPA graph do not agree");
@@ -166,8 +173,8 @@ typedef struct job {
   sdpa_spec s;
   /* the tensors' descriptors as they were at the call: the caller may
    * destroy the plan (and its graph) while this job is queued */
-  sdesc t[16];
-  void *q, *k, *v, *o, *stats, *seq_kv, *dout, *dq, *dk, *dv, *delta;
+  sdesc t[17];
+  void *q, *k, *v, *o, *stats, *seq_kv, *dout, *dq, *dk, *dv, *delta, *dq_accum;
   float scale;
   int32_t shift;
 } job;
@@ -270,7 +277,15 @@ static int run_bwd(const job *J, double *p) {
             dq[d] += ds * kval(J, b, g, j, d);
           }
         }
-        for (int64_t d = 0; d < s->D; d++) st(s->dq, J->dq, at(s->dq, b, h, i, d), dq[d]);
+        for (int64_t d = 0; d < s->D; d++) {
+          double v = dq[d];
+          if (s->dq_accum) { /* as the engines do: dQ lands in fp32 first, then is copied out */
+            float *a = (float *)J->dq_accum + at(s->dq_accum, b, h, i, d);
+            *a = (float)v;
+            v = *a;
+          }
+          st(s->dq, J->dq, at(s->dq, b, h, i, d), v);
+        }
       }
   for (int64_t b = 0; b < s->B; b++)
     for (int64_t g = 0; g < s->Hkv; g++)
@@ -302,16 +317,19 @@ cudnnStatus_t sim_sdpa_execute(const sdpa_spec *s, const sdesc *vp, int64_t work
   job *J = calloc(1, sizeof *J);
   if (!J) return CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
   J->s = *s;
-  const sdesc **fields[] = {&J->s.q,  &J->s.k,    &J->s.v,  &J->s.o,  &J->s.stats, &J->s.scale, &J->s.shift, &J->s.seq_q,
-                            &J->s.seq_kv, &J->s.neg, &J->s.dout, &J->s.dq, &J->s.dk, &J->s.dv, &J->s.delta, &J->s.one};
-  for (int i = 0; i < 16; i++)
+  const sdesc **fields[] = {&J->s.q,      &J->s.k,   &J->s.v,    &J->s.o,  &J->s.stats, &J->s.scale,
+                            &J->s.shift,  &J->s.seq_q, &J->s.seq_kv, &J->s.neg, &J->s.dout, &J->s.dq,
+                            &J->s.dk,     &J->s.dv,  &J->s.delta, &J->s.one, &J->s.dq_accum};
+  for (int i = 0; i < 17; i++)
     if (*fields[i]) {
       J->t[i] = **fields[i];
       J->t[i].n_attrs = 0; /* the copy owns no attribute data */
       *fields[i] = &J->t[i];
     }
-  T real_t[] = {s->q, s->k, s->v, s->o, s->stats, s->seq_q, s->seq_kv, s->dout, s->dq, s->dk, s->dv, s->delta};
-  void **dst[] = {&J->q, &J->k, &J->v, &J->o, &J->stats, NULL, &J->seq_kv, &J->dout, &J->dq, &J->dk, &J->dv, &J->delta};
+  T real_t[] = {s->q, s->k, s->v, s->o, s->stats, s->seq_q, s->seq_kv, s->dout, s->dq, s->dk, s->dv, s->delta,
+                s->dq_accum};
+  void **dst[] = {&J->q,  &J->k,  &J->v,  &J->o,  &J->stats, NULL,       &J->seq_kv,
+                  &J->dout, &J->dq, &J->dk, &J->dv, &J->delta, &J->dq_accum};
   for (size_t i = 0; i < sizeof real_t / sizeof real_t[0]; i++) {
     if (!real_t[i]) continue;
     void *ptr = sd_find(vp, real_t[i]);
