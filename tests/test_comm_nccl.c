@@ -89,9 +89,11 @@ static void pair_down(pair *p) {
 
 static gpa_queue *q_of(pair *p, int i) { return gpa_actor_default_queue(p->a[i]); }
 
-/* Later collectives fail at the call; local work goes on. */
-static void failed_after(pair *p, int i) {
+/* Later collectives fail at the call, the message naming the first failure (why); local work goes on. */
+static void failed_after(pair *p, int i, const char *why) {
   CHECK_ST(gpa_allreduce(q_of(p, i), p->c[i], &p->x[i], &p->x[i], GPA_REDUCE_SUM, NULL), GPA_ECLOSED);
+  CHECK_MSG("the communicator failed"); /* and why: the first failure's text */
+  if (why) CHECK_MSG(why);
   CHECK_OK(tu_fill(q_of(p, i), &p->x[i], 2.0, NULL));
   float v[64];
   tu_get(q_of(p, i), &p->x[i], v, 64);
@@ -124,7 +126,7 @@ static void async_fault(void) {
     CHECK(strstr(gpa_handle_error_message(h[i]), "injected asynchronous failure")); /* rank 1: a peer's */
     CHECK_ST(gpa_sync_batch(q_of(&p, i), NULL), GPA_EDEVICE);
     gpa_handle_release(h[i]);
-    failed_after(&p, i);
+    failed_after(&p, i, "injected asynchronous failure");
   }
   pair_down(&p);
 }
@@ -158,7 +160,7 @@ static void timeout_case(bool hung) {
   CHECK(ms >= 99 && ms < 10000);
   CHECK_OK(gpa_await(after, -1)); /* the stream went on after the abort */
   gpa_handle_release(after);
-  failed_after(&p, 0);
+  failed_after(&p, 0, hung ? NULL : "(the communicator's timeout)"); /* missing: rank 0 timed out itself */
   if (!hung) CHECK_OK(gpa_comm_abort(p.c[1])); /* its peer is gone: the program ends it */
   pair_down(&p);
 }
@@ -174,7 +176,7 @@ static void abort_case(void) {
   CHECK_ST(gpa_await(h, 10ll * 1000000000), GPA_ECANCELED);
   CHECK(strstr(gpa_handle_error_message(h), "aborted"));
   gpa_handle_release(h);
-  failed_after(&p, 0);
+  failed_after(&p, 0, "aborted");
   CHECK_OK(gpa_comm_abort(p.c[1]));
   pair_down(&p);
 }
