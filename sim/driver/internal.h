@@ -27,6 +27,7 @@ struct gpa_sim_options {
   bool verbose;            /* GPA_SIM_VERBOSE (default 1): print failed checks to stderr */
   bool pageable_async_ok;  /* GPA_SIM_ALLOW_PAGEABLE_ASYNC=1: allow async copies with pageable memory */
   int devices;             /* GPA_SIM_DEVICES: simulated devices, 1..8 (default 1; device.cpp) */
+  FILE *launch_log;        /* GPA_SIM_LAUNCH_LOG=path: a line per kernel launch (launch.cpp), or NULL */
 };
 const gpa_sim_options &gpa_sim__opts(void);
 

@@ -128,6 +128,16 @@ GPA_SIM_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int 
     if (gpa_sim__fault_take_launch())
       return gpa_sim__failf(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "cuLaunchKernel(%s): injected launch failure", k->name);
     ln->sticky_fault = gpa_sim__fault_take_sticky();
+    if (FILE *lf = gpa_sim__opts().launch_log) { /* which kernels a workload runs, and their geometry */
+      bool cap;
+      {
+        std::lock_guard<std::mutex> g(s->mu);
+        cap = s->cap != nullptr;
+      }
+      fprintf(lf, "%s grid %u %u %u block %u %u %u smem %u%s\n", k->name, gx, gy, gz, bx, by, bz, shmem,
+              cap ? " captured" : "");
+      fflush(lf);
+    }
     ln->L.kernel = k;
     ln->L.grid = dim3(gx, gy, gz);
     ln->L.block = dim3(bx, by, bz);

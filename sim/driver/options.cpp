@@ -93,6 +93,8 @@ void load_options(void) {
     if (v >= 1) g_opts.devices = (int)v;
     else fprintf(stderr, "gpa-sim: ignoring GPA_SIM_DEVICES=%s (1 to 8)\n", e);
   }
+  if ((e = getenv("GPA_SIM_LAUNCH_LOG")) && *e && !(g_opts.launch_log = fopen(e, "w")))
+    fprintf(stderr, "gpa-sim: cannot open GPA_SIM_LAUNCH_LOG=%s\n", e);
   if ((e = getenv("GPA_SIM_MODULE_PATH"))) g_opts.module_path = e;
   else g_opts.module_path = GPA_SIM_DEFAULT_MODULE_DIR;
   if ((e = getenv("GPA_SIM_FAULT"))) parse_faults(e);

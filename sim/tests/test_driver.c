@@ -351,9 +351,49 @@ static int t_graph_mem_nodes(void) {
   return 0;
 }
 
+/* GPA_SIM_LAUNCH_LOG (set by the ctest): a line per launch at the call,
+ * with its geometry, marked when the stream was capturing. */
+static int t_launch_log(void) {
+  const char *path = getenv("GPA_SIM_LAUNCH_LOG");
+  if (!path) return 77;
+  sim_setup();
+  CUlibrary lib;
+  CUkernel k;
+  CUfunction f;
+  CUstream s;
+  CUgraph g;
+  CK(cuLibraryLoadData(&lib, gpa_fatbin_sim_simt_kernels, NULL, NULL, 0, NULL, NULL, 0));
+  CK(cuLibraryGetKernel(&k, lib, "sim_reverse"));
+  CK(cuKernelGetFunction(&f, k));
+  CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr din, dout;
+  CK(cuMemAlloc(&din, 256));
+  CK(cuMemAlloc(&dout, 256));
+  void *args[] = {&din, &dout};
+  CK(cuLaunchKernel(f, 2, 1, 1, 32, 1, 1, 0, s, args, NULL));
+  CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CK(cuLaunchKernel(f, 1, 1, 1, 64, 1, 1, 0, s, args, NULL));
+  CK(cuStreamEndCapture(s, &g));
+  CK(cuStreamSynchronize(s));
+  FILE *fp = fopen(path, "r");
+  CHECK(fp != NULL);
+  char a[256] = "", b[256] = "", c[8] = "";
+  CHECK(fgets(a, sizeof a, fp) && fgets(b, sizeof b, fp) && !fgets(c, sizeof c, fp));
+  fclose(fp);
+  CHECK(!strcmp(a, "sim_reverse grid 2 1 1 block 32 1 1 smem 0\n"));
+  CHECK(!strcmp(b, "sim_reverse grid 1 1 1 block 64 1 1 smem 0 captured\n"));
+  CK(cuGraphDestroy(g));
+  CK(cuMemFree(din));
+  CK(cuMemFree(dout));
+  CK(cuStreamDestroy(s));
+  CK(cuLibraryUnload(lib));
+  sim_teardown();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static const sim_case cases[] = {
-      {"graph_mem_nodes", t_graph_mem_nodes},
+      {"graph_mem_nodes", t_graph_mem_nodes}, {"launch_log", t_launch_log},
       {"device", t_device},         {"procaddress", t_procaddress}, {"stream_order", t_stream_order},
       {"events", t_events},         {"cross_stream_wait", t_cross_stream_wait}, {"legacy_sync", t_legacy_sync},
       {"memory", t_memory},         {"library", t_library},

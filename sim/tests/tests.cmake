@@ -27,6 +27,9 @@ gpa_sim_test(sim_driver tests/test_driver.c MODULES sim_simt_kernels
   CASES device procaddress stream_order events cross_stream_wait legacy_sync memory library)
 target_compile_definitions(sim_driver PRIVATE GPA_SIM_DRIVER_PATH="$<TARGET_FILE:gpa_sim_cuda>")
 target_link_libraries(sim_driver PRIVATE ${CMAKE_DL_LIBS})
+add_test(NAME sim_driver_launch_log COMMAND sim_driver launch_log)
+set_tests_properties(sim_driver_launch_log PROPERTIES TIMEOUT ${GPA_SIM_TEST_TIMEOUT} SKIP_RETURN_CODE 77
+  ENVIRONMENT "GPA_SIM_MODULE_PATH=${GPA_SIM_MODULE_DIR};GPA_SIM_LAUNCH_LOG=${CMAKE_CURRENT_BINARY_DIR}/sim_launch_log.txt")
 gpa_sim_test(sim_fault tests/test_faults.c MODULES sim_simt_kernels CASES alloc launch sticky delay)
 add_test(NAME sim_fault_env COMMAND sim_fault env)
 set_tests_properties(sim_fault_env PROPERTIES TIMEOUT ${GPA_SIM_TEST_TIMEOUT} SKIP_RETURN_CODE 77
