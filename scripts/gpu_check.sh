@@ -193,12 +193,18 @@ checks() {
     "$B/tests/test_attention_lowp" \
     >"$OUT/racecheck_attention_lowp.txt" 2>&1 &
   pids+=($!)
+  # bf16 conv1d's tensor-core kernels (our kernels: GPA_CUDNN_CONV=0): the cp.async stages under both tools
+  for t in memcheck racecheck; do
+    GPA_DEVICE=cuda GPA_CUDNN_CONV=0 GPA_PARITY_QUICK=1 timeout 120 "$sanitizer" --tool $t --error-exitcode 9 \
+      "$B/tests/test_parity_conv1d_bf16" >"$OUT/${t}_conv1d_tc.txt" 2>&1 &
+    pids+=($!)
+  done
   timeout 120 bash -c "$(declare -f sanitize); B=$B OUT=$OUT sanitizer=$sanitizer sanitize" >"$OUT/sanitize.txt" 2>&1 &
   pids+=($!)
   for t in "${pids[@]}"; do wait "$t" || rc=1; done
   tail -n 25 "$OUT/ctest.txt"
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/memcheck_attention_lowp.txt "$OUT"/memcheck_cudnn_attention.txt \
-    "$OUT"/memcheck_cuda_graph.txt \
+    "$OUT"/memcheck_cuda_graph.txt "$OUT"/memcheck_conv1d_tc.txt "$OUT"/racecheck_conv1d_tc.txt \
     "$OUT"/racecheck_attention_lowp.txt
   cat "$OUT/sanitize.txt"
   return $rc
