@@ -380,13 +380,18 @@ extern "C" __global__ void __launch_bounds__(256, 8)
 /* AdamW; scalars formed on the host in double, as the host kernel does.
  * Four values per 16-byte access when `vec` (GPA_F4_LOOP): seven streams
  * of scalar accesses kept too few bytes in flight (0.86 of the copy on an
- * H100, session 6). */
+ * H100, session 6). Every rounding is spelled out (the _rn intrinsics are
+ * never contracted): with plain a * b + c, nvcc and ptxas choose which
+ * products fuse into FMAs per kernel, so adamw and adamw_multi, which
+ * promise the same bits, could round differently (adamw_multi's bitwise
+ * test failed on an H100 and passed on sim, session 14). */
 static __device__ __forceinline__ void adamw_one(float &po, float &mo, float &vo, float p, float g, float m, float v,
                                                  float decay, float b1, float c1, float b2, float c2,
                                                  float step_size, float inv_bc2_sqrt, float eps) {
-  mo = b1 * m + c1 * g;
-  vo = b2 * v + c2 * g * g;
-  po = p * decay - step_size * mo / (sqrtf(vo) * inv_bc2_sqrt + eps);
+  mo = __fmaf_rn(b1, m, __fmul_rn(c1, g));
+  vo = __fmaf_rn(b2, v, __fmul_rn(__fmul_rn(c2, g), g));
+  const float den = __fmaf_rn(__fsqrt_rn(vo), inv_bc2_sqrt, eps);
+  po = __fmaf_rn(p, decay, -__fdiv_rn(__fmul_rn(step_size, mo), den));
 }
 
 /* AdamW over [i0, i0+4) and over element i, with the names of the kernels
@@ -477,11 +482,10 @@ extern "C" __global__ void gpa_adamw_bf16(void *po, float *mo, float *vo, const 
                                           float c1, float b2, float c2, float step_size, float inv_bc2_sqrt,
                                           float eps, int p_bf, int g_bf) {
   GS_LOOP(i, n) {
-    const float gi = ld_fb(g, g_bf, i);
-    const float mi = b1 * m[i] + c1 * gi;
-    const float vi = b2 * v[i] + c2 * gi * gi;
-    const float pi = ld_fb(p, p_bf, i) * decay;
-    st_fb(po, p_bf, i, pi - step_size * mi / (sqrtf(vi) * inv_bc2_sqrt + eps));
+    float pi, mi, vi; /* the f32 kernels' arithmetic, the same bits for f32 storage */
+    adamw_one(pi, mi, vi, ld_fb(p, p_bf, i), ld_fb(g, g_bf, i), m[i], v[i], decay, b1, c1, b2, c2, step_size,
+              inv_bc2_sqrt, eps);
+    st_fb(po, p_bf, i, pi);
     mo[i] = mi;
     vo[i] = vi;
   }
