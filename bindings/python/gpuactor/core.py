@@ -348,13 +348,22 @@ class Queue:
 
     def submit(self, op, inputs=(), outputs=(), attrs=None):
         """Submits op by registry name; returns its Handle."""
+        h = ctypes.c_void_p()
+        self._submit(op, inputs, outputs, attrs, ctypes.byref(h))
+        return Handle(h.value, op)
+
+    def post(self, op, inputs=(), outputs=(), attrs=None):
+        """Submits op without a handle (gpa_submit with out NULL): the
+        queue's batch tracks it, and its failure shows at the queue's next
+        sync, as a released handle's would; no Handle to make or release."""
+        self._submit(op, inputs, outputs, attrs, None)
+
+    def _submit(self, op, inputs, outputs, attrs, out):
         ins, outs = _tensors(inputs), _tensors(outputs)
         a, n_attrs, _keep = _attrs(attrs)
         call = L.OpCall(op.encode(), ins, len(inputs), outs, len(outputs),
                         a if a is not None else None, n_attrs)
-        h = ctypes.c_void_p()
-        _check(L.submit(self._p(), ctypes.byref(call), ctypes.byref(h)))
-        return Handle(h.value, op)
+        _check(L.submit(self._p(), ctypes.byref(call), out))
 
     def upload(self, tensor, array, version=0):
         arr = np.ascontiguousarray(array, dtype=_NP_OF[tensor.dtype])

@@ -17,13 +17,20 @@ actor is done with the memory.
 
 Ordering. On the CPU, run() waits for the op: torch sees the result when it
 returns. On CUDA, the actor's queue waits for an event recorded on torch's
-current stream (posted: no round trip), and torch's current stream waits for
-an event recorded after the op (the call's one round trip: the record must
-be on the actor's stream before torch's wait is): no wait for the device
-and no device-wide sync. (The CUDA path needs a
-GPU with a CUDA build of PyTorch; this repository's CI has neither, so only
-the CPU path is tested there.)
+current stream of the tensors' device (posted: no round trip), the op is
+posted (no handle), and torch's current stream waits for an event recorded
+after the op (the call's one round trip: the record must be on the actor's
+stream before torch's wait is): no wait for the device and no device-wide
+sync. The two events are a pair from a small pool per device, reused: a
+call gives its pair back only after its round trip, when the actor has
+enqueued its wait on the first and its record of the second and torch's
+stream its wait on the second, and CUDA reads an event when a wait on it is
+enqueued, so a later record changes nothing already ordered. (The CUDA path
+needs a GPU with a CUDA build of PyTorch; this repository's CI has neither:
+there its steps are tested with stand-ins for torch's stream and events,
+tests/test_torch.py.)
 """
+import atexit
 import weakref
 
 import torch as _torch
@@ -32,7 +39,7 @@ from . import core as _core
 
 _GPA_OF = {_torch.float32: _core.F32, _torch.float16: _core.F16, _torch.bfloat16: _core.BF16,
            _torch.int32: _core.I32, _torch.uint8: _core.U8, _torch.int64: _core.I64}
-# (actor id, device, data pointer, bytes) -> (gpuactor Tensor over the wrap, weak reference to the torch tensor)
+# (actor id, torch.device, data pointer, bytes) -> (gpuactor Tensor over the wrap, weak reference to the torch tensor)
 _wraps = {}
 
 
@@ -43,19 +50,32 @@ def _drop(key):
 
 
 def _wrap(actor, t, q):
-    key = (id(actor), str(t.device), t.data_ptr(), t.numel() * t.element_size())
+    key = (id(actor), t.device, t.data_ptr(), t.numel() * t.element_size())
     hit = _wraps.get(key)
-    if (hit is not None and hit[0].buffer.actor is actor and actor._ptr and hit[1]() is not None
-            and t.dtype in _GPA_OF and t.is_contiguous()):
-        g = hit[0]  # the same bytes: another view of them takes its own shape and dtype
-        if g.shape == tuple(t.shape) and g.dtype == _GPA_OF[t.dtype]:
+    if hit is not None and hit[1]() is not None and hit[0].buffer.actor is actor and actor._ptr and t.is_contiguous():
+        g, dtype, shape = hit[0], _GPA_OF.get(t.dtype), tuple(t.shape)
+        if g.shape == shape and g.dtype == dtype:
             return g
-        return _core.Tensor(g.buffer, tuple(t.shape), _GPA_OF[t.dtype], g.offset)
+        if dtype is not None:  # the same bytes: another view of them takes its own shape and dtype
+            return _core.Tensor(g.buffer, shape, dtype, g.offset)
     g = actor.from_dlpack(t.detach(), queue=q)
     if hit is not None:
         _drop(key)
     _wraps[key] = (g, weakref.ref(t, lambda _r, key=key: _drop(key)))
     return g
+
+
+
+@atexit.register
+def _release_wraps():
+    """Hands every cached wrap back at exit, while Python still runs: a
+    wrap's release calls torch's deleter from the actor's thread, which
+    cannot enter Python once the interpreter is finalizing (the thread is
+    stopped there and the release never answers: a process that left an
+    actor open with wraps cached hung at exit)."""
+    for key in list(_wraps):
+        _drop(key)
+
 
 __all__ = ["run", "attention", "Attention"]
 
@@ -67,25 +87,76 @@ def _cuda_event_handle(ev):
     return handle
 
 
+class _Events:
+    """One call's pair of torch CUDA events: `ready`, recorded on torch's
+    stream, which the actor's queue waits for; `done`, recorded by the actor
+    after the op, which torch's stream waits for. Their CUevent handles
+    are read once."""
+    __slots__ = ("ready", "done", "ready_h", "done_h")
+
+    def __init__(self, stream):
+        self.ready, self.done = _torch.cuda.Event(), _torch.cuda.Event()
+        for ev in (self.ready, self.done):
+            ev.record(stream)  # torch makes the event at its first record, on the stream's device
+        self.ready_h, self.done_h = _cuda_event_handle(self.ready), _cuda_event_handle(self.done)
+
+
+POOL_MAX = 8  # free pairs kept per device: as many calls as may run at once from different threads
+_free = {}  # torch.device -> [_Events]
+_retired = []  # pairs a posted wait may still name (a round trip failed): never reused nor destroyed
+stats = {"event_pairs": 0}  # pairs made: a steady loop makes one per device (and thread at once)
+
+
+def _take(device, stream):
+    try:
+        return _free[device].pop()
+    except (KeyError, IndexError):
+        stats["event_pairs"] += 1
+        return _Events(stream)
+
+
+def _settle(q, device, stream, ev):
+    """The call's round trip, then torch's wait; the pair goes back to the pool."""
+    try:
+        q.record_event(ev.done_h)
+    except BaseException:
+        _retired.append(ev)
+        raise
+    stream.wait_event(ev.done)
+    free = _free.setdefault(device, [])
+    if len(free) < POOL_MAX:
+        free.append(ev)
+
+
+def _ordered(q, device, post):
+    """post() (which posts the op on q) between torch's current stream of
+    `device` and the events, as the module's docstring says."""
+    stream = _torch.cuda.current_stream(device)
+    ev = _take(device, stream)
+    ev.ready.record(stream)
+    try:
+        q.wait_event(ev.ready_h, block=False)  # ordered before the op; the record below is the round trip
+    except BaseException:
+        _free.setdefault(device, []).append(ev)  # nothing posted: nothing names the pair
+        raise
+    try:
+        post()
+    except BaseException:
+        _settle(q, device, stream, ev)  # the posted wait is done before the pair is used again
+        raise
+    _settle(q, device, stream, ev)
+
+
 def run(actor, op, inputs=(), outputs=(), attrs=None, queue=None):
     """Runs gpuactor op `op` on torch tensors; returns `outputs`."""
     q = queue or actor.queue
-    ts = list(inputs) + list(outputs)
-    on_cuda = any(t.is_cuda for t in ts)
-    wrapped = [_wrap(actor, t, q) for t in ts]
-    if on_cuda:
-        ready = _torch.cuda.Event()
-        ready.record(_torch.cuda.current_stream())
-        q.wait_event(_cuda_event_handle(ready), block=False)  # ordered before the op; the record below is the round trip
-    h = q.submit(op, wrapped[:len(inputs)], wrapped[len(inputs):], attrs)
-    if on_cuda:
-        done = _torch.cuda.Event()
-        done.record(_torch.cuda.current_stream())  # makes the event; re-recorded on the actor's stream
-        q.record_event(_cuda_event_handle(done))
-        _torch.cuda.current_stream().wait_event(done)
-        h.release()  # errors come back at the queue's next sync
+    ins = [_wrap(actor, t, q) for t in inputs]
+    outs = [_wrap(actor, t, q) for t in outputs]
+    device = next((t.device for t in (*inputs, *outputs) if t.is_cuda), None)
+    if device is None:
+        q.submit(op, ins, outs, attrs).result()
     else:
-        h.result()
+        _ordered(q, device, lambda: q.post(op, ins, outs, attrs))  # errors come back at the queue's next sync
     return outputs
 
 

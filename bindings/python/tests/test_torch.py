@@ -2,7 +2,11 @@
 attention autograd Function against PyTorch's own attention (forward and
 gradients). Skipped without torch (Debian's python3-torch)."""
 import gc
+import os
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -66,3 +70,158 @@ def test_attention_function(cpu_actor, causal):
     gc.collect()
     cpu_actor.queue.submit("noop").result()
     assert not dlpack._imports
+
+
+# ---- the CUDA path's steps, with stand-ins for torch's stream and events ----
+# (CI has no GPU: the real thing is test_torch_cuda.py on a GPU machine.)
+
+class _FakeEvent:
+    made = 0
+
+    def __init__(self, log):
+        self.log, self.cuda_event = log, 0
+
+    def record(self, stream):
+        if not self.cuda_event:  # as torch: the event is made at its first record
+            _FakeEvent.made += 1
+            self.cuda_event = 1000 + _FakeEvent.made
+        self.log.append(("record", self.cuda_event, stream.name))
+
+
+class _FakeStream:
+    def __init__(self, log, name):
+        self.log, self.name = log, name
+
+    def wait_event(self, ev):
+        self.log.append(("stream_wait", ev.cuda_event, self.name))
+
+
+class _FakeQueue:
+    def __init__(self, log, fail=()):
+        self.log, self.fail = log, set(fail)
+
+    def wait_event(self, h, block=True):
+        if "wait" in self.fail:
+            raise RuntimeError("wait refused")
+        self.log.append(("queue_wait", h, block))
+
+    def record_event(self, h):
+        if "record" in self.fail:
+            raise RuntimeError("record refused")
+        self.log.append(("queue_record", h))
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    log = []
+    streams = {}
+
+    def current_stream(device):
+        return streams.setdefault(device, _FakeStream(log, "torch:%s" % device))
+
+    monkeypatch.setattr(gt._torch.cuda, "Event", lambda: _FakeEvent(log))
+    monkeypatch.setattr(gt._torch.cuda, "current_stream", current_stream)
+    monkeypatch.setattr(gt, "_free", {})
+    monkeypatch.setattr(gt, "_retired", [])
+    monkeypatch.setattr(gt, "stats", {"event_pairs": 0})
+    return log
+
+
+def test_cuda_order_and_event_reuse(fake_cuda):
+    log = fake_cuda
+    q = _FakeQueue(log)
+    gt._ordered(q, "cuda:0", lambda: log.append(("post",)))
+    assert gt.stats["event_pairs"] == 1
+    made = log[:2]  # the pair made: both recorded once so that their handles exist
+    ready, done = made[0][1], made[1][1]
+    assert made == [("record", ready, "torch:cuda:0"), ("record", done, "torch:cuda:0")]
+    one_call = [("record", ready, "torch:cuda:0"),  # torch's work so far ...
+                ("queue_wait", ready, False),       # ... before the op (posted: no round trip)
+                ("post",),
+                ("queue_record", done),             # the one round trip, after the op
+                ("stream_wait", done, "torch:cuda:0")]  # torch's later work after it
+    assert log[2:] == one_call
+    n = len(log)
+    gt._ordered(q, "cuda:0", lambda: log.append(("post",)))
+    assert log[n:] == one_call and gt.stats["event_pairs"] == 1  # the same pair again: nothing made
+    # another device has its own pairs and stream
+    gt._ordered(q, "cuda:1", lambda: log.append(("post",)))
+    assert gt.stats["event_pairs"] == 2 and log[-1][2] == "torch:cuda:1"
+
+
+def test_cuda_pairs_in_flight_are_distinct(fake_cuda):
+    """A call running while another holds its pair (another thread) takes
+    its own pair; both go back after their round trips."""
+    log, q = fake_cuda, _FakeQueue(fake_cuda)
+    inner = []
+    gt._ordered(q, "cuda:0", lambda: gt._ordered(q, "cuda:0", lambda: inner.append(len(log))))
+    waits = [e[1] for e in log if e[0] == "queue_wait"]
+    records = [e[1] for e in log if e[0] == "queue_record"]
+    assert len(set(waits)) == 2 and len(set(records)) == 2 and gt.stats["event_pairs"] == 2
+    assert len(gt._free["cuda:0"]) == 2
+
+
+def test_cuda_failures_never_reuse_a_named_pair(fake_cuda):
+    log, q = fake_cuda, _FakeQueue(fake_cuda)
+
+    def refused():
+        raise RuntimeError("submit refused")
+    # the op refused after the wait was posted: the round trip still runs
+    # (the actor has done the wait before the pair is used again)
+    with pytest.raises(RuntimeError, match="submit refused"):
+        gt._ordered(q, "cuda:0", refused)
+    assert [e[0] for e in log[2:]] == ["record", "queue_wait", "queue_record", "stream_wait"]
+    assert len(gt._free["cuda:0"]) == 1
+    # the round trip failing: a posted wait may still name the pair, retired for good
+    q.fail = {"record"}
+    with pytest.raises(RuntimeError, match="record refused"):
+        gt._ordered(q, "cuda:0", lambda: None)
+    assert len(gt._retired) == 1 and not gt._free["cuda:0"]
+    # the wait itself refused: nothing was posted, the pair is free again
+    q.fail = {"wait"}
+    with pytest.raises(RuntimeError, match="wait refused"):
+        gt._ordered(q, "cuda:0", lambda: None)
+    assert len(gt._free["cuda:0"]) == 1 and gt.stats["event_pairs"] == 2
+    q.fail = set()
+    gt._ordered(q, "cuda:0", lambda: None)
+    assert gt.stats["event_pairs"] == 2  # the free one reused, the retired one not
+
+
+def test_post_reports_at_the_next_sync(cpu_actor):
+    """Queue.post (the CUDA path's submit): no handle; the op runs in the
+    queue's order, a call refused on the calling thread raises at once, and
+    a failure while running shows at the queue's next sync."""
+    a, q = cpu_actor, cpu_actor.queue
+    x = a.tensor((4,))
+    q.batch_begin("post")
+    q.post("fill", [], [x], {"value": 3.0})
+    q.sync()
+    assert list(x.numpy()) == [3.0] * 4
+    with pytest.raises(Exception, match="copy"):
+        q.post("copy", [x], [a.tensor((8,))])  # shapes differ: refused before it is queued
+    qa = a.from_numpy(np.ones((1, 2, 1, 8), np.float32))
+    lengths = a.from_numpy(np.array([100], np.int32))  # past Sk = 2: the op fails as it runs
+    q.batch_begin("post fails")
+    q.post("attention_fwd", [qa, qa, qa, lengths], [a.tensor((1, 2, 1, 8)), a.tensor((1, 1, 2))],
+           {"causal": 0, "scale": 0.0})
+    with pytest.raises(Exception, match="lengths"):
+        q.sync()
+
+
+LEFT_OPEN = r"""
+import torch, gpuactor as ga, gpuactor.torch as gt
+a = ga.Actor(device="cpu", threads=2)  # never closed: Python's exit finds it open
+x, y = torch.randn(64), torch.empty(64)
+gt.run(a, "gelu_fwd", [x], [y])  # x and y wrapped, the wraps cached
+print("ran", flush=True)
+"""
+
+
+def test_exit_with_an_actor_left_open():
+    """A process that leaves an actor open with wraps cached exits: the wraps
+    go back before the interpreter finalizes (it hung there, the actor's
+    thread stopped inside torch's deleter)."""
+    env = dict(os.environ, GPA_DEVICE="cpu", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    r = subprocess.run([sys.executable, "-c", LEFT_OPEN], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and "ran" in r.stdout, r.stdout[-2000:]
