@@ -3,6 +3,8 @@
 # reports spill stores or loads for any of their kernels; prints registers,
 # stack and spills per kernel and architecture.
 #   cmake -DNVCC=<nvcc> -DSRC=<a.cu|b.cu> -DINC=<include dir> -DOUT=<scratch dir> -P check_no_spills.cmake
+# With -DNO_STACK=ON a stack frame (local memory: an array indexed at run
+# time, say) fails it too.
 if(NOT EXISTS "${NVCC}")
   message(FATAL_ERROR "nvcc not found: ${NVCC}")
 endif()
@@ -43,6 +45,10 @@ foreach(l IN LISTS lines)
       set(bad 1)
       message("SPILL: ${kernel}: ${st} bytes spill stores, ${ld} bytes spill loads")
     endif()
+    if(NO_STACK AND NOT stack EQUAL 0)
+      set(bad 1)
+      message("STACK: ${kernel}: ${stack} bytes stack frame")
+    endif()
   elseif(l MATCHES "Used ([0-9]+) registers")
     message("${kernel}: ${CMAKE_MATCH_1} registers, stack ${stack}, spills ${st}/${ld}")
   endif()
@@ -51,6 +57,6 @@ if(n EQUAL 0)
   message(FATAL_ERROR "no ptxas report in the output:\n${all}")
 endif()
 if(bad)
-  message(FATAL_ERROR "register spills in ${sources}")
+  message(FATAL_ERROR "register spills or a stack frame (NO_STACK) in ${sources}")
 endif()
 message("${n} kernel compilations, no spills")
