@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/attention/attention.h"
 #include "util/attn_ref.h"
 #include "util/half.h"
 #include "util/nn_test.h"
@@ -245,6 +246,59 @@ static void lowp_case(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int o
   free(mg.o); free(mg.lse); free(mg.dq); free(mg.dk); free(mg.dv); free(r.q); free(r.k); free(r.v); free(r.w);
 }
 
+/* lowp_case, checking which bf16 kernels ran it: the exact-head-dim
+ * variant (GPA_FA2_EXACT=1, D = 64, 96, 128) or the class kernels. */
+static void case_on(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int outs16, int exact) {
+#ifdef GPA_HAVE_CUDA_BACKEND
+  const unsigned long long f0 = __atomic_load_n(&gpa__attn_fa2x_fwd_calls, __ATOMIC_RELAXED);
+  const unsigned long long b0 = __atomic_load_n(&gpa__attn_fa2x_bwd_calls, __ATOMIC_RELAXED);
+#endif
+  lowp_case(t, c, dtype, seed, outs16);
+#ifdef GPA_HAVE_CUDA_BACKEND
+  const char *be = gpa_actor_backend(t->a);
+  if (strcmp(be, "cuda") && strcmp(be, "sim")) return;
+  const int want = exact && dtype == GPA_BF16 && (c->D == 64 || c->D == 96 || c->D == 128);
+  const int fwd = __atomic_load_n(&gpa__attn_fa2x_fwd_calls, __ATOMIC_RELAXED) > f0;
+  const int bwd = __atomic_load_n(&gpa__attn_fa2x_bwd_calls, __ATOMIC_RELAXED) > b0;
+  if (fwd != want || bwd != want) {
+    char w[256];
+    snprintf(w, sizeof w, "attention %s D=%lld: the exact-head-dim kernels %s (forward %d, backward %d)",
+             gpa_dtype_name(dtype), (long long)c->D, want ? "did not run" : "ran", fwd, bwd);
+    gpa_nt_fail(t, w);
+  }
+#else
+  (void)exact;
+#endif
+}
+
+/* GPA_FA2_EXACT=1 (a fresh actor reads it): the exact-head-dim bf16
+ * kernels against the same reference, causal and not, odd S and Sk,
+ * several query tiles (128 rows) and key tiles (64, in two 32-key softmax
+ * steps at D 96 and 128), key lengths, GQA; determinism as above. */
+static int exact_variant(gpa_nt *t0) {
+  const char *be = gpa_actor_backend(t0->a);
+  if (strcmp(be, "cuda") && strcmp(be, "sim")) return 0;
+  setenv("GPA_FA2_EXACT", "1", 1);
+  gpa_nt t;
+  int rc = gpa_nt_open(&t);
+  unsetenv("GPA_FA2_EXACT");
+  if (rc) return rc == 77 ? 0 : rc;
+  /* B = 3 with lengths: batch 2's length ends inside a key tile (29, 59,
+   * 147, 17 here), batch 1's is 0 */
+  const acase cases[] = {{3, 37, 53, 4, 2, 64, 1, 1, 0},   {1, 70, 70, 2, 1, 128, 0, 0, 0},
+                         {1, 67, 1, 2, 2, 96, 1, 0, 0},    {1, 45, 100, 2, 1, 128, 1, 0, 0}};
+  const acase big[] = {{3, 65, 140, 2, 2, 64, 0, 1, 0},  {1, 131, 129, 2, 1, 96, 1, 0, 0},
+                       {3, 33, 150, 2, 2, 128, 1, 1, 0}, {3, 130, 77, 1, 1, 96, 0, 1, 0}};
+  uint64_t seed = 4242;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) case_on(&t, &cases[i], GPA_BF16, seed++, i < 2, 1);
+  for (size_t i = 0; i < sizeof big / sizeof big[0] && !t.quick; i++) case_on(&t, &big[i], GPA_BF16, seed++, 0, 1);
+  /* fp16 and other head dims keep the class kernels */
+  const acase other = {1, 20, 33, 2, 1, 64, 1, 0, 0}, d32 = {1, 5, 9, 2, 2, 32, 0, 0, 0};
+  case_on(&t, &other, GPA_F16, seed++, 0, 1);
+  case_on(&t, &d32, GPA_BF16, seed++, 0, 1);
+  return gpa_nt_close(&t);
+}
+
 static void errors(gpa_nt *t) {
   int64_t qs[4] = {2, 5, 8, 32}, ks[4] = {2, 7, 4, 32}, ls[3] = {2, 8, 5};
   gpa_tensor qh = gpa_nt_tensor(t, GPA_F16, 4, qs, NULL), kh = gpa_nt_tensor(t, GPA_F16, 4, ks, NULL);
@@ -296,9 +350,11 @@ int main(void) {
   uint64_t seed = 777;
   for (int di = 0; di < 2; di++) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, seed++)
-      if (!t.quick || quick_run[i] > di) lowp_case(&t, &cases[i], dtypes[di], seed, 1);
-    for (size_t i = 0; i < sizeof big / sizeof big[0] && !t.quick; i++) lowp_case(&t, &big[i], dtypes[di], seed++, 0);
+      if (!t.quick || quick_run[i] > di) case_on(&t, &cases[i], dtypes[di], seed, 1, 0);
+    for (size_t i = 0; i < sizeof big / sizeof big[0] && !t.quick; i++) case_on(&t, &big[i], dtypes[di], seed++, 0, 0);
   }
   errors(&t);
-  return gpa_nt_close(&t);
+  int rc2 = exact_variant(&t);
+  rc = gpa_nt_close(&t);
+  return rc ? rc : rc2;
 }

@@ -59,11 +59,15 @@ struct fa2_fwd_cfg {
       float scale, int causal
 #define FA2F_PASS q, k, v, lens, o32, oT, lse, S, Sk, H, Hkv, D, scale, causal
 
-template <class T, int DM>
+template <class T, int DM, bool EX>
 static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
   typedef fa2_fwd_cfg<DM> C;
+  /* EX: D == DM, a constant: no run-time column tests inside the unrolled
+   * k-steps (each was a branch, so ptxas could not hoist the next step's
+   * ldmatrix above the current step's mma), constant copy addressing */
+  const int Dc = EX ? DM : D, Dg = EX && DM == 128 && FA2_SM8X ? D : Dc;
   constexpr int BR = C::BR, KT = C::KT, LD = C::LD, NT = C::NT, MT = C::MT, RW = C::RW;
-  constexpr int KF = DM / 16, NB = KT / 8, NO = DM / 8;
+  constexpr int KS = EX && DM > 64 ? 32 : KT, KF = DM / 16, NB = KS / 8, NO = DM / 8;
   GPA_DYNAMIC_SHARED(T, sQ);
   T *sK = sQ + BR * LD, *sV = sK + 2 * KT * LD; /* [2][KT][LD] each */
   const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane, g = lane >> 2, t = lane & 3;
@@ -86,15 +90,23 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
   /* the warp's key limit (limits grow with the row): tiles at or past it
    * are all masked for every row of the warp, whose math it skips */
   const int wlim = rw < S ? attn_limit(kvlen, (rw + RW - 1 < S ? rw + RW - 1 : S - 1), S, Sk, causal) : 0;
-  const long long ldq = (long long)H * D, ldkv = (long long)Hkv * D;
-  const T *kb = k + (long long)b * Sk * ldkv + (long long)kh * D;
-  const T *vb = v + (long long)b * Sk * ldkv + (long long)kh * D;
+  const long long ldq = (long long)H * Dc, ldkv = (long long)Hkv * Dc;
+  const T *kb = k + (long long)b * Sk * ldkv + (long long)kh * Dc;
+  const T *vb = v + (long long)b * Sk * ldkv + (long long)kh * Dc;
 
-  fa2_load<T, BR, LD, NT>(sQ, q + ((long long)b * S + row0) * ldq + (long long)h * D, ldq, nrows, D, tid);
+  /* tile copies: the run-time column count, or the exact kernels' constant one */
+  auto load = [&](auto rows_c, T *dst, const T *src, long long ld, int nvalid) {
+    constexpr int ROWS = decltype(rows_c)::value;
+    if constexpr (EX)
+      fa2_load_c<T, ROWS, LD, NT, DM>(dst, src, ld, nvalid, tid);
+    else
+      fa2_load<T, ROWS, LD, NT>(dst, src, ld, nvalid, D, tid);
+  };
+  load(std::integral_constant<int, BR>(), sQ, q + ((long long)b * S + row0) * ldq + (long long)h * Dc, ldq, nrows);
   if (ntiles > 0) {
     const int nc = jmax < KT ? jmax : KT;
-    fa2_load<T, KT, LD, NT>(sK, kb, ldkv, nc, D, tid);
-    fa2_load<T, KT, LD, NT>(sV, vb, ldkv, nc, D, tid);
+    load(std::integral_constant<int, KT>(), sK, kb, ldkv, nc);
+    load(std::integral_constant<int, KT>(), sV, vb, ldkv, nc);
   }
   gpa_cp_async_commit();
 
@@ -115,34 +127,40 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
     const int j0 = it * KT, buf = it & 1;
     if (it + 1 < ntiles) {
       const int j1 = j0 + KT, nc = jmax - j1 < KT ? jmax - j1 : KT;
-      fa2_load<T, KT, LD, NT>(sK + (buf ^ 1) * KT * LD, kb + (long long)j1 * ldkv, ldkv, nc, D, tid);
-      fa2_load<T, KT, LD, NT>(sV + (buf ^ 1) * KT * LD, vb + (long long)j1 * ldkv, ldkv, nc, D, tid);
+      load(std::integral_constant<int, KT>(), sK + (buf ^ 1) * KT * LD, kb + (long long)j1 * ldkv, ldkv, nc);
+      load(std::integral_constant<int, KT>(), sV + (buf ^ 1) * KT * LD, vb + (long long)j1 * ldkv, ldkv, nc);
       gpa_cp_async_commit();
       gpa_cp_async_wait<1>();
     } else {
       gpa_cp_async_wait<0>();
     }
     __syncthreads(); /* tile it (and Q) landed for every thread's copies */
-    if (j0 < wlim) { /* warp-uniform; the first tile a warp computes is tile 0 */
-      const T *tK = sK + buf * KT * LD, *tV = sV + buf * KT * LD;
+    /* KS keys a softmax step: the tile whole, or (EX above DM 64) two halves
+     * of 32, whose S, P and fragments fit beside two m-tiles' O */
+#pragma unroll 1
+    for (int sub = 0; sub < KT / KS; sub++) {
+    const int j0s = j0 + sub * KS;
+    if (j0s < wlim) { /* warp-uniform; the first step a warp computes is tile 0's first */
+      const T *tK = sK + buf * KT * LD + sub * KS * LD, *tV = sV + buf * KT * LD + sub * KS * LD;
       if constexpr (C::keep_q) {
-        if (it == 0) {
+        if (it == 0 && sub == 0) {
           UNROLL
           for (int mt = 0; mt < MT; mt++)
             UNROLL
             for (int f = 0; f < KF; f++)
-              if (f * 16 < D) fa2_lda<LD>(qf[mt][f], sQw + (mt * 16) * LD + f * 16, lane);
+              if (f * 16 < Dc) fa2_lda<LD>(qf[mt][f], sQw + (mt * 16) * LD + f * 16, lane);
         }
       }
       /* S = Q K^T, this warp's RW rows x KT keys; each K fragment feeds MT m-tiles */
       float s[MT][NB][4];
+      unsigned pk[MT][EX ? KS / 16 : 1][4]; /* EX: P as A operands */
       UNROLL
       for (int mt = 0; mt < MT; mt++)
         UNROLL
         for (int n = 0; n < NB; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
       UNROLL
       for (int f = 0; f < KF; f++)
-        if (f * 16 < D) {
+        if (f * 16 < Dg) {
           unsigned a[MT][4];
           UNROLL
           for (int mt = 0; mt < MT; mt++) {
@@ -166,14 +184,15 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
       UNROLL
       for (int mt = 0; mt < MT; mt++) {
         /* mask: only tiles reaching a row's limit */
-        if (j0 + KT > lim[mt][0] || j0 + KT > lim[mt][1]) {
+        const int lim0 = lim[mt][0], lim1 = lim[mt][1];
+        if (j0s + KS > lim0 || j0s + KS > lim1) {
           UNROLL
           for (int n = 0; n < NB; n++) {
-            const int c = j0 + n * 8 + 2 * t;
-            if (c >= lim[mt][0]) s[mt][n][0] = -INFINITY;
-            if (c + 1 >= lim[mt][0]) s[mt][n][1] = -INFINITY;
-            if (c >= lim[mt][1]) s[mt][n][2] = -INFINITY;
-            if (c + 1 >= lim[mt][1]) s[mt][n][3] = -INFINITY;
+            const int c = j0s + n * 8 + 2 * t;
+            if (c >= lim0) s[mt][n][0] = -INFINITY;
+            if (c + 1 >= lim0) s[mt][n][1] = -INFINITY;
+            if (c >= lim1) s[mt][n][2] = -INFINITY;
+            if (c + 1 >= lim1) s[mt][n][3] = -INFINITY;
           }
         }
         /* online softmax over the rows g (0) and g + 8 (1) */
@@ -190,18 +209,22 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
         const float mn0 = fmaxf(m[mt][0], mx0 * sl2), mn1 = fmaxf(m[mt][1], mx1 * sl2);
         /* a row with no visible key so far keeps m = -inf: subtract 0 instead */
         const float base0 = mn0 == -INFINITY ? 0.0f : mn0, base1 = mn1 == -INFINITY ? 0.0f : mn1;
-        const float al0 = exp2f(m[mt][0] - base0), al1 = exp2f(m[mt][1] - base1);
+        const float al0 = fa2_exp2<EX>(m[mt][0] - base0), al1 = fa2_exp2<EX>(m[mt][1] - base1);
         m[mt][0] = mn0;
         m[mt][1] = mn1;
         float ps0 = 0.0f, ps1 = 0.0f;
         UNROLL
         for (int n = 0; n < NB; n++) {
-          s[mt][n][0] = exp2f(fmaf(s[mt][n][0], sl2, -base0));
-          s[mt][n][1] = exp2f(fmaf(s[mt][n][1], sl2, -base0));
-          s[mt][n][2] = exp2f(fmaf(s[mt][n][2], sl2, -base1));
-          s[mt][n][3] = exp2f(fmaf(s[mt][n][3], sl2, -base1));
+          s[mt][n][0] = fa2_exp2<EX>(fmaf(s[mt][n][0], sl2, -base0));
+          s[mt][n][1] = fa2_exp2<EX>(fmaf(s[mt][n][1], sl2, -base0));
+          s[mt][n][2] = fa2_exp2<EX>(fmaf(s[mt][n][2], sl2, -base1));
+          s[mt][n][3] = fa2_exp2<EX>(fmaf(s[mt][n][3], sl2, -base1));
           ps0 += s[mt][n][0] + s[mt][n][1];
           ps1 += s[mt][n][2] + s[mt][n][3];
+        }
+        if constexpr (EX) { /* P rounded to T now: 32 registers where S's fp32 took 64, across P V */
+          UNROLL
+          for (int kk = 0; kk < KS / 16; kk++) fa2_acc_to_a<T>(pk[mt][kk], s[mt][2 * kk], s[mt][2 * kk + 1]);
         }
         l[mt][0] = fmaf(l[mt][0], al0, ps0); /* this lane's columns only: the quad's sum at the end */
         l[mt][1] = fmaf(l[mt][1], al1, ps1);
@@ -213,13 +236,18 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
       }
       /* O += P V, P from the S registers; each V fragment feeds MT m-tiles */
       UNROLL
-      for (int kk = 0; kk < KT / 16; kk++) {
+      for (int kk = 0; kk < KS / 16; kk++) {
         unsigned pa[MT][4];
         UNROLL
-        for (int mt = 0; mt < MT; mt++) fa2_acc_to_a<T>(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+        for (int mt = 0; mt < MT; mt++) {
+          if constexpr (EX)
+            pa[mt][0] = pk[mt][kk][0], pa[mt][1] = pk[mt][kk][1], pa[mt][2] = pk[mt][kk][2], pa[mt][3] = pk[mt][kk][3];
+          else
+            fa2_acc_to_a<T>(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+        }
         UNROLL
         for (int f = 0; f < KF; f++)
-          if (f * 16 < D) {
+          if (f * 16 < Dc) {
             unsigned bv[4];
             fa2_ldb_kn<LD>(bv, tV + (kk * 16) * LD + f * 16, lane);
             UNROLL
@@ -229,6 +257,7 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
             }
           }
       }
+    }
     }
     __syncthreads(); /* buffer `buf` is read: the next iteration refills it */
   }
@@ -250,11 +279,11 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
     UNROLL
     for (int mt = 0; mt < MT; mt++) {
       const int r0 = rw + mt * 16 + g, r1 = r0 + 8;
-      const long long orow0 = (((long long)b * S + r0) * H + h) * D, orow1 = orow0 + 8LL * H * D;
+      const long long orow0 = (((long long)b * S + r0) * H + h) * Dc, orow1 = orow0 + 8LL * H * Dc;
       UNROLL
       for (int n = 0; n < NO; n++) {
         const int c = n * 8 + 2 * t;
-        if (c < D) {
+        if (c < Dc) {
           if (r0 < S)
             *reinterpret_cast<float2 *>(o32 + orow0 + c) =
                 make_float2(oacc[mt][n][0] * inv[mt][0], oacc[mt][n][1] * inv[mt][0]);
@@ -272,7 +301,7 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
       UNROLL
       for (int n = 0; n < NO; n++) {
         const int c = n * 8 + 2 * t, r = mt * 16 + g;
-        if (c < D) {
+        if (c < Dc) {
           *reinterpret_cast<unsigned *>(st + r * LD + c) =
               gpa_pack2<T>(oacc[mt][n][0] * inv[mt][0], oacc[mt][n][1] * inv[mt][0]);
           *reinterpret_cast<unsigned *>(st + (r + 8) * LD + c) =
@@ -280,11 +309,11 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
         }
       }
     __syncwarp();
-    const int cpr = D >> 3;
+    const int cpr = Dc >> 3;
     for (int e = lane; e < RW * cpr; e += 32) {
       const int r = e / cpr, c = (e - r * cpr) << 3, gr = rw + r;
       if (gr < S)
-        *reinterpret_cast<uint4 *>(oT + (((long long)b * S + gr) * H + h) * D + c) =
+        *reinterpret_cast<uint4 *>(oT + (((long long)b * S + gr) * H + h) * Dc + c) =
             *reinterpret_cast<const uint4 *>(st + r * LD + c);
     }
   }
@@ -303,26 +332,39 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
 
 /* (written out: the emulated build finds kernels by their names in the source) */
 extern "C" __global__ void __launch_bounds__(128, 2) gpa_fa2_fwd_bf16_d64(FA2F_ARGS(__nv_bfloat16)) {
-  fa2_fwd<__nv_bfloat16, 64>(FA2F_PASS);
+  fa2_fwd<__nv_bfloat16, 64, false>(FA2F_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 2) gpa_fa2_fwd_bf16_d96(FA2F_ARGS(__nv_bfloat16)) {
-  fa2_fwd<__nv_bfloat16, 96>(FA2F_PASS);
+  fa2_fwd<__nv_bfloat16, 96, false>(FA2F_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 2) gpa_fa2_fwd_bf16_d128(FA2F_ARGS(__nv_bfloat16)) {
-  fa2_fwd<__nv_bfloat16, 128>(FA2F_PASS);
+  fa2_fwd<__nv_bfloat16, 128, false>(FA2F_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_fwd_bf16_d256(FA2F_ARGS(__nv_bfloat16)) {
-  fa2_fwd<__nv_bfloat16, 256>(FA2F_PASS);
+  fa2_fwd<__nv_bfloat16, 256, false>(FA2F_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 2) gpa_fa2_fwd_f16_d64(FA2F_ARGS(__half)) {
-  fa2_fwd<__half, 64>(FA2F_PASS);
+  fa2_fwd<__half, 64, false>(FA2F_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 2) gpa_fa2_fwd_f16_d96(FA2F_ARGS(__half)) {
-  fa2_fwd<__half, 96>(FA2F_PASS);
+  fa2_fwd<__half, 96, false>(FA2F_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 2) gpa_fa2_fwd_f16_d128(FA2F_ARGS(__half)) {
-  fa2_fwd<__half, 128>(FA2F_PASS);
+  fa2_fwd<__half, 128, false>(FA2F_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_fwd_f16_d256(FA2F_ARGS(__half)) {
-  fa2_fwd<__half, 256>(FA2F_PASS);
+  fa2_fwd<__half, 256, false>(FA2F_PASS);
+}
+
+/* The exact-head-dim variant (EX: D == 64, 96, 128 exactly; bf16), chosen
+ * at run time by GPA_FA2_EXACT=1 (ops/attention/cuda.c) so that one GPU
+ * call can time it beside the kernels above. */
+extern "C" __global__ void __launch_bounds__(128, 2) gpa_fa2x_fwd_bf16_d64(FA2F_ARGS(__nv_bfloat16)) {
+  fa2_fwd<__nv_bfloat16, 64, true>(FA2F_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 2) gpa_fa2x_fwd_bf16_d96(FA2F_ARGS(__nv_bfloat16)) {
+  fa2_fwd<__nv_bfloat16, 96, true>(FA2F_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 2) gpa_fa2x_fwd_bf16_d128(FA2F_ARGS(__nv_bfloat16)) {
+  fa2_fwd<__nv_bfloat16, 128, true>(FA2F_PASS);
 }

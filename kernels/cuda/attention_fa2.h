@@ -25,6 +25,59 @@ static __device__ __forceinline__ void fa2_load(T *dst, const T *src, long long 
     gpa_cp_async16(dst + r * LD + c, ok ? src + r * ld + c : src, ok);
   }
 }
+/* The same copy with D = DC known at compile time (the exact-head-dim
+ * kernels): the row/column split is a division by a constant (a multiply
+ * and a shift), where fa2_load's run-time one takes a reciprocal, a
+ * correction and a branch per 16-byte chunk. Not unrolled: unrolled, every
+ * chunk's address stayed live across the loop and the D 128 kernels
+ * spilled (ptxas -v). */
+template <class T, int ROWS, int LD, int NT, int DC>
+static __device__ __forceinline__ void fa2_load_c(T *dst, const T *src, long long ld, int nvalid, int tid) {
+  constexpr int cpr = DC >> 3, n = ROWS * cpr;
+#pragma unroll 1
+  for (int i = 0; i < (n + NT - 1) / NT; i++) {
+    const int e = tid + i * NT, r = e / cpr, c = (e - r * cpr) << 3;
+    if (n % NT == 0 || e < n) {
+      const bool ok = r < nvalid;
+      gpa_cp_async16(dst + r * LD + c, ok ? src + r * ld + c : src, ok);
+    }
+  }
+}
+
+/* fa2_load_c for the exact kernels (EX, D == DC), else fa2_load. */
+template <class T, int ROWS, int LD, int NT, bool EX, int DC>
+static __device__ __forceinline__ void fa2_load_x(T *dst, const T *src, long long ld, int nvalid, int D, int tid) {
+  if constexpr (EX)
+    fa2_load_c<T, ROWS, LD, NT, DC>(dst, src, ld, nvalid, tid);
+  else
+    fa2_load<T, ROWS, LD, NT>(dst, src, ld, nvalid, D, tid);
+}
+
+/* 1 when compiling for sm_8x: its ptxas schedules the unguarded k-steps of
+ * the exact D 128 kernels into spills (ptxas -v), so there those keep the
+ * run-time column test that bounds how far it hoists the next step's loads
+ * (attention_fa2.cu, attention_fa2_bwd.cu). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define FA2_SM8X 1
+#else
+#define FA2_SM8X 0
+#endif
+
+/* 2^x. The exact kernels (EX) take ex2.approx.ftz (one MUFU.EX2; a result
+ * below 2^-126 flushes to 0, far under the rounding of P to T that follows);
+ * exp2f without fast math adds a range test and two multiplies around it
+ * for subnormal results. The emulated build computes exp2f either way. */
+template <bool EX>
+static __device__ __forceinline__ float fa2_exp2(float x) {
+#ifndef GPA_SIM_EMU
+  if constexpr (EX) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+  }
+#endif
+  return exp2f(x);
+}
 
 /* A operand (16 rows x 16 k, row-major at a, row stride LD). */
 template <int LD, class T>

@@ -65,9 +65,10 @@ static constexpr float FA2_LOG2E = 1.4426950408889634f;
 
 /* dK, dV of key tile blockIdx.x (DM 256: 2 tile + half) of (kv head
  * blockIdx.y, batch blockIdx.z). */
-template <class T, int DM>
+template <class T, int DM, bool EX>
 static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
   typedef fa2_bwd_cfg<DM> C;
+  const int Dc = EX ? DM : D; /* EX: D == DM, a constant (as the forward's) */
   constexpr int LD = C::LD, NT = C::NT, BKV = C::BKV, QT = C::QT, KF = DM / 16, NQ = QT / 8, NA = C::DA / 8;
   GPA_DYNAMIC_SHARED(T, sK);
   T *sV = sK + BKV * LD, *sQ = sV + BKV * LD, *sO = sQ + 2 * QT * LD; /* Q, dO: [2][QT][LD] */
@@ -81,16 +82,16 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
   if (qs < 0) qs = 0;
   const int qstart = (int)(qs < S ? qs / QT * QT : S), nqt = (S - qstart + QT - 1) / QT;
   const int items = j0 < kvlen ? grp * nqt : 0;
-  const long long ldq = (long long)H * D, ldkv = (long long)Hkv * D;
-  const long long kvoff = ((long long)b * Sk + j0) * ldkv + (long long)kh * D;
+  const long long ldq = (long long)H * Dc, ldkv = (long long)Hkv * Dc;
+  const long long kvoff = ((long long)b * Sk + j0) * ldkv + (long long)kh * Dc;
   const float sl2 = scale * FA2_LOG2E;
 
   /* item i: query head kh * grp + i / nqt, rows qstart + (i % nqt) QT.. */
   auto load_item = [&](int i, int buf) {
     const int hq = kh * grp + i / nqt, row0 = qstart + (i % nqt) * QT, n = S - row0 < QT ? S - row0 : QT;
-    const long long off = ((long long)b * S + row0) * ldq + (long long)hq * D;
-    fa2_load<T, QT, LD, NT>(sQ + buf * QT * LD, q + off, ldq, n, D, tid);
-    fa2_load<T, QT, LD, NT>(sO + buf * QT * LD, dout + off, ldq, n, D, tid);
+    const long long off = ((long long)b * S + row0) * ldq + (long long)hq * Dc;
+    fa2_load_x<T, QT, LD, NT, EX, DM>(sQ + buf * QT * LD, q + off, ldq, n, D, tid);
+    fa2_load_x<T, QT, LD, NT, EX, DM>(sO + buf * QT * LD, dout + off, ldq, n, D, tid);
     for (int r = tid; r < QT; r += NT) {
       const long long at = ((long long)b * H + hq) * S + row0 + r;
       sL[buf * QT + r] = r < n ? lse[at] * FA2_LOG2E : -INFINITY;
@@ -104,8 +105,8 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
     UNROLL
     for (int i = 0; i < 4; i++) ak[n][i] = av[n][i] = 0.0f;
   if (items > 0) {
-    fa2_load<T, BKV, LD, NT>(sK, k + kvoff, ldkv, nc, D, tid);
-    fa2_load<T, BKV, LD, NT>(sV, v + kvoff, ldkv, nc, D, tid);
+    fa2_load_x<T, BKV, LD, NT, EX, DM>(sK, k + kvoff, ldkv, nc, D, tid);
+    fa2_load_x<T, BKV, LD, NT, EX, DM>(sV, v + kvoff, ldkv, nc, D, tid);
     load_item(0, 0);
     gpa_cp_async_commit();
   }
@@ -131,7 +132,7 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
       for (int i = 0; i < 4; i++) st[n][i] = dpt[n][i] = 0.0f;
     UNROLL
     for (int f = 0; f < KF; f++)
-      if (f * 16 < D) {
+      if (f * 16 < Dc) {
         unsigned a_k[4], a_v[4];
         fa2_lda<LD>(a_k, sK + (w * 16) * LD + f * 16, lane);
         fa2_lda<LD>(a_v, sV + (w * 16) * LD + f * 16, lane);
@@ -147,16 +148,26 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
         }
       }
     /* P^T and dS^T in place; key j visible to query row iff j < its limit */
-    UNROLL
-    for (int n = 0; n < NQ; n++)
+    auto pds = [&](auto masked) {
       UNROLL
-      for (int i = 0; i < 4; i++) {
-        const int qi = n * 8 + 2 * t + (i & 1), row = row0 + qi, key = i < 2 ? key0 : key1;
-        const bool vis = row < S && key < kvlen && (!causal || (long long)key <= (long long)row + Sk - S);
-        const float p = vis ? exp2f(fmaf(st[n][i], sl2, -tL[qi])) : 0.0f;
-        st[n][i] = p;
-        dpt[n][i] = p * (dpt[n][i] - tD[qi]);
-      }
+      for (int n = 0; n < NQ; n++)
+        UNROLL
+        for (int i = 0; i < 4; i++) {
+          const int qi = n * 8 + 2 * t + (i & 1), row = row0 + qi, key = i < 2 ? key0 : key1;
+          const bool vis = !decltype(masked)::value || (row < S && key < kvlen &&
+                                                        (!causal || (long long)key <= (long long)row + Sk - S));
+          const float p = vis ? fa2_exp2<EX>(fmaf(st[n][i], sl2, -tL[qi])) : 0.0f;
+          st[n][i] = p;
+          dpt[n][i] = p * (dpt[n][i] - tD[qi]);
+        }
+    };
+    /* EX: the step's test per element only where some pair of the warp's
+     * 16 keys and the step's rows is hidden (warp-uniform) */
+    const int wkey = j0 + w * 16 + 15;
+    if (EX && row0 + QT <= S && wkey < kvlen && (!causal || (long long)wkey <= (long long)row0 + Sk - S))
+      pds(std::false_type());
+    else
+      pds(std::true_type());
     /* dV += P^T dO, dK += dS^T Q over this step's queries */
     UNROLL
     for (int kk = 0; kk < QT / 16; kk++) {
@@ -165,7 +176,7 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
       fa2_acc_to_a<T>(da, dpt[2 * kk], dpt[2 * kk + 1]);
       UNROLL
       for (int f = 0; f < NA / 2; f++)
-        if (c0 + f * 16 < D) {
+        if (c0 + f * 16 < Dc) {
           unsigned bo[4], bq[4];
           fa2_ldb_kn<LD>(bo, tO + (kk * 16) * LD + c0 + f * 16, lane);
           fa2_ldb_kn<LD>(bq, tQ + (kk * 16) * LD + c0 + f * 16, lane);
@@ -181,7 +192,7 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
   UNROLL
   for (int n = 0; n < NA; n++) {
     const int c = n * 8 + 2 * t;
-    if (c0 + c < D) {
+    if (c0 + c < Dc) {
       if (key0 < Sk) {
         fa2_put2<T>(dv, o0 + c, av[n][0], av[n][1], grads_t);
         fa2_put2<T>(dk, o0 + c, ak[n][0] * scale, ak[n][1] * scale, grads_t);
@@ -196,10 +207,17 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
 
 /* dQ of query tile blockIdx.x (causal: counted from the last) of (head
  * blockIdx.y, batch blockIdx.z). */
-template <class T, int DM>
+template <class T, int DM, bool EX>
 static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
   typedef fa2_bwd_cfg<DM> C;
-  constexpr int LD = C::LD, NT = C::NT, BR = C::BQ2, KT = C::BC2, MQ = C::MQ, RW = 16 * MQ;
+  const int Dc = EX ? DM : D;
+  /* EX at DM 64: 32-key tiles, as DM 96 and 128 (with 64 and no branch
+   * between the k-steps, S, dP and dQ of two m-tiles spill) */
+  constexpr int LD = C::LD, NT = C::NT, BR = C::BQ2, KT = EX && DM == 64 ? 32 : C::BC2, MQ = C::MQ, RW = 16 * MQ;
+  /* EX at DM 128 keeps the run-time test between the S and dP k-steps: it
+   * bounds how far ptxas hoists the next step's ldmatrix, without which
+   * two m-tiles' dQ, S, dP and both steps' fragments spill */
+  const int Dg = EX && DM == 128 ? D : Dc, Dq = EX && DM == 128 && FA2_SM8X ? D : Dc;
   constexpr int KF = DM / 16, NB = KT / 8, NO = DM / 8;
   GPA_DYNAMIC_SHARED(T, sQ);
   T *sO = sQ + BR * LD, *sK = sO + BR * LD, *sV = sK + 2 * KT * LD; /* K, V: [2][KT][LD] */
@@ -226,18 +244,18 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
   /* the warp's key limit (limits grow with the row): tiles at or past it
    * add nothing to any of the warp's rows, whose math it skips */
   const int wlim = rw < S ? attn_limit(kvlen, (rw + RW - 1 < S ? rw + RW - 1 : S - 1), S, Sk, causal) : 0;
-  const long long ldq = (long long)H * D, ldkv = (long long)Hkv * D;
-  const long long qoff = ((long long)b * S + row0) * ldq + (long long)h * D;
-  const T *kb = k + (long long)b * Sk * ldkv + (long long)kh * D;
-  const T *vb = v + (long long)b * Sk * ldkv + (long long)kh * D;
+  const long long ldq = (long long)H * Dc, ldkv = (long long)Hkv * Dc;
+  const long long qoff = ((long long)b * S + row0) * ldq + (long long)h * Dc;
+  const T *kb = k + (long long)b * Sk * ldkv + (long long)kh * Dc;
+  const T *vb = v + (long long)b * Sk * ldkv + (long long)kh * Dc;
   const float sl2 = scale * FA2_LOG2E;
 
-  fa2_load<T, BR, LD, NT>(sQ, q + qoff, ldq, nrows, D, tid);
-  fa2_load<T, BR, LD, NT>(sO, dout + qoff, ldq, nrows, D, tid);
+  fa2_load_x<T, BR, LD, NT, EX, DM>(sQ, q + qoff, ldq, nrows, D, tid);
+  fa2_load_x<T, BR, LD, NT, EX, DM>(sO, dout + qoff, ldq, nrows, D, tid);
   if (ntiles > 0) {
     const int nc = jmax < KT ? jmax : KT;
-    fa2_load<T, KT, LD, NT>(sK, kb, ldkv, nc, D, tid);
-    fa2_load<T, KT, LD, NT>(sV, vb, ldkv, nc, D, tid);
+    fa2_load_x<T, KT, LD, NT, EX, DM>(sK, kb, ldkv, nc, D, tid);
+    fa2_load_x<T, KT, LD, NT, EX, DM>(sV, vb, ldkv, nc, D, tid);
   }
   gpa_cp_async_commit();
   float aq[MQ][NO][4];
@@ -250,8 +268,8 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
     const int j0 = it * KT, buf = it & 1;
     if (it + 1 < ntiles) {
       const int j1 = j0 + KT, nc = jmax - j1 < KT ? jmax - j1 : KT;
-      fa2_load<T, KT, LD, NT>(sK + (buf ^ 1) * KT * LD, kb + (long long)j1 * ldkv, ldkv, nc, D, tid);
-      fa2_load<T, KT, LD, NT>(sV + (buf ^ 1) * KT * LD, vb + (long long)j1 * ldkv, ldkv, nc, D, tid);
+      fa2_load_x<T, KT, LD, NT, EX, DM>(sK + (buf ^ 1) * KT * LD, kb + (long long)j1 * ldkv, ldkv, nc, D, tid);
+      fa2_load_x<T, KT, LD, NT, EX, DM>(sV + (buf ^ 1) * KT * LD, vb + (long long)j1 * ldkv, ldkv, nc, D, tid);
       gpa_cp_async_commit();
       gpa_cp_async_wait<1>();
     } else {
@@ -269,7 +287,7 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
           for (int i = 0; i < 4; i++) s[mt][n][i] = dp[mt][n][i] = 0.0f;
       UNROLL
       for (int f = 0; f < KF; f++)
-        if (f * 16 < D) {
+        if (f * 16 < Dg) {
           unsigned a_q[MQ][4], a_o[MQ][4];
           UNROLL
           for (int mt = 0; mt < MQ; mt++) {
@@ -307,7 +325,7 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
           for (int i = 0; i < 4; i++) {
             const int col = j0 + n * 8 + 2 * t + (i & 1), hf = i >> 1;
             const bool vis = col < lim[mt][hf];
-            const float p = vis ? exp2f(fmaf(s[mt][n][i], sl2, -L[hf])) : 0.0f;
+            const float p = vis ? fa2_exp2<EX>(fmaf(s[mt][n][i], sl2, -L[hf])) : 0.0f;
             dp[mt][n][i] = p * (dp[mt][n][i] - Dl[hf]);
           }
       }
@@ -320,7 +338,7 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
         for (int mt = 0; mt < MQ; mt++) fa2_acc_to_a<T>(da[mt], dp[mt][2 * kk], dp[mt][2 * kk + 1]);
         UNROLL
         for (int f = 0; f < KF; f++)
-          if (f * 16 < D) {
+          if (f * 16 < Dq) {
             unsigned bk[4];
             fa2_ldb_kn<LD>(bk, tK + (kk * 16) * LD + f * 16, lane);
             UNROLL
@@ -341,7 +359,7 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
     UNROLL
     for (int n = 0; n < NO; n++) {
       const int c = n * 8 + 2 * t;
-      if (c < D) {
+      if (c < Dc) {
         if (r0 < S) fa2_put2<T>(dq, o0 + c, aq[mt][n][0] * scale, aq[mt][n][1] * scale, grads_t);
         if (r1 < S) fa2_put2<T>(dq, o1 + c, aq[mt][n][2] * scale, aq[mt][n][3] * scale, grads_t);
       }
@@ -384,50 +402,71 @@ extern "C" __global__ void gpa_fa2_delta32_f16(const __half *__restrict__ dout, 
 
 /* (written out: the emulated build finds kernels by their names in the source) */
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dkv_bf16_d64(FA2B_ARGS(__nv_bfloat16)) {
-  fa2_dkv<__nv_bfloat16, 64>(FA2B_PASS);
+  fa2_dkv<__nv_bfloat16, 64, false>(FA2B_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_bf16_d64(FA2B_ARGS(__nv_bfloat16)) {
-  fa2_dq<__nv_bfloat16, 64>(FA2B_PASS);
+  fa2_dq<__nv_bfloat16, 64, false>(FA2B_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dkv_bf16_d96(FA2B_ARGS(__nv_bfloat16)) {
-  fa2_dkv<__nv_bfloat16, 96>(FA2B_PASS);
+  fa2_dkv<__nv_bfloat16, 96, false>(FA2B_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_bf16_d96(FA2B_ARGS(__nv_bfloat16)) {
-  fa2_dq<__nv_bfloat16, 96>(FA2B_PASS);
+  fa2_dq<__nv_bfloat16, 96, false>(FA2B_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dkv_bf16_d128(FA2B_ARGS(__nv_bfloat16)) {
-  fa2_dkv<__nv_bfloat16, 128>(FA2B_PASS);
+  fa2_dkv<__nv_bfloat16, 128, false>(FA2B_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_bf16_d128(FA2B_ARGS(__nv_bfloat16)) {
-  fa2_dq<__nv_bfloat16, 128>(FA2B_PASS);
+  fa2_dq<__nv_bfloat16, 128, false>(FA2B_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dkv_bf16_d256(FA2B_ARGS(__nv_bfloat16)) {
-  fa2_dkv<__nv_bfloat16, 256>(FA2B_PASS);
+  fa2_dkv<__nv_bfloat16, 256, false>(FA2B_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_bf16_d256(FA2B_ARGS(__nv_bfloat16)) {
-  fa2_dq<__nv_bfloat16, 256>(FA2B_PASS);
+  fa2_dq<__nv_bfloat16, 256, false>(FA2B_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dkv_f16_d64(FA2B_ARGS(__half)) {
-  fa2_dkv<__half, 64>(FA2B_PASS);
+  fa2_dkv<__half, 64, false>(FA2B_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_f16_d64(FA2B_ARGS(__half)) {
-  fa2_dq<__half, 64>(FA2B_PASS);
+  fa2_dq<__half, 64, false>(FA2B_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dkv_f16_d96(FA2B_ARGS(__half)) {
-  fa2_dkv<__half, 96>(FA2B_PASS);
+  fa2_dkv<__half, 96, false>(FA2B_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_f16_d96(FA2B_ARGS(__half)) {
-  fa2_dq<__half, 96>(FA2B_PASS);
+  fa2_dq<__half, 96, false>(FA2B_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dkv_f16_d128(FA2B_ARGS(__half)) {
-  fa2_dkv<__half, 128>(FA2B_PASS);
+  fa2_dkv<__half, 128, false>(FA2B_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_f16_d128(FA2B_ARGS(__half)) {
-  fa2_dq<__half, 128>(FA2B_PASS);
+  fa2_dq<__half, 128, false>(FA2B_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dkv_f16_d256(FA2B_ARGS(__half)) {
-  fa2_dkv<__half, 256>(FA2B_PASS);
+  fa2_dkv<__half, 256, false>(FA2B_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_f16_d256(FA2B_ARGS(__half)) {
-  fa2_dq<__half, 256>(FA2B_PASS);
+  fa2_dq<__half, 256, false>(FA2B_PASS);
+}
+
+/* The exact-head-dim variant (EX: D == 64, 96, 128 exactly; bf16), chosen
+ * at run time by GPA_FA2_EXACT=1 as the forward's. */
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dkv_bf16_d64(FA2B_ARGS(__nv_bfloat16)) {
+  fa2_dkv<__nv_bfloat16, 64, true>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dq_bf16_d64(FA2B_ARGS(__nv_bfloat16)) {
+  fa2_dq<__nv_bfloat16, 64, true>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dkv_bf16_d96(FA2B_ARGS(__nv_bfloat16)) {
+  fa2_dkv<__nv_bfloat16, 96, true>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dq_bf16_d96(FA2B_ARGS(__nv_bfloat16)) {
+  fa2_dq<__nv_bfloat16, 96, true>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dkv_bf16_d128(FA2B_ARGS(__nv_bfloat16)) {
+  fa2_dkv<__nv_bfloat16, 128, true>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dq_bf16_d128(FA2B_ARGS(__nv_bfloat16)) {
+  fa2_dq<__nv_bfloat16, 128, true>(FA2B_PASS);
 }

@@ -100,6 +100,16 @@ static unsigned fa2_dkv_smem(int D) {
  * key tiles of 64 for D 64, 32 above */
 static unsigned fa2_dq_br(int D) { return D > 128 ? 64 : 128; }
 static unsigned fa2_dq_smem(int D) { return (2 * fa2_dq_br(D) + 4 * (D > 64 ? 32 : 64)) * fa2_ld(D) * 2; }
+/* The exact-head-dim variant (GPA_FA2_EXACT=1; attention_fa2.cu's EX
+ * kernels, compiled for D = 64, 96, 128 exactly and bf16 only): its index
+ * 0..2 for these calls, else -1 (the kernels above). Same grid, block and
+ * shared memory as the class's kernels (the dQ pass at D 64 takes 32-key
+ * tiles there and uses less of its allocation). */
+static int fa2x_index(const gpa_op_exec *x, int dtype, int D) {
+  if (gpa__cu_of(x)->host.fa2_exact != 2 || dtype != GPA_BF16) return -1;
+  return D == 64 ? 0 : D == 96 ? 1 : D == 128 ? 2 : -1;
+}
+unsigned long long gpa__attn_fa2x_fwd_calls, gpa__attn_fa2x_bwd_calls;
 /* cp.async moves 16 bytes, the fp32 outputs are written in pairs */
 static int fa2_aligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
@@ -142,12 +152,14 @@ static gpa_status own_fwd(const gpa_op_exec *x, int tc) {
     return gpa__cu_launch(x, GPA__K_TC32_FWD64 + tcc, (unsigned)((g.S + 63) / 64), (unsigned)g.H, (unsigned)g.B,
                           32, 4, tc32_fwd_smem(g.D), a);
   }
-  int id = lowp ? GPA__K_FA2_FWD_BF64 + var : GPA__K_ATT_FWD32 + dclass(g.D);
+  const int fx = lowp ? fa2x_index(x, x->inputs[0].dtype, g.D) : -1;
+  int id = fx >= 0 ? GPA__K_FA2X_FWD_BF64 + fx : lowp ? GPA__K_FA2_FWD_BF64 + var : GPA__K_ATT_FWD32 + dclass(g.D);
   unsigned smem = lowp ? fa2_fwd_smem(g.D) : fwd_smem(g.D), br = lowp ? fa2_fwd_br(g.D) : FWD_BR;
   if (!allow_smem(x, id, smem)) return gpa__cu_fallback(x);
   if (lowp) { /* o in fp32 or in the storage type */
     void *o32 = o_f32 ? o : NULL, *oT = o_f32 ? NULL : o;
     void *a[] = {&q, &k, &v, &lens, &o32, &oT, &lse, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale, &g.causal};
+    if (fx >= 0) __atomic_fetch_add(&gpa__attn_fa2x_fwd_calls, 1, __ATOMIC_RELAXED);
     return gpa__cu_launch(x, id, (unsigned)((g.S + br - 1) / br), (unsigned)g.H, (unsigned)g.B, 32,
                           fa2_fwd_warps(g.D), smem, a);
   }
@@ -172,8 +184,9 @@ gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x) {
   }
   void *lens = x->n_inputs > 6 ? x->in[6] : NULL;
   int cls = dclass(g.D), warps = lowp ? 4 : cls == 4 ? 8 : 4;
-  int kdkv = lowp ? GPA__K_FA2_DKV_BF64 + var : GPA__K_ATT_DKV32 + cls;
-  int kdq = lowp ? GPA__K_FA2_DQ_BF64 + var : GPA__K_ATT_DQ32 + cls;
+  const int fx = lowp ? fa2x_index(x, dtype, g.D) : -1;
+  int kdkv = fx >= 0 ? GPA__K_FA2X_DKV_BF64 + fx : lowp ? GPA__K_FA2_DKV_BF64 + var : GPA__K_ATT_DKV32 + cls;
+  int kdq = fx >= 0 ? GPA__K_FA2X_DQ_BF64 + fx : lowp ? GPA__K_FA2_DQ_BF64 + var : GPA__K_ATT_DQ32 + cls;
   int kdelta = !lowp ? GPA__K_ATT_DELTA
                : o_f32 ? (dtype == GPA_F16 ? GPA__K_FA2_DELTA32_H : GPA__K_FA2_DELTA32_BF)
                        : (dtype == GPA_F16 ? GPA__K_FA2_DELTA_H : GPA__K_FA2_DELTA_BF);
@@ -193,6 +206,7 @@ gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x) {
   /* the FA2 kernels' last parameter: dq, dk, dv in the storage type (the
    * fp32 kernels have 17 parameters; a launch reads as many as its kernel has) */
   int grads_t = x->outputs[0].dtype != GPA_F32;
+  if (fx >= 0) __atomic_fetch_add(&gpa__attn_fa2x_bwd_calls, 1, __ATOMIC_RELAXED);
   void *a1[] = {&dout, &q, &k, &v, &lse, &dl, &lens, &dq, &dk, &dv, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale,
                 &g.causal, &grads_t};
   GPA__CU_TRY(gpa__cu_launch(x, kdkv, (g.Sk + bk - 1) / bk * halves, (unsigned)g.Hkv, (unsigned)g.B, 32,
