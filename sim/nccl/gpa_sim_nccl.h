@@ -32,7 +32,8 @@ void gpa_sim_nccl_fault_clear(void);
 void gpa_sim_nccl_set_version(int code);
 /* Ranks whose communicator memory is still held (leak checks). A
  * non-blocking communicator's is freed about a millisecond after its
- * ncclCommDestroy/Abort (NCCL reclaims it in the background): poll. */
+ * ncclCommDestroy/Abort (NCCL reclaims it in the background), by the
+ * first call into the subset after that, this one included: poll. */
 int gpa_sim_nccl_live_comms(void);
 
 #ifdef __cplusplus

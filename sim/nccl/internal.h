@@ -40,6 +40,8 @@ struct ncclComm {
   int busy_polls;     /* ncclCommGetAsyncError answers ncclInProgress this many more times (a call "still
                          enqueuing" on a non-blocking communicator) */
   uint64_t seq;       /* collectives issued (send/recv have their own order) */
+  struct ncclComm *reclaim_next; /* destroyed or aborted, freed once reclaim_due passes (nccl.c) */
+  int64_t reclaim_due;
 };
 
 typedef struct post {

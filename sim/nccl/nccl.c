@@ -112,9 +112,11 @@ EXPORT void gpa_sim_nccl_fault_clear(void) {
 
 EXPORT void gpa_sim_nccl_set_version(int code) { g_version = code ? code : NCCL_VERSION(2, 28, 0); }
 
+static void reclaim_due_locked(bool all);
 EXPORT int gpa_sim_nccl_live_comms(void) {
   int n = 0;
   pthread_mutex_lock(&snc_mu);
+  reclaim_due_locked(false);
   for (group *g = g_groups; g; g = g->next) n += g->alive;
   pthread_mutex_unlock(&snc_mu);
   return n;
@@ -202,6 +204,7 @@ static void group_release_locked(group *g) {
  * Groups with a live rank stay (a stream's step may still use them). */
 __attribute__((destructor)) static void groups_unload(void) {
   pthread_mutex_lock(&snc_mu);
+  reclaim_due_locked(true);
   for (group *g = g_groups, *next; g; g = next) {
     next = g->next;
     if (!g->alive) group_free_locked(g);
@@ -369,6 +372,7 @@ EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t c, int *r) {
 EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *e) {
   if (!c || !e) return ncclInvalidArgument;
   pthread_mutex_lock(&snc_mu);
+  reclaim_due_locked(false);
   ncclResult_t st = c->nonblocking ? snc_init_state_locked(c) : ncclSuccess;
   if (c->async) *e = c->async;
   else if (st == ncclInProgress) *e = ncclInProgress;
@@ -394,21 +398,38 @@ void snc_fail_group_locked(group *g, int rank, const char *why) {
   pthread_cond_broadcast(&snc_cv);
 }
 
-/* The user's reference to c, dropped on a thread of its own a millisecond
- * later: NCCL reclaims a non-blocking communicator in the background after
- * ncclCommDestroy/Abort answered ncclInProgress, so a caller that touches
- * the handle after that call reads freed memory here too (ASan). */
-static void *reclaim_main(void *p) {
-  nanosleep(&(struct timespec){0, 1000000}, NULL);
-  pthread_mutex_lock(&snc_mu);
-  snc_unref_locked(p);
-  pthread_mutex_unlock(&snc_mu);
-  return NULL;
+/* Communicators whose user reference goes about a millisecond after their
+ * ncclCommDestroy/Abort answered ncclInProgress, as NCCL reclaims a
+ * non-blocking one in the background: a caller that touches the handle
+ * after that call reads freed memory here too (ASan). Dropped by the next
+ * call into the subset after their time (gpa_sim_nccl_live_comms
+ * included), and at unload; no thread of its own, so nothing outlives the
+ * calls that could race them. Under snc_mu. */
+static ncclComm_t g_reclaim;
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void reclaim_due_locked(bool all) {
+  int64_t now = now_ns();
+  for (ncclComm_t *pp = &g_reclaim; *pp;) {
+    ncclComm_t c = *pp;
+    if (all || now >= c->reclaim_due) {
+      *pp = c->reclaim_next;
+      snc_unref_locked(c);
+    } else {
+      pp = &c->reclaim_next;
+    }
+  }
 }
 
 static ncclResult_t drop_user(ncclComm_t c, bool abort) {
   if (!c) return snc_fail(NULL, ncclInvalidArgument, "ncclComm%s: NULL communicator", abort ? "Abort" : "Destroy");
   pthread_mutex_lock(&snc_mu);
+  reclaim_due_locked(false);
   if (c->user_gone) {
     pthread_mutex_unlock(&snc_mu);
     return snc_fail(NULL, ncclInvalidArgument, "ncclComm%s: the communicator was already destroyed or aborted",
@@ -437,22 +458,21 @@ static ncclResult_t drop_user(ncclComm_t c, bool abort) {
     snc_fail_group_locked(c->g, c->rank, "aborted (ncclCommAbort)");
   }
   c->user_gone = true;
-  pthread_t t;
-  pthread_attr_t at;
-  bool later = c->nonblocking && !pthread_attr_init(&at);
+  bool later = c->nonblocking; /* c may be gone after the unref */
   if (later) {
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    later = !pthread_create(&t, &at, reclaim_main, c);
-    pthread_attr_destroy(&at);
+    c->reclaim_due = now_ns() + 1000000;
+    c->reclaim_next = g_reclaim;
+    g_reclaim = c;
+  } else {
+    snc_unref_locked(c);
   }
-  if (!later) snc_unref_locked(c);
   pthread_mutex_unlock(&snc_mu);
   return later ? ncclInProgress : ncclSuccess;
 }
 
 /* Destroy waits for the communicator's queued work on the streams, as
  * NCCL's does: the last step frees it. On a non-blocking communicator both
- * answer ncclInProgress and finish in the background (reclaim_main). */
+ * answer ncclInProgress and finish in the background (g_reclaim). */
 EXPORT ncclResult_t ncclCommDestroy(ncclComm_t c) { return drop_user(c, false); }
 EXPORT ncclResult_t ncclCommAbort(ncclComm_t c) { return drop_user(c, true); }
 EXPORT ncclResult_t ncclCommFinalize(ncclComm_t c) { return c ? ncclSuccess : ncclInvalidArgument; }
