@@ -23,11 +23,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { echo "gpu_interop: no GPU visible" >&2; exit 77; }
 B=${BUILD_DIR:-build-gpu}
+case $B in /*) ;; *) B=$PWD/$B ;; esac
 PY=${PY:-python3}
 OUT=${OUT:-gpu-interop}
 mkdir -p "$OUT"
-export PYTHONPATH=$PWD/bindings/python GPA_LIBRARY=$PWD/$B/libgpuactor.so PYTHONUNBUFFERED=1
-export GPA_XLA_LIBRARY=$PWD/$B/bindings/xla/libgpuactor_xla.so
+export PYTHONPATH=$PWD/bindings/python GPA_LIBRARY=$B/libgpuactor.so PYTHONUNBUFFERED=1
+export GPA_XLA_LIBRARY=$B/bindings/xla/libgpuactor_xla.so
+[ -e "$GPA_XLA_LIBRARY" ] || echo "gpu_interop: no $GPA_XLA_LIBRARY (configure with -DGPA_XLA_PYTHON=<a python with jax>): the xla steps will fail" >&2
 fails=0
 
 step() { # name limit command...: runs it with its log in $OUT/name.txt, prints the tail
