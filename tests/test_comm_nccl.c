@@ -131,6 +131,28 @@ static void async_fault(void) {
   pair_down(&p);
 }
 
+/* Mismatched collectives (rank 0 sums 64 floats, rank 1 32): NCCL does not
+ * detect them (undefined behaviour, usually a hang that the timeout ends);
+ * the simulator's subset does (ncclInvalidUsage on the stream): both
+ * handles fail with EDEVICE naming the difference, and the communicator is
+ * failed on both ranks. */
+static void mismatch_case(void) {
+  pair p;
+  pair_up(&p, 2000);
+  gpa_tensor half = p.x[1];
+  half.shape[0] = 32;
+  gpa_handle *h[2];
+  CHECK_OK(gpa_allreduce(q_of(&p, 0), p.c[0], &p.x[0], &p.x[0], GPA_REDUCE_SUM, &h[0]));
+  CHECK_OK(gpa_allreduce(q_of(&p, 1), p.c[1], &half, &half, GPA_REDUCE_SUM, &h[1]));
+  for (int i = 0; i < 2; i++) {
+    CHECK_ST(gpa_await(h[i], 10ll * 1000000000), GPA_EDEVICE);
+    CHECK(strstr(gpa_handle_error_message(h[i]), "different collectives"));
+    gpa_handle_release(h[i]);
+    failed_after(&p, i, "different collectives");
+  }
+  pair_down(&p);
+}
+
 /* hung: a rank whose collective never takes part (the simulator's hang);
  * missing: rank 1 never issues it. The waiting ranks time out (100 ms):
  * ETIMEDOUT; a rank whose peer timed out first and aborted may instead see
@@ -522,6 +544,7 @@ int main(void) {
   init_shutdown();
   init_old_nccl();
   async_fault();
+  mismatch_case();
   timeout_case(false);
   timeout_case(true);
   abort_case();
