@@ -301,6 +301,21 @@ def _tensors(ts):
     return arr
 
 
+class Call:
+    """An op call built once for the C API (gpa_op_call: the op's name, its
+    tensors' buffers, offsets, dtypes and shapes, the attributes), to
+    submit as often as wanted: Queue.submit(call) / Queue.post(call). It
+    keeps its tensors; what it names is what they were when it was built."""
+    __slots__ = ("op", "c", "_keep")
+
+    def __init__(self, op, inputs=(), outputs=(), attrs=None):
+        ins, outs = _tensors(inputs), _tensors(outputs)
+        a, n_attrs, names = _attrs(attrs)
+        self.op = op
+        self.c = L.OpCall(op.encode(), ins, len(inputs), outs, len(outputs), a if a is not None else None, n_attrs)
+        self._keep = (tuple(inputs), tuple(outputs), ins, outs, a, names)  # what c points into
+
+
 class Batch:
     """with queue.batch("label") as b: ... — begin on enter, sync on exit;
     b.stats holds the batch stats and the first error is raised. graph:
@@ -347,23 +362,19 @@ class Queue:
         self.close()
 
     def submit(self, op, inputs=(), outputs=(), attrs=None):
-        """Submits op by registry name; returns its Handle."""
+        """Submits op by registry name (or a Call); returns its Handle."""
+        call = op if isinstance(op, Call) else Call(op, inputs, outputs, attrs)
         h = ctypes.c_void_p()
-        self._submit(op, inputs, outputs, attrs, ctypes.byref(h))
-        return Handle(h.value, op)
+        _check(L.submit(self._p(), ctypes.byref(call.c), ctypes.byref(h)))
+        return Handle(h.value, call.op)
 
     def post(self, op, inputs=(), outputs=(), attrs=None):
-        """Submits op without a handle (gpa_submit with out NULL): the
-        queue's batch tracks it, and its failure shows at the queue's next
-        sync, as a released handle's would; no Handle to make or release."""
-        self._submit(op, inputs, outputs, attrs, None)
-
-    def _submit(self, op, inputs, outputs, attrs, out):
-        ins, outs = _tensors(inputs), _tensors(outputs)
-        a, n_attrs, _keep = _attrs(attrs)
-        call = L.OpCall(op.encode(), ins, len(inputs), outs, len(outputs),
-                        a if a is not None else None, n_attrs)
-        _check(L.submit(self._p(), ctypes.byref(call), out))
+        """Submits op (a name, or a Call) without a handle (gpa_submit with
+        out NULL): the queue's batch tracks it, and its failure shows at the
+        queue's next sync, as a released handle's would; no Handle to make
+        or release."""
+        call = op if isinstance(op, Call) else Call(op, inputs, outputs, attrs)
+        _check(L.submit(self._p(), ctypes.byref(call.c), None))
 
     def upload(self, tensor, array, version=0):
         arr = np.ascontiguousarray(array, dtype=_NP_OF[tensor.dtype])

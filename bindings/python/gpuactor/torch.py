@@ -50,6 +50,8 @@ def _drop(key):
 
 
 def _wrap(actor, t, q):
+    """The gpuactor tensor over t's memory: the cached wrap itself (kept
+    while t lives), or a view of it (another shape or dtype), made anew."""
     key = (id(actor), t.device, t.data_ptr(), t.numel() * t.element_size())
     hit = _wraps.get(key)
     if hit is not None and hit[1]() is not None and hit[0].buffer.actor is actor and actor._ptr and t.is_contiguous():
@@ -59,10 +61,44 @@ def _wrap(actor, t, q):
         if dtype is not None:  # the same bytes: another view of them takes its own shape and dtype
             return _core.Tensor(g.buffer, shape, dtype, g.offset)
     g = actor.from_dlpack(t.detach(), queue=q)
+    g._cached_wrap = True
     if hit is not None:
         _drop(key)
     _wraps[key] = (g, weakref.ref(t, lambda _r, key=key: _drop(key)))
     return g
+
+
+# Calls built once (core.Call) for the cached wraps they name: (op, its
+# attributes, the wraps' ids) -> Call. A Call keeps its wraps, so no other
+# object takes their ids while it is here: a tensor wrapped anew (its torch
+# tensor died, its memory reused) is another object and another key, and
+# the old entry is never hit again. Cleared when full.
+_calls = {}
+CALLS_MAX = 256
+
+
+def _call(op, ins, outs, attrs):
+    cached = all(_wraps_hold(g) for g in ins) and all(_wraps_hold(g) for g in outs)
+    try:
+        # the value's type too: 1 and 1.0 are equal keys but an int and a float attribute
+        named = tuple(sorted((k, type(v), v) for k, v in attrs.items())) if attrs else ()
+        key = (op, named, tuple(map(id, ins)), tuple(map(id, outs)))
+        hash(key)
+    except TypeError:  # an attribute value that cannot be a key: Call names what is wrong with it
+        cached = False
+    if not cached:
+        return _core.Call(op, ins, outs, attrs)
+    c = _calls.get(key)
+    if c is None:
+        if len(_calls) >= CALLS_MAX:
+            _calls.clear()
+        c = _calls[key] = _core.Call(op, ins, outs, attrs)
+    return c
+
+
+def _wraps_hold(g):
+    """Whether g is a cached wrap (not a view made for one call)."""
+    return getattr(g, "_cached_wrap", False)
 
 
 
@@ -152,11 +188,12 @@ def run(actor, op, inputs=(), outputs=(), attrs=None, queue=None):
     q = queue or actor.queue
     ins = [_wrap(actor, t, q) for t in inputs]
     outs = [_wrap(actor, t, q) for t in outputs]
+    call = _call(op, ins, outs, attrs)
     device = next((t.device for t in (*inputs, *outputs) if t.is_cuda), None)
     if device is None:
-        q.submit(op, ins, outs, attrs).result()
+        q.submit(call).result()
     else:
-        _ordered(q, device, lambda: q.post(op, ins, outs, attrs))  # errors come back at the queue's next sync
+        _ordered(q, device, lambda: q.post(call))  # errors come back at the queue's next sync
     return outputs
 
 

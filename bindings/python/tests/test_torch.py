@@ -41,6 +41,32 @@ def test_run_in_place(cpu_actor):
     assert not dlpack._imports
 
 
+def test_calls_built_once(cpu_actor):
+    """A call on the same cached wraps and attributes is built once (core.Call)
+    and submitted again; other attributes, views and new wraps are other calls."""
+    gt._calls.clear()
+    x, y = torch.arange(64, dtype=torch.float32), torch.zeros(64)
+    for _ in range(3):
+        gt.run(cpu_actor, "scale", [x], [y], {"alpha": 0.5})
+    assert len(gt._calls) == 1 and torch.equal(y, x * 0.5)
+    gt.run(cpu_actor, "scale", [x], [y], {"alpha": 2.0})
+    assert len(gt._calls) == 2 and torch.equal(y, x * 2)
+    gt.run(cpu_actor, "scale", [x], [y], {"alpha": 0.5})
+    assert len(gt._calls) == 2 and torch.equal(y, x * 0.5)
+    gt.run(cpu_actor, "scale", [x.view(8, 8)], [y.view(8, 8)], {"alpha": 3.0})  # views: built for the call
+    assert len(gt._calls) == 2 and torch.equal(y, x * 3)
+    del x
+    gc.collect()
+    x2 = torch.full((64,), 4.0)  # wrapped anew (its memory maybe x's): its own call
+    gt.run(cpu_actor, "scale", [x2], [y], {"alpha": 0.5})
+    assert len(gt._calls) == 3 and torch.equal(y, torch.full((64,), 2.0))
+    del x2, y
+    gt._calls.clear()
+    gc.collect()
+    cpu_actor.queue.submit("noop").result()
+    assert not dlpack._imports
+
+
 def _reference(q, k, v, scale, causal):
     # [B,S,H,D] -> [B,H,S,D]
     qh, kh, vh = (t.permute(0, 2, 1, 3) for t in (q, k, v))
