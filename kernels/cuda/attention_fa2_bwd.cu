@@ -110,6 +110,15 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
     load_item(0, 0);
     gpa_cp_async_commit();
   }
+  /* EX at DM 64: the warp's K and V fragments (its 16 keys, all of D)
+   * loaded once into registers, where the class kernels re-read them from
+   * shared memory every query step: a fifth of the pass's ldmatrix traffic
+   * at D 64 (40 per 64 mma a step, now 32), which bounds this pass, whose
+   * every Q and dO fragment feeds one m-tile. 32 registers more: the
+   * kernel's launch bounds keep it at 3 blocks an SM. (DM 96 and 128: no
+   * room beside dK and dV.) */
+  constexpr bool KEEP_KV = EX && DM <= 64;
+  unsigned kf[KEEP_KV ? KF : 1][4], vf[KEEP_KV ? KF : 1][4];
   const int key0 = j0 + w * 16 + g, key1 = key0 + 8;
   for (int it = 0; it < items; it++) {
     const int buf = it & 1;
@@ -130,12 +139,26 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
     for (int n = 0; n < NQ; n++)
       UNROLL
       for (int i = 0; i < 4; i++) st[n][i] = dpt[n][i] = 0.0f;
+    if constexpr (KEEP_KV) {
+      if (it == 0) {
+        UNROLL
+        for (int f = 0; f < KF; f++) {
+          fa2_lda<LD>(kf[f], sK + (w * 16) * LD + f * 16, lane);
+          fa2_lda<LD>(vf[f], sV + (w * 16) * LD + f * 16, lane);
+        }
+      }
+    }
     UNROLL
     for (int f = 0; f < KF; f++)
       if (f * 16 < Dc) {
         unsigned a_k[4], a_v[4];
-        fa2_lda<LD>(a_k, sK + (w * 16) * LD + f * 16, lane);
-        fa2_lda<LD>(a_v, sV + (w * 16) * LD + f * 16, lane);
+        if constexpr (KEEP_KV) {
+          UNROLL
+          for (int i = 0; i < 4; i++) a_k[i] = kf[f][i], a_v[i] = vf[f][i];
+        } else {
+          fa2_lda<LD>(a_k, sK + (w * 16) * LD + f * 16, lane);
+          fa2_lda<LD>(a_v, sV + (w * 16) * LD + f * 16, lane);
+        }
         UNROLL
         for (int n = 0; n < NQ; n += 2) {
           unsigned bq[4], bo[4];
@@ -452,7 +475,9 @@ extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_f16_d256(FA2B_AR
 
 /* The exact-head-dim variant (EX: D == 64, 96, 128 exactly; bf16), chosen
  * at run time by GPA_FA2_EXACT=1 as the forward's. */
-extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dkv_bf16_d64(FA2B_ARGS(__nv_bfloat16)) {
+/* 3 blocks an SM, as the class kernel's 153 registers allow: ptxas fits the
+ * K/V fragments kept in registers into 166 (168 on sm_80), no spills */
+extern "C" __global__ void __launch_bounds__(128, 3) gpa_fa2x_dkv_bf16_d64(FA2B_ARGS(__nv_bfloat16)) {
   fa2_dkv<__nv_bfloat16, 64, true>(FA2B_PASS);
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dq_bf16_d64(FA2B_ARGS(__nv_bfloat16)) {
