@@ -40,8 +40,7 @@
  * 82944 (96), 107520 (128): two blocks per SM on sm_90 (tc32_fwd_smem in
  * ops/attention/cuda.c computes the same). o goes out in fp32, lse =
  * (m + log2 l) ln 2; rows that see no key get o = 0, lse = -inf. */
-#include "attention_common.h"
-#include "gpa_mma.h"
+#include "attention_f32tc.h"
 
 template <int DM>
 struct tc32_cfg {
@@ -49,33 +48,6 @@ struct tc32_cfg {
   static constexpr int LDK = DM + 16, LDV = DM + 4;
   static constexpr bool keep_q = DM <= 64;
 };
-
-/* Rows [0, ROWS) of a head into dst [ROWS][LD], columns [0, D) (D % 4 ==
- * 0), 16 bytes per cp.async; rows >= nvalid zero-filled (no NaN bits reach
- * a product). */
-template <int ROWS, int LD, int NT>
-static __device__ __forceinline__ void tc32_load(float *dst, const float *src, long long ld, int nvalid, int D,
-                                                 int tid) {
-  const int cpr = D >> 2;
-  for (int e = tid; e < ROWS * cpr; e += NT) {
-    const int r = e / cpr, c = (e - r * cpr) << 2;
-    const bool ok = r < nvalid;
-    gpa_cp_async16(dst + r * LD + c, ok ? src + r * ld + c : src, ok);
-  }
-}
-
-/* The A operands (big, small) of the two k steps of one 16-column chunk:
- * x = row g's 4 floats at 4t, y = row g + 8's (see the head comment). */
-static __device__ __forceinline__ void tc32_split_a(unsigned ab[2][4], unsigned as[2][4], float4 x, float4 y) {
-  gpa_split_tf32(x.x, ab[0][0], as[0][0]);
-  gpa_split_tf32(y.x, ab[0][1], as[0][1]);
-  gpa_split_tf32(x.y, ab[0][2], as[0][2]);
-  gpa_split_tf32(y.y, ab[0][3], as[0][3]);
-  gpa_split_tf32(x.z, ab[1][0], as[1][0]);
-  gpa_split_tf32(y.z, ab[1][1], as[1][1]);
-  gpa_split_tf32(x.w, ab[1][2], as[1][2]);
-  gpa_split_tf32(y.w, ab[1][3], as[1][3]);
-}
 
 #define TC32F_ARGS                                                                                               \
   const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,                        \
@@ -159,14 +131,7 @@ static __device__ __forceinline__ void tc32_fwd(TC32F_ARGS) {
         UNROLL
         for (int n = 0; n < NB; n++) {
           /* key n*8 + g, columns c*16 + 4t.. (k t, t+4 of step 0, then step 1) */
-          const float4 kv = *reinterpret_cast<const float4 *>(tK + (n * 8 + g) * LDK + c * 16 + 4 * t);
-          unsigned bb[2], bs[2];
-          gpa_split_tf32(kv.x, bb[0], bs[0]);
-          gpa_split_tf32(kv.y, bb[1], bs[1]);
-          gpa_mma1688_3xtf32(s[n], ab[0], as[0], bb, bs);
-          gpa_split_tf32(kv.z, bb[0], bs[0]);
-          gpa_split_tf32(kv.w, bb[1], bs[1]);
-          gpa_mma1688_3xtf32(s[n], ab[1], as[1], bb, bs);
+          tc32_mma_chunk(s[n], ab, as, *reinterpret_cast<const float4 *>(tK + (n * 8 + g) * LDK + c * 16 + 4 * t));
         }
       }
     /* mask: only tiles reaching a row's limit */
@@ -218,19 +183,11 @@ static __device__ __forceinline__ void tc32_fwd(TC32F_ARGS) {
     UNROLL
     for (int n = 0; n < NB; n++) {
       unsigned pb[4], pq[4];
-      gpa_split_tf32(s[n][0], pb[0], pq[0]);
-      gpa_split_tf32(s[n][2], pb[1], pq[1]);
-      gpa_split_tf32(s[n][1], pb[2], pq[2]);
-      gpa_split_tf32(s[n][3], pb[3], pq[3]);
+      tc32_split_acc(pb, pq, s[n]);
       const float *v0 = tV + (n * 8 + 2 * t) * LDV + g;
       UNROLL
       for (int f = 0; f < NO; f++)
-        if (f * 8 < D) {
-          unsigned bb[2], bs[2];
-          gpa_split_tf32(v0[f * 8], bb[0], bs[0]);
-          gpa_split_tf32(v0[LDV + f * 8], bb[1], bs[1]);
-          gpa_mma1688_3xtf32(oacc[f], pb, pq, bb, bs);
-        }
+        if (f * 8 < D) tc32_mma_rows(oacc[f], pb, pq, v0[f * 8], v0[LDV + f * 8]);
     }
     __syncthreads(); /* buffer `buf` is read: the next iteration refills it */
   }
