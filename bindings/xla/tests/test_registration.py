@@ -165,6 +165,11 @@ def test_host_session_named_by_a_cuda_program():
         x = jax.device_put(jnp.zeros(4, jnp.float32), d)
         with pytest.raises(Exception, match=r"attribute 'session': session 'on_host' is on the host"):
             jax.jit(lambda x: gj.outfeed("on_host", x))(x).block_until_ready()
+    # JAX keeps that program's error as the device's last effectful outcome and
+    # reports it at exit: end with a program that works (as test_feed.py does).
+    with gj.Session("after_error", device=d) as s:
+        jax.jit(lambda x: gj.outfeed("after_error", x))(x).block_until_ready()
+        s.pop(timeout=10)
 
 
 @cuda_only
