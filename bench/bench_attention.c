@@ -222,56 +222,82 @@ static const gpa_attr_spec fa2_attrs[] = {
 };
 
 static gpa_status simt32_fwd_op(const gpa_op_exec *x) { return gpa__attn_simt32_fwd_cu(x); }
+static gpa_status simt32_bwd_op(const gpa_op_exec *x) { return gpa__attn_simt32_bwd_cu(x); }
 
-/* fp32 forward at issue 23's f32 target, B4 S2048 H16 D64, causal and not:
- * "cuda_attention_f32tc_fwd", our own fp32 path (the 3xTF32 tensor-core
- * kernels, attention_f32tc.cu), beside PyTorch's memory-efficient backend on
+/* One fp32 row: ours (ns, the 3xTF32 kernels) beside PyTorch's
+ * memory-efficient backend (tf TFLOP/s, 0 without it) and the SIMT kernels. */
+static void f32_emit(const char *name, const char *shape, const char *note, double ns, double ns_simt, double tf,
+                     double fl, int sim) {
+  char extra[384];
+  snprintf(extra, sizeof extra, "%s,\"torch_efficient_tflops\":%.1f,\"simt_ns\":%.0f,\"simt_tflops\":%.2f", note, tf,
+           ns_simt, fl / ns_simt * 1e-3);
+  gpa_bench_result r = {.name = name, .backend = sim ? "sim" : "cuda", .shape = shape,
+                        .ref = tf > 0 ? "torch_efficient" : "none", .ns = ns,
+                        .ref_ns = tf > 0 ? fl / (tf * 1e3) : ns, .flops = fl, .extra = extra};
+  gpa_bench_emit(&r);
+}
+
+/* fp32 at issue 23's f32 target, B4 S2048 H16 D64, causal and not:
+ * "cuda_attention_f32tc_fwd" and "cuda_attention_f32tc_bwd", our own fp32
+ * path (the 3xTF32 tensor-core kernels, attention_f32tc.cu and
+ * attention_f32tc_bwd.cu), beside PyTorch's memory-efficient backend on
  * fp32 (ratio = ours over "efficient"), with the SIMT kernels' time
- * (attention.cu, forced through gpa__attn_simt32_fwd_cu) in "simt_ns". */
+ * (attention.cu, forced through gpa__attn_simt32_fwd_cu / _bwd_cu) in
+ * "simt_ns". The backward's flops are 2.5 times the forward's, as for the
+ * bf16 rows and PyTorch's. */
 static void f32_rows(gpa_actor *a, gpa_queue *q, int sim, int reps, int k, const char *note) {
   gpa_op_desc d = {.size = sizeof d, .name = "bench_tc32_fwd", .min_inputs = 3, .max_inputs = 4, .n_outputs = 2,
                    .attrs = fa2_attrs, .n_attrs = 2, .params_size = sizeof(gpa__attn_params), .cuda = fa2_fwd_op};
-  gpa_op_desc d2 = d;
+  gpa_op_desc d2 = d, d3 = d, d4 = d;
   d2.name = "bench_simt32_fwd", d2.cuda = simt32_fwd_op;
-  if (gpa_op_register(gpa_actor_registry(a), &d) != GPA_OK || gpa_op_register(gpa_actor_registry(a), &d2) != GPA_OK)
+  d3.name = "bench_tc32_bwd", d3.min_inputs = 6, d3.max_inputs = 7, d3.n_outputs = 3, d3.cuda = fa2_bwd_op;
+  d4 = d3, d4.name = "bench_simt32_bwd", d4.cuda = simt32_bwd_op;
+  gpa_registry *reg = gpa_actor_registry(a);
+  if (gpa_op_register(reg, &d) != GPA_OK || gpa_op_register(reg, &d2) != GPA_OK ||
+      gpa_op_register(reg, &d3) != GPA_OK || gpa_op_register(reg, &d4) != GPA_OK)
     return;
   uint64_t seed = 2324;
   for (int causal = 0; causal <= 1; causal++) {
     const int64_t B = sim ? 1 : 4, H = sim ? 2 : 16, S = sim ? 80 : 2048, D = 64;
     int64_t qs[4] = {B, S, H, D}, ls[3] = {B, H, S};
-    gpa_tensor t[5];
-    for (int i = 0; i < 4; i++) t[i] = gpa_bench_device_tensor(a, q, GPA_F32, 4, qs, &seed);
-    t[4] = gpa_bench_device_tensor(a, q, GPA_F32, 3, ls, &seed);
+    gpa_tensor t[9]; /* q, k, v, o, lse, dout, dq, dk, dv */
+    for (int i = 0; i < 9; i++) t[i] = gpa_bench_device_tensor(a, q, GPA_F32, i == 4 ? 3 : 4, i == 4 ? ls : qs, &seed);
     gpa_attr at = {"causal", GPA_ATTR_INT, causal, 0};
-    gpa_tensor fout[2] = {t[3], t[4]};
+    gpa_tensor fout[2] = {t[3], t[4]}, bin[6] = {t[5], t[0], t[1], t[2], t[3], t[4]};
     gpa_op_call tc = {"bench_tc32_fwd", t, 3, fout, 2, &at, 1}, simt = {"bench_simt32_fwd", t, 3, fout, 2, &at, 1};
-    char err[256] = "", shape[96], args[96], extra[384];
+    gpa_op_call tcb = {"bench_tc32_bwd", bin, 6, t + 6, 3, &at, 1}, simtb = {"bench_simt32_bwd", bin, 6, t + 6, 3, &at, 1};
+    char err[256] = "", shape[96], args[96];
     const unsigned long long n0 = __atomic_load_n(&gpa__attn_tc32_calls, __ATOMIC_RELAXED);
     const double ns = gpa_bench_batch_ns(q, &tc, k, reps, NULL, err, sizeof err);
     const int ran_tc = __atomic_load_n(&gpa__attn_tc32_calls, __ATOMIC_RELAXED) > n0;
     const double ns_simt = ns > 0 ? gpa_bench_batch_ns(q, &simt, k, reps, NULL, err, sizeof err) : 0;
+    /* the backward from the SIMT forward's o and lse (the same values up to rounding) */
+    char errb[256] = "";
+    const unsigned long long nb0 = __atomic_load_n(&gpa__attn_tc32_bwd_calls, __ATOMIC_RELAXED);
+    const double nsb = ns_simt > 0 ? gpa_bench_batch_ns(q, &tcb, k, reps, NULL, errb, sizeof errb) : 0;
+    const int ran_tcb = __atomic_load_n(&gpa__attn_tc32_bwd_calls, __ATOMIC_RELAXED) > nb0;
+    const double nsb_simt = nsb > 0 ? gpa_bench_batch_ns(q, &simtb, k, reps, NULL, errb, sizeof errb) : 0;
     snprintf(shape, sizeof shape, "f32 B%lld S%lld H%lld D%lld%s", (long long)B, (long long)S, (long long)H,
              (long long)D, causal ? " causal" : "");
     snprintf(args, sizeof args, "f32 %lld %lld %lld %lld %lld %d", (long long)B, (long long)S, (long long)H,
              (long long)H, (long long)D, causal);
-    double tf = 0; /* PyTorch's memory-efficient TFLOP/s; 0 without it */
+    double tf = 0, tfb = 0; /* PyTorch's memory-efficient TFLOP/s, fwd and bwd; 0 without it */
     gpa_bench_torch_row rows[4];
     int nr = sim ? 0 : gpa_bench_torch_sdpa(args, rows, 4);
     for (int i = 0; i < nr; i++)
-      if (!strcmp(rows[i].backend, "efficient")) tf = rows[i].fwd;
+      if (!strcmp(rows[i].backend, "efficient")) tf = rows[i].fwd, tfb = rows[i].bwd;
     const double fl = 4.0 * (double)(B * H * S * S * D) * (causal ? 0.5 : 1.0);
-    if (ns <= 0 || ns_simt <= 0 || !ran_tc) {
+    if (ns <= 0 || ns_simt <= 0 || !ran_tc)
       fprintf(stderr, "gpa-bench cuda_attention_fa2 %s: %s\n", shape, ran_tc ? err : "the 3xTF32 kernels declined");
-    } else {
-      snprintf(extra, sizeof extra, "%s,\"torch_efficient_tflops\":%.1f,\"simt_ns\":%.0f,\"simt_tflops\":%.2f", note,
-               tf, ns_simt, fl / ns_simt * 1e-3);
-      gpa_bench_result r = {.name = "cuda_attention_f32tc_fwd", .backend = sim ? "sim" : "cuda", .shape = shape,
-                            .ref = tf > 0 ? "torch_efficient" : "none", .ns = ns,
-                            .ref_ns = tf > 0 ? fl / (tf * 1e3) : ns, .flops = fl, .extra = extra};
-      gpa_bench_emit(&r);
-    }
+    else
+      f32_emit("cuda_attention_f32tc_fwd", shape, note, ns, ns_simt, tf, fl, sim);
+    if (nsb <= 0 || nsb_simt <= 0 || !ran_tcb)
+      fprintf(stderr, "gpa-bench cuda_attention_fa2 %s bwd: %s\n", shape,
+              ns_simt <= 0 ? "no forward" : ran_tcb ? errb : "the 3xTF32 kernels declined");
+    else
+      f32_emit("cuda_attention_f32tc_bwd", shape, note, nsb, nsb_simt, tfb, 2.5 * fl, sim);
     gpa_sync_batch(q, NULL);
-    for (int i = 0; i < 5; i++) gpa_buffer_release(a, t[i].buffer);
+    for (int i = 0; i < 9; i++) gpa_buffer_release(a, t[i].buffer);
   }
 }
 

@@ -4,8 +4,9 @@
  * lengths including 0, the default scale; finite differences, bitwise
  * determinism of the backward, equality with the direct (inline, one
  * thread) kernel run, and the shape/length errors. On CUDA (and sim), that
- * fp32 forwards with D % 16 == 0, D <= 128 ran on the 3xTF32 kernels
- * (attention_f32tc.cu) and the others on the SIMT ones. */
+ * fp32 forwards and backwards with D % 16 == 0, D <= 128 ran on the 3xTF32
+ * kernels (attention_f32tc.cu, attention_f32tc_bwd.cu) and the others on
+ * the SIMT ones. */
 #include <stddef.h>
 #include <math.h>
 #include <stdio.h>
@@ -95,6 +96,9 @@ static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
   gpa_tensor bin[7] = {gpa_nt_tensor(t, GPA_F32, 4, qs, dout), tq, tk, tv, fout[0], fout[1], tl};
   float *g1 = malloc(sizeof(float) * (size_t)(nq + 2 * nk)), *g2 = malloc(sizeof(float) * (size_t)(nq + 2 * nk));
   float *runs[2] = {g1, g2};
+#ifdef GPA_HAVE_CUDA_BACKEND
+  const unsigned long long tb0 = __atomic_load_n(&gpa__attn_tc32_bwd_calls, __ATOMIC_RELAXED);
+#endif
   for (int rep = 0; rep < 2; rep++) {
     gpa_tensor bout[3] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 4, ks), gpa_nt_out(t, 4, ks)};
     st = gpa_nt_run(t, "attention_bwd", bin, c->lens ? 7 : 6, bout, 3, at, 2);
@@ -106,6 +110,15 @@ static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
     gpa_nt_read(t, &bout[1], runs[rep] + nq);
     gpa_nt_read(t, &bout[2], runs[rep] + nq + nk);
   }
+#ifdef GPA_HAVE_CUDA_BACKEND
+  if (!strcmp(gpa_actor_backend(t->a), "cuda") || !strcmp(gpa_actor_backend(t->a), "sim")) {
+    const int want = D % 16 == 0 && D <= 128;
+    if ((__atomic_load_n(&gpa__attn_tc32_bwd_calls, __ATOMIC_RELAXED) > tb0) != want) {
+      snprintf(w2, sizeof w2, "%s: the %s kernels did not run the backward", what, want ? "3xTF32" : "SIMT");
+      gpa_nt_fail(t, w2);
+    }
+  }
+#endif
   snprintf(w2, sizeof w2, "%s: backward determinism", what);
   gpa_nt_same_bits(t, w2, g1, g2, nq + 2 * nk);
   snprintf(w2, sizeof w2, "%s: dq", what);

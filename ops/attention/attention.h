@@ -1,6 +1,6 @@
 /* Attention's params (host and CUDA adapters) and its CUDA kernels
- * (kernels/cuda/attention.cu fp32, attention_f32tc.cu fp32 forward in
- * 3xTF32, attention_fa2.cu and attention_fa2_bwd.cu bf16/fp16; module
+ * (kernels/cuda/attention.cu fp32, attention_f32tc.cu and
+ * attention_f32tc_bwd.cu fp32 in 3xTF32, attention_fa2.cu and attention_fa2_bwd.cu bf16/fp16; module
  * "attn"). */
 #ifndef GPA_OPS_ATTENTION_H
 #define GPA_OPS_ATTENTION_H
@@ -25,9 +25,13 @@ gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x);
  * 3xTF32 tensor-core ones that gpa__attn_own_fwd_cu prefers: gpa-bench
  * cuda_attention_fa2 measures both. */
 gpa_status gpa__attn_simt32_fwd_cu(const gpa_op_exec *x);
-/* fp32 forwards given to the 3xTF32 kernels so far (relaxed atomic), so
- * that tests/test_attention.c can tell which kernels ran a call. */
-extern unsigned long long gpa__attn_tc32_calls;
+/* The fp32 backward on the SIMT kernels only, likewise (the 3xTF32 ones of
+ * attention_f32tc_bwd.cu are gpa__attn_own_bwd_cu's choice where the
+ * forward's would be). */
+gpa_status gpa__attn_simt32_bwd_cu(const gpa_op_exec *x);
+/* fp32 forwards and backwards given to the 3xTF32 kernels so far (relaxed
+ * atomics), so that tests/test_attention.c can tell which kernels ran a call. */
+extern unsigned long long gpa__attn_tc32_calls, gpa__attn_tc32_bwd_calls;
 /* Forwards and backwards given to the exact-head-dim bf16 FA2 kernels
  * (GPA_FA2_EXACT=1), for tests/test_attention_lowp.c likewise. */
 extern unsigned long long gpa__attn_fa2x_fwd_calls, gpa__attn_fa2x_bwd_calls;
@@ -96,6 +100,13 @@ gpa_status gpa__attn_cudnn_cu(const gpa_op_exec *x, int bwd);
   /* fp32 forward in 3xTF32 (attention_f32tc.cu): D <= 64, 96, 128 */             \
   K(TC32_FWD64, attn, gpa_tc32_fwd_d64)                                         \
   K(TC32_FWD96, attn, gpa_tc32_fwd_d96)                                         \
-  K(TC32_FWD128, attn, gpa_tc32_fwd_d128)
+  K(TC32_FWD128, attn, gpa_tc32_fwd_d128)                                       \
+  /* fp32 backward in 3xTF32 (attention_f32tc_bwd.cu), the same classes */      \
+  K(TC32_DKV64, attn, gpa_tc32_dkv_d64)                                         \
+  K(TC32_DKV96, attn, gpa_tc32_dkv_d96)                                         \
+  K(TC32_DKV128, attn, gpa_tc32_dkv_d128)                                       \
+  K(TC32_DQ64, attn, gpa_tc32_dq_d64)                                           \
+  K(TC32_DQ96, attn, gpa_tc32_dq_d96)                                           \
+  K(TC32_DQ128, attn, gpa_tc32_dq_d128)
 
 #endif

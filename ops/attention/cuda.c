@@ -1,6 +1,7 @@
-/* Attention on CUDA: fp32 forward on tensor cores in 3xTF32 (kernels/cuda/
- * attention_f32tc.cu: fp32 accuracy, head dims that are multiples of 16 up
- * to 128), else fp32 flash attention on SIMT (kernels/cuda/attention.cu),
+/* Attention on CUDA: fp32 forward and backward on tensor cores in 3xTF32
+ * (kernels/cuda/attention_f32tc.cu, attention_f32tc_bwd.cu: fp32 accuracy,
+ * head dims that are multiples of 16 up to 128), else fp32 flash attention
+ * on SIMT (kernels/cuda/attention.cu),
  * forward and deterministic backward, head dims up to 256; bf16 and fp16
  * with tensor cores, FlashAttention-2 structure on mma.sync (kernels/cuda/
  * attention_fa2.cu, attention_fa2_bwd.cu), forward (o in fp32 or in the
@@ -125,7 +126,24 @@ static unsigned tc32_fwd_smem(int D) {
   return 4 * (64 * (c + 16) + 2 * kt * (c + 16) + 2 * kt * (c + 4));
 }
 
-unsigned long long gpa__attn_tc32_calls;
+/* The backward (attention_f32tc_bwd.cu, tc32b_cfg): dK/dV blocks of 64
+ * keys, K and V in rows of class + 16, double-buffered Q and dO steps of 32
+ * rows (class 64; 16 above) in rows of class + 4 with their lse and delta;
+ * dQ blocks of 64 query rows (Q and dO in rows of class + 16),
+ * double-buffered K (rows of class + 4) and V (class + 16) tiles of 32 keys
+ * (class 64; 16 above). */
+static unsigned tc32_dkv_smem(int D) {
+  static const unsigned dm[3] = {64, 96, 128};
+  const unsigned c = dm[tc32_class(D)], qs = c > 64 ? 16 : 32;
+  return 4 * (2 * 64 * (c + 16) + 4 * qs * (c + 4) + 4 * qs);
+}
+static unsigned tc32_dq_smem(int D) {
+  static const unsigned dm[3] = {64, 96, 128};
+  const unsigned c = dm[tc32_class(D)], kt = c > 64 ? 16 : 32;
+  return 4 * (2 * 64 * (c + 16) + 2 * kt * (c + 4) + 2 * kt * (c + 16));
+}
+
+unsigned long long gpa__attn_tc32_calls, gpa__attn_tc32_bwd_calls;
 
 /* tc: the fp32 forward may take the tensor-core kernels (0: the SIMT
  * ones only, for the benchmark's comparison). */
@@ -169,7 +187,9 @@ static gpa_status own_fwd(const gpa_op_exec *x, int tc) {
 gpa_status gpa__attn_own_fwd_cu(const gpa_op_exec *x) { return own_fwd(x, 1); }
 gpa_status gpa__attn_simt32_fwd_cu(const gpa_op_exec *x) { return own_fwd(x, 0); }
 
-gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x) {
+/* tc: the fp32 backward may take the tensor-core kernels (0: the SIMT
+ * ones only, for the benchmark's comparison). */
+static gpa_status own_bwd(const gpa_op_exec *x, int tc) {
   attn_geom g;
   gpa_status st = geom(x, &x->inputs[1], &x->inputs[2], &g);
   if (st == GPA_SKIP) return gpa__cu_fallback(x);
@@ -193,6 +213,17 @@ gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x) {
   unsigned smem = lowp ? fa2_dkv_smem(g.D) : bwd_smem(g.D), smem_q = lowp ? fa2_dq_smem(g.D) : smem;
   unsigned bk = lowp ? 64 : BC, bq = lowp ? fa2_dq_br(g.D) : BQ;
   unsigned halves = lowp && g.D > 128 ? 2 : 1; /* dK/dV blocks per key tile */
+  /* fp32: the 3xTF32 kernels wherever the forward's would run (the same
+   * classes; cp.async reads dO, q, k, v, the gradients go out in pairs) */
+  int tcc = lowp || !tc ? -1 : tc32_class(g.D);
+  for (int i = 0; i < 4 && tcc >= 0; i++) tcc = fa2_aligned(x->in[i], 16) ? tcc : -1;
+  for (int i = 0; i < 3 && tcc >= 0; i++) tcc = fa2_aligned(x->out[i], 8) ? tcc : -1;
+  if (tcc >= 0 && allow_smem(x, GPA__K_TC32_DKV64 + tcc, tc32_dkv_smem(g.D)) &&
+      allow_smem(x, GPA__K_TC32_DQ64 + tcc, tc32_dq_smem(g.D))) {
+    kdkv = GPA__K_TC32_DKV64 + tcc, kdq = GPA__K_TC32_DQ64 + tcc, bk = 64, bq = 64;
+    smem = tc32_dkv_smem(g.D), smem_q = tc32_dq_smem(g.D);
+    __atomic_fetch_add(&gpa__attn_tc32_bwd_calls, 1, __ATOMIC_RELAXED);
+  }
   if (!allow_smem(x, kdkv, smem) || !allow_smem(x, kdq, smem_q)) return gpa__cu_fallback(x);
   long long rows = (long long)g.B * g.S * g.H;
   CUdeviceptr scr = gpa__cu_scratch(x, GPA__CU_INDEX_RES_BYTES + (uint64_t)(rows > 0 ? rows : 1) * sizeof(float));
@@ -214,6 +245,9 @@ gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x) {
   return gpa__cu_launch(x, kdq, (g.S + bq - 1) / bq * (lowp ? 1 : halves), (unsigned)g.H, (unsigned)g.B, 32,
                         (unsigned)warps, smem_q, a1);
 }
+
+gpa_status gpa__attn_own_bwd_cu(const gpa_op_exec *x) { return own_bwd(x, 1); }
+gpa_status gpa__attn_simt32_bwd_cu(const gpa_op_exec *x) { return own_bwd(x, 0); }
 
 /* The op's CUDA implementations: cuDNN's fused SDPA first where it takes the
  * call (issue 22), then our own kernels (and their host fallback). */

@@ -8,7 +8,12 @@
  * the reference computed from q, k, v rounded to tf32 (what a single tf32
  * product sees, before its other roundings) must fail it. Shapes: S = 1,
  * Sk = 1, odd sizes, several tiles, key lengths (0 included), GQA 1/2/8,
- * causal with S != Sk, D = 32, 48, 64, 96, 128. */
+ * causal with S != Sk, D = 32, 48, 64, 96, 128.
+ * The backward (attention_f32tc_bwd.cu) runs on each case after the
+ * forward, as the op runs it: delta from the forward's o by
+ * gpa_attn_bwd_delta, then the dK/dV and dQ kernels with the forward's lse,
+ * twice (the same bits), its gradients against the reference's with the
+ * same fp32 bound; the gradients of tf32-rounded inputs fail that bound. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -61,10 +66,10 @@ static int dclass(int D) { return D <= 64 ? 64 : D <= 96 ? 96 : 128; }
 static void run_case(CUmodule m, const acase *c, uint64_t seed) {
   const int64_t B = c->B, S = c->S, Sk = c->Sk, H = c->H, Hk = c->Hkv, D = c->D;
   const int64_t nq = B * S * H * D, nk = B * Sk * Hk * D, nl = B * H * S;
-  const int64_t n[3] = {nq, nk, nk};
-  float *f[3];
-  double *x[3], *xt[3];
-  for (int i = 0; i < 3; i++) {
+  const int64_t n[4] = {nq, nk, nk, nq};
+  float *f[4];
+  double *x[4], *xt[4];
+  for (int i = 0; i < 4; i++) { /* q, k, v, dout */
     f[i] = malloc(4 * (size_t)(n[i] + 1));
     x[i] = malloc(sizeof(double) * (size_t)(n[i] + 1));
     xt[i] = malloc(sizeof(double) * (size_t)(n[i] + 1));
@@ -82,8 +87,7 @@ static void run_case(CUmodule m, const acase *c, uint64_t seed) {
   double *ot = malloc(sizeof(double) * (size_t)(nq + 1));
   double *g[3] = {malloc(sizeof(double) * (size_t)(nq + 1)), malloc(sizeof(double) * (size_t)(nk + 1)),
                   malloc(sizeof(double) * (size_t)(nk + 1))};
-  double *w = calloc((size_t)(nq + 1), sizeof(double));
-  r.w = w;
+  r.w = x[3];
   amag mg = {malloc(sizeof(double) * (size_t)(nq + 1)), malloc(sizeof(double) * (size_t)(nl + 1)),
              malloc(sizeof(double) * (size_t)(nq + 1)), malloc(sizeof(double) * (size_t)(nk + 1)),
              malloc(sizeof(double) * (size_t)(nk + 1))};
@@ -119,12 +123,72 @@ static void run_case(CUmodule m, const acase *c, uint64_t seed) {
   gpa_attn_ref(&rt, ot, NULL, NULL, NULL, NULL, NULL);
   for (int64_t i = 0; i < nq; i++) fo[i] = (float)ot[i];
   if (Sk > 1 && nq > 0) CHECK(first_bad(fo, o, mg.o, nq) >= 0);
+  CK(cuMemcpyDtoH(fo, d_o, 4 * nq));
+
+  /* backward: delta from the forward's o, then dK/dV and dQ, twice */
+  CUdeviceptr ddo = dev(f[3], 4 * nq), dlt = dev(NULL, 4 * nl);
+  CUdeviceptr gq = dev(NULL, 4 * nq), gk = dev(NULL, 4 * nk), gv = dev(NULL, 4 * nk);
+  long long rows = B * S * H;
+  void *da[] = {&ddo, &d_o, &dlt, &rows, &iS, &iH, &iD};
+  if (rows)
+    CK(cuLaunchKernel(sim_kernel(m, "gpa_attn_bwd_delta"), (unsigned)((rows + 7) / 8), 1, 1, 32, 8, 1, 0, NULL, da,
+                      NULL));
+  /* tc32b_cfg: dK/dV blocks of 64 keys with query steps of qs rows, dQ
+   * blocks of 64 rows with key tiles of kb */
+  const int qs = dm > 64 ? 16 : 32, kb = dm > 64 ? 16 : 32;
+  const unsigned ksm = (unsigned)(4 * (2 * 64 * (dm + 16) + 4 * qs * (dm + 4) + 4 * qs));
+  const unsigned qsm = (unsigned)(4 * (2 * 64 * (dm + 16) + 2 * kb * (dm + 4) + 2 * kb * (dm + 16)));
+  snprintf(name, sizeof name, "gpa_tc32_dkv_d%d", dm);
+  CUfunction fkv = sim_kernel(m, name);
+  CK(cuFuncSetAttribute(fkv, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)ksm));
+  snprintf(name, sizeof name, "gpa_tc32_dq_d%d", dm);
+  CUfunction fq = sim_kernel(m, name);
+  CK(cuFuncSetAttribute(fq, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)qsm));
+  void *ba[] = {&ddo, &dq, &dk, &dv, &dlse, &dlt, &dl, &gq, &gk, &gv, &iS, &iSk, &iH, &iHk, &iD, &scale, &causal};
+  const int64_t ng = nq + 2 * nk;
+  float *got[2] = {malloc(4 * (size_t)(ng + 1)), malloc(4 * (size_t)(ng + 1))};
+  for (int rep = 0; rep < 2; rep++) {
+    CK(cuMemsetD8(gq, 0xff, 4 * (size_t)nq)); /* NaN: every element must be written */
+    CK(cuMemsetD8(gk, 0xff, 4 * (size_t)nk));
+    CK(cuMemsetD8(gv, 0xff, 4 * (size_t)nk));
+    CK(cuLaunchKernel(fkv, (unsigned)((Sk + 63) / 64), (unsigned)Hk, (unsigned)B, 32, 4, 1, ksm, NULL, ba, NULL));
+    CK(cuLaunchKernel(fq, (unsigned)((S + 63) / 64), (unsigned)H, (unsigned)B, 32, 4, 1, qsm, NULL, ba, NULL));
+    CK(cuMemcpyDtoH(got[rep], gq, 4 * nq));
+    CK(cuMemcpyDtoH(got[rep] + nq, gk, 4 * nk));
+    CK(cuMemcpyDtoH(got[rep] + nq + nk, gv, 4 * nk));
+  }
+  CHECK(!memcmp(got[0], got[1], 4 * (size_t)ng)); /* deterministic */
+  snprintf(w2, sizeof w2, "%s: dq", what);
+  close_to(w2, got[0], g[0], mg.dq, nq);
+  snprintf(w2, sizeof w2, "%s: dk", what);
+  close_to(w2, got[0] + nq, g[1], mg.dk, nk);
+  snprintf(w2, sizeof w2, "%s: dv", what);
+  close_to(w2, got[0] + nq + nk, g[2], mg.dv, nk);
+  /* the bound tells tf32 from fp32 here too: the gradients of the
+   * tf32-rounded inputs fail it (cases with more than one visible key) */
+  double *gt[3] = {malloc(sizeof(double) * (size_t)(nq + 1)), malloc(sizeof(double) * (size_t)(nk + 1)),
+                   malloc(sizeof(double) * (size_t)(nk + 1))};
+  rt.w = xt[3];
+  gpa_attn_ref(&rt, ot, NULL, gt[0], gt[1], gt[2], NULL);
+  int64_t bad = 0;
+  const int64_t off[3] = {0, nq, nq + nk}, cnt[3] = {nq, nk, nk};
+  double *gm[3] = {mg.dq, mg.dk, mg.dv};
+  for (int i = 0; i < 3; i++) {
+    for (int64_t j = 0; j < cnt[i]; j++) got[1][off[i] + j] = (float)gt[i][j];
+    bad += first_bad(got[1] + off[i], g[i], gm[i], cnt[i]) >= 0;
+  }
+  if (Sk > 1 && nq > 0) CHECK(bad > 0);
+  CUdeviceptr bwd[] = {ddo, dlt, gq, gk, gv};
+  for (int i = 0; i < 5; i++) CK(cuMemFree(bwd[i]));
+  for (int i = 0; i < 3; i++) free(gt[i]);
+  free(got[0]), free(got[1]);
 
   CUdeviceptr all[] = {dq, dk, dv, d_o, dlse};
   for (int i = 0; i < 5; i++) CK(cuMemFree(all[i]));
   if (dl) CK(cuMemFree(dl));
-  for (int i = 0; i < 3; i++) free(f[i]), free(x[i]), free(xt[i]), free(g[i]);
-  free(o), free(ot), free(lse), free(w), free(fo), free(fl);
+  for (int i = 0; i < 4; i++) free(f[i]), free(x[i]), free(xt[i]);
+  for (int i = 0; i < 3; i++) free(g[i]);
+  free(o), free(ot), free(lse), free(fo), free(fl);
   free(mg.o), free(mg.lse), free(mg.dq), free(mg.dk), free(mg.dv);
 }
 
