@@ -108,6 +108,8 @@ cudnn() {
 # go; files under $OUT: attention_*.txt, bench_attention_fa2.json,
 # ncu_fa2_fwd.ncu-rep and ncu_fa2_fwd.txt (the forward at B4 S4096 H16 D128
 # bf16: achieved occupancy, tensor pipe utilisation, SM throughput),
+# bench_attention_fa2x.json and ncu_fa2x_fwd.{ncu-rep,txt} (the same with
+# GPA_FA2_EXACT=1: the exact-head-dim kernels),
 # attention_f32_{memcheck,racecheck}.txt, ncu_tc32_fwd.{ncu-rep,txt} (the
 # fp32 3xTF32 forward at B4 S2048 H16 D64).
 attention() {
@@ -133,6 +135,11 @@ attention() {
   GPA_DEVICE=cuda GPA_BENCH_SDPA_TORCH=$torch "$B/bench/gpa-bench" cuda_attention_fa2 \
     >"$OUT/bench_attention_fa2.json" 2>"$OUT/bench_attention_fa2.err" || rc=1
   cat "$OUT/bench_attention_fa2.json"
+  # the exact-head-dim bf16 kernels (GPA_FA2_EXACT=1, unmeasured before):
+  # the same rows again, A/B against the run above (PyTorch's figures there)
+  GPA_DEVICE=cuda GPA_FA2_EXACT=1 "$B/bench/gpa-bench" cuda_attention_fa2 \
+    >"$OUT/bench_attention_fa2x.json" 2>"$OUT/bench_attention_fa2x.err" || rc=1
+  grep -h '"bf16' "$OUT/bench_attention_fa2x.json"
   local ncu
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   if [ -x "$ncu" ]; then
@@ -148,6 +155,12 @@ attention() {
     "$ncu" --import "$OUT/ncu_fa2_fwd.ncu-rep" --page details >"$OUT/ncu_fa2_fwd.txt" 2>&1 || rc=1
     grep -E "Achieved Occupancy|Theoretical Occupancy|Compute \(SM\) Throughput|hmma|Registers Per|Duration" \
       "$OUT/ncu_fa2_fwd.txt"
+    # the same forward on the exact-head-dim kernel (GPA_FA2_EXACT=1)
+    GPA_DEVICE=cuda GPA_FA2_EXACT=1 GPA_BENCH_REPS=1 "$ncu" --kernel-name regex:gpa_fa2x_fwd_bf16_d128 \
+      --launch-count 1 --section SpeedOfLight --section Occupancy --section ComputeWorkloadAnalysis \
+      -f -o "$OUT/ncu_fa2x_fwd" "$B/bench/gpa-bench" cuda_attention_fa2 >"$OUT/ncu_fa2x_run.txt" 2>&1 || rc=1
+    "$ncu" --import "$OUT/ncu_fa2x_fwd.ncu-rep" --page details >"$OUT/ncu_fa2x_fwd.txt" 2>&1 || rc=1
+    grep -E "Achieved Occupancy|Compute \(SM\) Throughput|Issue Slots|Registers Per|Duration" "$OUT/ncu_fa2x_fwd.txt"
     # the fp32 3xTF32 forward (B4 S2048 H16 D64, not causal): tensor pipe or ALU bound?
     GPA_DEVICE=cuda GPA_BENCH_REPS=1 "$ncu" --kernel-name regex:gpa_tc32_fwd_d64 --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section ComputeWorkloadAnalysis -f -o "$OUT/ncu_tc32_fwd" \

@@ -101,7 +101,6 @@ def _wraps_hold(g):
     return getattr(g, "_cached_wrap", False)
 
 
-
 @atexit.register
 def _release_wraps():
     """Hands every cached wrap back at exit, while Python still runs: a
