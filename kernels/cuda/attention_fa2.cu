@@ -137,7 +137,7 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
     __syncthreads(); /* tile it (and Q) landed for every thread's copies */
     /* KS keys a softmax step: the tile whole, or (EX above DM 64) two halves
      * of 32, whose S, P and fragments fit beside two m-tiles' O */
-#pragma unroll 1
+    FA2_ROLLED
     for (int sub = 0; sub < KT / KS; sub++) {
     const int j0s = j0 + sub * KS;
     if (j0s < wlim) { /* warp-uniform; the first step a warp computes is tile 0's first */

@@ -25,6 +25,14 @@ static __device__ __forceinline__ void fa2_load(T *dst, const T *src, long long 
     gpa_cp_async16(dst + r * LD + c, ok ? src + r * ld + c : src, ok);
   }
 }
+/* A loop kept rolled (UNROLL's opposite; the emulated build's host
+ * compiler knows neither pragma). */
+#ifdef GPA_SIM_EMU
+#define FA2_ROLLED
+#else
+#define FA2_ROLLED _Pragma("unroll 1")
+#endif
+
 /* The same copy with D = DC known at compile time (the exact-head-dim
  * kernels): the row/column split is a division by a constant (a multiply
  * and a shift), where fa2_load's run-time one takes a reciprocal, a
@@ -34,7 +42,7 @@ static __device__ __forceinline__ void fa2_load(T *dst, const T *src, long long 
 template <class T, int ROWS, int LD, int NT, int DC>
 static __device__ __forceinline__ void fa2_load_c(T *dst, const T *src, long long ld, int nvalid, int tid) {
   constexpr int cpr = DC >> 3, n = ROWS * cpr;
-#pragma unroll 1
+  FA2_ROLLED
   for (int i = 0; i < (n + NT - 1) / NT; i++) {
     const int e = tid + i * NT, r = e / cpr, c = (e - r * cpr) << 3;
     if (n % NT == 0 || e < n) {
