@@ -274,7 +274,8 @@ static void case_on(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int out
 /* GPA_FA2_EXACT=1 (a fresh actor reads it): the exact-head-dim bf16
  * kernels against the same reference, causal and not, odd S and Sk,
  * several query tiles (128 rows) and key tiles (64, in two 32-key softmax
- * steps at D 96 and 128), key lengths, GQA; determinism as above. */
+ * steps at D 96 and 128), key lengths, GQA, S = 0, Sk = 0, Sk = 1;
+ * determinism as above. */
 static int exact_variant(gpa_nt *t0) {
   const char *be = gpa_actor_backend(t0->a);
   if (strcmp(be, "cuda") && strcmp(be, "sim")) return 0;
@@ -286,7 +287,8 @@ static int exact_variant(gpa_nt *t0) {
   /* B = 3 with lengths: batch 2's length ends inside a key tile (29, 59,
    * 147, 17 here), batch 1's is 0 */
   const acase cases[] = {{3, 37, 53, 4, 2, 64, 1, 1, 0},   {1, 70, 70, 2, 1, 128, 0, 0, 0},
-                         {1, 67, 1, 2, 2, 96, 1, 0, 0},    {1, 45, 100, 2, 1, 128, 1, 0, 0}};
+                         {1, 67, 1, 2, 2, 96, 1, 0, 0},    {1, 45, 100, 2, 1, 128, 1, 0, 0},
+                         {1, 0, 5, 2, 1, 64, 1, 0, 0},     {2, 3, 0, 2, 2, 128, 0, 1, 0}};
   const acase big[] = {{3, 65, 140, 2, 2, 64, 0, 1, 0},  {1, 131, 129, 2, 1, 96, 1, 0, 0},
                        {3, 33, 150, 2, 2, 128, 1, 1, 0}, {3, 130, 77, 1, 1, 96, 0, 1, 0}};
   uint64_t seed = 4242;
