@@ -33,9 +33,12 @@
  * (32 different banks). Q and dO in the dK/dV pass and K in the dQ pass are
  * read both ways; they take DM + 4, as their scalar loads are the more
  * numerous (2 per 8x8 element block against 1 float4 per 4), and their
- * float4 loads see a 2-way conflict. Classes DM 64, 96, 128 (D <= DM, D %
- * 16 == 0 at run time, as the forward's); tile sizes in tc32b_cfg, bytes in
- * tc32_dkv_smem / tc32_dq_smem of ops/attention/cuda.c.
+ * float4 loads see a 2-way conflict. Classes DM 32, 64, 96, 128 (D <= DM,
+ * D % 16 == 0 at run time; the forward's head dims, whose class 64 also
+ * serves D 16 and 32: the backward's class 32, for the main job's heads of
+ * 32, takes half the registers and shared memory of class 64, so twice the
+ * blocks an SM); tile sizes in tc32b_cfg, bytes in tc32_dkv_smem /
+ * tc32_dq_smem of ops/attention/cuda.c.
  *
  * Accuracy: every product in 3xTF32 (relative error about 3 * 2^-22 per
  * product against fp32's 2^-24; docs/ops.md), the rest in fp32 as the SIMT
@@ -311,9 +314,11 @@ static __device__ __forceinline__ void tc32_dq(TC32B_ARGS) {
 }
 
 /* (written out: the emulated build finds kernels by their names in the source) */
+extern "C" __global__ void __launch_bounds__(128, 3) gpa_tc32_dkv_d32(TC32B_ARGS) { tc32_dkv<32>(TC32B_PASS); }
 extern "C" __global__ void __launch_bounds__(128, 2) gpa_tc32_dkv_d64(TC32B_ARGS) { tc32_dkv<64>(TC32B_PASS); }
 extern "C" __global__ void __launch_bounds__(128, 2) gpa_tc32_dkv_d96(TC32B_ARGS) { tc32_dkv<96>(TC32B_PASS); }
 extern "C" __global__ void __launch_bounds__(128, 2) gpa_tc32_dkv_d128(TC32B_ARGS) { tc32_dkv<128>(TC32B_PASS); }
+extern "C" __global__ void __launch_bounds__(128, 3) gpa_tc32_dq_d32(TC32B_ARGS) { tc32_dq<32>(TC32B_PASS); }
 extern "C" __global__ void __launch_bounds__(128, 2) gpa_tc32_dq_d64(TC32B_ARGS) { tc32_dq<64>(TC32B_PASS); }
 extern "C" __global__ void __launch_bounds__(128, 2) gpa_tc32_dq_d96(TC32B_ARGS) { tc32_dq<96>(TC32B_PASS); }
 extern "C" __global__ void __launch_bounds__(128, 2) gpa_tc32_dq_d128(TC32B_ARGS) { tc32_dq<128>(TC32B_PASS); }

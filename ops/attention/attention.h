@@ -101,10 +101,12 @@ gpa_status gpa__attn_cudnn_cu(const gpa_op_exec *x, int bwd);
   K(TC32_FWD64, attn, gpa_tc32_fwd_d64)                                         \
   K(TC32_FWD96, attn, gpa_tc32_fwd_d96)                                         \
   K(TC32_FWD128, attn, gpa_tc32_fwd_d128)                                       \
-  /* fp32 backward in 3xTF32 (attention_f32tc_bwd.cu), the same classes */      \
+  /* fp32 backward in 3xTF32 (attention_f32tc_bwd.cu): D <= 32, 64, 96, 128 */  \
+  K(TC32_DKV32, attn, gpa_tc32_dkv_d32)                                         \
   K(TC32_DKV64, attn, gpa_tc32_dkv_d64)                                         \
   K(TC32_DKV96, attn, gpa_tc32_dkv_d96)                                         \
   K(TC32_DKV128, attn, gpa_tc32_dkv_d128)                                       \
+  K(TC32_DQ32, attn, gpa_tc32_dq_d32)                                           \
   K(TC32_DQ64, attn, gpa_tc32_dq_d64)                                           \
   K(TC32_DQ96, attn, gpa_tc32_dq_d96)                                           \
   K(TC32_DQ128, attn, gpa_tc32_dq_d128)

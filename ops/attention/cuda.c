@@ -126,20 +126,22 @@ static unsigned tc32_fwd_smem(int D) {
   return 4 * (64 * (c + 16) + 2 * kt * (c + 16) + 2 * kt * (c + 4));
 }
 
-/* The backward (attention_f32tc_bwd.cu, tc32b_cfg): dK/dV blocks of 64
- * keys, K and V in rows of class + 16, double-buffered Q and dO steps of 32
- * rows (class 64; 16 above) in rows of class + 4 with their lse and delta;
- * dQ blocks of 64 query rows (Q and dO in rows of class + 16),
- * double-buffered K (rows of class + 4) and V (class + 16) tiles of 32 keys
- * (class 64; 16 above). */
+/* The backward (attention_f32tc_bwd.cu, tc32b_cfg) takes the forward's
+ * head dims in classes 32, 64, 96, 128 (index 0..3; -1: the SIMT kernels):
+ * dK/dV blocks of 64 keys, K and V in rows of class + 16, double-buffered Q
+ * and dO steps of 32 rows (classes 32, 64; 16 above) in rows of class + 4
+ * with their lse and delta; dQ blocks of 64 query rows (Q and dO in rows of
+ * class + 16), double-buffered K (rows of class + 4) and V (class + 16)
+ * tiles of 32 keys (classes 32, 64; 16 above). */
+static int tc32b_class(int D) { return tc32_class(D) < 0 ? -1 : D <= 32 ? 0 : 1 + tc32_class(D); }
 static unsigned tc32_dkv_smem(int D) {
-  static const unsigned dm[3] = {64, 96, 128};
-  const unsigned c = dm[tc32_class(D)], qs = c > 64 ? 16 : 32;
+  static const unsigned dm[4] = {32, 64, 96, 128};
+  const unsigned c = dm[tc32b_class(D)], qs = c > 64 ? 16 : 32;
   return 4 * (2 * 64 * (c + 16) + 4 * qs * (c + 4) + 4 * qs);
 }
 static unsigned tc32_dq_smem(int D) {
-  static const unsigned dm[3] = {64, 96, 128};
-  const unsigned c = dm[tc32_class(D)], kt = c > 64 ? 16 : 32;
+  static const unsigned dm[4] = {32, 64, 96, 128};
+  const unsigned c = dm[tc32b_class(D)], kt = c > 64 ? 16 : 32;
   return 4 * (2 * 64 * (c + 16) + 2 * kt * (c + 4) + 2 * kt * (c + 16));
 }
 
@@ -215,12 +217,12 @@ static gpa_status own_bwd(const gpa_op_exec *x, int tc) {
   unsigned halves = lowp && g.D > 128 ? 2 : 1; /* dK/dV blocks per key tile */
   /* fp32: the 3xTF32 kernels wherever the forward's would run (the same
    * classes; cp.async reads dO, q, k, v, the gradients go out in pairs) */
-  int tcc = lowp || !tc ? -1 : tc32_class(g.D);
+  int tcc = lowp || !tc ? -1 : tc32b_class(g.D);
   for (int i = 0; i < 4 && tcc >= 0; i++) tcc = fa2_aligned(x->in[i], 16) ? tcc : -1;
   for (int i = 0; i < 3 && tcc >= 0; i++) tcc = fa2_aligned(x->out[i], 8) ? tcc : -1;
-  if (tcc >= 0 && allow_smem(x, GPA__K_TC32_DKV64 + tcc, tc32_dkv_smem(g.D)) &&
-      allow_smem(x, GPA__K_TC32_DQ64 + tcc, tc32_dq_smem(g.D))) {
-    kdkv = GPA__K_TC32_DKV64 + tcc, kdq = GPA__K_TC32_DQ64 + tcc, bk = 64, bq = 64;
+  if (tcc >= 0 && allow_smem(x, GPA__K_TC32_DKV32 + tcc, tc32_dkv_smem(g.D)) &&
+      allow_smem(x, GPA__K_TC32_DQ32 + tcc, tc32_dq_smem(g.D))) {
+    kdkv = GPA__K_TC32_DKV32 + tcc, kdq = GPA__K_TC32_DQ32 + tcc, bk = 64, bq = 64;
     smem = tc32_dkv_smem(g.D), smem_q = tc32_dq_smem(g.D);
     __atomic_fetch_add(&gpa__attn_tc32_bwd_calls, 1, __ATOMIC_RELAXED);
   }

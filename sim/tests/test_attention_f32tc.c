@@ -8,7 +8,7 @@
  * the reference computed from q, k, v rounded to tf32 (what a single tf32
  * product sees, before its other roundings) must fail it. Shapes: S = 1,
  * Sk = 1, odd sizes, several tiles, key lengths (0 included), GQA 1/2/8,
- * causal with S != Sk, D = 32, 48, 64, 96, 128.
+ * causal with S != Sk, D = 16, 32, 48, 64, 96, 128.
  * The backward (attention_f32tc_bwd.cu) runs on each case after the
  * forward, as the op runs it: delta from the forward's o by
  * gpa_attn_bwd_delta, then the dK/dV and dQ kernels with the forward's lse,
@@ -135,13 +135,14 @@ static void run_case(CUmodule m, const acase *c, uint64_t seed) {
                       NULL));
   /* tc32b_cfg: dK/dV blocks of 64 keys with query steps of qs rows, dQ
    * blocks of 64 rows with key tiles of kb */
-  const int qs = dm > 64 ? 16 : 32, kb = dm > 64 ? 16 : 32;
-  const unsigned ksm = (unsigned)(4 * (2 * 64 * (dm + 16) + 4 * qs * (dm + 4) + 4 * qs));
-  const unsigned qsm = (unsigned)(4 * (2 * 64 * (dm + 16) + 2 * kb * (dm + 4) + 2 * kb * (dm + 16)));
-  snprintf(name, sizeof name, "gpa_tc32_dkv_d%d", dm);
+  const int bm = D <= 32 ? 32 : dm; /* the backward's class 32 */
+  const int qs = bm > 64 ? 16 : 32, kb = bm > 64 ? 16 : 32;
+  const unsigned ksm = (unsigned)(4 * (2 * 64 * (bm + 16) + 4 * qs * (bm + 4) + 4 * qs));
+  const unsigned qsm = (unsigned)(4 * (2 * 64 * (bm + 16) + 2 * kb * (bm + 4) + 2 * kb * (bm + 16)));
+  snprintf(name, sizeof name, "gpa_tc32_dkv_d%d", bm);
   CUfunction fkv = sim_kernel(m, name);
   CK(cuFuncSetAttribute(fkv, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)ksm));
-  snprintf(name, sizeof name, "gpa_tc32_dq_d%d", dm);
+  snprintf(name, sizeof name, "gpa_tc32_dq_d%d", bm);
   CUfunction fq = sim_kernel(m, name);
   CK(cuFuncSetAttribute(fq, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)qsm));
   void *ba[] = {&ddo, &dq, &dk, &dv, &dlse, &dlt, &dl, &gq, &gk, &gv, &iS, &iSk, &iH, &iHk, &iD, &scale, &causal};
@@ -196,11 +197,12 @@ static void run_case(CUmodule m, const acase *c, uint64_t seed) {
 static const acase small[] = {
     {1, 1, 1, 1, 1, 64, 0, 0, 0},   {2, 37, 53, 4, 2, 64, 1, 1, 0}, {1, 67, 1, 2, 2, 96, 1, 0, 0},
     {1, 20, 33, 8, 1, 64, 1, 0, 0}, {3, 9, 17, 2, 1, 32, 0, 1, 0},  {1, 5, 40, 1, 1, 128, 0, 0, 0},
-    {1, 6, 11, 2, 1, 48, 1, 0, 0},
+    {1, 6, 11, 2, 1, 48, 1, 0, 0},  {2, 13, 7, 3, 3, 16, 1, 1, 0},
 };
 /* several tiles each way (64 query rows; 64 keys for D <= 64, else 32) */
 static const acase big[] = {
     {1, 130, 70, 2, 1, 128, 1, 0, 0}, {2, 70, 140, 1, 1, 64, 0, 1, 0}, {1, 40, 100, 1, 1, 96, 1, 0, 0},
+    {1, 100, 100, 3, 3, 32, 1, 0, 0}, /* the main job's heads */
 };
 
 static int run(const acase *cs, size_t n) {
