@@ -108,8 +108,8 @@ cudnn() {
 # go; files under $OUT: attention_*.txt, bench_attention_fa2.json,
 # ncu_fa2_fwd.ncu-rep and ncu_fa2_fwd.txt (the forward at B4 S4096 H16 D128
 # bf16: achieved occupancy, tensor pipe utilisation, SM throughput),
-# bench_attention_fa2x.json and ncu_fa2x_fwd.{ncu-rep,txt} (the same with
-# GPA_FA2_EXACT=1: the exact-head-dim kernels),
+# ncu_fa2x_fwd.{ncu-rep,txt} (the same forward on the exact-head-dim
+# kernel, GPA_FA2_EXACT=1; the bench's cuda_attention_fa2x_* rows time it),
 # attention_f32_{memcheck,racecheck}.txt, ncu_tc32_fwd.{ncu-rep,txt} (the
 # fp32 3xTF32 forward at B4 S2048 H16 D64).
 attention() {
@@ -135,11 +135,6 @@ attention() {
   GPA_DEVICE=cuda GPA_BENCH_SDPA_TORCH=$torch "$B/bench/gpa-bench" cuda_attention_fa2 \
     >"$OUT/bench_attention_fa2.json" 2>"$OUT/bench_attention_fa2.err" || rc=1
   cat "$OUT/bench_attention_fa2.json"
-  # the exact-head-dim bf16 kernels (GPA_FA2_EXACT=1, unmeasured before):
-  # the same rows again, A/B against the run above (PyTorch's figures there)
-  GPA_DEVICE=cuda GPA_FA2_EXACT=1 "$B/bench/gpa-bench" cuda_attention_fa2 \
-    >"$OUT/bench_attention_fa2x.json" 2>"$OUT/bench_attention_fa2x.err" || rc=1
-  grep -h '"bf16' "$OUT/bench_attention_fa2x.json"
   local ncu
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   if [ -x "$ncu" ]; then
