@@ -1,0 +1,157 @@
+/* fp32 attention on CUDA's 3xTF32 tensor-core kernels (kernels/cuda/
+ * attention_f32tc.cu, attention_f32tc_bwd.cu) on the simulated device with
+ * its fault injection, at the main job's head dim (D 32, causal, GQA 2).
+ * Accuracy is sim_attention_f32tc's and attention's; this test is about the
+ * path and its failures:
+ *   - selection: a refused launch names the kernel it refused, so the
+ *     forward's first launch is gpa_tc32_fwd_d64 (the forward's class 64
+ *     takes D 32) and the backward's second and third (after delta) are
+ *     gpa_tc32_dkv_d32 and gpa_tc32_dq_d32;
+ *   - a refused launch fails that op with GPA_EDEVICE and the driver's
+ *     message, and the next attention on the queue is right;
+ *   - the backward's scratch (delta) out of memory on a fresh queue:
+ *     GPA_ENOMEM with the driver's message; memory back, the op runs;
+ *   - deterministic: the gradients of every successful backward, on either
+ *     queue, agree to the bit. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "ops/attention/attention.h"
+#include "test_cuda_util.h"
+
+enum { B = 2, S = 37, SK = 45, H = 2, HKV = 1, D = 32 };
+#define NQ (B * S * H * D)
+#define NK (B * SK * HKV * D)
+#define NL (B * H * S)
+
+typedef struct bufs {
+  gpa_tensor q, k, v, o, lse, dout, dq, dk, dv;
+} bufs;
+
+static gpa_tensor f32(gpa_actor *a, int rank, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+  gpa_tensor t = {0};
+  const int64_t dims[4] = {d0, d1, d2, d3};
+  uint64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= (uint64_t)(t.shape[i] = dims[i]);
+  CHECK_OK(gpa_buffer_acquire(a, NULL, n * 4, &t.buffer));
+  t.dtype = GPA_F32;
+  t.rank = rank;
+  return t;
+}
+
+static void put(gpa_queue *q, const gpa_tensor *t, const float *v, int64_t n) {
+  gpa_handle *h;
+  CHECK_OK(gpa_upload(q, t, v, (uint64_t)n * 4, 0, &h));
+  CHECK_OK(gpa_await(h, -1));
+  gpa_handle_release(h);
+}
+
+static void get(gpa_queue *q, const gpa_tensor *t, float *dst, int64_t n) {
+  gpa_handle *h;
+  CHECK_OK(gpa_readback(q, t, &h));
+  CHECK_OK(gpa_await(h, -1));
+  const void *d;
+  uint64_t sz;
+  CHECK_OK(gpa_handle_data(h, &d, &sz));
+  CHECK(sz == (uint64_t)n * 4);
+  memcpy(dst, d, sz);
+  gpa_handle_release(h);
+}
+
+static const gpa_attr causal = {"causal", GPA_ATTR_INT, 1, 0};
+
+static gpa_status fwd(gpa_queue *q, bufs *s, gpa_handle **h) {
+  gpa_tensor in[3] = {s->q, s->k, s->v}, out[2] = {s->o, s->lse};
+  gpa_op_call c = {"attention_fwd", in, 3, out, 2, &causal, 1};
+  gpa_status st = gpa_submit(q, &c, h);
+  return st == GPA_OK ? gpa_await(*h, -1) : st;
+}
+static gpa_status bwd(gpa_queue *q, bufs *s, gpa_handle **h) {
+  gpa_tensor in[6] = {s->dout, s->q, s->k, s->v, s->o, s->lse}, out[3] = {s->dq, s->dk, s->dv};
+  gpa_op_call c = {"attention_bwd", in, 6, out, 3, &causal, 1};
+  gpa_status st = gpa_submit(q, &c, h);
+  return st == GPA_OK ? gpa_await(*h, -1) : st;
+}
+
+/* launch nth of the op refused: EDEVICE, its message naming `kernel` */
+static void refused(gpa_queue *q, bufs *s, tcu_sim *sim, int back, unsigned nth, const char *kernel) {
+  gpa_handle *h = NULL;
+  sim->fault_launch(nth);
+  CHECK_ST(back ? bwd(q, s, &h) : fwd(q, s, &h), GPA_EDEVICE);
+  const char *m = gpa_handle_error_message(h);
+  if (!strstr(m, kernel) || !strstr(m, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")) {
+    fprintf(stderr, "launch %u of attention_%s: '%s' does not name %s\n", nth, back ? "bwd" : "fwd", m, kernel);
+    exit(1);
+  }
+  printf("ok: launch %u of attention_%s refused: %s\n", nth, back ? "bwd" : "fwd", m);
+  gpa_handle_release(h);
+  gpa_sync_batch(q, NULL); /* the batch saw the refused launch */
+}
+
+/* dq, dk, dv of a successful backward on q, into g */
+static void grads(gpa_queue *q, bufs *s, float *g) {
+  gpa_handle *h;
+  CHECK_OK(bwd(q, s, &h));
+  gpa_handle_release(h);
+  get(q, &s->dq, g, NQ);
+  get(q, &s->dk, g + NQ, NK);
+  get(q, &s->dv, g + NQ + NK, NK);
+}
+
+int main(void) {
+  tcu_device_or_skip();
+  static float hq[NQ], hk[NK], hv[NK], hdo[NQ], g0[NQ + 2 * NK], g1[NQ + 2 * NK];
+  uint64_t r = 2323;
+  float *fill[4] = {hq, hk, hv, hdo};
+  const int64_t nfill[4] = {NQ, NK, NK, NQ};
+  for (int i = 0; i < 4; i++)
+    for (int64_t j = 0; j < nfill[i]; j++)
+      fill[i][j] = (float)((r = r * 6364136223846793005ULL + 1) >> 40) / (1 << 24) * 3 - 1.5f;
+  gpa_actor *a = tu_actor(NULL);
+  tcu_sim sim = tcu_sim_api(a);
+  gpa_queue *q = gpa_actor_default_queue(a);
+  bufs s = {f32(a, 4, B, S, H, D),  f32(a, 4, B, SK, HKV, D), f32(a, 4, B, SK, HKV, D),
+            f32(a, 4, B, S, H, D),  f32(a, 3, B, H, S, 0),    f32(a, 4, B, S, H, D),
+            f32(a, 4, B, S, H, D),  f32(a, 4, B, SK, HKV, D), f32(a, 4, B, SK, HKV, D)};
+  put(q, &s.q, hq, NQ);
+  put(q, &s.k, hk, NK);
+  put(q, &s.v, hv, NK);
+  put(q, &s.dout, hdo, NQ);
+  gpa_handle *h;
+
+  refused(q, &s, &sim, 0, 1, "gpa_tc32_fwd_d64");
+  const unsigned long long n0 = __atomic_load_n(&gpa__attn_tc32_bwd_calls, __ATOMIC_RELAXED);
+  CHECK_OK(fwd(q, &s, &h));
+  gpa_handle_release(h);
+  refused(q, &s, &sim, 1, 2, "gpa_tc32_dkv_d32");
+  refused(q, &s, &sim, 1, 3, "gpa_tc32_dq_d32");
+  grads(q, &s, g0);
+  CHECK(__atomic_load_n(&gpa__attn_tc32_bwd_calls, __ATOMIC_RELAXED) > n0);
+  int nonzero = 0;
+  for (int64_t i = 0; i < NQ + 2 * NK; i++) {
+    CHECK(isfinite(g0[i]));
+    nonzero += g0[i] != 0.0f;
+  }
+  CHECK(nonzero > (NQ + 2 * NK) / 2);
+
+  /* the scratch of a fresh queue is the op's own allocation */
+  gpa_queue *fq;
+  CHECK_OK(gpa_queue_create(a, "fresh", &fq));
+  sim.fault_oom(1);
+  CHECK_ST(bwd(fq, &s, &h), GPA_ENOMEM);
+  CHECK(strstr(gpa_handle_error_message(h), "CUDA_ERROR_OUT_OF_MEMORY"));
+  printf("ok: scratch out of memory: %s\n", gpa_handle_error_message(h));
+  gpa_handle_release(h);
+  sim.fault_oom(0);
+  grads(fq, &s, g1);
+  CHECK(!memcmp(g0, g1, sizeof g0));
+  CHECK_OK(gpa_queue_destroy(fq));
+  grads(q, &s, g1);
+  CHECK(!memcmp(g0, g1, sizeof g0));
+  printf("ok: the backward after each failure, on either queue, agrees to the bit\n");
+  sim.fault_clear();
+  const gpa_tensor all[9] = {s.q, s.k, s.v, s.o, s.lse, s.dout, s.dq, s.dk, s.dv};
+  for (int i = 0; i < 9; i++) CHECK_OK(gpa_buffer_release(a, all[i].buffer));
+  CHECK_OK(gpa_actor_destroy(a));
+  return 0;
+}
