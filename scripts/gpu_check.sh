@@ -111,7 +111,8 @@ cudnn() {
 # ncu_fa2x_fwd.{ncu-rep,txt} (the same forward on the exact-head-dim
 # kernel, GPA_FA2_EXACT=1; the bench's cuda_attention_fa2x_* rows time it),
 # attention_f32_{memcheck,racecheck}.txt, ncu_tc32_fwd.{ncu-rep,txt} (the
-# fp32 3xTF32 forward at B4 S2048 H16 D64).
+# fp32 3xTF32 forward at B4 S2048 H16 D64), ncu_tc32_bwd.{ncu-rep,txt} (its
+# backward's dK/dV and dQ kernels).
 attention() {
   local rc=0 r
   GPA_DEVICE=cuda ctest --test-dir "$B" --timeout 600 --output-on-failure \
@@ -162,6 +163,12 @@ attention() {
       "$B/bench/gpa-bench" cuda_attention_fa2 >"$OUT/ncu_tc32_run.txt" 2>&1 || rc=1
     "$ncu" --import "$OUT/ncu_tc32_fwd.ncu-rep" --page details >"$OUT/ncu_tc32_fwd.txt" 2>&1 || rc=1
     grep -E "Achieved Occupancy|Compute \(SM\) Throughput|Issue Slots|Duration" "$OUT/ncu_tc32_fwd.txt"
+    # its backward's two passes, dK/dV and dQ, at the same shape (never profiled yet)
+    GPA_DEVICE=cuda GPA_BENCH_REPS=1 "$ncu" --kernel-name regex:'gpa_tc32_(dkv|dq)_d64' --launch-count 2 \
+      --section SpeedOfLight --section Occupancy --section ComputeWorkloadAnalysis -f -o "$OUT/ncu_tc32_bwd" \
+      "$B/bench/gpa-bench" cuda_attention_fa2 >"$OUT/ncu_tc32_bwd_run.txt" 2>&1 || rc=1
+    "$ncu" --import "$OUT/ncu_tc32_bwd.ncu-rep" --page details >"$OUT/ncu_tc32_bwd.txt" 2>&1 || rc=1
+    grep -E "gpa_tc32|Achieved Occupancy|Compute \(SM\) Throughput|Issue Slots|Duration" "$OUT/ncu_tc32_bwd.txt"
   else
     echo "attention: no ncu"
     rc=1
