@@ -36,16 +36,22 @@
 #   kernels   every kernel of four eager steps of the main job (f32, then
 #             --bf16) timed alone by ncu, summed per message and kernel
 #             (scripts/ncu_kernels.py): $OUT/kernels.txt
-#   lease     one device lease in value order: build failing checks kernels
-#             nccl torch attention-bench actor ncu membound; each step
-#             under a time limit
+#   interop   scripts/gpu_interop.sh (PyTorch and JAX on the GPU, issues 28
+#             and 29) into $OUT/interop/
+#   lease     one device lease in value order: build failing kernels torch
+#             attention-bench membound interop actor checks nccl ncu; each
+#             step under a time limit, so a lease cut short keeps the most
+#             valuable results (with GPA_CHECK_TAR, in the tarball); a second
+#             call on the still-warm machine can name the steps not reached
 # Logs go to ${OUT:-gpu-check}/; with GPA_CHECK_TAR, that folder is tarred
 # there after every step (a lease returns few files: one tarball keeps
 # everything, even when the lease runs out mid-way). Exits 77 when no GPU is
 # visible.
 # GPA_DEPS_PREFIX: where the Debian packages libck-dev, libopenblas-dev
 # (openblas-pthread) and libjansson-dev were unpacked (dpkg -x) on a machine
-# that does not have them installed.
+# that does not have them installed; or GPA_DEPS_DEBS: a folder of those
+# .deb files (apt-get download, carried with the tree), unpacked here into
+# /tmp/gpa-deps, which then serves as the prefix.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || { echo "gpu_check: no GPU visible" >&2; exit 77; }
@@ -53,6 +59,10 @@ B=${BUILD_DIR:-build-gpu}
 OUT=${OUT:-gpu-check}
 mkdir -p "$OUT"
 cmake_args=()
+if [ -n "${GPA_DEPS_DEBS:-}" ] && [ -z "${GPA_DEPS_PREFIX:-}" ]; then
+  mkdir -p /tmp/gpa-deps && for f in "$GPA_DEPS_DEBS"/*.deb; do dpkg -x "$f" /tmp/gpa-deps || exit 1; done
+  GPA_DEPS_PREFIX=/tmp/gpa-deps
+fi
 if [ -n "${GPA_DEPS_PREFIX:-}" ]; then
   L=$GPA_DEPS_PREFIX/usr/lib/x86_64-linux-gnu
   cmake_args+=(-DCMAKE_INCLUDE_PATH="$GPA_DEPS_PREFIX/usr/include;$GPA_DEPS_PREFIX/usr/include/x86_64-linux-gnu/openblas-pthread"
@@ -304,7 +314,8 @@ actor() {
 
 steps=("$@")
 [ ${#steps[@]} = 0 ] && steps=(build ctest nccl train bench sanitize cudnn attention)
-[ "${steps[*]}" = lease ] && steps=(build failing checks kernels nccl torch attention-bench actor ncu membound)
+[ "${steps[*]}" = lease ] &&
+  steps=(build failing kernels torch attention-bench membound interop actor checks nccl ncu)
 for s in "${steps[@]}"; do
   case $s in
     build) step build build || exit 1 ;;
@@ -325,6 +336,7 @@ for s in "${steps[@]}"; do
     actor) TAIL=30 step actor timeout 150 bash -c "$(declare -f actor); B=$B OUT=$OUT actor" ;;
     failing) TAIL=40 step failing env GPA_DEVICE=cuda ctest --test-dir "$B" --timeout 120 -V \
       -R '^(adamw_multi|parity_metrics)$' ;;
+    interop) TAIL=30 step interop env BUILD_DIR="$B" OUT="$OUT_ABS/interop" timeout 180 scripts/gpu_interop.sh ;;
     kernels) TAIL=70 step kernels timeout 180 bash -c "$(declare -f kernels); B=$B OUT=$OUT kernels" ;;
     ncu) TAIL=20 step ncu timeout 90 bash -c "$(declare -f ncu_fa2); B=$B OUT=$OUT ncu_fa2" ;;
     *) echo "gpu_check: unknown step $s" >&2; exit 2 ;;
