@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: set up, build, and run the whole suite with ctest on every
 # device this machine has (cpu; sim when the CUDA toolkit is present), then
-# valgrind memcheck of the core tests, the same suite in ASan+UBSan and TSan
+# the cpu suite of a build without the CUDA backend, valgrind memcheck of the
+# core tests, the same suite in ASan+UBSan and TSan
 # builds, and the libFuzzer targets for a bounded time (clang). Set
 # GPA_QUICK=1 to skip everything after the first suite while iterating.
 set -euo pipefail
@@ -29,6 +30,11 @@ BUILD_DIR=build scripts/setup.sh
 for d in $(devices build); do run_suite build "$d"; done
 
 if [ "${GPA_QUICK:-0}" != 1 ]; then
+  # The build where the CUDA toolkit is absent (host backend only), as a
+  # user without it gets: everything builds and the cpu suite passes (the
+  # CUDA tests skip). Two tests had stopped linking there unnoticed.
+  BUILD_DIR=build-nocuda scripts/setup.sh -DGPA_WITH_CUDA=OFF
+  run_suite build-nocuda cpu
   # valgrind: the core runtime's tests, leak-checked (stress scaled down);
   # then, where the sim is built, a few of its own tests and of the cuda
   # backend's on it, kernels included (the fiber stacks are registered with
