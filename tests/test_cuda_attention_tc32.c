@@ -46,25 +46,6 @@ static gpa_tensor f32(gpa_actor *a, int rank, int64_t d0, int64_t d1, int64_t d2
   return t;
 }
 
-static void put(gpa_queue *q, const gpa_tensor *t, const float *v, int64_t n) {
-  gpa_handle *h;
-  CHECK_OK(gpa_upload(q, t, v, (uint64_t)n * 4, 0, &h));
-  CHECK_OK(gpa_await(h, -1));
-  gpa_handle_release(h);
-}
-
-static void get(gpa_queue *q, const gpa_tensor *t, float *dst, int64_t n) {
-  gpa_handle *h;
-  CHECK_OK(gpa_readback(q, t, &h));
-  CHECK_OK(gpa_await(h, -1));
-  const void *d;
-  uint64_t sz;
-  CHECK_OK(gpa_handle_data(h, &d, &sz));
-  CHECK(sz == (uint64_t)n * 4);
-  memcpy(dst, d, sz);
-  gpa_handle_release(h);
-}
-
 static const gpa_attr causal = {"causal", GPA_ATTR_INT, 1, 0};
 
 static gpa_status fwd(gpa_queue *q, bufs *s, gpa_handle **h) {
@@ -100,9 +81,9 @@ static void grads(gpa_queue *q, bufs *s, float *g) {
   gpa_handle *h;
   CHECK_OK(bwd(q, s, &h));
   gpa_handle_release(h);
-  get(q, &s->dq, g, NQ);
-  get(q, &s->dk, g + NQ, NK);
-  get(q, &s->dv, g + NQ + NK, NK);
+  tu_get(q, &s->dq, g, NQ);
+  tu_get(q, &s->dk, g + NQ, NK);
+  tu_get(q, &s->dv, g + NQ + NK, NK);
 }
 
 int main(void) {
@@ -120,10 +101,10 @@ int main(void) {
   bufs s = {f32(a, 4, B, S, H, D),  f32(a, 4, B, SK, HKV, D), f32(a, 4, B, SK, HKV, D),
             f32(a, 4, B, S, H, D),  f32(a, 3, B, H, S, 0),    f32(a, 4, B, S, H, D),
             f32(a, 4, B, S, H, D),  f32(a, 4, B, SK, HKV, D), f32(a, 4, B, SK, HKV, D)};
-  put(q, &s.q, hq, NQ);
-  put(q, &s.k, hk, NK);
-  put(q, &s.v, hv, NK);
-  put(q, &s.dout, hdo, NQ);
+  tu_put(q, &s.q, hq, NQ);
+  tu_put(q, &s.k, hk, NK);
+  tu_put(q, &s.v, hv, NK);
+  tu_put(q, &s.dout, hdo, NQ);
   gpa_handle *h;
 
   refused(q, &s, &sim, 0, 1, "gpa_tc32_fwd_d64");
