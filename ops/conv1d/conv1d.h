@@ -21,6 +21,10 @@ gpa_status gpa__conv_bwd_cu(const gpa_op_exec *x);
 typedef struct gpa__conv_cu_geom {
   long long B, Cin, L, Cout, K, stride, pad_l, dil, G, Lout, cin_g, cout_g, R;
 } gpa__conv_cu_geom;
+/* ops/conv1d/cuda.c: db [Cout] f32, the sum of dy [nb][Cout][lout] over
+ * batches and positions by the db kernels' block tree (a fixed order:
+ * deterministic), for every backward path; GPA_OK without a third output. */
+gpa_status gpa__conv_db_cu(const gpa_op_exec *x, long long nb, long long cout, long long lout);
 gpa_status gpa__conv_fwd_bf16_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
 gpa_status gpa__conv_bwd_bf16_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
 /* ops/conv1d/cuda_igemm.c: the implicit-GEMM kernels (f32 and bf16 storage)

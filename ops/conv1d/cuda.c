@@ -17,13 +17,21 @@
 #include "ops/cuda_kernels.h"
 
 #define CONV_SCRATCH_CAP ((uint64_t)256 << 20)
-#define GPA__CONV_DB_THREADS 256 /* a power of two: the db kernel's tree */
+#define CONV_DB_THREADS 256 /* a power of two: the db kernels' tree */
 
 static const float one = 1.0f, zero = 0.0f;
 
 static int fits(long long v) { return v >= 0 && v <= INT_MAX; }
 
 typedef gpa__conv_cu_geom geom;
+
+gpa_status gpa__conv_db_cu(const gpa_op_exec *x, long long nb, long long cout, long long lout) {
+  if (x->n_outputs <= 2) return GPA_OK;
+  void *db = x->out[2], *dy = x->in[0];
+  void *args[] = {&db, &dy, &nb, &cout, &lout};
+  int id = x->inputs[0].dtype == GPA_BF16 ? GPA__K_CONV_DB_BF : GPA__K_CONV_DB;
+  return gpa__cu_launch(x, id, (unsigned)cout, 1, 1, CONV_DB_THREADS, 1, CONV_DB_THREADS * sizeof(double), args);
+}
 
 static void conv_geom(const gpa_op_exec *x, const gpa_tensor *xt, const gpa_tensor *W, long long lout, geom *g) {
   const gpa__conv_params *p = x->params;
@@ -117,14 +125,7 @@ gpa_status gpa__conv_bwd_cu(const gpa_op_exec *x) {
   if (x->inputs[1].dtype == GPA_BF16) return gpa__conv_bwd_bf16_cu(x, &g);
   const float *dy = x->in[0], *xs = x->in[1], *W = x->in[2];
   float *dx = x->out[0], *dW = x->out[1];
-  void *db = x->n_outputs > 2 ? x->out[2] : NULL;
-  if (db) {
-    long long nb = g.B, cout = g.Cout, lout = g.Lout;
-    void *dyp = (void *)dy;
-    void *args[] = {&db, &dyp, &nb, &cout, &lout};
-    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_CONV_DB, (unsigned)cout, 1, 1, GPA__CONV_DB_THREADS, 1,
-                               GPA__CONV_DB_THREADS * sizeof(double), args));
-  }
+  GPA__CU_TRY(gpa__conv_db_cu(x, g.B, g.Cout, g.Lout));
   if (g.B == 0) return gpa__cu_zero_f32(x, dW, g.Cout * g.R);
   cublasHandle_t h;
   GPA__CU_TRY(gpa__cu_blas(x, &h));

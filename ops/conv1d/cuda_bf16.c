@@ -18,7 +18,6 @@
 #include "ops/cuda_kernels.h"
 
 #define CONV_BF_SCRATCH_CAP ((uint64_t)256 << 20)
-#define CONV_BF_DB_THREADS 256 /* as the f32 path's db launch (a power of two: the kernel's tree) */
 
 static const float one = 1.0f, zero = 0.0f;
 
@@ -84,14 +83,8 @@ gpa_status gpa__conv_fwd_bf16_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *
 
 gpa_status gpa__conv_bwd_bf16_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g) {
   const unsigned short *dy = x->in[0], *xs = x->in[1], *W = x->in[2];
-  void *dx = x->out[0], *dW = x->out[1], *db = x->n_outputs > 2 ? x->out[2] : NULL;
-  if (db) {
-    long long nb = g->B, cout = g->Cout, lout = g->Lout;
-    void *dyp = (void *)dy;
-    void *args[] = {&db, &dyp, &nb, &cout, &lout};
-    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_CONV_DB_BF, (unsigned)cout, 1, 1, CONV_BF_DB_THREADS, 1,
-                               CONV_BF_DB_THREADS * sizeof(double), args));
-  }
+  void *dx = x->out[0], *dW = x->out[1];
+  GPA__CU_TRY(gpa__conv_db_cu(x, g->B, g->Cout, g->Lout));
   if (g->B == 0) return gpa__cu_zero_f32(x, dW, g->Cout * g->R);
   cublasHandle_t h;
   GPA__CU_TRY(gpa__cu_blas(x, &h));

@@ -11,7 +11,6 @@
 #include "ops/conv1d/conv1d_cudnn.h"
 #include "ops/cuda_kernels.h"
 
-#define DB_THREADS 256 /* a power of two: the db kernel's tree */
 
 gpa_status gpa__conv_cudnn_cu(const gpa_op_exec *x, int bwd) {
   const gpa__conv_params *p = x->params;
@@ -35,11 +34,5 @@ gpa_status gpa__conv_cudnn_cu(const gpa_op_exec *x, int bwd) {
   a.Lout = x->inputs[0].shape[2];
   a.dy = x->in[0], a.x = x->in[1], a.W = x->in[2], a.dx = x->out[0], a.dW = x->out[1];
   gpa_status st = gpa__cudnn_conv_bwd(x, &a);
-  void *db = x->n_outputs > 2 ? x->out[2] : NULL;
-  if (st != GPA_OK || !db) return st;
-  long long nb = a.B, cout = a.Cout, lout = a.Lout;
-  void *dyp = (void *)a.dy;
-  void *args[] = {&db, &dyp, &nb, &cout, &lout};
-  return gpa__cu_launch(x, a.dtype == GPA_BF16 ? GPA__K_CONV_DB_BF : GPA__K_CONV_DB, (unsigned)cout, 1, 1, DB_THREADS,
-                        1, DB_THREADS * sizeof(double), args);
+  return st != GPA_OK ? st : gpa__conv_db_cu(x, a.B, a.Cout, a.Lout);
 }

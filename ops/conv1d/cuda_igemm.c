@@ -18,7 +18,6 @@
  * between machines), with at most DW_PART_CAP bytes of partials. */
 #define DW_BLOCKS 256
 #define DW_PART_CAP ((uint64_t)64 << 20)
-#define DB_THREADS 256 /* the db kernels' block (a power of two: their tree) */
 #define STAGE_CHANNELS 16 /* y, dx: reduction channels per shared stage, at most */
 
 static int ifits(long long v) { return v >= 0 && v <= INT_MAX; }
@@ -145,13 +144,7 @@ static gpa_status bwd_dw(const gpa_op_exec *x, const gpa__conv_cu_geom *c, int b
 
 gpa_status gpa__conv_bwd_ig_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c) {
   int bf = x->inputs[1].dtype == GPA_BF16;
-  if (x->n_outputs > 2) {
-    long long nb = c->B, cout = c->Cout, lout = c->Lout;
-    void *db = x->out[2], *dy = x->in[0];
-    void *args[] = {&db, &dy, &nb, &cout, &lout};
-    GPA__CU_TRY(gpa__cu_launch(x, bf ? GPA__K_CONV_DB_BF : GPA__K_CONV_DB, (unsigned)cout, 1, 1, DB_THREADS, 1,
-                               DB_THREADS * sizeof(double), args));
-  }
+  GPA__CU_TRY(gpa__conv_db_cu(x, c->B, c->Cout, c->Lout));
   if (c->B == 0) return gpa__cu_zero_f32(x, x->out[1], c->Cout * c->R);
   GPA__CU_TRY(bwd_dx(x, c, bf));
   return bwd_dw(x, c, bf);

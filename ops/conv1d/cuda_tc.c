@@ -25,7 +25,6 @@
 /* the scratch of one call (copies, re-laid W, partials) at most; past it
  * the SIMT kernels, which need none, take the call */
 #define TC_SCRATCH_CAP ((uint64_t)512 << 20)
-#define DB_THREADS 256 /* the db kernels' block (a power of two: their tree) */
 
 static long long cdiv(long long a, long long b) { return (a + b - 1) / b; }
 static long long up8(long long v) { return (v + 7) & ~7LL; }
@@ -145,13 +144,7 @@ gpa_status gpa__conv_fwd_tc_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c)
 }
 
 gpa_status gpa__conv_bwd_tc_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c) {
-  if (x->n_outputs > 2) {
-    long long nb = c->B, cout = c->Cout, lout = c->Lout;
-    void *db = x->out[2], *dy = x->in[0];
-    void *args[] = {&db, &dy, &nb, &cout, &lout};
-    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_CONV_DB_BF, (unsigned)cout, 1, 1, DB_THREADS, 1, DB_THREADS * sizeof(double),
-                               args));
-  }
+  GPA__CU_TRY(gpa__conv_db_cu(x, c->B, c->Cout, c->Lout));
   if (c->B == 0) return gpa__cu_zero_f32(x, x->out[1], c->Cout * c->R);
   const uint64_t xb = pack_bytes(c, c->cin_g, c->L), db = pack_bytes(c, c->cout_g, c->Lout);
   const uint64_t wb = wpack_bytes(c, c->cin_g, c->cout_g);
