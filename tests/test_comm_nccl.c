@@ -227,6 +227,19 @@ static bool none_left(void) {
   return live() == 0;
 }
 
+/* Rank 0 holds 1s, rank 1 2s; their in-place sum is 3 on both. */
+static void sum_checked(pair *p) {
+  for (int i = 0; i < 2; i++) {
+    CHECK_OK(tu_fill(q_of(p, i), &p->x[i], 1.0 + i, NULL));
+    CHECK_OK(gpa_allreduce(q_of(p, i), p->c[i], &p->x[i], &p->x[i], GPA_REDUCE_SUM, NULL));
+  }
+  for (int i = 0; i < 2; i++) {
+    float v[64];
+    tu_get(q_of(p, i), &p->x[i], v, 64);
+    CHECK(v[0] == 3.0f && v[63] == 3.0f);
+  }
+}
+
 /* Destroying a non-blocking communicator: NCCL answers ncclInProgress and
  * ends it in the background, and refuses one that is not ready (here an
  * asynchronous error since its last collective: a peer failed while it was
@@ -236,15 +249,7 @@ static void destroy_case(void) {
   for (int refused = 0; refused < 2; refused++) {
     pair p;
     pair_up(&p, 1000);
-    for (int i = 0; i < 2; i++) {
-      CHECK_OK(tu_fill(q_of(&p, i), &p.x[i], 1.0 + i, NULL));
-      CHECK_OK(gpa_allreduce(q_of(&p, i), p.c[i], &p.x[i], &p.x[i], GPA_REDUCE_SUM, NULL));
-    }
-    for (int i = 0; i < 2; i++) {
-      float v[64];
-      tu_get(q_of(&p, i), &p.x[i], v, 64);
-      CHECK(v[0] == 3.0f && v[63] == 3.0f);
-    }
+    sum_checked(&p);
     if (refused) fault("destroy", 1); /* rank 0's destroy is refused */
     for (int i = 0; i < 2; i++) {
       CHECK_OK(gpa_comm_destroy(p.c[i]));
@@ -369,15 +374,7 @@ static void init_old_nccl(void) {
   set_version(21300);
   pair p;
   pair_up(&p, 1000);
-  for (int i = 0; i < 2; i++) {
-    CHECK_OK(tu_fill(q_of(&p, i), &p.x[i], 1.0 + i, NULL));
-    CHECK_OK(gpa_allreduce(q_of(&p, i), p.c[i], &p.x[i], &p.x[i], GPA_REDUCE_SUM, NULL));
-  }
-  for (int i = 0; i < 2; i++) {
-    float v[64];
-    tu_get(q_of(&p, i), &p.x[i], v, 64);
-    CHECK(v[0] == 3.0f && v[63] == 3.0f);
-  }
+  sum_checked(&p);
   pair_down(&p);
   set_version(2908);
   gpa_actor *a = on(0);

@@ -18,6 +18,29 @@ static inline const char *tcu_device_or_skip(void) {
   return d;
 }
 
+/* Submits c and waits for it: the submit's status, else the await's. */
+static inline gpa_status tcu_run(gpa_queue *q, const gpa_op_call *c, gpa_handle **h) {
+  gpa_status st = gpa_submit(q, c, h);
+  return st == GPA_OK ? gpa_await(*h, -1) : st;
+}
+
+/* An op (named `op`) whose nth launch the simulator refused
+ * (tcu_sim.fault_launch) came back as st and h: GPA_EDEVICE, h's message
+ * naming `kernel` and the driver's refusal. Releases h and collects the
+ * queue's batch, which saw the failure. */
+static inline void tcu_expect_refused(gpa_queue *q, gpa_status st, gpa_handle *h, const char *op, unsigned nth,
+                                      const char *kernel) {
+  CHECK_ST(st, GPA_EDEVICE);
+  const char *m = gpa_handle_error_message(h);
+  if (!strstr(m, kernel) || !strstr(m, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")) {
+    fprintf(stderr, "launch %u of %s: '%s' does not name %s\n", nth, op, m, kernel);
+    exit(1);
+  }
+  printf("ok: launch %u of %s refused: %s\n", nth, op, m);
+  gpa_handle_release(h);
+  gpa_sync_batch(q, NULL);
+}
+
 /* The simulator's control API (sim/include/gpa_sim.h), from the driver the
  * backend loaded; exits 77 when the device is not the simulator. */
 typedef struct tcu_sim {

@@ -20,24 +20,28 @@ gpa_tensor tu_f32(gpa_actor *a, int64_t n) {
   return t;
 }
 
-void tu_put(gpa_queue *q, const gpa_tensor *t, const float *src, int64_t n) {
+void tu_put_bytes(gpa_queue *q, const gpa_tensor *t, const void *src, uint64_t bytes) {
   gpa_handle *h;
-  CHECK_OK(gpa_upload(q, t, src, (uint64_t)n * 4, 0, &h));
+  CHECK_OK(gpa_upload(q, t, src, bytes, 0, &h));
   CHECK_OK(gpa_await(h, -1));
   gpa_handle_release(h);
 }
 
-void tu_get(gpa_queue *q, const gpa_tensor *t, float *dst, int64_t n) {
+void tu_get_bytes(gpa_queue *q, const gpa_tensor *t, void *dst, uint64_t bytes) {
   gpa_handle *h;
   CHECK_OK(gpa_readback(q, t, &h));
   CHECK_OK(gpa_await(h, -1));
   const void *d;
   uint64_t sz;
   CHECK_OK(gpa_handle_data(h, &d, &sz));
-  CHECK(sz == (uint64_t)n * 4);
+  CHECK(sz == bytes);
   memcpy(dst, d, sz);
   gpa_handle_release(h);
 }
+
+void tu_put(gpa_queue *q, const gpa_tensor *t, const float *src, int64_t n) { tu_put_bytes(q, t, src, (uint64_t)n * 4); }
+
+void tu_get(gpa_queue *q, const gpa_tensor *t, float *dst, int64_t n) { tu_get_bytes(q, t, dst, (uint64_t)n * 4); }
 
 gpa_status tu_fill(gpa_queue *q, const gpa_tensor *t, double v, gpa_handle **h) {
   gpa_attr at = {"value", GPA_ATTR_FLOAT, 0, v};

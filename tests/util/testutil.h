@@ -45,6 +45,10 @@ gpa_tensor tu_f32(gpa_actor *a, int64_t n);
 void tu_put(gpa_queue *q, const gpa_tensor *t, const float *src, int64_t n);
 /* Reads n floats back into dst (awaits). */
 void tu_get(gpa_queue *q, const gpa_tensor *t, float *dst, int64_t n);
+/* The same for tensors of any dtype: `bytes` bytes, the readback checked to
+ * be exactly that size. */
+void tu_put_bytes(gpa_queue *q, const gpa_tensor *t, const void *src, uint64_t bytes);
+void tu_get_bytes(gpa_queue *q, const gpa_tensor *t, void *dst, uint64_t bytes);
 /* fill via the generic submit path. */
 gpa_status tu_fill(gpa_queue *q, const gpa_tensor *t, double v, gpa_handle **h);
 
