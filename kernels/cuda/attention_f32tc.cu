@@ -180,15 +180,7 @@ static __device__ __forceinline__ void tc32_fwd(TC32F_ARGS) {
       oacc[n][2] *= al1, oacc[n][3] *= al1;
     }
     /* O += P V per 8-key step: A k t = key 2t, k t + 4 = key 2t + 1 */
-    UNROLL
-    for (int n = 0; n < NB; n++) {
-      unsigned pb[4], pq[4];
-      tc32_split_acc(pb, pq, s[n]);
-      const float *v0 = tV + (n * 8 + 2 * t) * LDV + g;
-      UNROLL
-      for (int f = 0; f < NO; f++)
-        if (f * 8 < D) tc32_mma_rows(oacc[f], pb, pq, v0[f * 8], v0[LDV + f * 8]);
-    }
+    tc32_acc_ax(oacc, s, tV, LDV, D, t, g);
     __syncthreads(); /* buffer `buf` is read: the next iteration refills it */
   }
   gpa_cp_async_wait<0>(); /* no tile at all: the Q copies are still in flight */

@@ -70,4 +70,22 @@ static __device__ __forceinline__ void tc32_mma_rows(float d[4], const unsigned 
   gpa_mma1688_3xtf32(d, ab, as, bb, bs);
 }
 
+/* acc += A X over NB 8-row steps (the forward's O += P V, the backward's
+ * dQ += dS K): A in accumulator layout, a[n] its columns 8n..8n+7; X in
+ * shared memory, rows ld floats apart, whose column 8f + g is acc[f]'s
+ * output column g; column blocks from d on are skipped. */
+template <int NB, int NO>
+static __device__ __forceinline__ void tc32_acc_ax(float (&acc)[NO][4], const float (&a)[NB][4], const float *x, int ld,
+                                                   int d, int t, int g) {
+  UNROLL
+  for (int n = 0; n < NB; n++) {
+    unsigned ab[4], as[4];
+    tc32_split_acc(ab, as, a[n]);
+    const float *x0 = x + (n * 8 + 2 * t) * ld + g;
+    UNROLL
+    for (int f = 0; f < NO; f++)
+      if (f * 8 < d) tc32_mma_rows(acc[f], ab, as, x0[f * 8], x0[ld + f * 8]);
+  }
+}
+
 #endif

@@ -289,15 +289,7 @@ static __device__ __forceinline__ void tc32_dq(TC32B_ARGS) {
           dp[n][i] = p * (dp[n][i] - (i < 2 ? D0 : D1));
         }
       /* dQ += dS K, 8 keys at a time: K rows 2t, 2t + 1 at column g */
-      UNROLL
-      for (int n = 0; n < NB; n++) {
-        unsigned db[4], ds[4];
-        tc32_split_acc(db, ds, dp[n]);
-        const float *k0 = tK + (n * 8 + 2 * t) * LDB + g;
-        UNROLL
-        for (int f = 0; f < NO; f++)
-          if (f * 8 < D) tc32_mma_rows(aq[f], db, ds, k0[f * 8], k0[LDB + f * 8]);
-      }
+      tc32_acc_ax(aq, dp, tK, LDB, D, t, g);
     }
     __syncthreads(); /* buffer `buf` is read: the next iteration refills it */
   }
