@@ -275,7 +275,12 @@ kernels() {
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   [ -x "$ncu" ] || { echo "no ncu"; return 1; }
   for f in "" --bf16; do
-    GPA_DEVICE=cuda "$ncu" --nvtx --metrics gpu__time_duration.sum --csv --page raw --print-units base \
+    # the clocks and caches as the step leaves them (ncu's default locks
+    # base clocks and flushes caches before each kernel, which a step does
+    # not: session 16's report with those defaults summed 1.73 ms of
+    # kernels a step where the whole step took 1.88 ms with graphs)
+    GPA_DEVICE=cuda "$ncu" --nvtx --clock-control none --cache-control none \
+      --metrics gpu__time_duration.sum --csv --page raw --print-units base \
       --log-file "$OUT/ncu_step${f}.csv" "$B/examples/gpa-train-lm" --steps 4 --eval-every 0 --quiet $f \
       >"$OUT/ncu_step_run${f}.txt" 2>&1 || rc=1
     echo "-- main job${f:+ $f}: kernels of 4 steps"

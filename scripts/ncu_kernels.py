@@ -9,8 +9,10 @@ gaps a trainer's host work leaves between them.
 Output: per message (the NVTX range the actor opens around each message,
 when the CSV has it) and kernel: launches per step and microseconds per
 step, largest first, and the total a step. Steps: the number given
-(--steps); the kernels launched before the first `embedding_fwd` (setup)
-are left out when the ranges are there.
+(--steps); when the ranges are there, the kernels launched before the
+first `embedding_fwd` (setup) and after the last optimizer message (the
+final held-out evaluation, forward passes only) are left out, so the
+figures are the training steps'.
 """
 import argparse
 import csv
@@ -42,6 +44,17 @@ def column(head, *names):
     return -1
 
 
+def range_name(cell):
+    # ncu writes the innermost push/pop range as
+    #   TID  "<domain>:NAME:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+    # (the header names the fields); NAME is the message the actor ran
+    q = cell.find('"')
+    if q < 0:
+        return cell.strip()
+    fields = cell[q + 1:].rstrip().rstrip('"').split(":")
+    return fields[1] if len(fields) > 1 else fields[0]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
@@ -56,12 +69,18 @@ def main():
         sys.exit(f"ncu_kernels: no kernel name or duration column in {head}")
     # ranges present: skip the setup before the first step's first message
     started = k_nvtx < 0 or not any(len(r) > k_nvtx and "embedding_fwd" in r[k_nvtx] for r in body)
+    # the last optimizer kernel ends the training steps
+    last = len(body)
+    if k_nvtx >= 0:
+        opt = [i for i, r in enumerate(body) if len(r) > k_nvtx and "adamw" in range_name(r[k_nvtx])]
+        if opt:
+            last = opt[-1] + 1
     per = defaultdict(lambda: [0, 0.0])
     total = 0.0
-    for r in body:
+    for r in body[:last]:
         if len(r) <= max(k_name, k_time, k_nvtx):
             continue
-        msg = r[k_nvtx].split(":")[-1].strip() if k_nvtx >= 0 else ""
+        msg = range_name(r[k_nvtx]) if k_nvtx >= 0 else ""
         if not started:
             if "embedding_fwd" not in msg:
                 continue
