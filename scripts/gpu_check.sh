@@ -190,13 +190,17 @@ attention() {
 # benches run (their GPA_BENCH_SDPA_TORCH_CACHE)
 torch_sdpa() {
   local dt c
-  for dt in bf16 f16; do
+  { for dt in bf16 f16; do
     for c in 0 1; do
       echo "$dt 4 4096 16 16 128 $c"
       echo "$dt 4 4096 32 32 64 $c"
     done
     echo "$dt 4 4096 32 8 128 0"
-  done | python3 bench/sdpa_torch.py - >"$OUT/torch_sdpa.txt"
+  done
+  # the fp32 rows (cuda_attention_f32tc_*) beside the memory-efficient backend
+  echo "f32 4 2048 16 16 64 0"
+  echo "f32 4 2048 16 16 64 1"
+  } | python3 bench/sdpa_torch.py - >"$OUT/torch_sdpa.txt"
   cat "$OUT/torch_sdpa.txt"
   [ -s "$OUT/torch_sdpa.txt" ]
 }
