@@ -160,6 +160,8 @@ class Readback(Handle):
 class Tensor:
     """A view of an actor buffer: dtype and shape over (buffer, offset)."""
 
+    _cached_wrap = False  # gpuactor.torch: True on the wraps it keeps (a class default: no getattr per call)
+
     def __init__(self, buffer, shape, dtype=F32, offset=0):
         self.buffer = buffer
         self.dtype = dtype_of(dtype)
@@ -306,13 +308,14 @@ class Call:
     tensors' buffers, offsets, dtypes and shapes, the attributes), to
     submit as often as wanted: Queue.submit(call) / Queue.post(call). It
     keeps its tensors; what it names is what they were when it was built."""
-    __slots__ = ("op", "c", "_keep")
+    __slots__ = ("op", "c", "ref", "_keep")
 
     def __init__(self, op, inputs=(), outputs=(), attrs=None):
         ins, outs = _tensors(inputs), _tensors(outputs)
         a, n_attrs, names = _attrs(attrs)
         self.op = op
         self.c = L.OpCall(op.encode(), ins, len(inputs), outs, len(outputs), a if a is not None else None, n_attrs)
+        self.ref = ctypes.byref(self.c)  # made once: a submit passes it as is
         self._keep = (tuple(inputs), tuple(outputs), ins, outs, a, names)  # what c points into
 
 
@@ -345,10 +348,11 @@ class Queue:
         self.actor, self._ptr_, self._owned = actor, ptr, owned
 
     def _p(self):
-        self.actor._p()
-        if not self._ptr_:
-            raise GpaError(-17, "queue destroyed")
-        return self._ptr_
+        p = self._ptr_
+        if p and self.actor._ptr:
+            return p
+        self.actor._p()  # raises first if the actor is closed
+        raise GpaError(-17, "queue destroyed")
 
     def close(self):
         if self._owned and self._ptr_ and self.actor._ptr:
@@ -365,7 +369,7 @@ class Queue:
         """Submits op by registry name (or a Call); returns its Handle."""
         call = op if isinstance(op, Call) else Call(op, inputs, outputs, attrs)
         h = ctypes.c_void_p()
-        _check(L.submit(self._p(), ctypes.byref(call.c), ctypes.byref(h)))
+        _check(L.submit(self._p(), call.ref, ctypes.byref(h)))
         return Handle(h.value, call.op)
 
     def post(self, op, inputs=(), outputs=(), attrs=None):
@@ -374,7 +378,7 @@ class Queue:
         queue's next sync, as a released handle's would; no Handle to make
         or release."""
         call = op if isinstance(op, Call) else Call(op, inputs, outputs, attrs)
-        _check(L.submit(self._p(), ctypes.byref(call.c), None))
+        _check(L.submit(self._p(), call.ref, None))
 
     def upload(self, tensor, array, version=0):
         arr = np.ascontiguousarray(array, dtype=_NP_OF[tensor.dtype])

@@ -25,12 +25,25 @@ sync. The two events are a pair from a small pool per device, reused: a
 call gives its pair back only after its round trip, when the actor has
 enqueued its wait on the first and its record of the second and torch's
 stream its wait on the second, and CUDA reads an event when a wait on it is
-enqueued, so a later record changes nothing already ordered. (The CUDA path
-needs a GPU with a CUDA build of PyTorch; this repository's CI has neither:
-there its steps are tested with stand-ins for torch's stream and events,
-tests/test_torch.py.)
+enqueued, so a later record changes nothing already ordered.
+
+Host cost. torch's side of a call is two driver calls through ctypes,
+cuEventRecord and cuStreamWaitEvent on torch's raw current stream (the
+integer Triton reads, torch._C._cuda_getCurrentRawStream) and the pair's
+CUevent handles, where torch.cuda.current_stream() and Event.record /
+Stream.wait_event build and check Python objects for several microseconds a
+call. The raw stream of the default stream is 0, which the driver reads as
+the legacy stream of the calling thread's current context: the driver path
+is taken only while torch's current device is the tensors' device, and a
+record it refuses (a thread without a current context yet) is done by
+torch's own Event.record on torch's Stream instead, as is every call where
+libcuda cannot be loaded (stats["torch_stream_calls"] counts them). (The
+CUDA path needs a GPU with a CUDA build of PyTorch; this repository's CI has
+neither: there its steps are tested with stand-ins for torch's stream,
+events and the driver, tests/test_torch.py.)
 """
 import atexit
+import ctypes
 import weakref
 
 import torch as _torch
@@ -39,7 +52,8 @@ from . import core as _core
 
 _GPA_OF = {_torch.float32: _core.F32, _torch.float16: _core.F16, _torch.bfloat16: _core.BF16,
            _torch.int32: _core.I32, _torch.uint8: _core.U8, _torch.int64: _core.I64}
-# (actor id, torch.device, data pointer, bytes) -> (gpuactor Tensor over the wrap, weak reference to the torch tensor)
+# (actor id, device index (-1: CPU), data pointer) ->
+# (gpuactor Tensor over the wrap, weak reference to the torch tensor, its torch dtype)
 _wraps = {}
 
 
@@ -51,20 +65,25 @@ def _drop(key):
 
 def _wrap(actor, t, q):
     """The gpuactor tensor over t's memory: the cached wrap itself (kept
-    while t lives), or a view of it (another shape or dtype), made anew."""
-    key = (id(actor), t.device, t.data_ptr(), t.numel() * t.element_size())
+    while t lives), or a view of it (another shape or dtype within its
+    bytes), made anew."""
+    # get_device(), an int, not t.device (an object made per call); the size
+    # is read only when t is not the wrap's own shape and dtype
+    key = (id(actor), t.get_device(), t.data_ptr())
     hit = _wraps.get(key)
-    if hit is not None and hit[1]() is not None and hit[0].buffer.actor is actor and actor._ptr and t.is_contiguous():
-        g, dtype, shape = hit[0], _GPA_OF.get(t.dtype), tuple(t.shape)
-        if g.shape == shape and g.dtype == dtype:
-            return g
-        if dtype is not None:  # the same bytes: another view of them takes its own shape and dtype
-            return _core.Tensor(g.buffer, shape, dtype, g.offset)
-    g = actor.from_dlpack(t.detach(), queue=q)
+    if hit is not None:
+        g = hit[0]
+        if hit[1]() is not None and g.buffer.actor is actor and actor._ptr and t.is_contiguous():
+            if t.dtype is hit[2] and g.shape == t.shape:  # torch.Size is a tuple
+                return g
+            dtype = _GPA_OF.get(t.dtype)
+            if dtype is not None and g.offset + t.numel() * t.element_size() <= g.buffer.nbytes:
+                return _core.Tensor(g.buffer, tuple(t.shape), dtype, g.offset)
+    g = actor.from_dlpack(t.detach(), queue=q)  # a tensor past the wrap's bytes replaces it
     g._cached_wrap = True
     if hit is not None:
         _drop(key)
-    _wraps[key] = (g, weakref.ref(t, lambda _r, key=key: _drop(key)))
+    _wraps[key] = (g, weakref.ref(t, lambda _r, key=key: _drop(key)), t.dtype)
     return g
 
 
@@ -78,27 +97,26 @@ CALLS_MAX = 256
 
 
 def _call(op, ins, outs, attrs):
-    cached = all(_wraps_hold(g) for g in ins) and all(_wraps_hold(g) for g in outs)
+    for g in ins:
+        if not g._cached_wrap:
+            return _core.Call(op, ins, outs, attrs)
+    for g in outs:
+        if not g._cached_wrap:
+            return _core.Call(op, ins, outs, attrs)
     try:
-        # the value's type too: 1 and 1.0 are equal keys but an int and a float attribute
-        named = tuple(sorted((k, type(v), v) for k, v in attrs.items())) if attrs else ()
-        key = (op, named, tuple(map(id, ins)), tuple(map(id, outs)))
-        hash(key)
+        # the values' types too: 1 and 1.0 are equal keys but an int and a float
+        # attribute. Unsorted: the same attributes in another order are another
+        # entry for the same call, which costs an entry, never a wrong call.
+        key = (op, tuple(map(id, ins)), tuple(map(id, outs)),
+               (tuple(attrs.items()), tuple(map(type, attrs.values()))) if attrs else ())
+        c = _calls.get(key)
     except TypeError:  # an attribute value that cannot be a key: Call names what is wrong with it
-        cached = False
-    if not cached:
         return _core.Call(op, ins, outs, attrs)
-    c = _calls.get(key)
     if c is None:
         if len(_calls) >= CALLS_MAX:
             _calls.clear()
         c = _calls[key] = _core.Call(op, ins, outs, attrs)
     return c
-
-
-def _wraps_hold(g):
-    """Whether g is a cached wrap (not a view made for one call)."""
-    return getattr(g, "_cached_wrap", False)
 
 
 @atexit.register
@@ -122,6 +140,45 @@ def _cuda_event_handle(ev):
     return handle
 
 
+class _Driver:
+    """The two driver calls of torch's side of a call, on raw handles.
+    CDLL: the GIL is released around each (a record can block while the
+    device's launch queue is full)."""
+    __slots__ = ("record", "wait")
+
+    def __init__(self, lib):
+        self.record = lib.cuEventRecord  # (CUevent, CUstream)
+        self.record.argtypes, self.record.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+        self.wait = lib.cuStreamWaitEvent  # (CUstream, CUevent, flags)
+        self.wait.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
+        self.wait.restype = ctypes.c_int
+
+
+def _load_driver():
+    if not getattr(_torch.version, "cuda", None):
+        return None  # a CPU build of torch: no CUDA tensors to order
+    try:
+        return _Driver(ctypes.CDLL("libcuda.so.1"))  # torch's CUDA has it loaded already
+    except (OSError, AttributeError):
+        return None
+
+
+_cu = _load_driver()  # None: torch's own Event / Stream methods every call
+_raw_stream = getattr(_torch._C, "_cuda_getCurrentRawStream", None)
+_current_device = getattr(_torch._C, "_cuda_getDevice", None)
+if _raw_stream is None or _current_device is None:
+    _cu = None
+
+
+def _stream(index):
+    """torch's current stream of device `index` as a raw CUstream for the
+    driver's calls, or None where they might not reach it: the default
+    stream's handle (0) names the current device's."""
+    if _cu is None or _current_device() != index:
+        return None
+    return _raw_stream(index)
+
+
 class _Events:
     """One call's pair of torch CUDA events: `ready`, recorded on torch's
     stream, which the actor's queue waits for; `done`, recorded by the actor
@@ -137,49 +194,59 @@ class _Events:
 
 
 POOL_MAX = 8  # free pairs kept per device: as many calls as may run at once from different threads
-_free = {}  # torch.device -> [_Events]
+_free = {}  # device index -> [_Events]
 _retired = []  # pairs a posted wait may still name (a round trip failed): never reused nor destroyed
-stats = {"event_pairs": 0}  # pairs made: a steady loop makes one per device (and thread at once)
+# event_pairs: pairs made (a steady loop makes one per device, and thread at once);
+# torch_stream_calls: calls ordered through torch's Stream and Event objects, not the driver
+stats = {"event_pairs": 0, "torch_stream_calls": 0}
 
 
-def _take(device, stream):
+def _take(index):
     try:
-        return _free[device].pop()
+        return _free[index].pop()
     except (KeyError, IndexError):
         stats["event_pairs"] += 1
-        return _Events(stream)
+        return _Events(_torch.cuda.current_stream(index))
 
 
-def _settle(q, device, stream, ev):
+def _give(index, ev):
+    free = _free.setdefault(index, [])
+    if len(free) < POOL_MAX:
+        free.append(ev)
+
+
+def _settle(q, index, stream, ev):
     """The call's round trip, then torch's wait; the pair goes back to the pool."""
     try:
         q.record_event(ev.done_h)
     except BaseException:
         _retired.append(ev)
         raise
-    stream.wait_event(ev.done)
-    free = _free.setdefault(device, [])
-    if len(free) < POOL_MAX:
-        free.append(ev)
+    # the driver refusing a wait on the stream it has just recorded on is an
+    # error torch's own wait reports in torch's words
+    if stream is None or _cu.wait(stream, ev.done_h, 0):
+        _torch.cuda.current_stream(index).wait_event(ev.done)
+    _give(index, ev)
 
 
-def _ordered(q, device, post):
-    """post() (which posts the op on q) between torch's current stream of
-    `device` and the events, as the module's docstring says."""
-    stream = _torch.cuda.current_stream(device)
-    ev = _take(device, stream)
-    ev.ready.record(stream)
+def _ordered(q, index, call):
+    """`call` posted on q between torch's current stream of device `index`
+    and the events, as the module's docstring says."""
+    ev = _take(index)
+    stream = _stream(index)
+    if stream is None or _cu.record(ev.ready_h, stream):  # nonzero: refused, nothing recorded
+        stream = None
+        stats["torch_stream_calls"] += 1
+        ev.ready.record(_torch.cuda.current_stream(index))
     try:
         q.wait_event(ev.ready_h, block=False)  # ordered before the op; the record below is the round trip
     except BaseException:
-        _free.setdefault(device, []).append(ev)  # nothing posted: nothing names the pair
+        _give(index, ev)  # nothing posted: nothing names the pair
         raise
     try:
-        post()
-    except BaseException:
-        _settle(q, device, stream, ev)  # the posted wait is done before the pair is used again
-        raise
-    _settle(q, device, stream, ev)
+        q.post(call)  # errors come back at the queue's next sync
+    finally:
+        _settle(q, index, stream, ev)  # also after a refused post: the posted wait is done before reuse
 
 
 def run(actor, op, inputs=(), outputs=(), attrs=None, queue=None):
@@ -188,11 +255,13 @@ def run(actor, op, inputs=(), outputs=(), attrs=None, queue=None):
     ins = [_wrap(actor, t, q) for t in inputs]
     outs = [_wrap(actor, t, q) for t in outputs]
     call = _call(op, ins, outs, attrs)
-    device = next((t.device for t in (*inputs, *outputs) if t.is_cuda), None)
-    if device is None:
+    # One tensor tells the device: a backend wraps only its own kind of
+    # memory (a CPU tensor on cuda, a CUDA one on cpu, was refused above).
+    index = inputs[0].get_device() if inputs else outputs[0].get_device() if outputs else -1
+    if index < 0:
         q.submit(call).result()
     else:
-        _ordered(q, device, lambda: q.post(call))  # errors come back at the queue's next sync
+        _ordered(q, index, call)
     return outputs
 
 

@@ -67,6 +67,33 @@ def test_calls_built_once(cpu_actor):
     assert not dlpack._imports
 
 
+def test_views_within_a_wrap(cpu_actor):
+    """A tensor at a wrap's address is the wrap itself (its shape and dtype),
+    a view of it where its bytes fit in the wrap's, or else wrapped anew in
+    its place (the smaller one then a view of the new wrap)."""
+    big = torch.arange(64, dtype=torch.float32)
+    y = torch.zeros(64)
+    before = len(dlpack._imports)
+    small, y16 = big[:16], y[:16]  # the same addresses, a quarter of the bytes
+    gt.run(cpu_actor, "scale", [small], [y16], {"alpha": 2.0})
+    assert len(dlpack._imports) == before + 2
+    assert torch.equal(y16, torch.arange(16, dtype=torch.float32) * 2) and not y[16:].any()
+    gt.run(cpu_actor, "scale", [big], [y], {"alpha": 3.0})  # past the small wraps: big's and y's replace them
+    assert len(dlpack._imports) == before + 2 and torch.equal(y, big * 3)
+    for _ in range(2):
+        gt.run(cpu_actor, "scale", [small], [y16], {"alpha": 4.0})  # within big's and y's wraps: views
+        gt.run(cpu_actor, "scale", [big.view(8, 8)], [y.view(8, 8)], {"alpha": 5.0})
+        gt.run(cpu_actor, "copy", [big.view(torch.int32)], [y.view(torch.int32)])  # another dtype, the same bytes
+    assert len(dlpack._imports) == before + 2 and torch.equal(y, big)
+    gt.run(cpu_actor, "scale", [small], [y16], {"alpha": 4.0})
+    assert torch.equal(y16, small * 4) and torch.equal(y[16:], big[16:])
+    assert len(dlpack._imports) == before + 2
+    del big, small, y, y16
+    gc.collect()
+    cpu_actor.queue.submit("noop").result()
+    assert len(dlpack._imports) == before
+
+
 def _reference(q, k, v, scale, causal):
     # [B,S,H,D] -> [B,H,S,D]
     qh, kh, vh = (t.permute(0, 2, 1, 3) for t in (q, k, v))
@@ -98,7 +125,7 @@ def test_attention_function(cpu_actor, causal):
     assert not dlpack._imports
 
 
-# ---- the CUDA path's steps, with stand-ins for torch's stream and events ----
+# ---- the CUDA path's steps, with stand-ins for torch's stream, events and the driver ----
 # (CI has no GPU: the real thing is test_torch_cuda.py on a GPU machine.)
 
 class _FakeEvent:
@@ -122,6 +149,23 @@ class _FakeStream:
         self.log.append(("stream_wait", ev.cuda_event, self.name))
 
 
+class _FakeDriver:
+    """cuEventRecord / cuStreamWaitEvent on raw handles: 0 or a CUresult."""
+
+    def __init__(self, log):
+        self.log, self.refuse = log, 0
+
+    def record(self, event, stream):
+        if self.refuse:
+            return self.refuse  # nothing recorded
+        self.log.append(("cu_record", event, stream))
+        return 0
+
+    def wait(self, stream, event, flags):
+        self.log.append(("cu_wait", event, stream, flags))
+        return 0
+
+
 class _FakeQueue:
     def __init__(self, log, fail=()):
         self.log, self.fail = log, set(fail)
@@ -131,14 +175,24 @@ class _FakeQueue:
             raise RuntimeError("wait refused")
         self.log.append(("queue_wait", h, block))
 
+    def post(self, call):
+        if callable(call):  # a test's hook, run as the op is posted
+            call()
+        else:
+            self.log.append(("post", call))
+
     def record_event(self, h):
         if "record" in self.fail:
             raise RuntimeError("record refused")
         self.log.append(("queue_record", h))
 
 
+RAW = 0x5000  # torch's raw current stream of device i is RAW + i in these tests
+
+
 @pytest.fixture
 def fake_cuda(monkeypatch):
+    """The log of every step; torch's current device is 0 (log.device[0])."""
     log = []
     streams = {}
 
@@ -147,44 +201,78 @@ def fake_cuda(monkeypatch):
 
     monkeypatch.setattr(gt._torch.cuda, "Event", lambda: _FakeEvent(log))
     monkeypatch.setattr(gt._torch.cuda, "current_stream", current_stream)
+    monkeypatch.setattr(gt, "_cu", _FakeDriver(log))
+    monkeypatch.setattr(gt, "_raw_stream", lambda i: RAW + i)
+    monkeypatch.setattr(gt, "_current_device", lambda: 0)
     monkeypatch.setattr(gt, "_free", {})
     monkeypatch.setattr(gt, "_retired", [])
-    monkeypatch.setattr(gt, "stats", {"event_pairs": 0})
+    monkeypatch.setattr(gt, "stats", {"event_pairs": 0, "torch_stream_calls": 0})
     return log
 
 
+def _made(log):
+    """The pair made at a call's start: both recorded once on torch's stream so that their handles exist."""
+    (r, ready, s1), (r2, done, s2) = log[:2]
+    assert r == r2 == "record" and s1 == s2
+    return ready, done
+
+
 def test_cuda_order_and_event_reuse(fake_cuda):
-    log = fake_cuda
-    q = _FakeQueue(log)
-    gt._ordered(q, "cuda:0", lambda: log.append(("post",)))
-    assert gt.stats["event_pairs"] == 1
-    made = log[:2]  # the pair made: both recorded once so that their handles exist
-    ready, done = made[0][1], made[1][1]
-    assert made == [("record", ready, "torch:cuda:0"), ("record", done, "torch:cuda:0")]
-    one_call = [("record", ready, "torch:cuda:0"),  # torch's work so far ...
-                ("queue_wait", ready, False),       # ... before the op (posted: no round trip)
-                ("post",),
-                ("queue_record", done),             # the one round trip, after the op
-                ("stream_wait", done, "torch:cuda:0")]  # torch's later work after it
+    """The driver's path: torch's raw current stream and the pair's handles."""
+    log, q = fake_cuda, _FakeQueue(fake_cuda)
+    gt._ordered(q, 0, "op")
+    assert gt.stats == {"event_pairs": 1, "torch_stream_calls": 0}
+    ready, done = _made(log)
+    one_call = [("cu_record", ready, RAW),    # torch's work so far ...
+                ("queue_wait", ready, False),  # ... before the op (posted: no round trip)
+                ("post", "op"),
+                ("queue_record", done),        # the one round trip, after the op
+                ("cu_wait", done, RAW, 0)]     # torch's later work after it
     assert log[2:] == one_call
     n = len(log)
-    gt._ordered(q, "cuda:0", lambda: log.append(("post",)))
+    gt._ordered(q, 0, "op")
     assert log[n:] == one_call and gt.stats["event_pairs"] == 1  # the same pair again: nothing made
-    # another device has its own pairs and stream
-    gt._ordered(q, "cuda:1", lambda: log.append(("post",)))
-    assert gt.stats["event_pairs"] == 2 and log[-1][2] == "torch:cuda:1"
+
+
+def test_cuda_other_device_through_torch(fake_cuda):
+    """Device 1 while torch's current device is 0: the raw default stream
+    (0) would name device 0's, so torch's Stream and Event objects order it;
+    device 1 has its own pairs."""
+    log, q = fake_cuda, _FakeQueue(fake_cuda)
+    gt._ordered(q, 1, "op")
+    ready, done = _made(log)
+    assert log[2:] == [("record", ready, "torch:1"), ("queue_wait", ready, False), ("post", "op"),
+                       ("queue_record", done), ("stream_wait", done, "torch:1")]
+    assert gt.stats == {"event_pairs": 1, "torch_stream_calls": 1}
+    assert list(gt._free) == [1]
+
+
+def test_cuda_driver_refusal_falls_back_to_torch(fake_cuda, monkeypatch):
+    """A record the driver refuses (a thread with no current context yet:
+    CUDA_ERROR_INVALID_CONTEXT) is recorded by torch, and torch's stream
+    waits through torch too; without libcuda every call goes that way."""
+    log, q = fake_cuda, _FakeQueue(fake_cuda)
+    gt._cu.refuse = 201
+    gt._ordered(q, 0, "op")
+    ready, done = _made(log)
+    through_torch = [("record", ready, "torch:0"), ("queue_wait", ready, False), ("post", "op"),
+                     ("queue_record", done), ("stream_wait", done, "torch:0")]
+    assert log[2:] == through_torch and gt.stats["torch_stream_calls"] == 1
+    monkeypatch.setattr(gt, "_cu", None)
+    n = len(log)
+    gt._ordered(q, 0, "op")
+    assert log[n:] == through_torch and gt.stats == {"event_pairs": 1, "torch_stream_calls": 2}
 
 
 def test_cuda_pairs_in_flight_are_distinct(fake_cuda):
     """A call running while another holds its pair (another thread) takes
     its own pair; both go back after their round trips."""
     log, q = fake_cuda, _FakeQueue(fake_cuda)
-    inner = []
-    gt._ordered(q, "cuda:0", lambda: gt._ordered(q, "cuda:0", lambda: inner.append(len(log))))
+    gt._ordered(q, 0, lambda: gt._ordered(q, 0, "inner"))
     waits = [e[1] for e in log if e[0] == "queue_wait"]
     records = [e[1] for e in log if e[0] == "queue_record"]
     assert len(set(waits)) == 2 and len(set(records)) == 2 and gt.stats["event_pairs"] == 2
-    assert len(gt._free["cuda:0"]) == 2
+    assert len(gt._free[0]) == 2
 
 
 def test_cuda_failures_never_reuse_a_named_pair(fake_cuda):
@@ -195,21 +283,22 @@ def test_cuda_failures_never_reuse_a_named_pair(fake_cuda):
     # the op refused after the wait was posted: the round trip still runs
     # (the actor has done the wait before the pair is used again)
     with pytest.raises(RuntimeError, match="submit refused"):
-        gt._ordered(q, "cuda:0", refused)
-    assert [e[0] for e in log[2:]] == ["record", "queue_wait", "queue_record", "stream_wait"]
-    assert len(gt._free["cuda:0"]) == 1
+        gt._ordered(q, 0, refused)
+    assert [e[0] for e in log[2:]] == ["cu_record", "queue_wait", "queue_record", "cu_wait"]
+    assert len(gt._free[0]) == 1
     # the round trip failing: a posted wait may still name the pair, retired for good
     q.fail = {"record"}
     with pytest.raises(RuntimeError, match="record refused"):
-        gt._ordered(q, "cuda:0", lambda: None)
-    assert len(gt._retired) == 1 and not gt._free["cuda:0"]
+        gt._ordered(q, 0, "op")
+    assert len(gt._retired) == 1 and not gt._free[0]
+    assert log[-1][0] == "post"  # torch's stream never waits on a record that did not happen
     # the wait itself refused: nothing was posted, the pair is free again
     q.fail = {"wait"}
     with pytest.raises(RuntimeError, match="wait refused"):
-        gt._ordered(q, "cuda:0", lambda: None)
-    assert len(gt._free["cuda:0"]) == 1 and gt.stats["event_pairs"] == 2
+        gt._ordered(q, 0, "op")
+    assert len(gt._free[0]) == 1 and gt.stats["event_pairs"] == 2
     q.fail = set()
-    gt._ordered(q, "cuda:0", lambda: None)
+    gt._ordered(q, 0, "op")
     assert gt.stats["event_pairs"] == 2  # the free one reused, the retired one not
 
 

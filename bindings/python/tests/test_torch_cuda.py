@@ -4,8 +4,12 @@ events only (no torch.cuda.synchronize anywhere: a missing event reads stale
 data here, as each test makes the other side busy first), attention in bf16
 against PyTorch's SDPA (forward and gradients), DLPack export of actor memory
 to torch, and every wrap and loan handed back once the tensors are gone.
-Skipped unless torch has CUDA and the actor runs on it (GPA_DEVICE=cuda)."""
+The ordering runs through the driver's calls on torch's raw stream (checked
+by gt.stats["torch_stream_calls"]), on the default stream, a side stream and
+a thread of its own. Skipped unless torch has CUDA and the actor runs on it
+(GPA_DEVICE=cuda)."""
 import gc
+import threading
 import time
 
 import numpy as np
@@ -51,6 +55,7 @@ def test_run_waits_for_torch_writes(cuda_actor):
     # (the event recorded on torch's current stream), and torch's read of y
     # must wait for the actor's op (the event recorded after it).
     before = len(dlpack._imports)
+    through_torch = gt.stats["torch_stream_calls"]
     x = torch.zeros(N, device="cuda")
     y = torch.full_like(x, -1.0)
     ptr = y.data_ptr()
@@ -72,7 +77,70 @@ def test_run_waits_for_torch_writes(cuda_actor):
     err = (y - ref).abs().max().item()
     assert torch.allclose(y, ref, rtol=1e-5, atol=1e-6), "gelu_fwd: max abs err %g" % err
     assert y.data_ptr() == ptr and len(dlpack._imports) == before + 2
+    # every call above ordered by cuEventRecord / cuStreamWaitEvent on the raw stream
+    assert gt._cu is not None, "gpuactor.torch could not load libcuda: torch's Event / Stream methods order every call"
+    assert gt.stats["torch_stream_calls"] == through_torch
     del x, y, ref
+    _released(cuda_actor, before)
+
+
+def test_run_on_a_side_stream(cuda_actor):
+    # torch's current stream a stream of its own (a raw handle other than the
+    # default stream's 0): the actor waits for its write of x, and its read of
+    # y (z = y * 2) waits for the actor's write.
+    before = len(dlpack._imports)
+    through_torch = gt.stats["torch_stream_calls"]
+    x = torch.zeros(N, device="cuda")
+    y, z = torch.zeros_like(x), torch.empty_like(x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())  # x, y, z made on the default stream
+    with torch.cuda.stream(side):
+        gt.run(cuda_actor, "scale", [x], [y], {"alpha": 0.5})  # warm: kernels loaded, x and y wrapped
+        torch.mul(y, 2, out=z)
+        for value in (3.0, 5.0):
+            _spin(25)
+            x.fill_(value)
+            gt.run(cuda_actor, "scale", [x], [y], {"alpha": 0.5})
+            torch.mul(y, 2, out=z)
+            assert torch.equal(z, torch.full_like(z, value))
+        assert torch.cuda.current_stream() == side
+    assert gt.stats["torch_stream_calls"] == through_torch
+    torch.cuda.current_stream().wait_stream(side)
+    del x, y, z
+    _released(cuda_actor, before)
+
+
+def test_run_from_a_new_thread(cuda_actor):
+    # gt.run as a thread's first CUDA call: the driver has no current context
+    # there yet, so at most that first record goes through torch's Event, and
+    # the ordering holds both ways on the default stream, which the thread shares.
+    before = len(dlpack._imports)
+    x = torch.zeros(N, device="cuda")
+    y = torch.full_like(x, -1.0)
+    gt.run(cuda_actor, "scale", [x], [y], {"alpha": 0.5})  # warm: kernels loaded, x and y wrapped
+    through_torch = gt.stats["torch_stream_calls"]
+    seen = {}
+
+    def work(x, y):
+        try:
+            gt.run(cuda_actor, "scale", [x], [y], {"alpha": 0.5})
+            seen["first"] = torch.equal(y, torch.full_like(y, 1.5))
+            _spin(25)
+            x.fill_(7.0)
+            gt.run(cuda_actor, "scale", [x], [y], {"alpha": 0.5})
+            seen["second"] = torch.equal(y, torch.full_like(y, 3.5))
+        except BaseException as e:  # noqa: B902 - reported on the test's thread
+            seen["error"] = e
+
+    _spin(25)
+    x.fill_(3.0)  # the thread's first run must wait for it
+    t = threading.Thread(target=work, args=(x, y))
+    t.start()
+    t.join(60)
+    assert not t.is_alive() and "error" not in seen, seen.get("error")
+    assert seen == {"first": True, "second": True}
+    assert gt.stats["torch_stream_calls"] - through_torch <= 1
+    del x, y
     _released(cuda_actor, before)
 
 
