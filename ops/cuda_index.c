@@ -19,3 +19,14 @@ gpa_status gpa__cu_check_index(const gpa_op_exec *x, CUdeviceptr res, const void
   GPA__CU_TRY(gpa__cu_launch(x, GPA__K_IDX_FETCH, 1, 1, 1, 32, 1, 0, a2));
   return gpa__cu_post_check(x, kind, op, res, a, b);
 }
+
+gpa_status gpa__cu_index_fused_begin(const gpa_op_exec *x, CUdeviceptr res) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  return gpa__cu_check(C, C->cu.cuMemsetD32Async(res, 0xffffffffu, 4, (CUstream)x->stream), "cuMemsetD32Async",
+                       x->msg, x->msg_size);
+}
+
+gpa_status gpa__cu_index_fused_end(const gpa_op_exec *x, CUdeviceptr res, int kind, const char *op, long long a,
+                                   long long b) {
+  return gpa__cu_post_check(x, kind | GPA__CU_POST_PACKED, op, res, a, b);
+}

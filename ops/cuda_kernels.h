@@ -54,5 +54,13 @@ enum {
 #define GPA__CU_INDEX_RES_BYTES 256
 gpa_status gpa__cu_check_index(const gpa_op_exec *x, CUdeviceptr res, const void *idx, long long n, long long v,
                                long long ignore, int use_ignore, int kind, const char *op, long long a, long long b);
+/* The same check inside an op's own kernel, which records the first bad
+ * position's (position << 32) | (uint32) value with one atomicMin on res[0]
+ * (positions under 2^32 - 1): _begin before that kernel (res set to
+ * "none"), _end behind it (res read when the op completes, unpacked:
+ * GPA__CU_POST_PACKED). Saves gpa__cu_check_index's two launches. */
+gpa_status gpa__cu_index_fused_begin(const gpa_op_exec *x, CUdeviceptr res);
+gpa_status gpa__cu_index_fused_end(const gpa_op_exec *x, CUdeviceptr res, int kind, const char *op, long long a,
+                                   long long b);
 
 #endif

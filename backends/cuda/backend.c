@@ -724,10 +724,12 @@ static gpa_status post_status(const gpa__cu_rec *r, const gpa__work *w) {
   memcpy(res, r->post.stage->p, sizeof res);
   if (res[0] == ~0ull) return GPA_OK;
   long long pos = (long long)res[0], val = (long long)res[1];
-  if (r->post.kind == GPA__CU_POST_IDS2D)
+  const int kind = r->post.kind & ~GPA__CU_POST_PACKED;
+  if (r->post.kind & GPA__CU_POST_PACKED) pos = (long long)(res[0] >> 32), val = (int)(unsigned)res[0];
+  if (kind == GPA__CU_POST_IDS2D)
     snprintf(w->err, w->err_cap, "%s: ids[%lld,%lld] = %lld out of range [0, %lld)", r->post.op,
              pos / r->post.a, pos % r->post.a, val, r->post.b);
-  else if (r->post.kind == GPA__CU_POST_LENGTHS)
+  else if (kind == GPA__CU_POST_LENGTHS)
     snprintf(w->err, w->err_cap, "%s: lengths[%lld] = %lld is outside [0, Sk = %lld]", r->post.op, pos, val,
              r->post.a);
   else

@@ -26,6 +26,9 @@ typedef struct gpa__cu_ctx gpa__cu_ctx;
 /* A check whose outcome the device computes (an index out of range): its
  * two 64-bit results land in `stage` and are read when the op completes. */
 enum { GPA__CU_POST_NONE = 0, GPA__CU_POST_IDS2D, GPA__CU_POST_TARGETS, GPA__CU_POST_LENGTHS };
+/* or'ed into a kind: one result, (position << 32) | (uint32) value, which
+ * an op's own kernel found with one atomicMin (gpa__cu_index_fused_*) */
+#define GPA__CU_POST_PACKED 0x100
 typedef struct gpa__cu_post {
   int kind;
   const char *op;

@@ -5,6 +5,7 @@
  * atomicMin on a 64-bit position (the minimum does not depend on the order),
  * then its value is fetched; the host reads both after the op (an error on
  * the handle, as on the host backend). Out-of-range ids read nothing.
+ * embedding_fwd checks its ids in its own kernel (below).
  *
  * Deterministic backward: the (id, position) pairs are sorted as 64-bit keys
  * (bitonic sort; padding keys are ~0), then each id's positions' dy are
@@ -34,55 +35,61 @@ extern "C" __global__ void gpa_idx_fetch(const int *idx, unsigned long long *res
   if (threadIdx.x == 0 && blockIdx.x == 0 && res[0] != NONE) res[1] = (unsigned long long)(long long)idx[res[0]];
 }
 
-/* Row copies. `w` (1, or 4 for f32 / 8 for bf16: 16 bytes) values move per
- * access: the host passes w > 1 when d is a multiple of it and y and the
- * table are 16-byte aligned (the row loads stay 16-byte aligned). A 4-byte
- * copy per thread with a 64-bit division per value kept the op under the
- * copy bandwidth the rest of the step's memory-bound ops reach (issue 25);
- * with 16 bytes and that division it reached 0.78 of PyTorch on an H100
- * (session 14): each vector waited for its id's load, then its row's,
- * one vector a thread at a time. Now a thread takes EMB_U vectors a step
- * (grid-stride, U strides apart): their ids loaded together, then their
- * rows (EMB_U x 16 bytes in flight a thread instead of 16 after a
- * dependent load), and (row, column) advance by the stride's quotient and
- * remainder (two 64-bit divisions a thread, not one a vector). */
-#define EMB_U 4
+/* Row copies: y[row] = table[ids[row]], `tpr` threads a row (a power of
+ * two up to the block; blockDim.x / tpr rows a block), each moving
+ * GPA_EMB_FWD_U accesses of `w` values a step (w = 4 f32 or 8 bf16: 16 bytes, when the
+ * host found d a multiple of w and y and the table 16-byte aligned; else
+ * 1). The id is loaded once a row (a broadcast in the row's threads) and
+ * the columns are a 32-bit counter: no per-access division or id load.
+ * The earlier shape (a flat grid-stride over n * d / w accesses, a thread's
+ * 4 accesses a grid stride apart, each with its own row, id and 64-bit index
+ * arithmetic) used 40 registers, so of the 8 blocks a SM that the
+ * capped grid launched 6 fitted and a quarter of the work ran as a second
+ * wave at a quarter of the occupancy: 0.61-0.73 of PyTorch on an H100
+ * (issue 25). Here the grid is a block per rpb rows, uncapped (20 waves
+ * or so at 16384 rows: the last one's shortfall is small whatever the
+ * registers allow), and a row's bytes are in flight behind one id load.
+ *
+ * The ids are checked here too (res != 0): the first bad row's (row << 32
+ * | id) by one atomicMin on res[0] (the minimum is the lowest row whatever
+ * the order; rows < 2^32, the host's condition), read and unpacked when
+ * the op completes (GPA__CU_POST_PACKED). That replaces gpa_idx_check and
+ * gpa_idx_fetch, two launches on the op's path. A bad id's row is zeros. */
 template <typename V>
 static __device__ void emb_fwd_rows(V *__restrict__ y, const int *__restrict__ ids, const V *__restrict__ table,
-                                    long long n, long long dw, long long v) {
-  const long long total = n * dw, t0 = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  const long long st = (long long)gridDim.x * blockDim.x, dq = st / dw, dr = st - dq * dw;
-  long long row = t0 / dw, col = t0 - row * dw;
-  for (long long i = t0; i < total; i += EMB_U * st) {
-    long long r[EMB_U], c[EMB_U];
+                                    long long n, int dw, long long v, int tpr, unsigned long long *res) {
+  const int sub = (int)threadIdx.x & (tpr - 1);
+  const long long rpb = (long long)blockDim.x / tpr, rs = (long long)gridDim.x * rpb;
+  for (long long row = (long long)blockIdx.x * rpb + (long long)threadIdx.x / tpr; row < n; row += rs) {
+    const int id = ids[row];
+    const bool ok = id >= 0 && id < v;
+    if (!ok && res && sub == 0) atomicMin(res, ((unsigned long long)row << 32) | (unsigned)id);
+    const V *src = table + (long long)(ok ? id : 0) * dw;
+    V *dst = y + row * dw;
+    for (int c = sub; c < dw; c += GPA_EMB_FWD_U * tpr) {
+      V val[GPA_EMB_FWD_U];
 GPA_UNROLL
-    for (int u = 0; u < EMB_U; u++) {
-      r[u] = row, c[u] = col;
-      col += dr, row += dq;
-      if (col >= dw) col -= dw, row++;
+      for (int u = 0; u < GPA_EMB_FWD_U; u++) val[u] = ok && c + u * tpr < dw ? src[c + u * tpr] : V();
+GPA_UNROLL
+      for (int u = 0; u < GPA_EMB_FWD_U; u++)
+        if (c + u * tpr < dw) dst[c + u * tpr] = val[u];
     }
-    int id[EMB_U];
-GPA_UNROLL
-    for (int u = 0; u < EMB_U; u++) id[u] = i + u * st < total ? ids[r[u]] : -1;
-    V val[EMB_U];
-GPA_UNROLL
-    for (int u = 0; u < EMB_U; u++) val[u] = id[u] >= 0 && id[u] < v ? table[id[u] * dw + c[u]] : V();
-GPA_UNROLL
-    for (int u = 0; u < EMB_U; u++)
-      if (i + u * st < total) y[i + u * st] = val[u];
   }
 }
 
-extern "C" __global__ void gpa_emb_fwd_f32(float *y, const int *ids, const float *table, long long n, long long d,
-                                           long long v, int w) {
-  if (w > 1) emb_fwd_rows((float4 *)y, ids, (const float4 *)table, n, d / w, v);
-  else emb_fwd_rows(y, ids, table, n, d, v);
+/* d / w accesses a row; the host keeps d / w under 2^31 */
+extern "C" __global__ void __launch_bounds__(256)
+    gpa_emb_fwd_f32(float *y, const int *ids, const float *table, long long n, long long d, long long v, int w,
+                    int tpr, unsigned long long *res) {
+  if (w > 1) emb_fwd_rows((float4 *)y, ids, (const float4 *)table, n, (int)(d / w), v, tpr, res);
+  else emb_fwd_rows(y, ids, table, n, (int)d, v, tpr, res);
 }
 
-extern "C" __global__ void gpa_emb_fwd_bf16(gpa_bf16 *y, const int *ids, const gpa_bf16 *table, long long n,
-                                            long long d, long long v, int w) {
-  if (w > 1) emb_fwd_rows((uint4 *)y, ids, (const uint4 *)table, n, d / w, v);
-  else emb_fwd_rows(y, ids, table, n, d, v);
+extern "C" __global__ void __launch_bounds__(256)
+    gpa_emb_fwd_bf16(gpa_bf16 *y, const int *ids, const gpa_bf16 *table, long long n, long long d, long long v,
+                     int w, int tpr, unsigned long long *res) {
+  if (w > 1) emb_fwd_rows((uint4 *)y, ids, (const uint4 *)table, n, (int)(d / w), v, tpr, res);
+  else emb_fwd_rows(y, ids, table, n, (int)d, v, tpr, res);
 }
 
 /* Sort key of position i: (id, position), past n the largest key. */

@@ -6,6 +6,9 @@
 /* Sorted positions per block of embedding_bwd's sums (embedding.cu,
  * ops/embedding/cuda.c: the grid and the partials' size). */
 #define GPA_EMB_CHUNK 32
+/* 16-byte accesses a thread a step of embedding_fwd's row copies
+ * (embedding.cu's registers, ops/embedding/cuda.c's threads a row). */
+#define GPA_EMB_FWD_U 4
 
 /* y threads (slices) of layernorm_bwd's dgamma/dbeta column kernel
  * (norm.cu's shared arrays, ops/layernorm/cuda.c's block). */

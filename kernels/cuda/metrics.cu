@@ -10,6 +10,7 @@
 #include "launch_shapes.h"
 
 #define THREADS 256 /* gpa_sum_final, gpa_ce_count: one block */
+#define NONE_POS 0xffffffffffffffffull /* no bad target */
 
 /* Block sums (blockDim.x == THREADS); every thread gets the total. */
 static __device__ double block_sum_d(double v, double *sh) {
@@ -80,26 +81,74 @@ extern "C" __global__ void gpa_ce_rows_bf16(double *part, const gpa_bf16 *logits
   ce_rows(part, logits, tg, n, v, ignore, g);
 }
 
+/* Block minimum (blockDim.x == THREADS); every thread gets it. */
+static __device__ unsigned long long block_min_u64(unsigned long long v, unsigned long long *sh) {
+  const int t = threadIdx.x;
+  __syncthreads();
+  sh[t] = v;
+  __syncthreads();
+  for (int s = THREADS / 2; s > 0; s >>= 1) {
+    if (t < s) sh[t] = sh[t + s] < sh[t] ? sh[t + s] : sh[t];
+    __syncthreads();
+  }
+  return sh[0];
+}
+
+/* The targets' index check (ops/cuda_index.c's gpa_idx_check and
+ * gpa_idx_fetch, embedding.cu) done by the one block that reads every
+ * target anyway (gpa_sum_final of cross_entropy_fwd, gpa_ce_count of
+ * cross_entropy_bwd): each thread's first bad position is its lowest (it
+ * walks up), the block's minimum the first; res[0] = it (~0 if none),
+ * res[1] = its target, as the check kernels leave them. Two launches and
+ * a memset fewer on the op's path. */
+static __device__ __forceinline__ void first_bad(unsigned long long *bad, const int *tg, long long i, long long v,
+                                                 long long ignore) {
+  const long long t = tg[i];
+  if (*bad == NONE_POS && t != ignore && (t < 0 || t >= v)) *bad = (unsigned long long)i;
+}
+static __device__ void write_bad(unsigned long long *res, unsigned long long bad, const int *tg,
+                                 unsigned long long *sh) {
+  bad = block_min_u64(bad, sh);
+  if (threadIdx.x == 0) {
+    res[0] = bad;
+    res[1] = bad != NONE_POS ? (unsigned long long)(long long)tg[bad] : 0;
+  }
+}
+
+/* res != NULL (cross-entropy): the targets are checked against [0, v) */
 extern "C" __global__ void __launch_bounds__(THREADS) gpa_sum_final(float *out, const double *part, long long n,
-                                                                    double div, const int *tg, long long ignore) {
+                                                                    double div, const int *tg, long long ignore,
+                                                                    long long v, unsigned long long *res) {
   __shared__ double sh[THREADS];
+  __shared__ unsigned long long shb[THREADS];
   double s = 0.0, c = 0.0;
+  unsigned long long bad = NONE_POS;
   for (long long i = threadIdx.x; i < n; i += THREADS) {
     s += part[i];
     if (tg) c += tg[i] != ignore ? 1.0 : 0.0;
+    if (res) first_bad(&bad, tg, i, v, ignore);
   }
   s = block_sum_d(s, sh);
   if (tg) div = block_sum_d(c, sh);
+  if (res) write_bad(res, bad, tg, shb);
   if (threadIdx.x == 0) *out = div > 0.0 ? (float)(s / div) : 0.0f;
 }
 
-/* cnt[0] = number of targets that are not ignore_index. One block. */
+/* cnt[0] = number of targets that are not ignore_index; the targets
+ * checked into res (gpa_sum_final's). One block. */
 extern "C" __global__ void __launch_bounds__(THREADS) gpa_ce_count(long long *cnt, const int *tg, long long n,
-                                                                   long long ignore) {
+                                                                   long long ignore, long long v,
+                                                                   unsigned long long *res) {
   __shared__ double sh[THREADS];
+  __shared__ unsigned long long shb[THREADS];
   double c = 0.0;
-  for (long long i = threadIdx.x; i < n; i += THREADS) c += tg[i] != ignore ? 1.0 : 0.0;
+  unsigned long long bad = NONE_POS;
+  for (long long i = threadIdx.x; i < n; i += THREADS) {
+    c += tg[i] != ignore ? 1.0 : 0.0;
+    first_bad(&bad, tg, i, v, ignore);
+  }
   c = block_sum_d(c, sh);
+  write_bad(res, bad, tg, shb);
   if (threadIdx.x == 0) *cnt = (long long)c;
 }
 

@@ -1,13 +1,24 @@
 /* Embedding on CUDA (kernels/cuda/embedding.cu); a bf16 table (and dy)
- * selects the _bf16 kernels. The ids are checked on the device
- * (gpa__cu_check_index); the outcome is read when the op completes, so
+ * selects the _bf16 kernels. The ids are checked on the device (by the
+ * forward's own kernel, gpa__cu_index_fused_*; the backward's by
+ * gpa__cu_check_index); the outcome is read when the op completes, so
  * nothing synchronizes here. The backward sorts (id, row) keys with a
  * bitonic network and sums each id's rows in chunks of sorted positions,
  * then the cut runs' parts in chunk order: deterministic. */
+#include <limits.h>
+
 #include "backends/cuda/cuda_ops.h"
 #include "ops/cuda_kernels.h"
 #include "ops/embedding/embedding.h"
 #include "kernels/cuda/launch_shapes.h"
+
+/* Threads of embedding_fwd a row (embedding.cu emb_fwd_rows): a power of
+ * two, enough for GPA_EMB_FWD_U accesses each, up to the block. */
+static int emb_fwd_tpr(long long accesses) {
+  int t = 1;
+  while (t < GPA__CU_THREADS && (long long)t * GPA_EMB_FWD_U < accesses) t *= 2;
+  return t;
+}
 
 gpa_status gpa__emb_fwd_cu(const gpa_op_exec *x) {
   const gpa_tensor *ids = &x->inputs[0], *tab = &x->inputs[1];
@@ -15,14 +26,27 @@ gpa_status gpa__emb_fwd_cu(const gpa_op_exec *x) {
   if (n <= 0) return GPA_OK;
   CUdeviceptr res = gpa__cu_scratch(x, GPA__CU_INDEX_RES_BYTES);
   if (!res) return GPA_ENOMEM;
-  GPA__CU_TRY(gpa__cu_check_index(x, res, x->in[0], n, v, 0, 0, GPA__CU_POST_IDS2D, "embedding_fwd", ids->shape[1], v));
   void *y = x->out[0], *ip = x->in[0], *tp = x->in[1];
-  if (n * d <= 0) return GPA_OK;
   int bf = tab->dtype == GPA_BF16, w = bf ? 8 : 4; /* values per 16 bytes */
   if (d % w || ((uintptr_t)y & 15) || ((uintptr_t)tp & 15)) w = 1;
-  void *args[] = {&y, &ip, &tp, &n, &d, &v, &w};
-  return gpa__cu_launch(x, bf ? GPA__K_EMB_FWD_BF : GPA__K_EMB_FWD, gpa__cu_blocks(x, n * d / w, GPA__CU_THREADS), 1,
-                        1, GPA__CU_THREADS, 1, 0, args);
+  if (d / w > INT_MAX) {
+    snprintf(x->msg, x->msg_size, "embedding_fwd: rows of %lld values: more than the cuda kernel's 2^31 accesses", d);
+    return GPA_EINVAL;
+  }
+  /* the kernel checks the ids itself where it runs and the rows fit its
+   * packed result */
+  const int fused = d > 0 && n < 0xffffffffLL;
+  if (fused) GPA__CU_TRY(gpa__cu_index_fused_begin(x, res));
+  else GPA__CU_TRY(gpa__cu_check_index(x, res, ip, n, v, 0, 0, GPA__CU_POST_IDS2D, "embedding_fwd", ids->shape[1], v));
+  if (d <= 0) return GPA_OK;
+  int tpr = emb_fwd_tpr(d / w);
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  long long rpb = GPA__CU_THREADS / tpr, blocks = (n + rpb - 1) / rpb, cap = C->sim ? C->grid_cap : 1 << 30;
+  CUdeviceptr kres = fused ? res : 0;
+  void *args[] = {&y, &ip, &tp, &n, &d, &v, &w, &tpr, &kres};
+  GPA__CU_TRY(gpa__cu_launch(x, bf ? GPA__K_EMB_FWD_BF : GPA__K_EMB_FWD, (unsigned)(blocks < cap ? blocks : cap), 1, 1,
+                             GPA__CU_THREADS, 1, 0, args));
+  return fused ? gpa__cu_index_fused_end(x, res, GPA__CU_POST_IDS2D, "embedding_fwd", ids->shape[1], v) : GPA_OK;
 }
 
 /* Keys sorted by a block in shared memory in tiles of up to this many (8

@@ -1,7 +1,9 @@
 /* Metrics on CUDA (kernels/cuda/metrics.cu): per-row partial sums, then one
  * block sums them in a fixed order (deterministic); only scalars are read
  * back. bf16 logits select the _bf16 kernels. Targets are checked on the
- * device (gpa__cu_check_index), the outcome read at completion. */
+ * device by the one-block kernel that reads them all anyway (the forward's
+ * final sum, the backward's count: metrics.cu first_bad), the outcome read
+ * at completion. */
 #include "backends/cuda/cuda_ops.h"
 #include "ops/cuda_kernels.h"
 #include "ops/metrics/metrics.h"
@@ -27,29 +29,41 @@ static unsigned ce_row_threads(const void *logits, const void *dlogits, long lon
   return aligned && v % per == 0 && v * (bf ? 2 : 4) >= CE_ROW_MIN_BYTES && t <= most ? (unsigned)t : 0;
 }
 
+/* Blocks of the block-per-row kernels: a block a row. The row_cap grid
+ * (16 blocks a SM, each taking rows a grid stride apart) ran the bf16
+ * backward (85 registers x 128 threads: 5 blocks a SM fit) as 3.2 waves,
+ * the last a fifth full, at 16384 x 4096 on an H100 (0.90 of PyTorch);
+ * a block per row leaves the block scheduler to fill the SMs to the end.
+ * The sim keeps its small grid (the rows loop a grid stride). */
+static unsigned ce_row_grid(const gpa_op_exec *x, long long n) {
+  return gpa__cu_of(x)->sim ? gpa__cu_row_blocks(x, n, 32, 1) : (unsigned)(n < (1 << 30) ? (n > 0 ? n : 1) : 1 << 30);
+}
+
 gpa_status gpa__ce_fwd_cu(const gpa_op_exec *x) {
   long long n = x->inputs[0].shape[0], v = x->inputs[0].shape[1];
   long long ign = ((const gpa__met_params *)x->params)->ignore_index;
   CUdeviceptr scr = gpa__cu_scratch(x, GPA__CU_INDEX_RES_BYTES + (uint64_t)(n > 0 ? n : 1) * 8);
   if (!scr) return GPA_ENOMEM;
   CUdeviceptr res = scr, part = scr + GPA__CU_INDEX_RES_BYTES;
-  GPA__CU_TRY(gpa__cu_check_index(x, res, x->in[1], n, v, ign, 1, GPA__CU_POST_TARGETS, "cross_entropy_fwd", v, ign));
   void *lg = x->in[0], *tg = x->in[1], *out = x->out[0];
   const int bf = x->inputs[0].dtype == GPA_BF16;
   unsigned threads = ce_row_threads(lg, NULL, v, bf);
   if (n > 0 && threads) {
     void *ra[] = {&part, &lg, &tg, &n, &v, &ign};
-    GPA__CU_TRY(gpa__cu_launch(x, bf ? GPA__K_CE_ROWS_ROW_BF : GPA__K_CE_ROWS_ROW, gpa__cu_row_blocks(x, n, 32, 1), 1,
-                               1, threads, 1, 0, ra));
+    GPA__CU_TRY(gpa__cu_launch(x, bf ? GPA__K_CE_ROWS_ROW_BF : GPA__K_CE_ROWS_ROW, ce_row_grid(x, n), 1, 1, threads, 1,
+                               0, ra));
   } else if (n > 0) {
     int grp = gpa__cu_row_group(v);
     void *a1[] = {&part, &lg, &tg, &n, &v, &ign, &grp};
     int id = bf ? GPA__K_CE_ROWS_BF : GPA__K_CE_ROWS;
     GPA__CU_TRY(gpa__cu_launch(x, id, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32, WARPS, 0, a1));
   }
+  /* the final sum checks the targets (metrics.cu first_bad) */
   double div = 0;
-  void *a2[] = {&out, &part, &n, &div, &tg, &ign};
-  return gpa__cu_launch(x, GPA__K_SUM_FINAL, 1, 1, 1, GPA__CU_THREADS, 1, 0, a2);
+  CUdeviceptr kres = n > 0 ? res : 0;
+  void *a2[] = {&out, &part, &n, &div, &tg, &ign, &v, &kres};
+  GPA__CU_TRY(gpa__cu_launch(x, GPA__K_SUM_FINAL, 1, 1, 1, GPA__CU_THREADS, 1, 0, a2));
+  return n > 0 ? gpa__cu_post_check(x, GPA__CU_POST_TARGETS, "cross_entropy_fwd", res, v, ign) : GPA_OK;
 }
 
 gpa_status gpa__ce_bwd_cu(const gpa_op_exec *x) {
@@ -60,16 +74,16 @@ gpa_status gpa__ce_bwd_cu(const gpa_op_exec *x) {
   CUdeviceptr scr = gpa__cu_scratch(x, GPA__CU_INDEX_RES_BYTES + 8);
   if (!scr) return GPA_ENOMEM;
   CUdeviceptr res = scr, cnt = scr + GPA__CU_INDEX_RES_BYTES;
-  GPA__CU_TRY(gpa__cu_check_index(x, res, x->in[1], n, v, ign, 1, GPA__CU_POST_TARGETS, "cross_entropy_bwd", v, ign));
   void *lg = x->in[0], *tg = x->in[1], *out = x->out[0];
-  void *a1[] = {&cnt, &tg, &n, &ign};
+  void *a1[] = {&cnt, &tg, &n, &ign, &v, &res}; /* the count checks the targets (metrics.cu first_bad) */
   GPA__CU_TRY(gpa__cu_launch(x, GPA__K_CE_COUNT, 1, 1, 1, GPA__CU_THREADS, 1, 0, a1));
+  GPA__CU_TRY(gpa__cu_post_check(x, GPA__CU_POST_TARGETS, "cross_entropy_bwd", res, v, ign));
   const int bf = x->inputs[0].dtype == GPA_BF16;
   unsigned threads = ce_row_threads(x->in[0], x->out[0], v, bf);
   if (threads) {
     void *ra[] = {&out, &lg, &tg, &cnt, &n, &v, &ign, &scale};
-    return gpa__cu_launch(x, bf ? GPA__K_CE_BWD_ROW_BF : GPA__K_CE_BWD_ROW, gpa__cu_row_blocks(x, n, 32, 1), 1, 1,
-                          threads, 1, 0, ra);
+    return gpa__cu_launch(x, bf ? GPA__K_CE_BWD_ROW_BF : GPA__K_CE_BWD_ROW, ce_row_grid(x, n), 1, 1, threads, 1, 0,
+                          ra);
   }
   int grp = gpa__cu_row_group(v);
   void *a2[] = {&out, &lg, &tg, &cnt, &n, &v, &ign, &scale, &grp};
@@ -93,8 +107,9 @@ static gpa_status pair_cu(const gpa_op_exec *x, int cosine) {
   }
   double div = cosine ? (double)rows : (double)rows * (double)(d > 0 ? d : 0);
   void *tg = NULL;
-  long long ign = 0;
-  void *a2[] = {&out, &part, &rows, &div, &tg, &ign};
+  long long ign = 0, v = 0;
+  CUdeviceptr res = 0;
+  void *a2[] = {&out, &part, &rows, &div, &tg, &ign, &v, &res};
   return gpa__cu_launch(x, GPA__K_SUM_FINAL, 1, 1, 1, GPA__CU_THREADS, 1, 0, a2);
 }
 gpa_status gpa__mse_cu(const gpa_op_exec *x) { return pair_cu(x, 0); }
