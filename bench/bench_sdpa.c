@@ -11,7 +11,13 @@
  * host_us: host time inside the cuDNN path per call with the plan cached
  * (variant pack + execute), measured on the actor thread.
  * GPA_BENCH_SDPA_NONDET=1: the backward may take cuDNN's non-deterministic
- * engine (the op's deterministic = 0; by default it is deterministic).
+ * engine (the op's deterministic = 0; by default it is deterministic);
+ * =both: each shape's backward twice, deterministic then not, two lines.
+ * GPA_BENCH_SDPA_ONLY: a comma-separated list of the shape labels to run
+ * (as the lines print them, e.g. "bf16 B4 S4096 H32 Hkv32 D64"); one
+ * shape's A/B of the cuDNN knobs (GPA_CUDNN_SDPA_*, docs/cuda.md) then
+ * takes seconds. Each line's "plan" says which engine config ran
+ * (gpa__cudnn_plan_info).
  * Each line's ratio is ours over the best PyTorch backend of that shape
  * (ref names which); without PyTorch, ref is "none".
  * On sim the shapes are tiny and every line says the numbers mean nothing. */
@@ -38,7 +44,9 @@ static const gpa_attr_spec sp_attrs[] = {
 /* Host time in the path (actor thread only; read after a batch synced). */
 static double host_ns_sum;
 static long host_calls;
-static int nondet; /* GPA_BENCH_SDPA_NONDET */
+static int nondet; /* the backward's, set before each batch (GPA_BENCH_SDPA_NONDET) */
+static char plan_info[2][256]; /* forward, backward: the last call's plan */
+static size_t dnn_version;     /* the loaded cuDNN's, for the lines */
 
 
 static gpa_status sdpa_cuda(const gpa_op_exec *x) {
@@ -61,6 +69,9 @@ static gpa_status sdpa_cuda(const gpa_op_exec *x) {
   }
   host_ns_sum += gpa_bench_now_ns() - t0;
   host_calls++;
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  snprintf(plan_info[p->bwd ? 1 : 0], sizeof plan_info[0], "%s", gpa__cudnn_plan_info(C));
+  dnn_version = C->dnn ? C->dnn->version : 0;
   if (st == GPA_SKIP) {
     snprintf(x->msg, x->msg_size, "cuDNN declined: %s", gpa__cudnn_last_decline(gpa__cu_of(x)));
     return GPA_EUNSUPPORTED;
@@ -71,13 +82,31 @@ static gpa_status sdpa_cuda(const gpa_op_exec *x) {
 /* r == 0 built the plan: host time counts cached calls only */
 static void host_reset(void) { host_ns_sum = 0, host_calls = 0; }
 
+/* Whether GPA_BENCH_SDPA_ONLY (NULL: all) lists this shape's label. */
+static int wanted(const char *only, const char *label) {
+  if (!only) return 1;
+  size_t n = strlen(label);
+  for (const char *p = only; *p;) {
+    const char *e = strchr(p, ',');
+    size_t l = e ? (size_t)(e - p) : strlen(p);
+    while (l && *p == ' ') p++, l--;
+    while (l && p[l - 1] == ' ') l--;
+    if (l == n && !strncmp(p, label, n)) return 1;
+    if (!e) break;
+    p = e + 1;
+  }
+  return 0;
+}
+
 
 void gpa_bench_cuda_sdpa(void) {
   int sim;
   gpa_actor *a = gpa_bench_cuda_actor("cuda_sdpa", &sim);
   if (!a) return;
-  const char *nd = getenv("GPA_BENCH_SDPA_NONDET");
-  nondet = nd && !strcmp(nd, "1");
+  const char *nd = getenv("GPA_BENCH_SDPA_NONDET"), *only = getenv("GPA_BENCH_SDPA_ONLY");
+  /* the backward passes' `nondet`: {0} (default), {1} ("1") or {0, 1} ("both") */
+  int nd_from = nd && !strcmp(nd, "1"), nd_to = nd && !strcmp(nd, "both") ? 1 : nd_from;
+  if (only && !*only) only = NULL;
   gpa_op_desc d = {.size = sizeof d, .name = "bench_cudnn_sdpa", .min_inputs = 3, .max_inputs = 6, .n_outputs = 3,
                    .attrs = sp_attrs, .n_attrs = 2, .params_size = sizeof(sp), .cuda = sdpa_cuda};
   gpa_op_desc d2 = d;
@@ -97,6 +126,10 @@ void gpa_bench_cuda_sdpa(void) {
         int64_t B = sim ? 1 : shapes[si][0], S = sim ? 64 : shapes[si][1], H = sim ? shapes[si][2] / 8 : shapes[si][2];
         int64_t Hk = sim ? shapes[si][3] / 8 : shapes[si][3], D = shapes[si][4];
         if (si == 2 && causal) continue; /* one GQA row per dtype */
+        char shape[96];
+        snprintf(shape, sizeof shape, "%s B%lld S%lld H%lld Hkv%lld D%lld%s", gpa_dtype_name(dt), (long long)B,
+                 (long long)S, (long long)H, (long long)Hk, (long long)D, causal ? " causal" : "");
+        if (!wanted(only, shape)) continue;
         int64_t qs[4] = {B, S, H, D}, ks[4] = {B, S, Hk, D}, ls[3] = {B, H, S};
         gpa_tensor tq = gpa_bench_device_tensor(a, q, dt, 4, qs, &seed), tk = gpa_bench_device_tensor(a, q, dt, 4, ks, &seed);
         gpa_tensor tv = gpa_bench_device_tensor(a, q, dt, 4, ks, &seed), tdo = gpa_bench_device_tensor(a, q, dt, 4, qs, &seed);
@@ -106,27 +139,36 @@ void gpa_bench_cuda_sdpa(void) {
         gpa_attr at[2] = {{"causal", GPA_ATTR_INT, causal, 0}, {"bwd", GPA_ATTR_INT, 0, 0}};
         gpa_tensor fin[3] = {tq, tk, tv}, fout[2] = {to, tl};
         gpa_op_call fwd = {"bench_cudnn_sdpa_fwd", fin, 3, fout, 2, at, 2};
-        char err[256] = "", shape[96], args[96], extra[512];
+        char err[256] = "", args[96], extra[1024], fplan[256];
         /* lse must be real for the backward: the forward writes it first */
         double fns = gpa_bench_batch_ns(q, &fwd, k, reps, host_reset, err, sizeof err);
         double fhost = host_calls ? host_ns_sum / host_calls : 0;
+        snprintf(fplan, sizeof fplan, "%s", plan_info[0]);
         at[1].i = 1;
         gpa_tensor bin[6] = {tdo, tq, tk, tv, to, tl}, bout[3] = {tdq, tdk, tdv};
         gpa_op_call bwd = {"bench_cudnn_sdpa", bin, 6, bout, 3, at, 2};
-        double bns = fns > 0 ? gpa_bench_batch_ns(q, &bwd, k, reps, host_reset, err, sizeof err) : 0;
-        double bhost = host_calls ? host_ns_sum / host_calls : 0;
-        snprintf(shape, sizeof shape, "%s B%lld S%lld H%lld Hkv%lld D%lld%s", gpa_dtype_name(dt), (long long)B,
-                 (long long)S, (long long)H, (long long)Hk, (long long)D, causal ? " causal" : "");
         snprintf(args, sizeof args, "%s %lld %lld %lld %lld %lld %d", gpa_dtype_name(dt), (long long)B, (long long)S,
                  (long long)H, (long long)Hk, (long long)D, causal);
         gpa_bench_torch_row rows[4];
         int nr = sim ? 0 : gpa_bench_torch_sdpa(args, rows, 4);
         double flops = 4.0 * (double)(B * H * S * S * D) * (causal ? 0.5 : 1.0);
-        for (int dir = 0; dir < 2; dir++) {
-          double ns = dir ? bns : fns, fl = dir ? 2.5 * flops : flops, best = 0;
+        /* dir 0: the forward; then one backward line per determinism asked for */
+        for (int pass = 0; pass <= 1 + (nd_from != nd_to); pass++) {
+          int dir = pass > 0;
+          double ns = fns, hus = fhost / 1e3;
+          const char *plan = fplan;
+          if (dir) {
+            nondet = pass == 1 ? nd_from : nd_to;
+            if (fns > 0) err[0] = 0; /* else the forward's error: the backward needs its lse */
+            ns = fns > 0 ? gpa_bench_batch_ns(q, &bwd, k, reps, host_reset, err, sizeof err) : 0;
+            hus = host_calls ? host_ns_sum / host_calls / 1e3 : 0;
+            plan = plan_info[1];
+          }
+          double fl = dir ? 2.5 * flops : flops, best = 0;
           const char *ref = "none";
-          int len = snprintf(extra, sizeof extra, "%s,\"host_us\":%.2f%s", note, (dir ? bhost : fhost) / 1e3,
-                             dir && nondet ? ",\"deterministic\":0" : "");
+          int len = snprintf(extra, sizeof extra, "%s,\"host_us\":%.2f%s,\"cudnn\":%zu,\"plan\":\"%s\"", note, hus,
+                             dir ? (nondet ? ",\"deterministic\":0" : ",\"deterministic\":1") : "", dnn_version,
+                             plan);
           for (int r = 0; r < nr; r++) {
             double tf = dir ? rows[r].bwd : rows[r].fwd;
             len += snprintf(extra + len, sizeof extra - (size_t)len, ",\"torch_%s_tflops\":%.1f", rows[r].backend, tf);

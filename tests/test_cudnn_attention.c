@@ -62,10 +62,12 @@ static const gpa_attr_spec tattrs[] = {
 /* What the last op saw, written on the actor thread and read after its
  * handle completed. */
 static gpa__cudnn_stats last_stats;
+static char last_plan[256]; /* gpa__cudnn_plan_info after the op */
 
 static gpa_status finish(const gpa_op_exec *x, gpa_status st) {
   gpa__cu_ctx *C = gpa__cu_of(x);
   gpa__cudnn_get_stats(C, &last_stats);
+  snprintf(last_plan, sizeof last_plan, "%s", gpa__cudnn_plan_info(C));
   if (st == GPA_SKIP) {
     snprintf(x->msg, x->msg_size, "declined: %s", gpa__cudnn_last_decline(C));
     return GPA_EUNSUPPORTED;
@@ -391,8 +393,61 @@ static void cache_and_engines(gpa_nt *t) {
   gpa_attr nd = attr_i("nondet", 1);
   expect(t, "backward, non-deterministic allowed", run_bwd(t, &a, &nd, 1), GPA_OK, NULL);
   if (on_sim) CHECK(sim_engine() == 0);
+  /* the plan info names the engine that ran: the heuristics' (mode A)
+   * first candidate, as cudnn-frontend's build_plans takes */
+  printf("plan: %s\n", last_plan);
+  CHECK(!strncmp(last_plan, "heur=a cand=0/", 14) && strstr(last_plan, " ws="));
+  if (on_sim) CHECK(strstr(last_plan, "engine=0 notes=[nondet tc]") != NULL);
   expect(t, "backward, default", run_bwd(t, &a, NULL, 0), GPA_OK, NULL);
   if (on_sim) CHECK(sim_engine() == 1);
+  printf("plan: %s\n", last_plan);
+  CHECK(!strncmp(last_plan, "heur=a cand=", 12) && !strstr(last_plan, "nondet"));
+  if (on_sim) CHECK(strstr(last_plan, "engine=1 notes=[tc]") != NULL);
+}
+
+/* The experiment knobs (backends/cuda/cudnn_tune.c), each in an actor of
+ * its own: an actor reads them when it loads cuDNN. */
+static void knob_actor(const char *var, const char *val, gpa_nt *u) {
+  setenv(var, val, 1);
+  CHECK(gpa_nt_open(u) == 0);
+  register_ops(u->a);
+}
+static void knob_done(const char *var, gpa_nt *u) {
+  CHECK(gpa_nt_close(u) == 0);
+  unsetenv(var);
+}
+
+static void knobs(void) {
+  gpa_nt u;
+  static const acase gqa = {2, 19, 27, 4, 2, 32, 1, 0, 0}; /* causal, S < Sk */
+  knob_actor("GPA_CUDNN_SDPA_BWD_ENGINE", "1000", &u);
+  bufs a = small(&u, GPA_BF16, 1, 8, 8, 2, 2, 16, GPA_BF16);
+  expect(&u, "GPA_CUDNN_SDPA_BWD_ENGINE=1000: the forward", run_fwd(&u, &a, NULL, 0), GPA_OK, NULL);
+  CHECK(!strncmp(last_plan, "heur=a cand=0/", 14));
+  expect(&u, "GPA_CUDNN_SDPA_BWD_ENGINE=1000: the backward", run_bwd(&u, &a, NULL, 0), GPA_EUNSUPPORTED,
+         "GPA_CUDNN_SDPA_BWD_ENGINE=1000: heuristics a lists");
+  knob_done("GPA_CUDNN_SDPA_BWD_ENGINE", &u);
+  knob_actor("GPA_CUDNN_SDPA_HEUR", "b", &u);
+  a = small(&u, GPA_BF16, 1, 8, 8, 2, 2, 16, GPA_BF16);
+  gpa_status st = run_fwd(&u, &a, NULL, 0);
+  if (on_sim || st != GPA_EUNSUPPORTED) { /* a GPU's cuDNN may list no engine in mode B: then a decline */
+    expect(&u, "GPA_CUDNN_SDPA_HEUR=b", st, GPA_OK, NULL);
+    printf("plan: %s\n", last_plan);
+    CHECK(!strncmp(last_plan, "heur=b ", 7));
+  } else {
+    printf("ok: GPA_CUDNN_SDPA_HEUR=b declines on this cuDNN: %s\n", gpa_nt_msg);
+  }
+  knob_done("GPA_CUDNN_SDPA_HEUR", &u);
+  knob_actor("GPA_CUDNN_SDPA_HEUR", "c", &u); /* not a mode: the default, said on stderr */
+  a = small(&u, GPA_BF16, 1, 8, 8, 2, 2, 16, GPA_BF16);
+  expect(&u, "GPA_CUDNN_SDPA_HEUR=c", run_fwd(&u, &a, NULL, 0), GPA_OK, NULL);
+  CHECK(!strncmp(last_plan, "heur=a ", 7));
+  knob_done("GPA_CUDNN_SDPA_HEUR", &u);
+  /* dS in the storage type: the same results (the engines round it so
+   * before the products either way) */
+  knob_actor("GPA_CUDNN_SDPA_DS", "io", &u);
+  parity(&u, &gqa, GPA_BF16, 321);
+  knob_done("GPA_CUDNN_SDPA_DS", &u);
 }
 
 static void declines(gpa_nt *t) {
@@ -548,6 +603,24 @@ static void unavailable(const char *what, const char *sub) {
   CHECK(gpa_nt_close(&u) == 0);
 }
 
+/* How many tensors of graph g are [B,H,S,Sk] in the key's storage type
+ * (read back from the library's descriptors): dS in the backward when
+ * GPA_CUDNN_SDPA_DS=io, none by default (P and dS are fp32 there; their
+ * storage-typed views are [B,H,Sk,S]). */
+static int storage_typed_scores(gpa__dnn *d, const gpa__dnn_descs *g, const gpa__dnn_key *k) {
+  cudnnDataType_t io = k->dtype == GPA_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+  int n = 0;
+  for (int i = 0; i < g->n; i++) {
+    cudnnDataType_t dt;
+    int64_t dim[4], cnt = 0, c2 = 0;
+    if (d->api.cudnnBackendGetAttribute(g->d[i], CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &cnt, &dt) ||
+        d->api.cudnnBackendGetAttribute(g->d[i], CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, &c2, dim))
+      continue; /* not a tensor */
+    n += cnt == 1 && c2 == 4 && dt == io && dim[0] == k->B && dim[1] == k->H && dim[2] == k->S && dim[3] == k->Sk;
+  }
+  return n;
+}
+
 /* The real libcudnn, where the machine has it (no GPU needed): every
  * descriptor of our SDPA graphs, the operation graphs and their heuristics
  * pass its finalize. Engines, plans and execution need a GPU. Any device. */
@@ -555,22 +628,32 @@ static int real_graphs(void) {
   gpa__dnn d;
   if (!tu_real_cudnn_open(&d)) return 0;
   int fails = 0;
-  for (int dir = 0; dir < 3; dir++) /* forward, backward, backward with dQ's accumulator (non-deterministic) */
+  /* forward; backward; backward with dQ's accumulator (non-deterministic);
+   * the two backwards again with dS in the storage type (GPA_CUDNN_SDPA_DS=io) */
+  for (int dir = 0; dir < 5; dir++)
     for (int dt = 0; dt < 2; dt++)
       for (int m = 0; m < 4; m++) {
         gpa__dnn_key k;
         memset(&k, 0, sizeof k);
         int bwd = dir > 0;
-        k.bwd = bwd, k.nondet = dir == 2, k.dtype = dt ? GPA_F16 : GPA_BF16, k.causal = m >= 1, k.lens = m >= 2;
+        d.tune.ds_io = dir >= 3;
+        k.bwd = bwd, k.nondet = dir == 2 || dir == 4, k.dtype = dt ? GPA_F16 : GPA_BF16, k.causal = m >= 1,
+        k.lens = m >= 2;
         k.B = 2, k.S = 100, k.Sk = m == 3 ? 100 : 160, k.H = 8, k.Hkv = m == 1 ? 2 : m == 3 ? 1 : 8, k.D = 64;
         gpa__dnn_descs g;
         char why[256] = "";
         int built = gpa__dnn_build_sdpa(&d, &k, &g, why, sizeof why);
+        /* dS's type as asked: the one [B,H,S,Sk] tensor in the storage type */
+        int io_scores = built ? storage_typed_scores(&d, &g, &k) : -1;
         cudnnStatus_t s = tu_real_cudnn_heur(&d, built, &g, why, sizeof why);
-        printf("%s: real cuDNN %zu, %s %s causal=%d lengths=%d Hkv=%lld: %s\n", s ? "FAIL" : "ok", d.version,
-               dir == 2 ? "backward (non-deterministic)" : bwd ? "backward" : "forward", gpa_dtype_name(k.dtype),
-               k.causal, k.lens, (long long)k.Hkv,
-               s ? why : "graph and heuristics finalized");
+        if (!s && bwd && k.S != k.Sk && io_scores != d.tune.ds_io) { /* S = Sk: the views have its dims too */
+          snprintf(why, sizeof why, "%d storage-typed [B,H,S,Sk] tensors, expected %d", io_scores, d.tune.ds_io);
+          s = CUDNN_STATUS_BAD_PARAM;
+        }
+        printf("%s: real cuDNN %zu, %s%s %s causal=%d lengths=%d Hkv=%lld: %s\n", s ? "FAIL" : "ok", d.version,
+               k.nondet ? "backward (non-deterministic)" : bwd ? "backward" : "forward",
+               d.tune.ds_io ? " (dS in the storage type)" : "", gpa_dtype_name(k.dtype), k.causal, k.lens,
+               (long long)k.Hkv, s ? why : "graph and heuristics finalized");
         fails += s != 0;
       }
   dlclose(d.api.lib);
@@ -621,6 +704,7 @@ int main(void) {
     for (int dt = 0; dt < 2; dt++)
       if (!t.quick || dt == (int)(i & 1)) parity(&t, &cases[i], dt ? GPA_F16 : GPA_BF16, 100 + i);
   cache_and_engines(&t);
+  knobs();
   declines(&t);
   if (on_sim) {
     faults(&t);

@@ -61,6 +61,7 @@ static gpa__dnn *dnn_load(gpa__cu_ctx *C) {
   if (!d) return NULL;
   d->C = C;
   d->bound = GPA__CUDNN_PLANS;
+  gpa__dnn_tune_read(&d->tune);
   const char *path = gpa__cudnn_path(C);
   char why[200];
   if (dnn_open(d, path, why, sizeof why)) {

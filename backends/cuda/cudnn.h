@@ -75,6 +75,10 @@ gpa_status gpa__cudnn_sdpa_bwd(const gpa_op_exec *x, const gpa__sdpa_args *a);
 void gpa__cudnn_get_stats(gpa__cu_ctx *C, gpa__cudnn_stats *s);
 const char *gpa__cudnn_last_decline(gpa__cu_ctx *C);
 void gpa__cudnn_set_plan_bound(gpa__cu_ctx *C, uint32_t bound);
+/* The engine the last plan looked up runs ("" if none), for benchmarks
+ * and tests: "heur=a cand=I/N engine=G notes=[..] knobs=[type:value ..]
+ * ws=BYTES" (cudnn_plan.c). */
+const char *gpa__cudnn_plan_info(gpa__cu_ctx *C);
 
 /* backend.c's fini: plans, handle, library. */
 void gpa__cudnn_release(gpa__cu_ctx *C);
@@ -138,6 +142,19 @@ cudnnBackendDescriptor_t gpa__dnn_plan_pack(gpa__dnn *d, gpa__dnn_plan *p, int n
                                             void *const *ptr, void *ws, cudnnStatus_t *st);
 void gpa__dnn_plans_release(gpa__dnn *d);
 
+/* Experiment knobs of the SDPA plans (docs/cuda.md, "cuDNN fused
+ * attention"), read from the environment when an actor loads the library;
+ * all zero is the default (what PyTorch's cudnn-frontend graphs get).
+ * Convolution plans ignore them. */
+typedef struct gpa__dnn_tune {
+  int heur;    /* GPA_CUDNN_SDPA_HEUR: 0 mode A (default), 1 mode B, 2 the fallback list */
+  int first;   /* GPA_CUDNN_SDPA_BWD_ENGINE=N: the backward's heuristics candidates from the N-th (0-based) on */
+  int ds_io;   /* GPA_CUDNN_SDPA_DS=io: the backward's dS typed in the storage type (default fp32) */
+  int verbose; /* GPA_CUDNN_VERBOSE=1: the candidates tried for every plan built, on stderr; 2: the whole list */
+} gpa__dnn_tune;
+/* Fills *t from the environment (unknown values: the default, said on stderr). */
+void gpa__dnn_tune_read(gpa__dnn_tune *t);
+
 /* The state kept by the actor (hung off gpa__cu_ctx.dnn). */
 struct gpa__dnn {
   int state; /* 0 not tried, 1 ready, -1 unavailable */
@@ -146,7 +163,9 @@ struct gpa__dnn {
   size_t version;
   int cc_major; /* the device's compute capability, 0 until read */
   gpa__cu_ctx *C;
+  gpa__dnn_tune tune;
   gpa__dnn_plan *plans; /* most recently used first */
+  gpa__dnn_plan *last;  /* the plan the last lookup returned (gpa__cudnn_plan_info) */
   uint32_t n_plans, bound;
   uint64_t tick;
   gpa__cudnn_stats st;

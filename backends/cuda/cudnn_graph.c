@@ -220,7 +220,8 @@ static void grad_kv(gb *b, const sdpa_t *t, cudnnBackendDescriptor_t xt, cudnnBa
   red(b, CUDNN_REDUCE_TENSOR_ADD, full, out);
 }
 
-/* p [B,H,S,Sk] as [B,H,Sk,S] in the storage type (a view: strides swapped). */
+/* p (or dS) [B,H,S,Sk] as [B,H,Sk,S] in the storage type (a view: strides
+ * swapped; the type is the storage type whatever p's, as in cudnn-frontend). */
 static cudnnBackendDescriptor_t transposed(gb *b, const sdpa_t *t, cudnnBackendDescriptor_t p) {
   const int64_t dim[4] = {t->B, t->H, t->Sk, t->S}, str[4] = {t->H * t->S * t->Sk, t->S * t->Sk, 1, t->Sk};
   cudnnBackendDescriptor_t y = gpa__dnn_tensor(b, 0, t->io, dim, str, GPA__DNN_VIRT);
@@ -262,14 +263,23 @@ static void bwd_graph(gb *b, gpa__dnn *d, const gpa__dnn_key *k) {
   pw(b, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, dp, delta, NULL, dp1, -1);
   cudnnBackendDescriptor_t dp2 = vt(b, CUDNN_DATA_FLOAT, t.B, t.H, t.S, t.Sk);
   pw(b, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dp1, p, NULL, dp2, -1);
-  cudnnBackendDescriptor_t ds = vt(b, t.io, t.B, t.H, t.S, t.Sk);
+  /* dS in fp32, as cudnn-frontend types it (PyTorch's graph): the dQ
+   * product reads it so, and only dK's transposed view is in the storage
+   * type. GPA_CUDNN_SDPA_DS=io types it in the storage type (our graph
+   * before session 16), to measure whether the engines care. */
+  cudnnBackendDescriptor_t ds = vt(b, d->tune.ds_io ? t.io : CUDNN_DATA_FLOAT, t.B, t.H, t.S, t.Sk);
   pw(b, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dp2, t.scale, NULL, ds, -1);
   grad_kv(b, &t, transposed(b, &t, ds), t.q, dk);
   /* dQ = dS K, K read back out of the KT view */
   const int64_t kdim[4] = {t.B, t.Hkv, t.Sk, t.D}, kstr[4] = {t.Sk * t.Hkv * t.D, t.D, t.Hkv * t.D, 1};
   cudnnBackendDescriptor_t kk = gpa__dnn_tensor(b, 0, t.io, kdim, kstr, GPA__DNN_VIRT);
   reshape(b, t.kt, kk);
-  if (!k->nondet) { /* the engines' deterministic kernel: dQ straight from the product */
+  /* What cudnn-frontend builds for is_deterministic_algorithm (its "dP
+   * workspace" form, use_dp_workspace, for which it budgets B H S Sk 2
+   * bytes of cuDNN workspace: 4 GiB at B4 S4096 H32; GPA_CUDNN_VERBOSE
+   * prints the plan's). PyTorch never asks for it (MHA.cpp leaves the
+   * attribute false): it runs the accumulator form below. */
+  if (!k->nondet) {
     mm(b, ds, kk, dq);
     return;
   }

@@ -7,10 +7,14 @@
  * past the bound destroys the least recently used plan. Everything here
  * runs on the actor thread.
  *
- * Engine choice: the heuristics' candidates in their order; unless the key
- * allows it, an engine whose numerical notes include NONDETERMINISTIC is
- * skipped (the deterministic backward is the default). The first candidate
- * whose plan finalizes wins; none is a decline, never an error.
+ * Engine choice: the heuristics' candidates (mode A, as cudnn-frontend and
+ * PyTorch ask) in their order; unless the key allows it, an engine whose
+ * numerical notes include NONDETERMINISTIC is skipped (the deterministic
+ * backward is the default). The first candidate whose plan finalizes wins,
+ * as cudnn-frontend's build_plans does; none is a decline, never an error.
+ * SDPA keys follow the actor's experiment knobs (gpa__dnn_tune): another
+ * heuristics list, the backward's candidates from the N-th on, the
+ * candidates on stderr.
  *
  * A key cuDNN refused (graph, heuristics or plan) is cached too, with the
  * reason, so that a shape it never takes costs a lookup per call, not a
@@ -37,6 +41,7 @@ struct gpa__dnn_plan {
   int vp_n;
   int64_t vp_uid[GPA__DNN_VP_MAX];
   void *vp_ptr[GPA__DNN_VP_MAX], *vp_ws;
+  char info[256]; /* gpa__cudnn_plan_info */
 };
 
 gpa__dnn_scalars *gpa__dnn_plan_scalars(gpa__dnn_plan *p) { return &p->sc; }
@@ -76,6 +81,7 @@ void gpa__dnn_descs_free(const gpa__cudnn_api *A, gpa__dnn_descs *g) {
 }
 
 static void plan_free(gpa__dnn *d, gpa__dnn_plan *p) {
+  if (d->last == p) d->last = NULL;
   if (p->vp) d->api.cudnnBackendDestroyDescriptor(p->vp);
   if (p->plan) d->api.cudnnBackendDestroyDescriptor(p->plan);
   if (p->cfg) d->api.cudnnBackendDestroyDescriptor(p->cfg);
@@ -149,15 +155,70 @@ static int engine_ok(gpa__dnn *d, cudnnBackendDescriptor_t cfg, int nondet_ok, i
   return ok;
 }
 
+/* "engine=G notes=[..] knobs=[type:value ..]" of an engine config, as far
+ * as the library tells (the simulator has no knobs). */
+static void describe(gpa__dnn *d, cudnnBackendDescriptor_t cfg, char *buf, size_t n) {
+  const gpa__cudnn_api *A = &d->api;
+  cudnnBackendDescriptor_t eng = NULL, kc[16] = {0};
+  int64_t cnt = 0, gidx = -1, nk = 0;
+  size_t l = 0;
+  buf[0] = 0;
+#define PUT(...) (l += l < n ? (size_t)snprintf(buf + l, n - l, __VA_ARGS__) : 0)
+  if (!A->cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) &&
+      !A->cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cnt, &eng)) {
+    if (A->cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &cnt, &gidx)) gidx = -1;
+    PUT("engine=%lld notes=[", (long long)gidx);
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    int64_t nn = 0;
+    if (!A->cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                     CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &nn, notes))
+      for (int64_t i = 0; i < nn && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
+        PUT("%s%s", i ? " " : "",
+            notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC ? "nondet"
+            : notes[i] == CUDNN_NUMERICAL_NOTE_TENSOR_CORE    ? "tc"
+                                                              : "other");
+    PUT("]");
+  }
+  if (eng) A->cudnnBackendDestroyDescriptor(eng);
+  int made = 0;
+  while (made < 16 && !A->cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &kc[made])) made++;
+  if (made == 16 &&
+      !A->cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, 16, &nk, kc)) {
+    PUT(" knobs=[");
+    for (int64_t i = 0; i < nk && i < 16; i++) {
+      cudnnBackendKnobType_t t = 0;
+      int64_t v = 0;
+      if (!A->cudnnBackendGetAttribute(kc[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &cnt, &t) &&
+          !A->cudnnBackendGetAttribute(kc[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &cnt, &v))
+        PUT("%s%d:%lld", i ? " " : "", (int)t, (long long)v);
+    }
+    PUT("]");
+  }
+  for (int i = 0; i < made; i++) A->cudnnBackendDestroyDescriptor(kc[i]);
+#undef PUT
+}
+
+/* How make_plan_mode chooses, and what it chose. */
+typedef struct choice {
+  int nondet_ok, exact, first, verbose;
+  cudnnBackendHeurMode_t mode;
+  int tried; /* out: some candidate was tried */
+  int64_t cand, found; /* out: the chosen candidate and the list's length */
+} choice;
+
+static const char *mode_name(cudnnBackendHeurMode_t m) {
+  return m == CUDNN_HEUR_MODE_A ? "a" : m == CUDNN_HEUR_MODE_B ? "b" : m == CUDNN_HEUR_MODE_FALLBACK ? "fallback" : "?";
+}
+
 /* A finalized plan for the graph (its engine config in *chosen, kept with
  * it), or NULL with why. */
-static cudnnBackendDescriptor_t make_plan_mode(gpa__dnn *d, cudnnBackendDescriptor_t graph, int nondet_ok,
-                                               int exact, cudnnBackendHeurMode_t mode, int64_t *workspace,
-                                               cudnnBackendDescriptor_t *chosen, int *tried, char *why,
+static cudnnBackendDescriptor_t make_plan_mode(gpa__dnn *d, cudnnBackendDescriptor_t graph, choice *c,
+                                               int64_t *workspace, cudnnBackendDescriptor_t *chosen, char *why,
                                                size_t n) {
   const gpa__cudnn_api *A = &d->api;
   cudnnBackendDescriptor_t heur = NULL, cfg[CANDIDATES] = {0}, plan = NULL;
   int64_t found = 0;
+  cudnnBackendHeurMode_t mode = c->mode;
   cudnnStatus_t s = A->cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
   if (!s) s = A->cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                           1, &graph);
@@ -169,16 +230,24 @@ static cudnnBackendDescriptor_t make_plan_mode(gpa__dnn *d, cudnnBackendDescript
                                     &found, cfg);
   if (s) snprintf(why, n, "engine heuristics: %s", dnn_err(d, s));
   else if (found < 1) snprintf(why, n, "no engine for this graph");
+  else if (c->first >= found || c->first >= CANDIDATES)
+    snprintf(why, n, "GPA_CUDNN_SDPA_BWD_ENGINE=%d: heuristics %s lists %lld engine configs", c->first, mode_name(mode),
+             (long long)found);
+  c->found = found;
   cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
   int skipped = 0;
-  for (int64_t i = 0; !s && i < found && i < CANDIDATES && !plan; i++) {
-    if (!engine_ok(d, cfg[i], nondet_ok, exact)) {
+  for (int64_t i = c->first; !s && i < found && i < CANDIDATES && !plan; i++) {
+    char desc[160] = "";
+    if (c->verbose) describe(d, cfg[i], desc, sizeof desc);
+    if (!engine_ok(d, cfg[i], c->nondet_ok, c->exact)) {
       skipped++;
+      if (c->verbose) fprintf(stderr, "gpuactor cuDNN: heur %s candidate %lld/%lld: %s: skipped (notes)\n",
+                              mode_name(mode), (long long)i, (long long)found, desc);
       continue;
     }
     cudnnBackendDescriptor_t p = NULL;
     cudnnHandle_t h = d->h;
-    *tried = 1;
+    c->tried = 1;
     last = A->cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p);
     if (!last) last = A->cudnnBackendSetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
     if (!last)
@@ -189,16 +258,30 @@ static cudnnBackendDescriptor_t make_plan_mode(gpa__dnn *d, cudnnBackendDescript
     if (!last)
       last = A->cudnnBackendGetAttribute(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt,
                                          workspace);
+    if (c->verbose)
+      fprintf(stderr, "gpuactor cuDNN: heur %s candidate %lld/%lld: %s: %s, workspace %lld\n", mode_name(mode),
+              (long long)i, (long long)found, desc, last ? dnn_err(d, last) : "plan finalized",
+              last ? 0LL : (long long)*workspace);
     if (!last) {
       plan = p;
       *chosen = cfg[i];
       cfg[i] = NULL;
+      c->cand = i;
     } else if (p) {
       A->cudnnBackendDestroyDescriptor(p);
     }
   }
-  if (!s && found >= 1 && !plan) {
-    if (skipped == found || skipped == CANDIDATES) snprintf(why, n, "no %s engine among %lld", exact ? "deterministic exact-fp32" : "deterministic", (long long)found);
+  /* GPA_CUDNN_VERBOSE=2: the rest of the list too, not built */
+  for (int64_t i = c->cand + 1; plan && c->verbose > 1 && i < found && i < CANDIDATES; i++) {
+    char desc[160];
+    describe(d, cfg[i], desc, sizeof desc);
+    fprintf(stderr, "gpuactor cuDNN: heur %s candidate %lld/%lld: %s: not built\n", mode_name(mode), (long long)i,
+            (long long)found, desc);
+  }
+  if (!s && found > c->first && !plan) {
+    if (skipped == found - c->first || skipped == CANDIDATES - c->first)
+      snprintf(why, n, "no %s engine among %lld", c->exact ? "deterministic exact-fp32" : "deterministic",
+               (long long)found);
     else snprintf(why, n, "execution plan: %s", dnn_err(d, last));
   }
   for (int i = 0; i < CANDIDATES; i++)
@@ -207,26 +290,36 @@ static cudnnBackendDescriptor_t make_plan_mode(gpa__dnn *d, cudnnBackendDescript
   return plan;
 }
 
-/* Mode A's candidates, then, for exact keys where mode A listed no engine
+/* The key's heuristics list, then, for exact keys where it listed no engine
  * they accept (the plain fp32 engines may be listed only there), the
- * fallback list's. An accepted engine whose plan fails is not retried. */
-static cudnnBackendDescriptor_t make_plan(gpa__dnn *d, cudnnBackendDescriptor_t graph, int nondet_ok, int exact,
-                                          int64_t *workspace, cudnnBackendDescriptor_t *chosen, char *why,
+ * fallback list's. An accepted engine whose plan fails is not retried.
+ * p->info says what was chosen. */
+static cudnnBackendDescriptor_t make_plan(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_plan *p, char *why,
                                           size_t n) {
-  int tried = 0;
-  cudnnBackendDescriptor_t p =
-      make_plan_mode(d, graph, nondet_ok, exact, CUDNN_HEUR_MODE_A, workspace, chosen, &tried, why, n);
-  if (!p && exact && !tried) {
+  static const cudnnBackendHeurMode_t modes[3] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_B, CUDNN_HEUR_MODE_FALLBACK};
+  int sdpa = !k->conv;
+  choice c = {.nondet_ok = k->nondet, .exact = k->exact, .first = sdpa && k->bwd ? d->tune.first : 0,
+              .verbose = d->tune.verbose, .mode = modes[sdpa ? d->tune.heur : 0]};
+  cudnnBackendDescriptor_t plan = make_plan_mode(d, p->g.graph, &c, &p->workspace, &p->cfg, why, n);
+  if (!plan && k->exact && !c.tried) {
     char w2[256];
-    p = make_plan_mode(d, graph, nondet_ok, exact, CUDNN_HEUR_MODE_FALLBACK, workspace, chosen, &tried, w2,
-                       sizeof w2);
-    if (!p) {
+    c.mode = CUDNN_HEUR_MODE_FALLBACK, c.first = 0;
+    plan = make_plan_mode(d, p->g.graph, &c, &p->workspace, &p->cfg, w2, sizeof w2);
+    if (!plan) {
       size_t l = strlen(why);
       snprintf(why + l, n - l, "; fallback list: %s", w2);
     }
   }
-  return p;
+  if (plan) {
+    char desc[160];
+    describe(d, p->cfg, desc, sizeof desc);
+    snprintf(p->info, sizeof p->info, "heur=%s cand=%lld/%lld %s ws=%lld", mode_name(c.mode), (long long)c.cand,
+             (long long)c.found, desc, (long long)p->workspace);
+  }
+  return plan;
 }
+
+const char *gpa__cudnn_plan_info(gpa__cu_ctx *C) { return C->dnn && C->dnn->last ? C->dnn->last->info : ""; }
 
 gpa__dnn_plan *gpa__dnn_plan_get(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_build_fn build, char *why, size_t n) {
   for (gpa__dnn_plan **pp = &d->plans; *pp; pp = &(*pp)->next) {
@@ -236,6 +329,7 @@ gpa__dnn_plan *gpa__dnn_plan_get(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_bu
     p->next = d->plans;
     d->plans = p;
     d->st.hits++;
+    d->last = p->plan ? p : NULL;
     if (!p->plan) {
       snprintf(why, n, "%s (cached)", p->why);
       return NULL;
@@ -249,7 +343,7 @@ gpa__dnn_plan *gpa__dnn_plan_get(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_bu
     d->st.builds_failed++;
     return NULL;
   }
-  if (build(d, k, &p->g, why, n)) p->plan = make_plan(d, p->g.graph, k->nondet, k->exact, &p->workspace, &p->cfg, why, n);
+  if (build(d, k, &p->g, why, n)) p->plan = make_plan(d, k, p, why, n);
   if (!p->plan) {
     d->st.builds_failed++;
     gpa__dnn_descs_free(&d->api, &p->g);
@@ -264,5 +358,6 @@ gpa__dnn_plan *gpa__dnn_plan_get(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_bu
   p->next = d->plans;
   d->plans = p;
   d->n_plans++;
+  d->last = p->plan ? p : NULL;
   return p->plan ? p : NULL;
 }

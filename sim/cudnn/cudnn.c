@@ -518,6 +518,12 @@ EXPORT cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const dd,
     *count = k;
     return CUDNN_STATUS_SUCCESS;
   }
+  if (name == CUDNN_ATTR_ENGINE_GLOBAL_INDEX && d->type == CUDNN_BACKEND_ENGINE_DESCRIPTOR) {
+    if (type != CUDNN_TYPE_INT64 || requested < 1 || !elements) return CUDNN_STATUS_BAD_PARAM;
+    *(int64_t *)elements = d->engine; /* the subset's engine numbers are its global indices */
+    if (count) *count = 1;
+    return CUDNN_STATUS_SUCCESS;
+  }
   if (name == CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE && d->type == CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR) {
     if (type != CUDNN_TYPE_INT64 || requested < 1 || !elements) return CUDNN_STATUS_BAD_PARAM;
     *(int64_t *)elements = d->workspace;
