@@ -9,10 +9,12 @@
  * faster). Two rows per shape and direction: cuda_conv1d_* with
  * GPA_CUDNN_CONV=1 (cuDNN's convolutions wherever it takes the call,
  * backends/cuda/cudnn_conv.c; unset, small eager convolutions take our
- * kernels) and cuda_conv1d_own_* with GPA_CUDNN_CONV=0 (our kernels: for
+ * kernels), cuda_conv1d_own_* with GPA_CUDNN_CONV=0 (our kernels: for
  * bf16 the tensor-core implicit GEMMs of kernels/cuda/conv1d_tc.cu, for
- * f32 the SIMT ones), each on its own actor. On sim: tiny shapes, plumbing
- * only. */
+ * f32 the 3xTF32 ones of conv1d_tc32.cu), and cuda_conv1d_simt_* with
+ * GPA_CUDNN_CONV=0 GPA_CONV_TC=0 (the SIMT implicit GEMMs of conv1d.cu,
+ * the path before the tensor-core kernels: old and new in one run), each
+ * on its own actor. On sim: tiny shapes, plumbing only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,18 +34,32 @@ static int torch_conv(const char *args, double *fwd_us, double *bwd_us) {
   return n;
 }
 
+/* Sets env `name` to `v` (NULL: unset), the old value kept in `saved`
+ * (empty: was unset); restore with the saved value. */
+static void env_swap(const char *name, const char *v, char saved[16], int *had) {
+  const char *was = getenv(name);
+  *had = was != NULL;
+  if (was) snprintf(saved, 16, "%s", was);
+  if (v) setenv(name, v, 1);
+  else unsetenv(name);
+}
+static void env_restore(const char *name, const char saved[16], int had) {
+  if (had) setenv(name, saved, 1);
+  else unsetenv(name);
+}
+
 /* One pass over the shapes on a fresh actor: own = 0 cuDNN wherever it
- * takes the call (GPA_CUDNN_CONV=1), 1 our kernels (GPA_CUDNN_CONV=0; read
- * at actor creation). */
+ * takes the call (GPA_CUDNN_CONV=1), 1 our kernels (GPA_CUDNN_CONV=0), 2
+ * our SIMT kernels (GPA_CUDNN_CONV=0 GPA_CONV_TC=0; both read at actor
+ * creation). */
 static void conv_rows(int own) {
-  int sim;
-  const char *was = getenv("GPA_CUDNN_CONV");
-  char saved[16] = "";
-  if (was) snprintf(saved, sizeof saved, "%s", was);
-  setenv("GPA_CUDNN_CONV", own ? "0" : "1", 1);
+  int sim, had[2];
+  char saved[2][16];
+  env_swap("GPA_CUDNN_CONV", own ? "0" : "1", saved[0], &had[0]);
+  env_swap("GPA_CONV_TC", own == 2 ? "0" : NULL, saved[1], &had[1]);
   gpa_actor *a = gpa_bench_cuda_actor("cuda_conv1d", &sim);
-  if (was) setenv("GPA_CUDNN_CONV", saved, 1);
-  else unsetenv("GPA_CUDNN_CONV");
+  env_restore("GPA_CUDNN_CONV", saved[0], had[0]);
+  env_restore("GPA_CONV_TC", saved[1], had[1]);
   if (!a) return;
   gpa_queue *q = gpa_actor_default_queue(a);
   const int reps = gpa_bench_reps(5), k = sim ? 1 : 20;
@@ -78,7 +94,9 @@ static void conv_rows(int own) {
     if (!own) th[si] = sim ? 0 : torch_conv(args, &tt[si][0], &tt[si][1]);
     const double *t = tt[si];
     int have = th[si];
-    static const char *names[2][2] = {{"cuda_conv1d_fwd", "cuda_conv1d_bwd"}, {"cuda_conv1d_own_fwd", "cuda_conv1d_own_bwd"}};
+    static const char *names[3][2] = {{"cuda_conv1d_fwd", "cuda_conv1d_bwd"},
+                                      {"cuda_conv1d_own_fwd", "cuda_conv1d_own_bwd"},
+                                      {"cuda_conv1d_simt_fwd", "cuda_conv1d_simt_bwd"}};
     const double flops = 2.0 * (double)(B * C * C * K * L);
     for (int dir = 0; dir < 2; dir++) {
       if (ns[dir] <= 0) {
@@ -87,8 +105,10 @@ static void conv_rows(int own) {
       }
       snprintf(extra, sizeof extra, "\"note\":\"%s; %s\"",
                sim ? "simulated device: plumbing only, the numbers mean nothing" : "device time from CUDA events",
-               own ? (bf ? "our tensor-core kernels (GPA_CUDNN_CONV=0)" : "our kernels (GPA_CUDNN_CONV=0)")
-                   : "cuDNN where it takes the call (GPA_CUDNN_CONV=1), else our kernels");
+               own == 2 ? "our SIMT kernels (GPA_CUDNN_CONV=0 GPA_CONV_TC=0)"
+               : own    ? (bf ? "our tensor-core kernels (GPA_CUDNN_CONV=0)"
+                              : "our 3xTF32 tensor-core kernels (GPA_CUDNN_CONV=0)")
+                        : "cuDNN where it takes the call (GPA_CUDNN_CONV=1), else our kernels");
       gpa_bench_result r = {.name = names[own][dir], .backend = sim ? "sim" : "cuda",
                             .shape = shape, .ref = have ? "torch_conv1d" : "itself", .ns = ns[dir],
                             .ref_ns = have ? t[dir] * 1e3 : ns[dir], .flops = dir ? 2 * flops : flops, .extra = extra};
@@ -104,4 +124,5 @@ static void conv_rows(int own) {
 void gpa_bench_cuda_conv1d(void) {
   conv_rows(0);
   conv_rows(1);
+  conv_rows(2);
 }

@@ -1,6 +1,7 @@
 /* conv1d's params (host and CUDA adapters) and its CUDA kernels: for bf16
  * storage the tensor-core implicit GEMMs of kernels/cuda/conv1d_tc.cu
- * (module "conv", ops/conv1d/cuda_tc.c) wherever they fit; the SIMT
+ * (module "conv", ops/conv1d/cuda_tc.c) wherever they fit, for f32 the
+ * 3xTF32 ones of kernels/cuda/conv1d_tc32.cu (ops/conv1d/cuda_tc32.c); the SIMT
  * implicit GEMMs of kernels/cuda/conv1d.cu (module "conv",
  * ops/conv1d/cuda_igemm.c) wherever they fit, else im2col / col2im
  * (kernels/cuda/linear.cu, module "lin") and cuBLAS GEMMs (f32:
@@ -39,6 +40,12 @@ gpa_status gpa__conv_bwd_ig_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g)
 int gpa__conv_tc_fits(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
 gpa_status gpa__conv_fwd_tc_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
 gpa_status gpa__conv_bwd_tc_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
+/* ops/conv1d/cuda_tc32.c: f32 storage on tensor cores in 3xTF32
+ * (kernels/cuda/conv1d_tc32.cu) where the SIMT kernels fit, each stage's
+ * window fits, and GPA_CONV_TC is not "0". */
+int gpa__conv_tc32_fits(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
+gpa_status gpa__conv_fwd_tc32_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
+gpa_status gpa__conv_bwd_tc32_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
 
 /* K(id, module, kernel name) */
 #define GPA__CU_KERNELS_CONV1D(K)            \
@@ -62,6 +69,9 @@ gpa_status gpa__conv_bwd_tc_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g)
   K(CONV_TC_DX, conv, gpa_conv_tc_dx_bf16)     \
   K(CONV_TC_DW, conv, gpa_conv_tc_dw_bf16)     \
   K(CONV_TC_PACK, conv, gpa_conv_tc_pack_bf16) \
-  K(CONV_TC_WPACK, conv, gpa_conv_tc_wpack_bf16)
+  K(CONV_TC_WPACK, conv, gpa_conv_tc_wpack_bf16) \
+  K(CONV_TC32_FWD, conv, gpa_conv_tc32_fwd_f32)  \
+  K(CONV_TC32_DX, conv, gpa_conv_tc32_dx_f32)    \
+  K(CONV_TC32_DW, conv, gpa_conv_tc32_dw_f32)
 
 #endif

@@ -1,6 +1,7 @@
 /* conv1d on CUDA, after cuDNN where it takes the call (cuda_cudnn.c): bf16
  * storage on our tensor-core implicit GEMMs (ops/conv1d/cuda_tc.c)
- * wherever gpa__conv_tc_fits holds; then our SIMT implicit-GEMM kernels
+ * wherever gpa__conv_tc_fits holds, f32 on the 3xTF32 ones
+ * (ops/conv1d/cuda_tc32.c) wherever gpa__conv_tc32_fits holds; then our SIMT implicit-GEMM kernels
  * (ops/conv1d/cuda_igemm.c) wherever gpa__conv_ig_fits holds; for the rest (indices past an int,
  * grids past their limits, a kernel extent whose stage passes 48 KiB of
  * shared memory) im2col (kernels/cuda/linear.cu) + cuBLAS GEMMs per
@@ -83,6 +84,7 @@ gpa_status gpa__conv_fwd_cu(const gpa_op_exec *x) {
   conv_geom(x, &x->inputs[0], &x->inputs[1], x->outputs[0].shape[2], &g);
   if (!conv_fits(&g)) return gpa__cu_fallback(x);
   if (x->inputs[0].dtype == GPA_BF16 && gpa__conv_tc_fits(x, &g)) return gpa__conv_fwd_tc_cu(x, &g);
+  if (x->inputs[0].dtype == GPA_F32 && gpa__conv_tc32_fits(x, &g)) return gpa__conv_fwd_tc32_cu(x, &g);
   if (gpa__conv_ig_fits(&g)) return gpa__conv_fwd_ig_cu(x, &g);
   if (x->inputs[0].dtype == GPA_BF16) return gpa__conv_fwd_bf16_cu(x, &g);
   if (g.B == 0) return GPA_OK;
@@ -121,6 +123,7 @@ gpa_status gpa__conv_bwd_cu(const gpa_op_exec *x) {
   conv_geom(x, &x->inputs[1], &x->inputs[2], x->inputs[0].shape[2], &g);
   if (!conv_fits(&g)) return gpa__cu_fallback(x);
   if (x->inputs[1].dtype == GPA_BF16 && gpa__conv_tc_fits(x, &g)) return gpa__conv_bwd_tc_cu(x, &g);
+  if (x->inputs[1].dtype == GPA_F32 && gpa__conv_tc32_fits(x, &g)) return gpa__conv_bwd_tc32_cu(x, &g);
   if (gpa__conv_ig_fits(&g)) return gpa__conv_bwd_ig_cu(x, &g);
   if (x->inputs[1].dtype == GPA_BF16) return gpa__conv_bwd_bf16_cu(x, &g);
   const float *dy = x->in[0], *xs = x->in[1], *W = x->in[2];
