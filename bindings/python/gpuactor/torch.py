@@ -97,11 +97,8 @@ CALLS_MAX = 256
 
 
 def _call(op, ins, outs, attrs):
-    for g in ins:
-        if not g._cached_wrap:
-            return _core.Call(op, ins, outs, attrs)
-    for g in outs:
-        if not g._cached_wrap:
+    for g in ins + outs:
+        if not g._cached_wrap:  # a view made for this call: built for it alone
             return _core.Call(op, ins, outs, attrs)
     try:
         # the values' types too: 1 and 1.0 are equal keys but an int and a float
