@@ -78,8 +78,8 @@ def test_run_waits_for_torch_writes(cuda_actor):
     assert torch.allclose(y, ref, rtol=1e-5, atol=1e-6), "gelu_fwd: max abs err %g" % err
     assert y.data_ptr() == ptr and len(dlpack._imports) == before + 2
     # every call above ordered by cuEventRecord / cuStreamWaitEvent on the raw stream
-    assert gt._cu is not None, ("gpuactor.torch's driver path is off (libcuda.so.1 not loaded, or no "
-                                "torch._C._cuda_getCurrentRawStream / _cuda_getDevice): torch's objects order every call")
+    assert gt._cu is not None, ("gpuactor.torch's driver path is off (libcuda.so.1 not loaded, or no torch._C."
+                                "_cuda_getCurrentRawStream / _cuda_getDevice): torch's objects order every call")
     assert gt.stats["torch_stream_calls"] == through_torch
     del x, y, ref
     _released(cuda_actor, before)
