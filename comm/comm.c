@@ -181,9 +181,46 @@ static bool finished(gpa_actor *a, gpa__msg *m, gpa_status st) {
   return false;
 }
 
+/* A collective the actor is done with (cancelled by a shutdown, timed out,
+ * aborted) that MPI still runs: MPI cannot take a started collective back,
+ * and a peer that comes late makes it write the receive buffer then. So
+ * the buffers get new memory (a copy: the actor's view of them is as it
+ * was) and the old blocks go to the engine, which frees them once MPI has
+ * let go of them. Nothing then waits for MPI: not gpa_comm_destroy, not a
+ * buffer's release or reuse, not the actor's shutdown (which frees the new
+ * memory). Wrapped buffers (the caller's memory) cannot move: they stay
+ * shared with MPI until the peers come (docs/collectives.md, "Faults"). */
+static void let_go(gpa_actor *a, gpa_comm *c, gpa__coll *p, gpa__msg *m) {
+  int state = atomic_load_explicit(&p->state, memory_order_acquire);
+  if (state == GPA__COLL_IDLE || (state == GPA__COLL_DONE && p->status == GPA_OK)) return; /* never started, or ran */
+  if (state == GPA__COLL_FLIGHT) c->eng->cancel(c, p);
+  void *old[2];
+  size_t bytes[2];
+  int n = 0;
+  if (c->eng->held(c, p))
+    for (uint32_t i = 0; i < m->n_in + m->n_out && i < 2; i++) {
+      gpa__slot *s = gpa__bufcache_slot(a->cache, m->t[i].buffer);
+      if (i == 1 && m->t[1].buffer == m->t[0].buffer) break; /* moved already */
+      void *np = NULL;
+      if (s->external || !s->ptr) continue;
+      if (a->be->mem_alloc(a->bctx, s->capacity, &np) != GPA_OK) {
+        gpa__log(GPA_LOG_WARN, a->opts.log_level,
+                 "%s: no memory to move a buffer away from an abandoned MPI operation: it stays shared with MPI "
+                 "until the peers come", kind_names[p->kind]);
+        continue;
+      }
+      memcpy(np, s->ptr, s->capacity);
+      old[n] = s->ptr;
+      bytes[n++] = s->capacity;
+      s->ptr = np;
+    }
+  if (!c->eng->detach(c, p, old, bytes, n)) /* MPI finished it meanwhile */
+    for (int i = 0; i < n; i++) a->be->mem_free(a->bctx, old[i]);
+}
+
 static gpa_status settle(gpa_actor *a, gpa__msg *m, gpa_status st) {
-  (void)a;
   gpa__coll *p = params(m);
+  if (p->c->eng->detach) let_go(a, p->c, p, m);
   return p->c->eng->settle ? p->c->eng->settle(p->c, p, m, st) : st;
 }
 
@@ -407,21 +444,6 @@ gpa_status gpa_comm_destroy(gpa_comm *c) {
   if (n)
     return gpa__fail(GPA_EBUSY, "gpa_comm_destroy: %u collectives of rank %d have not finished (await them first)",
                      n, c->rank);
-  /* MPI may still write into the buffers of operations this rank gave up
-   * on (abort, timeout, shutdown): wait for them, so that buffers released
-   * after this call are free for good. */
-  if (c->eng->abandoned) {
-    int64_t limit = c->timeout_ns > 0 ? gpa__now_ns() + c->timeout_ns : 0;
-    uint32_t left;
-    while ((left = c->eng->abandoned(c))) {
-      if (limit && gpa__now_ns() >= limit)
-        return gpa__fail(GPA_EBUSY,
-                         "gpa_comm_destroy: MPI still holds %u operations rank %d gave up on, after the "
-                         "communicator's timeout (their peers never came; nothing freed)",
-                         left, c->rank);
-      nanosleep(&(struct timespec){0, 1000000}, NULL);
-    }
-  }
   c->eng->destroy(c);
   release_id(c);
   free(c);

@@ -56,12 +56,17 @@ typedef struct gpa__comm_engine {
    * polls while it is otherwise idle before parking its queue: comm.c,
    * poll_while_idle); true: gpa__coll_done ran. */
   bool (*poll)(gpa_comm *c, gpa__coll *op);
-  /* Optional: operations the engine still runs though nobody waits for
-   * them any more (cancelled, timed out, aborted): their buffers may still
-   * be written. gpa_comm_destroy waits for 0. */
-  uint32_t (*abandoned)(gpa_comm *c);
   /* The engine forgets op (never calls gpa__coll_done for it afterwards). */
   void (*cancel)(gpa_comm *c, gpa__coll *op);
+  /* Optional, for engines that cannot take back an operation they started
+   * (MPI): whether op, finished for the actor (cancelled, timed out,
+   * aborted), still runs in the engine, which may write its buffers until
+   * the peers come; and detach, which hands the engine the memory those
+   * buffers had (comm.c, let_go, gives the buffers new memory first) and
+   * ends the engine's tie to op: 1 if it took the blocks, 0 if op had
+   * finished meanwhile (the blocks stay the caller's). Actor thread. */
+  bool (*held)(gpa_comm *c, gpa__coll *op);
+  int (*detach)(gpa_comm *c, gpa__coll *op, void *const *blocks, const size_t *bytes, int n);
   /* Fails every collective of c not finished (on a LOCAL communicator the
    * peers' too) with st and why. */
   void (*abort)(gpa_comm *c, gpa_status st, const char *why);

@@ -290,4 +290,5 @@ static void destroy(gpa_comm *c) {
   pthread_mutex_unlock(&lock);
 }
 
-const gpa__comm_engine gpa__comm_local = {"local", start, NULL, NULL, cancel, abort_group, destroy, NULL, NULL};
+const gpa__comm_engine gpa__comm_local = {
+    .name = "local", .start = start, .cancel = cancel, .abort = abort_group, .destroy = destroy};

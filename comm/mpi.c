@@ -185,7 +185,15 @@ static bool poll_op(gpa_comm *c, gpa__coll *op) {
   return F->test(op) != 0;
 }
 
-static uint32_t abandoned(gpa_comm *c) { return F->abandoned(((mpi_state *)c->es)->comm); }
+static bool held(gpa_comm *c, gpa__coll *op) {
+  (void)c;
+  return F->held(op) != 0;
+}
+
+static int detach(gpa_comm *c, gpa__coll *op, void *const *blocks, const size_t *bytes, int n) {
+  (void)c;
+  return F->detach(op, blocks, bytes, n);
+}
 
 static void cancel(gpa_comm *c, gpa__coll *op) {
   (void)c;
@@ -211,4 +219,5 @@ static void destroy(gpa_comm *c) {
   pthread_mutex_unlock(&joined_lock);
 }
 
-const gpa__comm_engine gpa__comm_mpi = {"mpi", start, poll_op, abandoned, cancel, abort_comm, destroy, NULL, NULL};
+const gpa__comm_engine gpa__comm_mpi = {.name = "mpi", .start = start, .poll = poll_op, .cancel = cancel, .held = held,
+                                        .detach = detach, .abort = abort_comm, .destroy = destroy};

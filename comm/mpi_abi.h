@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GPA__MPI_ABI 2
+#define GPA__MPI_ABI 3
 #define GPA__MPI_ENTRY "gpa_mpi_module_v1"
 
 /* What the library gives the module. */
@@ -45,11 +45,18 @@ typedef struct gpa__mpi_fns {
   /* tests ctx's request once on the calling thread: 1 if it finished (then
    * host->done ran, and wake is the caller's business), else 0 */
   int (*test)(void *ctx);
-  /* forgets ctx (its request, if any, runs on to completion unwatched) */
+  /* abandons ctx: its request, if any, runs on to completion unwatched
+   * (host->done is not called for it) */
   void (*cancel)(void *ctx);
-  /* requests on comm still in flight whose ctx was cancelled */
-  uint32_t (*abandoned)(void *comm);
-  /* host->done(ctx, status, why) for every op of comm not finished */
+  /* 1 while a request of ctx is in flight (MPI may still touch its memory) */
+  int (*held)(void *ctx);
+  /* lets go of ctx for good (its message may be reused): if a request of
+   * ctx is in flight, the n blocks (malloc'd memory, the buffers it was
+   * given) become the module's, freed once no request in flight points
+   * into them, and 1 is returned; else 0 and the blocks stay the caller's */
+  int (*detach)(void *ctx, void *const *blocks, const size_t *bytes, int n);
+  /* host->done(ctx, status, why) for every op of comm not finished; they
+   * are abandoned */
   void (*abort)(void *comm, int status, const char *why);
 } gpa__mpi_fns;
 

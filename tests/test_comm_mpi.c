@@ -11,54 +11,16 @@
  * and sim actors the MPI transport answers EUNSUPPORTED: checked without
  * MPI. */
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "util/comm_cases.h"
+#include "util/mpi_launch.h"
 
 #define CHILD_ENV "GPA_TEST_COMM_MPI_CHILD"
 
 static gpa_actor *actor1(void) {
   gpa_actor_options o = {.threads = 1};
   return tu_actor(&o);
-}
-
-static char *find_mpirun(void) {
-  const char *path = getenv("PATH");
-  if (!path) return NULL;
-  char *copy = strdup(path), *save = NULL;
-  static char full[4096];
-  for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
-    snprintf(full, sizeof full, "%s/mpirun", dir);
-    if (access(full, X_OK) == 0) {
-      free(copy);
-      return full;
-    }
-  }
-  free(copy);
-  return NULL;
-}
-
-static int launch(const char *mpirun, const char *self, int np) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    char n[8];
-    snprintf(n, sizeof n, "%d", np);
-    setenv(CHILD_ENV, "1", 1);
-    /* Docker-like sandboxes refuse the cross-memory-attach copies Open MPI's
-     * shared-memory transport tries first: plain copies always work. */
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
-    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
-    if (geteuid() == 0)
-      execl(mpirun, mpirun, "-np", n, "--oversubscribe", "--allow-run-as-root", self, (char *)NULL);
-    else
-      execl(mpirun, mpirun, "-np", n, "--oversubscribe", self, (char *)NULL);
-    perror("exec mpirun");
-    _exit(127);
-  }
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) < 0) return 1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
 /* The late rank's side of abort_case and timeout_case: every rank meets on
@@ -195,13 +157,13 @@ int main(int argc, char **argv) {
   printf("skipped: Open MPI under a sanitizer reports its own allocations and threads\n");
   return 77;
 #endif
-  const char *mpirun = find_mpirun();
+  const char *mpirun = tu_mpirun();
   if (!mpirun) {
     printf("skipped: no mpirun on PATH (Debian: openmpi-bin)\n");
     return 77;
   }
   for (int np = 2; np <= 3; np++) {
-    int rc = launch(mpirun, argv[0], np);
+    int rc = tu_mpi_launch(mpirun, argv[0], np, CHILD_ENV);
     if (rc) {
       fprintf(stderr, "comm_mpi: mpirun -np %d exited with %d\n", np, rc);
       return 1;

@@ -36,6 +36,7 @@ enum { K_ALLREDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_BROADCAST, K_SEND, K_RECV }
  * crash progressing on a freed communicator. */
 typedef struct box {
   MPI_Comm c;
+  int size;
   int entries; /* under lock */
   int freeing;
 } box;
@@ -43,8 +44,11 @@ typedef struct box {
 typedef struct entry {
   struct entry *next;
   MPI_Request req;
-  void *ctx; /* NULL: cancelled, left to finish unwatched */
+  void *ctx;     /* the collective; NULL once detached (its message may be reused) */
+  int abandoned; /* cancelled or aborted: finishes unwatched, host->done never called */
   box *comm;
+  char *buf[2]; /* send, recv: MPI may touch them until the request completes */
+  size_t len[2];
   void *tmp; /* in-place reduce_scatter: the result lands here first */
   void *copy_to;
   size_t copy_bytes;
@@ -54,6 +58,14 @@ static gpa__mpi_host H;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 static entry *inflight;
+/* Memory the actor gave up to abandoned requests (detach): freed once no
+ * request in flight points into it. */
+typedef struct orphan {
+  struct orphan *next;
+  char *ptr;
+  size_t bytes;
+} orphan;
+static orphan *orphans;
 static pthread_t thread;
 static int started, stopping, we_initialized;
 static MPI_Op ops16[2][3]; /* [f16, bf16][sum, max, min] */
@@ -81,6 +93,37 @@ static int64_t now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* A finished request's entry (under lock). */
+static void retire(entry *e) {
+  if (--e->comm->entries == 0 && e->comm->freeing) {
+    MPI_Comm_free(&e->comm->c);
+    free(e->comm);
+  }
+  free(e->tmp);
+  free(e);
+}
+
+static bool points_into(const orphan *o) {
+  for (const entry *e = inflight; e; e = e->next)
+    for (int i = 0; i < 2; i++)
+      if (e->len[i] && e->buf[i] < o->ptr + o->bytes && o->ptr < e->buf[i] + e->len[i]) return true;
+  return false;
+}
+
+/* Frees the orphaned blocks no request in flight points into (under lock). */
+static void free_orphans(void) {
+  for (orphan **pp = &orphans; *pp;) {
+    orphan *o = *pp;
+    if (points_into(o)) {
+      pp = &o->next;
+      continue;
+    }
+    *pp = o->next;
+    free(o->ptr);
+    free(o);
+  }
 }
 
 static int64_t last; /* the last completion or start (under lock) */
@@ -120,19 +163,15 @@ static void *progress(void *arg) {
       }
       *pp = e->next;
       done++;
-      if (e->ctx) {
+      if (e->ctx && !e->abandoned) {
         char why[256] = "";
         if (rc != MPI_SUCCESS) errtext(rc, "MPI", why, sizeof why);
         else if (e->copy_to) memcpy(e->copy_to, e->tmp, e->copy_bytes);
         wake[n++] = H.done(e->ctx, rc == MPI_SUCCESS ? GPA_OK : GPA_EDEVICE, why);
       }
-      if (--e->comm->entries == 0 && e->comm->freeing) {
-        MPI_Comm_free(&e->comm->c);
-        free(e->comm);
-      }
-      free(e->tmp);
-      free(e);
+      retire(e);
     }
+    if (done) free_orphans();
     pthread_mutex_unlock(&lock);
     for (int i = 0; i < n; i++) H.wake(wake[i]);
     int64_t t = now_ns();
@@ -164,7 +203,21 @@ static void at_exit(void) {
   stop_progress();
   int fin = 0;
   MPI_Finalized(&fin);
-  if (we_initialized && !fin) MPI_Finalize();
+  if (!we_initialized || fin) return;
+  MPI_Finalize();
+  /* MPI is gone: nothing writes the memory of abandoned requests any more */
+  for (entry *e = inflight, *next; e; e = next) {
+    next = e->next;
+    free(e->tmp);
+    free(e);
+  }
+  inflight = NULL;
+  while (orphans) {
+    orphan *o = orphans;
+    orphans = o->next;
+    free(o->ptr);
+    free(o);
+  }
 }
 
 static int init(const gpa__mpi_host *host, char *err, size_t cap) {
@@ -248,6 +301,7 @@ static int comm_create(int color, int key, void **comm, int *rank, int *size, ch
   MPI_Comm_set_errhandler(b->c, MPI_ERRORS_RETURN);
   MPI_Comm_rank(b->c, rank);
   MPI_Comm_size(b->c, size);
+  b->size = *size;
   *comm = b;
   return GPA_OK;
 }
@@ -335,6 +389,18 @@ static int start(void *comm, const gpa__mpi_op *op, void *ctx, char *err, size_t
     free(e);
     return GPA_EDEVICE;
   }
+  /* what MPI may read or write until the request completes (in-place
+   * reduce_scatter writes tmp, which is ours) */
+  size_t blocks = op->kind == K_REDUCE_SCATTER ? (size_t)((box *)comm)->size : 1;
+  size_t rblocks = op->kind == K_ALLGATHER ? (size_t)((box *)comm)->size : 1;
+  if (op->kind != K_RECV && op->kind != K_BROADCAST && !(op->in_place && op->kind == K_ALLGATHER)) {
+    e->buf[0] = op->send;
+    e->len[0] = op->count * es * blocks;
+  }
+  if (op->kind != K_SEND) {
+    e->buf[1] = op->recv;
+    e->len[1] = op->count * es * rblocks;
+  }
   pthread_mutex_lock(&lock);
   e->comm->entries++;
   last = now_ns();
@@ -352,6 +418,10 @@ static int test(void *ctx) {
   for (entry **pp = &inflight; *pp; pp = &(*pp)->next) {
     entry *e = *pp;
     if (e->ctx != ctx) continue;
+    if (e->abandoned) { /* aborted meanwhile: host->done ran then */
+      fin = 1;
+      break;
+    }
     int flag = 0, rc = MPI_Test(&e->req, &flag, MPI_STATUS_IGNORE);
     if (rc == MPI_SUCCESS && !flag) break;
     *pp = e->next;
@@ -359,12 +429,8 @@ static int test(void *ctx) {
     if (rc != MPI_SUCCESS) errtext(rc, "MPI", why, sizeof why);
     else if (e->copy_to) memcpy(e->copy_to, e->tmp, e->copy_bytes);
     H.done(e->ctx, rc == MPI_SUCCESS ? GPA_OK : GPA_EDEVICE, why);
-    if (--e->comm->entries == 0 && e->comm->freeing) {
-      MPI_Comm_free(&e->comm->c);
-      free(e->comm);
-    }
-    free(e->tmp);
-    free(e);
+    retire(e);
+    free_orphans();
     last = now_ns();
     fin = 1;
     break;
@@ -376,16 +442,38 @@ static int test(void *ctx) {
 static void cancel(void *ctx) {
   pthread_mutex_lock(&lock);
   for (entry *e = inflight; e; e = e->next)
-    if (e->ctx == ctx) e->ctx = NULL;
+    if (e->ctx == ctx) e->abandoned = 1;
   pthread_mutex_unlock(&lock);
 }
 
-static uint32_t abandoned(void *comm) {
-  uint32_t n = 0;
+static int held(void *ctx) {
+  int n = 0;
   pthread_mutex_lock(&lock);
-  for (entry *e = inflight; e; e = e->next) n += e->comm == comm && !e->ctx;
+  for (entry *e = inflight; e; e = e->next) n |= e->ctx == ctx;
   pthread_mutex_unlock(&lock);
   return n;
+}
+
+static int detach(void *ctx, void *const *blocks, const size_t *bytes, int n) {
+  int found = 0;
+  pthread_mutex_lock(&lock);
+  for (entry *e = inflight; e; e = e->next)
+    if (e->ctx == ctx) {
+      e->abandoned = 1;
+      e->ctx = NULL;
+      found = 1;
+    }
+  for (int i = 0; found && i < n; i++) {
+    orphan *o = malloc(sizeof *o);
+    if (!o) continue; /* leaked rather than freed under MPI's feet */
+    o->ptr = blocks[i];
+    o->bytes = bytes[i];
+    o->next = orphans;
+    orphans = o;
+  }
+  if (found) free_orphans(); /* a block no request points into goes at once */
+  pthread_mutex_unlock(&lock);
+  return found;
 }
 
 static void abort_comm(void *comm, int status, const char *why) {
@@ -393,9 +481,9 @@ static void abort_comm(void *comm, int status, const char *why) {
   int n = 0;
   pthread_mutex_lock(&lock);
   for (entry *e = inflight; e; e = e->next)
-    if (e->comm == comm && e->ctx) {
+    if (e->comm == comm && e->ctx && !e->abandoned) {
       void *a = H.done(e->ctx, status, why);
-      e->ctx = NULL;
+      e->abandoned = 1;
       if (n < 256) wake[n++] = a;
     }
   pthread_mutex_unlock(&lock);
@@ -411,7 +499,8 @@ static const gpa__mpi_fns fns = {.abi = GPA__MPI_ABI,
                                  .start = start,
                                  .test = test,
                                  .cancel = cancel,
-                                 .abandoned = abandoned,
+                                 .held = held,
+                                 .detach = detach,
                                  .abort = abort_comm};
 
 __attribute__((visibility("default"))) const gpa__mpi_fns *gpa_mpi_module_v1(void) { return &fns; }

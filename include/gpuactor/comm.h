@@ -121,18 +121,19 @@ gpa_status gpa_comm_init_all(gpa_actor *const *actors, int32_t n, const gpa_comm
 int32_t gpa_comm_rank(const gpa_comm *comm);
 int32_t gpa_comm_size(const gpa_comm *comm);
 /* Frees this rank's communicator. Collectives already submitted on it must
- * have completed (await them or sync their batches): EBUSY otherwise, and
- * nothing is freed. MPI: first waits for the operations this rank gave up
- * on (abort, timeout, shutdown) and MPI still runs, since MPI may write
- * their buffers until then: EBUSY once the communicator's timeout passes
- * (none: no limit). Any thread. Errors: EINVAL (NULL), EBUSY. */
+ * have completed (await them, sync their batches, abort the communicator
+ * or destroy its actor first): EBUSY otherwise, and nothing is freed. It
+ * never waits for the peers: MPI operations this rank gave up on (abort,
+ * timeout, shutdown) finish unwatched in memory the buffers no longer use
+ * (docs/collectives.md, "Shutdown rules"). May be called after its actor
+ * was destroyed. Any thread. Errors: EINVAL (NULL), EBUSY. */
 gpa_status gpa_comm_destroy(gpa_comm *comm);
 /* Marks the communicator failed: collectives of this rank that have not
  * completed complete with ECANCELED, later ones fail at once; the peers'
  * collectives on a LOCAL communicator fail too. MPI cannot take back an
- * operation it started: its buffers may still be written until the peers
- * reach it or exit (docs/collectives.md, "Faults"). The actor stays usable.
- * Then gpa_comm_destroy. Any thread. Errors: EINVAL (NULL). */
+ * operation it started: it runs on until the peers reach it or exit, into
+ * memory the buffers give up (docs/collectives.md, "Faults"). The actor
+ * stays usable. Then gpa_comm_destroy. Any thread. Errors: EINVAL (NULL). */
 gpa_status gpa_comm_abort(gpa_comm *comm);
 
 /* Collectives ------------------------------------------------------------- */
