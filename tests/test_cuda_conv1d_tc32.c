@@ -225,7 +225,7 @@ int main(void) {
   refused(q, &c, &sim, 0, 1, "gpa_conv_tc32_fwd_f32");
   refused(q, &c, &sim, 1, 2, "gpa_conv_tc32_dx_f32");
   refused(q, &c, &sim, 1, 3, "gpa_conv_tc32_dw_f32");
-  refused(q, &c, &sim, 1, 4, "gpa_conv_dw_sum_f32");
+  refused(q, &c, &sim, 1, 4, "gpa_conv_tc32_dw_sum_f32");
   run_ok(q, &c, 0);
 
   /* the scratch of a fresh queue is the op's own allocation */

@@ -308,3 +308,22 @@ extern "C" __global__ void __launch_bounds__(C3_NT) gpa_conv_tc32_dw_f32(float *
   GPA_DYNAMIC_SHARED(float, sm);
   c3_dw(sm, out, dy, x, g);
 }
+
+/* dW[i] = sum over splits s in order of part[s n + i]: the same additions
+ * in the same order as gpa_conv_dw_sum_f32 (the same bits), with 8
+ * partials' loads issued before their adds and 128-thread blocks (twice
+ * the blocks): the one-load-at-a-time loop over 26 splits at the main
+ * job's 27,648 weights ran on 108 blocks and waited on each load. */
+extern "C" __global__ void __launch_bounds__(128) gpa_conv_tc32_dw_sum_f32(float *dw, const float *part, int ns, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float acc = 0.0f;
+  int s = 0;
+  for (; s + 8 <= ns; s += 8) {
+    float v[8];
+    GPA_UNROLL for (int j = 0; j < 8; j++) v[j] = part[(long long)(s + j) * n + i];
+    GPA_UNROLL for (int j = 0; j < 8; j++) acc += v[j];
+  }
+  for (; s < ns; s++) acc += part[(long long)s * n + i];
+  dw[i] = acc;
+}

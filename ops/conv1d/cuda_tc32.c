@@ -1,8 +1,9 @@
 /* conv1d with f32 storage on CUDA through the 3xTF32 tensor-core kernels of
  * kernels/cuda/conv1d_tc32.cu (module "conv"): one kernel each for y, dx
  * and dW on x, dy and W as they lie (no copies); dW past one split of the
- * B Lout sum through partials and the ordered sum of linear.cu
- * (gpa_conv_dw_sum_f32), db through the block tree of every path. Splits
+ * B Lout sum through partials and an ordered sum (gpa_conv_tc32_dw_sum_f32,
+ * the additions of linear.cu's gpa_conv_dw_sum_f32 with more loads in
+ * flight), db through the block tree of every path. Splits
  * are a function of the shape only: the same bits on every device.
  * ops/conv1d/cuda.c calls these for f32 storage where gpa__conv_tc32_fits
  * holds (GPA_CONV_TC=0: never; the SIMT kernels of cuda_igemm.c then). */
@@ -117,8 +118,7 @@ gpa_status gpa__conv_bwd_tc32_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *
   GPA__CU_TRY(gpa__cu_launch(x, GPA__K_CONV_TC32_DW, (unsigned)g.nt, (unsigned)(c->G * g.mt), (unsigned)splits,
                              GPA_CONV_TC32_NT, 1, GPA_CONV_TC32_SMEM, wargs));
   if (splits == 1) return GPA_OK;
-  long long n = c->Cout * c->R;
-  int acc = 0;
-  void *sargs[] = {&dW, &out, &splits, &n, &acc};
-  return gpa__cu_launch1d(x, GPA__K_CONV_DW_SUM, n, sargs);
+  int n = (int)(c->Cout * c->R), ns = (int)splits; /* gpa__conv_ig_fits: Cout R within an int */
+  void *sargs[] = {&dW, &out, &ns, &n};
+  return gpa__cu_launch(x, GPA__K_CONV_TC32_DW_SUM, (unsigned)cdiv(n, 128), 1, 1, 128, 1, 0, sargs);
 }
