@@ -49,9 +49,9 @@ typedef struct gpa__be_host {
   /* GPA_CONV_TC (ops/conv1d/cuda_tc.c): 1 "0" (bf16 conv1d on the SIMT
    * implicit-GEMM kernels, A/B benches and tests), else the tensor-core ones */
   int32_t conv_tc;
-  /* GPA_FA2_EXACT (ops/attention/cuda.c): 2 "1" (bf16 attention with D =
-   * 64, 96 or 128 on the exact-head-dim FA2 kernels, issue 23's variant
-   * awaiting a GPU's timing), else the measured ones */
+  /* GPA_FA2_EXACT (ops/attention/cuda.c): 1 "0" (bf16 and fp16 attention
+   * with D = 64, 96 or 128 on the class FA2 kernels, A/B benches and tests),
+   * else the exact-head-dim ones, the faster */
   int32_t fa2_exact;
   /* Completes deferred work w->m with st: any thread, no allocation, no
    * driver call (a driver's host-function thread calls it). Set w's err and

@@ -205,8 +205,10 @@ void gpa_bench_attention_bwd(void) { sweep(1); }
  * B4 S4096 H16 D128 and B4 S4096 H32 D64, causal and not, bf16 (fp16 with
  * GPA_BENCH_FULL=1); o, dq, dk, dv in the storage type, as PyTorch's. Device
  * time from the batch's CUDA events. On sim: tiny shapes, plumbing only.
- * Each bf16 shape again on the exact-head-dim kernels (GPA_FA2_EXACT=1,
- * a second actor): rows "cuda_attention_fa2x_*" beside the same figures.
+ * Rows "cuda_attention_fa2_*" time the default kernels (at these head dims
+ * the exact-head-dim ones; "kernels" says which ran), rows
+ * "cuda_attention_fa2c_*" each shape again on the class kernels
+ * (GPA_FA2_EXACT=0, a second actor) beside the same PyTorch figures.
  * Then the fp32 rows (f32_rows): our 3xTF32 forward beside PyTorch's
  * memory-efficient backend on fp32. */
 #ifdef GPA_HAVE_CUDA_BACKEND
@@ -312,19 +314,37 @@ static int fa2_register(gpa_actor *a) {
   return gpa_op_register(gpa_actor_registry(a), &d) == GPA_OK && gpa_op_register(gpa_actor_registry(a), &d2) == GPA_OK;
 }
 
-/* The bf16 exact-head-dim kernels (GPA_FA2_EXACT=1, read at actor
- * creation: a second actor, ax) on one shape, beside the same PyTorch
- * figures tf[2]: rows "cuda_attention_fa2x_fwd" / "_bwd", so that one run
- * compares them with the class kernels' "cuda_attention_fa2_*" rows. The
- * calls count (gpa__attn_fa2x_*_calls): a shape the variant does not take
- * prints a line instead of a row. */
-static void fa2x_rows(gpa_actor *ax, const int64_t qs[4], int causal, const char *shape, const double tf[2],
+/* An actor created with GPA_FA2_EXACT set to val (NULL: unset, the
+ * default), the caller's setting restored: the switch is read at actor
+ * creation. */
+static gpa_actor *fa2_actor(const char *val, int *sim) {
+  const char *was = getenv("GPA_FA2_EXACT");
+  char saved[16] = "";
+  if (was) snprintf(saved, sizeof saved, "%s", was);
+  if (val) setenv("GPA_FA2_EXACT", val, 1);
+  else unsetenv("GPA_FA2_EXACT");
+  gpa_actor *a = gpa_bench_cuda_actor("cuda_attention_fa2", sim);
+  if (was) setenv("GPA_FA2_EXACT", saved, 1);
+  else unsetenv("GPA_FA2_EXACT");
+  if (a && !fa2_register(a)) {
+    gpa_actor_destroy(a);
+    a = NULL;
+  }
+  return a;
+}
+
+/* The class kernels (GPA_FA2_EXACT=0: actor ac) on one shape, beside the
+ * same PyTorch figures tf[2]: rows "cuda_attention_fa2c_fwd" / "_bwd", so
+ * that one run compares them with the default kernels' "cuda_attention_fa2_*"
+ * rows. The exact kernels' calls count (gpa__attn_fa2x_*_calls): should
+ * they run here, a line instead of a row. */
+static void fa2c_rows(gpa_actor *ac, int dt, const int64_t qs[4], int causal, const char *shape, const double tf[2],
                       double flops, const char *note, int sim, int reps, int k, uint64_t *seed) {
-  gpa_queue *q = gpa_actor_default_queue(ax);
+  gpa_queue *q = gpa_actor_default_queue(ac);
   int64_t ls[3] = {qs[0], qs[2], qs[1]};
   gpa_tensor t[9]; /* q, k, v, dout, o, lse, dq, dk, dv */
   for (int i = 0; i < 9; i++)
-    t[i] = gpa_bench_device_tensor(ax, q, i == 5 ? GPA_F32 : GPA_BF16, i == 5 ? 3 : 4, i == 5 ? ls : qs, seed);
+    t[i] = gpa_bench_device_tensor(ac, q, i == 5 ? GPA_F32 : dt, i == 5 ? 3 : 4, i == 5 ? ls : qs, seed);
   gpa_attr at = {"causal", GPA_ATTR_INT, causal, 0};
   gpa_tensor fout[2] = {t[4], t[5]}, bin[6] = {t[3], t[0], t[1], t[2], t[4], t[5]};
   gpa_op_call fwd = {"bench_fa2_fwd", t, 3, fout, 2, &at, 1}, bwd = {"bench_fa2_bwd", bin, 6, t + 6, 3, &at, 1};
@@ -334,47 +354,31 @@ static void fa2x_rows(gpa_actor *ax, const int64_t qs[4], int causal, const char
   double ns[2];
   ns[0] = gpa_bench_batch_ns(q, &fwd, k, reps, NULL, err, sizeof err);
   ns[1] = ns[0] > 0 ? gpa_bench_batch_ns(q, &bwd, k, reps, NULL, err, sizeof err) : 0;
-  const int ran[2] = {__atomic_load_n(&gpa__attn_fa2x_fwd_calls, __ATOMIC_RELAXED) > f0,
-                      __atomic_load_n(&gpa__attn_fa2x_bwd_calls, __ATOMIC_RELAXED) > b0};
+  const int exact[2] = {__atomic_load_n(&gpa__attn_fa2x_fwd_calls, __ATOMIC_RELAXED) > f0,
+                        __atomic_load_n(&gpa__attn_fa2x_bwd_calls, __ATOMIC_RELAXED) > b0};
   for (int dir = 0; dir < 2; dir++) {
-    if (ns[dir] <= 0 || !ran[dir]) {
-      fprintf(stderr, "gpa-bench cuda_attention_fa2 %s %s (GPA_FA2_EXACT=1): %s\n", shape, dir ? "bwd" : "fwd",
-              ns[dir] > 0 ? "the exact-head-dim kernels did not run" : err);
+    if (ns[dir] <= 0 || exact[dir]) {
+      fprintf(stderr, "gpa-bench cuda_attention_fa2 %s %s (GPA_FA2_EXACT=0): %s\n", shape, dir ? "bwd" : "fwd",
+              ns[dir] > 0 ? "the exact-head-dim kernels ran" : err);
       continue;
     }
     const double fl = dir ? 2.5 * flops : flops;
-    snprintf(extra, sizeof extra, "%s,\"torch_flash_tflops\":%.1f,\"variant\":\"GPA_FA2_EXACT=1\"", note, tf[dir]);
-    gpa_bench_result r = {.name = dir ? "cuda_attention_fa2x_bwd" : "cuda_attention_fa2x_fwd",
+    snprintf(extra, sizeof extra, "%s,\"torch_flash_tflops\":%.1f,\"variant\":\"GPA_FA2_EXACT=0\"", note, tf[dir]);
+    gpa_bench_result r = {.name = dir ? "cuda_attention_fa2c_bwd" : "cuda_attention_fa2c_fwd",
                           .backend = sim ? "sim" : "cuda", .shape = shape, .ref = tf[dir] > 0 ? "torch_flash" : "none",
                           .ns = ns[dir], .ref_ns = tf[dir] > 0 ? fl / (tf[dir] * 1e3) : ns[dir], .flops = fl,
                           .extra = extra};
     gpa_bench_emit(&r);
   }
   gpa_sync_batch(q, NULL);
-  for (int i = 0; i < 9; i++) gpa_buffer_release(ax, t[i].buffer);
+  for (int i = 0; i < 9; i++) gpa_buffer_release(ac, t[i].buffer);
 }
 
 void gpa_bench_cuda_attention_fa2(void) {
-  int sim;
-  gpa_actor *a = gpa_bench_cuda_actor("cuda_attention_fa2", &sim);
+  int sim, simc;
+  gpa_actor *a = fa2_actor(NULL, &sim); /* the default kernels */
   if (!a) return;
-  if (!fa2_register(a)) {
-    gpa_actor_destroy(a);
-    return;
-  }
-  /* the exact-head-dim variant's actor (its switch is read at creation) */
-  const char *was = getenv("GPA_FA2_EXACT");
-  char saved[16] = "";
-  if (was) snprintf(saved, sizeof saved, "%s", was);
-  setenv("GPA_FA2_EXACT", "1", 1);
-  int simx;
-  gpa_actor *ax = gpa_bench_cuda_actor("cuda_attention_fa2", &simx);
-  if (was) setenv("GPA_FA2_EXACT", saved, 1);
-  else unsetenv("GPA_FA2_EXACT");
-  if (ax && !fa2_register(ax)) {
-    gpa_actor_destroy(ax);
-    ax = NULL;
-  }
+  gpa_actor *ac = fa2_actor("0", &simc); /* the class kernels */
   gpa_queue *q = gpa_actor_default_queue(a);
   const int reps = gpa_bench_reps(5), k = sim ? 1 : 5, ndt = gpa_bench_full() ? 2 : 1;
   const char *note = sim ? "\"note\":\"simulated device: plumbing only, the numbers mean nothing\""
@@ -397,8 +401,12 @@ void gpa_bench_cuda_attention_fa2(void) {
         gpa_op_call fwd = {"bench_fa2_fwd", fin, 3, fout, 2, &at, 1}, bwd = {"bench_fa2_bwd", bin, 6, g, 3, &at, 1};
         char err[256] = "", shape[96], args[96], extra[384];
         double ns[2];
+        const unsigned long long f0 = __atomic_load_n(&gpa__attn_fa2x_fwd_calls, __ATOMIC_RELAXED);
+        const unsigned long long b0 = __atomic_load_n(&gpa__attn_fa2x_bwd_calls, __ATOMIC_RELAXED);
         ns[0] = gpa_bench_batch_ns(q, &fwd, k, reps, NULL, err, sizeof err); /* also the backward's o and lse */
         ns[1] = ns[0] > 0 ? gpa_bench_batch_ns(q, &bwd, k, reps, NULL, err, sizeof err) : 0;
+        const int exact[2] = {__atomic_load_n(&gpa__attn_fa2x_fwd_calls, __ATOMIC_RELAXED) > f0,
+                              __atomic_load_n(&gpa__attn_fa2x_bwd_calls, __ATOMIC_RELAXED) > b0};
         snprintf(shape, sizeof shape, "%s B%lld S%lld H%lld D%lld%s", gpa_dtype_name(dt), (long long)B, (long long)S,
                  (long long)H, (long long)D, causal ? " causal" : "");
         snprintf(args, sizeof args, "%s %lld %lld %lld %lld %lld %d", gpa_dtype_name(dt), (long long)B, (long long)S,
@@ -415,7 +423,8 @@ void gpa_bench_cuda_attention_fa2(void) {
             continue;
           }
           const double fl = dir ? 2.5 * flops : flops;
-          snprintf(extra, sizeof extra, "%s,\"torch_flash_tflops\":%.1f", note, tf[dir]);
+          snprintf(extra, sizeof extra, "%s,\"torch_flash_tflops\":%.1f,\"kernels\":\"%s\"", note, tf[dir],
+                   exact[dir] ? "exact" : "class");
           gpa_bench_result r = {.name = dir ? "cuda_attention_fa2_bwd" : "cuda_attention_fa2_fwd",
                                 .backend = sim ? "sim" : "cuda", .shape = shape,
                                 .ref = tf[dir] > 0 ? "torch_flash" : "none", .ns = ns[dir],
@@ -425,9 +434,9 @@ void gpa_bench_cuda_attention_fa2(void) {
         gpa_sync_batch(q, NULL);
         const gpa_tensor all[9] = {tq, tk, tv, tdo, to, tl, g[0], g[1], g[2]};
         for (int i = 0; i < 9; i++) gpa_buffer_release(a, all[i].buffer);
-        if (ax && dt == GPA_BF16) fa2x_rows(ax, qs, causal, shape, tf, flops, note, sim, reps, k, &seed);
+        if (ac) fa2c_rows(ac, dt, qs, causal, shape, tf, flops, note, sim, reps, k, &seed);
       }
-  if (ax) gpa_actor_destroy(ax);
+  if (ac) gpa_actor_destroy(ac);
   f32_rows(a, q, sim, reps, k, note);
   gpa_actor_destroy(a);
 }

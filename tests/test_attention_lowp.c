@@ -2,8 +2,10 @@
  * against the double reference computed from the same rounded values:
  * GQA ratios 1, 2 and 8, causal and not, odd S and Sk, S > Sk, key lengths
  * (including 0), S = 0, Sk = 0, head dims 16, 32, 48, 64, 96, 128, 160, 256
- * (the FlashAttention-2 kernels on CUDA, kernels/cuda/attention_fa2*.cu;
- * 160 and 256 their wide class, checked to run there and not on the host
+ * (the FlashAttention-2 kernels on CUDA, kernels/cuda/attention_fa2*.cu:
+ * 64, 96 and 128 their exact-head-dim kernels by default and the class
+ * kernels with GPA_FA2_EXACT=0, each checked to run where it should; 160
+ * and 256 their wide class, checked to run there and not on the host
  * fallback) and 40 (the host fallback there); bitwise determinism of both
  * ops; on the host, equality with the f32 ops run on the widened values;
  * o, dq, dk, dv in the storage type (the f32 results rounded once); dtype
@@ -246,8 +248,9 @@ static void lowp_case(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int o
   free(mg.o); free(mg.lse); free(mg.dq); free(mg.dk); free(mg.dv); free(r.q); free(r.k); free(r.v); free(r.w);
 }
 
-/* lowp_case, checking which bf16 kernels ran it: the exact-head-dim
- * variant (GPA_FA2_EXACT=1, D = 64, 96, 128) or the class kernels. */
+/* lowp_case, checking which kernels ran it: the exact-head-dim variant
+ * (the default at D = 64, 96, 128, bf16 and fp16) or, exact 0
+ * (GPA_FA2_EXACT=0) and at other head dims, the class kernels. */
 static void case_on(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int outs16, int exact) {
 #ifdef GPA_HAVE_CUDA_BACKEND
   const unsigned long long f0 = __atomic_load_n(&gpa__attn_fa2x_fwd_calls, __ATOMIC_RELAXED);
@@ -257,7 +260,7 @@ static void case_on(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int out
 #ifdef GPA_HAVE_CUDA_BACKEND
   const char *be = gpa_actor_backend(t->a);
   if (strcmp(be, "cuda") && strcmp(be, "sim")) return;
-  const int want = exact && dtype == GPA_BF16 && (c->D == 64 || c->D == 96 || c->D == 128);
+  const int want = exact && (c->D == 64 || c->D == 96 || c->D == 128);
   const int fwd = __atomic_load_n(&gpa__attn_fa2x_fwd_calls, __ATOMIC_RELAXED) > f0;
   const int bwd = __atomic_load_n(&gpa__attn_fa2x_bwd_calls, __ATOMIC_RELAXED) > b0;
   if (fwd != want || bwd != want) {
@@ -271,33 +274,41 @@ static void case_on(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int out
 #endif
 }
 
-/* GPA_FA2_EXACT=1 (a fresh actor reads it): the exact-head-dim bf16
- * kernels against the same reference, causal and not, odd S and Sk,
- * several query tiles (128 rows) and key tiles (64, in two 32-key softmax
- * steps at D 96 and 128), key lengths, GQA, S = 0, Sk = 0, Sk = 1;
+/* The exact-head-dim kernels' edges (D = 64, 96, 128): causal and not,
+ * odd S and Sk, several query tiles (128 rows) and key tiles (64, in two
+ * 32-key softmax steps at D 96 and 128), key lengths, GQA, S = 0, Sk = 0,
+ * Sk = 1. B = 3 with lengths: batch 2's length ends inside a key tile (29,
+ * 59, 147, 17 here), batch 1's is 0. Run on the default kernels (the exact
+ * ones) and on the class kernels (GPA_FA2_EXACT=0). */
+static const acase edges[] = {{3, 37, 53, 4, 2, 64, 1, 1, 0}, {1, 70, 70, 2, 1, 128, 0, 0, 0},
+                              {1, 67, 1, 2, 2, 96, 1, 0, 0},  {1, 45, 100, 2, 1, 128, 1, 0, 0},
+                              {1, 0, 5, 2, 1, 64, 1, 0, 0},   {2, 3, 0, 2, 2, 128, 0, 1, 0}};
+static const acase edges_big[] = {{3, 65, 140, 2, 2, 64, 0, 1, 0}, {1, 131, 129, 2, 1, 96, 1, 0, 0},
+                                  {3, 33, 150, 2, 2, 128, 1, 1, 0}, {3, 130, 77, 1, 1, 96, 0, 1, 0}};
+
+/* The edges on actor t in dtype, on the exact kernels or not (exact);
  * determinism as above. */
-static int exact_variant(gpa_nt *t0) {
+static void edge_cases(gpa_nt *t, int dtype, int exact, uint64_t seed) {
+  for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) case_on(t, &edges[i], dtype, seed++, i < 2, exact);
+  for (size_t i = 0; i < sizeof edges_big / sizeof edges_big[0] && !t->quick; i++)
+    case_on(t, &edges_big[i], dtype, seed++, 0, exact);
+}
+
+/* GPA_FA2_EXACT=0 (a fresh actor reads it): the class kernels at the exact
+ * kernels' head dims, bf16 and fp16, against the same reference; other
+ * head dims take them either way. */
+static int class_variant(gpa_nt *t0) {
   const char *be = gpa_actor_backend(t0->a);
   if (strcmp(be, "cuda") && strcmp(be, "sim")) return 0;
-  setenv("GPA_FA2_EXACT", "1", 1);
+  setenv("GPA_FA2_EXACT", "0", 1);
   gpa_nt t;
   int rc = gpa_nt_open(&t);
   unsetenv("GPA_FA2_EXACT");
   if (rc) return rc == 77 ? 0 : rc;
-  /* B = 3 with lengths: batch 2's length ends inside a key tile (29, 59,
-   * 147, 17 here), batch 1's is 0 */
-  const acase cases[] = {{3, 37, 53, 4, 2, 64, 1, 1, 0},   {1, 70, 70, 2, 1, 128, 0, 0, 0},
-                         {1, 67, 1, 2, 2, 96, 1, 0, 0},    {1, 45, 100, 2, 1, 128, 1, 0, 0},
-                         {1, 0, 5, 2, 1, 64, 1, 0, 0},     {2, 3, 0, 2, 2, 128, 0, 1, 0}};
-  const acase big[] = {{3, 65, 140, 2, 2, 64, 0, 1, 0},  {1, 131, 129, 2, 1, 96, 1, 0, 0},
-                       {3, 33, 150, 2, 2, 128, 1, 1, 0}, {3, 130, 77, 1, 1, 96, 0, 1, 0}};
-  uint64_t seed = 4242;
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) case_on(&t, &cases[i], GPA_BF16, seed++, i < 2, 1);
-  for (size_t i = 0; i < sizeof big / sizeof big[0] && !t.quick; i++) case_on(&t, &big[i], GPA_BF16, seed++, 0, 1);
-  /* fp16 and other head dims keep the class kernels */
-  const acase other = {1, 20, 33, 2, 1, 64, 1, 0, 0}, d32 = {1, 5, 9, 2, 2, 32, 0, 0, 0};
-  case_on(&t, &other, GPA_F16, seed++, 0, 1);
-  case_on(&t, &d32, GPA_BF16, seed++, 0, 1);
+  edge_cases(&t, GPA_BF16, 0, 4242);
+  edge_cases(&t, GPA_F16, 0, 4343);
+  const acase d32 = {1, 5, 9, 2, 2, 32, 0, 0, 0};
+  case_on(&t, &d32, GPA_BF16, 4444, 0, 0);
   return gpa_nt_close(&t);
 }
 
@@ -326,6 +337,7 @@ int main(void) {
   /* CUDA: our own kernels, not cuDNN's fused path, which runs first where
    * the library is present (tests/test_cudnn_attention.c checks that one) */
   setenv("GPA_CUDNN", "/nonexistent/libcudnn.so.9", 1);
+  unsetenv("GPA_FA2_EXACT"); /* the default kernels; class_variant opts out */
   gpa_nt t;
   int rc = gpa_nt_open(&t);
   if (rc) return rc;
@@ -352,11 +364,12 @@ int main(void) {
   uint64_t seed = 777;
   for (int di = 0; di < 2; di++) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++, seed++)
-      if (!t.quick || quick_run[i] > di) case_on(&t, &cases[i], dtypes[di], seed, 1, 0);
-    for (size_t i = 0; i < sizeof big / sizeof big[0] && !t.quick; i++) case_on(&t, &big[i], dtypes[di], seed++, 0, 0);
+      if (!t.quick || quick_run[i] > di) case_on(&t, &cases[i], dtypes[di], seed, 1, 1);
+    for (size_t i = 0; i < sizeof big / sizeof big[0] && !t.quick; i++) case_on(&t, &big[i], dtypes[di], seed++, 0, 1);
   }
+  edge_cases(&t, GPA_BF16, 1, 4242);
   errors(&t);
-  int rc2 = exact_variant(&t);
+  int rc2 = class_variant(&t);
   rc = gpa_nt_close(&t);
   return rc ? rc : rc2;
 }

@@ -356,9 +356,10 @@ extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_fwd_f16_d256(FA2F_A
   fa2_fwd<__half, 256, false>(FA2F_PASS);
 }
 
-/* The exact-head-dim variant (EX: D == 64, 96, 128 exactly; bf16), chosen
- * at run time by GPA_FA2_EXACT=1 (ops/attention/cuda.c) so that one GPU
- * call can time it beside the kernels above. */
+/* The exact-head-dim variant (EX: D == 64, 96, 128 exactly), the default
+ * for these head dims in both dtypes; GPA_FA2_EXACT=0 takes the class
+ * kernels above instead (ops/attention/cuda.c), so that one GPU call can
+ * time both. */
 extern "C" __global__ void __launch_bounds__(128, 2) gpa_fa2x_fwd_bf16_d64(FA2F_ARGS(__nv_bfloat16)) {
   fa2_fwd<__nv_bfloat16, 64, true>(FA2F_PASS);
 }
@@ -367,4 +368,13 @@ extern "C" __global__ void __launch_bounds__(128, 2) gpa_fa2x_fwd_bf16_d96(FA2F_
 }
 extern "C" __global__ void __launch_bounds__(128, 2) gpa_fa2x_fwd_bf16_d128(FA2F_ARGS(__nv_bfloat16)) {
   fa2_fwd<__nv_bfloat16, 128, true>(FA2F_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 2) gpa_fa2x_fwd_f16_d64(FA2F_ARGS(__half)) {
+  fa2_fwd<__half, 64, true>(FA2F_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 2) gpa_fa2x_fwd_f16_d96(FA2F_ARGS(__half)) {
+  fa2_fwd<__half, 96, true>(FA2F_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 2) gpa_fa2x_fwd_f16_d128(FA2F_ARGS(__half)) {
+  fa2_fwd<__half, 128, true>(FA2F_PASS);
 }

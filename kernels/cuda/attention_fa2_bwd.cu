@@ -473,8 +473,8 @@ extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2_dq_f16_d256(FA2B_AR
   fa2_dq<__half, 256, false>(FA2B_PASS);
 }
 
-/* The exact-head-dim variant (EX: D == 64, 96, 128 exactly; bf16), chosen
- * at run time by GPA_FA2_EXACT=1 as the forward's. */
+/* The exact-head-dim variant (EX: D == 64, 96, 128 exactly, bf16 and
+ * fp16), the default as the forward's; GPA_FA2_EXACT=0 opts out. */
 /* 3 blocks an SM, as the class kernel's 153 registers allow: ptxas fits the
  * K/V fragments kept in registers into 166 (168 on sm_80), no spills */
 extern "C" __global__ void __launch_bounds__(128, 3) gpa_fa2x_dkv_bf16_d64(FA2B_ARGS(__nv_bfloat16)) {
@@ -494,4 +494,22 @@ extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dkv_bf16_d128(FA2B
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dq_bf16_d128(FA2B_ARGS(__nv_bfloat16)) {
   fa2_dq<__nv_bfloat16, 128, true>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 3) gpa_fa2x_dkv_f16_d64(FA2B_ARGS(__half)) {
+  fa2_dkv<__half, 64, true>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dq_f16_d64(FA2B_ARGS(__half)) {
+  fa2_dq<__half, 64, true>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dkv_f16_d96(FA2B_ARGS(__half)) {
+  fa2_dkv<__half, 96, true>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dq_f16_d96(FA2B_ARGS(__half)) {
+  fa2_dq<__half, 96, true>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dkv_f16_d128(FA2B_ARGS(__half)) {
+  fa2_dkv<__half, 128, true>(FA2B_PASS);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dq_f16_d128(FA2B_ARGS(__half)) {
+  fa2_dq<__half, 128, true>(FA2B_PASS);
 }

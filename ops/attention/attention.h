@@ -32,8 +32,9 @@ gpa_status gpa__attn_simt32_bwd_cu(const gpa_op_exec *x);
 /* fp32 forwards and backwards given to the 3xTF32 kernels so far (relaxed
  * atomics), so that tests/test_attention.c can tell which kernels ran a call. */
 extern unsigned long long gpa__attn_tc32_calls, gpa__attn_tc32_bwd_calls;
-/* Forwards and backwards given to the exact-head-dim bf16 FA2 kernels
- * (GPA_FA2_EXACT=1), for tests/test_attention_lowp.c likewise. */
+/* Forwards and backwards given to the exact-head-dim FA2 kernels (bf16 and
+ * fp16 at D 64, 96, 128 unless GPA_FA2_EXACT=0), for
+ * tests/test_attention_lowp.c and the benchmark likewise. */
 extern unsigned long long gpa__attn_fa2x_fwd_calls, gpa__attn_fa2x_bwd_calls;
 /* cuDNN's fused SDPA (cuda_cudnn.c), bwd = 0 or 1: GPA_SKIP when cuDNN does
  * not take the call (nothing enqueued then). */
@@ -87,16 +88,25 @@ gpa_status gpa__attn_cudnn_cu(const gpa_op_exec *x, int bwd);
   K(FA2_DELTA32_H, attn, gpa_fa2_delta32_f16)                                   \
   K(FA2_DELTA_BF, attn, gpa_fa2_delta_bf16)                                     \
   K(FA2_DELTA_H, attn, gpa_fa2_delta_f16)                                       \
-  /* the exact-head-dim variant (GPA_FA2_EXACT=1): bf16, D = 64, 96, 128 */      \
+  /* the exact-head-dim variant, D 64/96/128 (default; GPA_FA2_EXACT=0: off) */ \
   K(FA2X_FWD_BF64, attn, gpa_fa2x_fwd_bf16_d64)                                 \
   K(FA2X_FWD_BF96, attn, gpa_fa2x_fwd_bf16_d96)                                 \
   K(FA2X_FWD_BF128, attn, gpa_fa2x_fwd_bf16_d128)                               \
+  K(FA2X_FWD_H64, attn, gpa_fa2x_fwd_f16_d64)                                   \
+  K(FA2X_FWD_H96, attn, gpa_fa2x_fwd_f16_d96)                                   \
+  K(FA2X_FWD_H128, attn, gpa_fa2x_fwd_f16_d128)                                 \
   K(FA2X_DKV_BF64, attn, gpa_fa2x_dkv_bf16_d64)                                 \
   K(FA2X_DKV_BF96, attn, gpa_fa2x_dkv_bf16_d96)                                 \
   K(FA2X_DKV_BF128, attn, gpa_fa2x_dkv_bf16_d128)                               \
+  K(FA2X_DKV_H64, attn, gpa_fa2x_dkv_f16_d64)                                   \
+  K(FA2X_DKV_H96, attn, gpa_fa2x_dkv_f16_d96)                                   \
+  K(FA2X_DKV_H128, attn, gpa_fa2x_dkv_f16_d128)                                 \
   K(FA2X_DQ_BF64, attn, gpa_fa2x_dq_bf16_d64)                                   \
   K(FA2X_DQ_BF96, attn, gpa_fa2x_dq_bf16_d96)                                   \
   K(FA2X_DQ_BF128, attn, gpa_fa2x_dq_bf16_d128)                                 \
+  K(FA2X_DQ_H64, attn, gpa_fa2x_dq_f16_d64)                                     \
+  K(FA2X_DQ_H96, attn, gpa_fa2x_dq_f16_d96)                                     \
+  K(FA2X_DQ_H128, attn, gpa_fa2x_dq_f16_d128)                                   \
   /* fp32 forward in 3xTF32 (attention_f32tc.cu): D <= 64, 96, 128 */             \
   K(TC32_FWD64, attn, gpa_tc32_fwd_d64)                                         \
   K(TC32_FWD96, attn, gpa_tc32_fwd_d96)                                         \

@@ -101,14 +101,18 @@ static unsigned fa2_dkv_smem(int D) {
  * key tiles of 64 for D 64, 32 above */
 static unsigned fa2_dq_br(int D) { return D > 128 ? 64 : 128; }
 static unsigned fa2_dq_smem(int D) { return (2 * fa2_dq_br(D) + 4 * (D > 64 ? 32 : 64)) * fa2_ld(D) * 2; }
-/* The exact-head-dim variant (GPA_FA2_EXACT=1; attention_fa2.cu's EX
- * kernels, compiled for D = 64, 96, 128 exactly and bf16 only): its index
- * 0..2 for these calls, else -1 (the kernels above). Same grid, block and
- * shared memory as the class's kernels (the dQ pass at D 64 takes 32-key
- * tiles there and uses less of its allocation). */
+/* The exact-head-dim variant (attention_fa2.cu's EX kernels, compiled for
+ * D = 64, 96, 128 exactly): the default for these head dims, bf16 and fp16
+ * (bf16 on an H100: 1.5-1.9x the class kernels, docs/cuda.md);
+ * GPA_FA2_EXACT=0 (fa2_exact 1) keeps the class kernels. Its index 0..5
+ * (bf16 64, 96, 128, then fp16, as the kernel table orders them) for these
+ * calls, else -1 (the kernels above). Same grid, block and shared memory as
+ * the class's kernels (the dQ pass at D 64 takes 32-key tiles there and
+ * uses less of its allocation). */
 static int fa2x_index(const gpa_op_exec *x, int dtype, int D) {
-  if (gpa__cu_of(x)->host.fa2_exact != 2 || dtype != GPA_BF16) return -1;
-  return D == 64 ? 0 : D == 96 ? 1 : D == 128 ? 2 : -1;
+  if (gpa__cu_of(x)->host.fa2_exact == 1) return -1;
+  const int d = D == 64 ? 0 : D == 96 ? 1 : D == 128 ? 2 : -1;
+  return d < 0 ? -1 : dtype == GPA_BF16 ? d : dtype == GPA_F16 ? 3 + d : -1;
 }
 unsigned long long gpa__attn_fa2x_fwd_calls, gpa__attn_fa2x_bwd_calls;
 /* cp.async moves 16 bytes, the fp32 outputs are written in pairs */
