@@ -38,6 +38,10 @@ typedef struct gpa__cu_api {
 #define GPA__CU_MEMBER(name) __typeof__(name) *name;
   GPA__CU_API(GPA__CU_MEMBER)
 #undef GPA__CU_MEMBER
+  /* Optional (NULL where the driver lacks it; never a reason to refuse the
+   * driver): external events (extmem.c), in every gpuactor.torch and XLA
+   * call's round trip, so resolved once here rather than per call. */
+  __typeof__(cuStreamWaitEvent) *opt_cuStreamWaitEvent;
 } gpa__cu_api;
 
 /* Opens the driver at `path` (NULL: libcuda.so.1) and resolves the table.

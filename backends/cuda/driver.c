@@ -69,6 +69,9 @@ gpa_status gpa__cu_open(gpa__cu_api *api, const char *path, char *msg, size_t ca
   memcpy(&api->name, &fn, sizeof fn);
   GPA__CU_API(GPA__CU_RESOLVE)
 #undef GPA__CU_RESOLVE
+  fn = NULL;
+  if (gp("cuStreamWaitEvent", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) == CUDA_SUCCESS && fn)
+    memcpy(&api->opt_cuStreamWaitEvent, &fn, sizeof fn);
   r = api->cuInit(0);
   if (r == CUDA_ERROR_NO_DEVICE) {
     snprintf(msg, cap, "no CUDA device: cuInit reports CUDA_ERROR_NO_DEVICE (driver %s)", lib);

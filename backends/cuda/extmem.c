@@ -6,9 +6,10 @@
  * - cuPointerGetAttribute and cuStreamWaitEvent are not in the backend's
  *   required driver table (cu.h): the simulator has no pointer attributes,
  *   and adding required entry points would make older drivers fail to open.
- *   They are resolved here, when used, through the driver's own
- *   cuGetProcAddress. A wrap is rare; an event call costs one lookup, far
- *   below the message round trip around it.
+ *   cuPointerGetAttribute is resolved here, once per wrap (rare), through
+ *   the driver's own cuGetProcAddress; cuStreamWaitEvent, which sits in
+ *   every event call's round trip, once when the driver opens (cu.h's
+ *   optional entries).
  * - Where the driver answers pointer queries, a pointer that is not of the
  *   kind the caller claims is refused. The simulator answers through its
  *   device-range hook instead (the same check its kernels' accesses get).
@@ -114,7 +115,7 @@ gpa_status gpa__cu_external_event(void *bctx, void *bq, void *event, bool wait, 
   /* The event orders against the queue's earlier work: held work starts. */
   gpa__cu_release(C, q, GPA__RELEASE_OTHER);
   if (!wait) return gpa__cu_check(C, C->cu.cuEventRecord((CUevent)event, q->s), "cuEventRecord", msg, cap);
-  wait_event_fn fn = (wait_event_fn)driver_fn(C, "cuStreamWaitEvent");
+  wait_event_fn fn = C->cu.opt_cuStreamWaitEvent;
   if (!fn) {
     snprintf(msg, cap, "the CUDA driver has no cuStreamWaitEvent");
     return GPA_EUNSUPPORTED;

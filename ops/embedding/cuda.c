@@ -6,6 +6,7 @@
  * bitonic network and sums each id's rows in chunks of sorted positions,
  * then the cut runs' parts in chunk order: deterministic. */
 #include <limits.h>
+#include <stdio.h>
 
 #include "backends/cuda/cuda_ops.h"
 #include "ops/cuda_kernels.h"
