@@ -188,8 +188,10 @@ static bool finished(gpa_actor *a, gpa__msg *m, gpa_status st) {
  * was) and the old blocks go to the engine, which frees them once MPI has
  * let go of them. Nothing then waits for MPI: not gpa_comm_destroy, not a
  * buffer's release or reuse, not the actor's shutdown (which frees the new
- * memory). Wrapped buffers (the caller's memory) cannot move: they stay
- * shared with MPI until the peers come (docs/collectives.md, "Faults"). */
+ * memory). Wrapped buffers (the caller's memory) and buffers held more
+ * than once (gpa_buffer_lend's borrower holds the pointer) do not move:
+ * they stay shared with MPI until the peers come (docs/collectives.md,
+ * "Faults"). */
 static void let_go(gpa_actor *a, gpa_comm *c, gpa__coll *p, gpa__msg *m) {
   int state = atomic_load_explicit(&p->state, memory_order_acquire);
   if (state == GPA__COLL_IDLE || (state == GPA__COLL_DONE && p->status == GPA_OK)) return; /* never started, or ran */
@@ -202,7 +204,8 @@ static void let_go(gpa_actor *a, gpa_comm *c, gpa__coll *p, gpa__msg *m) {
       gpa__slot *s = gpa__bufcache_slot(a->cache, m->t[i].buffer);
       if (i == 1 && m->t[1].buffer == m->t[0].buffer) break; /* moved already */
       void *np = NULL;
-      if (s->external || !s->ptr) continue;
+      /* the caller's memory, or maybe lent out (a borrower holds the pointer) */
+      if (s->external || s->refs > 1 || !s->ptr) continue;
       if (a->be->mem_alloc(a->bctx, s->capacity, &np) != GPA_OK) {
         gpa__log(GPA_LOG_WARN, a->opts.log_level,
                  "%s: no memory to move a buffer away from an abandoned MPI operation: it stays shared with MPI "

@@ -109,6 +109,9 @@ gpa_status gpa__comm_mpi_join(gpa_comm *c, const gpa_comm_id *id);
  * all sent before any is awaited); blocks until every rank joined. */
 gpa_status gpa__comm_nccl_join_all(gpa_comm **cs, int32_t n, const gpa_comm_id *id);
 gpa_status gpa__comm_nccl_join(gpa_comm *c, const gpa_comm_id *id);
+/* NCCL: whether actor a's NCCL can join ranks of other processes (not the
+ * simulator's subset): GPA_OK, or EUNSUPPORTED with the reason. */
+gpa_status gpa__comm_nccl_across_processes(gpa_actor *a, const char *what);
 /* MPI: whether this process runs under MPI with more than one process */
 bool gpa__comm_mpi_world(void);
 

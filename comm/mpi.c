@@ -102,6 +102,61 @@ gpa_status gpa_comm_bootstrap_mpi(gpa_comm_id *id, int32_t *rank, int32_t *size)
   return GPA_OK;
 }
 
+gpa_status gpa_comm_mpi_local_rank(int32_t *local_rank, int32_t *local_size) {
+  gpa_status st = ready("gpa_comm_mpi_local_rank");
+  if (st != GPA_OK) return st;
+  char err[512] = "";
+  int r = 0, n = 0;
+  if ((st = F->local_rank(&r, &n, err, sizeof err)) != GPA_OK)
+    return gpa__fail(st, "gpa_comm_mpi_local_rank: %s", err);
+  if (local_rank) *local_rank = r;
+  if (local_size) *local_size = n;
+  return GPA_OK;
+}
+
+/* What rank 0 broadcasts: its status first, so that a rank 0 that could
+ * not make the id fails every process the same way instead of leaving
+ * them in gpa_comm_init. */
+typedef struct nccl_boot {
+  int32_t status;
+  char why[252];
+  gpa_comm_id id;
+} nccl_boot;
+
+gpa_status gpa_comm_bootstrap_mpi_nccl(gpa_actor *a, gpa_comm_id *id, int32_t *rank, int32_t *size) {
+  static const char what[] = "gpa_comm_bootstrap_mpi_nccl";
+  if (!a || !id) return gpa__fail(GPA_EINVAL, "%s: NULL argument", what);
+  gpa_status st = ready(what);
+  if (st != GPA_OK) return st;
+  int inited = 0, r = 0, n = 0;
+  F->world(&inited, &r, &n);
+  char err[512] = "", mine[GPA__ERR_MAX] = "";
+  /* Every process checks its own NCCL first and they agree: a process that
+   * cannot join (cpu actor, no NCCL, the simulator's subset) fails them all
+   * here, before any of them waits in an init. */
+  int v = n > 1 ? gpa__comm_nccl_across_processes(a, what) : GPA_OK;
+  if (v != GPA_OK) snprintf(mine, sizeof mine, "%s", gpa_last_error_message());
+  int agreed = v;
+  if ((st = F->min_world(&agreed, err, sizeof err)) != GPA_OK) return gpa__fail(st, "%s: %s", what, err);
+  if (v != GPA_OK) return gpa__fail(v, "%s", mine);
+  if (agreed != GPA_OK)
+    return gpa__fail(agreed, "%s: another process cannot join NCCL ranks across processes (%s; its message is on "
+                             "its stderr)", what, gpa_status_name(agreed));
+  nccl_boot b;
+  memset(&b, 0, sizeof b);
+  if (r == 0) {
+    b.status = gpa_comm_id_make_nccl(a, &b.id);
+    if (b.status != GPA_OK) snprintf(b.why, sizeof b.why, "%s", gpa_last_error_message());
+  }
+  if ((st = F->bcast_world(&b, (int)sizeof b, 0, err, sizeof err)) != GPA_OK)
+    return gpa__fail(st, "%s: %s", what, err);
+  if (b.status != GPA_OK) return gpa__fail(b.status, "%s: rank 0: %s", what, b.why);
+  *id = b.id;
+  if (rank) *rank = r;
+  if (size) *size = n;
+  return GPA_OK;
+}
+
 /* The ids this process joined through MPI: a second rank of one id in one
  * process would be a second MPI process that does not exist. */
 static pthread_mutex_t joined_lock = PTHREAD_MUTEX_INITIALIZER;

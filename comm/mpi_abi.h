@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GPA__MPI_ABI 3
+#define GPA__MPI_ABI 4
 #define GPA__MPI_ENTRY "gpa_mpi_module_v1"
 
 /* What the library gives the module. */
@@ -37,6 +37,11 @@ typedef struct gpa__mpi_fns {
   /* whether MPI is initialized (and not finalized); its world */
   int (*world)(int *initialized, int *rank, int *size);
   int (*bcast_world)(void *buf, int bytes, int root, char *err, size_t cap);
+  /* *v = the smallest *v of the world's processes (MPI_Allreduce, MIN) */
+  int (*min_world)(int *v, char *err, size_t cap);
+  /* this process's rank among the processes of its machine, and their
+   * number (MPI_Comm_split_type, MPI_COMM_TYPE_SHARED) */
+  int (*local_rank)(int *rank, int *size, char *err, size_t cap);
   /* MPI_Comm_split of MPI_COMM_WORLD by color, ordered by key */
   int (*comm_create)(int color, int key, void **comm, int *rank, int *size, char *err, size_t cap);
   void (*comm_free)(void *comm);

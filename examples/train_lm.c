@@ -395,31 +395,43 @@ static int run_dp(const opts *o, const lm_text *t, int n, const char *kind, floa
   return rc;
 }
 
-/* Started by mpirun with more than one process (Open MPI's or PMI's
- * variables): the ranks are the processes. */
+/* Started by mpirun (Open MPI's or PMI's variables): the ranks are the
+ * processes (-np 1 too: one rank through MPI's bootstrap, a check of that
+ * path on a machine with one GPU). */
 static int mpi_world(int *rank) {
   const char *n = getenv("OMPI_COMM_WORLD_SIZE"), *r = getenv("OMPI_COMM_WORLD_RANK");
   if (!n) n = getenv("PMI_SIZE"), r = getenv("PMI_RANK");
   *rank = r ? atoi(r) : 0;
-  return n && atoi(n) > 1;
+  return n && atoi(n) >= 1;
 }
 
+/* A process that fails under mpirun leaves without MPI_Finalize, which
+ * would wait for peers that may sit in a collective with it: mpirun then
+ * ends the whole job instead of letting it hang. */
+static int dp_exit(int mpi, int rc) {
+  if (mpi && rc) {
+    fflush(stdout);
+    fflush(stderr);
+    _exit(rc);
+  }
+  return rc;
+}
+
+static int dp_run(const opts *o, const lm_text *t, int mpi, int rank);
+
 static int dp_main(const opts *o, const lm_text *t) {
+  int rank, mpi = mpi_world(&rank);
+  return dp_exit(mpi, dp_run(o, t, mpi, rank));
+}
+
+static int dp_run(const opts *o, const lm_text *t, int mpi, int rank) {
   /* GPA_DEVICE names the kind; each rank gets its own device, which the
    * variable would override: read it, then drop it. */
   const char *env = getenv("GPA_DEVICE");
   char kind[32];
   snprintf(kind, sizeof kind, "%s", env && *env ? env : "auto");
   unsetenv("GPA_DEVICE");
-  int rank, mpi = mpi_world(&rank);
-  if (mpi) {
-    if (strcmp(kind, "auto") && strcmp(kind, "cpu")) {
-      fprintf(stderr, "%s: under mpirun the ranks are cpu actors (MPI); GPA_DEVICE=%s is not\n", prog, kind);
-      return 2;
-    }
-    snprintf(kind, sizeof kind, "cpu");
-    if (rank != 0 && !freopen("/dev/null", "w", stdout)) return 2; /* rank 0 reports */
-  }
+  if (mpi && rank != 0 && !freopen("/dev/null", "w", stdout)) return 2; /* rank 0 reports */
   if (!strcmp(kind, "auto")) {
     gpa_actor *probe = NULL;
     if (check(gpa_actor_create(NULL, &probe), "gpa_actor_create")) return 2;
@@ -430,6 +442,17 @@ static int dp_main(const opts *o, const lm_text *t) {
     char n[8];
     snprintf(n, sizeof n, "%d", o->dp);
     setenv("GPA_SIM_DEVICES", n, 0);
+  }
+  if (mpi && strcmp(kind, "cpu")) {
+    /* one process per device: this one takes the device of its rank among
+     * the processes of its machine (lm_dp_init keeps a device that names
+     * its index), joined to the others through NCCL */
+    int32_t local = 0, nlocal = 0;
+    if (check(gpa_comm_mpi_local_rank(&local, &nlocal), "gpa_comm_mpi_local_rank")) return 2;
+    char dev[32];
+    snprintf(dev, sizeof dev, "%.*s:%d", (int)strcspn(kind, ":"), kind, (int)local);
+    snprintf(kind, sizeof kind, "%s", dev);
+    fprintf(stderr, "%s: MPI rank %d, local rank %d of %d: device %s\n", prog, rank, (int)local, (int)nlocal, kind);
   }
   if (!o->parity) return run_dp(o, t, o->dp, kind, NULL, mpi);
   /* the baseline: one rank in this process (each MPI process runs it) */

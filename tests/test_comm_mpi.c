@@ -130,6 +130,14 @@ static int child(void) {
   id3.bytes[9] ^= 0x33;
   CHECK_ST(gpa_comm_init(a, &id3, size + 1, rank, &mpi, &again), GPA_EINVAL);
   CHECK_MSG("processes joined");
+  /* one machine: the local ranks are the world's */
+  int32_t lr = -1, ls = 0;
+  CHECK_OK(gpa_comm_mpi_local_rank(&lr, &ls));
+  CHECK(lr == rank && ls == size);
+  /* NCCL's bootstrap refuses a cpu actor on every process, none waits */
+  gpa_comm_id nid;
+  CHECK_ST(gpa_comm_bootstrap_mpi_nccl(a, &nid, NULL, NULL), GPA_EUNSUPPORTED);
+  CHECK_MSG("cpu");
   abort_case(a, &id, rank, size);
   timeout_case(a, &id, rank, size);
   CHECK_OK(gpa_actor_destroy(a));

@@ -403,6 +403,15 @@ static void errors(void) {
   tu_get(gpa_actor_default_queue(a), &x, v, 5);
   CHECK(v[4] == 1.5f);
   CHECK_OK(gpa_comm_destroy(c));
+  /* an NCCL id made by another process: the subset, whose ranks meet in
+   * this process's memory, refuses it at once rather than wait for rank 0
+   * (the pid it records sits at 40 in NCCL's id, which sits at 64 in ours:
+   * comm/nccl.c, sim/nccl/nccl.c) */
+  gpa_comm_id other = id;
+  other.bytes[64 + 40] ^= 0x5a;
+  gpa_comm_options two_s = {.size = sizeof two_s, .timeout_ns = 2000ll * 1000000};
+  CHECK_ST(gpa_comm_init(a, &other, 2, 1, &two_s, &c), GPA_EDEVICE);
+  CHECK_MSG("meets ranks of one process only");
   CHECK_OK(gpa_actor_destroy(a));
   /* a cpu actor and a sim actor do not share a communicator */
   gpa_actor_options co = {.device = "cpu", .threads = 1};

@@ -288,6 +288,28 @@ static int bcast_world(void *buf, int bytes, int root, char *err, size_t cap) {
   return GPA_OK;
 }
 
+static int min_world(int *v, char *err, size_t cap) {
+  int rc = MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (rc != MPI_SUCCESS) {
+    errtext(rc, "MPI_Allreduce", err, cap);
+    return GPA_EDEVICE;
+  }
+  return GPA_OK;
+}
+
+static int local_rank(int *rank, int *size, char *err, size_t cap) {
+  MPI_Comm node;
+  int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  if (rc != MPI_SUCCESS) {
+    errtext(rc, "MPI_Comm_split_type", err, cap);
+    return GPA_EDEVICE;
+  }
+  MPI_Comm_rank(node, rank);
+  MPI_Comm_size(node, size);
+  MPI_Comm_free(&node);
+  return GPA_OK;
+}
+
 static int comm_create(int color, int key, void **comm, int *rank, int *size, char *err, size_t cap) {
   box *b = calloc(1, sizeof *b);
   if (!b) return GPA_ENOMEM;
@@ -494,6 +516,8 @@ static const gpa__mpi_fns fns = {.abi = GPA__MPI_ABI,
                                  .init = init,
                                  .world = world,
                                  .bcast_world = bcast_world,
+                                 .min_world = min_world,
+                                 .local_rank = local_rank,
                                  .comm_create = comm_create,
                                  .comm_free = comm_free,
                                  .start = start,

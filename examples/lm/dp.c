@@ -4,7 +4,10 @@
  * N replicas in this process, one actor each on its own device (cpu actors
  * on the host, sim:0..N-1 on the simulator, cuda:0..N-1 on GPUs), joined in
  * one communicator (LOCAL for cpu actors, NCCL for cuda ones); or, under
- * mpirun, one cpu actor per process joined through MPI. Each rank
+ * mpirun, one actor per process: cpu actors joined through MPI, or cuda
+ * actors (each on the device its caller named, cuda:<local rank>) joined
+ * through NCCL with rank 0's unique id broadcast by MPI
+ * (gpa_comm_bootstrap_mpi_nccl). Each rank
  * takes an equal shard of the global batch; its gradients are averaged over
  * the ranks, so every replica applies the same AdamW step and the
  * parameters stay identical.
@@ -31,6 +34,7 @@
  * the single-rank gradient (each rank's GEMMs sum over its shard's rows, the
  * single rank over all of them), which is why the parity test has a
  * tolerance (train_lm.c, --parity-check). */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -100,11 +104,11 @@ int lm_dp_init(lm_dp *d, int n, const char *device, const lm_config *cfg, uint64
     d->n = 1;
     d->rank0 = rank;
   }
+  bool cpu = !strncmp(device, "cpu", 3);
   for (int r = 0; r < d->n; r++) {
     char dev[32];
-    if (!strncmp(device, "sim", 3)) snprintf(dev, sizeof dev, "sim:%d", r);
-    else if (!strncmp(device, "cuda", 4)) snprintf(dev, sizeof dev, "cuda:%d", r);
-    else snprintf(dev, sizeof dev, "%s", device);
+    if (cpu || (d->n == 1 && strchr(device, ':'))) snprintf(dev, sizeof dev, "%s", device); /* one named */
+    else snprintf(dev, sizeof dev, "%.*s:%d", (int)strcspn(device, ":"), device, r);
     gpa_actor_options o = {.size = sizeof o, .device = dev, .threads = threads};
     gpa_status st = gpa_actor_create(&o, &d->a[r]);
     if (st) return fail(d, st, "gpa_actor_create");
@@ -119,7 +123,12 @@ int lm_dp_init(lm_dp *d, int n, const char *device, const lm_config *cfg, uint64
     d->m[r].on_grads_user = &d->hook[r];
   }
   gpa_comm_options co = {.size = sizeof co, .timeout_ns = 600ll * 1000000000};
-  if (mpi) co.transport = GPA_COMM_MPI;
+  if (mpi) co.transport = cpu ? GPA_COMM_MPI : GPA_COMM_NCCL;
+  if (mpi && !cpu) { /* NCCL's unique id from rank 0, through MPI */
+    int32_t rank = 0, size = 0;
+    gpa_status st = gpa_comm_bootstrap_mpi_nccl(d->a[0], &id, &rank, &size);
+    if (st) return fail(d, st, "gpa_comm_bootstrap_mpi_nccl");
+  }
   gpa_status st = mpi ? gpa_comm_init(d->a[0], &id, n, d->rank0, &co, &d->c[0]) : gpa_comm_init_all(d->a, n, &co, d->c);
   if (st) return fail(d, st, "gpa_comm_init");
   make_buckets(d, (int64_t)bucket_kb * 1024 / 4);

@@ -94,6 +94,25 @@ gpa_status gpa_comm_id_make_nccl(gpa_actor *actor, gpa_comm_id *out);
  * message says which), EDEVICE (an MPI call failed; its text in the
  * message). */
 gpa_status gpa_comm_bootstrap_mpi(gpa_comm_id *id, int32_t *rank, int32_t *size);
+/* MPI bootstrap of NCCL ranks in several processes (one cuda actor per
+ * process, e.g. mpirun with one process per GPU): every process checks
+ * that actor's NCCL can join ranks of other processes and they agree (one
+ * that cannot fails them all here, not later in gpa_comm_init); then rank 0
+ * of MPI_COMM_WORLD makes the id with gpa_comm_id_make_nccl(actor) and
+ * broadcasts it, with its status: a rank 0 that could not make it fails
+ * every process with its status and message. MPI is initialized as by
+ * gpa_comm_bootstrap_mpi. Join with gpa_comm_init(actor, id, size, rank)
+ * (transport AUTO or NCCL). Collective over MPI_COMM_WORLD. Errors: EINVAL
+ * (NULL), EUNSUPPORTED (no MPI; a cpu actor; NCCL unavailable; the
+ * simulator's NCCL subset, which meets ranks of one process only: the
+ * message says which), EDEVICE (an MPI call or ncclGetUniqueId failed). */
+gpa_status gpa_comm_bootstrap_mpi_nccl(gpa_actor *actor, gpa_comm_id *id, int32_t *rank, int32_t *size);
+/* This process's rank among the MPI processes of its machine
+ * (MPI_COMM_TYPE_SHARED) and their number, e.g. to pick cuda:<local_rank>
+ * before creating the actor; either may be NULL. Initializes MPI as
+ * gpa_comm_bootstrap_mpi does. Collective over MPI_COMM_WORLD. Errors:
+ * EUNSUPPORTED (no MPI), EDEVICE (an MPI call failed). */
+gpa_status gpa_comm_mpi_local_rank(int32_t *local_rank, int32_t *local_size);
 
 /* Communicators ------------------------------------------------------------ */
 

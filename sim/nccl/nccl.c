@@ -47,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gpa_sim_nccl.h"
 #include "internal.h"
@@ -176,6 +177,8 @@ EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
                              atomic_fetch_add(&counter, 1) + 1, (unsigned long long)(uintptr_t)&counter};
   memcpy(id->internal, "gpa-sim-nccl-id", 16);
   memcpy(id->internal + 16, v, sizeof v);
+  int32_t pid = (int32_t)getpid(); /* groups live in this process's memory */
+  memcpy(id->internal + 16 + sizeof v, &pid, sizeof pid);
   return ncclSuccess;
 }
 
@@ -253,6 +256,12 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     return snc_fail(NULL, ncclInvalidArgument, "ncclCommInitRank: rank %d outside [0, %d)", rank, nranks);
   if (memcmp(id.internal, "gpa-sim-nccl-id", 16))
     return snc_fail(NULL, ncclInvalidArgument, "ncclCommInitRank: %s", "not a unique id of ncclGetUniqueId");
+  int32_t maker;
+  memcpy(&maker, id.internal + 16 + 3 * sizeof(unsigned long long), sizeof maker);
+  if (maker != (int32_t)getpid()) /* its ranks would never meet: refuse rather than wait */
+    return snc_fail(NULL, ncclInvalidUsage,
+                    "ncclCommInitRank: the simulator's NCCL meets ranks of one process only (this unique id is "
+                    "process %d's, this is %d)", (int)maker, (int)getpid());
   bool fault = snc_take(&f_init);
   ncclComm_t c = calloc(1, sizeof *c);
   if (!c) return snc_fail(NULL, ncclSystemError, "ncclCommInitRank: %s", "out of host memory");
