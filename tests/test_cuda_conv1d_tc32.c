@@ -4,8 +4,9 @@
  * the parity bounds; this test is about the path, its failures, and an
  * accuracy bound that one-product TF32 does not meet:
  *   - selection: a refused launch names the kernel it refused, so the
- *     forward's first launch is gpa_conv_tc32_fwd_f32 and conv1d_bwd's
- *     2nd and 3rd (after db) are the dx and dW kernels; with
+ *     forward's first launch is gpa_conv_tc32_fwd8_f32 (a grid under 264
+ *     blocks; gpa_conv_tc32_fwd_f32 at 264) and conv1d_bwd's 2nd to 4th
+ *     (after db) are the dx, dW and ordered-sum kernels; with
  *     GPA_CONV_TC=0 they are the SIMT kernels;
  *   - a refused launch fails that op with GPA_EDEVICE and the driver's
  *     message, and the next conv1d on the queue is correct;
@@ -14,7 +15,8 @@
  *   - deterministic: two backward passes agree to the bit;
  *   - y, dx, dW, db against a double reference at edge shapes (odd L, tiles
  *     crossed in every dimension, causal and dilated, stride 2 and 3 with
- *     groups and padding, K = 1, bias or not): every error within
+ *     groups and padding, K = 1, L = 1, depthwise 264 channels, bias or
+ *     not), through both kernel sizes: every error within
  *     REL_BOUND of the sum of its terms' magnitudes, where TF32 products
  *     (one product per term, relative error up to 2^-10) are off by ~1e-4. */
 #include <math.h>
@@ -222,8 +224,8 @@ int main(void) {
   conv c;
   setup(a, q, &c, &main_shape, 12345);
 
-  refused(q, &c, &sim, 0, 1, "gpa_conv_tc32_fwd_f32");
-  refused(q, &c, &sim, 1, 2, "gpa_conv_tc32_dx_f32");
+  refused(q, &c, &sim, 0, 1, "gpa_conv_tc32_fwd8_f32");
+  refused(q, &c, &sim, 1, 2, "gpa_conv_tc32_dx8_f32");
   refused(q, &c, &sim, 1, 3, "gpa_conv_tc32_dw_f32");
   refused(q, &c, &sim, 1, 4, "gpa_conv_tc32_dw_sum_f32");
   run_ok(q, &c, 0);
@@ -259,8 +261,18 @@ int main(void) {
     check(q, &c);
     release(a, &c);
   }
+  /* depthwise, 264 channels: 264 blocks for y and dx, the 4-warp kernels */
+  static const shape wide = {1, 264, 264, 10, 3, 1, 1, 1, 264, 0, 1};
+  setup(a, q, &c, &wide, 4242);
+  refused(q, &c, &sim, 0, 1, "gpa_conv_tc32_fwd_f32");
+  refused(q, &c, &sim, 1, 2, "gpa_conv_tc32_dx_f32");
+  run_ok(q, &c, 0);
+  run_ok(q, &c, 1);
+  check(q, &c);
+  release(a, &c);
+  sim.fault_clear();
   printf("ok: y, dx, dW, db within %.0e of their terms' magnitude at %zu shapes (worst %.3g)\n", REL_BOUND,
-         1 + sizeof edges / sizeof edges[0], worst);
+         2 + sizeof edges / sizeof edges[0], worst);
   CHECK_OK(gpa_actor_destroy(a));
 
   /* GPA_CONV_TC=0: the SIMT implicit GEMM takes f32 */

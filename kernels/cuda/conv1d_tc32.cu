@@ -36,10 +36,18 @@
 #define C3_BM GPA_CONV_TC32_BM
 #define C3_BN GPA_CONV_TC32_BN
 #define C3_BK GPA_CONV_TC32_BK
-#define C3_NT GPA_CONV_TC32_NT
 #define C3_LDA GPA_CONV_TC32_LDA
 #define C3_LDM GPA_CONV_TC32_LDM
-#define C3_SLOTS GPA_CONV_TC32_SLOTS
+#define C3_XMAX GPA_CONV_TC32_XMAX
+
+/* WN warps along n: 2 (4 warps of 32 x 32, 128 threads) or 4 (8 warps of
+ * 32 x 16, 256 threads: twice the warps an SM where the grid has about
+ * one block an SM, the main job's y and dx). Either way each output's sum
+ * runs over the same k8 steps in the same order: the same bits. */
+template <int WN>
+struct c3_cfg {
+  static constexpr int kNT = 64 * WN, kNI = 8 / WN, kWNW = 64 / WN, kSLOTS = C3_XMAX / kNT;
+};
 
 /* floor(a / s), s > 0 */
 static __device__ __forceinline__ int c3_floordiv(int a, int s) { return a >= 0 ? a / s : -((s - 1 - a) / s); }
@@ -50,11 +58,11 @@ static __device__ __forceinline__ float c3_a(const float *as, int m, int k) {
   return KM ? as[k * C3_LDM + m] : as[m * C3_LDA + k];
 }
 
-/* acc += A B over one stage (4 k8 steps) of a warp's 32 x 32 tile (2 x 4
- * mma tiles); bval(k, n, ni) is B's element (k, n) with n = wn 32 + ni 8 + g. */
-template <bool KM, class BV>
-static __device__ __forceinline__ void c3_stage(float (&acc)[2][4][4], const float *as, int wm, int g, int t,
-                                                BV bval) {
+/* acc += A B over one stage (4 k8 steps) of a warp's 32 x WNW tile (2 x NI
+ * mma tiles); bval(k, ni) is B's element (k, n) with n = wn WNW + ni 8 + g. */
+template <int WN, bool KM, class BV>
+static __device__ __forceinline__ void c3_stage(float (&acc)[2][c3_cfg<WN>::kNI][4], const float *as, int wm, int g,
+                                                int t, BV bval) {
   GPA_UNROLL for (int kk = 0; kk < C3_BK; kk += 8) {
     unsigned ab[2][4], asm_[2][4];
     GPA_UNROLL for (int mi = 0; mi < 2; mi++) {
@@ -64,7 +72,7 @@ static __device__ __forceinline__ void c3_stage(float (&acc)[2][4][4], const flo
       gpa_split_tf32(c3_a<KM>(as, m, kk + t + 4), ab[mi][2], asm_[mi][2]);
       gpa_split_tf32(c3_a<KM>(as, m + 8, kk + t + 4), ab[mi][3], asm_[mi][3]);
     }
-    GPA_UNROLL for (int ni = 0; ni < 4; ni++) {
+    GPA_UNROLL for (int ni = 0; ni < c3_cfg<WN>::kNI; ni++) {
       unsigned bb[2], bs[2];
       gpa_split_tf32(bval(kk + t, ni), bb[0], bs[0]);
       gpa_split_tf32(bval(kk + t + 4, ni), bb[1], bs[1]);
@@ -75,18 +83,19 @@ static __device__ __forceinline__ void c3_stage(float (&acc)[2][4][4], const flo
 
 /* The stage loop: load(it) fills the registers with stage it, store(it)
  * moves them (and the stage's table) to shared memory, bval reads B. */
-template <bool KM, class LD, class ST, class BV>
-static __device__ __forceinline__ void c3_run(float (&acc)[2][4][4], const float *as, int nit, LD load, ST store,
-                                              BV bval) {
+template <int WN, bool KM, class LD, class ST, class BV>
+static __device__ __forceinline__ void c3_run(float (&acc)[2][c3_cfg<WN>::kNI][4], const float *as, int nit, LD load,
+                                              ST store, BV bval) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  GPA_UNROLL for (int i = 0; i < 2; i++) GPA_UNROLL for (int j = 0; j < 4; j++) GPA_UNROLL for (int v = 0; v < 4; v++)
-        acc[i][j][v] = 0.0f;
+  GPA_UNROLL for (int i = 0; i < 2; i++) GPA_UNROLL for (int j = 0; j < c3_cfg<WN>::kNI; j++) GPA_UNROLL for (int v = 0;
+                                                                                                       v < 4; v++)
+          acc[i][j][v] = 0.0f;
   load(0);
   store(0);
   __syncthreads();
   for (int it = 0; it < nit; it++) {
     if (it + 1 < nit) load(it + 1); /* in flight during this stage's mma */
-    c3_stage<KM>(acc, as, w >> 1, lane >> 2, lane & 3, bval);
+    c3_stage<WN, KM>(acc, as, w / WN, lane >> 2, lane & 3, bval);
     if (it + 1 < nit) {
       __syncthreads(); /* every warp is done with stage it */
       store(it + 1);
@@ -97,24 +106,26 @@ static __device__ __forceinline__ void c3_run(float (&acc)[2][4][4], const float
 
 /* Rows (m) and columns (n, 2 a lane per mma tile) of a thread's outputs,
  * relative to the block tile: f(m, n, value). */
-template <class F>
-static __device__ __forceinline__ void c3_out(const float (&acc)[2][4][4], F f) {
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, wm = w >> 1, wn = w & 1, g = lane >> 2, t = lane & 3;
-  GPA_UNROLL for (int mi = 0; mi < 2; mi++) GPA_UNROLL for (int h = 0; h < 2; h++) GPA_UNROLL for (int ni = 0; ni < 4;
-                                                                                                    ni++)
-          GPA_UNROLL for (int e = 0; e < 2; e++) f(wm * 32 + mi * 16 + g + 8 * h, wn * 32 + ni * 8 + 2 * t + e,
+template <int WN, class F>
+static __device__ __forceinline__ void c3_out(const float (&acc)[2][c3_cfg<WN>::kNI][4], F f) {
+  typedef c3_cfg<WN> C;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, wm = w / WN, wn = w % WN, g = lane >> 2, t = lane & 3;
+  GPA_UNROLL for (int mi = 0; mi < 2; mi++) GPA_UNROLL for (int h = 0; h < 2; h++) GPA_UNROLL for (int ni = 0;
+                                                                                                    ni < C::kNI; ni++)
+          GPA_UNROLL for (int e = 0; e < 2; e++) f(wm * 32 + mi * 16 + g + 8 * h, wn * C::kWNW + ni * 8 + 2 * t + e,
                                                    acc[mi][ni][2 * h + e]);
 }
 
 /* The window's registers: element e = tid + i NT of [rows][span] is row
  * e / span, position e % span, stepped without a division per element;
  * v(row, pos) is its value (0 past `count`). */
-template <class V>
-static __device__ __forceinline__ void c3_window(float (&rx)[C3_SLOTS], int span, int count, V v) {
+template <int WN, class V>
+static __device__ __forceinline__ void c3_window(float (&rx)[c3_cfg<WN>::kSLOTS], int span, int count, V v) {
+  typedef c3_cfg<WN> C;
   int c = threadIdx.x / span, u = threadIdx.x - c * span;
-  GPA_UNROLL for (int i = 0; i < C3_SLOTS; i++) {
-    rx[i] = i * C3_NT + (int)threadIdx.x < count ? v(c, u) : 0.0f;
-    u += C3_NT;
+  GPA_UNROLL for (int i = 0; i < C::kSLOTS; i++) {
+    rx[i] = i * C::kNT + (int)threadIdx.x < count ? v(c, u) : 0.0f;
+    u += C::kNT;
     while (u >= span) {
       u -= span;
       c++;
@@ -123,12 +134,13 @@ static __device__ __forceinline__ void c3_window(float (&rx)[C3_SLOTS], int span
 }
 
 /* A [m][k] tile and the window into shared memory */
-template <bool KM>
-static __device__ __forceinline__ void c3_put(float *as, float *xs, const float (&ra)[C3_SLOTS],
-                                              const float (&rx)[C3_SLOTS]) {
+template <int WN, bool KM>
+static __device__ __forceinline__ void c3_put(float *as, float *xs, const float (&ra)[c3_cfg<WN>::kSLOTS],
+                                              const float (&rx)[c3_cfg<WN>::kSLOTS]) {
+  typedef c3_cfg<WN> C;
   const int tid = threadIdx.x;
-  GPA_UNROLL for (int i = 0; i < C3_SLOTS; i++) {
-    const int e = tid + i * C3_NT;
+  GPA_UNROLL for (int i = 0; i < C::kSLOTS; i++) {
+    const int e = tid + i * C::kNT;
     if (KM)
       as[(e >> 6) * C3_LDM + (e & 63)] = ra[i];
     else
@@ -150,39 +162,41 @@ static __device__ __forceinline__ c3_smem c3_layout(float *sm) {
 }
 
 /* y: rows co, columns t of one batch and group; reduction r over cin_g K */
+template <int WN>
 static __device__ void c3_fwd(float *sm, float *y, const float *x, const float *w, const float *bias,
                               const gpa_conv_tc32_geo &g) {
+  typedef c3_cfg<WN> C;
   const int tile = blockIdx.x % g.nt, b = blockIdx.x / g.nt;
   const int grp = blockIdx.y / g.mt, m0 = (blockIdx.y % g.mt) * C3_BM, n0 = tile * C3_BN;
-  const int tid = threadIdx.x, lane = tid & 31, wn = (tid >> 5) & 1, gl = lane >> 2;
+  const int tid = threadIdx.x, lane = tid & 31, wn = (tid >> 5) % WN, gl = lane >> 2;
   const c3_smem S = c3_layout(sm);
   const float *wg = w + (long long)grp * g.cout_g * g.red;
   const float *xb = x + ((long long)b * g.Cin + (long long)grp * g.cin_g) * g.L;
   const int pos0 = n0 * g.stride - g.pad_l, nit = (g.red + C3_BK - 1) / C3_BK;
-  float ra[C3_SLOTS], rx[C3_SLOTS];
+  float ra[C::kSLOTS], rx[C::kSLOTS];
   auto load = [&](int it) {
     const int r0 = it * C3_BK, cb = r0 / g.K, last = min(r0 + C3_BK, g.red) - 1;
-    GPA_UNROLL for (int i = 0; i < C3_SLOTS; i++) {
-      const int e = tid + i * C3_NT, m = e >> 5, k = e & 31;
+    GPA_UNROLL for (int i = 0; i < C::kSLOTS; i++) {
+      const int e = tid + i * C::kNT, m = e >> 5, k = e & 31;
       ra[i] = m0 + m < g.cout_g && r0 + k < g.red ? wg[(long long)(m0 + m) * g.red + r0 + k] : 0.0f;
     }
-    c3_window(rx, g.span, (last / g.K - cb + 1) * g.span, [&](int c, int u) {
+    c3_window<WN>(rx, g.span, (last / g.K - cb + 1) * g.span, [&](int c, int u) {
       const int pos = pos0 + u;
       return pos >= 0 && pos < g.L ? xb[(long long)(cb + c) * g.L + pos] : 0.0f;
     });
   };
   auto store = [&](int it) {
-    c3_put<false>(S.as, S.xs, ra, rx);
+    c3_put<WN, false>(S.as, S.xs, ra, rx);
     if (tid < C3_BK) {
       const int r = it * C3_BK + tid, cb = it * C3_BK / g.K, c = r / g.K;
       S.tab[tid] = {r < g.red ? (c - cb) * g.span + (r - c * g.K) * g.dil : 0, 0};
     }
   };
-  const int s = g.stride, nl = wn * 32 + gl;
+  const int s = g.stride, nl = wn * C::kWNW + gl;
   auto bval = [&](int k, int ni) { return S.xs[S.tab[k].x + (nl + ni * 8) * s]; };
-  float acc[2][4][4];
-  c3_run<false>(acc, S.as, nit, load, store, bval);
-  c3_out(acc, [&](int m, int n, float v) {
+  float acc[2][C::kNI][4];
+  c3_run<WN, false>(acc, S.as, nit, load, store, bval);
+  c3_out<WN>(acc, [&](int m, int n, float v) {
     const int co = m0 + m, t = n0 + n;
     if (co < g.cout_g && t < g.Lout) {
       const int ch = grp * g.cout_g + co;
@@ -193,39 +207,40 @@ static __device__ void c3_fwd(float *sm, float *y, const float *x, const float *
 
 /* dx: rows ci, columns p of one batch and group; reduction r over cout_g K
  * (o = r / K, tap r % K). S1: stride 1 (every tap reaches every p). */
-template <bool S1>
+template <int WN, bool S1>
 static __device__ void c3_dx(float *sm, float *dx, const float *dy, const float *w, const gpa_conv_tc32_geo &g) {
+  typedef c3_cfg<WN> C;
   const int tile = blockIdx.x % g.nt, b = blockIdx.x / g.nt;
   const int grp = blockIdx.y / g.mt, m0 = (blockIdx.y % g.mt) * C3_BM, n0 = tile * C3_BN;
-  const int tid = threadIdx.x, lane = tid & 31, wn = (tid >> 5) & 1, gl = lane >> 2;
+  const int tid = threadIdx.x, lane = tid & 31, wn = (tid >> 5) % WN, gl = lane >> 2;
   const int s = S1 ? 1 : g.stride;
   const c3_smem S = c3_layout(sm);
   const float *wg = w + (long long)grp * g.cout_g * g.cin_g * g.K;
   const float *dyb = dy + ((long long)b * g.Cout + (long long)grp * g.cout_g) * g.Lout;
   /* the first t any column of the tile reaches (its last tap) */
   const int tmin = c3_floordiv(n0 + g.pad_l - (g.K - 1) * g.dil, s), nit = (g.red + C3_BK - 1) / C3_BK;
-  float ra[C3_SLOTS], rx[C3_SLOTS];
+  float ra[C::kSLOTS], rx[C::kSLOTS];
   auto load = [&](int it) {
     const int r0 = it * C3_BK, ob = r0 / g.K, last = min(r0 + C3_BK, g.red) - 1;
-    /* slot i: row m = tid % 64, reduction step (tid / 64) + 2 i: o and the tap stepped */
+    /* slot i: row m = tid % 64, reduction step (tid / 64) + WN i: o and the tap stepped */
     const int m = tid & 63, ci = m0 + m;
     int r = r0 + (tid >> 6), o = r / g.K, k = r - o * g.K;
-    GPA_UNROLL for (int i = 0; i < C3_SLOTS; i++) {
+    GPA_UNROLL for (int i = 0; i < C::kSLOTS; i++) {
       ra[i] = ci < g.cin_g && r < g.red ? wg[((long long)o * g.cin_g + ci) * g.K + k] : 0.0f;
-      r += 2;
-      k += 2;
+      r += WN;
+      k += WN;
       while (k >= g.K) {
         k -= g.K;
         o++;
       }
     }
-    c3_window(rx, g.span, (last / g.K - ob + 1) * g.span, [&](int c, int u) {
+    c3_window<WN>(rx, g.span, (last / g.K - ob + 1) * g.span, [&](int c, int u) {
       const int tt = tmin + u;
       return tt >= 0 && tt < g.Lout ? dyb[(long long)(ob + c) * g.Lout + tt] : 0.0f;
     });
   };
   auto store = [&](int it) {
-    c3_put<true>(S.as, S.xs, ra, rx);
+    c3_put<WN, true>(S.as, S.xs, ra, rx);
     if (tid < C3_BK) {
       const int r = it * C3_BK + tid, ob = it * C3_BK / g.K, o = r / g.K;
       /* position q of column n: n + .y, a window index (q / s) where s divides q */
@@ -233,16 +248,16 @@ static __device__ void c3_dx(float *sm, float *dx, const float *dy, const float 
                              : c3_pair{0, 0};
     }
   };
-  const int nl = wn * 32 + gl;
+  const int nl = wn * C::kWNW + gl;
   auto bval = [&](int k, int ni) {
     const c3_pair e = S.tab[k];
     const int q = nl + ni * 8 + e.y;
     if (S1) return S.xs[e.x + q];
     return q % s == 0 ? S.xs[e.x + q / s] : 0.0f;
   };
-  float acc[2][4][4];
-  c3_run<true>(acc, S.as, nit, load, store, bval);
-  c3_out(acc, [&](int m, int n, float v) {
+  float acc[2][C::kNI][4];
+  c3_run<WN, true>(acc, S.as, nit, load, store, bval);
+  c3_out<WN>(acc, [&](int m, int n, float v) {
     const int ci = m0 + m, p = n0 + n;
     if (ci < g.cin_g && p < g.L) dx[((long long)b * g.Cin + (long long)grp * g.cin_g + ci) * g.L + p] = v;
   });
@@ -252,59 +267,72 @@ static __device__ void c3_dx(float *sm, float *dx, const float *dy, const float 
  * split's slices of BK timesteps of one batch. out = dW when one split,
  * else part + split Cout cin_g K. */
 static __device__ void c3_dw(float *sm, float *out, const float *dy, const float *x, const gpa_conv_tc32_geo &g) {
+  constexpr int WN = 2;
+  typedef c3_cfg<WN> C;
   const int R = g.red, r0 = blockIdx.x * C3_BN, z = blockIdx.z;
   const int grp = blockIdx.y / g.mt, m0 = (blockIdx.y % g.mt) * C3_BM;
-  const int tid = threadIdx.x, lane = tid & 31, wn = (tid >> 5) & 1, gl = lane >> 2;
+  const int tid = threadIdx.x, lane = tid & 31, wn = (tid >> 5) % WN, gl = lane >> 2;
   const c3_smem S = c3_layout(sm);
   const int cbase = r0 / g.K, tps = (g.Lout + C3_BK - 1) / C3_BK;
   const int s_beg = z * g.per, nit = min(g.nslice, s_beg + g.per) - s_beg;
   const int s = g.stride;
-  float ra[C3_SLOTS], rx[C3_SLOTS];
+  float ra[C::kSLOTS], rx[C::kSLOTS];
   auto load = [&](int it) {
     const int sl = s_beg + it, b = sl / tps, t0 = (sl % tps) * C3_BK, pos0 = t0 * s - g.pad_l;
     const float *dyb = dy + ((long long)b * g.Cout + (long long)grp * g.cout_g) * g.Lout;
     const float *xb = x + ((long long)b * g.Cin + (long long)grp * g.cin_g) * g.L;
-    GPA_UNROLL for (int i = 0; i < C3_SLOTS; i++) {
-      const int e = tid + i * C3_NT, m = e >> 5, tt = t0 + (e & 31);
+    GPA_UNROLL for (int i = 0; i < C::kSLOTS; i++) {
+      const int e = tid + i * C::kNT, m = e >> 5, tt = t0 + (e & 31);
       ra[i] = m0 + m < g.cout_g && tt < g.Lout ? dyb[(long long)(m0 + m) * g.Lout + tt] : 0.0f;
     }
-    c3_window(rx, g.span, g.nch * g.span, [&](int c, int u) {
+    c3_window<WN>(rx, g.span, g.nch * g.span, [&](int c, int u) {
       const int pos = pos0 + u;
       return cbase + c < g.cin_g && pos >= 0 && pos < g.L ? xb[(long long)(cbase + c) * g.L + pos] : 0.0f;
     });
   };
-  auto store = [&](int) { c3_put<false>(S.as, S.xs, ra, rx); };
+  auto store = [&](int) { c3_put<WN, false>(S.as, S.xs, ra, rx); };
   /* this lane's 4 columns: window offsets (0 past R, whose dW is not written) */
-  int off[4];
-  GPA_UNROLL for (int ni = 0; ni < 4; ni++) {
-    const int r = r0 + wn * 32 + ni * 8 + gl, c = r / g.K;
+  int off[C::kNI];
+  GPA_UNROLL for (int ni = 0; ni < C::kNI; ni++) {
+    const int r = r0 + wn * C::kWNW + ni * 8 + gl, c = r / g.K;
     off[ni] = r < R ? (c - cbase) * g.span + (r - c * g.K) * g.dil : 0;
   }
   auto bval = [&](int k, int ni) { return S.xs[off[ni] + k * s]; };
-  float acc[2][4][4];
-  c3_run<false>(acc, S.as, nit, load, store, bval);
+  float acc[2][C::kNI][4];
+  c3_run<WN, false>(acc, S.as, nit, load, store, bval);
   float *o = g.per < g.nslice ? out + (long long)z * g.Cout * R : out;
-  c3_out(acc, [&](int m, int n, float v) {
+  c3_out<WN>(acc, [&](int m, int n, float v) {
     const int co = m0 + m, r = r0 + n;
     if (co < g.cout_g && r < R) o[((long long)grp * g.cout_g + co) * R + r] = v;
   });
 }
 
-extern "C" __global__ void __launch_bounds__(C3_NT) gpa_conv_tc32_fwd_f32(float *y, const float *x, const float *w,
-                                                                         const float *bias, gpa_conv_tc32_geo g) {
+#define C3_FWD_ARGS float *y, const float *x, const float *w, const float *bias, gpa_conv_tc32_geo g
+#define C3_DX_ARGS float *dx, const float *dy, const float *w, gpa_conv_tc32_geo g
+extern "C" __global__ void __launch_bounds__(128) gpa_conv_tc32_fwd_f32(C3_FWD_ARGS) {
   GPA_DYNAMIC_SHARED(float, sm);
-  c3_fwd(sm, y, x, w, bias, g);
+  c3_fwd<2>(sm, y, x, w, bias, g);
 }
-extern "C" __global__ void __launch_bounds__(C3_NT) gpa_conv_tc32_dx_f32(float *dx, const float *dy, const float *w,
-                                                                        gpa_conv_tc32_geo g) {
+extern "C" __global__ void __launch_bounds__(256) gpa_conv_tc32_fwd8_f32(C3_FWD_ARGS) {
+  GPA_DYNAMIC_SHARED(float, sm);
+  c3_fwd<4>(sm, y, x, w, bias, g);
+}
+extern "C" __global__ void __launch_bounds__(128) gpa_conv_tc32_dx_f32(C3_DX_ARGS) {
   GPA_DYNAMIC_SHARED(float, sm);
   if (g.stride == 1)
-    c3_dx<true>(sm, dx, dy, w, g);
+    c3_dx<2, true>(sm, dx, dy, w, g);
   else
-    c3_dx<false>(sm, dx, dy, w, g);
+    c3_dx<2, false>(sm, dx, dy, w, g);
 }
-extern "C" __global__ void __launch_bounds__(C3_NT) gpa_conv_tc32_dw_f32(float *out, const float *dy, const float *x,
-                                                                        gpa_conv_tc32_geo g) {
+extern "C" __global__ void __launch_bounds__(256) gpa_conv_tc32_dx8_f32(C3_DX_ARGS) {
+  GPA_DYNAMIC_SHARED(float, sm);
+  if (g.stride == 1)
+    c3_dx<4, true>(sm, dx, dy, w, g);
+  else
+    c3_dx<4, false>(sm, dx, dy, w, g);
+}
+extern "C" __global__ void __launch_bounds__(128) gpa_conv_tc32_dw_f32(float *out, const float *dy, const float *x,
+                                                                      gpa_conv_tc32_geo g) {
   GPA_DYNAMIC_SHARED(float, sm);
   c3_dw(sm, out, dy, x, g);
 }

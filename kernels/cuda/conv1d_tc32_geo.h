@@ -18,7 +18,7 @@
 #define GPA_CONV_TC32_BM 64
 #define GPA_CONV_TC32_BN 64
 #define GPA_CONV_TC32_BK 32
-#define GPA_CONV_TC32_NT 128
+#define GPA_CONV_TC32_NT 128 /* the 4-warp kernels; the 8-warp ones (y, dx on small grids) twice that */
 #define GPA_CONV_TC32_LDA (GPA_CONV_TC32_BK + 4)
 #define GPA_CONV_TC32_LDM (GPA_CONV_TC32_BM + 8)
 #define GPA_CONV_TC32_SLOTS 16

@@ -71,7 +71,9 @@ gpa_status gpa__conv_bwd_tc32_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *
   K(CONV_TC_PACK, conv, gpa_conv_tc_pack_bf16) \
   K(CONV_TC_WPACK, conv, gpa_conv_tc_wpack_bf16) \
   K(CONV_TC32_FWD, conv, gpa_conv_tc32_fwd_f32)  \
+  K(CONV_TC32_FWD8, conv, gpa_conv_tc32_fwd8_f32) \
   K(CONV_TC32_DX, conv, gpa_conv_tc32_dx_f32)    \
+  K(CONV_TC32_DX8, conv, gpa_conv_tc32_dx8_f32)  \
   K(CONV_TC32_DW, conv, gpa_conv_tc32_dw_f32)    \
   K(CONV_TC32_DW_SUM, conv, gpa_conv_tc32_dw_sum_f32)
 

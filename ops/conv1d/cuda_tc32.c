@@ -62,12 +62,20 @@ static void base(const gpa__conv_cu_geom *c, gpa_conv_tc32_geo *g) {
   g->cout_g = (int)c->cout_g;
 }
 
-static gpa_status rows(const gpa_op_exec *x, int id, const gpa__conv_cu_geom *c, gpa_conv_tc32_geo *g, long long m,
-                       long long n, void **args) {
+/* y or dx over [B nt][G mt] tiles: the 8-warp kernel (id8, 256 threads,
+ * warps of 32 x 16) where the grid is under ROWS8_BELOW blocks (about one
+ * an SM; the main job's y and dx: 128), else the 4-warp one (id4). The
+ * same sums in the same order either way (the same bits); the choice is a
+ * function of the shape only. */
+#define ROWS8_BELOW 264
+static gpa_status rows(const gpa_op_exec *x, int id4, int id8, const gpa__conv_cu_geom *c, gpa_conv_tc32_geo *g,
+                       long long m, long long n, void **args) {
   g->mt = (int)cdiv(m, BM);
   g->nt = (int)cdiv(n, BN);
-  return gpa__cu_launch(x, id, (unsigned)(c->B * g->nt), (unsigned)(c->G * g->mt), 1, GPA_CONV_TC32_NT, 1,
-                        GPA_CONV_TC32_SMEM, args);
+  const long long blocks = c->B * g->nt * c->G * g->mt;
+  const int eight = blocks < ROWS8_BELOW;
+  return gpa__cu_launch(x, eight ? id8 : id4, (unsigned)(c->B * g->nt), (unsigned)(c->G * g->mt), 1,
+                        eight ? 2 * GPA_CONV_TC32_NT : GPA_CONV_TC32_NT, 1, GPA_CONV_TC32_SMEM, args);
 }
 
 gpa_status gpa__conv_fwd_tc32_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c) {
@@ -78,7 +86,7 @@ gpa_status gpa__conv_fwd_tc32_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *
   g.span = (int)fwd_span(c);
   void *y = x->out[0], *xs = x->in[0], *w = x->in[1], *b = x->n_inputs > 2 ? x->in[2] : NULL;
   void *args[] = {&y, &xs, &w, &b, &g};
-  return rows(x, GPA__K_CONV_TC32_FWD, c, &g, c->cout_g, c->Lout, args);
+  return rows(x, GPA__K_CONV_TC32_FWD, GPA__K_CONV_TC32_FWD8, c, &g, c->cout_g, c->Lout, args);
 }
 
 gpa_status gpa__conv_bwd_tc32_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c) {
@@ -90,7 +98,7 @@ gpa_status gpa__conv_bwd_tc32_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *
   g.red = (int)(c->cout_g * c->K);
   g.span = (int)dx_span(c);
   void *dargs[] = {&dx, &dy, &w, &g};
-  GPA__CU_TRY(rows(x, GPA__K_CONV_TC32_DX, c, &g, c->cin_g, c->L, dargs));
+  GPA__CU_TRY(rows(x, GPA__K_CONV_TC32_DX, GPA__K_CONV_TC32_DX8, c, &g, c->cin_g, c->L, dargs));
 
   base(c, &g);
   g.red = (int)c->R;
