@@ -1,6 +1,6 @@
 /* f32 conv1d on CUDA's 3xTF32 tensor-core kernels (ops/conv1d/cuda_tc32.c),
  * on the simulated device with its fault injection (GPA_CUDNN_CONV=0: our
- * kernels). parity_conv1d_own runs every f32 parity case through them at
+ * kernels); on a GPU the accuracy and determinism checks alone. parity_conv1d_own runs every f32 parity case through them at
  * the parity bounds; this test is about the path, its failures, and an
  * accuracy bound that one-product TF32 does not meet:
  *   - selection: a refused launch names the kernel it refused, so the
@@ -17,16 +17,22 @@
  *     crossed in every dimension, causal and dilated, stride 2 and 3 with
  *     groups and padding, K = 1, L = 1, depthwise 264 channels, bias or
  *     not), through both kernel sizes: every error within
- *     REL_BOUND of the sum of its terms' magnitudes, where TF32 products
- *     (one product per term, relative error up to 2^-10) are off by ~1e-4. */
+ *     rel_bound of the sum of its terms' magnitudes, which TF32 products
+ *     (one product per term, relative error up to 2^-10) miss. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "test_cuda_util.h"
 
-/* |got - ref| <= REL_BOUND sum |terms| (+ a denormal floor): 3xTF32 products
- * are off by about 3 2^-22 of a term, fp32 sums add n 2^-24 at worst */
-#define REL_BOUND 4e-6
+/* |got - ref| <= rel_bound sum |terms| (+ a denormal floor): 3xTF32 products
+ * are off by about 3 2^-22 of a term, fp32 sums add n 2^-24 at worst. On
+ * sim (each mma's sums rounded in fp32) 4e-6; on a GPU 1e-5, the parity
+ * tests' f32 rule, as the tensor cores' internal sums are not rounded to
+ * nearest at every add; one-product TF32 is off by 2.6e-5 at the first
+ * shape on sim. */
+static double rel_bound = 4e-6;
+/* the simulated device: the fault injection and launch-name checks run */
+static int on_sim;
 
 typedef struct shape {
   int B, Cin, Cout, L, K, stride, pad, dil, G, causal, bias;
@@ -120,8 +126,9 @@ static void run_ok(gpa_queue *q, conv *c, int back) {
   gpa_handle_release(h);
 }
 
-/* op fails with EDEVICE, its message naming `kernel` */
+/* op fails with EDEVICE, its message naming `kernel` (on sim; nothing on a GPU) */
 static void refused(gpa_queue *q, conv *c, tcu_sim *sim, int back, unsigned nth, const char *kernel) {
+  if (!on_sim) return;
   gpa_handle *h = NULL;
   sim->fault_launch(nth);
   gpa_status st = back ? bwd(q, c, &h) : fwd(q, c, &h);
@@ -132,7 +139,7 @@ static void refused(gpa_queue *q, conv *c, tcu_sim *sim, int back, unsigned nth,
 static double worst = 0;
 static void close_to(const char *what, float got, double ref, double mag) {
   const double e = fabs(got - ref);
-  if (e > REL_BOUND * mag + 1e-30) {
+  if (e > rel_bound * mag + 1e-30) {
     fprintf(stderr, "FAIL: %s: %.9g vs %.9g (error %.3g, %.3g of the terms' magnitude)\n", what, got, ref, e,
             e / mag);
     exit(1);
@@ -219,7 +226,10 @@ int main(void) {
       {1, 3, 7, 1, 2, 1, 1, 1, 1, 0, 0},     /* L = 1, padded */
   };
   gpa_actor *a = actor_with(NULL);
-  tcu_sim sim = tcu_sim_api(a);
+  on_sim = !strcmp(gpa_actor_backend(a), "sim");
+  if (!on_sim) rel_bound = 1e-5;
+  tcu_sim sim = {0};
+  if (on_sim) sim = tcu_sim_api(a);
   gpa_queue *q = gpa_actor_default_queue(a);
   conv c;
   setup(a, q, &c, &main_shape, 12345);
@@ -234,12 +244,14 @@ int main(void) {
   gpa_queue *fq;
   gpa_handle *h;
   CHECK_OK(gpa_queue_create(a, "fresh", &fq));
-  sim.fault_oom(1);
-  CHECK_ST(bwd(fq, &c, &h), GPA_ENOMEM);
-  CHECK(strstr(gpa_handle_error_message(h), "CUDA_ERROR_OUT_OF_MEMORY"));
-  printf("ok: dW partials out of memory: %s\n", gpa_handle_error_message(h));
-  gpa_handle_release(h);
-  sim.fault_oom(0);
+  if (on_sim) {
+    sim.fault_oom(1);
+    CHECK_ST(bwd(fq, &c, &h), GPA_ENOMEM);
+    CHECK(strstr(gpa_handle_error_message(h), "CUDA_ERROR_OUT_OF_MEMORY"));
+    printf("ok: dW partials out of memory: %s\n", gpa_handle_error_message(h));
+    gpa_handle_release(h);
+    sim.fault_oom(0);
+  }
   run_ok(fq, &c, 1);
   const int64_t nx = (int64_t)2 * 20 * 45, nw = 12 * 20 * 3;
   static float dx1[2 * 20 * 45], dw1[12 * 20 * 3], dx2[2 * 20 * 45], dw2[12 * 20 * 3];
@@ -253,7 +265,7 @@ int main(void) {
   printf("ok: two backward passes agree to the bit\n");
   check(q, &c);
   release(a, &c);
-  sim.fault_clear();
+  if (on_sim) sim.fault_clear();
   for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
     setup(a, q, &c, &edges[i], 777 + i);
     run_ok(q, &c, 0);
@@ -270,14 +282,14 @@ int main(void) {
   run_ok(q, &c, 1);
   check(q, &c);
   release(a, &c);
-  sim.fault_clear();
-  printf("ok: y, dx, dW, db within %.0e of their terms' magnitude at %zu shapes (worst %.3g)\n", REL_BOUND,
+  if (on_sim) sim.fault_clear();
+  printf("ok: y, dx, dW, db within %.0e of their terms' magnitude at %zu shapes (worst %.3g)\n", rel_bound,
          2 + sizeof edges / sizeof edges[0], worst);
   CHECK_OK(gpa_actor_destroy(a));
 
   /* GPA_CONV_TC=0: the SIMT implicit GEMM takes f32 */
   a = actor_with("0");
-  sim = tcu_sim_api(a);
+  if (on_sim) sim = tcu_sim_api(a);
   q = gpa_actor_default_queue(a);
   setup(a, q, &c, &main_shape, 12345);
   refused(q, &c, &sim, 0, 1, "gpa_conv_ig_fwd_f32");
@@ -286,8 +298,8 @@ int main(void) {
   run_ok(q, &c, 1);
   check(q, &c);
   release(a, &c);
-  sim.fault_clear();
+  if (on_sim) sim.fault_clear();
   CHECK_OK(gpa_actor_destroy(a));
-  printf("ok: GPA_CONV_TC=0 keeps f32 on the SIMT kernels\n");
+  printf(on_sim ? "ok: GPA_CONV_TC=0 keeps f32 on the SIMT kernels\n" : "ok: GPA_CONV_TC=0 (SIMT kernels) within the bound\n");
   return 0;
 }
