@@ -9,7 +9,13 @@
  * round, yielding the core between rounds; only when nothing has completed
  * for SLOW_NS (a peer far behind) does it sleep 100 us between rounds. With
  * nothing in flight for HOT_IDLE_NS it sleeps on a condition variable. Two
- * threads call MPI at once, hence MPI_THREAD_MULTIPLE. */
+ * threads call MPI at once, hence MPI_THREAD_MULTIPLE.
+ *
+ * A request the actor gave up on (cancel, abort) cannot be taken back from
+ * MPI: it stays in flight, abandoned, until the peers reach it. detach
+ * then hands us the memory its buffers had (the actor moved them: comm.c,
+ * let_go); those blocks are freed once no request in flight points into
+ * them, or after MPI_Finalize at exit. */
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
