@@ -69,6 +69,7 @@ static const opt_def gpa__opt_table[] = {
     OPT("GPA_CUDNN_CONV", "cudnn_conv", OPT_ENUM, cudnn_conv, nt_names, 1, FRESH),
     OPT("GPA_CONV_TC", "conv_tc", OPT_ENUM, conv_tc, nt_names, 1, FRESH),
     OPT("GPA_FA2_EXACT", "fa2_exact", OPT_ENUM, fa2_exact, nt_names, 1, FRESH),
+    OPT("GPA_CUDA_SPLIT_SUMS", "cuda_split_sums", OPT_ENUM, cuda_split_sums, nt_names, 1, FRESH),
     OPT("GPA_NCCL", "nccl", OPT_PATH, nccl, NULL, 0, FRESH),
     OPT("GPA_HOST_NT", "host_nt", OPT_ENUM, host_nt, nt_names, 1, PROCESS),
     OPT("GPA_NO_MEMBARRIER", "no_membarrier", OPT_BOOL, no_membarrier, NULL, 0, PROCESS),

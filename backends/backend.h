@@ -53,6 +53,11 @@ typedef struct gpa__be_host {
    * with D = 64, 96 or 128 on the class FA2 kernels, A/B benches and tests),
    * else the exact-head-dim ones, the faster */
   int32_t fa2_exact;
+  /* GPA_CUDA_SPLIT_SUMS (backends/cuda/cuda_ops.h gpa__cu_split_sums): 1
+   * "0" (the column sums of layernorm_bwd, linear_bwd and conv1d_bwd's
+   * bias in one pass per column tile, as before issue 25: A/B benches),
+   * else split over chunks of rows where that fills the GPU better */
+  int32_t cuda_split_sums;
   /* Completes deferred work w->m with st: any thread, no allocation, no
    * driver call (a driver's host-function thread calls it). Set w's err and
    * device time first. */

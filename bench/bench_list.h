@@ -34,6 +34,7 @@ void gpa_bench_cuda_sdpa(void);
 void gpa_bench_cuda_attention_fa2(void);
 void gpa_bench_cuda_actor_cost(void);
 void gpa_bench_cuda_conv1d(void);
+void gpa_bench_cuda_split_sums(void);
 void gpa_bench_cuda_allreduce(void);
 #ifdef GPA_BENCH_SIM
 void gpa_bench_sim_layernorm(void);
@@ -70,6 +71,7 @@ static const gpa_bench_entry gpa_benches[] = {
     {"cuda_attention_fa2", gpa_bench_cuda_attention_fa2},
     {"cuda_actor", gpa_bench_cuda_actor_cost},
     {"cuda_conv1d", gpa_bench_cuda_conv1d},
+    {"cuda_split_sums", gpa_bench_cuda_split_sums},
     {"cuda_allreduce", gpa_bench_cuda_allreduce},
 #ifdef GPA_BENCH_SIM
     {"sim_layernorm", gpa_bench_sim_layernorm},

@@ -5,7 +5,9 @@
  *   - an allocation that fails again gives GPA_ENOMEM and the actor lives;
  *   - an op whose scratch allocation fails evicts the unused cached buffers
  *     and retries once; out of memory for good, it gets GPA_ENOMEM, and the
- *     next op runs once memory is back;
+ *     next op runs once memory is back; the same for a stream's split-sum
+ *     counters, and a refused launch of the kernel that counts on them
+ *     leaves them usable;
  *   - a failed pinned staging allocation gives the cached blocks back and
  *     retries once;
  *   - a launch the driver refuses fails that op with GPA_EDEVICE and the
@@ -68,7 +70,9 @@ static gpa_status lnb(gpa_actor *a, gpa_tensor *t, gpa_handle **h) {
 
 static void scratch_oom(gpa_actor *a, tcu_sim *sim) {
   gpa_queue *dq = gpa_actor_default_queue(a);
-  enum { N = 8, D = 64 };
+  /* 64 rows: dgamma/dbeta split over two chunks of rows, whose partials
+   * take scratch and whose last block a counter (kernels/cuda/split_sum.h) */
+  enum { N = 64, D = 64 };
   gpa_tensor t[8];
   int64_t nd[2] = {N, D};
   for (int i = 0; i < 8; i++) {
@@ -101,15 +105,41 @@ static void scratch_oom(gpa_actor *a, tcu_sim *sim) {
   /* Out of memory for good: the retry fails too, GPA_ENOMEM, actor lives. */
   sim->fault_oom(1);
   CHECK_ST(lnb(a, t, &h), GPA_ENOMEM);
-  CHECK(strstr(gpa_handle_error_message(h), "CUDA_ERROR_OUT_OF_MEMORY"));
+  CHECK(strstr(gpa_handle_error_message(h), "CUDA_ERROR_OUT_OF_MEMORY") && strstr(gpa_handle_error_message(h), "scratch"));
   printf("ok: op scratch out of memory after the retry: %s\n", gpa_handle_error_message(h));
   gpa_handle_release(h);
   sim->fault_oom(0);
   CHECK_OK(lnb(a, t, &h));
   gpa_handle_release(h);
+  /* the fresh stream's second allocation is its split-sum counters */
+  sim->fault_oom(2);
+  CHECK_ST(lnb(a, t, &h), GPA_ENOMEM);
+  CHECK(strstr(gpa_handle_error_message(h), "split-sum counters"));
+  printf("ok: split-sum counters out of memory: %s\n", gpa_handle_error_message(h));
+  gpa_handle_release(h);
+  sim->fault_oom(0);
+  /* launch 2 (dx is 1) is the split sums': refused before it counted, so
+   * the stream's next one finds its counter zero and adds every chunk */
   float dg[D];
+  for (int i = 0; i < D; i++) dg[i] = 1.0f;
+  tu_put(dq, &t[6], dg, D);
+  gpa_queue *q;
+  CHECK_OK(gpa_queue_create(a, "refused", &q));
+  gpa_op_call c = {"layernorm_bwd", t, 5, t + 5, 3, NULL, 0};
+  sim->fault_launch(2);
+  CHECK_ST(tcu_run(q, &c, &h), GPA_EDEVICE);
+  CHECK(strstr(gpa_handle_error_message(h), "gpa_ln_bwd_split_f32"));
+  gpa_handle_release(h);
+  gpa_sync_batch(q, NULL);
+  CHECK_OK(tcu_run(q, &c, &h));
+  gpa_handle_release(h);
+  CHECK_OK(gpa_queue_destroy(q));
   tu_get(dq, &t[6], dg, D);
   for (int i = 0; i < D; i++) CHECK(dg[i] == 0.0f); /* x constant per row: xhat = 0 */
+  float dbeta[D];
+  tu_get(dq, &t[7], dbeta, D);
+  for (int i = 0; i < D; i++) CHECK(dbeta[i] == 0.5f * N); /* dy = 0.5: every chunk added */
+  printf("ok: a refused split-sum launch, then the same op on its stream: every chunk added\n");
 }
 
 static void staging_oom(gpa_actor *a, tcu_sim *sim) {

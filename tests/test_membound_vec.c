@@ -16,7 +16,7 @@
 #include "kernels/host/bf16.h"
 #include "util/nn_test.h"
 
-enum { N = 7, NG = 1027 };
+enum { NG = 1027 };
 
 static int failures;
 
@@ -119,10 +119,12 @@ static void gelu(gpa_nt *t, int dt, int form) {
 }
 
 /* D = 96: lane groups; 2056: a block per row holding it in registers
- * (forward, both dtypes) against the lane groups' scalar path */
-static void layernorm(gpa_nt *t, int dt, int64_t D) {
+ * (forward, both dtypes) against the lane groups' scalar path. N = 1003
+ * rows of 96: dgamma/dbeta split over 32 chunks of rows on CUDA, whose
+ * tile's last block adds them (kernels/cuda/split_sum.h). */
+static void layernorm(gpa_nt *t, int dt, int64_t N, int64_t D) {
   float *x = malloc(sizeof(float) * N * D), *dy = malloc(sizeof(float) * N * D), *gm = malloc(sizeof(float) * D);
-  float *bt = malloc(sizeof(float) * D), *r[2], st[2 * N];
+  float *bt = malloc(sizeof(float) * D), *r[2], *st = malloc(sizeof(float) * 2 * N);
   r[0] = malloc(sizeof(float) * (N * D + 2 * D));
   r[1] = malloc(sizeof(float) * (N * D + 2 * D));
   uint64_t seed = 5;
@@ -133,7 +135,7 @@ static void layernorm(gpa_nt *t, int dt, int64_t D) {
   int64_t s2[2] = {N, D}, sd = D, sn = N;
   gpa_attr eps = {"eps", GPA_ATTR_FLOAT, 0, 1e-5};
   char dn[32];
-  snprintf(dn, sizeof dn, "%s D=%lld", dt == GPA_BF16 ? "bf16" : "f32", (long long)D);
+  snprintf(dn, sizeof dn, "%s N=%lld D=%lld", dt == GPA_BF16 ? "bf16" : "f32", (long long)N, (long long)D);
   for (int off = 0; off < 2; off++) {
     gpa_tensor in[3] = {view(t, dt, 2, s2, x, N * D, off), view(t, GPA_F32, 1, &sd, gm, D, off),
                         view(t, GPA_F32, 1, &sd, bt, D, off)};
@@ -164,7 +166,7 @@ static void layernorm(gpa_nt *t, int dt, int64_t D) {
   agree(w, r[0], r[1], N * D, dt == GPA_BF16 ? 8e-3 : 2e-6);
   snprintf(w, sizeof w, "layernorm_bwd %s dgamma, dbeta", dn);
   agree(w, r[0] + N * D, r[1] + N * D, 2 * D, -1);
-  free(x), free(dy), free(gm), free(bt), free(r[0]), free(r[1]);
+  free(x), free(dy), free(gm), free(bt), free(r[0]), free(r[1]), free(st);
 }
 
 int main(void) {
@@ -174,8 +176,9 @@ int main(void) {
   printf("backend %s\n", gpa_actor_backend(t.a));
   for (int dt = 0; dt < 2; dt++) {
     for (int form = 0; form < 2; form++) gelu(&t, dt ? GPA_BF16 : GPA_F32, form);
-    layernorm(&t, dt ? GPA_BF16 : GPA_F32, 96);
-    layernorm(&t, dt ? GPA_BF16 : GPA_F32, 2056);
+    layernorm(&t, dt ? GPA_BF16 : GPA_F32, 7, 96);
+    layernorm(&t, dt ? GPA_BF16 : GPA_F32, 7, 2056);
+    layernorm(&t, dt ? GPA_BF16 : GPA_F32, 1003, 96);
   }
   rc = gpa_nt_close(&t);
   return failures || rc ? 1 : 0;

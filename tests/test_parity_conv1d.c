@@ -256,6 +256,9 @@ int main(void) {
       {1, 2, 13010, 2, 2, 1, 0, 13000, 1, 0, 1},
       /* dW's B Lout sum in 387 slices: 194 runs of 2, the last of 1 (ordered partial sums) */
       {129, 2, 130, 3, 3, 1, 0, 1, 1, 1, 1},
+      /* db split into chunks of B Lout on CUDA (the grid's last block adds them): the main
+       * job's B32 L128 Cout 96 (fewer input channels), and an odd B x Lout */
+      {32, 4, 128, 96, 3, 1, 0, 1, 1, 1, 1}, {33, 3, 127, 60, 3, 1, 0, 2, 1, 1, 1},
   };
   uint64_t seed = 777;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&t, &cases[i], seed + i);

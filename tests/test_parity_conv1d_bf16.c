@@ -123,6 +123,8 @@ int main(void) {
        * per group not multiples of 8, stride 2 with groups 3 (dx: taps whose t s misses);
        * dW with several slices per split (K 31: 31 tiles, 19 slices in 10 splits of 2) */
       {2, 136, 70, 130, 3, 1, 0, 4, 1, 1}, {3, 18, 101, 27, 3, 2, 1, 3, 3, 0}, {1, 8, 600, 8, 31, 1, 0, 1, 1, 1},
+      /* db split into chunks of B Lout on CUDA: the main job's B32 L128 Cout 96, an odd B x Lout */
+      {32, 4, 128, 96, 3, 1, 0, 1, 1, 1},  {33, 3, 127, 60, 3, 1, 0, 2, 1, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     for (int bias = 0; bias < 2; bias++) {

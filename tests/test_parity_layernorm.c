@@ -42,6 +42,22 @@ static void ref_bwd(const gpa_pcase *c, gpa_parr *in, gpa_parr *out) {
   }
 }
 
+/* layernorm_bwd on its own (no forward, no finite differences: cheap at
+ * thousands of rows); dt: x, dy, dx storage */
+static gpa_pcase bwd_case(int dt, int64_t N, int64_t D) {
+  gpa_pcase b = gpa_pcase_make("layernorm_bwd", ref_bwd);
+  gpa_pcase_in(&b, dt == GPA_BF16 ? gpa_pt_bf16(2, (int64_t[]){N, D}, -2, 2) : gpa_pt_f32(2, (int64_t[]){N, D}, -2, 2));
+  gpa_pcase_in(&b, dt == GPA_BF16 ? gpa_pt_bf16(2, (int64_t[]){N, D}, -1, 1) : gpa_pt_f32(2, (int64_t[]){N, D}, -1, 1));
+  gpa_pcase_in(&b, gpa_pt_f32(1, (int64_t[]){D}, 0.5, 1.5));
+  gpa_pcase_in(&b, gpa_pt_f32(1, (int64_t[]){N}, -0.5, 0.5));
+  gpa_pcase_in(&b, gpa_pt_f32(1, (int64_t[]){N}, 0.5, 2));
+  gpa_pcase_out(&b, gpa_pt_spec(dt, 2, (int64_t[]){N, D}));
+  gpa_pcase_out(&b, gpa_pt_spec(GPA_F32, 1, (int64_t[]){D}));
+  gpa_pcase_out(&b, gpa_pt_spec(GPA_F32, 1, (int64_t[]){D}));
+  if (dt == GPA_BF16) b.rtol = GPA_PARITY_BF16_RTOL;
+  return b;
+}
+
 static gpa_pcase fwd_case(int64_t N, int64_t D, double lo, double hi) {
   gpa_pcase c = gpa_pcase_make("layernorm_fwd", ref_fwd);
   gpa_pcase_in(&c, gpa_pt_f32(2, (int64_t[]){N, D}, lo, hi));
@@ -80,6 +96,15 @@ int main(void) {
   gpa_parity_check(p, &c);
   c = fwd_case(3, 0, -1, 1);
   gpa_parity_check(p, &c);
+  /* dgamma/dbeta split over chunks of rows on CUDA (the tile's last block
+   * adds them): the main job's 4096 x 96 (16-byte path), odd row counts,
+   * D = 97 (scalar path, 4 column tiles), D = 1024 (the split's widest) */
+  const int64_t split[][3] = {{GPA_F32, 4096, 96}, {GPA_F32, 4099, 96}, {GPA_F32, 1001, 97}, {GPA_F32, 300, 1024},
+                              {GPA_BF16, 4096, 96}, {GPA_BF16, 4099, 104}, {GPA_BF16, 777, 97}};
+  for (size_t i = 0; i < sizeof split / sizeof split[0]; i++) {
+    gpa_pcase bc = bwd_case((int)split[i][0], split[i][1], split[i][2]);
+    gpa_parity_check(p, &bc);
+  }
   if (gpa_parity_large(p)) {
     c = fwd_case(4096, 1024, -2, 2);
     gpa_parity_check(p, &c);
@@ -95,16 +120,7 @@ int main(void) {
     bc.in[0].dtype = bc.out[0].dtype = GPA_BF16;
     bc.rtol = GPA_PARITY_BF16_RTOL;
     gpa_parity_check(p, &bc);
-    gpa_pcase bb = gpa_pcase_make("layernorm_bwd", ref_bwd);
-    gpa_pcase_in(&bb, gpa_pt_bf16(2, (int64_t[]){N, D}, -2, 2));
-    gpa_pcase_in(&bb, gpa_pt_bf16(2, (int64_t[]){N, D}, -1, 1));
-    gpa_pcase_in(&bb, gpa_pt_f32(1, (int64_t[]){D}, 0.5, 1.5));
-    gpa_pcase_in(&bb, gpa_pt_f32(1, (int64_t[]){N}, -0.5, 0.5));
-    gpa_pcase_in(&bb, gpa_pt_f32(1, (int64_t[]){N}, 0.5, 2));
-    gpa_pcase_out(&bb, gpa_pt_spec(GPA_BF16, 2, (int64_t[]){N, D}));
-    gpa_pcase_out(&bb, gpa_pt_spec(GPA_F32, 1, (int64_t[]){D}));
-    gpa_pcase_out(&bb, gpa_pt_spec(GPA_F32, 1, (int64_t[]){D}));
-    bb.rtol = GPA_PARITY_BF16_RTOL;
+    gpa_pcase bb = bwd_case(GPA_BF16, N, D);
     gpa_parity_check(p, &bb);
   }
   {

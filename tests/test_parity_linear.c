@@ -351,6 +351,9 @@ int main(void) {
       {0, 1, 1, 1, 1, 0},   {0, 1, 1, 1, 0, 1},    {0, 7, 13, 5, 1, 0},  {0, 7, 13, 5, 1, 1},
       {0, 3, 17, 11, 0, 0}, {0, 2, 31, 37, 0, 1},  {6, 12, 9, 4, 1, 1},  {0, 64, 100, 37, 1, 1},
       {0, 129, 67, 65, 1, 0}, {0, 0, 5, 3, 1, 1},   {0, 4, 0, 3, 1, 0},
+      /* db split over rows on CUDA (a tile's chunks, the last block adding them):
+       * the main job's 4096 rows (bias 96 with GELU, 60 plain), an odd row count */
+      {0, 4096, 24, 96, 1, 1}, {0, 4099, 16, 60, 1, 0},
   };
   uint64_t seed = 12345;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&t, &cases[i], seed + i);

@@ -136,7 +136,12 @@ static void run_cases(gpa_parity *p) {
   }
   gpa_pcase c = fwd_case(GPA_BF16, 5, 0, 8, 1, 1, 1); /* K = 0: y = gelu(b) */
   gpa_parity_check(p, &c);
-  const int64_t bshapes[][3] = {{1, 1, 1}, {7, 13, 5}, {3, 17, 16}, {64, 100, 40}, {0, 4, 3}, {4, 0, 3}, {4, 3, 0}};
+  /* the last two: db split over rows on CUDA, at the main job's 4096 rows
+   * (bias 96) and at an odd row count. (in = 16 at 4096 rows made the cpu
+   * backend's actor run differ bitwise from its single-threaded run: the
+   * host's own linear_bwd, not this split; reported, not covered here.) */
+  const int64_t bshapes[][3] = {{1, 1, 1}, {7, 13, 5},  {3, 17, 16},   {64, 100, 40},
+                                {0, 4, 3}, {4, 0, 3},   {4, 3, 0},     {4096, 8, 96}, {4099, 8, 60}};
   for (size_t i = 0; i < sizeof bshapes / sizeof bshapes[0]; i++)
     for (int k = 0; k < 3; k++) { /* plain, with GELU, without db */
       c = bwd_case(bshapes[i][0], bshapes[i][1], bshapes[i][2], k == 1, k != 2);

@@ -50,6 +50,7 @@
 #include <string.h>
 
 #include "backends/cuda/graph.h"
+#include "kernels/cuda/launch_shapes.h"
 
 #define GPA__CU_STAGE_MIN (64u << 10)
 #define GPA__CU_STAGE_CACHE (256ull << 20)
@@ -370,6 +371,8 @@ static void cu_queue_fini(void *bctx, void *bq) {
   gpa__cu_mem_free(C, q->s, q->blas_ws);
   q->blas_ws = 0;
   q->blas_ws_size = 0;
+  gpa__cu_mem_free(C, q->s, q->counters);
+  q->counters = 0;
   CUresult r = C->cu.cuStreamSynchronize(q->s);
   if (r != CUDA_SUCCESS) gpa__cu_check(C, r, "cuStreamSynchronize", NULL, 0);
   if (q->on_polled) { /* its records are done; a parked chain left it listed */
@@ -437,6 +440,24 @@ static CUdeviceptr scratch_get(gpa__cu_ctx *C, gpa__cu_queue *q, uint64_t bytes,
 CUdeviceptr gpa__cu_scratch(const gpa_op_exec *x, uint64_t bytes) {
   gpa__cu_ctx *C = gpa__cu_of(x);
   return scratch_get(C, C->cur_q, bytes, x->msg, x->msg_size);
+}
+
+CUdeviceptr gpa__cu_counters(const gpa_op_exec *x) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  gpa__cu_queue *q = C->cur_q;
+  if (q->counters) return q->counters;
+  const uint64_t bytes = GPA_SPLIT_COUNTERS * sizeof(unsigned);
+  if (gpa__cu_queue_block(C, q, "split-sum counters", bytes, bytes, &q->counters, x->msg, x->msg_size) !=
+      CUDA_SUCCESS)
+    return 0;
+  /* stream ordered: zero before the first kernel that counts on them */
+  CUresult r = C->cu.cuMemsetD32Async(q->counters, 0, GPA_SPLIT_COUNTERS, q->s);
+  if (r != CUDA_SUCCESS) {
+    gpa__cu_check(C, r, "split-sum counters: cuMemsetD32Async", x->msg, x->msg_size);
+    gpa__cu_mem_free(C, q->s, q->counters);
+    q->counters = 0;
+  }
+  return q->counters;
 }
 
 /* gpa_exec_scratch for user ops' CUDA implementations: the same per-stream

@@ -83,6 +83,9 @@ typedef struct gpa__cu_queue {
   uint64_t scratch_gen; /* bumped when the scratch block moves: graphs point into it */
   CUdeviceptr blas_ws; /* cuBLAS's workspace on this stream (blas.c), made once */
   uint64_t blas_ws_size;
+  /* grid-wide counters of split sums (kernels/cuda/split_sum.h), made once
+   * and zeroed on the stream; every kernel that counts leaves them zero */
+  CUdeviceptr counters;
   bool scratch_refused; /* a capture needed more scratch than the block has */
   uint32_t direct; /* completions of held work without a record, for cu_complete */
 } gpa__cu_queue;
@@ -166,6 +169,12 @@ gpa_status gpa__cu_check(gpa__cu_ctx *C, CUresult r, const char *what, char *msg
 /* Device scratch of the current queue, valid for the running op (stream
  * ordered). 0 on failure (message in x->msg). */
 CUdeviceptr gpa__cu_scratch(const gpa_op_exec *x, uint64_t bytes);
+/* The current queue's GPA_SPLIT_COUNTERS counters (kernels/cuda/launch_shapes.h)
+ * for kernels whose last block sums the other blocks' partials: zero before
+ * such a kernel runs, and it leaves them zero (its last block resets its
+ * counter), so a graph that replays it finds them zero too. Made once per
+ * queue, outside any capture (as the scratch); 0 on failure (x->msg). */
+CUdeviceptr gpa__cu_counters(const gpa_op_exec *x);
 /* A block of q's own (its scratch, cuBLAS's workspace) of `size` bytes
  * (`asked` for the message) into *slot, stream ordered, the block *slot
  * held freed first. CUDA_SUCCESS; the allocation's error (msg says why;

@@ -39,6 +39,12 @@ unsigned gpa__cu_blocks(const gpa_op_exec *x, int64_t n, unsigned threads);
 
 #define GPA__CU_THREADS 256 /* per block of a grid-stride elementwise launch */
 
+/* 1 unless GPA_CUDA_SPLIT_SUMS=0: the column sums of layernorm_bwd,
+ * linear_bwd and conv1d_bwd's bias split their rows over a 2-D grid where
+ * a block per column tile would leave the GPU idle (kernels/cuda/split_sum.h);
+ * 0 keeps the single-pass launches of before, to measure both in one run. */
+static inline int gpa__cu_split_sums(const gpa_op_exec *x) { return gpa__cu_of(x)->host.cuda_split_sums != 1; }
+
 static inline long long gpa__cu_numel(const gpa_tensor *t) { return (long long)gpa_tensor_numel(t); }
 
 /* A grid-stride launch over n items (nothing when n <= 0). */

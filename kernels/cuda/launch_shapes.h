@@ -14,6 +14,11 @@
  * (norm.cu's shared arrays, ops/layernorm/cuda.c's block). */
 #define GPA_LN_SLICES 8
 
+/* Counters per queue for the split sums' last blocks (split_sum.h,
+ * backends/cuda/backend.c gpa__cu_counters): a kernel counts on one per
+ * column tile, so its tiles must not pass this. */
+#define GPA_SPLIT_COUNTERS 256
+
 /* 16-byte vectors a thread of cross_entropy_bwd's block-per-row kernel
  * (metrics.cu ce_bwd_row's registers, ops/metrics/cuda.c's block size). */
 #define GPA_CE_ROW_NV 4

@@ -2,6 +2,7 @@
  * the bias/GELU epilogue of linear (fp32 and bf16 storage), im2col / col2im and the bias passes of
  * conv1d. Every sum runs in a fixed order (deterministic, no atomics). */
 #include "gpa_bf16.h"
+#include "split_sum.h"
 
 #define GS_LOOP(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
@@ -102,56 +103,87 @@ extern "C" __global__ void gpa_conv_bias_f32(float *y, const float *bias, long l
   GS_LOOP(i, n) y[i] += bias[(i / lout) % cout];
 }
 
-/* db[co] = sum over b, t of dy[b, co, t], in double: a block per channel,
- * each thread a strided share, then a tree of fixed shape (deterministic
- * for the block size, GPA__CONV_DB_THREADS in ops/conv1d/cuda.c). A thread
- * per channel summing all B x Lout values in turn left the GPU nearly idle
- * (96 threads at the main job's shape). T: float, or gpa_bf16 (widened). */
-
+/* db[co] = sum over b, t of dy[b, co, t], in double. Grid (channels,
+ * chunks): a block per channel and chunk of the flat index i = b Lout + t
+ * (`per` values; one chunk is all of them), each thread a strided share
+ * of its chunk, then a tree of fixed shape (deterministic for the block
+ * size, CONV_DB_THREADS in ops/conv1d/cuda.c). With one chunk the tree's
+ * sum is db[co]; with several it is the chunk's partial (gpart[chunk][co])
+ * and the grid's last block adds each channel's partials in chunk order
+ * (split_sum.h): 96 blocks of a block per channel left most of an H100
+ * idle at the main job's shape (issue 25). A thread per channel summing all
+ * B x Lout values in turn did so before that. T: float, or gpa_bf16
+ * (widened). */
 template <typename T>
-static __device__ void conv_db(double *part, float *db, const T *dy, long long nb, long long cout, long long lout) {
-  const long long co = blockIdx.x, n = nb * lout;
+static __device__ void conv_db(double *part, float *db, const T *dy, long long nb, long long cout, long long lout,
+                               long long per, double *gpart, unsigned *ctr) {
+  __shared__ unsigned flag;
+  const long long co = blockIdx.x, n = nb * lout, i0 = (long long)blockIdx.y * per;
+  const long long i1 = i0 + per < n ? i0 + per : n;
   const int t = (int)threadIdx.x;
   double acc = 0.0;
-  for (long long i = t; i < n; i += blockDim.x) acc += (double)conv_ld(dy, ((i / lout) * cout + co) * lout + i % lout);
+  /* (b, tt) of i = i0 + t, stepped by blockDim.x without a division a value */
+  long long step_b = 0, step_t = 0, b = 0, tt = 0;
+  if (i0 + t < i1) /* lout > 0 */
+    step_b = blockDim.x / lout, step_t = blockDim.x % lout, b = (i0 + t) / lout, tt = (i0 + t) % lout;
+  for (long long i = i0 + t; i < i1; i += blockDim.x) {
+    acc += (double)conv_ld(dy, (b * cout + co) * lout + tt);
+    b += step_b, tt += step_t;
+    if (tt >= lout) tt -= lout, b++;
+  }
   part[t] = acc;
   __syncthreads();
   for (int s = (int)blockDim.x / 2; s > 0; s >>= 1) {
     if (t < s) part[t] += part[t + s];
     __syncthreads();
   }
-  if (t == 0) db[co] = (float)part[0];
+  if (gridDim.y == 1) {
+    if (t == 0) db[co] = (float)part[0];
+    return;
+  }
+  if (t == 0) gpart[blockIdx.y * cout + co] = part[0];
+  if (!gpa_split_last(ctr, gridDim.x * gridDim.y, &flag)) return;
+  for (long long c = t; c < cout; c += blockDim.x) {
+    double s = 0.0;
+    for (unsigned k = 0; k < gridDim.y; k++) s += gpa_split_ld(gpart + k * cout + c);
+    db[c] = (float)s;
+  }
 }
 
-extern "C" __global__ void gpa_conv_db_f32(float *db, const float *dy, long long nb, long long cout, long long lout) {
+extern "C" __global__ void gpa_conv_db_f32(float *db, const float *dy, long long nb, long long cout, long long lout,
+                                           long long per, double *gpart, unsigned *ctr) {
   GPA_DYNAMIC_SHARED(double, part);
-  conv_db(part, db, dy, nb, cout, lout);
+  conv_db(part, db, dy, nb, cout, lout, per, gpart, ctr);
 }
 extern "C" __global__ void gpa_conv_db_bf16(float *db, const gpa_bf16 *dy, long long nb, long long cout,
-                                            long long lout) {
+                                            long long lout, long long per, double *gpart, unsigned *ctr) {
   GPA_DYNAMIC_SHARED(double, part);
-  conv_db(part, db, dy, nb, cout, lout);
+  conv_db(part, db, dy, nb, cout, lout, per, gpart, ctr);
 }
 
 /* out[j] = sum over i of g[i, j], in double, g = x (f32 or bf16, widened),
  * times gelu'(pre) when pre != NULL (bf16 linear with GELU: g formed in
  * fp32 from the bf16 inputs, so db does not see the bf16 rounding of the g
- * the GEMMs take). A block of 32 x 32 threads per 32 columns, each thread a
- * strided share of the rows (a warp reads 32 adjacent columns), then a
- * column's 32 shares in order: the order is fixed by the launch shape
- * (ops/linear/cuda.c), so the sum is deterministic. A thread per column
- * summing every row in turn (the masked mean kernel) took ~250 us for a
- * bias of 60 over 4096 rows on an H100; the bf16 db did that until issue 25
- * (4096 threads at its 8192 x 4096 x 4096 shape, one 2-byte load each in
- * flight). */
+ * the GEMMs take). Grid (column tiles of 32, chunks of `per` rows), block
+ * (32, S): each thread a strided share of its chunk's rows (a warp reads
+ * 32 adjacent columns), then a column's S shares in order. With one chunk
+ * that is out[j]; with several it is the chunk's partial (gpart[chunk][j])
+ * and the tile's last block adds the partials the same way (thread y:
+ * chunks y, y + S, ..., then the S shares in order; split_sum.h). The
+ * order is fixed by the launch shape (ops/linear/cuda.c): deterministic.
+ * A block per 32 columns walking every row took 20 us for a bias of 96
+ * over 4096 rows on an H100 (3 blocks; issue 25); a thread per column
+ * summing every row in turn took ~250 us for 60 columns before that. */
 template <typename T>
 static __device__ void col_sum(double *part, float *out, const T *x, const gpa_bf16 *pre, long long rows,
-                               long long cols) {
-  const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
-  const long long j = (long long)blockIdx.x * 32 + tx;
+                               long long cols, long long per, double *gpart, unsigned *ctr) {
+  __shared__ unsigned flag;
+  const int tx = (int)threadIdx.x, ty = (int)threadIdx.y, sl = (int)blockDim.y;
+  const long long j = (long long)blockIdx.x * 32 + tx, i0 = (long long)blockIdx.y * per;
+  const long long i1 = i0 + per < rows ? i0 + per : rows;
   double acc = 0.0;
   if (j < cols)
-    for (long long i = ty; i < rows; i += blockDim.y) {
+    for (long long i = i0 + ty; i < i1; i += sl) {
       float g = conv_ld(x, i * cols + j);
       if (pre) g *= lin_gelu_grad(gpa_bf2f(pre[i * cols + j]));
       acc += (double)g;
@@ -160,21 +192,34 @@ static __device__ void col_sum(double *part, float *out, const T *x, const gpa_b
   __syncthreads();
   if (ty == 0 && j < cols) {
     double s = 0.0;
-    for (int k = 0; k < (int)blockDim.y; k++) s += part[k * 32 + tx];
+    for (int k = 0; k < sl; k++) s += part[k * 32 + tx];
+    if (gridDim.y == 1) out[j] = (float)s;
+    else gpart[blockIdx.y * cols + j] = s;
+  }
+  if (gridDim.y == 1 || !gpa_split_last(ctr + blockIdx.x, gridDim.y, &flag)) return;
+  acc = 0.0;
+  if (j < cols)
+    for (unsigned c = ty; c < gridDim.y; c += sl) acc += gpa_split_ld(gpart + c * cols + j);
+  part[ty * 32 + tx] = acc; /* gpa_split_last's barriers: the first pass's reads are done */
+  __syncthreads();
+  if (ty == 0 && j < cols) {
+    double s = 0.0;
+    for (int k = 0; k < sl; k++) s += part[k * 32 + tx];
     out[j] = (float)s;
   }
 }
 
-extern "C" __global__ void gpa_colsum_f32(float *out, const float *x, long long rows, long long cols) {
+extern "C" __global__ void gpa_colsum_f32(float *out, const float *x, long long rows, long long cols, long long per,
+                                          double *gpart, unsigned *ctr) {
   GPA_DYNAMIC_SHARED(double, part);
-  col_sum(part, out, x, (const gpa_bf16 *)0, rows, cols);
+  col_sum(part, out, x, (const gpa_bf16 *)0, rows, cols, per, gpart, ctr);
 }
 
 /* bf16 linear backward's db: g = dy, or dy gelu'(pre) */
 extern "C" __global__ void gpa_lin_db_bf16(float *db, const gpa_bf16 *dy, const gpa_bf16 *pre, long long rows,
-                                           long long cols) {
+                                           long long cols, long long per, double *gpart, unsigned *ctr) {
   GPA_DYNAMIC_SHARED(double, part);
-  col_sum(part, db, dy, pre, rows, cols);
+  col_sum(part, db, dy, pre, rows, cols, per, gpart, ctr);
 }
 
 /* dw[i] (+)= sum over b < nb of part[b n + i], b in order: the per-batch

@@ -19,6 +19,7 @@
 #include "gpa_bf16.h"
 #include "gpa_rows.h"
 #include "launch_shapes.h"
+#include "split_sum.h"
 
 /* vec4: D % 4 == 0 and x, y, gamma, beta 16-byte aligned (checked by the host). */
 extern "C" __global__ void gpa_ln_fwd_f32(const float *__restrict__ x, const float *__restrict__ gamma,
@@ -329,6 +330,135 @@ GPA_UNROLL
   pb[t] = b;
 }
 
+/* ---- dgamma/dbeta of narrow rows in one launch (split_sum.h) --------------
+ * For D up to GPA_LN_SPLIT_MAX_D (ops/layernorm/cuda.c), where the partials
+ * above and gpa_ln_bwd_cols_f32 launched a few blocks of columns that each
+ * walked a thousand partials (20 us a launch at 4096 x 96 on an H100).
+ * Block (32, GPA_LN_SLICES): a tile of 32 threads across the row (V
+ * columns each where 16-byte accesses go, else one) by SL slices of rows;
+ * blockIdx.y = a chunk of `rows` rows. Slice s sums the chunk's rows s,
+ * s + SL, ... in fp32 as ln_part does; the slices are added in order in
+ * double into the chunk's partial (part[chunk][0 = dgamma, 1 = dbeta][d],
+ * double); the tile's last block adds the chunks the same way (slice s:
+ * chunks s, s + SL, ...; then the slices in order). Every column's order
+ * is the same in the 16-byte and the scalar paths (one ln_acc for both):
+ * the same sums bit for bit. */
+#define LN_SL GPA_LN_SLICES
+
+/* The product and the fma spelled out: left to the compiler, the 16-byte
+ * path's unrolled rows and the scalar path's were contracted differently
+ * (host compiler, emulated build), and their sums differed in the last bit. */
+static __device__ __forceinline__ void ln_acc(float &g, float &b, float x, float dy, float m, float rs) {
+  g = __fmaf_rn(dy, __fmul_rn(x - m, rs), g);
+  b += dy;
+}
+
+/* Adds the slices' sums (g[k], b[k]: this thread's w columns) in slice
+ * order into the tile's columns of part (a chunk's partial), or, part
+ * NULL, of dgamma/dbeta. sh: 2 x SL x 32 V doubles. */
+template <int V>
+static __device__ void ln_split_add(double *sh, const double (&g)[V], const double (&b)[V], int w, int c0, int d,
+                                    double *part, float *dgamma, float *dbeta) {
+  const int tx = (int)threadIdx.x, ty = (int)threadIdx.y, tw = 32 * V;
+GPA_UNROLL
+  for (int k = 0; k < V; k++) {
+    sh[ty * tw + tx * V + k] = g[k];
+    sh[(LN_SL + ty) * tw + tx * V + k] = b[k];
+  }
+  __syncthreads();
+  for (int e = ty * 32 + tx; e < 2 * 32 * w; e += 32 * LN_SL) {
+    const int which = e / (32 * w), cl = e % (32 * w), at = (cl / w) * V + cl % w;
+    if (c0 + cl >= d) continue;
+    double s = 0.0;
+    for (int sl = 0; sl < LN_SL; sl++) s += sh[(which * LN_SL + sl) * tw + at];
+    if (part) part[(long long)which * d + c0 + cl] = s;
+    else (which ? dbeta : dgamma)[c0 + cl] = (float)s;
+  }
+  __syncthreads(); /* sh is written again by the last block's pass */
+}
+
+template <typename T, int V>
+static __device__ void ln_split(double *sh, unsigned *flag, const T *__restrict__ x, const T *__restrict__ dy,
+                                const float *__restrict__ mean, const float *__restrict__ rstd, double *part,
+                                float *__restrict__ dgamma, float *__restrict__ dbeta, unsigned *ctr, long long n,
+                                int d, int rows, int vec) {
+  const int tx = (int)threadIdx.x, ty = (int)threadIdx.y, w = vec ? V : 1;
+  const int c0 = (int)blockIdx.x * 32 * w, j = c0 + tx * w;
+  const long long chunk = blockIdx.y, r0 = chunk * rows, r1 = r0 + rows < n ? r0 + rows : n;
+  float g[V], b[V];
+GPA_UNROLL
+  for (int k = 0; k < V; k++) g[k] = b[k] = 0.0f;
+  if (j < d) {
+    long long r = r0 + ty;
+    if (vec) { /* d % V == 0: the V columns are in the row */
+      for (; r + 3 * LN_SL < r1; r += 4 * LN_SL) { /* four rows' loads before their sums */
+        float xv[4][V], dv[4][V], m[4], rs[4];
+GPA_UNROLL
+        for (int u = 0; u < 4; u++) {
+          const long long ru = r + u * LN_SL;
+          gpa_ld16(x + ru * d + j, xv[u]);
+          gpa_ld16(dy + ru * d + j, dv[u]);
+          m[u] = mean[ru], rs[u] = rstd[ru];
+        }
+GPA_UNROLL
+        for (int u = 0; u < 4; u++)
+GPA_UNROLL
+          for (int k = 0; k < V; k++) ln_acc(g[k], b[k], xv[u][k], dv[u][k], m[u], rs[u]);
+      }
+      for (; r < r1; r += LN_SL) {
+        float xv[V], dv[V];
+        gpa_ld16(x + r * d + j, xv);
+        gpa_ld16(dy + r * d + j, dv);
+        const float m = mean[r], rs = rstd[r];
+GPA_UNROLL
+        for (int k = 0; k < V; k++) ln_acc(g[k], b[k], xv[k], dv[k], m, rs);
+      }
+    } else {
+      for (; r + 3 * LN_SL < r1; r += 4 * LN_SL) {
+        float xv[4], dv[4], m[4], rs[4];
+GPA_UNROLL
+        for (int u = 0; u < 4; u++) {
+          const long long ru = r + u * LN_SL;
+          xv[u] = ln_ld(x, ru * d + j), dv[u] = ln_ld(dy, ru * d + j), m[u] = mean[ru], rs[u] = rstd[ru];
+        }
+GPA_UNROLL
+        for (int u = 0; u < 4; u++) ln_acc(g[0], b[0], xv[u], dv[u], m[u], rs[u]);
+      }
+      for (; r < r1; r += LN_SL) ln_acc(g[0], b[0], ln_ld(x, r * d + j), ln_ld(dy, r * d + j), mean[r], rstd[r]);
+    }
+  }
+  double gd[V], bd[V];
+GPA_UNROLL
+  for (int k = 0; k < V; k++) gd[k] = g[k], bd[k] = b[k];
+  const int one = gridDim.y == 1; /* a single chunk: its sums are the result */
+  ln_split_add<V>(sh, gd, bd, w, c0, d, one ? (double *)0 : part + chunk * 2 * d, dgamma, dbeta);
+  if (one || !gpa_split_last(ctr + blockIdx.x, gridDim.y, flag)) return;
+GPA_UNROLL
+  for (int k = 0; k < V; k++) gd[k] = bd[k] = 0.0;
+  if (j < d) {
+    const int nc = (int)gridDim.y;
+    int c = ty;
+    for (; c + LN_SL < nc; c += 2 * LN_SL) { /* two chunks' loads before their sums */
+      const double *p = part + (long long)c * 2 * d + j, *q = p + (long long)LN_SL * 2 * d;
+      double pg[2][V], pb[2][V];
+GPA_UNROLL
+      for (int k = 0; k < V; k++)
+        if (k < w) pg[0][k] = gpa_split_ld(p + k), pb[0][k] = gpa_split_ld(p + d + k), pg[1][k] = gpa_split_ld(q + k),
+               pb[1][k] = gpa_split_ld(q + d + k);
+GPA_UNROLL
+      for (int k = 0; k < V; k++)
+        if (k < w) gd[k] += pg[0][k], bd[k] += pb[0][k], gd[k] += pg[1][k], bd[k] += pb[1][k];
+    }
+    for (; c < nc; c += LN_SL) {
+      const double *p = part + (long long)c * 2 * d + j;
+GPA_UNROLL
+      for (int k = 0; k < V; k++)
+        if (k < w) gd[k] += gpa_split_ld(p + k), bd[k] += gpa_split_ld(p + d + k);
+    }
+  }
+  ln_split_add<V>(sh, gd, bd, w, c0, d, (double *)0, dgamma, dbeta);
+}
+
 /* ---- forward, one block per row, the row held in registers ----------------
  * For long rows (the host picks it: D >= GPA__LN_ROW_MIN and 16-byte
  * accesses possible) the lane-group forward above reads each row twice,
@@ -501,4 +631,23 @@ extern "C" __global__ void gpa_ln_bwd_part_bf16(const gpa_bf16 *__restrict__ x, 
                                                 const float *__restrict__ mean, const float *__restrict__ rstd,
                                                 float *__restrict__ part, long long n, int d, int rows, int vec) {
   ln_part<gpa_bf16, 8>(x, dy, mean, rstd, part, n, d, rows, vec);
+}
+
+/* grid (column tiles, chunks), block (32, GPA_LN_SLICES); ctr: a counter per column tile */
+extern "C" __global__ void __launch_bounds__(32 * GPA_LN_SLICES)
+    gpa_ln_bwd_split_f32(const float *__restrict__ x, const float *__restrict__ dy, const float *__restrict__ mean,
+                         const float *__restrict__ rstd, double *part, float *__restrict__ dgamma,
+                         float *__restrict__ dbeta, unsigned *ctr, long long n, int d, int rows, int vec) {
+  __shared__ double sh[2 * GPA_LN_SLICES * 32 * 4];
+  __shared__ unsigned flag;
+  ln_split<float, 4>(sh, &flag, x, dy, mean, rstd, part, dgamma, dbeta, ctr, n, d, rows, vec);
+}
+extern "C" __global__ void __launch_bounds__(32 * GPA_LN_SLICES)
+    gpa_ln_bwd_split_bf16(const gpa_bf16 *__restrict__ x, const gpa_bf16 *__restrict__ dy,
+                          const float *__restrict__ mean, const float *__restrict__ rstd, double *part,
+                          float *__restrict__ dgamma, float *__restrict__ dbeta, unsigned *ctr, long long n, int d,
+                          int rows, int vec) {
+  __shared__ double sh[2 * GPA_LN_SLICES * 32 * 8];
+  __shared__ unsigned flag;
+  ln_split<gpa_bf16, 8>(sh, &flag, x, dy, mean, rstd, part, dgamma, dbeta, ctr, n, d, rows, vec);
 }

@@ -26,12 +26,39 @@ static int fits(long long v) { return v >= 0 && v <= INT_MAX; }
 
 typedef gpa__conv_cu_geom geom;
 
+/* db: a block per channel and chunk of its B x Lout values
+ * (kernels/cuda/linear.cu conv_db). Below 256 channels a block per channel
+ * left most of an H100 idle (96 blocks at the main job's shape, issue 25):
+ * the values split into chunks of at least 4 a thread, about 512 blocks in
+ * all (more for many values: at most 64 a thread, 4096 blocks), whose
+ * partials the grid's last block adds in chunk order (deterministic: the
+ * chunks depend on the shape alone). The partials (double) go in the
+ * scratch: every caller launches db before its other scratch use or after
+ * its last. */
 gpa_status gpa__conv_db_cu(const gpa_op_exec *x, long long nb, long long cout, long long lout) {
   if (x->n_outputs <= 2) return GPA_OK;
   void *db = x->out[2], *dy = x->in[0];
-  void *args[] = {&db, &dy, &nb, &cout, &lout};
+  long long n = nb * lout, chunks = 1;
+  if (cout < 256 && gpa__cu_split_sums(x)) {
+    chunks = (511 + cout) / cout;
+    long long most = (n + 4 * CONV_DB_THREADS - 1) / (4 * CONV_DB_THREADS);
+    long long many = (n + 64 * CONV_DB_THREADS - 1) / (64 * CONV_DB_THREADS);
+    if (chunks < many) chunks = many < 4096 / cout ? many : 4096 / cout;
+    if (chunks > most) chunks = most;
+    if (chunks < 1) chunks = 1;
+  }
+  long long per = (n + chunks - 1) / chunks;
+  if (per < 1) per = 1;
+  chunks = (n + per - 1) / per;
+  if (chunks < 1) chunks = 1;
+  CUdeviceptr part = 0, ctr = 0;
+  if (chunks > 1 && (!(part = gpa__cu_scratch(x, (uint64_t)(chunks * cout) * sizeof(double))) ||
+                     !(ctr = gpa__cu_counters(x))))
+    return GPA_ENOMEM;
+  void *args[] = {&db, &dy, &nb, &cout, &lout, &per, &part, &ctr};
   int id = x->inputs[0].dtype == GPA_BF16 ? GPA__K_CONV_DB_BF : GPA__K_CONV_DB;
-  return gpa__cu_launch(x, id, (unsigned)cout, 1, 1, CONV_DB_THREADS, 1, CONV_DB_THREADS * sizeof(double), args);
+  return gpa__cu_launch(x, id, (unsigned)cout, (unsigned)chunks, 1, CONV_DB_THREADS, 1,
+                        CONV_DB_THREADS * sizeof(double), args);
 }
 
 static void conv_geom(const gpa_op_exec *x, const gpa_tensor *xt, const gpa_tensor *W, long long lout, geom *g) {

@@ -24,6 +24,48 @@ static int part_rows(long long n, int d) {
   if (rows < (n + 65534) / 65535) rows = (n + 65534) / 65535;
   return (int)rows;
 }
+/* dgamma/dbeta of rows up to this long: one split-sum launch (norm.cu
+ * ln_split) instead of the partials and gpa_ln_bwd_cols_f32, whose ceil(D /
+ * 32) blocks (3 at the main job's D = 96) each walked every partial: 20 us
+ * a launch at 4096 x 96 on an H100 (issue 25). Longer rows launch enough
+ * column blocks (32 and up) for the two kernels; 16384 x 4096 ran at 1.31x
+ * PyTorch on them, so they keep them. */
+#define LN_SPLIT_MAX_D 1024
+/* Chunks of rows: 128 rows each (16 a slice: four rounds of four rows'
+ * loads), but at least LN_SPLIT_BLOCKS blocks of (32, GPA_LN_SLICES) in all
+ * while chunks keep 32 rows (the main job's 4096 x 96: 64 chunks of 64),
+ * and at most LN_SPLIT_MAX_BLOCKS (longer chunks for many rows: the last
+ * block walks every chunk, two a slice per memory latency). Guesses, not
+ * measured (no GPU in this session). */
+#define LN_SPLIT_BLOCKS 64
+#define LN_SPLIT_MAX_BLOCKS 512
+
+static gpa_status ln_bwd_split(const gpa_op_exec *x, long long n, int d, int vec, int bf) {
+  const long long step = 4 * GPA_LN_SLICES; /* rows of a chunk: whole rounds of four rows a slice */
+  int w = vec ? (bf ? 8 : 4) : 1, tiles = (d + 32 * w - 1) / (32 * w);
+  /* the chunks from n and d alone, as if 128 columns a tile: the 16-byte and
+   * scalar paths (other tiles) sum each column in the same order */
+  long long t128 = (d + 127) / 128, chunks = (n + 127) / 128;
+  long long few = LN_SPLIT_BLOCKS / t128, most = LN_SPLIT_MAX_BLOCKS / t128;
+  if (few > (n + step - 1) / step) few = (n + step - 1) / step;
+  if (chunks < few) chunks = few;
+  if (chunks > most) chunks = most;
+  if (chunks < 1) chunks = 1;
+  long long rows = ((n + chunks - 1) / chunks + step - 1) / step * step;
+  if (rows < (n + 65534) / 65535) rows = (n + 65534) / 65535; /* gridDim.y */
+  if (rows > 0x7fffffff) return gpa__cu_fallback(x);
+  int irows = (int)rows;
+  chunks = (n + rows - 1) / rows;
+  CUdeviceptr part = 0, ctr = 0; /* one chunk: its sums are dgamma/dbeta */
+  if (chunks > 1 && (!(part = gpa__cu_scratch(x, (uint64_t)chunks * 2 * (uint64_t)d * sizeof(double))) ||
+                     !(ctr = gpa__cu_counters(x))))
+    return GPA_ENOMEM;
+  void *xx = x->in[0], *dy = x->in[1], *m = x->in[3], *r = x->in[4], *dg = x->out[1], *db = x->out[2];
+  void *a[] = {&xx, &dy, &m, &r, &part, &dg, &db, &ctr, &n, &d, &irows, &vec};
+  return gpa__cu_launch(x, bf ? GPA__K_LN_BWD_SPLIT_BF : GPA__K_LN_BWD_SPLIT, (unsigned)tiles, (unsigned)chunks, 1, 32,
+                        GPA_LN_SLICES, 0, a);
+}
+
 /* Rows from which the forward (and dx) holds a row in registers (a block per row)
  * instead of reading it twice with a lane group: 4 KiB of x (below, the
  * lane groups' rows stay in L1 between the two reads). A guess from the
@@ -95,6 +137,7 @@ gpa_status gpa__ln_bwd_cu(const gpa_op_exec *x) {
           : gpa__cu_launch(x, bf ? GPA__K_LN_BWD_DX_BF : GPA__K_LN_BWD_DX, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1,
                            32, WARPS, 0, a1);
   if (st != GPA_OK) return st;
+  if (d <= LN_SPLIT_MAX_D && gpa__cu_split_sums(x)) return ln_bwd_split(x, n, d, vec_rows, bf);
   int cols = vec_rows ? d / v : d; /* threads across a row */
   int rows = part_rows(n, d), nblk = (int)((n + rows - 1) / rows);
   CUdeviceptr part = gpa__cu_scratch(x, (uint64_t)nblk * 2 * (uint64_t)d * sizeof(float));

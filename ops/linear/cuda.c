@@ -94,9 +94,54 @@ gpa_status gpa__lin_fwd_cu(const gpa_op_exec *x) {
 }
 gpa_status gpa__lin_gelu_fwd_cu(const gpa_op_exec *x) { return lin_fwd(x, 1, x->out[1]); }
 
-/* dx = g W, dW = g^T x, db = column sums of g (fp32 operands; g [N,out]). */
+/* db = column sums of g [N, out] (kernels/cuda/linear.cu col_sum): blocks
+ * of 32 x 32 threads per 32 columns. Below 64 such tiles the rows split
+ * into chunks of at least 32 rows (one a thread row), about 128 blocks in
+ * all, and more for many rows (at most 128 rows a thread, 1024 blocks),
+ * whose partials the tile's last block adds in chunk order: 3 blocks
+ * walking 4096 rows took 20 us for the main job's bias of 96 on an H100
+ * (issue 25). The chunks depend on the shape alone (deterministic). */
+#define DB_TILES_WHOLE 64
+#define DB_SPLIT_BLOCKS 128
+#define DB_SPLIT_MAX_BLOCKS 1024
+
+static long long db_chunks(const gpa_op_exec *x, long long N, long long out) {
+  long long tiles = (out + 31) / 32, most = (N + 31) / 32;
+  if (tiles == 0 || tiles >= DB_TILES_WHOLE || most <= 1 || !gpa__cu_split_sums(x)) return 1;
+  long long c = (DB_SPLIT_BLOCKS + tiles - 1) / tiles, many = (N + 4095) / 4096;
+  if (c < many) c = many < DB_SPLIT_MAX_BLOCKS / tiles ? many : DB_SPLIT_MAX_BLOCKS / tiles;
+  return c < most ? c : most;
+}
+
+/* Scratch bytes of db's partials (0: one chunk, none). */
+static uint64_t db_scratch(const gpa_op_exec *x, long long N, long long out) {
+  long long c = db_chunks(x, N, out);
+  return c > 1 ? (uint64_t)(c * out) * sizeof(double) : 0;
+}
+
+/* id: GPA__K_LIN_COLSUM (g f32) or GPA__K_LIN_DB_BF (g bf16, times
+ * gelu'(pre) when pre); the partials go `skip` bytes into the scratch,
+ * after what the op keeps there (the caller asked for skip + db_scratch). */
+static gpa_status lin_db(const gpa_op_exec *x, int id, void *db, const void *g, const void *pre, long long N,
+                         long long out, uint64_t skip) {
+  long long chunks = db_chunks(x, N, out), per = chunks > 1 ? (N + chunks - 1) / chunks : N;
+  if (chunks > 1) chunks = (N + per - 1) / per;
+  CUdeviceptr part = 0, ctr = 0;
+  if (chunks > 1) {
+    CUdeviceptr s = gpa__cu_scratch(x, skip + db_scratch(x, N, out));
+    if (!s || !(ctr = gpa__cu_counters(x))) return GPA_ENOMEM;
+    part = s + skip;
+  }
+  void *gp = (void *)g, *pp = (void *)pre;
+  void *a32[] = {&db, &gp, &N, &out, &per, &part, &ctr}, *abf[] = {&db, &gp, &pp, &N, &out, &per, &part, &ctr};
+  return gpa__cu_launch(x, id, (unsigned)((out + 31) / 32), (unsigned)chunks, 1, 32, 32, 32 * 32 * sizeof(double),
+                        id == GPA__K_LIN_COLSUM ? a32 : abf);
+}
+
+/* dx = g W, dW = g^T x, db = column sums of g (fp32 operands; g [N,out];
+ * db_skip: scratch bytes that hold g, else 0). */
 static gpa_status lin_bwd_f32(const gpa_op_exec *x, const void *g, const void *xs, const void *Wp, void *dx,
-                              void *dW, void *db, long long N, long long in, long long out) {
+                              void *dW, void *db, long long N, long long in, long long out, uint64_t db_skip) {
   gpa__cu_ctx *C = gpa__cu_of(x);
   if (N == 0 || in == 0 || out == 0) {
     GPA__CU_TRY(gpa__cu_zero_f32(x, dW, out * in));
@@ -115,11 +160,7 @@ static gpa_status lin_bwd_f32(const gpa_op_exec *x, const void *g, const void *x
                         "linear_bwd: cublasSgemm (dW)"));
   }
   if (!db) return GPA_OK;
-  /* db = column sums of g (32 x 32 threads per 32 columns, a fixed order) */
-  void *gp = (void *)g;
-  void *args[] = {&db, &gp, &N, &out};
-  return gpa__cu_launch(x, GPA__K_LIN_COLSUM, (unsigned)((out + 31) / 32), 1, 1, 32, 32, 32 * 32 * sizeof(double),
-                        args);
+  return lin_db(x, GPA__K_LIN_COLSUM, db, g, NULL, N, out, db_skip);
 }
 
 /* bf16 storage: bf16 GEMMs (tensor cores) with fp32 compute, dx rounded
@@ -136,11 +177,7 @@ static gpa_status lin_bwd_bf16(const gpa_op_exec *x, long long N, long long in, 
   gpa__cu_ctx *C = gpa__cu_of(x);
   void *dy = x->in[0], *xs = x->in[1], *Wp = x->in[2], *pre = gelu ? x->in[3] : NULL;
   void *dx = x->out[0], *dW = x->out[1], *db = x->n_outputs > 2 ? x->out[2] : NULL;
-  if (db) { /* the colsum's launch shape: 32 x 32 threads per 32 columns */
-    void *args[] = {&db, &dy, &pre, &N, &out};
-    GPA__CU_TRY(gpa__cu_launch(x, GPA__K_LIN_DB_BF, (unsigned)((out + 31) / 32), 1, 1, 32, 32,
-                               32 * 32 * sizeof(double), args));
-  }
+  if (db) GPA__CU_TRY(lin_db(x, GPA__K_LIN_DB_BF, db, dy, pre, N, out, 0)); /* before g2 takes the scratch */
   if (out == 0)
     return N * in == 0 ? GPA_OK
                        : gpa__cu_check(C, C->cu.cuMemsetD16Async(GPA__DP(dx), 0, (size_t)(N * in), (CUstream)x->stream),
@@ -193,8 +230,11 @@ gpa_status gpa__lin_bwd_cu(const gpa_op_exec *x) {
   if (xt->dtype == GPA_BF16)
     return lin_bwd_bf16(x, N, in, out, gelu, (int)((const gpa__lin_params *)x->params)->g_bf16);
   void *g = x->in[0];
+  uint64_t skip = 0; /* scratch bytes holding g */
   if (gelu && N * out > 0) {
-    CUdeviceptr s = gpa__cu_scratch(x, (uint64_t)(N * out) * sizeof(float));
+    skip = ((uint64_t)(N * out) * sizeof(float) + 255) & ~(uint64_t)255;
+    /* g, then db's partials: one request, so the block cannot move under g */
+    CUdeviceptr s = gpa__cu_scratch(x, skip + db_scratch(x, N, out));
     if (!s) return GPA_ENOMEM;
     void *pre = x->in[3], *dy = x->in[0];
     g = (void *)(uintptr_t)s;
@@ -204,5 +244,5 @@ gpa_status gpa__lin_bwd_cu(const gpa_op_exec *x) {
     GPA__CU_TRY(gpa__cu_launch1d(x, GPA__K_GELU_BWD, vec ? (n + 3) / 4 : n, args));
   }
   return lin_bwd_f32(x, g, x->in[1], x->in[2], x->out[0], x->out[1], x->n_outputs > 2 ? x->out[2] : NULL, N, in,
-                     out);
+                     out, skip);
 }
