@@ -117,9 +117,11 @@ cudnn() {
 # issue 23: everything the FlashAttention-2 kernels need a GPU for, in one
 # go; files under $OUT: attention_*.txt, bench_attention_fa2.json,
 # ncu_fa2_fwd.ncu-rep and ncu_fa2_fwd.txt (the forward at B4 S4096 H16 D128
-# bf16: achieved occupancy, tensor pipe utilisation, SM throughput),
-# ncu_fa2x_fwd.{ncu-rep,txt} (the same forward on the exact-head-dim
-# kernel, GPA_FA2_EXACT=1; the bench's cuda_attention_fa2x_* rows time it),
+# bf16 on the class kernels, which the bench's cuda_attention_fa2c_* rows
+# time with GPA_FA2_EXACT=0: achieved occupancy, tensor pipe utilisation,
+# SM throughput), ncu_fa2x_fwd.{ncu-rep,txt} (the same forward on the
+# exact-head-dim kernel, the default since session 16: the bench's
+# cuda_attention_fa2_* rows),
 # attention_f32_{memcheck,racecheck}.txt, ncu_tc32_fwd.{ncu-rep,txt} (the
 # fp32 3xTF32 forward at B4 S2048 H16 D64), ncu_tc32_bwd.{ncu-rep,txt} (its
 # backward's dK/dV and dQ kernels).
@@ -161,8 +163,8 @@ attention() {
     "$ncu" --import "$OUT/ncu_fa2_fwd.ncu-rep" --page details >"$OUT/ncu_fa2_fwd.txt" 2>&1 || rc=1
     grep -E "Achieved Occupancy|Theoretical Occupancy|Compute \(SM\) Throughput|hmma|Registers Per|Duration" \
       "$OUT/ncu_fa2_fwd.txt"
-    # the same forward on the exact-head-dim kernel (GPA_FA2_EXACT=1)
-    GPA_DEVICE=cuda GPA_FA2_EXACT=1 GPA_BENCH_REPS=1 "$ncu" --kernel-name regex:gpa_fa2x_fwd_bf16_d128 \
+    # the same forward on the exact-head-dim kernel (the default)
+    GPA_DEVICE=cuda GPA_BENCH_REPS=1 "$ncu" --kernel-name regex:gpa_fa2x_fwd_bf16_d128 \
       --launch-count 1 --section SpeedOfLight --section Occupancy --section ComputeWorkloadAnalysis \
       -f -o "$OUT/ncu_fa2x_fwd" "$B/bench/gpa-bench" cuda_attention_fa2 >"$OUT/ncu_fa2x_run.txt" 2>&1 || rc=1
     "$ncu" --import "$OUT/ncu_fa2x_fwd.ncu-rep" --page details >"$OUT/ncu_fa2x_fwd.txt" 2>&1 || rc=1
