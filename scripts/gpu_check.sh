@@ -25,7 +25,8 @@
 #   checks    the suite on cuda, and in parallel compute-sanitizer over the
 #             attention kernels (memcheck of the FA2 and cuDNN tests,
 #             racecheck of the FA2 test) and the parity tests
-#   ncu       one ncu report of the FA2 forward (inside `attention` too)
+#   ncu       one ncu report of the default (exact-head-dim) FA2 forward
+#             at D = 128 (inside `attention` too)
 #   nccl      collectives through the real NCCL (issue 27): test_comm_nccl's
 #             one rank on cuda:0 (and two on cuda:0 and cuda:1 where there
 #             are two GPUs); fails unless the one-rank case ran (say, no
@@ -263,7 +264,7 @@ ncu_fa2() {
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   [ -x "$ncu" ] || { echo "no ncu"; return 1; }
   GPA_DEVICE=cuda GPA_BENCH_REPS=1 GPA_BENCH_SDPA_TORCH= GPA_BENCH_SDPA_TORCH_CACHE= "$ncu" \
-    --kernel-name regex:gpa_fa2_fwd_bf16_d128 --launch-count 1 --section SpeedOfLight --section Occupancy \
+    --kernel-name regex:gpa_fa2x_fwd_bf16_d128 --launch-count 1 --section SpeedOfLight --section Occupancy \
     --section LaunchStats --section ComputeWorkloadAnalysis \
     --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active -f -o "$OUT/ncu_fa2_fwd" \
     "$B/bench/gpa-bench" cuda_attention_fa2 >"$OUT/ncu_fa2_run.txt" 2>&1
