@@ -176,9 +176,15 @@ static __device__ void c3_fwd(float *sm, float *y, const float *x, const float *
   float ra[C::kSLOTS], rx[C::kSLOTS];
   auto load = [&](int it) {
     const int r0 = it * C3_BK, cb = r0 / g.K, last = min(r0 + C3_BK, g.red) - 1;
-    GPA_UNROLL for (int i = 0; i < C::kSLOTS; i++) {
-      const int e = tid + i * C::kNT, m = e >> 5, k = e & 31;
-      ra[i] = m0 + m < g.cout_g && r0 + k < g.red ? wg[(long long)(m0 + m) * g.red + r0 + k] : 0.0f;
+    { /* slot i: row (tid / 32) + i NT / 32, column tid % 32; one pointer
+       * stepped by rows (indexing each slot from scratch took ptxas 227-230
+       * registers for the 4-warp kernel, 168 this way: 3 blocks an SM) */
+      const int k = tid & 31, mb = m0 + (tid >> 5);
+      const bool kok = r0 + k < g.red;
+      const float *ap = wg + (long long)mb * g.red + r0 + k;
+      const long long step = (long long)(C::kNT / 32) * g.red;
+      GPA_UNROLL for (int i = 0; i < C::kSLOTS; i++)
+        ra[i] = kok && mb + i * (C::kNT / 32) < g.cout_g ? ap[i * step] : 0.0f;
     }
     c3_window<WN>(rx, g.span, (last / g.K - cb + 1) * g.span, [&](int c, int u) {
       const int pos = pos0 + u;
