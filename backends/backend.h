@@ -46,8 +46,9 @@ typedef struct gpa__be_host {
   /* GPA_CUDNN_CONV (backends/cuda/cudnn_conv.c): 0 unset (cuDNN for large
    * convolutions and inside graph captures), 1 "0" (never), 2 "1" (always) */
   int32_t cudnn_conv;
-  /* GPA_CONV_TC (ops/conv1d/cuda_tc.c): 1 "0" (bf16 conv1d on the SIMT
-   * implicit-GEMM kernels, A/B benches and tests), else the tensor-core ones */
+  /* GPA_CONV_TC (ops/conv1d/cuda_tc.c, cuda_tc32.c): 1 "0" (bf16 conv1d
+   * on the SIMT implicit-GEMM kernels, A/B benches and tests), 2 "1" (f32
+   * too on its 3xTF32 kernels, opt-in), 0 unset (bf16 on tensor cores) */
   int32_t conv_tc;
   /* GPA_FA2_EXACT (ops/attention/cuda.c): 1 "0" (bf16 and fp16 attention
    * with D = 64, 96 or 128 on the class FA2 kernels, A/B benches and tests),

@@ -1,7 +1,9 @@
 /* f32 conv1d on CUDA's 3xTF32 tensor-core kernels (ops/conv1d/cuda_tc32.c),
  * on the simulated device with its fault injection (GPA_CUDNN_CONV=0: our
- * kernels); on a GPU the accuracy and determinism checks alone. parity_conv1d_own runs every f32 parity case through them at
- * the parity bounds; this test is about the path, its failures, and an
+ * kernels; GPA_CONV_TC=1, as they are opt-in since session 16's H100
+ * run failed them); on a GPU the accuracy and determinism checks alone.
+ * parity_conv1d_tc32 runs every f32 parity case through them at the
+ * parity bounds; this test is about the path, its failures, and an
  * accuracy bound that one-product TF32 does not meet:
  *   - selection: a refused launch names the kernel it refused, so the
  *     forward's first launch is gpa_conv_tc32_fwd8_f32 (a grid under 264
@@ -225,7 +227,7 @@ int main(void) {
       {2, 9, 5, 33, 1, 1, 0, 1, 1, 0, 1},    /* K = 1 */
       {1, 3, 7, 1, 2, 1, 1, 1, 1, 0, 0},     /* L = 1, padded */
   };
-  gpa_actor *a = actor_with(NULL);
+  gpa_actor *a = actor_with("1"); /* opt-in since session 16 (ops/conv1d/cuda_tc32.c) */
   on_sim = !strcmp(gpa_actor_backend(a), "sim");
   if (!on_sim) rel_bound = 1e-5;
   tcu_sim sim = {0};
