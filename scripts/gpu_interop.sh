@@ -17,6 +17,10 @@
 #   xla_overhead  bench_overhead.py under CUDA JAX: host time a CUDA handler
 #                 adds per call over gpuactor_nothing (issue 29)
 #   xla_handler   bench_xla_cuda on libcuda.so.1: one handler call alone, no JAX
+#   xla_attention bench/xla_attention_vs_jax.py: our attention custom call
+#                 in a jitted step against jax.nn.dot_product_attention on
+#                 the same shapes, time and largest difference (issue 29's
+#                 GPU test; not yet run on a GPU as of session 16)
 # Logs in $OUT/<step>.txt; each step's tail is printed. Exits 77 when no GPU
 # is visible, else the number of failed steps.
 set -uo pipefail
@@ -60,6 +64,8 @@ run_step() {
     step xla_overhead 120 env -u GPA_DEVICE JAX_PLATFORMS=cuda "$PY" bindings/xla/bench_overhead.py ;;
   xla_handler)
     step xla_handler 60 env GPA_DEVICE=cuda "$B/bindings/xla/bench_xla_cuda" libcuda.so.1 2000 ;;
+  xla_attention)
+    step xla_attention 120 env -u JAX_PLATFORMS GPA_DEVICE=cuda "$PY" bench/xla_attention_vs_jax.py ;;
   *)
     echo "gpu_interop: unknown step $1" >&2
     fails=$((fails + 1)) ;;
@@ -67,7 +73,7 @@ run_step() {
 }
 
 if [ $# -eq 0 ]; then
-  set -- torch_tests torch_bench xla_tests xla_overhead xla_handler
+  set -- torch_tests torch_bench xla_tests xla_overhead xla_handler xla_attention
 fi
 for s in "$@"; do run_step "$s"; done
 echo "gpu_interop: $fails step(s) failed; logs in $OUT/"
