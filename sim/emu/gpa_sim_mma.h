@@ -23,6 +23,7 @@
 #define GPA_SIM_MMA_H
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -105,9 +106,44 @@ inline float gpa_sim_tf32_f(unsigned r) {
   memcpy(&f, &r, 4);
   return f;
 }
+/* One output of an m16n8k8 tf32 mma, d + sum_k a_k b_k, added the way the
+ * tensor core adds (the model Fasi, Higham, Mikaitis and Pranesh measured
+ * on the A100, "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021):
+ * the products are exact (tf32 x tf32: 22 bits); d and the 8 products are
+ * aligned to the exponent of the largest of them, keeping 3 bits below
+ * that term's fp32 ulp and dropping the rest (truncation, not rounding);
+ * the exact sum of what is kept goes to fp32 toward zero. Unlike fp32 FMAs
+ * (round to nearest: errors of both signs that mostly cancel) every mma
+ * loses up to an ulp of the largest term, always toward zero in
+ * magnitude: a long reduction kept in one accumulator drifts by about
+ * (mmas) x (half an ulp of the running sum). A kernel whose accuracy rests
+ * on round-to-nearest accumulation fails here as on the GPU. Infinite or
+ * NaN terms: their plain sum (the special value). */
+inline float gpa_sim_tc_dot8(float d, const float *a, const float *b) {
+  double t[9], mx = fabs((double)d);
+  t[0] = d;
+  for (int k = 0; k < 8; k++) {
+    t[k + 1] = (double)a[k] * (double)b[k];
+    if (fabs(t[k + 1]) > mx) mx = fabs(t[k + 1]);
+  }
+  if (!(mx <= 3.4028234663852886e38)) { /* inf or NaN among the terms */
+    double s = 0;
+    for (int k = 0; k < 9; k++) s += t[k];
+    return (float)s;
+  }
+  if (mx == 0) return d + 0.0f;
+  int e;
+  frexp(mx, &e); /* mx in [2^(e-1), 2^e): its fp32 ulp is 2^(e-24) */
+  const double q = ldexp(1.0, e - 24 - 3);
+  double s = 0; /* multiples of q below 9 2^e: exact in a double */
+  for (int k = 0; k < 9; k++) s += trunc(t[k] / q) * q;
+  float f = (float)s;
+  if (fabs((double)f) > fabs(s)) f = nextafterf(f, 0.0f);
+  return f;
+}
 /* mma.m16n8k8 tf32 (layouts in gpa_mma.h): d += a b; with as and bs (3xTF32)
- * d += as b, d += a bs, d += a b in this order, each product summed over k
- * in fp32 (tf32 x tf32 products are exact in fp32) and added to d. */
+ * d += as b, d += a bs, d += a b in this order, three mmas, each as
+ * gpa_sim_tc_dot8 adds. */
 inline void gpa_sim_mma1688_tf32(float d[4], const unsigned a[4], const unsigned b[2], const unsigned *as,
                                  const unsigned *bs) {
   const int lane = (int)gpa_sim_self()->lane, g = lane >> 2, t = lane & 3;
@@ -139,12 +175,7 @@ inline void gpa_sim_mma1688_tf32(float d[4], const unsigned a[4], const unsigned
   __syncwarp(); /* every lane has read the area */
   static const int terms[3][2] = {{1, 0}, {0, 1}, {0, 0}}; /* (a, b) parts: small big, big small, big big */
   for (int q = as ? 0 : 2; q < 3; q++)
-    for (int i = 0; i < 4; i++) {
-      const float *ra = ar[terms[q][0]][i >> 1], *cb = bc[terms[q][1]][i & 1];
-      float s = 0.0f;
-      for (int k = 0; k < 8; k++) s += ra[k] * cb[k];
-      d[i] += s;
-    }
+    for (int i = 0; i < 4; i++) d[i] = gpa_sim_tc_dot8(d[i], ar[terms[q][0]][i >> 1], bc[terms[q][1]][i & 1]);
 }
 
 inline void gpa_sim_ldmatrix_x4(unsigned r[4], const void *row, bool trans) {

@@ -44,6 +44,19 @@ namespace {
 enum { F_RUN, F_BAR, F_WARP, F_DONE };
 enum { MAX_THREADS = 1024, DYN_GUARD = 64 };
 const unsigned char DYN_PATTERN = 0xd5;
+/* Dynamic shared memory holds this at each block's start: on a GPU it holds
+ * whatever the SM's last block left, so a kernel that reads a word before
+ * any thread wrote it computes garbage there. Zeros (or the previous
+ * block's values: often the same numbers, in a kernel whose blocks agree)
+ * would hide that here. 0x7fbadbad: a signalling NaN as f32, a NaN (0x7fba)
+ * and -245.6 (0xdbad) as f16 halves, a NaN and -9.8e16 as bf16 halves, a
+ * large positive int: wrong in any type a kernel reads it as. */
+const uint32_t SHARED_POISON = 0x7fbadbadu;
+void poison_shared(unsigned char *p, size_t bytes) {
+  size_t i = 0;
+  for (; i + 4 <= bytes; i += 4) memcpy(p + i, &SHARED_POISON, 4);
+  for (; i < bytes; i++) p[i] = (unsigned char)(SHARED_POISON >> (8 * (i & 3)));
+}
 
 struct Fiber {
   gpa_sim_thread t;
@@ -439,6 +452,7 @@ int gpa_sim__block_run(gpa_sim_launch *L, uint3 bidx, std::string *error) {
   dyn = e->dyn;
   memset(dyn + L->dyn_shared, DYN_PATTERN, DYN_GUARD);
 #endif
+  poison_shared(dyn, L->dyn_shared);
   e->L = L;
   e->error = error;
   e->failed = false;

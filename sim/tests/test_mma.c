@@ -183,7 +183,42 @@ static int t_tf32(void) {
   return 0;
 }
 
+/* tf32 sums as the tensor core adds them (gpa_sim_tc_dot8): the
+ * accumulator and the products aligned to the largest, what falls 3 bits
+ * below its fp32 ulp dropped, the sum truncated toward zero. Rounding to
+ * nearest (fp32 FMAs, and sim before session 16) gives c + ulp in both
+ * cases: (1) c = +-1 plus one product of 3/4 of an ulp of 1, same sign;
+ * (2) c = 1 plus eight products of 3/32 of an ulp each (3/4 ulp in all,
+ * each below the kept 1/8 ulp). The tensor core returns c in both. */
+static int t_tf32_sums(void) {
+  sim_setup();
+  CUmodule m;
+  CK(cuModuleLoadData(&m, gpa_fatbin_sim_mma_kernels));
+  float a[128], b[64], c[128], d[128], x[32] = {0};
+  for (int cs = 0; cs < 2; cs++) {
+    for (int i = 0; i < 128; i++) {
+      const float sg = cs == 0 && (i / 8) % 2 ? -1.0f : 1.0f; /* row sign in case 1 */
+      c[i] = sg;
+      a[i] = cs == 0 ? (i % 8 == 0 ? sg * 0x3p-13f : 0.0f) : 0x3p-15f;
+    }
+    for (int i = 0; i < 64; i++) b[i] = cs == 0 ? (i < 8 ? 0x1p-12f : 0.0f) : 0x1p-13f;
+    CUdeviceptr da = up(a, sizeof a), db = up(b, sizeof b), dc = up(c, sizeof c), dx = up(x, sizeof x), dd, dout;
+    CK(cuMemAlloc(&dd, sizeof d));
+    CK(cuMemAlloc(&dout, 32 * 4));
+    int split = 0;
+    void *args[] = {&da, &db, &dc, &dd, &split, &dx, &dout};
+    CK(cuLaunchKernel(sim_kernel(m, "sim_mma_direct_tf32"), 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
+    CK(cuMemcpyDtoH(d, dd, sizeof d));
+    for (int i = 0; i < 128; i++) CHECK(d[i] == c[i]);
+    CUdeviceptr all[] = {da, db, dc, dd, dx, dout};
+    for (int i = 0; i < 6; i++) CK(cuMemFree(all[i]));
+  }
+  sim_teardown();
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  static const sim_case cases[] = {{"direct", t_direct}, {"ldmatrix", t_ldmatrix}, {"tiles", t_tiles}, {"tf32", t_tf32}};
+  static const sim_case cases[] = {
+      {"direct", t_direct}, {"ldmatrix", t_ldmatrix}, {"tiles", t_tiles}, {"tf32", t_tf32}, {"tf32_sums", t_tf32_sums}};
   return sim_run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

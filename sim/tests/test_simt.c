@@ -179,6 +179,20 @@ static int t_dynshared(void) {
   CHECK_RES(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 228 * 1024), CUDA_ERROR_INVALID_VALUE);
   CK(cuMemFree(din));
   CK(cuMemFree(dout));
+  /* every block starts with every word 0x7fbadbad (a NaN as f32), not
+   * zeros nor the previous block's contents: reads before writes show */
+  enum { PB = 9, WORDS = 1000 };
+  static unsigned seen[PB * WORDS];
+  CUdeviceptr dseen;
+  CK(cuMemAlloc(&dseen, sizeof seen));
+  int words = WORDS;
+  void *pargs[] = {&dseen, &words};
+  CK(cuLaunchKernel(sim_kernel(m, "sim_dyn_poison"), PB, 1, 1, 64, 1, 1, WORDS * 4, NULL, pargs, NULL));
+  CK(cuMemcpyDtoH(seen, dseen, sizeof seen));
+  int poisoned = 0;
+  for (int i = 0; i < PB * WORDS; i++) poisoned += seen[i] == 0x7fbadbadu;
+  CHECK(poisoned == PB * WORDS);
+  CK(cuMemFree(dseen));
   sim_teardown();
   return 0;
 }

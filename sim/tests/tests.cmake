@@ -54,7 +54,7 @@ set_tests_properties(sim_driver_dlopen PROPERTIES TIMEOUT ${GPA_SIM_TEST_TIMEOUT
 # kernels/cuda/gpa_mma.h (mma.sync, ldmatrix, cp.async) against the PTX
 # ISA's fragment layouts (sim/emu/gpa_sim_mma.h emulates them).
 gpa_cuda_kernels(sim_mma_kernels SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/tests/kernels/mma_kernels.cu)
-gpa_sim_test(sim_mma tests/test_mma.c MODULES sim_mma_kernels CASES direct ldmatrix tiles tf32)
+gpa_sim_test(sim_mma tests/test_mma.c MODULES sim_mma_kernels CASES direct ldmatrix tiles tf32 tf32_sums)
 # The FlashAttention-2-structured attention kernels (kernels/cuda/
 # attention_fa2*.cu, in the backend's attn module) launched directly against
 # tests/util/attn_ref.c.

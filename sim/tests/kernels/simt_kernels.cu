@@ -86,6 +86,16 @@ extern "C" __global__ void sim_dyn_sum(const float *in, float *out, int per_thre
   }
 }
 
+/* Dynamic shared memory as a block finds it (out: its first `words`
+ * words, per block), then zeroed, so that a later block on the same
+ * worker that saw this block's leftovers would read zeros. */
+extern "C" __global__ void sim_dyn_poison(unsigned *out, int words) {
+  GPA_DYNAMIC_SHARED(unsigned, buf);
+  for (int i = threadIdx.x; i < words; i += blockDim.x) out[blockIdx.x * words + i] = buf[i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < words; i += blockDim.x) buf[i] = 0;
+}
+
 /* Scalar parameter layout: mixed sizes and alignments (packed-buffer form). */
 extern "C" __global__ void sim_params(char c, double dv, short s, int *out, float fv, long long ll) {
   if (threadIdx.x == 0 && blockIdx.x == 0) {
