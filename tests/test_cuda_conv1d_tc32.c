@@ -28,10 +28,9 @@
 
 /* |got - ref| <= rel_bound sum |terms| (+ a denormal floor): 3xTF32 products
  * are off by about 3 2^-22 of a term, fp32 sums add n 2^-24 at worst. On
- * sim (each mma's sums rounded in fp32) 4e-6; on a GPU 1e-5, the parity
- * tests' f32 rule, as the tensor cores' internal sums are not rounded to
- * nearest at every add; one-product TF32 is off by 2.6e-5 at the first
- * shape on sim. */
+ * sim (which truncates each mma's sums as the tensor core does, docs/sim.md;
+ * worst 2.7e-7 here) 4e-6; on a GPU 1e-5, the parity tests' f32 rule;
+ * one-product TF32 is off by 2.6e-5 at the first shape on sim. */
 static double rel_bound = 4e-6;
 /* the simulated device: the fault injection and launch-name checks run */
 static int on_sim;

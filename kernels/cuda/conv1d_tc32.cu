@@ -76,7 +76,18 @@ static __device__ __forceinline__ void c3_stage(float (&acc)[2][c3_cfg<WN>::kNI]
       unsigned bb[2], bs[2];
       gpa_split_tf32(bval(kk + t, ni), bb[0], bs[0]);
       gpa_split_tf32(bval(kk + t + 4, ni), bb[1], bs[1]);
-      GPA_UNROLL for (int mi = 0; mi < 2; mi++) gpa_mma1688_3xtf32(acc[mi][ni], ab[mi], asm_[mi], bb, bs);
+      /* The k8 step's three products into a fresh accumulator, added to
+       * acc by FADD: the tensor core truncates each mma's sum (toward
+       * zero, at an ulp of its largest term), so acc kept in the mma lost
+       * up to 3 ulps of the running sum every 8 steps, all one way, which
+       * on the H100 put y and dx outside the f32 parity bound at
+       * reductions of 200 and more (docs/cuda.md). Here the truncation is
+       * against 8 products, and acc's adds round to nearest. */
+      GPA_UNROLL for (int mi = 0; mi < 2; mi++) {
+        float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        gpa_mma1688_3xtf32(p, ab[mi], asm_[mi], bb, bs);
+        GPA_UNROLL for (int v = 0; v < 4; v++) acc[mi][ni][v] += p[v];
+      }
     }
   }
 }
@@ -319,7 +330,9 @@ extern "C" __global__ void __launch_bounds__(128) gpa_conv_tc32_fwd_f32(C3_FWD_A
   GPA_DYNAMIC_SHARED(float, sm);
   c3_fwd<2>(sm, y, x, w, bias, g);
 }
-extern "C" __global__ void __launch_bounds__(256) gpa_conv_tc32_fwd8_f32(C3_FWD_ARGS) {
+/* (256, 2): two blocks an SM; unbounded, ptxas took the forward to 139
+ * registers on sm_80 with c3_stage's fresh accumulator (one block an SM) */
+extern "C" __global__ void __launch_bounds__(256, 2) gpa_conv_tc32_fwd8_f32(C3_FWD_ARGS) {
   GPA_DYNAMIC_SHARED(float, sm);
   c3_fwd<4>(sm, y, x, w, bias, g);
 }
@@ -330,7 +343,7 @@ extern "C" __global__ void __launch_bounds__(128) gpa_conv_tc32_dx_f32(C3_DX_ARG
   else
     c3_dx<2, false>(sm, dx, dy, w, g);
 }
-extern "C" __global__ void __launch_bounds__(256) gpa_conv_tc32_dx8_f32(C3_DX_ARGS) {
+extern "C" __global__ void __launch_bounds__(256, 2) gpa_conv_tc32_dx8_f32(C3_DX_ARGS) {
   GPA_DYNAMIC_SHARED(float, sm);
   if (g.stride == 1)
     c3_dx<4, true>(sm, dx, dy, w, g);
