@@ -41,9 +41,11 @@ int gpa__conv_tc32_fits(const gpa_op_exec *x, const gpa__conv_cu_geom *c) {
   /* Opt-in (GPA_CONV_TC=1) until it passes on a GPU: on the H100 in
    * session 16, parity_conv1d(_own) failed with these kernels (one dW
    * element wrong in sign and size at B32 Cin4 L128 Cout96; y and dx at
-   * six shapes ~1e-5 outside the f32 bound), which pass on the simulator.
-   * docs/cuda.md, "f32 conv1d on tensor cores". Unset or 0: the SIMT
-   * kernels, which pass there. */
+   * six shapes ~1e-5 outside the f32 bound), which passed on the simulator.
+   * The y/dx drift is reproduced and fixed on sim since (the tensor core's
+   * truncated sums; the dW element was most likely cuDNN's), not yet rerun
+   * on a GPU. docs/cuda.md, "f32 conv1d on tensor cores". Unset or 0: the
+   * SIMT kernels, which pass there. */
   if (gpa__cu_of(x)->host.conv_tc != 2) return 0;
   /* the SIMT kernels' limits hold the same tiles (64 x 64) and indices */
   if (c->Lout < 1 || !gpa__conv_ig_fits(c)) return 0;
