@@ -103,17 +103,6 @@ static void check_ref(const bufs *s, const uint16_t *y, const uint16_t *dx, cons
   printf("ok: y, dx, dW match the double reference (worst y error %.3g)\n", worst);
 }
 
-static gpa_actor *actor_with(const char *tc) {
-  setenv("GPA_CUDNN_CONV", "0", 1);
-  if (tc)
-    setenv("GPA_CONV_TC", tc, 1);
-  else
-    unsetenv("GPA_CONV_TC");
-  gpa_actor *a = tu_actor(NULL);
-  unsetenv("GPA_CONV_TC");
-  return a;
-}
-
 static void setup(gpa_actor *a, gpa_queue *q, bufs *s) {
   uint64_t r = 12345;
   for (size_t i = 0; i < sizeof s->hx / 2; i++) s->hx[i] = tu_to_bf16((float)((r = r * 6364136223846793005ULL + 1) >> 40) / (1 << 24) * 2 - 1);
@@ -135,7 +124,7 @@ int main(void) {
   static bufs s;
   static uint16_t y[B * COUT * LOUT], dx[B * CIN * L], dx2[B * CIN * L];
   static float dw[COUT * CIN * K], dw2[COUT * CIN * K];
-  gpa_actor *a = actor_with(NULL);
+  gpa_actor *a = tcu_conv_actor(NULL);
   tcu_sim sim = tcu_sim_api(a);
   gpa_queue *q = gpa_actor_default_queue(a);
   setup(a, q, &s);
@@ -173,7 +162,7 @@ int main(void) {
   CHECK_OK(gpa_actor_destroy(a));
 
   /* GPA_CONV_TC=0: the SIMT implicit GEMM takes bf16 */
-  a = actor_with("0");
+  a = tcu_conv_actor("0");
   sim = tcu_sim_api(a);
   q = gpa_actor_default_queue(a);
   setup(a, q, &s);

@@ -204,17 +204,6 @@ static void check(gpa_queue *q, conv *c) {
   free(mw);
 }
 
-static gpa_actor *actor_with(const char *tc) {
-  setenv("GPA_CUDNN_CONV", "0", 1);
-  if (tc)
-    setenv("GPA_CONV_TC", tc, 1);
-  else
-    unsetenv("GPA_CONV_TC");
-  gpa_actor *a = tu_actor(NULL);
-  unsetenv("GPA_CONV_TC");
-  return a;
-}
-
 int main(void) {
   tcu_device_or_skip();
   /* B Cin Cout L K stride pad dil groups causal bias; the first: dW in 4 splits */
@@ -226,7 +215,7 @@ int main(void) {
       {2, 9, 5, 33, 1, 1, 0, 1, 1, 0, 1},    /* K = 1 */
       {1, 3, 7, 1, 2, 1, 1, 1, 1, 0, 0},     /* L = 1, padded */
   };
-  gpa_actor *a = actor_with("1"); /* opt-in since session 16 (ops/conv1d/cuda_tc32.c) */
+  gpa_actor *a = tcu_conv_actor("1"); /* opt-in since session 16 (ops/conv1d/cuda_tc32.c) */
   on_sim = !strcmp(gpa_actor_backend(a), "sim");
   if (!on_sim) rel_bound = 1e-5;
   tcu_sim sim = {0};
@@ -289,7 +278,7 @@ int main(void) {
   CHECK_OK(gpa_actor_destroy(a));
 
   /* GPA_CONV_TC=0: the SIMT implicit GEMM takes f32 */
-  a = actor_with("0");
+  a = tcu_conv_actor("0");
   if (on_sim) sim = tcu_sim_api(a);
   q = gpa_actor_default_queue(a);
   setup(a, q, &c, &main_shape, 12345);

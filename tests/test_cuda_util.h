@@ -18,6 +18,20 @@ static inline const char *tcu_device_or_skip(void) {
   return d;
 }
 
+/* An actor for conv1d on our kernels (GPA_CUDNN_CONV=0) with GPA_CONV_TC
+ * = tc (NULL: unset), both read at its creation; GPA_CONV_TC is unset
+ * again after. */
+static inline gpa_actor *tcu_conv_actor(const char *tc) {
+  setenv("GPA_CUDNN_CONV", "0", 1);
+  if (tc)
+    setenv("GPA_CONV_TC", tc, 1);
+  else
+    unsetenv("GPA_CONV_TC");
+  gpa_actor *a = tu_actor(NULL);
+  unsetenv("GPA_CONV_TC");
+  return a;
+}
+
 /* Submits c and waits for it: the submit's status, else the await's. */
 static inline gpa_status tcu_run(gpa_queue *q, const gpa_op_call *c, gpa_handle **h) {
   gpa_status st = gpa_submit(q, c, h);
