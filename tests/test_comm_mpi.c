@@ -161,15 +161,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   CHECK_OK(gpa_actor_destroy(probe));
-#if defined(GPA_ASAN) || defined(GPA_TSAN)
-  printf("skipped: Open MPI under a sanitizer reports its own allocations and threads\n");
-  return 77;
-#endif
-  const char *mpirun = tu_mpirun();
-  if (!mpirun) {
-    printf("skipped: no mpirun on PATH (Debian: openmpi-bin)\n");
-    return 77;
-  }
+  const char *mpirun = tu_mpirun_or_skip();
   for (int np = 2; np <= 3; np++) {
     int rc = tu_mpi_launch(mpirun, argv[0], np, CHILD_ENV);
     if (rc) {

@@ -219,15 +219,7 @@ int main(int argc, char **argv) {
     printf("skipped: MPI collectives run on cpu actors (comm_mpi checks the refusal)\n");
     return 77;
   }
-#if defined(GPA_ASAN) || defined(GPA_TSAN)
-  printf("skipped: Open MPI under a sanitizer reports its own allocations and threads\n");
-  return 77;
-#endif
-  const char *mpirun = tu_mpirun();
-  if (!mpirun) {
-    printf("skipped: no mpirun on PATH (Debian: openmpi-bin)\n");
-    return 77;
-  }
+  const char *mpirun = tu_mpirun_or_skip();
   int rc = tu_mpi_launch(mpirun, argv[0], 2, CHILD_ENV);
   if (rc) fprintf(stderr, "comm_mpi_shutdown: mpirun -np 2 exited with %d\n", rc);
   return rc ? 1 : 0;
