@@ -1,5 +1,5 @@
 /* The STREAM triad's loops, a[i] = b[i] + 3 c[i] for i in [0, n): ordinary
- * stores (gcc vectorizes them, with AVX2 where the CPU has it) and
+ * stores (gcc vectorizes them; the AVX2 build where the CPU has it) and
  * non-temporal stores (AVX2+FMA, or SSE on CPUs without; arrays 32-byte
  * aligned, n a multiple of 8); and a non-temporal copy a[i] = b[i], the
  * memory pattern of an op with one input and one output; gpa_triad_nt and
@@ -17,11 +17,29 @@
 #define GPA_TRIAD_X86 1
 #endif
 
-#if defined(GPA_TRIAD_X86) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-static void gpa_triad_plain(float *restrict a, const float *restrict b, const float *restrict c, int64_t n) {
+/* The ordinary-store loop, compiled twice (AVX2 and the baseline) and
+ * chosen per call from the CPU's feature bits, as the non-temporal forms
+ * below are. Not target_clones: its ifunc resolver runs while the program
+ * is relocated, before a sanitizer's runtime has started, and under TSan
+ * the instrumented resolver killed gpa-bench at load. */
+static void gpa_triad_plain_base(float *restrict a, const float *restrict b, const float *restrict c, int64_t n) {
   for (int64_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
+}
+#ifdef GPA_TRIAD_X86
+__attribute__((target("avx2"))) static void gpa_triad_plain_avx2(float *restrict a, const float *restrict b,
+                                                                  const float *restrict c, int64_t n) {
+  for (int64_t i = 0; i < n; i++) a[i] = b[i] + 3.0f * c[i];
+}
+#endif
+
+static inline void gpa_triad_plain(float *restrict a, const float *restrict b, const float *restrict c, int64_t n) {
+#ifdef GPA_TRIAD_X86
+  if (__builtin_cpu_supports("avx2")) {
+    gpa_triad_plain_avx2(a, b, c, n);
+    return;
+  }
+#endif
+  gpa_triad_plain_base(a, b, c, n);
 }
 
 #ifdef GPA_TRIAD_X86
