@@ -50,6 +50,7 @@
 #include <string.h>
 
 #include "backends/cuda/graph.h"
+#include "backends/cuda/timing.h"
 #include "kernels/cuda/launch_shapes.h"
 
 #define GPA__CU_STAGE_MIN (64u << 10)
@@ -345,6 +346,7 @@ static gpa_status cu_queue_init(void *bctx, void **bq) {
     }
   }
   q->head = q->tail = NULL;
+  q->share = NULL;
   *bq = q;
   return GPA_OK;
 }
@@ -475,12 +477,6 @@ gpa_status gpa__cu_sync(const gpa_op_exec *x) {
 
 /* ---- completion ------------------------------------------------------------------------------------ */
 
-/* A record's start event: its own when timed, else only the first of the
- * stream's open group (group_timing). */
-CUresult gpa__cu_start_event(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r) {
-  return r->w.timed || !q->open ? C->cu.cuEventRecord(r->ev0, q->s) : CUDA_SUCCESS;
-}
-
 gpa__cu_rec *gpa__cu_rec_get(gpa__cu_ctx *C, const gpa__work *w, char *msg, size_t cap) {
   gpa__cu_rec *r = C->free_recs;
   if (r) {
@@ -502,6 +498,7 @@ gpa__cu_rec *gpa__cu_rec_get(gpa__cu_ctx *C, const gpa__work *w, char *msg, size
     r->C = C;
   }
   r->w = *w;
+  gpa__cu_timing_reset(r);
   r->group_end = false;
   r->has_end = false;
   r->stages = NULL;
@@ -513,6 +510,7 @@ gpa__cu_rec *gpa__cu_rec_get(gpa__cu_ctx *C, const gpa__work *w, char *msg, size
 }
 
 void gpa__cu_rec_put(gpa__cu_ctx *C, gpa__cu_rec *r) {
+  gpa__cu_timing_release(r);
   stages_put(C, r->stages);
   r->stages = NULL;
   gpa__cu_stage_put(C, r->post.stage);
@@ -558,7 +556,7 @@ static void CUDA_CB done(void *arg) { group_complete(arg, GPA_OK, NULL); }
  * every op (a real GPU sat idle between kernels). Returns GPA__DEFERRED, or
  * the error (record released). */
 gpa_status gpa__cu_enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r, char *msg, size_t cap) {
-  CUresult e = r->w.timed ? C->cu.cuEventRecord(r->ev1, q->s) : CUDA_SUCCESS;
+  CUresult e = gpa__cu_end_event(C, q, r);
   if (e != CUDA_SUCCESS) {
     gpa_status st = gpa__cu_check(C, e, "cuEventRecord", msg, cap);
     /* The stream may still read the staging block: let it drain. */
@@ -588,27 +586,6 @@ gpa_status gpa__cu_enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r
   q->open_last = r;
   q->n_open++;
   return GPA__DEFERRED;
-}
-
-/* Untimed work (no profiler) is timed per group: the group's first record
- * recorded its start event, the last records its end event here, and the
- * start event's handle moves to the last record, which then carries the
- * group's device time (the batch's total stays right; each op's own time
- * would cost two events per op: 5.25 against 2.66 us per launch on an H100,
- * docs/cuda.md). */
-static CUresult group_timing(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *first, gpa__cu_rec *last) {
-  if (last->w.timed) return CUDA_SUCCESS; /* its own events */
-  CUresult e = C->cu.cuEventRecord(last->ev1, q->s);
-  if (e != CUDA_SUCCESS) return e;
-  last->has_end = true; /* what reap queries */
-  if (first->w.timed) return CUDA_SUCCESS; /* a mixed group: its timed records carry the times */
-  if (first != last) {
-    CUevent t = first->ev0;
-    first->ev0 = last->ev0;
-    last->ev0 = t;
-  }
-  last->group_end = true;
-  return CUDA_SUCCESS;
 }
 
 /* One host function for a stream's records from first (gnext-linked). If
@@ -646,7 +623,7 @@ static void cu_flush(void *bctx) {
     uint32_t n = q->n_open;
     q->open = q->open_last = NULL;
     q->n_open = 0;
-    CUresult e = group_timing(C, q, first, last);
+    CUresult e = gpa__cu_group_timing(C, q, first, last);
     if (C->no_poll || e != CUDA_SUCCESS) {
       park_queue(C, q); /* older records first: a stream's host functions run in order */
       launch_done(C, q, first, e, "cuEventRecord");
@@ -801,17 +778,14 @@ static gpa_status cu_complete(void *bctx, const gpa__work *w, gpa_status st) {
   }
   rec_unlink(C, q, prev, r);
   if (r->abandoned) {
+    gpa__cu_timing_release(r);
     r->w = (gpa__work){0};
     r->next = C->abandoned;
     C->abandoned = r;
     return GPA_EDEVICE; /* its error text was set by the poll */
   }
-  if (r->w.timed || r->group_end) {
-    float ms = 0;
-    CUresult e = C->cu.cuEventElapsedTime(&ms, r->ev0, r->ev1);
-    if (e == CUDA_SUCCESS) *w->device_ns = (int64_t)((double)ms * 1e6);
-    else if (is_sticky(e)) gpa__cu_check(C, e, "cuEventElapsedTime", NULL, 0);
-  }
+  CUresult e;
+  if (!gpa__cu_device_ns(C, r, w->device_ns, &e) && is_sticky(e)) gpa__cu_check(C, e, "cuEventElapsedTime", NULL, 0);
   if (r->post.kind && st == GPA_OK && !C->failed) st = post_status(r, w);
   gpa__cu_rec_put(C, r);
   if (C->failed && st == GPA_OK) {
@@ -844,6 +818,7 @@ gpa_status gpa__cu_copy(gpa__cu_ctx *C, gpa__cu_queue *q, const gpa__work *w, bo
     snprintf(msg, cap, "out of pinned host memory staging %" PRIu64 " bytes", n);
     return GPA_ENOMEM;
   }
+  if (!r) q->share = NULL; /* the copy lands between two timed records */
   CUresult e = r ? gpa__cu_start_event(C, q, r) : CUDA_SUCCESS;
   if (up) {
     memcpy(s->p, host, n);
@@ -974,13 +949,21 @@ static gpa_exec_env *cu_env(void *bctx) { return &((gpa__cu_ctx *)bctx)->env; }
 gpa_status gpa__cu_external_check(void *bctx, int kind, const void *ptr, uint64_t bytes, char *msg, size_t cap);
 gpa_status gpa__cu_external_event(void *bctx, void *bq, void *event, bool wait, char *msg, size_t cap);
 
+/* An external event recorded or waited for between two timed ops: the
+ * second starts at its own event (timing.c). */
+static gpa_status cu_external_event(void *bctx, void *bq, void *event, bool wait, char *msg, size_t cap) {
+  gpa_status st = gpa__cu_external_event(bctx, bq, event, wait, msg, cap);
+  ((gpa__cu_queue *)bq)->share = NULL; /* after the held work it may have launched */
+  return st;
+}
+
 #define GPA__CU_METHODS                                                                                      \
   .init = cu_init, .fini = cu_fini, .mem_alloc = cu_alloc, .mem_free = cu_free, .queue_init = cu_queue_init, \
   .queue_fini = cu_queue_fini, .upload = cu_upload, .readback = cu_readback, .impl_of = cu_impl_of,          \
   .run = cu_run, .fence = cu_fence, .env = cu_env, .complete = cu_complete, .poll = cu_poll, .flush = cu_flush, \
   .reap = cu_reap, .park = cu_park, .batch_begin = gpa__cu_batch_begin, .release = gpa__cu_release,      \
   .batch_graph = gpa__cu_batch_graph, \
-  .external_check = gpa__cu_external_check, .external_event = gpa__cu_external_event
+  .external_check = gpa__cu_external_check, .external_event = cu_external_event
 
 const gpa__backend gpa__backend_cuda = {.name = "cuda", GPA__CU_METHODS};
 const gpa__backend gpa__backend_sim = {.name = "sim", GPA__CU_METHODS};

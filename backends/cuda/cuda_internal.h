@@ -44,7 +44,12 @@ typedef struct gpa__cu_post {
 typedef struct gpa__cu_rec {
   gpa__cu_ctx *C;
   gpa__work w; /* the work it completes */
-  CUevent ev0, ev1;
+  CUevent ev0, ev1; /* owned; ev1 is recorded after its work (timed, or a group's last) */
+  /* Timed: where its device time starts, ev0 or the end event of the timed
+   * record before it on the stream (its lender), shared while the stream is
+   * still busy with that one (backend.c, start_event) */
+  CUevent start;
+  struct gpa__cu_rec *lender, *borrower; /* actor thread only */
   gpa__cu_stage *stages; /* held until the work is done; readbacks land from here */
   gpa__cu_post post;
   _Atomic int claimed;
@@ -88,6 +93,9 @@ typedef struct gpa__cu_queue {
   CUdeviceptr counters;
   bool scratch_refused; /* a capture needed more scratch than the block has */
   uint32_t direct; /* completions of held work without a record, for cu_complete */
+  /* the timed record whose end event is the last thing enqueued on the
+   * stream: the next timed op may start at that event (start_event) */
+  gpa__cu_rec *share;
 } gpa__cu_queue;
 
 #define GPA__CU_MODULES_MAX 16

@@ -37,6 +37,7 @@ std::mutex g_streams_mu;
 std::set<CUstream_st *> g_streams; /* live handles, for handle checks */
 std::set<CUevent> g_events;        /* live events (under g_ev_mu): a context reset frees them */
 std::atomic<size_t> g_host_fns{0}; /* cuLaunchHostFunc calls, for tests */
+std::atomic<size_t> g_ev_records{0}; /* cuEventRecord calls, for tests */
 
 int64_t now_ns(void) {
   struct timespec ts;
@@ -321,6 +322,7 @@ GPA_SIM_API CUresult cuEventDestroy(CUevent e) {
 }
 
 GPA_SIM_API size_t gpa_sim_host_fns(void) { return g_host_fns.load(); }
+GPA_SIM_API size_t gpa_sim_event_records(void) { return g_ev_records.load(); }
 
 /* A context reset or destroy frees its events, as a driver does: a handle
  * kept past that is dangling (a real driver crashes on its destroy; here
@@ -339,6 +341,7 @@ GPA_SIM_API CUresult cuEventRecord(CUevent e, CUstream h) {
     CUresult r = gpa_sim__stream_get(ctx, h, &s);
     if (r) return r;
     if (!event_live(e)) return CUDA_ERROR_INVALID_HANDLE;
+    g_ev_records.fetch_add(1, std::memory_order_relaxed);
     {
       /* In a capture a record only orders the graph's nodes; the event
        * itself is untouched (a query of it would never see the record). */

@@ -72,6 +72,9 @@ size_t gpa_sim_allocations(void);
 size_t gpa_sim_primary_resets(void);
 /* cuLaunchHostFunc calls so far (tests of how completions are batched). */
 size_t gpa_sim_host_fns(void);
+/* cuEventRecord calls on a live event so far, captured ones included (tests
+ * of how many events timing costs). */
+size_t gpa_sim_event_records(void);
 /* Graph calls that succeeded so far: cuGraphLaunch, cuStreamEndCapture,
  * cuGraphExecChildGraphNodeSetParams (tests of replay). */
 size_t gpa_sim_graph_launches(void);

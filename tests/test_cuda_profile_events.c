@@ -1,0 +1,231 @@
+/* CUDA backend, profiling on: consecutive timed ops of a stream share their
+ * boundary events (op i's end event starts op i+1: N+1 cuEventRecord calls
+ * for N ops, not 2N) and each op still gets its own device time
+ * (backends/cuda/timing.c). On sim only: its events carry host timestamps
+ * taken when the stream reaches them, and it counts cuEventRecord calls.
+ *
+ * The ops: `nap` enqueues a host function that sleeps `ms` on its stream, so
+ * its device time is known (at least ms, and not much more), neighbours
+ * differ by 40 ms or more (a time that took its neighbour's nap, or lost
+ * its own, is far out), and the stream stays busy ahead of the actor (the
+ * condition for sharing). Checked on one queue; on two queues interleaved;
+ * and in a chain broken by an upload, a host-fallback op (which drains the
+ * stream), an op that fails after enqueuing its nap (the next op must not
+ * count that nap), all of them completing exactly once with their status;
+ * and across an idle stream (the next op must not count the idle time). */
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "test_cuda_util.h"
+
+#define MS 1000000ll
+#define SLACK (15 * MS) /* a loaded machine's lateness of a sleep or a stream worker */
+
+typedef struct prof_row {
+  char name[16];
+  uint32_t queue_id; /* 1: the queue named "second", else 0 */
+  int32_t status;
+  int64_t device_ns;
+} prof_row;
+
+static prof_row rows[256];
+static atomic_uint n_rows;
+
+static void on_op(const gpa_prof_op *op, void *ud) {
+  (void)ud;
+  unsigned i = atomic_load_explicit(&n_rows, memory_order_relaxed);
+  if (i == sizeof rows / sizeof rows[0]) return;
+  snprintf(rows[i].name, sizeof rows[i].name, "%s", op->name);
+  rows[i].queue_id = !strcmp(op->queue, "second");
+  rows[i].status = op->status;
+  rows[i].device_ns = op->device_ns;
+  atomic_store_explicit(&n_rows, i + 1, memory_order_release);
+}
+
+typedef int (*host_fn_launch)(void *stream, void (*fn)(void *), void *arg);
+static host_fn_launch launch_host_fn;
+static size_t (*event_records)(void);
+
+static void nap_fn(void *arg) { usleep((useconds_t)(intptr_t)arg * 1000); }
+
+typedef struct nap_params {
+  int64_t ms;
+} nap_params;
+static const gpa_attr_spec nap_attrs[] = {{"ms", GPA_ATTR_INT, 1, 0, 0, 0, 0, 1000}};
+
+static gpa_status nap_cuda(const gpa_op_exec *x) {
+  const nap_params *p = x->params;
+  if (launch_host_fn(x->stream, nap_fn, (void *)(intptr_t)p->ms)) {
+    snprintf(x->msg, x->msg_size, "nap: cuLaunchHostFunc failed");
+    return GPA_EDEVICE;
+  }
+  return GPA_OK;
+}
+
+/* Fails after its nap is on the stream: the stream holds work of no record. */
+static gpa_status napfail_cuda(const gpa_op_exec *x) {
+  gpa_status st = nap_cuda(x);
+  if (st != GPA_OK) return st;
+  snprintf(x->msg, x->msg_size, "napfail: failed on purpose");
+  return GPA_EINVAL;
+}
+
+/* No CUDA implementation: runs on the host fallback (the stream drained). */
+static gpa_status hostnap(const gpa_op_exec *x) {
+  const nap_params *p = x->params;
+  usleep((useconds_t)p->ms * 1000);
+  return GPA_OK;
+}
+
+static void reg(gpa_actor *a) {
+  gpa_registry *r = gpa_actor_registry(a);
+  CHECK_OK(gpa_op_register(r, &(gpa_op_desc){.name = "nap", .attrs = nap_attrs, .n_attrs = 1,
+                                              .params_size = sizeof(nap_params), .cuda = nap_cuda}));
+  CHECK_OK(gpa_op_register(r, &(gpa_op_desc){.name = "napfail", .attrs = nap_attrs, .n_attrs = 1,
+                                              .params_size = sizeof(nap_params), .cuda = napfail_cuda}));
+  CHECK_OK(gpa_op_register(r, &(gpa_op_desc){.name = "hostnap", .attrs = nap_attrs, .n_attrs = 1,
+                                              .params_size = sizeof(nap_params), .host = hostnap}));
+}
+
+static gpa_status nap(gpa_queue *q, const char *op, int ms, gpa_handle **h) {
+  gpa_attr at = {"ms", GPA_ATTR_INT, ms, 0};
+  return gpa_submit(q, &(gpa_op_call){.op = op, .attrs = &at, .n_attrs = 1}, h);
+}
+
+/* Row i is op `name` on queue qid, with status st and, for a nap, a device
+ * time of its own nap: at least ms, less than ms + SLACK. */
+static void expect(unsigned i, const char *name, uint32_t qid, gpa_status st, int ms) {
+  CHECK(i < atomic_load_explicit(&n_rows, memory_order_acquire));
+  const prof_row *r = &rows[i];
+  printf("  op %u: %-8s queue %u status %d device %.2f ms (nap %d ms)\n", i, r->name, r->queue_id, r->status,
+         r->device_ns / 1e6, ms);
+  CHECK(!strcmp(r->name, name));
+  CHECK(r->queue_id == qid);
+  CHECK(r->status == st);
+  if (ms) {
+    CHECK(r->device_ns >= ms * MS - MS / 2); /* the sim's clock: ms-exact sleeps, allow rounding */
+    CHECK(r->device_ns < ms * MS + SLACK);
+  }
+}
+
+/* The k-th row from `from` on queue qid, named name (NULL: any name). Rows
+ * come in completion order: that of a stream's deferred ops, but an op that
+ * runs synchronously (the host fallback) finishes before the ops enqueued
+ * ahead of it. */
+static unsigned row_of(unsigned from, uint32_t qid, const char *name, unsigned k) {
+  unsigned n = atomic_load_explicit(&n_rows, memory_order_acquire);
+  for (unsigned i = from; i < n; i++)
+    if (rows[i].queue_id == qid && (!name || !strcmp(rows[i].name, name)) && k-- == 0) return i;
+  fprintf(stderr, "no row %u of queue %u named %s\n", k, qid, name ? name : "(any)");
+  exit(1);
+}
+
+int main(void) {
+  tcu_device_or_skip();
+  gpa_actor *a = tu_actor(NULL);
+  tcu_sim sim = tcu_sim_api(a); /* exit 77 on a real GPU */
+  (void)sim;
+  void *lib = dlopen("libgpa_sim_cuda.so", RTLD_NOW | RTLD_NOLOAD);
+  CHECK(lib);
+  *(void **)&launch_host_fn = dlsym(lib, "cuLaunchHostFunc");
+  *(void **)&event_records = dlsym(lib, "gpa_sim_event_records");
+  CHECK(launch_host_fn && event_records);
+  reg(a);
+  CHECK_OK(gpa_actor_add_profiler(a, &(gpa_profiler){sizeof(gpa_profiler), on_op, NULL, NULL, NULL, NULL}));
+  gpa_queue *q = gpa_actor_default_queue(a), *q2;
+  CHECK_OK(gpa_queue_create(a, "second", &q2));
+  const uint32_t id1 = 0, id2 = 1;
+
+  /* One queue: six naps submitted at once. */
+  static const int one[] = {20, 80, 20, 60, 20, 90};
+  enum { N1 = sizeof one / sizeof one[0] };
+  CHECK_OK(gpa_batch_begin(q, "one"));
+  size_t rec0 = event_records();
+  for (int i = 0; i < N1; i++) CHECK_OK(nap(q, "nap", one[i], NULL));
+  CHECK_OK(gpa_sync_batch(q, NULL));
+  size_t recs = event_records() - rec0;
+  printf("one queue: %d timed ops, %zu event records\n", N1, recs);
+  for (unsigned i = 0; i < N1; i++) expect(i, "nap", id1, GPA_OK, one[i]);
+  /* N + 1 when every boundary is shared; two per op without sharing. A
+   * machine so loaded that the stream catches up with the actor records a
+   * few more starts, which the bound allows. */
+  CHECK(recs <= N1 + 3);
+
+  /* Two queues, interleaved: each stream's chain is its own. */
+  static const int two1[] = {30, 80, 30}, two2[] = {70, 20, 60};
+  unsigned from = atomic_load(&n_rows);
+  rec0 = event_records();
+  for (int i = 0; i < 3; i++) {
+    CHECK_OK(nap(q, "nap", two1[i], NULL));
+    CHECK_OK(nap(q2, "nap", two2[i], NULL));
+  }
+  CHECK_OK(gpa_sync_batch(q, NULL));
+  CHECK_OK(gpa_sync_batch(q2, NULL));
+  recs = event_records() - rec0;
+  printf("two queues: 6 timed ops, %zu event records\n", recs);
+  for (unsigned i = 0; i < 3; i++) {
+    expect(row_of(from, id1, NULL, i), "nap", id1, GPA_OK, two1[i]);
+    expect(row_of(from, id2, NULL, i), "nap", id2, GPA_OK, two2[i]);
+  }
+  CHECK(recs <= 6 + 2 + 3);
+
+  /* A chain broken by an upload, the host fallback and a failure. */
+  from = atomic_load(&n_rows);
+  gpa_tensor t = tu_f32(a, 1024);
+  float v[1024] = {0};
+  gpa_handle *h[7];
+  CHECK_OK(nap(q, "nap", 20, &h[0]));
+  CHECK_OK(gpa_upload(q, &t, v, sizeof v, 0, &h[1]));
+  CHECK_OK(nap(q, "nap", 60, &h[2]));
+  CHECK_OK(nap(q, "hostnap", 2, &h[3]));
+  CHECK_OK(nap(q, "nap", 20, &h[4]));
+  CHECK_OK(nap(q, "napfail", 60, &h[5]));
+  CHECK_OK(nap(q, "nap", 20, &h[6]));
+  static const gpa_status want[7] = {GPA_OK, GPA_OK, GPA_OK, GPA_OK, GPA_OK, GPA_EINVAL, GPA_OK};
+  for (int i = 0; i < 7; i++) {
+    CHECK_ST(gpa_await(h[i], -1), want[i]);
+    gpa_handle_release(h[i]);
+  }
+  gpa_sync_batch(q, NULL); /* the batch saw the failure */
+  CHECK(atomic_load(&n_rows) == from + 7); /* each message once */
+  expect(row_of(from, id1, "nap", 0), "nap", id1, GPA_OK, 20);
+  unsigned up = row_of(from, id1, "upload", 0);
+  expect(up, "upload", id1, GPA_OK, 0);
+  CHECK(rows[up].device_ns < SLACK); /* its own copy, not the nap before it */
+  expect(row_of(from, id1, "nap", 1), "nap", id1, GPA_OK, 60);
+  expect(row_of(from, id1, "hostnap", 0), "hostnap", id1, GPA_OK, 0);
+  expect(row_of(from, id1, "nap", 2), "nap", id1, GPA_OK, 20);
+  expect(row_of(from, id1, "napfail", 0), "napfail", id1, GPA_EINVAL, 0);
+  expect(row_of(from, id1, "nap", 3), "nap", id1, GPA_OK, 20); /* not the failed op's 60 ms before it */
+  /* An idle stream between two timed ops: the second starts at its own
+   * event, so its time has no part of the gap. */
+  from = atomic_load(&n_rows);
+  CHECK_OK(nap(q, "nap", 20, NULL));
+  usleep(40000); /* the first nap is over: the stream idles */
+  CHECK_OK(nap(q, "nap", 20, NULL));
+  gpa_handle *hg;
+  CHECK_OK(nap(q, "nap", 20, &hg));
+  CHECK_OK(gpa_await(hg, -1));
+  gpa_handle_release(hg);
+  usleep(60000); /* idle again */
+  CHECK_OK(nap(q, "nap", 20, NULL));
+  CHECK_OK(gpa_sync_batch(q, NULL));
+  for (unsigned i = 0; i < 4; i++) expect(row_of(from, id1, "nap", i), "nap", id1, GPA_OK, 20);
+  /* The same while the actor is busy (50 ms in a host op of the other
+   * queue): the first nap is over but not yet completed, its record still
+   * the chain's last. The end event has passed: the next starts at its own. */
+  from = atomic_load(&n_rows);
+  CHECK_OK(nap(q, "nap", 20, NULL));
+  CHECK_OK(nap(q2, "hostnap", 50, NULL));
+  CHECK_OK(nap(q, "nap", 20, NULL));
+  CHECK_OK(gpa_sync_batch(q, NULL));
+  CHECK_OK(gpa_sync_batch(q2, NULL));
+  for (unsigned i = 0; i < 2; i++) expect(row_of(from, id1, "nap", i), "nap", id1, GPA_OK, 20);
+
+  CHECK_OK(gpa_queue_destroy(q2));
+  CHECK_OK(gpa_actor_destroy(a));
+  dlclose(lib);
+  printf("ok: shared boundary events, each op's own device time\n");
+  return 0;
+}
