@@ -9,7 +9,11 @@
  * backward. FLOPs 4 B H S Sk D forward, halved when causal, 2.5x backward.
  * Device time from the batch's CUDA events (k ops a batch, best of reps).
  * host_us: host time inside the cuDNN path per call with the plan cached
- * (variant pack + execute), measured on the actor thread.
+ * (variant pack + execute), measured on the actor thread, the mean;
+ * host_med_us its median (a single slow call, a page fault or a
+ * preemption, adds a 25th of its length to the mean of 25); exec_us the part inside
+ * cudnnBackendExecute (gpa__cudnn_set_timing), the mean: host_us - exec_us
+ * is ours (docs/cuda.md, "Host time per call").
  * GPA_BENCH_SDPA_NONDET=1: the backward may take cuDNN's non-deterministic
  * engine (the op's deterministic = 0; by default it is deterministic);
  * =both: each shape's backward twice, deterministic then not, two lines.
@@ -44,6 +48,9 @@ static const gpa_attr_spec sp_attrs[] = {
 /* Host time in the path (actor thread only; read after a batch synced). */
 static double host_ns_sum;
 static long host_calls;
+#define HOST_SAMPLES 256
+static double host_ns[HOST_SAMPLES]; /* the first calls' times, for the median */
+static uint64_t exec_ns_at, timed_at, exec_ns_base, timed_base; /* inside cudnnBackendExecute: now, at the reset */
 static int nondet; /* the backward's, set before each batch (GPA_BENCH_SDPA_NONDET) */
 static char plan_info[2][256]; /* forward, backward: the last call's plan */
 static size_t dnn_version;     /* the loaded cuDNN's, for the lines */
@@ -56,6 +63,7 @@ static gpa_status sdpa_cuda(const gpa_op_exec *x) {
                       .Hkv = k->shape[2], .dtype = q->dtype, .out_dtype = x->outputs[0].dtype,
                       .scale = (float)(1.0 / sqrt((double)q->shape[3])), .causal = (int)p->causal,
                       .nondeterministic = nondet};
+  gpa__cudnn_set_timing(gpa__cu_of(x), 1);
   double t0 = gpa_bench_now_ns();
   gpa_status st;
   if (p->bwd) {
@@ -67,9 +75,14 @@ static gpa_status sdpa_cuda(const gpa_op_exec *x) {
     a.q = x->in[0], a.k = x->in[1], a.v = x->in[2], a.o = x->out[0], a.lse = x->out[1];
     st = gpa__cudnn_sdpa_fwd(x, &a);
   }
-  host_ns_sum += gpa_bench_now_ns() - t0;
+  double dt = gpa_bench_now_ns() - t0;
+  host_ns_sum += dt;
+  if (host_calls < HOST_SAMPLES) host_ns[host_calls] = dt;
   host_calls++;
   gpa__cu_ctx *C = gpa__cu_of(x);
+  gpa__cudnn_stats ds;
+  gpa__cudnn_get_stats(C, &ds);
+  exec_ns_at = ds.exec_ns, timed_at = ds.timed;
   snprintf(plan_info[p->bwd ? 1 : 0], sizeof plan_info[0], "%s", gpa__cudnn_plan_info(C));
   dnn_version = C->dnn ? C->dnn->version : 0;
   if (st == GPA_SKIP) {
@@ -80,7 +93,21 @@ static gpa_status sdpa_cuda(const gpa_op_exec *x) {
 }
 
 /* r == 0 built the plan: host time counts cached calls only */
-static void host_reset(void) { host_ns_sum = 0, host_calls = 0; }
+static void host_reset(void) { host_ns_sum = 0, host_calls = 0, exec_ns_base = exec_ns_at, timed_base = timed_at; }
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The calls since host_reset: median host µs, mean µs inside execute. */
+static void host_more(double *med_us, double *exec_us) {
+  long n = host_calls < HOST_SAMPLES ? host_calls : HOST_SAMPLES;
+  qsort(host_ns, (size_t)n, sizeof host_ns[0], cmp_d);
+  *med_us = n ? (n & 1 ? host_ns[n / 2] : (host_ns[n / 2 - 1] + host_ns[n / 2]) / 2) / 1e3 : 0;
+  uint64_t t = timed_at - timed_base;
+  *exec_us = t ? (double)(exec_ns_at - exec_ns_base) / (double)t / 1e3 : 0;
+}
 
 /* Whether GPA_BENCH_SDPA_ONLY (NULL: all) lists this shape's label. */
 static int wanted(const char *only, const char *label) {
@@ -142,7 +169,8 @@ void gpa_bench_cuda_sdpa(void) {
         char err[256] = "", args[96], extra[1024], fplan[256];
         /* lse must be real for the backward: the forward writes it first */
         double fns = gpa_bench_batch_ns(q, &fwd, k, reps, host_reset, err, sizeof err);
-        double fhost = host_calls ? host_ns_sum / host_calls : 0;
+        double fhost = host_calls ? host_ns_sum / host_calls : 0, fmed, fexec;
+        host_more(&fmed, &fexec);
         snprintf(fplan, sizeof fplan, "%s", plan_info[0]);
         at[1].i = 1;
         gpa_tensor bin[6] = {tdo, tq, tk, tv, to, tl}, bout[3] = {tdq, tdk, tdv};
@@ -155,18 +183,21 @@ void gpa_bench_cuda_sdpa(void) {
         /* dir 0: the forward; then one backward line per determinism asked for */
         for (int pass = 0; pass <= 1 + (nd_from != nd_to); pass++) {
           int dir = pass > 0;
-          double ns = fns, hus = fhost / 1e3;
+          double ns = fns, hus = fhost / 1e3, med = fmed, exec = fexec;
           const char *plan = fplan;
           if (dir) {
             nondet = pass == 1 ? nd_from : nd_to;
             if (fns > 0) err[0] = 0; /* else the forward's error: the backward needs its lse */
             ns = fns > 0 ? gpa_bench_batch_ns(q, &bwd, k, reps, host_reset, err, sizeof err) : 0;
             hus = host_calls ? host_ns_sum / host_calls / 1e3 : 0;
+            host_more(&med, &exec);
             plan = plan_info[1];
           }
           double fl = dir ? 2.5 * flops : flops, best = 0;
           const char *ref = "none";
-          int len = snprintf(extra, sizeof extra, "%s,\"host_us\":%.2f%s,\"cudnn\":%zu,\"plan\":\"%s\"", note, hus,
+          int len = snprintf(extra, sizeof extra,
+                             "%s,\"host_us\":%.2f,\"host_med_us\":%.2f,\"exec_us\":%.2f%s,\"cudnn\":%zu,\"plan\":\"%s\"",
+                             note, hus, med, exec,
                              dir ? (nondet ? ",\"deterministic\":0" : ",\"deterministic\":1") : "", dnn_version,
                              plan);
           for (int r = 0; r < nr; r++) {

@@ -46,6 +46,7 @@ int main(void) {
 #include "backends/cuda/cudnn.h"
 #include "util/real_cudnn.h"
 #include "backends/cuda/cudnn_sdpa.h"
+#include "sim/cudnn/gpa_sim_cudnn.h"
 
 typedef struct tparams {
   double scale;
@@ -134,6 +135,7 @@ static struct {
   void (*version)(size_t), (*counts)(long long *, long long *, long long *, int *);
   long long (*live)(void);
   void (*oom)(unsigned);
+  void (*calls)(gpa_sim_cudnn_calls *);
 } simc;
 static int on_sim;
 static void *sim_lib; /* held open: the counters are read after the actor closed its handle */
@@ -150,8 +152,9 @@ static void sim_api(void) {
   *(void **)&simc.counts = dlsym(lib, "gpa_sim_cudnn_counts");
   *(void **)&simc.live = dlsym(lib, "gpa_sim_cudnn_live_descriptors");
   *(void **)&simc.oom = dlsym(drv, "gpa_sim_fault_oom");
+  *(void **)&simc.calls = dlsym(lib, "gpa_sim_cudnn_api_calls");
   CHECK(simc.graph && simc.plan && simc.exec && simc.create && simc.clear && simc.version && simc.counts &&
-        simc.live && simc.oom);
+        simc.live && simc.oom && simc.calls);
   sim_lib = lib;
   dlclose(drv);
 }
@@ -367,6 +370,117 @@ static bufs small(gpa_nt *t, int dt, int64_t B, int64_t S, int64_t Sk, int64_t H
   free(f);
   free(u);
   return x;
+}
+
+/* ---- host time per call: the steady state is one execute ------------------------------------------ */
+
+typedef struct tally {
+  gpa__cudnn_stats st;   /* the backend's counters after the last op */
+  gpa_sim_cudnn_calls c; /* sim: calls into the library so far */
+} tally;
+
+static tally tally_now(void) {
+  tally y = {last_stats, {0}};
+  if (on_sim) simc.calls(&y.c);
+  return y;
+}
+
+/* What `n` calls of a cached plan cost, from a to b: n executes and
+ * nothing else, neither in the backend's counters (any device) nor in
+ * calls into the library (sim): no descriptor created, set, finalized,
+ * read or destroyed, no stream set. */
+static void steady(gpa_nt *t, const char *what, const tally *a, const tally *b, uint64_t n) {
+  char w[400];
+  const gpa__cudnn_stats *x = &a->st, *y = &b->st;
+  int ok = y->execs - x->execs == n && y->hits - x->hits == n && y->misses == x->misses &&
+           y->packs_built == x->packs_built && y->set_streams == x->set_streams;
+  snprintf(w, sizeof w,
+           "%s: %llu calls of a cached plan made %llu executes, %llu plan hits, %llu misses, %llu variant packs, "
+           "%llu cudnnSetStream",
+           what, (unsigned long long)n, (unsigned long long)(y->execs - x->execs),
+           (unsigned long long)(y->hits - x->hits), (unsigned long long)(y->misses - x->misses),
+           (unsigned long long)(y->packs_built - x->packs_built), (unsigned long long)(y->set_streams - x->set_streams));
+  if (!ok) gpa_nt_fail(t, w);
+  else printf("ok: %s\n", w);
+  if (!on_sim) return;
+  const gpa_sim_cudnn_calls *c = &a->c, *e = &b->c;
+  snprintf(w, sizeof w,
+           "%s: library calls over %llu calls: %lld execute, %lld create, %lld set, %lld get, %lld finalize, "
+           "%lld destroy, %lld cudnnSetStream",
+           what, (unsigned long long)n, e->execute - c->execute, e->create - c->create, e->set - c->set,
+           e->get - c->get, e->finalize - c->finalize, e->destroy - c->destroy, e->set_stream - c->set_stream);
+  if (e->execute - c->execute != (long long)n || e->create != c->create || e->set != c->set || e->get != c->get ||
+      e->finalize != c->finalize || e->destroy != c->destroy || e->set_stream != c->set_stream)
+    gpa_nt_fail(t, w);
+  else printf("ok: %s\n", w);
+}
+
+/* Repeated calls of one shape cost an execute each once warm: forward and
+ * both backwards with the same buffers; two sets of buffers in turn (two
+ * layers of a model); a second queue sets the stream once each way. A
+ * pointer set past a plan's pool of variant packs builds one and destroys
+ * the least recently used (no descriptor leaks). */
+static void steady_state(gpa_nt *t) {
+  bufs a = small(t, GPA_BF16, 2, 16, 16, 2, 2, 16, GPA_BF16), b = small(t, GPA_BF16, 2, 16, 16, 2, 2, 16, GPA_BF16);
+  gpa_attr nd = attr_i("nondet", 1);
+  const int reps = 4;
+  for (int k = 0; k < 3; k++) {
+    const char *what = k == 0 ? "forward" : k == 1 ? "backward" : "backward, non-deterministic";
+    gpa_status (*run)(gpa_nt *, const bufs *, const gpa_attr *, uint32_t) = k ? run_bwd : run_fwd;
+    const gpa_attr *at = k == 2 ? &nd : NULL;
+    uint32_t n_at = k == 2;
+    char w[200];
+    snprintf(w, sizeof w, "steady state, %s: warm-up", what);
+    expect(t, w, run(t, &a, at, n_at), GPA_OK, NULL);
+    tally t0 = tally_now();
+    for (int r = 0; r < reps; r++) CHECK(run(t, &a, at, n_at) == GPA_OK);
+    tally t1 = tally_now();
+    snprintf(w, sizeof w, "steady state, %s, the same buffers", what);
+    steady(t, w, &t0, &t1, reps);
+    /* b's pack is built once; then a and b in turn cost executes alone */
+    CHECK(run(t, &b, at, n_at) == GPA_OK);
+    tally t2 = tally_now();
+    if (t2.st.packs_built != t1.st.packs_built + 1) gpa_nt_fail(t, "a second set of buffers: no pack built");
+    for (int r = 0; r < reps; r++) CHECK(run(t, r & 1 ? &b : &a, at, n_at) == GPA_OK);
+    tally t3 = tally_now();
+    snprintf(w, sizeof w, "steady state, %s, two sets of buffers in turn", what);
+    steady(t, w, &t2, &t3, reps);
+  }
+  /* another queue: its stream is set once, then the calls are steady; back
+   * on the first queue, set once again */
+  gpa_queue *q0 = t->q, *q2;
+  CHECK_OK(gpa_queue_create(t->a, "steady", &q2));
+  t->q = q2;
+  CHECK(run_fwd(t, &a, NULL, 0) == GPA_OK);
+  tally s0 = tally_now();
+  for (int r = 0; r < reps; r++) CHECK(run_fwd(t, &a, NULL, 0) == GPA_OK);
+  tally s1 = tally_now();
+  /* the scratch differs per queue: a new pack for it, the first call */
+  steady(t, "steady state on a second queue", &s0, &s1, reps);
+  t->q = q0;
+  CHECK(run_fwd(t, &a, NULL, 0) == GPA_OK);
+  tally s2 = tally_now();
+  if (s2.st.set_streams != s1.st.set_streams + 1) gpa_nt_fail(t, "back on the first queue: the stream was not set");
+  CHECK_OK(gpa_queue_destroy(q2));
+  /* a plan's pool holds GPA__DNN_PACKS: as many more sets of buffers each
+   * build a pack and destroy the least recently used, whose set builds
+   * again; the live descriptors stay as many */
+  bufs *many = malloc(sizeof *many * GPA__DNN_PACKS);
+  for (int i = 0; i < GPA__DNN_PACKS; i++) {
+    many[i] = small(t, GPA_BF16, 2, 16, 16, 2, 2, 16, GPA_BF16);
+    CHECK(run_fwd(t, &many[i], NULL, 0) == GPA_OK);
+  }
+  tally p0 = tally_now();
+  long long live0 = on_sim ? simc.live() : 0;
+  CHECK(run_fwd(t, &a, NULL, 0) == GPA_OK); /* evicted by the last 16 */
+  CHECK(run_fwd(t, &many[GPA__DNN_PACKS - 1], NULL, 0) == GPA_OK); /* still there */
+  tally p1 = tally_now();
+  if (p1.st.packs_built != p0.st.packs_built + 1)
+    gpa_nt_fail(t, "the pool of variant packs: expected one pack built for an evicted set, none for a held one");
+  if (on_sim && simc.live() != live0) gpa_nt_fail(t, "the pool of variant packs: a descriptor leaked or was lost");
+  printf("ok: steady state: %d sets of buffers past a pool of %d: one pack built, descriptors %s\n",
+         GPA__DNN_PACKS + 1, GPA__DNN_PACKS, on_sim ? "balanced" : "not counted");
+  free(many);
 }
 
 static void cache_and_engines(gpa_nt *t) {
@@ -703,6 +817,7 @@ int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     for (int dt = 0; dt < 2; dt++)
       if (!t.quick || dt == (int)(i & 1)) parity(&t, &cases[i], dt ? GPA_F16 : GPA_BF16, 100 + i);
+  steady_state(&t);
   cache_and_engines(&t);
   knobs();
   declines(&t);

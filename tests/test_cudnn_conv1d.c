@@ -39,6 +39,7 @@ int main(void) {
 }
 #else
 #include "backends/cuda/cudnn_conv.h"
+#include "sim/cudnn/gpa_sim_cudnn.h"
 #include "util/real_cudnn.h"
 
 typedef struct shape {
@@ -56,6 +57,7 @@ static struct {
   void (*graph)(unsigned), (*heur)(unsigned), (*plan)(unsigned), (*exec)(unsigned), (*clear)(void);
   void (*counts)(long long *, long long *, long long *, int *);
   void (*workspace)(long long);
+  void (*calls)(gpa_sim_cudnn_calls *);
 } simc;
 static int on_sim;
 
@@ -69,7 +71,9 @@ static void sim_api(void) {
   *(void **)&simc.clear = dlsym(lib, "gpa_sim_cudnn_fault_clear");
   *(void **)&simc.counts = dlsym(lib, "gpa_sim_cudnn_counts");
   *(void **)&simc.workspace = dlsym(lib, "gpa_sim_cudnn_set_workspace");
-  CHECK(simc.graph && simc.heur && simc.plan && simc.exec && simc.clear && simc.counts && simc.workspace);
+  *(void **)&simc.calls = dlsym(lib, "gpa_sim_cudnn_api_calls");
+  CHECK(simc.graph && simc.heur && simc.plan && simc.exec && simc.clear && simc.counts && simc.workspace &&
+        simc.calls);
   /* held open for the test's life: the counters are read across actors */
 }
 
@@ -96,12 +100,21 @@ static void register_stats(gpa_actor *a) {
                    .cuda = stats_cuda};
   CHECK_OK(gpa_op_register(gpa_actor_registry(a), &d));
 }
-/* Convolution plans cuDNN executed so far on t's actor. */
-static long long backend_execs(gpa_nt *t) {
+/* The actor's cuDNN counters now (dnn_stats). */
+static void read_stats(gpa_nt *t) {
   const int64_t one = 1;
   gpa_tensor a = gpa_nt_out(t, 1, &one), b = gpa_nt_out(t, 1, &one);
   if (gpa_nt_run(t, "dnn_conv_stats", &a, 1, &b, 1, NULL, 0) != GPA_OK) gpa_nt_fail(t, gpa_nt_msg);
+}
+/* Convolution plans cuDNN executed so far on t's actor. */
+static long long backend_execs(gpa_nt *t) {
+  read_stats(t);
   return (long long)dnn_stats.conv_execs;
+}
+static gpa_sim_cudnn_calls sim_calls(void) {
+  gpa_sim_cudnn_calls c = {0};
+  if (on_sim) simc.calls(&c);
+  return c;
 }
 
 /* ---- reference ------------------------------------------------------------------------------------ */
@@ -284,6 +297,60 @@ static int real_graphs(void) {
 
 static const shape small = {2, 6, 23, 4, 3, 1, 1, 2, 2, 0};
 
+/* Host time per call (docs/cuda.md, "Host time per call"): once a shape's
+ * plans and variant packs are made, each forward is one execute and each
+ * backward two, and nothing else: no variant pack built, no stream set
+ * (the backend's counters, any device), no other call into the library
+ * (sim). Two sets of buffers in turn (two layers) likewise. */
+static void steady_conv(gpa_nt *t) {
+  const shape *s = &small;
+  int64_t lo = lout(s), xs[3] = {s->B, s->Cin, s->L}, ws[3] = {s->Cout, s->Cin / s->G, s->K}, ys[3] = {s->B, s->Cout, lo};
+  gpa_tensor io[2][8];
+  for (int k = 0; k < 2; k++) {
+    gpa_tensor v[8] = {gpa_nt_tensor(t, GPA_F32, 3, xs, NULL), gpa_nt_tensor(t, GPA_F32, 3, ws, NULL),
+                       gpa_nt_tensor(t, GPA_F32, 1, &s->Cout, NULL), gpa_nt_tensor(t, GPA_F32, 3, ys, NULL),
+                       gpa_nt_tensor(t, GPA_F32, 3, ys, NULL), gpa_nt_tensor(t, GPA_F32, 3, xs, NULL),
+                       gpa_nt_out(t, 3, ws), gpa_nt_out(t, 1, &s->Cout)};
+    memcpy(io[k], v, sizeof v);
+  }
+  gpa_attr at[5];
+  attrs(s, at);
+  const int reps = 3;
+  gpa__cudnn_stats a = {0};
+  gpa_sim_cudnn_calls c0 = {0};
+  for (int r = -2; r < 2 * reps; r++) { /* -2, -1: each set's plans and packs made */
+    gpa_tensor *x = io[r & 1];
+    gpa_tensor fin[3] = {x[0], x[1], x[2]}, bin[3] = {x[4], x[0], x[1]}, bout[3] = {x[5], x[6], x[7]};
+    if (gpa_nt_run(t, "conv1d_fwd", fin, 3, &x[3], 1, at, 5) != GPA_OK ||
+        gpa_nt_run(t, "conv1d_bwd", bin, 3, bout, 3, at, 5) != GPA_OK)
+      gpa_nt_fail(t, gpa_nt_msg);
+    if (r == -1) {
+      read_stats(t);
+      a = dnn_stats, c0 = sim_calls();
+    }
+  }
+  read_stats(t);
+  gpa__cudnn_stats b = dnn_stats;
+  gpa_sim_cudnn_calls c1 = sim_calls();
+  uint64_t n = 2 * reps;
+  char m[400];
+  snprintf(m, sizeof m,
+           "conv1d steady state: %llu forward+backward calls made %llu executes, %llu variant packs, %llu "
+           "cudnnSetStream, %llu plan misses; library: %lld execute, %lld create, %lld set, %lld finalize, "
+           "%lld destroy, %lld get, %lld cudnnSetStream",
+           (unsigned long long)n, (unsigned long long)(b.execs - a.execs),
+           (unsigned long long)(b.packs_built - a.packs_built), (unsigned long long)(b.set_streams - a.set_streams),
+           (unsigned long long)(b.misses - a.misses), c1.execute - c0.execute, c1.create - c0.create, c1.set - c0.set,
+           c1.finalize - c0.finalize, c1.destroy - c0.destroy, c1.get - c0.get, c1.set_stream - c0.set_stream);
+  int ok = b.execs - a.execs == 3 * n && b.conv_execs - a.conv_execs == 3 * n && b.packs_built == a.packs_built &&
+           b.set_streams == a.set_streams && b.misses == a.misses;
+  if (on_sim)
+    ok = ok && c1.execute - c0.execute == 3 * (long long)n && c1.create == c0.create && c1.set == c0.set &&
+         c1.finalize == c0.finalize && c1.destroy == c0.destroy && c1.get == c0.get && c1.set_stream == c0.set_stream;
+  if (!ok) gpa_nt_fail(t, m);
+  else printf("ok: %s\n", m);
+}
+
 /* A fresh actor with the environment as now; one small case; the cuDNN
  * executions it took. */
 static long long other_actor(gpa_nt *main_t, const char *what) {
@@ -308,8 +375,14 @@ static void auto_mode(gpa_nt *main_t) {
     return;
   }
   long long e = -1;
+  gpa_sim_cudnn_calls c0 = sim_calls();
   check_case(&u, "auto, eager", &small, GPA_F32, 60, &e);
   expect_execs(main_t, "GPA_CUDNN_CONV unset, a small convolution, eager", e, 0);
+  /* decided before cuDNN is touched: this actor never loads it (its
+   * cudnnSetStream would show), nor makes a descriptor */
+  gpa_sim_cudnn_calls c1 = sim_calls();
+  if (c1.set_stream != c0.set_stream || c1.create != c0.create)
+    gpa_nt_fail(main_t, "GPA_CUDNN_CONV unset, a small convolution: cuDNN was called to decline it");
   int64_t lo = lout(&small);
   const int64_t xs[3] = {small.B, small.Cin, small.L}, ws[3] = {small.Cout, small.Cin / small.G, small.K},
                 ys[3] = {small.B, small.Cout, lo};
@@ -353,6 +426,7 @@ int main(void) {
   if (on_sim) sim_api();
   check_case(&t, "small f32 again", &small, GPA_F32, 2, &e);
   expect_execs(&t, "small f32 again", e, 3); /* forward, data and filter gradients */
+  steady_conv(&t);
   int64_t c = t.quick ? 24 : 96;
   const shape shapes[] = {
       {32, c, 128, c, 3, 1, 0, 1, 1, 1}, /* the main job's, causal, dilation 1 */

@@ -84,10 +84,20 @@ gpa__dnn *gpa__cudnn_get(const gpa_op_exec *x, const char **why) {
   gpa__dnn *d = C->dnn;
   *why = d ? d->load_why : "no host memory";
   if (!d || d->state < 0) return NULL;
-  /* The handle follows the op's stream: each queue is its own stream. */
-  if (d->api.cudnnSetStream(d->h, (cudaStream_t)x->stream) != CUDNN_STATUS_SUCCESS) {
-    *why = "cudnnSetStream failed";
-    return NULL;
+  /* The handle follows the op's stream: each queue is its own stream. Set
+   * only when it changes: cudnnSetStream is a library call with its own
+   * checks, and an actor with one queue would pay it on every op. Only
+   * this code sets the handle's stream, and every queue's stream is made
+   * alike (non-blocking, default priority), so a new stream at a freed
+   * one's address needs nothing cuDNN did not already do for it. */
+  if (!d->stream_set || d->stream != x->stream) {
+    if (d->api.cudnnSetStream(d->h, (cudaStream_t)x->stream) != CUDNN_STATUS_SUCCESS) {
+      d->stream_set = 0;
+      *why = "cudnnSetStream failed";
+      return NULL;
+    }
+    d->stream = x->stream, d->stream_set = 1;
+    d->st.set_streams++;
   }
   return d;
 }
@@ -105,6 +115,17 @@ gpa_status gpa__dnn_decline(const gpa_op_exec *x, const char *fmt, ...) {
   gpa__log(GPA_LOG_DEBUG, C->host.log_level, "cuda: cuDNN declines: %s", buf);
   if (C->dnn) {
     snprintf(C->dnn->why, sizeof C->dnn->why, "%s", buf);
+    C->dnn->why_const = NULL;
+    C->dnn->st.declines++;
+  }
+  return GPA_SKIP;
+}
+
+gpa_status gpa__dnn_decline_const(const gpa_op_exec *x, const char *why) {
+  gpa__cu_ctx *C = gpa__cu_of(x);
+  gpa__log(GPA_LOG_DEBUG, C->host.log_level, "cuda: cuDNN declines: %s", why);
+  if (C->dnn) {
+    C->dnn->why_const = why;
     C->dnn->st.declines++;
   }
   return GPA_SKIP;
@@ -118,7 +139,13 @@ void gpa__cudnn_get_stats(gpa__cu_ctx *C, gpa__cudnn_stats *s) {
   }
 }
 
-const char *gpa__cudnn_last_decline(gpa__cu_ctx *C) { return C->dnn ? C->dnn->why : ""; }
+const char *gpa__cudnn_last_decline(gpa__cu_ctx *C) {
+  return !C->dnn ? "" : C->dnn->why_const ? C->dnn->why_const : C->dnn->why;
+}
+
+void gpa__cudnn_set_timing(gpa__cu_ctx *C, int on) {
+  if (C->dnn) C->dnn->timing = on;
+}
 
 void gpa__cudnn_release(gpa__cu_ctx *C) {
   gpa__dnn *d = C->dnn;

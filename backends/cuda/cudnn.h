@@ -64,6 +64,12 @@ typedef struct gpa__sdpa_args {
 typedef struct gpa__cudnn_stats {
   uint64_t hits, misses, evictions, builds_failed, declines;
   uint64_t conv_execs; /* convolution plans executed (cudnn_conv.c) */
+  /* Host time per call in steady state (docs/cuda.md, "Host time per
+   * call"): executions, variant packs built (not found in their plan's
+   * pool), cudnnSetStream calls made (the stream changed), and, while
+   * gpa__cudnn_set_timing is on, the nanoseconds inside
+   * cudnnBackendExecute over `timed` executions. */
+  uint64_t execs, packs_built, set_streams, exec_ns, timed;
   uint32_t plans; /* held now (refused keys included) */
 } gpa__cudnn_stats;
 
@@ -75,6 +81,10 @@ gpa_status gpa__cudnn_sdpa_bwd(const gpa_op_exec *x, const gpa__sdpa_args *a);
 void gpa__cudnn_get_stats(gpa__cu_ctx *C, gpa__cudnn_stats *s);
 const char *gpa__cudnn_last_decline(gpa__cu_ctx *C);
 void gpa__cudnn_set_plan_bound(gpa__cu_ctx *C, uint32_t bound);
+/* Benchmarks: time each cudnnBackendExecute (stats exec_ns, timed); two
+ * clock reads a call, so off unless asked for. No effect before cuDNN is
+ * loaded (the actor's first attention or conv1d op). */
+void gpa__cudnn_set_timing(gpa__cu_ctx *C, int on);
 /* The engine the last plan looked up runs ("" if none), for benchmarks
  * and tests: "heur=a cand=I/N engine=G notes=[..] knobs=[type:value ..]
  * ws=BYTES" (cudnn_plan.c). */
@@ -98,6 +108,10 @@ const gpa__cudnn_api *gpa__dnn_api(const gpa__dnn *d);
 cudnnHandle_t gpa__dnn_handle(const gpa__dnn *d);
 /* Records why the current call declines (debug log, last_decline). */
 gpa_status gpa__dnn_decline(const gpa_op_exec *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same for a reason that is a string constant: kept by address, not
+ * formatted (declines that recur on every call of a shape, such as a small
+ * convolution's, cost no formatting). */
+gpa_status gpa__dnn_decline_const(const gpa_op_exec *x, const char *why);
 
 /* Plan cache (cudnn_plan.c). The key is everything a plan depends on. */
 typedef struct gpa__dnn_key {
@@ -125,7 +139,6 @@ void gpa__dnn_descs_free(const gpa__cudnn_api *A, gpa__dnn_descs *g);
 typedef int (*gpa__dnn_build_fn)(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_descs *g, char *why, size_t n);
 /* The plan for key k, built on a miss; NULL when none (why says why). */
 gpa__dnn_plan *gpa__dnn_plan_get(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_build_fn build, char *why, size_t n);
-cudnnBackendDescriptor_t gpa__dnn_plan_desc(const gpa__dnn_plan *p);
 int64_t gpa__dnn_plan_workspace(const gpa__dnn_plan *p);
 /* By-value scalars of a call, held by its plan: their addresses stay the
  * same from call to call, so a variant pack can be reused. */
@@ -134,12 +147,20 @@ typedef struct gpa__dnn_scalars {
   int32_t shift;
 } gpa__dnn_scalars;
 gpa__dnn_scalars *gpa__dnn_plan_scalars(gpa__dnn_plan *p);
-/* The plan's finalized variant pack for these uids, pointers and workspace:
- * the last one again when they are the same (a training step calls each
- * shape with the same buffers), else built anew. NULL and *st on failure. */
+/* The plan's finalized variant pack for these uids, pointers and workspace.
+ * cuDNN refuses any change to a finalized variant pack (BAD_PARAM, 9.19),
+ * so each plan keeps a pool of the last GPA__DNN_PACKS it built, one per
+ * set of pointers (a model calls one shape from each of its layers, with
+ * each layer's buffers, and again every step); a set not in the pool is
+ * built (create, three attributes, finalize), evicting the least recently
+ * used. NULL and *st on failure. */
 #define GPA__DNN_VP_MAX 16
+#define GPA__DNN_PACKS 16
 cudnnBackendDescriptor_t gpa__dnn_plan_pack(gpa__dnn *d, gpa__dnn_plan *p, int n, const int64_t *uid,
                                             void *const *ptr, void *ws, cudnnStatus_t *st);
+/* cudnnBackendExecute of plan p with pack vp on the handle's stream,
+ * counted (and timed when asked for). */
+cudnnStatus_t gpa__dnn_execute(gpa__dnn *d, const gpa__dnn_plan *p, cudnnBackendDescriptor_t vp);
 void gpa__dnn_plans_release(gpa__dnn *d);
 
 /* Experiment knobs of the SDPA plans (docs/cuda.md, "cuDNN fused
@@ -169,7 +190,13 @@ struct gpa__dnn {
   uint32_t n_plans, bound;
   uint64_t tick;
   gpa__cudnn_stats st;
+  /* The stream the handle was last set to: cudnnSetStream runs only when an
+   * op's stream differs (the handle is the actor's alone). */
+  void *stream;
+  int stream_set;
+  int timing;         /* gpa__cudnn_set_timing */
   int conv_told;      /* a convolution decline was logged at info level (cudnn_conv.c) */
+  const char *why_const; /* the last decline when a constant (gpa__dnn_decline_const), else why[] */
   char why[256];      /* the last decline */
   char load_why[200]; /* why the library is unavailable */
 };

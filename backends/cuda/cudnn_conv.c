@@ -183,6 +183,9 @@ int gpa__dnn_build_conv(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_descs *g, c
 /* ---- execution ------------------------------------------------------------------------------------ */
 
 static uint64_t up256(uint64_t n) { return (n + 255) & ~(uint64_t)255; }
+#define STR_(v) #v
+#define STR(v) STR_(v)
+#define SMALL STR(GPA__CUDNN_CONV_MIN_FLOPS)
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* The first decline of an actor, and each plan cuDNN refuses, at info
@@ -232,19 +235,25 @@ static void put(pass *s, int64_t uid, const void *p) {
 static gpa_status run(const gpa_op_exec *x, const gpa__conv_dnn_args *a, const char *op, pass *ps, const int *conv,
                       int n) {
   gpa__cu_ctx *C = gpa__cu_of(x);
-  if (C->host.cudnn_conv == 1) return gpa__dnn_decline(x, "%s: off (GPA_CUDNN_CONV=0)", op);
+  int fwd = conv[0] == GPA__DNN_CONV_FWD || conv[0] == GPA__DNN_CONV_FWD_BIAS;
+  if (C->host.cudnn_conv == 1)
+    return gpa__dnn_decline_const(x, fwd ? "conv1d_fwd: off (GPA_CUDNN_CONV=0)" : "conv1d_bwd: off (GPA_CUDNN_CONV=0)");
+  /* Unset: each execute costs tens of µs of host time (an H100 with cuDNN
+   * 9.14: the main job's eager step 2.44 ms with it, 2.14 without), more
+   * than its kernels save on a small convolution; on a large one they win
+   * (2.5-16x our own at B8 C512 L2048). Decided by size alone, so a batch
+   * replayed as a CUDA graph computes what its eager run did, bit for bit.
+   * Decided before the library is touched: this decline recurs on every
+   * call of the main job's convolutions, so it loads nothing, sets no
+   * stream and formats nothing. */
+  if (C->host.cudnn_conv == 0 && conv_flops(a) < GPA__CUDNN_CONV_MIN_FLOPS)
+    return gpa__dnn_decline_const(x, fwd ? "conv1d_fwd: small (under " SMALL " FLOP): our kernels"
+                                         : "conv1d_bwd: small (under " SMALL " FLOP): our kernels");
   const char *no_lib;
   gpa__dnn *d = gpa__cudnn_get(x, &no_lib);
   if (!d) return gpa__dnn_decline(x, "%s: no cuDNN: %s", op, no_lib); /* the load logged it */
   const char *no = unsupported(a);
   if (no) return decline(x, d, 0, op, no);
-  /* Unset: each execute costs tens of µs of host time (an H100 with cuDNN
-   * 9.14: the main job's eager step 2.44 ms with it, 2.14 without), more
-   * than its kernels save on a small convolution; on a large one they win
-   * (2.5-16x our own at B8 C512 L2048). Decided by size alone, so a batch
-   * replayed as a CUDA graph computes what its eager run did, bit for bit. */
-  if (C->host.cudnn_conv == 0 && conv_flops(a) < GPA__CUDNN_CONV_MIN_FLOPS)
-    return gpa__dnn_decline(x, "%s: small (%.0f MFLOP): our kernels", op, conv_flops(a) / 1e6);
   uint64_t ws = 0;
   for (int i = 0; i < n; i++) {
     gpa__dnn_key k;
@@ -266,7 +275,7 @@ static gpa_status run(const gpa_op_exec *x, const gpa__conv_dnn_args *a, const c
     cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
     cudnnBackendDescriptor_t vp = gpa__dnn_plan_pack(d, ps[i].p, ps[i].n, ps[i].uid, ps[i].ptr,
                                                      (void *)(uintptr_t)work, &s);
-    if (vp) s = A->cudnnBackendExecute(gpa__dnn_handle(d), gpa__dnn_plan_desc(ps[i].p), vp);
+    if (vp) s = gpa__dnn_execute(d, ps[i].p, vp);
     /* Our kernels rewrite every output after this, in stream order, so a
      * pass that failed (or one that ran before it) leaves nothing behind. */
     if (s) {

@@ -22,12 +22,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backends/cuda/cudnn.h"
 
 /* Engine configs read from the heuristics: convolutions list many, and the
  * deterministic non-tensor-core ones an exact f32 key needs come late. */
 #define CANDIDATES 32
+
+/* One finalized variant pack of a plan and the pointers it holds. */
+typedef struct dnn_pack {
+  cudnnBackendDescriptor_t vp;
+  uint64_t used; /* the plan's tick at its last use (LRU) */
+  void *ws;
+  void *ptr[GPA__DNN_VP_MAX];
+} dnn_pack;
 
 struct gpa__dnn_plan {
   gpa__dnn_key key;
@@ -37,23 +46,50 @@ struct gpa__dnn_plan {
   char *why;
   struct gpa__dnn_plan *next;
   gpa__dnn_scalars sc;
-  cudnnBackendDescriptor_t vp; /* the last variant pack and what it holds */
-  int vp_n;
+  /* The variant packs (gpa__dnn_plan_pack): the uids are the plan's, the
+   * same for every call (its key fixes which tensors a call passes). */
+  int vp_n, n_packs, last_pack;
   int64_t vp_uid[GPA__DNN_VP_MAX];
-  void *vp_ptr[GPA__DNN_VP_MAX], *vp_ws;
+  uint64_t tick;
+  dnn_pack packs[GPA__DNN_PACKS];
   char info[256]; /* gpa__cudnn_plan_info */
 };
 
 gpa__dnn_scalars *gpa__dnn_plan_scalars(gpa__dnn_plan *p) { return &p->sc; }
 
+static void packs_free(const gpa__cudnn_api *A, gpa__dnn_plan *p) {
+  for (int i = 0; i < p->n_packs; i++) A->cudnnBackendDestroyDescriptor(p->packs[i].vp);
+  p->n_packs = 0, p->last_pack = 0;
+}
+
+static int pack_is(const dnn_pack *k, int n, void *const *ptr, void *ws) {
+  return k->ws == ws && !memcmp(k->ptr, ptr, sizeof *ptr * (size_t)n);
+}
+
 cudnnBackendDescriptor_t gpa__dnn_plan_pack(gpa__dnn *d, gpa__dnn_plan *p, int n, const int64_t *uid,
                                             void *const *ptr, void *ws, cudnnStatus_t *st) {
   const gpa__cudnn_api *A = &d->api;
-  if (p->vp && p->vp_n == n && p->vp_ws == ws && !memcmp(p->vp_uid, uid, sizeof *uid * (size_t)n) &&
-      !memcmp(p->vp_ptr, ptr, sizeof *ptr * (size_t)n))
-    return p->vp;
-  if (p->vp) A->cudnnBackendDestroyDescriptor(p->vp);
-  p->vp = NULL;
+  if (n < 1 || n > GPA__DNN_VP_MAX) {
+    *st = CUDNN_STATUS_BAD_PARAM;
+    return NULL;
+  }
+  /* another set of uids than the pool's (not for a plan's calls as built
+   * today): the pool starts again with this one */
+  if (p->n_packs && (p->vp_n != n || memcmp(p->vp_uid, uid, sizeof *uid * (size_t)n))) packs_free(A, p);
+  p->tick++;
+  /* the last pack used first: one call site reuses its buffers */
+  if (p->n_packs && pack_is(&p->packs[p->last_pack], n, ptr, ws)) {
+    p->packs[p->last_pack].used = p->tick;
+    return p->packs[p->last_pack].vp;
+  }
+  int victim = p->n_packs < GPA__DNN_PACKS ? p->n_packs : 0;
+  for (int i = 0; i < p->n_packs; i++) {
+    if (pack_is(&p->packs[i], n, ptr, ws)) {
+      p->packs[i].used = p->tick, p->last_pack = i;
+      return p->packs[i].vp;
+    }
+    if (p->n_packs == GPA__DNN_PACKS && p->packs[i].used < p->packs[victim].used) victim = i;
+  }
   cudnnBackendDescriptor_t vp = NULL;
   cudnnStatus_t s = A->cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
   if (!s) s = A->cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uid);
@@ -65,13 +101,32 @@ cudnnBackendDescriptor_t gpa__dnn_plan_pack(gpa__dnn *d, gpa__dnn_plan *p, int n
     *st = s;
     return NULL;
   }
-  p->vp = vp, p->vp_n = n, p->vp_ws = ws;
+  d->st.packs_built++;
+  if (victim < p->n_packs) A->cudnnBackendDestroyDescriptor(p->packs[victim].vp);
+  else p->n_packs++;
+  dnn_pack *k = &p->packs[victim];
+  k->vp = vp, k->used = p->tick, k->ws = ws;
+  memcpy(k->ptr, ptr, sizeof *ptr * (size_t)n);
+  p->vp_n = n, p->last_pack = victim;
   memcpy(p->vp_uid, uid, sizeof *uid * (size_t)n);
-  memcpy(p->vp_ptr, ptr, sizeof *ptr * (size_t)n);
   return vp;
 }
 
-cudnnBackendDescriptor_t gpa__dnn_plan_desc(const gpa__dnn_plan *p) { return p->plan; }
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+cudnnStatus_t gpa__dnn_execute(gpa__dnn *d, const gpa__dnn_plan *p, cudnnBackendDescriptor_t vp) {
+  d->st.execs++;
+  if (!d->timing) return d->api.cudnnBackendExecute(d->h, p->plan, vp);
+  uint64_t t0 = now_ns();
+  cudnnStatus_t s = d->api.cudnnBackendExecute(d->h, p->plan, vp);
+  d->st.exec_ns += now_ns() - t0, d->st.timed++;
+  return s;
+}
+
 int64_t gpa__dnn_plan_workspace(const gpa__dnn_plan *p) { return p->workspace; }
 
 void gpa__dnn_descs_free(const gpa__cudnn_api *A, gpa__dnn_descs *g) {
@@ -82,7 +137,7 @@ void gpa__dnn_descs_free(const gpa__cudnn_api *A, gpa__dnn_descs *g) {
 
 static void plan_free(gpa__dnn *d, gpa__dnn_plan *p) {
   if (d->last == p) d->last = NULL;
-  if (p->vp) d->api.cudnnBackendDestroyDescriptor(p->vp);
+  packs_free(&d->api, p);
   if (p->plan) d->api.cudnnBackendDestroyDescriptor(p->plan);
   if (p->cfg) d->api.cudnnBackendDestroyDescriptor(p->cfg);
   gpa__dnn_descs_free(&d->api, &p->g);

@@ -134,7 +134,7 @@ static gpa_status run(const gpa_op_exec *x, const gpa__sdpa_args *a, int bwd) {
   const char *what = "variant pack";
   if (vp) {
     what = "cudnnBackendExecute";
-    s = A->cudnnBackendExecute(gpa__dnn_handle(d), gpa__dnn_plan_desc(p), vp);
+    s = gpa__dnn_execute(d, p, vp);
   }
   if (!s) return GPA_OK;
   /* NOT_SUPPORTED enqueued nothing of cuDNN's; a decline is still only

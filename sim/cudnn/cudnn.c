@@ -32,6 +32,7 @@ static _Atomic long long workspace_bytes = 1 << 20, n_graphs, n_plans, n_execs, 
 static _Atomic int last_engine = -1;
 static _Atomic size_t version = 91400;
 static _Atomic int env_read;
+static _Atomic long long c_create, c_set, c_get, c_fin, c_destroy, c_exec, c_stream; /* gpa_sim_cudnn_api_calls */
 
 static void read_env(void) {
   if (atomic_exchange(&env_read, 1)) return;
@@ -86,6 +87,9 @@ EXPORT void gpa_sim_cudnn_counts(long long *graphs, long long *plans, long long 
   if (engine) *engine = last_engine;
 }
 EXPORT long long gpa_sim_cudnn_live_descriptors(void) { return n_live; }
+EXPORT void gpa_sim_cudnn_api_calls(gpa_sim_cudnn_calls *c) {
+  *c = (gpa_sim_cudnn_calls){c_create, c_set, c_get, c_fin, c_destroy, c_exec, c_stream};
+}
 
 /* ---- handle, version, errors ---------------------------------------------------------------------- */
 
@@ -131,6 +135,7 @@ EXPORT cudnnStatus_t cudnnDestroy(cudnnHandle_t h) {
 }
 
 EXPORT cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) {
+  c_stream++;
   if (!h || h->magic != H_MAGIC) return CUDNN_STATUS_BAD_PARAM;
   h->stream = (CUstream)s;
   return CUDNN_STATUS_SUCCESS;
@@ -156,6 +161,7 @@ static sdesc *as_desc(cudnnBackendDescriptor_t d) {
 }
 
 EXPORT cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t t, cudnnBackendDescriptor_t *out) {
+  c_create++;
   if (!out) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   sdesc *d = calloc(1, sizeof *d);
   if (!d) return CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
@@ -168,6 +174,7 @@ EXPORT cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t t
 }
 
 EXPORT cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t dd) {
+  c_destroy++;
   sdesc *d = as_desc(dd);
   if (!d) return CUDNN_STATUS_BAD_PARAM;
   for (int i = 0; i < d->n_attrs; i++) free(d->attrs[i].data);
@@ -220,10 +227,13 @@ int sd_covers(const sdesc *t, void *p, char *why, size_t wn) {
 
 EXPORT cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t dd, cudnnBackendAttributeName_t name,
                                        cudnnBackendAttributeType_t type, int64_t count, const void *elements) {
+  c_set++;
   sdesc *d = as_desc(dd);
   size_t es = elem_size(type);
   if (!d) return CUDNN_STATUS_BAD_PARAM;
-  if (d->finalized) return CUDNN_STATUS_NOT_SUPPORTED; /* the real library's answer to a change after finalize */
+  /* the real library's answer to a change after finalize (9.19, a variant
+   * pack's pointers: tests nothing here relies on more) */
+  if (d->finalized) return CUDNN_STATUS_BAD_PARAM;
   if (!es) return CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE;
   if (count < 0 || (count && !elements)) return CUDNN_STATUS_BAD_PARAM;
   sattr *a = (sattr *)sd_attr(d, name);
@@ -368,6 +378,7 @@ static cudnnStatus_t fin_conv_op(sdesc *d) {
 }
 
 EXPORT cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t dd) {
+  c_fin++;
   sdesc *d = as_desc(dd);
   if (!d) return CUDNN_STATUS_BAD_PARAM;
   if (d->finalized) return CUDNN_STATUS_BAD_PARAM;
@@ -482,6 +493,7 @@ static int engines_of(const sdesc *g, int *list) {
 EXPORT cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const dd, cudnnBackendAttributeName_t name,
                                        cudnnBackendAttributeType_t type, int64_t requested, int64_t *count,
                                        void *elements) {
+  c_get++;
   sdesc *d = as_desc(dd);
   if (!d || !d->finalized) return d ? CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED : CUDNN_STATUS_BAD_PARAM;
   if (name == CUDNN_ATTR_ENGINEHEUR_RESULTS && d->type == CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR) {
@@ -541,6 +553,7 @@ EXPORT cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const dd,
 }
 
 EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan, cudnnBackendDescriptor_t vpack) {
+  c_exec++;
   sdesc *p = as_desc(plan), *v = as_desc(vpack);
   if (!h || h->magic != H_MAGIC || !p || !v || p->type != CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR ||
       v->type != CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)

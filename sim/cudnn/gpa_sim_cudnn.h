@@ -40,6 +40,15 @@ void gpa_sim_cudnn_counts(long long *graphs, long long *plans, long long *execs,
 /* Descriptors alive now (created and not destroyed): leak checks. */
 long long gpa_sim_cudnn_live_descriptors(void);
 
+/* Calls into the subset since load, by entry point (failed calls too):
+ * what one call of the backend's cuDNN path costs in library calls, for the
+ * tests that hold its steady state to an execute (docs/cuda.md, "Host time
+ * per call"). */
+typedef struct gpa_sim_cudnn_calls {
+  long long create, set, get, finalize, destroy, execute, set_stream;
+} gpa_sim_cudnn_calls;
+void gpa_sim_cudnn_api_calls(gpa_sim_cudnn_calls *c);
+
 #ifdef __cplusplus
 }
 #endif
