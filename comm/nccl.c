@@ -147,14 +147,9 @@ gpa_status gpa__comm_nccl_across_processes(gpa_actor *a, const char *what) {
   const char *path = backend_nccl(a, why, sizeof why);
   gpa__nccl_api api;
   if (!path || !load(&api, path, why, sizeof why)) return gpa__fail(GPA_EUNSUPPORTED, "%s: NCCL unavailable: %s", what, why);
-  /* The simulator's subset (sim/nccl) marks itself with its diagnostics;
-   * it meets ranks inside one process only. */
-  bool sim = dlsym(api.lib, "gpa_sim_nccl_live_comms") != NULL;
+  /* the simulator's subset (sim/nccl) spans the processes of one machine
+   * too (its groups in shared memory) */
   dlclose(api.lib);
-  if (sim)
-    return gpa__fail(GPA_EUNSUPPORTED,
-                     "%s: %s is the simulator's NCCL subset, which meets ranks of one process only (several "
-                     "processes need a real NCCL)", what, path);
   return GPA_OK;
 }
 

@@ -12,11 +12,13 @@
  * simulator's NCCL. Where a real GPU and libnccl.so.2 are present, the
  * shared cases also run with one rank on cuda:0 through the real NCCL (one
  * card cannot host two NCCL ranks). */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "actor/internal.h"
 #include "backends/coll.h"
@@ -227,6 +229,20 @@ static bool none_left(void) {
   return live() == 0;
 }
 
+/* The shared-memory segments of groups whose id maker_pid made that are
+ * still named in /dev/shm (sim/nccl/xproc.c: every group has one until all
+ * its ranks joined, or it ended). */
+static int segments_of(int maker_pid) {
+  char prefix[48];
+  snprintf(prefix, sizeof prefix, "gpa-sim-nccl-%d-", maker_pid);
+  DIR *d = opendir("/dev/shm");
+  if (!d) return 0;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) n += !strncmp(e->d_name, prefix, strlen(prefix));
+  closedir(d);
+  return n;
+}
+
 /* Rank 0 holds 1s, rank 1 2s; their in-place sum is 3 on both. */
 static void sum_checked(pair *p) {
   for (int i = 0; i < 2; i++) {
@@ -403,15 +419,20 @@ static void errors(void) {
   tu_get(gpa_actor_default_queue(a), &x, v, 5);
   CHECK(v[4] == 1.5f);
   CHECK_OK(gpa_comm_destroy(c));
-  /* an NCCL id made by another process: the subset, whose ranks meet in
-   * this process's memory, refuses it at once rather than wait for rank 0
-   * (the pid it records sits at 40 in NCCL's id, which sits at 64 in ours:
-   * comm/nccl.c, sim/nccl/nccl.c) */
+  /* an NCCL id made by another process (the pid the subset records sits
+   * at 40 in NCCL's id, which sits at 64 in ours: comm/nccl.c,
+   * sim/nccl/nccl.c) whose rank 0 never comes: the subset waits for it in
+   * shared memory (sim/nccl/xproc.c) until the timeout, and the group's
+   * segment goes with the communicator (comm_nccl_xproc_sim runs ranks in
+   * several processes) */
   gpa_comm_id other = id;
   other.bytes[64 + 40] ^= 0x5a;
-  gpa_comm_options two_s = {.size = sizeof two_s, .timeout_ns = 2000ll * 1000000};
-  CHECK_ST(gpa_comm_init(a, &other, 2, 1, &two_s, &c), GPA_EDEVICE);
-  CHECK_MSG("meets ranks of one process only");
+  gpa_comm_options short_wait = {.size = sizeof short_wait, .timeout_ns = 100ll * 1000000};
+  CHECK_ST(gpa_comm_init(a, &other, 2, 1, &short_wait, &c), GPA_ETIMEDOUT);
+  CHECK_MSG("rank 1 of 2 waited 100 ms");
+  int32_t fake_pid;
+  memcpy(&fake_pid, other.bytes + 64 + 40, sizeof fake_pid);
+  CHECK(none_left() && segments_of(fake_pid) == 0);
   CHECK_OK(gpa_actor_destroy(a));
   /* a cpu actor and a sim actor do not share a communicator */
   gpa_actor_options co = {.device = "cpu", .threads = 1};
@@ -558,6 +579,7 @@ int main(void) {
   graph_batch();
   destroy_case();
   CHECK(none_left());
+  CHECK(segments_of(getpid()) == 0);
   dlclose(sim_nccl);
   printf("comm_nccl: ok\n");
   return 0;

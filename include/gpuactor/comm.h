@@ -103,9 +103,10 @@ gpa_status gpa_comm_bootstrap_mpi(gpa_comm_id *id, int32_t *rank, int32_t *size)
  * every process with its status and message. MPI is initialized as by
  * gpa_comm_bootstrap_mpi. Join with gpa_comm_init(actor, id, size, rank)
  * (transport AUTO or NCCL). Collective over MPI_COMM_WORLD. Errors: EINVAL
- * (NULL), EUNSUPPORTED (no MPI; a cpu actor; NCCL unavailable; the
- * simulator's NCCL subset, which meets ranks of one process only: the
- * message says which), EDEVICE (an MPI call or ncclGetUniqueId failed). */
+ * (NULL), EUNSUPPORTED (no MPI; a cpu actor; NCCL unavailable: the
+ * message says which), EDEVICE (an MPI call or ncclGetUniqueId failed).
+ * On sim actors the simulator's NCCL subset joins the processes of one
+ * machine (docs/sim.md). */
 gpa_status gpa_comm_bootstrap_mpi_nccl(gpa_actor *actor, gpa_comm_id *id, int32_t *rank, int32_t *size);
 /* This process's rank among the MPI processes of its machine
  * (MPI_COMM_TYPE_SHARED) and their number, e.g. to pick cuda:<local_rank>

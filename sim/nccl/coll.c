@@ -14,7 +14,7 @@
 
 /* ---- reductions (the LOCAL transport's order and rounding: comm/reduce.c) ---- */
 
-static size_t dsize(int dt) { return dt == ncclFloat16 || dt == ncclBfloat16 ? 2 : 4; }
+size_t snc_dsize(int dt) { return dt == ncclFloat16 || dt == ncclBfloat16 ? 2 : 4; }
 
 static float widen(int dt, const void *src, size_t i) {
   if (dt == ncclFloat32) return ((const float *)src)[i];
@@ -35,7 +35,7 @@ static int32_t iop(int op, int32_t a, int32_t b) {
 }
 
 /* acc (f32, or i32 for i32) = op over the ranks' src + off, in rank order */
-static void reduce_block(const post *p, int n, size_t off, void *acc) {
+void snc_reduce_block(const post *p, int n, size_t off, void *acc) {
   const post *o = &p[0];
   size_t cnt = o->count;
   int op = o->op == ncclAvg ? ncclSum : o->op;
@@ -53,7 +53,7 @@ static void reduce_block(const post *p, int n, size_t off, void *acc) {
   }
 }
 
-static void store(int dt, void *dst, const void *acc, size_t cnt, float scale) {
+void snc_store(int dt, void *dst, const void *acc, size_t cnt, float scale) {
   if (dt == ncclInt32 || (dt == ncclFloat32 && scale == 1.0f)) {
     memmove(dst, acc, cnt * 4);
     return;
@@ -73,17 +73,22 @@ static bool same(const post *x, const post *y) {
   return x->kind != K_BROADCAST || x->root == y->root;
 }
 
-/* Every rank posted: compute every rank's result (under snc_mu). Inputs go
- * to temporaries first, so in-place forms need no care. */
-static ncclResult_t compute(const post *p, int n, char *why, size_t cap) {
+bool snc_mismatch(const post *p, int n, char *why, size_t cap) {
   for (int r = 1; r < n; r++)
     if (!same(&p[0], &p[r])) {
       snprintf(why, cap, "the ranks issued different collectives (rank 0: %s count %zu dtype %d; rank %d: %s count %zu dtype %d)",
                snc_kind_names[p[0].kind], p[0].count, p[0].dtype, r, snc_kind_names[p[r].kind], p[r].count, p[r].dtype);
-      return ncclInvalidUsage;
+      return true;
     }
+  return false;
+}
+
+/* Every rank posted: compute every rank's result (under snc_mu). Inputs go
+ * to temporaries first, so in-place forms need no care. */
+static ncclResult_t compute(const post *p, int n, char *why, size_t cap) {
+  if (snc_mismatch(p, n, why, cap)) return ncclInvalidUsage;
   const post *o = &p[0];
-  size_t cnt = o->count, blk = cnt * dsize(o->dtype);
+  size_t cnt = o->count, blk = cnt * snc_dsize(o->dtype);
   if (!cnt) return ncclSuccess;
   bool reduces = o->kind == K_ALLREDUCE || o->kind == K_REDUCE_SCATTER;
   size_t tmp_bytes = reduces ? (o->kind == K_REDUCE_SCATTER ? (size_t)n : 1) * cnt * 4
@@ -96,12 +101,12 @@ static ncclResult_t compute(const post *p, int n, char *why, size_t cap) {
   float scale = o->op == ncclAvg ? 1.0f / (float)n : 1.0f;
   switch (o->kind) {
     case K_ALLREDUCE:
-      reduce_block(p, n, 0, tmp);
-      for (int r = 0; r < n; r++) store(o->dtype, p[r].recv, tmp, cnt, scale);
+      snc_reduce_block(p, n, 0, tmp);
+      for (int r = 0; r < n; r++) snc_store(o->dtype, p[r].recv, tmp, cnt, scale);
       break;
     case K_REDUCE_SCATTER:
-      for (int b = 0; b < n; b++) reduce_block(p, n, (size_t)b * blk, tmp + (size_t)b * cnt * 4);
-      for (int b = 0; b < n; b++) store(o->dtype, p[b].recv, tmp + (size_t)b * cnt * 4, cnt, scale);
+      for (int b = 0; b < n; b++) snc_reduce_block(p, n, (size_t)b * blk, tmp + (size_t)b * cnt * 4);
+      for (int b = 0; b < n; b++) snc_store(o->dtype, p[b].recv, tmp + (size_t)b * cnt * 4, cnt, scale);
       break;
     case K_ALLGATHER:
       for (int r = 0; r < n; r++) memcpy(tmp + (size_t)r * blk, p[r].send, blk);
@@ -118,14 +123,6 @@ static ncclResult_t compute(const post *p, int n, char *why, size_t cap) {
 
 /* ---- steps on the streams ---------------------------------------------------- */
 
-typedef struct step {
-  ncclComm_t c;
-  post p;
-  uint64_t seq;
-  int peer;
-  bool async_fault, hang;
-} step;
-
 static void step_free(void *arg) {
   step *s = arg;
   pthread_mutex_lock(&snc_mu);
@@ -134,22 +131,23 @@ static void step_free(void *arg) {
   free(s);
 }
 
-static void set_async(ncclComm_t c, ncclResult_t r, const char *why) {
+void snc_set_async(ncclComm_t c, ncclResult_t r, const char *why) {
   if (!c->async) c->async = r;
   snprintf(c->last, sizeof c->last, "%s", why);
 }
 
 /* The group failed or c was aborted: give up (under snc_mu). */
-static bool give_up(step *s) {
+bool snc_give_up(step *s) {
   ncclComm_t c = s->c;
   if (c->aborted) {
-    set_async(c, ncclSystemError, "the communicator was aborted");
+    snc_set_async(c, ncclSystemError, "the communicator was aborted");
     return true;
   }
+  if (c->g->x) snc_x_sync_locked(c->g); /* a failure in another process */
   if (c->g->failed) {
     char why[256];
     snprintf(why, sizeof why, "%s: a peer failed: %s", snc_kind_names[s->p.kind], c->g->fail_why);
-    set_async(c, ncclRemoteError, why);
+    snc_set_async(c, ncclRemoteError, why);
     return true;
   }
   return false;
@@ -160,21 +158,21 @@ static void run_collective(step *s) {
   group *g = c->g;
   if (s->hang) { /* a hung rank: never posts, waits until aborted */
     while (!c->aborted) pthread_cond_wait(&snc_cv, &snc_mu);
-    give_up(s);
+    snc_give_up(s);
     return;
   }
   if (s->async_fault) {
     char why[160];
     snprintf(why, sizeof why, "%s: injected asynchronous failure on rank %d", snc_kind_names[s->p.kind], c->rank);
-    set_async(c, ncclSystemError, why);
+    snc_set_async(c, ncclSystemError, why);
     snc_fail_group_locked(g, c->rank, why);
     return;
   }
   slot *sl = &g->s[s->seq % SLOTS];
   /* the slot is free once every rank left its previous collective */
-  while (sl->posted && sl->seq != s->seq && !give_up(s)) pthread_cond_wait(&snc_cv, &snc_mu);
+  while (sl->posted && sl->seq != s->seq && !snc_give_up(s)) pthread_cond_wait(&snc_cv, &snc_mu);
   if (c->aborted || g->failed) {
-    give_up(s);
+    snc_give_up(s);
     return;
   }
   if (!sl->posted) {
@@ -188,8 +186,8 @@ static void run_collective(step *s) {
     sl->done = true;
     pthread_cond_broadcast(&snc_cv);
   }
-  while (!sl->done && !give_up(s)) pthread_cond_wait(&snc_cv, &snc_mu);
-  if (sl->done && sl->result != ncclSuccess) set_async(c, sl->result, sl->why);
+  while (!sl->done && !snc_give_up(s)) pthread_cond_wait(&snc_cv, &snc_mu);
+  if (sl->done && sl->result != ncclSuccess) snc_set_async(c, sl->result, sl->why);
   if (sl->done || !sl->has[c->rank]) {
     sl->has[c->rank] = false;
     if (--sl->posted == 0) pthread_cond_broadcast(&snc_cv);
@@ -199,11 +197,11 @@ static void run_collective(step *s) {
 static void run_p2p(step *s) {
   ncclComm_t c = s->c;
   group *g = c->g;
-  size_t bytes = s->p.count * dsize(s->p.dtype);
+  size_t bytes = s->p.count * snc_dsize(s->p.dtype);
   if (s->p.kind == K_SEND) {
     msg *m = malloc(sizeof *m + bytes);
     if (!m) {
-      set_async(c, ncclSystemError, "ncclSend: out of host memory");
+      snc_set_async(c, ncclSystemError, "ncclSend: out of host memory");
       return;
     }
     m->next = NULL;
@@ -218,12 +216,12 @@ static void run_p2p(step *s) {
     return;
   }
   msg **head = &g->box[s->peer][c->rank];
-  while (!*head && !give_up(s)) pthread_cond_wait(&snc_cv, &snc_mu);
+  while (!*head && !snc_give_up(s)) pthread_cond_wait(&snc_cv, &snc_mu);
   msg *m = *head;
   if (!m) return;
   if (!(*head = m->next)) g->box_tail[s->peer][c->rank] = NULL;
   if (m->bytes != bytes || m->dtype != s->p.dtype)
-    set_async(c, ncclInvalidUsage, "ncclRecv: the matching ncclSend has another count or dtype");
+    snc_set_async(c, ncclInvalidUsage, "ncclRecv: the matching ncclSend has another count or dtype");
   else if (bytes) memcpy(s->p.recv, m->data, bytes);
   free(m);
 }
@@ -233,8 +231,10 @@ static int step_run(void *arg, char *why, size_t n) {
   (void)n;
   step *s = arg;
   pthread_mutex_lock(&snc_mu);
-  if (!give_up(s)) {
-    if (s->p.kind == K_SEND || s->p.kind == K_RECV) run_p2p(s);
+  if (!snc_give_up(s)) {
+    bool p2p = s->p.kind == K_SEND || s->p.kind == K_RECV;
+    if (s->c->g->cross) p2p ? snc_x_run_p2p(s) : snc_x_run_collective(s);
+    else if (p2p) run_p2p(s);
     else run_collective(s);
   }
   pthread_mutex_unlock(&snc_mu);
@@ -266,12 +266,14 @@ static ncclResult_t enqueue(ncclComm_t c, post p, int peer, cudaStream_t stream)
   if ((p.kind == K_BROADCAST && (p.root < 0 || p.root >= c->nranks)) ||
       ((p.kind == K_SEND || p.kind == K_RECV) && (peer < 0 || peer >= c->nranks || peer == c->rank)))
     return snc_fail(c, ncclInvalidArgument, "%s: root or peer %d out of range", api, p.kind == K_BROADCAST ? p.root : peer);
-  size_t blk = p.count * dsize(p.dtype), n = (size_t)c->nranks;
+  size_t blk = p.count * snc_dsize(p.dtype), n = (size_t)c->nranks;
   size_t sb = p.kind == K_RECV ? 0 : p.kind == K_REDUCE_SCATTER ? n * blk : blk;
   size_t rb = p.kind == K_SEND ? 0 : p.kind == K_ALLGATHER ? n * blk : blk;
   if (p.kind == K_BROADCAST && c->rank != p.root) sb = 0; /* read on the root only */
   ncclResult_t r;
   if ((r = check_buf(c, api, "send", p.send, sb)) || (r = check_buf(c, api, "recv", p.recv, rb))) return r;
+  if (c->g->cross && (r = snc_x_check_size(c, api, p.kind == K_RECV ? rb : sb, p.kind == K_SEND || p.kind == K_RECV)))
+    return r;
   if (snc_take(&snc_f_call)) return snc_fail(c, ncclSystemError, "%s: injected failure at the call", api);
   step *s = calloc(1, sizeof *s);
   if (!s) return snc_fail(c, ncclSystemError, "%s: out of host memory", api);

@@ -71,6 +71,16 @@ struct group {
   slot s[SLOTS];
   msg *box[MAXR][MAXR]; /* [src][dst] FIFO of buffered sends */
   msg *box_tail[MAXR][MAXR];
+  /* Across processes (xproc.c): the group's shared segment, named by the
+   * unique id; NULL when /dev/shm is unavailable (ranks of this process
+   * only). cross: decided once every rank joined (some rank is another
+   * process's): the collectives then go through the segment (xcoll.c). */
+  struct xseg *x;
+  int xfd;
+  char xname[80];
+  bool xnamed, xdecided, cross;
+  unsigned char *xdata;     /* the ranks' staging areas (cross only) */
+  size_t xalloc[MAXR][2];   /* bytes of rank's [collective, send] area made real (fallocate) */
 };
 
 /* One lock and one condition for every group (nccl.c). */
@@ -89,5 +99,55 @@ HIDDEN void snc_fail_group_locked(group *g, int rank, const char *why);
  * ncclInProgress while some have not (non-blocking init), or the error that
  * ended the init (an abort, a peer's failure). */
 HIDDEN ncclResult_t snc_init_state_locked(ncclComm_t c);
+
+/* ---- what coll.c and xcoll.c share ---- */
+typedef struct step {
+  ncclComm_t c;
+  post p;
+  uint64_t seq;
+  int peer;
+  bool async_fault, hang;
+} step;
+HIDDEN size_t snc_dsize(int dt);
+HIDDEN void snc_reduce_block(const post *p, int n, size_t off, void *acc);
+HIDDEN void snc_store(int dt, void *dst, const void *acc, size_t cnt, float scale);
+/* Empty why when every rank issued the same collective, else the text. */
+HIDDEN bool snc_mismatch(const post *p, int n, char *why, size_t cap);
+HIDDEN void snc_set_async(ncclComm_t c, ncclResult_t r, const char *why);
+HIDDEN bool snc_give_up(step *s);
+
+/* ---- across processes (xproc.c) ---- */
+/* Per rank of the segment, the staging areas' sizes (bytes): a collective
+ * stages at most XCAP per rank, a send at most XPCAP. */
+#define XCAP ((size_t)256 << 20)
+#define XPCAP ((size_t)64 << 20)
+/* Under snc_mu. Opens or makes the segment of g's id (g->x stays NULL when
+ * /dev/shm refuses: then only ranks of this process meet; r is the error
+ * when the id is another process's, whose ranks could then never meet). */
+HIDDEN ncclResult_t snc_x_attach_locked(group *g, const ncclUniqueId *id, int nranks);
+/* Takes rank's place in the segment (ncclInvalidUsage: taken by another
+ * process, or another nranks). */
+HIDDEN ncclResult_t snc_x_join_locked(group *g, int rank);
+/* Every rank joined, in this process or others (decides g->cross, maps the
+ * staging areas, unlinks the segment's name). */
+HIDDEN bool snc_x_complete_locked(group *g);
+/* A failure published by a rank of another process becomes g's (and ours,
+ * published); a peer whose process exited fails g too. */
+HIDDEN void snc_x_sync_locked(group *g);
+HIDDEN void snc_x_publish_failure(group *g, const char *why);
+/* rank's communicator is gone (freed): peers waiting for it give up. */
+HIDDEN void snc_x_left_locked(group *g, int rank);
+HIDDEN void snc_x_detach_locked(group *g);
+/* Removes the segment's name (the mappings stay). */
+HIDDEN void snc_x_unlink_locked(group *g);
+/* Whether a rank of g lives in another process (known so far). */
+HIDDEN bool snc_x_remote_seen(group *g);
+/* Waits on snc_cv for a while (*ns, doubled up to half a millisecond): the
+ * ranks of other processes cannot signal it, so the waits poll. */
+HIDDEN void snc_x_nap_locked(long *ns);
+/* The steps across processes (xcoll.c), under snc_mu. */
+HIDDEN void snc_x_run_collective(step *s);
+HIDDEN void snc_x_run_p2p(step *s);
+HIDDEN ncclResult_t snc_x_check_size(ncclComm_t c, const char *api, size_t stage_bytes, bool p2p);
 
 #endif

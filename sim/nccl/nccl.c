@@ -1,5 +1,9 @@
 /* gpa-sim NCCL subset: the calls comm/nccl.c makes, for the simulated
- * devices of one process (docs/sim.md, "NCCL").
+ * devices of one process or of several processes of one machine
+ * (docs/sim.md, "NCCL subset"). Ranks in several processes: xproc.c (the
+ * group's shared-memory segment, which every group gets at its first
+ * join; once every rank joined, a group whose ranks are all here goes on
+ * as below, one with ranks elsewhere runs its steps in xcoll.c).
  *
  * Overview. A unique id names a group; ncclCommInitRank joins rank r of it
  * and waits until every rank joined (inside ncclGroupStart/End the wait
@@ -189,16 +193,22 @@ void snc_unref_locked(ncclComm_t c) {
   if (--c->refs) return;
   group *g = c->g;
   g->rank[c->rank] = NULL;
+  snc_x_left_locked(g, c->rank);
   free(c);
   --g->alive;
   group_release_locked(g);
 }
 
 /* Frees g once nobody uses it: no rank alive, and (a failed init) every
- * rank came, so that none arrives at a freed group. Under snc_mu. */
+ * rank came, so that none arrives at a freed group (unless some rank is
+ * another process's: this process's may never all come). Under snc_mu. */
 static void group_free_locked(group *g);
 static void group_release_locked(group *g) {
-  if (g->alive || (g->failed && g->arrived < g->nranks)) return;
+  if (g->alive) return;
+  if (g->failed && g->arrived < g->nranks && !snc_x_remote_seen(g)) {
+    snc_x_unlink_locked(g); /* kept for this process's late ranks only */
+    return;
+  }
   group_free_locked(g);
 }
 
@@ -222,6 +232,7 @@ static void group_free_locked(group *g) {
         n = m->next;
         free(m);
       }
+  snc_x_detach_locked(g);
   for (group **pp = &g_groups; *pp; pp = &(*pp)->next)
     if (*pp == g) {
       *pp = g->next;
@@ -233,14 +244,21 @@ static void group_free_locked(group *g) {
 /* Waits (under snc_mu) until every rank of c's group joined; false if c was
  * aborted meanwhile. */
 static bool wait_joined(ncclComm_t c) {
-  while (c->g->joined < c->g->nranks && !c->aborted && !c->g->failed) pthread_cond_wait(&snc_cv, &snc_mu);
-  return !c->aborted && !c->g->failed;
+  long nap = 5000;
+  for (;;) {
+    if (c->g->x) snc_x_sync_locked(c->g);
+    if (c->aborted || c->g->failed) return false;
+    if (snc_x_complete_locked(c->g)) return !c->g->failed;
+    if (c->g->x) snc_x_nap_locked(&nap); /* ranks of other processes cannot signal snc_cv */
+    else pthread_cond_wait(&snc_cv, &snc_mu);
+  }
 }
 
 ncclResult_t snc_init_state_locked(ncclComm_t c) {
   if (c->init_done) return ncclSuccess;
   if (c->aborted) return ncclSystemError;
-  if (c->g->joined == c->g->nranks) { /* every rank joined once: later failures are the collectives' */
+  if (c->g->x) snc_x_sync_locked(c->g);
+  if (snc_x_complete_locked(c->g)) { /* every rank joined once: later failures are the collectives' */
     c->init_done = true;
     return ncclSuccess;
   }
@@ -256,12 +274,6 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     return snc_fail(NULL, ncclInvalidArgument, "ncclCommInitRank: rank %d outside [0, %d)", rank, nranks);
   if (memcmp(id.internal, "gpa-sim-nccl-id", 16))
     return snc_fail(NULL, ncclInvalidArgument, "ncclCommInitRank: %s", "not a unique id of ncclGetUniqueId");
-  int32_t maker;
-  memcpy(&maker, id.internal + 16 + 3 * sizeof(unsigned long long), sizeof maker);
-  if (maker != (int32_t)getpid()) /* its ranks would never meet: refuse rather than wait */
-    return snc_fail(NULL, ncclInvalidUsage,
-                    "ncclCommInitRank: the simulator's NCCL meets ranks of one process only (this unique id is "
-                    "process %d's, this is %d)", (int)maker, (int)getpid());
   bool fault = snc_take(&f_init);
   ncclComm_t c = calloc(1, sizeof *c);
   if (!c) return snc_fail(NULL, ncclSystemError, "ncclCommInitRank: %s", "out of host memory");
@@ -285,8 +297,21 @@ static ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
     g->nranks = nranks;
     g->next = g_groups;
     g_groups = g;
+    if ((r = snc_x_attach_locked(g, &id, nranks)) != ncclSuccess) {
+      group_free_locked(g);
+      pthread_mutex_unlock(&snc_mu);
+      free(c);
+      return r;
+    }
   }
   g->arrived++;
+  if (g->x) snc_x_sync_locked(g); /* an init that failed in another process */
+  if (!fault && !g->failed && (r = snc_x_join_locked(g, rank)) != ncclSuccess) {
+    group_release_locked(g);
+    pthread_mutex_unlock(&snc_mu);
+    free(c);
+    return r;
+  }
   if (fault || g->failed) {
     /* the peers waiting, and those still to come, fail too (NCCL's would
      * wait for its bootstrap timeout) */
@@ -403,6 +428,7 @@ void snc_fail_group_locked(group *g, int rank, const char *why) {
   if (!g->failed) {
     g->failed = true;
     snprintf(g->fail_why, sizeof g->fail_why, "rank %d: %s", rank, why);
+    snc_x_publish_failure(g, g->fail_why); /* to the ranks of other processes */
   }
   pthread_cond_broadcast(&snc_cv);
 }
