@@ -2,7 +2,6 @@
 #include "ops/basic_check.h"
 
 #include <inttypes.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -38,7 +37,7 @@ gpa_status gpa__chk_rank(const char *op, const char *arg, const gpa_tensor *t, u
   return GPA_ESHAPE;
 }
 
-static bool shape_is(const gpa_tensor *t, uint32_t rank, const int64_t *shape) {
+bool gpa__chk_shape_is(const gpa_tensor *t, uint32_t rank, const int64_t *shape) {
   bool ok = t->rank == rank;
   for (uint32_t i = 0; ok && i < rank; i++) ok = t->shape[i] == shape[i];
   return ok;
@@ -46,7 +45,7 @@ static bool shape_is(const gpa_tensor *t, uint32_t rank, const int64_t *shape) {
 
 gpa_status gpa__chk_shape(const char *op, const char *arg, const gpa_tensor *t, uint32_t rank,
                           const int64_t *shape, const char *why, char *msg, size_t msg_size) {
-  if (shape_is(t, rank, shape)) return GPA_OK;
+  if (gpa__chk_shape_is(t, rank, shape)) return GPA_OK;
   char s[160], w[160];
   gpa__chk_fmt_shape(s, sizeof s, t->rank < GPA_MAX_RANK ? t->rank : GPA_MAX_RANK, t->shape);
   gpa__chk_fmt_shape(w, sizeof w, rank, shape);
@@ -61,7 +60,7 @@ gpa_status gpa__chk_f32_like(const char *op, const char *arg, const gpa_tensor *
                              const char *like_arg, char *msg, size_t msg_size) {
   gpa_status st = gpa__chk_dtype(op, arg, t, GPA_F32, 0, msg, msg_size);
   if (st != GPA_OK) return st;
-  if (shape_is(t, like->rank, like->shape)) return GPA_OK; /* the reason is formatted only for a message */
+  if (gpa__chk_shape_is(t, like->rank, like->shape)) return GPA_OK; /* the reason is formatted only for a message */
   char why[96];
   snprintf(why, sizeof why, "shape of %s", like_arg);
   return gpa__chk_shape(op, arg, t, like->rank, like->shape, why, msg, msg_size);
@@ -78,7 +77,7 @@ gpa_status gpa__chk_like(const char *op, const char *arg, const gpa_tensor *t, c
              gpa_dtype_name(like->dtype), like_arg);
     return GPA_EDTYPE;
   }
-  if (shape_is(t, like->rank, like->shape)) return GPA_OK; /* the reason is formatted only for a message */
+  if (gpa__chk_shape_is(t, like->rank, like->shape)) return GPA_OK; /* the reason is formatted only for a message */
   char why[96];
   snprintf(why, sizeof why, "shape of %s", like_arg);
   return gpa__chk_shape(op, arg, t, like->rank, like->shape, why, msg, msg_size);

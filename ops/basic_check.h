@@ -4,6 +4,7 @@
  * and return ESHAPE / EDTYPE / EINVAL / ERANGE. Any thread. */
 #ifndef GPA_OPS_BASIC_CHECK_H
 #define GPA_OPS_BASIC_CHECK_H
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,9 @@ gpa_status gpa__chk_dtype(const char *op, const char *arg, const gpa_tensor *t, 
 gpa_status gpa__chk_rank(const char *op, const char *arg, const gpa_tensor *t, uint32_t rank,
                          const char *layout, char *msg, size_t msg_size);
 /* t has exactly this rank and shape; `why` (nullable) explains the expectation. */
+bool gpa__chk_shape_is(const gpa_tensor *t, uint32_t rank, const int64_t *shape);
+/* gpa__chk_shape with its message; a caller whose `why` must be formatted
+ * asks gpa__chk_shape_is first (a valid submit formats nothing). */
 gpa_status gpa__chk_shape(const char *op, const char *arg, const gpa_tensor *t, uint32_t rank,
                           const int64_t *shape, const char *why, char *msg, size_t msg_size);
 /* f32 tensor of exactly the shape of `like` (named like_arg). */

@@ -49,8 +49,7 @@ static gpa_status axpy_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size
 static gpa_status check_mask(const char *op, const gpa_tensor *mask, const gpa_tensor *t, const char *targ,
                              char *msg, size_t ms) {
   GPA__CHK(gpa__chk_dtype(op, "mask", mask, GPA_U8, GPA_I32, msg, ms));
-  if (mask->rank == 2 && mask->shape[0] == t->shape[0] && mask->shape[1] == t->shape[1])
-    return GPA_OK; /* the reason is formatted only for a message (a submit's cost) */
+  if (gpa__chk_shape_is(mask, 2, t->shape)) return GPA_OK; /* the reason is formatted only for a message */
   char why[64];
   snprintf(why, sizeof why, "[B,L] of %s", targ);
   return gpa__chk_shape(op, "mask", mask, 2, t->shape, why, msg, ms);

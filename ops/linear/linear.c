@@ -62,6 +62,7 @@ static gpa_status check_rows(const char *op, const char *arg, const gpa_tensor *
   int64_t want[GPA_MAX_RANK];
   for (uint32_t i = 0; i + 1 < like->rank; i++) want[i] = like->shape[i];
   want[like->rank - 1] = last;
+  if (gpa__chk_shape_is(t, like->rank, want)) return GPA_OK; /* the reason is formatted only for a message */
   char w[128];
   snprintf(w, sizeof w, "leading dims of %s, %s", like_arg, why);
   return gpa__chk_shape(op, arg, t, like->rank, want, w, msg, ms);
