@@ -24,6 +24,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,17 +71,26 @@ static void share_id(gpa_actor *a, int rank, const char *name, gpa_comm_id *id) 
   }
 }
 
-/* The simulator's segments this process made still named in /dev/shm. */
-static int segments_of(int pid) {
+/* The simulator's segments of ids pid made still named in /dev/shm;
+ * removed too when `remove` (a failed run cleans up after its ranks). */
+static int segments_of_x(int pid, bool remove) {
   char prefix[48];
   snprintf(prefix, sizeof prefix, "gpa-sim-nccl-%d-", pid);
   DIR *d = opendir("/dev/shm");
   if (!d) return 0;
   int n = 0;
-  for (struct dirent *e; (e = readdir(d));) n += !strncmp(e->d_name, prefix, strlen(prefix));
+  for (struct dirent *e; (e = readdir(d));) {
+    if (strncmp(e->d_name, prefix, strlen(prefix))) continue;
+    n++;
+    char name[300];
+    snprintf(name, sizeof name, "/%s", e->d_name);
+    if (remove) shm_unlink(name);
+  }
   closedir(d);
   return n;
 }
+
+static int segments_of(int pid) { return segments_of_x(pid, false); }
 
 /* Waits until the subset freed every communicator of this process (a
  * non-blocking one goes about a millisecond after its abort or destroy). */
@@ -214,8 +224,8 @@ static bool run_forked(int size) {
   }
   if (skipped) exit(SKIP);
   for (int r = 0; r < size; r++)
-    if (segments_of(pid[r])) {
-      fprintf(stderr, "comm_nccl_xproc_sim: a segment of rank %d (process %d) is left in /dev/shm\n", r, (int)pid[r]);
+    if (segments_of_x(pid[r], true)) {
+      fprintf(stderr, "comm_nccl_xproc_sim: a segment of rank %d (process %d) was left in /dev/shm\n", r, (int)pid[r]);
       ok = false;
     }
   return ok;

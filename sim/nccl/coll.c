@@ -272,8 +272,6 @@ static ncclResult_t enqueue(ncclComm_t c, post p, int peer, cudaStream_t stream)
   if (p.kind == K_BROADCAST && c->rank != p.root) sb = 0; /* read on the root only */
   ncclResult_t r;
   if ((r = check_buf(c, api, "send", p.send, sb)) || (r = check_buf(c, api, "recv", p.recv, rb))) return r;
-  if (c->g->cross && (r = snc_x_check_size(c, api, p.kind == K_RECV ? rb : sb, p.kind == K_SEND || p.kind == K_RECV)))
-    return r;
   if (snc_take(&snc_f_call)) return snc_fail(c, ncclSystemError, "%s: injected failure at the call", api);
   step *s = calloc(1, sizeof *s);
   if (!s) return snc_fail(c, ncclSystemError, "%s: out of host memory", api);
@@ -291,6 +289,12 @@ static ncclResult_t enqueue(ncclComm_t c, post p, int peer, cudaStream_t stream)
     pthread_mutex_unlock(&snc_mu);
     free(s);
     return snc_fail(c, ncclInvalidUsage, "%s: the communicator's init is still in progress", api);
+  }
+  /* g->cross is settled once the init is done (it is, here) */
+  if (c->g->cross && (r = snc_x_check_size(c, api, p.kind == K_RECV ? rb : sb, p.kind == K_SEND || p.kind == K_RECV))) {
+    pthread_mutex_unlock(&snc_mu);
+    free(s);
+    return r;
   }
   s->c = c;
   c->refs++;

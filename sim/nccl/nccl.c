@@ -221,6 +221,7 @@ __attribute__((destructor)) static void groups_unload(void) {
   for (group *g = g_groups, *next; g; g = next) {
     next = g->next;
     if (!g->alive) group_free_locked(g);
+    else snc_x_unlink_locked(g); /* a process leaving during an init leaves no name behind */
   }
   pthread_mutex_unlock(&snc_mu);
 }
