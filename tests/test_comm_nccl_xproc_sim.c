@@ -10,7 +10,8 @@
  * reference computed there, in place and not, odd sizes and 0,
  * send/recv, ordering with other ops, errors at the call). Then the faults,
  * with no communicator timeout, so that only the subset's own detection can
- * end the waits: a rank that aborts while its peer waits in an allreduce
+ * end the waits: mismatched allreduces (both ranks: EDEVICE naming the
+ * difference), a rank that aborts while its peer waits in an allreduce
  * (the peer: EDEVICE naming the abort, within seconds), a rank whose
  * process exits while its peer waits (EDEVICE naming the exit), and a rank
  * that never joins (the other's init: ETIMEDOUT after its 300 ms timeout).
@@ -143,6 +144,23 @@ static void abort_case(gpa_actor *a, const gpa_comm_id *id, int rank) {
   gpa_buffer_release(a, x.buffer);
 }
 
+/* The ranks issue different allreduces (64 against 32 floats): every
+ * rank compares what all staged, so both fail naming the difference. */
+static void mismatch_case(gpa_actor *a, const gpa_comm_id *id, int rank) {
+  gpa_comm *c;
+  CHECK_OK(gpa_comm_init(a, id, 2, rank, NULL, &c));
+  gpa_queue *q = gpa_actor_default_queue(a);
+  gpa_tensor x = tu_f32(a, rank ? 32 : 64);
+  gpa_handle *h;
+  CHECK_OK(gpa_allreduce(q, c, &x, &x, GPA_REDUCE_SUM, &h));
+  CHECK_ST(gpa_await(h, 30ll * 1000000000), GPA_EDEVICE);
+  CHECK(strstr(gpa_handle_error_message(h), "different collectives"));
+  gpa_handle_release(h);
+  CHECK_ST(gpa_sync_batch(q, NULL), GPA_EDEVICE);
+  CHECK_OK(gpa_comm_destroy(c));
+  gpa_buffer_release(a, x.buffer);
+}
+
 /* Rank 1's process exits while rank 0 waits in an allreduce (no timeout). */
 static void death_case(gpa_actor *a, const gpa_comm_id *id, int rank) {
   gpa_comm *c;
@@ -188,6 +206,8 @@ static int fork_rank(int rank, int size) {
   share_id(a, rank, size == 2 ? "cases2" : "cases3", &id);
   cases(a, &id, rank, size);
   if (size == 2) {
+    share_id(a, rank, "mismatch", &id);
+    mismatch_case(a, &id, rank);
     share_id(a, rank, "abort", &id);
     abort_case(a, &id, rank);
     share_id(a, rank, "never", &id);

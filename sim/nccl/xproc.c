@@ -170,7 +170,9 @@ bool snc_x_complete_locked(group *g) {
     if (d == MAP_FAILED) {
       char why[160];
       snprintf(why, sizeof why, "mapping the staging areas: %s", strerror(errno));
-      snc_fail_group_locked(g, -1, why);
+      int mine = 0; /* a rank of this process, for the text */
+      while (mine < g->nranks - 1 && !g->rank[mine]) mine++;
+      snc_fail_group_locked(g, mine, why);
     } else {
       g->xdata = d;
     }
