@@ -25,6 +25,10 @@ mode (GPA_BENCH_TORCH_MODE):
              whole block of 1 ms calls); the first call of each block is not
              counted: each side as in a loop that calls only it.
 filter: only rows whose name contains it (e.g. conv1d).
+GPA_BENCH_TORCH_OUTPUTS=fresh: our side allocates its outputs in each call
+(torch.empty), as F.conv1d and F.linear do theirs and as a model's forward
+does; the default passes the same output tensors every call. The "outputs"
+field says which.
 """
 import json
 import os
@@ -47,6 +51,7 @@ MODE = sys.argv[2] if len(sys.argv) > 2 else os.environ.get("GPA_BENCH_TORCH_MOD
 FILTER = sys.argv[3] if len(sys.argv) > 3 else ""
 if MODE not in ("alternate", "settled", "blocks"):
     sys.exit("host_vs_torch: mode must be alternate, settled or blocks")
+FRESH = os.environ.get("GPA_BENCH_TORCH_OUTPUTS", "kept") == "fresh"
 THREADS = int(os.environ.get("GPA_THREADS", os.cpu_count() or 1))
 torch.set_num_threads(THREADS)
 
@@ -84,7 +89,15 @@ def row(name, shape, flops, ours, theirs):
     print(json.dumps({"name": name, "backend": "cpu", "mode": MODE, "shape": shape, "ns": round(o * 1e9),
                       "gflops": round(flops / o / 1e9, 1), "ref": "pytorch_cpu_" + torch.__version__,
                       "ref_ns": round(t * 1e9), "ref_gflops": round(flops / t / 1e9, 1),
-                      "ratio": round(t / o, 3), "threads": THREADS}), flush=True)
+                      "ratio": round(t / o, 3), "threads": THREADS,
+                      "outputs": "fresh" if FRESH else "kept"}), flush=True)
+
+
+def ours_run(a, op, inputs, outputs, attrs=None):
+    """gt.run of op into `outputs`, or (fresh) into new tensors of their shapes."""
+    if FRESH:
+        return lambda: gt.run(a, op, inputs, [torch.empty(o.shape) for o in outputs], attrs)
+    return lambda: gt.run(a, op, inputs, outputs, attrs)
 
 
 def main():
@@ -95,7 +108,7 @@ def main():
         x = torch.randn(N, IN, generator=g); W = torch.randn(OUT, IN, generator=g) * 0.03
         b = torch.randn(OUT, generator=g); y = torch.empty(N, OUT)
         row("linear_fwd_vs_torch", f"{N}x{IN}->{OUT}", 2.0 * N * IN * OUT,
-            lambda: gt.run(a, "linear_fwd", [x, W, b], [y]), lambda: F.linear(x, W, b))
+            ours_run(a, "linear_fwd", [x, W, b], [y]), lambda: F.linear(x, W, b))
         dy = torch.randn(N, OUT, generator=g); dx = torch.empty(N, IN); dW = torch.empty(OUT, IN)
         db = torch.empty(OUT)
         xr = x.clone().requires_grad_(); Wr = W.clone().requires_grad_(); br = b.clone().requires_grad_()
@@ -104,7 +117,7 @@ def main():
             xr.grad = Wr.grad = br.grad = None
             F.linear(xr, Wr, br).backward(dy)
         row("linear_bwd_vs_torch", f"{N}x{IN}->{OUT}", 4.0 * N * IN * OUT,
-            lambda: gt.run(a, "linear_bwd", [dy, x, W], [dx, dW, db]), torch_bwd)
+            ours_run(a, "linear_bwd", [dy, x, W], [dx, dW, db]), torch_bwd)
     # conv1d, causal (left pad (K-1) dilation), fwd and bwd
     for (B, C, L, K, d) in [(8, 256, 1024, 3, 4), (32, 96, 128, 3, 1)]:
         x = torch.randn(B, C, L, generator=g); W = torch.randn(C, C, K, generator=g) * 0.05
@@ -113,7 +126,7 @@ def main():
         pad = (K - 1) * d
         flops = 2.0 * B * C * C * K * L
         row("conv1d_fwd_vs_torch", f"B{B}_C{C}_L{L}_K{K}_d{d}_causal", flops,
-            lambda: gt.run(a, "conv1d_fwd", [x, W, b], [y], attrs),
+            ours_run(a, "conv1d_fwd", [x, W, b], [y], attrs),
             lambda: F.conv1d(F.pad(x, (pad, 0)), W, b, dilation=d))
         dy = torch.randn(B, C, L, generator=g); dx = torch.empty(B, C, L); dW = torch.empty(C, C, K)
         db = torch.empty(C)
@@ -123,7 +136,7 @@ def main():
             xr.grad = Wr.grad = br.grad = None
             F.conv1d(F.pad(xr, (pad, 0)), Wr, br, dilation=d).backward(dy)
         row("conv1d_bwd_vs_torch", f"B{B}_C{C}_L{L}_K{K}_d{d}_causal", 2 * flops,
-            lambda: gt.run(a, "conv1d_bwd", [dy, x, W], [dx, dW, db], attrs), torch_conv_bwd)
+            ours_run(a, "conv1d_bwd", [dy, x, W], [dx, dW, db], attrs), torch_conv_bwd)
     a.close()
 
 

@@ -6,14 +6,34 @@
     gt.run(a, "gelu_fwd", [x], [y])               # y written in place
     o = gt.attention(a, q, k, v, causal=True)     # differentiable: our forward and backward
 
-Every tensor goes through DLPack as an external buffer over torch's own
-memory (gpuactor.dlpack): inputs are read and outputs written in place.
-Tensors must be contiguous (a refusal says so; call .contiguous()). A wrap
-is kept while the torch tensor it was made for lives (a weak reference),
-so a tensor used op after op is wrapped once: the wrap and its release are
-round trips to the actor that would otherwise cost more than a small op.
-When the tensor dies the wrap is released, and torch's deleter runs once the
-actor is done with the memory.
+Inputs are read and outputs written in place, in torch's own memory.
+Tensors must be contiguous (a refusal says so; call .contiguous()).
+
+CPU tensors on a cpu actor are views of one external buffer per actor over
+the whole user address space (its "host arena", wrapped at the actor's
+first such call, released with the actor, no release callback): a tensor
+is the arena at its data pointer, with no wrap, release or DLPack capsule
+of its own. That is safe because run() waits for the op on the CPU: torch's
+memory is in use by the actor only while run() holds the tensors, and the
+cpu backend never touches wrapped memory outside an op. (Nothing holds the
+storage itself: a tensor resized or set_() by another thread while run()
+waits for an op on it leaves the op with memory torch may have freed.) A new tensor per
+call (an op's output, as a model makes them) cost a wrap and a release
+through DLPack, two round trips to the actor, the second entering Python on
+the actor's thread for torch's deleter: ~100 µs a tensor beside a 1.1 ms
+conv1d, more than the op's whole margin over PyTorch (docs/benchmarks.md,
+"gpuactor.torch: fresh outputs"). GPA_TORCH_HOST_ARENA=0 (read at import)
+or HOST_ARENA = False turns it off: every tensor then goes through DLPack
+as below.
+
+Every other tensor (CUDA tensors; CPU tensors past the arena, of zero
+bytes, or with the arena off) goes through DLPack as an external buffer
+over torch's memory (gpuactor.dlpack). A wrap is kept while the torch
+tensor it was made for lives (a weak reference), so a tensor used op after
+op is wrapped once: the wrap and its release are round trips to the actor
+that would otherwise cost more than a small op. When the tensor dies the
+wrap is released, and torch's deleter runs once the actor is done with the
+memory.
 
 Ordering. On the CPU, run() waits for the op: torch sees the result when it
 returns. On CUDA, the actor's queue waits for an event recorded on torch's
@@ -44,6 +64,7 @@ events and the driver, tests/test_torch.py.)
 """
 import atexit
 import ctypes
+import os
 import weakref
 
 import torch as _torch
@@ -113,6 +134,77 @@ def _call(op, ins, outs, attrs):
         if len(_calls) >= CALLS_MAX:
             _calls.clear()
         c = _calls[key] = _core.Call(op, ins, outs, attrs)
+    return c
+
+
+# The host arena (the module's docstring): [ARENA_BASE, ARENA_END), the
+# user half of a 48-bit address space above its first 64 KiB (never
+# mapped: Linux's mmap_min_addr). A tensor outside it (5-level paging can
+# place memory higher) goes through DLPack.
+HOST_ARENA = os.environ.get("GPA_TORCH_HOST_ARENA", "1") != "0"
+ARENA_BASE, ARENA_END = 1 << 16, 1 << 47
+_NO_ARENA = object()  # an actor whose backend refused the arena (not cpu)
+
+
+def _arena(actor):
+    """The actor's host arena Buffer, made at its first call; None off the
+    cpu backend (CPU tensors there go through DLPack, which refuses them
+    with its message)."""
+    b = actor.__dict__.get("_torch_arena")
+    if b is None:
+        b = _NO_ARENA
+        if actor.backend == "cpu":
+            desc = _core.L.ExternalDesc(size_of=ctypes.sizeof(_core.L.ExternalDesc), kind=1,  # GPA_MEM_HOST
+                                        ptr=ARENA_BASE, bytes=ARENA_END - ARENA_BASE)
+            out = ctypes.c_uint64()
+            if _core.L.buffer_wrap(actor._p(), ctypes.byref(desc), ctypes.byref(out)) == 0:
+                b = _core.Buffer._adopt(actor, out.value, desc.bytes)
+                b.external = True
+        actor._torch_arena = b
+    return None if b is _NO_ARENA else b
+
+
+def _host_view(arena, t):
+    """t (contiguous) as a view of the arena, or None where it must go
+    through DLPack (a dtype it maps or refuses, zero bytes, past the arena)."""
+    dtype = _GPA_OF.get(t.dtype)
+    n = t.numel() * t.element_size()
+    p = t.data_ptr()
+    if dtype is None or n == 0 or p < ARENA_BASE or p + n > ARENA_END:
+        return None
+    return _core.Tensor(arena, tuple(t.shape), dtype, p - ARENA_BASE)
+
+
+# Calls on the host arena: (the arena's id, op, each tensor's data pointer,
+# shape and dtype, the attributes) -> Call. Pointer arithmetic on the
+# arena, so an entry stays right whichever tensor is at those addresses
+# later (a new output where the last one was freed hits it); it keeps the
+# arena, so no other object takes the arena's id while it is here.
+# Cleared when full.
+_host_calls = {}
+
+
+def _host_call(arena, op, inputs, outputs, attrs):
+    """The Call of op on CPU tensors through the arena, or None where one of
+    them must go through DLPack."""
+    try:
+        key = (id(arena), op, tuple((t.data_ptr(), t.shape, t.dtype) for t in inputs),
+               tuple((t.data_ptr(), t.shape, t.dtype) for t in outputs),
+               (tuple(attrs.items()), tuple(map(type, attrs.values()))) if attrs else ())
+        c = _host_calls.get(key)
+    except TypeError:  # an attribute value that cannot be a key
+        key, c = None, None
+    if c is not None:
+        return c
+    ins = [_host_view(arena, t) for t in inputs]
+    outs = [_host_view(arena, t) for t in outputs]
+    if any(v is None for v in ins) or any(v is None for v in outs):
+        return None
+    c = _core.Call(op, ins, outs, attrs)
+    if key is not None:
+        if len(_host_calls) >= CALLS_MAX:
+            _host_calls.clear()
+        _host_calls[key] = c
     return c
 
 
@@ -249,6 +341,19 @@ def _ordered(q, index, call):
 def run(actor, op, inputs=(), outputs=(), attrs=None, queue=None):
     """Runs gpuactor op `op` on torch tensors; returns `outputs`."""
     q = queue or actor.queue
+    if HOST_ARENA:
+        ts = [*inputs, *outputs]
+        if all(t.get_device() < 0 for t in ts):
+            for t in ts:  # before any cache: a restrided tensor keeps its address and shape
+                if not t.is_contiguous():
+                    raise _core.GpaError(-1, "gpuactor.torch: a tensor of shape %s and strides %s is not "
+                                         "contiguous: make it contiguous first (.contiguous())"
+                                         % (tuple(t.shape), t.stride()))
+            arena = _arena(actor)
+            call = _host_call(arena, op, list(inputs), list(outputs), attrs) if arena is not None else None
+            if call is not None:
+                q.submit(call).result()  # done before the tensors can go: the actor keeps nothing of them
+                return outputs
     ins = [_wrap(actor, t, q) for t in inputs]
     outs = [_wrap(actor, t, q) for t in outputs]
     call = _call(op, ins, outs, attrs)

@@ -1,4 +1,5 @@
-"""gpuactor.torch on the CPU: ops on torch tensors in place, and the
+"""gpuactor.torch on the CPU: ops on torch tensors in place (through the
+host arena, and through DLPack wraps with the arena off), and the
 attention autograd Function against PyTorch's own attention (forward and
 gradients). Skipped without torch (Debian's python3-torch)."""
 import gc
@@ -21,7 +22,90 @@ def cpu_actor(actor):
     return actor
 
 
-def test_run_in_place(cpu_actor):
+@pytest.fixture
+def dlpack_path(cpu_actor, monkeypatch):
+    """A cpu actor with the host arena off: CPU tensors through DLPack wraps,
+    the path every CUDA tensor takes."""
+    monkeypatch.setattr(gt, "HOST_ARENA", False)
+    return cpu_actor
+
+
+def test_host_arena_in_place(cpu_actor):
+    """CPU tensors are views of the actor's one host arena at their data
+    pointers: ops read and write torch's memory in place, views and other
+    dtypes included, with no DLPack import and no wrap per tensor."""
+    x = torch.arange(4096, dtype=torch.float32).reshape(64, 64)
+    y = torch.zeros_like(x)
+    ptr = y.data_ptr()
+    gt.run(cpu_actor, "scale", [x], [y], {"alpha": 0.5})
+    assert y.data_ptr() == ptr and torch.equal(y, x * 0.5)
+    arena = cpu_actor._torch_arena
+    assert not dlpack._imports and arena.external
+    assert arena.info()["size"] == gt.ARENA_END - gt.ARENA_BASE
+    gt.run(cpu_actor, "scale", [y], [x], {"alpha": 4.0})
+    assert torch.equal(x, torch.arange(4096, dtype=torch.float32).reshape(64, 64) * 2)
+    # a view at an offset (not 16-byte aligned), and the same bytes as int32
+    y.zero_()
+    gt.run(cpu_actor, "scale", [x.view(-1)[5:21]], [y.view(-1)[7:23]], {"alpha": 0.25})
+    flat = y.view(-1)
+    assert torch.equal(flat[7:23], x.view(-1)[5:21] * 0.25) and not flat[:7].any() and not flat[23:].any()
+    gt.run(cpu_actor, "copy", [x.view(torch.int32)], [y.view(torch.int32)])
+    assert torch.equal(y, x)
+    assert cpu_actor._torch_arena is arena and not dlpack._imports
+
+
+def test_host_arena_refusals(cpu_actor):
+    """Not contiguous: refused before any cached call is looked up (a
+    transposed square matrix has the contiguous one's address and shape).
+    A dtype without a gpa dtype goes to DLPack, which says so."""
+    x = torch.arange(64, dtype=torch.float32).reshape(8, 8)
+    y = torch.zeros(8, 8)
+    gt.run(cpu_actor, "scale", [x], [y], {"alpha": 1.0})  # the call for x's address and shape, cached
+    with pytest.raises(Exception, match="contiguous"):
+        gt.run(cpu_actor, "scale", [x.t()], [y], {"alpha": 1.0})
+    with pytest.raises(Exception, match="contiguous"):
+        gt.run(cpu_actor, "scale", [x], [y.t()], {"alpha": 1.0})
+    assert torch.equal(y, x)  # nothing ran
+    with pytest.raises(Exception, match="dtype"):
+        gt.run(cpu_actor, "scale", [x.double()], [y.double()], {"alpha": 1.0})
+
+
+def test_host_arena_fresh_outputs(cpu_actor):
+    """A new output tensor per call (as a model makes them) costs the op's
+    message alone: no wrap or release round trip, one live buffer (the
+    arena) whatever the number of tensors, and the op's C call is built
+    again only for addresses, shapes, dtypes or attributes not seen."""
+    x = torch.randn(32, 96)
+    gt.run(cpu_actor, "gelu_fwd", [x], [torch.empty(32, 96)])  # the arena exists
+    s0 = cpu_actor.stats()
+    own = cpu_actor.stats()["messages"] - s0["messages"]  # a stats call's own messages
+    s0 = cpu_actor.stats()
+    outs = []
+    for i in range(10):
+        y = torch.empty(32, 96)
+        gt.run(cpu_actor, "gelu_fwd", [x], [y])
+        outs.append(y)
+        if i % 2:
+            del outs[0]  # freed: its memory may come back at the next empty()
+    s1 = cpu_actor.stats()
+    # the ops alone (through DLPack: 25, a wrap per output and a release per one freed)
+    assert s1["messages"] - s0["messages"] - own == 10
+    assert s1["live_buffers"] == s0["live_buffers"]
+    ref = torch.nn.functional.gelu(x)
+    assert all(torch.allclose(y, ref, atol=1e-5) for y in outs)
+    assert not dlpack._imports
+    gt._host_calls.clear()
+    y = torch.empty(32, 96)
+    for _ in range(3):
+        gt.run(cpu_actor, "scale", [x], [y], {"alpha": 0.5})
+    assert len(gt._host_calls) == 1 and torch.equal(y, x * 0.5)
+    gt.run(cpu_actor, "scale", [x], [y], {"alpha": 2.0})  # other attributes: another call
+    gt.run(cpu_actor, "scale", [x.view(96, 32)], [y.view(96, 32)], {"alpha": 3.0})  # another shape
+    assert len(gt._host_calls) == 3 and torch.equal(y, x * 3)
+
+
+def test_run_in_place(dlpack_path):
+    cpu_actor = dlpack_path
     x = torch.arange(4096, dtype=torch.float32).reshape(64, 64)
     y = torch.zeros_like(x)
     ptr = y.data_ptr()
@@ -41,9 +125,10 @@ def test_run_in_place(cpu_actor):
     assert not dlpack._imports
 
 
-def test_calls_built_once(cpu_actor):
+def test_calls_built_once(dlpack_path):
     """A call on the same cached wraps and attributes is built once (core.Call)
     and submitted again; other attributes, views and new wraps are other calls."""
+    cpu_actor = dlpack_path
     gt._calls.clear()
     x, y = torch.arange(64, dtype=torch.float32), torch.zeros(64)
     for _ in range(3):
@@ -67,10 +152,11 @@ def test_calls_built_once(cpu_actor):
     assert not dlpack._imports
 
 
-def test_views_within_a_wrap(cpu_actor):
+def test_views_within_a_wrap(dlpack_path):
     """A tensor at a wrap's address is the wrap itself (its shape and dtype),
     a view of it where its bytes fit in the wrap's, or else wrapped anew in
     its place (the smaller one then a view of the new wrap)."""
+    cpu_actor = dlpack_path
     big = torch.arange(64, dtype=torch.float32)
     y = torch.zeros(64)
     before = len(dlpack._imports)
