@@ -531,6 +531,54 @@ static void knob_done(const char *var, gpa_nt *u) {
   unsetenv(var);
 }
 
+/* GPA_CUDNN_GRAPHS=1: each variant pack's execute captured once as a CUDA
+ * graph and replayed. Parity (forward, backward twice with the same bits,
+ * non-deterministic) through replays; repeated calls launch the graph and
+ * call no library entry (sim); a new scale is a new pack and capture (the
+ * capture keeps the by-value scalars' values: a replay with the old scale
+ * would give the old o); inside a graph batch's capture the plain execute
+ * is captured instead, and the batch records and replays. */
+static void graphs_knob(const acase *c) {
+  gpa_nt u;
+  knob_actor("GPA_CUDNN_GRAPHS", "1", &u);
+  parity(&u, c, GPA_BF16, 321);
+  bufs a = small(&u, GPA_BF16, 1, 16, 16, 2, 2, 16, GPA_BF16);
+  int64_t nq = 1 * 16 * 2 * 16;
+  expect(&u, "GPA_CUDNN_GRAPHS=1: first call", run_fwd(&u, &a, NULL, 0), GPA_OK, NULL);
+  tally t0 = tally_now();
+  for (int r = 0; r < 3; r++) CHECK(run_fwd(&u, &a, NULL, 0) == GPA_OK);
+  tally t1 = tally_now();
+  char w[300];
+  snprintf(w, sizeof w, "GPA_CUDNN_GRAPHS=1: 3 calls: %llu graph launches, %llu captures, %lld library executes",
+           (unsigned long long)(t1.st.graph_launches - t0.st.graph_launches),
+           (unsigned long long)(t1.st.graph_captures - t0.st.graph_captures), t1.c.execute - t0.c.execute);
+  if (t1.st.graph_launches - t0.st.graph_launches != 3 || t1.st.graph_captures != t0.st.graph_captures ||
+      (on_sim && t1.c.execute != t0.c.execute))
+    gpa_nt_fail(&u, w);
+  else printf("ok: %s\n", w);
+  float *o1 = read16(&u, GPA_BF16, &a.o, nq);
+  gpa_attr sc = {"scale", GPA_ATTR_FLOAT, 0, 0.3};
+  expect(&u, "GPA_CUDNN_GRAPHS=1: another scale", run_fwd(&u, &a, &sc, 1), GPA_OK, NULL);
+  float *o2 = read16(&u, GPA_BF16, &a.o, nq);
+  if (last_stats.graph_captures != t1.st.graph_captures + 1 || !memcmp(o1, o2, sizeof(float) * (size_t)nq))
+    gpa_nt_fail(&u, "GPA_CUDNN_GRAPHS=1: a new scale replayed the old graph");
+  else printf("ok: GPA_CUDNN_GRAPHS=1: a new scale is a new capture\n");
+  free(o1), free(o2);
+  int recorded = 0;
+  for (int step = 0; step < 3; step++) {
+    gpa_status st = gpa_batch_begin_opts(u.q, "dnn", &(gpa_batch_options){.graph = GPA_GRAPH_ON});
+    gpa_tensor in[3] = {a.q, a.k, a.v}, out[2] = {a.o, a.lse};
+    if (st == GPA_OK) st = gpa_submit(u.q, &(gpa_op_call){"dnn_fwd", in, 3, out, 2, NULL, 0}, NULL);
+    gpa_batch_stats bs = {.size = sizeof bs};
+    if (st == GPA_OK) st = gpa_sync_batch(u.q, &bs);
+    if (st != GPA_OK) gpa_nt_fail(&u, gpa_last_error_message());
+    recorded += bs.graph != 0;
+  }
+  if (recorded < 2) gpa_nt_fail(&u, "GPA_CUDNN_GRAPHS=1: a graph batch of the op did not record and replay");
+  else printf("ok: GPA_CUDNN_GRAPHS=1: a graph batch records and replays\n");
+  knob_done("GPA_CUDNN_GRAPHS", &u);
+}
+
 static void knobs(void) {
   gpa_nt u;
   static const acase gqa = {2, 19, 27, 4, 2, 32, 1, 0, 0}; /* causal, S < Sk */
@@ -562,6 +610,7 @@ static void knobs(void) {
   knob_actor("GPA_CUDNN_SDPA_DS", "io", &u);
   parity(&u, &gqa, GPA_BF16, 321);
   knob_done("GPA_CUDNN_SDPA_DS", &u);
+  graphs_knob(&gqa);
 }
 
 static void declines(gpa_nt *t) {

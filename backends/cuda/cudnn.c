@@ -56,6 +56,23 @@ static int dnn_open(gpa__dnn *d, const char *path, char *why, size_t n) {
   return 1;
 }
 
+/* GPA_CUDNN_GRAPHS=1 needs to know whether the op's stream is being
+ * captured (a graph batch): the driver's cuStreamIsCapturing, which the
+ * backend's table lacks. Without it the knob does nothing. */
+static void resolve_capturing(gpa__cu_ctx *C, gpa__dnn *d) {
+  typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+  void *sym = dlsym(C->cu.lib, "cuGetProcAddress_v2");
+  get_proc_fn gp;
+  memcpy(&gp, &sym, sizeof gp);
+  CUdriverProcAddressQueryResult q;
+  void *fn = NULL;
+  if (!gp || gp("cuStreamIsCapturing", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS || !fn) {
+    gpa__log(GPA_LOG_INFO, C->host.log_level, "cuda: GPA_CUDNN_GRAPHS=1: no cuStreamIsCapturing: plain executes");
+    return;
+  }
+  memcpy(&d->is_capturing, &fn, sizeof fn);
+}
+
 static gpa__dnn *dnn_load(gpa__cu_ctx *C) {
   gpa__dnn *d = calloc(1, sizeof *d);
   if (!d) return NULL;
@@ -66,6 +83,7 @@ static gpa__dnn *dnn_load(gpa__cu_ctx *C) {
   char why[200];
   if (dnn_open(d, path, why, sizeof why)) {
     d->state = 1;
+    if (d->tune.graphs) resolve_capturing(C, d);
     gpa__log(GPA_LOG_DEBUG, C->host.log_level, "cuda: cuDNN %zu from %s: fused attention, convolutions", d->version,
              path);
   } else {

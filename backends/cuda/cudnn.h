@@ -70,6 +70,9 @@ typedef struct gpa__cudnn_stats {
    * gpa__cudnn_set_timing is on, the nanoseconds inside
    * cudnnBackendExecute over `timed` executions. */
   uint64_t execs, packs_built, set_streams, exec_ns, timed;
+  /* GPA_CUDNN_GRAPHS=1: executes captured as CUDA graphs, and replays of
+   * them (each replay counts in execs too) */
+  uint64_t graph_captures, graph_launches;
   uint32_t plans; /* held now (refused keys included) */
 } gpa__cudnn_stats;
 
@@ -160,7 +163,7 @@ cudnnBackendDescriptor_t gpa__dnn_plan_pack(gpa__dnn *d, gpa__dnn_plan *p, int n
                                             void *const *ptr, void *ws, cudnnStatus_t *st);
 /* cudnnBackendExecute of plan p with pack vp on the handle's stream,
  * counted (and timed when asked for). */
-cudnnStatus_t gpa__dnn_execute(gpa__dnn *d, const gpa__dnn_plan *p, cudnnBackendDescriptor_t vp);
+cudnnStatus_t gpa__dnn_execute(gpa__dnn *d, gpa__dnn_plan *p, cudnnBackendDescriptor_t vp);
 void gpa__dnn_plans_release(gpa__dnn *d);
 
 /* Experiment knobs of the SDPA plans (docs/cuda.md, "cuDNN fused
@@ -172,6 +175,8 @@ typedef struct gpa__dnn_tune {
   int first;   /* GPA_CUDNN_SDPA_BWD_ENGINE=N: the backward's heuristics candidates from the N-th (0-based) on */
   int ds_io;   /* GPA_CUDNN_SDPA_DS=io: the backward's dS typed in the storage type (default fp32) */
   int verbose; /* GPA_CUDNN_VERBOSE=1: the candidates tried for every plan built, on stderr; 2: the whole list */
+  int graphs;  /* GPA_CUDNN_GRAPHS=1: each variant pack's execute captured once as a CUDA graph and replayed
+                * (cudnn_plan.c); attention and convolutions alike */
 } gpa__dnn_tune;
 /* Fills *t from the environment (unknown values: the default, said on stderr). */
 void gpa__dnn_tune_read(gpa__dnn_tune *t);
@@ -195,6 +200,10 @@ struct gpa__dnn {
   void *stream;
   int stream_set;
   int timing;         /* gpa__cudnn_set_timing */
+  /* cuStreamIsCapturing, resolved at the load when tune.graphs asks for
+   * graphs (NULL: no graphs): a stream the actor is capturing for a graph
+   * batch gets the plain execute, captured into the batch */
+  CUresult (*is_capturing)(CUstream, CUstreamCaptureStatus *);
   int conv_told;      /* a convolution decline was logged at info level (cudnn_conv.c) */
   const char *why_const; /* the last decline when a constant (gpa__dnn_decline_const), else why[] */
   char why[256];      /* the last decline */

@@ -36,6 +36,13 @@ typedef struct dnn_pack {
   uint64_t used; /* the plan's tick at its last use (LRU) */
   void *ws;
   void *ptr[GPA__DNN_VP_MAX];
+  /* GPA_CUDNN_GRAPHS=1: the execute captured as a graph (NULL: not yet),
+   * or no_graph when its capture failed (plain executes from then on).
+   * cuDNN reads the by-value scalars at the execute and a capture keeps
+   * their values, so with graphs they are part of the pack's identity. */
+  CUgraphExec exec;
+  int no_graph;
+  gpa__dnn_scalars sc;
 } dnn_pack;
 
 struct gpa__dnn_plan {
@@ -57,13 +64,23 @@ struct gpa__dnn_plan {
 
 gpa__dnn_scalars *gpa__dnn_plan_scalars(gpa__dnn_plan *p) { return &p->sc; }
 
-static void packs_free(const gpa__cudnn_api *A, gpa__dnn_plan *p) {
-  for (int i = 0; i < p->n_packs; i++) A->cudnnBackendDestroyDescriptor(p->packs[i].vp);
+/* One pack's descriptor and graph (a graph still running is freed by the
+ * driver when it completes). */
+static void pack_free(gpa__dnn *d, dnn_pack *k) {
+  if (k->exec) d->C->cu.cuGraphExecDestroy(k->exec);
+  d->api.cudnnBackendDestroyDescriptor(k->vp);
+  k->exec = NULL, k->no_graph = 0;
+}
+
+static void packs_free(gpa__dnn *d, gpa__dnn_plan *p) {
+  for (int i = 0; i < p->n_packs; i++) pack_free(d, &p->packs[i]);
   p->n_packs = 0, p->last_pack = 0;
 }
 
-static int pack_is(const dnn_pack *k, int n, void *const *ptr, void *ws) {
-  return k->ws == ws && !memcmp(k->ptr, ptr, sizeof *ptr * (size_t)n);
+static int pack_is(const gpa__dnn *d, const gpa__dnn_plan *p, const dnn_pack *k, int n, void *const *ptr,
+                   void *ws) {
+  return k->ws == ws && !memcmp(k->ptr, ptr, sizeof *ptr * (size_t)n) &&
+         (!d->tune.graphs || !memcmp(&k->sc, &p->sc, sizeof p->sc));
 }
 
 cudnnBackendDescriptor_t gpa__dnn_plan_pack(gpa__dnn *d, gpa__dnn_plan *p, int n, const int64_t *uid,
@@ -75,16 +92,16 @@ cudnnBackendDescriptor_t gpa__dnn_plan_pack(gpa__dnn *d, gpa__dnn_plan *p, int n
   }
   /* another set of uids than the pool's (not for a plan's calls as built
    * today): the pool starts again with this one */
-  if (p->n_packs && (p->vp_n != n || memcmp(p->vp_uid, uid, sizeof *uid * (size_t)n))) packs_free(A, p);
+  if (p->n_packs && (p->vp_n != n || memcmp(p->vp_uid, uid, sizeof *uid * (size_t)n))) packs_free(d, p);
   p->tick++;
   /* the last pack used first: one call site reuses its buffers */
-  if (p->n_packs && pack_is(&p->packs[p->last_pack], n, ptr, ws)) {
+  if (p->n_packs && pack_is(d, p, &p->packs[p->last_pack], n, ptr, ws)) {
     p->packs[p->last_pack].used = p->tick;
     return p->packs[p->last_pack].vp;
   }
   int victim = p->n_packs < GPA__DNN_PACKS ? p->n_packs : 0;
   for (int i = 0; i < p->n_packs; i++) {
-    if (pack_is(&p->packs[i], n, ptr, ws)) {
+    if (pack_is(d, p, &p->packs[i], n, ptr, ws)) {
       p->packs[i].used = p->tick, p->last_pack = i;
       return p->packs[i].vp;
     }
@@ -102,10 +119,10 @@ cudnnBackendDescriptor_t gpa__dnn_plan_pack(gpa__dnn *d, gpa__dnn_plan *p, int n
     return NULL;
   }
   d->st.packs_built++;
-  if (victim < p->n_packs) A->cudnnBackendDestroyDescriptor(p->packs[victim].vp);
+  if (victim < p->n_packs) pack_free(d, &p->packs[victim]);
   else p->n_packs++;
   dnn_pack *k = &p->packs[victim];
-  k->vp = vp, k->used = p->tick, k->ws = ws;
+  k->vp = vp, k->used = p->tick, k->ws = ws, k->sc = p->sc;
   memcpy(k->ptr, ptr, sizeof *ptr * (size_t)n);
   p->vp_n = n, p->last_pack = victim;
   memcpy(p->vp_uid, uid, sizeof *uid * (size_t)n);
@@ -118,11 +135,57 @@ static uint64_t now_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-cudnnStatus_t gpa__dnn_execute(gpa__dnn *d, const gpa__dnn_plan *p, cudnnBackendDescriptor_t vp) {
+/* GPA_CUDNN_GRAPHS=1: the pack's execute captured on the handle's stream
+ * (thread-local mode: an unsafe call of cuDNN's fails the capture instead
+ * of slipping in) into k->exec; a capture that fails leaves the pack on
+ * plain executes (no_graph) and runs nothing, its status then being the
+ * capture's, not the op's. */
+static void capture(gpa__dnn *d, const gpa__dnn_plan *p, dnn_pack *k) {
+  const gpa__cu_api *cu = &d->C->cu;
+  CUstream s = (CUstream)d->stream;
+  CUgraph g = NULL;
+  k->no_graph = 1;
+  if (cu->cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return;
+  cudnnStatus_t st = d->api.cudnnBackendExecute(d->h, p->plan, k->vp);
+  CUresult r = cu->cuStreamEndCapture(s, &g);
+  if (!st && r == CUDA_SUCCESS && g && cu->cuGraphInstantiateWithFlags(&k->exec, g, 0) == CUDA_SUCCESS) {
+    k->no_graph = 0;
+    d->st.graph_captures++;
+  } else {
+    k->exec = NULL;
+    gpa__log(GPA_LOG_DEBUG, d->C->host.log_level, "cuda: GPA_CUDNN_GRAPHS: capture of an execute failed (%s): plain executes",
+             st ? d->api.cudnnGetErrorString(st) : "the driver");
+  }
+  if (g) cu->cuGraphDestroy(g);
+}
+
+/* The graph of the pack just looked up, when the knob asks for graphs and
+ * the stream is not being captured already; NULL: a plain execute. */
+static CUgraphExec graph_of(gpa__dnn *d, gpa__dnn_plan *p, cudnnBackendDescriptor_t vp) {
+  if (!d->is_capturing || !p->n_packs) return NULL;
+  dnn_pack *k = &p->packs[p->last_pack];
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (k->vp != vp || k->no_graph || d->is_capturing((CUstream)d->stream, &cs) != CUDA_SUCCESS ||
+      cs != CU_STREAM_CAPTURE_STATUS_NONE)
+    return NULL;
+  if (!k->exec) capture(d, p, k);
+  return k->exec;
+}
+
+static cudnnStatus_t execute(gpa__dnn *d, gpa__dnn_plan *p, cudnnBackendDescriptor_t vp) {
+  CUgraphExec e = graph_of(d, p, vp);
+  if (!e) return d->api.cudnnBackendExecute(d->h, p->plan, vp);
+  d->st.graph_launches++;
+  /* a launch that fails is the op's failure: its work may be half queued */
+  return d->C->cu.cuGraphLaunch(e, (CUstream)d->stream) == CUDA_SUCCESS ? CUDNN_STATUS_SUCCESS
+                                                                          : CUDNN_STATUS_EXECUTION_FAILED;
+}
+
+cudnnStatus_t gpa__dnn_execute(gpa__dnn *d, gpa__dnn_plan *p, cudnnBackendDescriptor_t vp) {
   d->st.execs++;
-  if (!d->timing) return d->api.cudnnBackendExecute(d->h, p->plan, vp);
+  if (!d->timing) return execute(d, p, vp);
   uint64_t t0 = now_ns();
-  cudnnStatus_t s = d->api.cudnnBackendExecute(d->h, p->plan, vp);
+  cudnnStatus_t s = execute(d, p, vp);
   d->st.exec_ns += now_ns() - t0, d->st.timed++;
   return s;
 }
@@ -137,7 +200,7 @@ void gpa__dnn_descs_free(const gpa__cudnn_api *A, gpa__dnn_descs *g) {
 
 static void plan_free(gpa__dnn *d, gpa__dnn_plan *p) {
   if (d->last == p) d->last = NULL;
-  packs_free(&d->api, p);
+  packs_free(d, p);
   if (p->plan) d->api.cudnnBackendDestroyDescriptor(p->plan);
   if (p->cfg) d->api.cudnnBackendDestroyDescriptor(p->cfg);
   gpa__dnn_descs_free(&d->api, &p->g);

@@ -1,7 +1,8 @@
 /* The SDPA plans' experiment knobs (gpa__dnn_tune in cudnn.h), read once
  * per actor when it loads cuDNN. They exist to measure, on one GPU run,
  * what separates our backward from PyTorch's (docs/cuda.md): which
- * heuristics list, which of its engine configs, how the graph types dS.
+ * heuristics list, which of its engine configs, how the graph types dS;
+ * and whether replaying an execute as a CUDA graph saves host time.
  * A value we do not know keeps the default and says so on stderr: a typo
  * in an experiment must not pass for a measurement of the default. */
 #include <stdio.h>
@@ -39,4 +40,8 @@ void gpa__dnn_tune_read(gpa__dnn_tune *t) {
     else if (strcmp(v, "f32")) unknown("GPA_CUDNN_SDPA_DS", v, "f32 or io");
   }
   if ((v = env("GPA_CUDNN_VERBOSE"))) t->verbose = !strcmp(v, "2") ? 2 : strcmp(v, "0") != 0;
+  if ((v = env("GPA_CUDNN_GRAPHS"))) {
+    if (!strcmp(v, "1")) t->graphs = 1;
+    else if (strcmp(v, "0")) unknown("GPA_CUDNN_GRAPHS", v, "0 or 1");
+  }
 }
