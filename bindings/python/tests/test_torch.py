@@ -418,11 +418,14 @@ print("ran", flush=True)
 """
 
 
-def test_exit_with_an_actor_left_open():
+@pytest.mark.parametrize("arena", ["0", "1"])
+def test_exit_with_an_actor_left_open(arena):
     """A process that leaves an actor open with wraps cached exits: the wraps
     go back before the interpreter finalizes (it hung there, the actor's
-    thread stopped inside torch's deleter)."""
-    env = dict(os.environ, GPA_DEVICE="cpu", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    thread stopped inside torch's deleter). With the host arena (no wraps:
+    nothing to hand back) too."""
+    env = dict(os.environ, GPA_DEVICE="cpu", GPA_TORCH_HOST_ARENA=arena,
+               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     r = subprocess.run([sys.executable, "-c", LEFT_OPEN], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=60)
     assert r.returncode == 0 and "ran" in r.stdout, r.stdout[-2000:]
