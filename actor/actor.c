@@ -164,6 +164,7 @@ static void *actor_main(void *arg) {
                        .nccl = o->nccl[0] ? o->nccl : NULL,
                        .cuda_no_poll = gpa__options_process()->cuda_no_poll != 0,
                        .cudnn_conv = o->cudnn_conv, .conv_tc = o->conv_tc,
+                       .conv_ig_small = o->conv_ig_small,
                        .fa2_exact = o->fa2_exact, .cuda_split_sums = o->cuda_split_sums,
                        .complete = gpa__complete_async, .trim = gpa__bufcache_trim};
   if (st == GPA_OK) st = a->be->init(&host, &a->bctx, su->msg, sizeof su->msg);

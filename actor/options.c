@@ -46,6 +46,7 @@ static const char *const full_names[] = {"wait", "fail", NULL};
 static const char *const shutdown_names[] = {"drain", "cancel", NULL};
 static const char *const log_names[] = {"error", "warn", "info", "debug", NULL};
 static const char *const nt_names[] = {"0", "1", NULL}; /* stored as 1, 2: 0 is "auto" (also the AVX-512 switches) */
+static const char *const nta_names[] = {"0", "1", "auto", NULL}; /* stored as 1, 2, 3: 0 is unset */
 #define FIELD(f) offsetof(gpa__opts, f), sizeof(((gpa__opts *)0)->f)
 #define OPT(env, key, kind, f, names, base, flags) {env, key, kind, names, base, flags, FIELD(f)}
 
@@ -68,6 +69,7 @@ static const opt_def gpa__opt_table[] = {
     OPT("GPA_CUDNN", "cudnn", OPT_PATH, cudnn, NULL, 0, FRESH),
     OPT("GPA_CUDNN_CONV", "cudnn_conv", OPT_ENUM, cudnn_conv, nt_names, 1, FRESH),
     OPT("GPA_CONV_TC", "conv_tc", OPT_ENUM, conv_tc, nt_names, 1, FRESH),
+    OPT("GPA_CONV_IG_SMALL", "conv_ig_small", OPT_ENUM, conv_ig_small, nta_names, 1, FRESH),
     OPT("GPA_FA2_EXACT", "fa2_exact", OPT_ENUM, fa2_exact, nt_names, 1, FRESH),
     OPT("GPA_CUDA_SPLIT_SUMS", "cuda_split_sums", OPT_ENUM, cuda_split_sums, nt_names, 1, FRESH),
     OPT("GPA_NCCL", "nccl", OPT_PATH, nccl, NULL, 0, FRESH),

@@ -50,6 +50,11 @@ typedef struct gpa__be_host {
    * on the SIMT implicit-GEMM kernels, A/B benches and tests), 2 "1" (f32
    * too on its 3xTF32 kernels, opt-in), 0 unset (bf16 on tensor cores) */
   int32_t conv_tc;
+  /* GPA_CONV_IG_SMALL (ops/conv1d/cuda_igsmall.c): conv1d's y and dx on
+   * the SIMT kernels in 32 x 32 tiles: 1 "0" (never: the 64 x 64 ones), 2
+   * "1" (wherever they fit), 3 "auto" (where the 64 x 64 grid is small),
+   * 0 unset (as "0" until a GPU has timed both) */
+  int32_t conv_ig_small;
   /* GPA_FA2_EXACT (ops/attention/cuda.c): 1 "0" (bf16 and fp16 attention
    * with D = 64, 96 or 128 on the class FA2 kernels, A/B benches and tests),
    * else the exact-head-dim ones, the faster */

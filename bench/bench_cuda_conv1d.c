@@ -16,7 +16,14 @@
  * cuda_conv1d_simt_* with
  * GPA_CUDNN_CONV=0 GPA_CONV_TC=0 (the SIMT implicit GEMMs of conv1d.cu,
  * the path before the tensor-core kernels: old and new in one run), each
- * on its own actor. On sim: tiny shapes, plumbing only. */
+ * on its own actor. Then f32 at the main job's shape only (d1, d8), the
+ * SIMT kernels' two tilings of y and dx side by side:
+ * cuda_conv1d_igsmall_* with GPA_CONV_IG_SMALL=1 (32 x 32 tiles, the
+ * reduction split in the block: kernels/cuda/conv1d_small.cu) and
+ * cuda_conv1d_igbig_* with GPA_CONV_IG_SMALL=0 (64 x 64), both with
+ * GPA_CUDNN_CONV=0 GPA_CONV_TC=0 (dW, db the same kernels in both), to
+ * decide GPA_CONV_IG_SMALL's default (ops/conv1d/cuda_igsmall.c). On sim:
+ * tiny shapes, plumbing only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,16 +60,19 @@ static void env_restore(const char *name, const char saved[16], int had) {
 /* One pass over the shapes on a fresh actor: own = 0 cuDNN wherever it
  * takes the call (GPA_CUDNN_CONV=1), 1 our tensor-core kernels
  * (GPA_CUDNN_CONV=0 GPA_CONV_TC=1), 2
- * our SIMT kernels (GPA_CUDNN_CONV=0 GPA_CONV_TC=0; both read at actor
- * creation). */
+ * our SIMT kernels (GPA_CUDNN_CONV=0 GPA_CONV_TC=0; all three read at actor
+ * creation), 3 and 4 those with GPA_CONV_IG_SMALL=1 and 0 (f32 at the
+ * main job's shape only). */
 static void conv_rows(int own) {
-  int sim, had[2];
-  char saved[2][16];
+  int sim, had[3];
+  char saved[3][16];
   env_swap("GPA_CUDNN_CONV", own ? "0" : "1", saved[0], &had[0]);
-  env_swap("GPA_CONV_TC", own == 2 ? "0" : own ? "1" : NULL, saved[1], &had[1]);
+  env_swap("GPA_CONV_TC", own >= 2 ? "0" : own ? "1" : NULL, saved[1], &had[1]);
+  env_swap("GPA_CONV_IG_SMALL", own == 3 ? "1" : own == 4 ? "0" : NULL, saved[2], &had[2]);
   gpa_actor *a = gpa_bench_cuda_actor("cuda_conv1d", &sim);
   env_restore("GPA_CUDNN_CONV", saved[0], had[0]);
   env_restore("GPA_CONV_TC", saved[1], had[1]);
+  env_restore("GPA_CONV_IG_SMALL", saved[2], had[2]);
   if (!a) return;
   gpa_queue *q = gpa_actor_default_queue(a);
   const int reps = gpa_bench_reps(5), k = sim ? 1 : 20;
@@ -71,6 +81,7 @@ static void conv_rows(int own) {
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0] * 2; si++) {
     const int64_t *sh = shapes[si / 2];
     const int bf = (int)(si % 2), dt = bf ? GPA_BF16 : GPA_F32;
+    if (own >= 3 && (bf || si >= 4)) continue;
     const int64_t B = sim ? 2 : sh[0], C = sim ? 16 : sh[1], L = sim ? 32 : sh[2];
     const int64_t K = sh[3], dil = sh[4];
     int64_t xs[3] = {B, C, L}, ws[3] = {C, C, K}, bs[1] = {C};
@@ -97,9 +108,11 @@ static void conv_rows(int own) {
     if (!own) th[si] = sim ? 0 : torch_conv(args, &tt[si][0], &tt[si][1]);
     const double *t = tt[si];
     int have = th[si];
-    static const char *names[3][2] = {{"cuda_conv1d_fwd", "cuda_conv1d_bwd"},
+    static const char *names[5][2] = {{"cuda_conv1d_fwd", "cuda_conv1d_bwd"},
                                       {"cuda_conv1d_own_fwd", "cuda_conv1d_own_bwd"},
-                                      {"cuda_conv1d_simt_fwd", "cuda_conv1d_simt_bwd"}};
+                                      {"cuda_conv1d_simt_fwd", "cuda_conv1d_simt_bwd"},
+                                      {"cuda_conv1d_igsmall_fwd", "cuda_conv1d_igsmall_bwd"},
+                                      {"cuda_conv1d_igbig_fwd", "cuda_conv1d_igbig_bwd"}};
     const double flops = 2.0 * (double)(B * C * C * K * L);
     for (int dir = 0; dir < 2; dir++) {
       if (ns[dir] <= 0) {
@@ -108,7 +121,9 @@ static void conv_rows(int own) {
       }
       snprintf(extra, sizeof extra, "\"note\":\"%s; %s\"",
                sim ? "simulated device: plumbing only, the numbers mean nothing" : "device time from CUDA events",
-               own == 2 ? "our SIMT kernels (GPA_CUDNN_CONV=0 GPA_CONV_TC=0)"
+               own == 4   ? "our SIMT kernels, y and dx in 64 x 64 tiles (GPA_CUDNN_CONV=0 GPA_CONV_TC=0 GPA_CONV_IG_SMALL=0)"
+               : own == 3 ? "our SIMT kernels, y and dx in 32 x 32 tiles (GPA_CUDNN_CONV=0 GPA_CONV_TC=0 GPA_CONV_IG_SMALL=1)"
+               : own == 2 ? "our SIMT kernels (GPA_CUDNN_CONV=0 GPA_CONV_TC=0)"
                : own    ? (bf ? "our tensor-core kernels (GPA_CUDNN_CONV=0)"
                               : "our 3xTF32 tensor-core kernels (GPA_CUDNN_CONV=0 GPA_CONV_TC=1)")
                         : "cuDNN where it takes the call (GPA_CUDNN_CONV=1), else our kernels");
@@ -128,4 +143,6 @@ void gpa_bench_cuda_conv1d(void) {
   conv_rows(0);
   conv_rows(1);
   conv_rows(2);
+  conv_rows(3);
+  conv_rows(4);
 }

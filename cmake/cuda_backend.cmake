@@ -25,7 +25,7 @@ set(GPA_CUDA_KERNEL_MODULES
   "emb:embedding.cu"
   "met:metrics.cu"
   "lin:linear.cu"
-  "conv:conv1d.cu,conv1d_tc.cu,conv1d_tc32.cu"
+  "conv:conv1d.cu,conv1d_small.cu,conv1d_tc.cu,conv1d_tc32.cu"
   "attn:attention.cu,attention_fa2.cu,attention_fa2_bwd.cu,attention_f32tc.cu,attention_f32tc_bwd.cu")
 foreach(entry IN LISTS GPA_CUDA_KERNEL_MODULES)
   string(REPLACE ":" ";" parts "${entry}")
@@ -91,14 +91,14 @@ add_dependencies(gpa_obj gpa_cuda_nodev)
 # The other modules' kernels (fp32 and bf16): no spills either, one test per
 # source (ew_no_spills, ...).
 if((BUILD_TESTING OR NOT DEFINED BUILD_TESTING) AND NOT GPA_SANITIZE)
-  foreach(entry ew:elementwise cast:cast norm:norm lin:linear conv:conv1d convtc:conv1d_tc convtc32:conv1d_tc32 emb:embedding met:metrics)
+  foreach(entry ew:elementwise cast:cast norm:norm lin:linear conv:conv1d convs:conv1d_small convtc:conv1d_tc convtc32:conv1d_tc32 emb:embedding met:metrics)
     string(REPLACE ":" ";" parts "${entry}")
     list(GET parts 0 mod)
     list(GET parts 1 src)
-    # bf16 conv1d's tensor-core kernels: no stack frame either (their 64
+    # conv1d's tensor-core and small-grid kernels: no stack frame either (their 64
     # accumulators and fragments stay in registers)
     set(no_stack OFF)
-    if(mod STREQUAL "convtc" OR mod STREQUAL "convtc32")
+    if(mod STREQUAL "convtc" OR mod STREQUAL "convtc32" OR mod STREQUAL "convs")
       set(no_stack ON)
     endif()
     add_test(NAME ${mod}_no_spills COMMAND ${CMAKE_COMMAND} -DNVCC=${GPA_NVCC} -DNO_STACK=${no_stack}

@@ -14,6 +14,19 @@
 /* dynamic shared memory per block: at most the default 48 KiB */
 #define GPA_CONV_SMEM_MAX (48 * 1024)
 
+/* The small-grid kernels of y and dx (kernels/cuda/conv1d_small.cu): tiles
+ * of GPA_CONV_S_TM x GPA_CONV_S_TN, GPA_CONV_S_NT threads as
+ * GPA_CONV_S_SPLIT groups of TM TN / 16 (4 x 4 outputs each) that split
+ * the reduction; A's rows padded to GPA_CONV_S_LDA floats (float4-aligned,
+ * the staging's stores spread over all banks). The same gpa_conv_geo,
+ * with mt, nt over these tiles and bc the reduction channels of a stage. */
+#define GPA_CONV_S_TM 32
+#define GPA_CONV_S_TN 32
+#define GPA_CONV_S_LDA (GPA_CONV_S_TM + 4)
+#define GPA_CONV_S_SPLIT 4
+#define GPA_CONV_S_NT 256
+#define GPA_CONV_S_MINB 3 /* blocks an SM the registers must allow (__launch_bounds__) */
+
 typedef struct gpa_conv_geo {
   int B, Cin, L, Cout, K, stride, pad_l, dil, G, Lout, cin_g, cout_g;
   int mt;     /* row tiles per group (blockIdx.y = group * mt + tile) */

@@ -34,6 +34,15 @@ gpa_status gpa__conv_bwd_bf16_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *
 int gpa__conv_ig_fits(const gpa__conv_cu_geom *g);
 gpa_status gpa__conv_fwd_ig_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
 gpa_status gpa__conv_bwd_ig_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
+/* ops/conv1d/cuda_igsmall.c: y and dx on the small-grid SIMT kernels
+ * (kernels/cuda/conv1d_small.cu). gpa__conv_igs_pick: whether they take a
+ * shape the 64 x 64 kernels would run as big_blocks blocks
+ * (GPA_CONV_IG_SMALL, the shape, and their limits; called only where
+ * gpa__conv_ig_fits holds). The launchers take g with its shape filled. */
+struct gpa_conv_geo;
+int gpa__conv_igs_pick(const gpa_op_exec *x, const gpa__conv_cu_geom *c, long long big_blocks);
+gpa_status gpa__conv_fwd_igs_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c, struct gpa_conv_geo *g);
+gpa_status gpa__conv_dx_igs_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c, struct gpa_conv_geo *g, int bf);
 /* ops/conv1d/cuda_tc.c: bf16 storage on tensor cores (kernels/cuda/conv1d_tc.cu)
  * when every index fits an int, the grids fit, the call's scratch stays
  * under its cap, and GPA_CONV_TC is not "0". */
@@ -65,6 +74,10 @@ gpa_status gpa__conv_bwd_tc32_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *
   K(CONV_IG_DX_BF, conv, gpa_conv_ig_dx_bf16)  \
   K(CONV_IG_DW, conv, gpa_conv_ig_dw_f32)      \
   K(CONV_IG_DW_BF, conv, gpa_conv_ig_dw_bf16)  \
+  K(CONV_IGS_FWD, conv, gpa_conv_igs_fwd_f32)  \
+  K(CONV_IGS_FWD_BF, conv, gpa_conv_igs_fwd_bf16) \
+  K(CONV_IGS_DX, conv, gpa_conv_igs_dx_f32)    \
+  K(CONV_IGS_DX_BF, conv, gpa_conv_igs_dx_bf16) \
   K(CONV_TC_FWD, conv, gpa_conv_tc_fwd_bf16)   \
   K(CONV_TC_DX, conv, gpa_conv_tc_dx_bf16)     \
   K(CONV_TC_DW, conv, gpa_conv_tc_dw_bf16)     \

@@ -4,7 +4,9 @@
  * sum goes through a partial buffer and the ordered sum of linear.cu
  * (gpa_conv_dw_sum_f32); db through the block-tree kernels of the cuBLAS
  * path. ops/conv1d/cuda.c calls these where gpa__conv_ig_fits holds and
- * keeps its im2col + cuBLAS path for the rest. */
+ * keeps its im2col + cuBLAS path for the rest; y and dx go on to the
+ * 32 x 32 kernels of cuda_igsmall.c where gpa__conv_igs_pick says
+ * (GPA_CONV_IG_SMALL; small grids). */
 #include <limits.h>
 #include <string.h>
 
@@ -86,6 +88,7 @@ gpa_status gpa__conv_fwd_ig_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c)
   g.bc = (int)stage(per, c->cin_g);
   g.mt = (int)cdiv(c->cout_g, GPA_CONV_TM);
   g.nt = (int)cdiv(c->Lout, GPA_CONV_TN);
+  if (gpa__conv_igs_pick(x, c, c->B * g.nt * c->G * g.mt)) return gpa__conv_fwd_igs_cu(x, c, &g);
   void *y = x->out[0], *xs = x->in[0], *w = x->in[1], *b = x->n_inputs > 2 ? x->in[2] : NULL;
   void *args[] = {&y, &xs, &w, &b, &g};
   int id = x->inputs[0].dtype == GPA_BF16 ? GPA__K_CONV_IG_FWD_BF : GPA__K_CONV_IG_FWD;
@@ -101,6 +104,7 @@ static gpa_status bwd_dx(const gpa_op_exec *x, const gpa__conv_cu_geom *c, int b
   g.bc = (int)stage(per, c->cout_g);
   g.mt = (int)cdiv(c->cin_g, GPA_CONV_TM);
   g.nt = (int)cdiv(c->L, GPA_CONV_TN);
+  if (gpa__conv_igs_pick(x, c, c->B * g.nt * c->G * g.mt)) return gpa__conv_dx_igs_cu(x, c, &g, bf);
   void *dx = x->out[0], *dy = x->in[0], *w = x->in[2];
   void *args[] = {&dx, &dy, &w, &g};
   return gpa__cu_launch(x, bf ? GPA__K_CONV_IG_DX_BF : GPA__K_CONV_IG_DX, (unsigned)(c->B * g.nt),
