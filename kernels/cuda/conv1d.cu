@@ -49,43 +49,43 @@ static __device__ void cv_fwd(float *sm, T *y, const T *x, const T *w, const T *
   const int tile = blockIdx.x % g.nt, b = blockIdx.x / g.nt;
   const int grp = blockIdx.y / g.mt, co0 = (blockIdx.y % g.mt) * TM, t0 = tile * TN;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const int wrows = g.bc * g.K;
+  const int wrows = g.bc * g.s.K;
   float *ws = sm, *xs = sm + wrows * TM;
-  const T *xb = x + ((long long)b * g.Cin + (long long)grp * g.cin_g) * g.L;
-  const T *wg = w + (long long)grp * g.cout_g * g.cin_g * g.K;
-  const int pos0 = t0 * g.stride - g.pad_l;
+  const T *xb = x + ((long long)b * g.s.Cin + (long long)grp * g.s.cin_g) * g.s.L;
+  const T *wg = w + (long long)grp * g.s.cout_g * g.s.cin_g * g.s.K;
+  const int pos0 = t0 * g.s.stride - g.s.pad_l;
   float acc[4][4];
   GPA_UNROLL for (int i = 0; i < 4; i++) GPA_UNROLL for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-  for (int c0 = 0; c0 < g.cin_g; c0 += g.bc) {
+  for (int c0 = 0; c0 < g.s.cin_g; c0 += g.bc) {
     __syncthreads(); /* the previous stage's reads are done */
     for (int i = threadIdx.x; i < wrows * TM; i += NT) {
       const int m = i % TM, rr = i / TM, co = co0 + m;
-      ws[i] = co < g.cout_g && c0 + rr / g.K < g.cin_g ? cv_ld(wg, ((long long)co * g.cin_g + c0) * g.K + rr) : 0.0f;
+      ws[i] = co < g.s.cout_g && c0 + rr / g.s.K < g.s.cin_g ? cv_ld(wg, ((long long)co * g.s.cin_g + c0) * g.s.K + rr) : 0.0f;
     }
     for (int i = threadIdx.x; i < g.bc * g.span; i += NT) {
       const int u = i % g.span, c = c0 + i / g.span, pos = pos0 + u;
-      xs[i] = c < g.cin_g && pos >= 0 && pos < g.L ? cv_ld(xb, (long long)c * g.L + pos) : 0.0f;
+      xs[i] = c < g.s.cin_g && pos >= 0 && pos < g.s.L ? cv_ld(xb, (long long)c * g.s.L + pos) : 0.0f;
     }
     __syncthreads();
-    const int nc = min(g.bc, g.cin_g - c0);
+    const int nc = min(g.bc, g.s.cin_g - c0);
     for (int c = 0; c < nc; c++)
-      for (int k = 0; k < g.K; k++) {
-        const float4 wv = *reinterpret_cast<const float4 *>(ws + (c * g.K + k) * TM + ty * 4);
-        const float *xr = xs + c * g.span + k * g.dil + tx * g.stride;
+      for (int k = 0; k < g.s.K; k++) {
+        const float4 wv = *reinterpret_cast<const float4 *>(ws + (c * g.s.K + k) * TM + ty * 4);
+        const float *xr = xs + c * g.span + k * g.s.dil + tx * g.s.stride;
         float v[4];
-        GPA_UNROLL for (int j = 0; j < 4; j++) v[j] = xr[j * 16 * g.stride];
+        GPA_UNROLL for (int j = 0; j < 4; j++) v[j] = xr[j * 16 * g.s.stride];
         CV_FMA4x4(acc, wv, v);
       }
   }
   GPA_UNROLL for (int i = 0; i < 4; i++) {
     const int co = co0 + ty * 4 + i;
-    if (co >= g.cout_g) continue;
-    const int cg = grp * g.cout_g + co;
+    if (co >= g.s.cout_g) continue;
+    const int cg = grp * g.s.cout_g + co;
     const float bv = bias ? cv_ld(bias, cg) : 0.0f;
-    T *yr = y + ((long long)b * g.Cout + cg) * g.Lout;
+    T *yr = y + ((long long)b * g.s.Cout + cg) * g.s.Lout;
     GPA_UNROLL for (int j = 0; j < 4; j++) {
       const int t = t0 + tx + 16 * j;
-      if (t < g.Lout) cv_st(yr, t, acc[i][j] + bv);
+      if (t < g.s.Lout) cv_st(yr, t, acc[i][j] + bv);
     }
   }
 }
@@ -97,34 +97,34 @@ static __device__ void cv_dx(float *sm, T *dx, const T *dy, const T *w, const gp
   const int tile = blockIdx.x % g.nt, b = blockIdx.x / g.nt;
   const int grp = blockIdx.y / g.mt, ci0 = (blockIdx.y % g.mt) * TM, p0 = tile * TN;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const int s = S1 ? 1 : g.stride, wrows = g.bc * g.K;
+  const int s = S1 ? 1 : g.s.stride, wrows = g.bc * g.s.K;
   float *ws = sm, *ds = sm + wrows * TM;
-  const T *dyb = dy + ((long long)b * g.Cout + (long long)grp * g.cout_g) * g.Lout;
-  const T *wg = w + (long long)grp * g.cout_g * g.cin_g * g.K;
+  const T *dyb = dy + ((long long)b * g.s.Cout + (long long)grp * g.s.cout_g) * g.s.Lout;
+  const T *wg = w + (long long)grp * g.s.cout_g * g.s.cin_g * g.s.K;
   /* the first t any column of the tile reaches (its k = K - 1 term) */
-  const int tmin = cv_floordiv(p0 + g.pad_l - (g.K - 1) * g.dil, s);
+  const int tmin = cv_floordiv(p0 + g.s.pad_l - (g.s.K - 1) * g.s.dil, s);
   float acc[4][4];
   GPA_UNROLL for (int i = 0; i < 4; i++) GPA_UNROLL for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-  for (int o0 = 0; o0 < g.cout_g; o0 += g.bc) {
+  for (int o0 = 0; o0 < g.s.cout_g; o0 += g.bc) {
     __syncthreads();
     for (int i = threadIdx.x; i < wrows * TM; i += NT) {
-      const int m = i % TM, rr = i / TM, ci = ci0 + m, o = o0 + rr / g.K;
-      ws[i] = ci < g.cin_g && o < g.cout_g ? cv_ld(wg, ((long long)o * g.cin_g + ci) * g.K + rr % g.K) : 0.0f;
+      const int m = i % TM, rr = i / TM, ci = ci0 + m, o = o0 + rr / g.s.K;
+      ws[i] = ci < g.s.cin_g && o < g.s.cout_g ? cv_ld(wg, ((long long)o * g.s.cin_g + ci) * g.s.K + rr % g.s.K) : 0.0f;
     }
     for (int i = threadIdx.x; i < g.bc * g.span; i += NT) {
       const int u = i % g.span, o = o0 + i / g.span, t = tmin + u;
-      ds[i] = o < g.cout_g && t >= 0 && t < g.Lout ? cv_ld(dyb, (long long)o * g.Lout + t) : 0.0f;
+      ds[i] = o < g.s.cout_g && t >= 0 && t < g.s.Lout ? cv_ld(dyb, (long long)o * g.s.Lout + t) : 0.0f;
     }
     __syncthreads();
-    const int nc = min(g.bc, g.cout_g - o0);
+    const int nc = min(g.bc, g.s.cout_g - o0);
     for (int c = 0; c < nc; c++)
-      for (int k = 0; k < g.K; k++) {
-        const float4 wv = *reinterpret_cast<const float4 *>(ws + (c * g.K + k) * TM + ty * 4);
+      for (int k = 0; k < g.s.K; k++) {
+        const float4 wv = *reinterpret_cast<const float4 *>(ws + (c * g.s.K + k) * TM + ty * 4);
         const float *dr = ds + c * g.span;
         float v[4];
         GPA_UNROLL for (int j = 0; j < 4; j++) {
           /* q = (p + pad_l - k dil) - tmin s >= 0: a multiple of s where a t exists */
-          const int q = p0 + tx + 16 * j + g.pad_l - k * g.dil - tmin * s;
+          const int q = p0 + tx + 16 * j + g.s.pad_l - k * g.s.dil - tmin * s;
           if (S1)
             v[j] = dr[q];
           else
@@ -135,11 +135,11 @@ static __device__ void cv_dx(float *sm, T *dx, const T *dy, const T *w, const gp
   }
   GPA_UNROLL for (int i = 0; i < 4; i++) {
     const int ci = ci0 + ty * 4 + i;
-    if (ci >= g.cin_g) continue;
-    T *xr = dx + ((long long)b * g.Cin + (long long)grp * g.cin_g + ci) * g.L;
+    if (ci >= g.s.cin_g) continue;
+    T *xr = dx + ((long long)b * g.s.Cin + (long long)grp * g.s.cin_g + ci) * g.s.L;
     GPA_UNROLL for (int j = 0; j < 4; j++) {
       const int p = p0 + tx + 16 * j;
-      if (p < g.L) cv_st(xr, p, acc[i][j]);
+      if (p < g.s.L) cv_st(xr, p, acc[i][j]);
     }
   }
 }
@@ -149,47 +149,47 @@ static __device__ void cv_dx(float *sm, T *dx, const T *dy, const T *w, const gp
  * out = dW when one split, else part + split Cout cin_g K. */
 template <typename T>
 static __device__ void cv_dw(float *sm, float *out, const T *dy, const T *x, const gpa_conv_geo &g) {
-  const int R = g.cin_g * g.K, r0 = blockIdx.x * TN, z = blockIdx.z;
+  const int R = g.s.cin_g * g.s.K, r0 = blockIdx.x * TN, z = blockIdx.z;
   const int grp = blockIdx.y / g.mt, co0 = (blockIdx.y % g.mt) * TM;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const int cbase = r0 / g.K, tpb = (g.Lout + g.bt - 1) / g.bt;
+  const int cbase = r0 / g.s.K, tpb = (g.s.Lout + g.bt - 1) / g.bt;
   float *ds = sm, *xs = sm + g.bt * TM;
   int off[4];
   GPA_UNROLL for (int j = 0; j < 4; j++) {
     const int r = r0 + tx + 16 * j;
-    off[j] = r < R ? (r / g.K - cbase) * g.span + (r % g.K) * g.dil : 0;
+    off[j] = r < R ? (r / g.s.K - cbase) * g.span + (r % g.s.K) * g.s.dil : 0;
   }
   float acc[4][4];
   GPA_UNROLL for (int i = 0; i < 4; i++) GPA_UNROLL for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
   const int s_end = min(g.nslice, (z + 1) * g.per);
   for (int sl = z * g.per; sl < s_end; sl++) {
-    const int b = sl / tpb, t0 = (sl % tpb) * g.bt, nt = min(g.bt, g.Lout - t0);
-    const T *dyb = dy + ((long long)b * g.Cout + (long long)grp * g.cout_g) * g.Lout;
-    const T *xb = x + ((long long)b * g.Cin + (long long)grp * g.cin_g) * g.L;
-    const int pos0 = t0 * g.stride - g.pad_l;
+    const int b = sl / tpb, t0 = (sl % tpb) * g.bt, nt = min(g.bt, g.s.Lout - t0);
+    const T *dyb = dy + ((long long)b * g.s.Cout + (long long)grp * g.s.cout_g) * g.s.Lout;
+    const T *xb = x + ((long long)b * g.s.Cin + (long long)grp * g.s.cin_g) * g.s.L;
+    const int pos0 = t0 * g.s.stride - g.s.pad_l;
     __syncthreads();
     for (int i = threadIdx.x; i < g.bt * TM; i += NT) {
       const int m = i % TM, t = i / TM, co = co0 + m;
-      ds[i] = co < g.cout_g && t < nt ? cv_ld(dyb, (long long)co * g.Lout + t0 + t) : 0.0f;
+      ds[i] = co < g.s.cout_g && t < nt ? cv_ld(dyb, (long long)co * g.s.Lout + t0 + t) : 0.0f;
     }
     for (int i = threadIdx.x; i < g.nch * g.span; i += NT) {
       const int u = i % g.span, c = cbase + i / g.span, pos = pos0 + u;
-      xs[i] = c < g.cin_g && pos >= 0 && pos < g.L ? cv_ld(xb, (long long)c * g.L + pos) : 0.0f;
+      xs[i] = c < g.s.cin_g && pos >= 0 && pos < g.s.L ? cv_ld(xb, (long long)c * g.s.L + pos) : 0.0f;
     }
     __syncthreads();
     for (int t = 0; t < nt; t++) {
       const float4 dv = *reinterpret_cast<const float4 *>(ds + t * TM + ty * 4);
-      const float *xr = xs + t * g.stride;
+      const float *xr = xs + t * g.s.stride;
       float v[4];
       GPA_UNROLL for (int j = 0; j < 4; j++) v[j] = xr[off[j]];
       CV_FMA4x4(acc, dv, v);
     }
   }
-  float *o = g.per < g.nslice ? out + (long long)z * g.Cout * R : out;
+  float *o = g.per < g.nslice ? out + (long long)z * g.s.Cout * R : out;
   GPA_UNROLL for (int i = 0; i < 4; i++) {
     const int co = co0 + ty * 4 + i;
-    if (co >= g.cout_g) continue;
-    float *orow = o + ((long long)grp * g.cout_g + co) * R;
+    if (co >= g.s.cout_g) continue;
+    float *orow = o + ((long long)grp * g.s.cout_g + co) * R;
     GPA_UNROLL for (int j = 0; j < 4; j++) {
       const int r = r0 + tx + 16 * j;
       if (r < R) orow[r] = acc[i][j];
@@ -211,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(NT, 2) gpa_conv_ig_fwd_bf16(gpa_bf1
 extern "C" __global__ void __launch_bounds__(NT, 2) gpa_conv_ig_dx_f32(float *dx, const float *dy, const float *w,
                                                                   gpa_conv_geo g) {
   GPA_DYNAMIC_SHARED(float, sm);
-  if (g.stride == 1)
+  if (g.s.stride == 1)
     cv_dx<float, true>(sm, dx, dy, w, g);
   else
     cv_dx<float, false>(sm, dx, dy, w, g);
@@ -219,7 +219,7 @@ extern "C" __global__ void __launch_bounds__(NT, 2) gpa_conv_ig_dx_f32(float *dx
 extern "C" __global__ void __launch_bounds__(NT, 2) gpa_conv_ig_dx_bf16(gpa_bf16 *dx, const gpa_bf16 *dy,
                                                                    const gpa_bf16 *w, gpa_conv_geo g) {
   GPA_DYNAMIC_SHARED(float, sm);
-  if (g.stride == 1)
+  if (g.s.stride == 1)
     cv_dx<gpa_bf16, true>(sm, dx, dy, w, g);
   else
     cv_dx<gpa_bf16, false>(sm, dx, dy, w, g);

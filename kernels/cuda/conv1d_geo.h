@@ -4,6 +4,7 @@
  * adapter declines larger tensors). */
 #ifndef GPA_CONV1D_GEO_H
 #define GPA_CONV1D_GEO_H
+#include "conv1d_shape.h"
 
 /* Block tile: CV_TM output rows (co for y and dW, ci for dx) by CV_TN
  * columns (t for y, p for dx, r = ci K + k for dW); CV_NT threads as 16 x
@@ -28,7 +29,7 @@
 #define GPA_CONV_S_MINB 3 /* blocks an SM the registers must allow (__launch_bounds__) */
 
 typedef struct gpa_conv_geo {
-  int B, Cin, L, Cout, K, stride, pad_l, dil, G, Lout, cin_g, cout_g;
+  gpa_conv_shape s;
   int mt;     /* row tiles per group (blockIdx.y = group * mt + tile) */
   int nt;     /* column tiles: per batch (y, dx: blockIdx.x = b nt + tile) or over R (dW) */
   int bc;     /* y, dx: reduction channels per shared stage */

@@ -51,15 +51,15 @@ static __device__ void cs_gemm(float *sm, T *out, const T *act, const T *w, cons
   const int tile = blockIdx.x % g.nt, b = blockIdx.x / g.nt;
   const int grp = blockIdx.y / g.mt, m0 = (blockIdx.y % g.mt) * STM, n0 = tile * STN;
   const int tid = threadIdx.x, q = tid / GT, tx = tid % (STN / 4), ty = (tid % GT) / (STN / 4);
-  const int rows = DX ? g.cin_g : g.cout_g, cols = DX ? g.L : g.Lout, red = DX ? g.cout_g : g.cin_g;
-  const int s = MODE == 1 ? 1 : g.stride;
-  float *as = sm, *bs = sm + g.bc * g.K * SLDA;
-  const T *wg = w + (long long)grp * g.cout_g * g.cin_g * g.K;
+  const int rows = DX ? g.s.cin_g : g.s.cout_g, cols = DX ? g.s.L : g.s.Lout, red = DX ? g.s.cout_g : g.s.cin_g;
+  const int s = MODE == 1 ? 1 : g.s.stride;
+  float *as = sm, *bs = sm + g.bc * g.s.K * SLDA;
+  const T *wg = w + (long long)grp * g.s.cout_g * g.s.cin_g * g.s.K;
   /* the activation read: x of batch b and the group's input channels (y),
    * dy of batch b and the group's output channels (dx) */
-  const T *ab = DX ? act + ((long long)b * g.Cout + (long long)grp * g.cout_g) * g.Lout
-                   : act + ((long long)b * g.Cin + (long long)grp * g.cin_g) * g.L;
-  const int alen = DX ? g.Lout : g.L;
+  const T *ab = DX ? act + ((long long)b * g.s.Cout + (long long)grp * g.s.cout_g) * g.s.Lout
+                   : act + ((long long)b * g.s.Cin + (long long)grp * g.s.cin_g) * g.s.L;
+  const int alen = DX ? g.s.Lout : g.s.L;
   /* Staging roles. A: thread row am of the tile, reduction rows ar + 8 j;
    * a warp stores 4 rows x 8 reduction rows, banks 4 r + m: all 32
    * differ (SLDA = TM + 4). B: column bn, reduction rows br + 8 j; a
@@ -67,35 +67,35 @@ static __device__ void cs_gemm(float *sm, T *out, const T *act, const T *w, cons
    * (channel, tap) by 8 rows: dc channels and dk taps, then a carry. */
   constexpr int AROWS = SNT / STM, BROWS = SNT / STN;
   const int am = tid / AROWS, ar = tid % AROWS, bn = tid % STN, br = tid / STN;
-  const int dca = AROWS / g.K, dka = AROWS % g.K, dcb = BROWS / g.K, dkb = BROWS % g.K;
+  const int dca = AROWS / g.s.K, dka = AROWS % g.s.K, dcb = BROWS / g.s.K, dkb = BROWS % g.s.K;
   const bool arow_ok = m0 + am < rows;
   /* y: W's row co is contiguous over (c, k); dx: W[o][ci][k] for this ci */
-  const T *arow = DX ? wg + (long long)(m0 + am) * g.K : wg + (long long)(m0 + am) * g.cin_g * g.K;
+  const T *arow = DX ? wg + (long long)(m0 + am) * g.s.K : wg + (long long)(m0 + am) * g.s.cin_g * g.s.K;
   /* where tap 0 of column n0 + bn reads: x position (y), t s (dx) */
-  const int base = DX ? n0 + bn + g.pad_l : (n0 + bn) * g.stride - g.pad_l;
+  const int base = DX ? n0 + bn + g.s.pad_l : (n0 + bn) * g.s.stride - g.s.pad_l;
   float acc[4][4];
   GPA_UNROLL for (int i = 0; i < 4; i++)
     GPA_UNROLL for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
   for (int c0 = 0; c0 < red; c0 += g.bc) {
-    const int nr = min(g.bc, red - c0) * g.K;
+    const int nr = min(g.bc, red - c0) * g.s.K;
     __syncthreads(); /* the previous stage's reads are done */
     {
-      int c = ar / g.K, k = ar % g.K;
+      int c = ar / g.s.K, k = ar % g.s.K;
       for (int r = ar; r < nr; r += AROWS) {
         float v = 0.0f;
-        if (arow_ok) v = DX ? cs_ld(arow, (long long)(c0 + c) * g.cin_g * g.K + k) : cs_ld(arow, (long long)c0 * g.K + r);
+        if (arow_ok) v = DX ? cs_ld(arow, (long long)(c0 + c) * g.s.cin_g * g.s.K + k) : cs_ld(arow, (long long)c0 * g.s.K + r);
         as[r * SLDA + am] = v;
         c += dca;
         k += dka;
-        if (k >= g.K) k -= g.K, c++;
+        if (k >= g.s.K) k -= g.s.K, c++;
       }
     }
     {
-      int c = br / g.K, k = br % g.K;
+      int c = br / g.s.K, k = br % g.s.K;
       for (int r = br; r < nr; r += BROWS) {
         float v = 0.0f;
         if (DX) {
-          const int qq = base - k * g.dil; /* t s for this tap */
+          const int qq = base - k * g.s.dil; /* t s for this tap */
           int t = qq;
           bool ok = qq >= 0;
           if (MODE == 2) {
@@ -104,13 +104,13 @@ static __device__ void cs_gemm(float *sm, T *out, const T *act, const T *w, cons
           }
           if (ok && t < alen) v = cs_ld(ab, (long long)(c0 + c) * alen + t);
         } else {
-          const int pos = base + k * g.dil;
+          const int pos = base + k * g.s.dil;
           if (pos >= 0 && pos < alen) v = cs_ld(ab, (long long)(c0 + c) * alen + pos);
         }
         bs[r * STN + bn] = v;
         c += dcb;
         k += dkb;
-        if (k >= g.K) k -= g.K, c++;
+        if (k >= g.s.K) k -= g.s.K, c++;
       }
     }
     __syncthreads();
@@ -144,13 +144,13 @@ static __device__ void cs_gemm(float *sm, T *out, const T *act, const T *w, cons
     if (m >= rows) continue;
     const float sv[4] = {sum.x, sum.y, sum.z, sum.w};
     if (DX) {
-      T *dr = out + ((long long)b * g.Cin + (long long)grp * g.cin_g + m) * g.L;
+      T *dr = out + ((long long)b * g.s.Cin + (long long)grp * g.s.cin_g + m) * g.s.L;
       GPA_UNROLL for (int j = 0; j < 4; j++)
         if (n0 + ocol + j < cols) cs_st(dr, n0 + ocol + j, sv[j]);
     } else {
-      const int cg = grp * g.cout_g + m;
+      const int cg = grp * g.s.cout_g + m;
       const float bv = bias ? cs_ld(bias, cg) : 0.0f;
-      T *yr = out + ((long long)b * g.Cout + cg) * g.Lout;
+      T *yr = out + ((long long)b * g.s.Cout + cg) * g.s.Lout;
       GPA_UNROLL for (int j = 0; j < 4; j++)
         if (n0 + ocol + j < cols) cs_st(yr, n0 + ocol + j, sv[j] + bv);
     }
@@ -171,7 +171,7 @@ extern "C" __global__ void __launch_bounds__(SNT, GPA_CONV_S_MINB)
 extern "C" __global__ void __launch_bounds__(SNT, GPA_CONV_S_MINB)
     gpa_conv_igs_dx_f32(float *dx, const float *dy, const float *w, gpa_conv_geo g) {
   GPA_DYNAMIC_SHARED(float, sm);
-  if (g.stride == 1)
+  if (g.s.stride == 1)
     cs_gemm<float, 1>(sm, dx, dy, w, nullptr, g);
   else
     cs_gemm<float, 2>(sm, dx, dy, w, nullptr, g);
@@ -179,7 +179,7 @@ extern "C" __global__ void __launch_bounds__(SNT, GPA_CONV_S_MINB)
 extern "C" __global__ void __launch_bounds__(SNT, GPA_CONV_S_MINB)
     gpa_conv_igs_dx_bf16(gpa_bf16 *dx, const gpa_bf16 *dy, const gpa_bf16 *w, gpa_conv_geo g) {
   GPA_DYNAMIC_SHARED(float, sm);
-  if (g.stride == 1)
+  if (g.s.stride == 1)
     cs_gemm<gpa_bf16, 1>(sm, dx, dy, w, nullptr, g);
   else
     cs_gemm<gpa_bf16, 2>(sm, dx, dy, w, nullptr, g);

@@ -181,12 +181,12 @@ static __device__ void c3_fwd(float *sm, float *y, const float *x, const float *
   const int grp = blockIdx.y / g.mt, m0 = (blockIdx.y % g.mt) * C3_BM, n0 = tile * C3_BN;
   const int tid = threadIdx.x, lane = tid & 31, wn = (tid >> 5) % WN, gl = lane >> 2;
   const c3_smem S = c3_layout(sm);
-  const float *wg = w + (long long)grp * g.cout_g * g.red;
-  const float *xb = x + ((long long)b * g.Cin + (long long)grp * g.cin_g) * g.L;
-  const int pos0 = n0 * g.stride - g.pad_l, nit = (g.red + C3_BK - 1) / C3_BK;
+  const float *wg = w + (long long)grp * g.s.cout_g * g.red;
+  const float *xb = x + ((long long)b * g.s.Cin + (long long)grp * g.s.cin_g) * g.s.L;
+  const int pos0 = n0 * g.s.stride - g.s.pad_l, nit = (g.red + C3_BK - 1) / C3_BK;
   float ra[C::kSLOTS], rx[C::kSLOTS];
   auto load = [&](int it) {
-    const int r0 = it * C3_BK, cb = r0 / g.K, last = min(r0 + C3_BK, g.red) - 1;
+    const int r0 = it * C3_BK, cb = r0 / g.s.K, last = min(r0 + C3_BK, g.red) - 1;
     { /* slot i: row (tid / 32) + i NT / 32, column tid % 32; one pointer
        * stepped by rows (indexing each slot from scratch took ptxas 227-230
        * registers for the 4-warp kernel, 168 this way: 3 blocks an SM) */
@@ -195,29 +195,29 @@ static __device__ void c3_fwd(float *sm, float *y, const float *x, const float *
       const float *ap = wg + (long long)mb * g.red + r0 + k;
       const long long step = (long long)(C::kNT / 32) * g.red;
       GPA_UNROLL for (int i = 0; i < C::kSLOTS; i++)
-        ra[i] = kok && mb + i * (C::kNT / 32) < g.cout_g ? ap[i * step] : 0.0f;
+        ra[i] = kok && mb + i * (C::kNT / 32) < g.s.cout_g ? ap[i * step] : 0.0f;
     }
-    c3_window<WN>(rx, g.span, (last / g.K - cb + 1) * g.span, [&](int c, int u) {
+    c3_window<WN>(rx, g.span, (last / g.s.K - cb + 1) * g.span, [&](int c, int u) {
       const int pos = pos0 + u;
-      return pos >= 0 && pos < g.L ? xb[(long long)(cb + c) * g.L + pos] : 0.0f;
+      return pos >= 0 && pos < g.s.L ? xb[(long long)(cb + c) * g.s.L + pos] : 0.0f;
     });
   };
   auto store = [&](int it) {
     c3_put<WN, false>(S.as, S.xs, ra, rx);
     if (tid < C3_BK) {
-      const int r = it * C3_BK + tid, cb = it * C3_BK / g.K, c = r / g.K;
-      S.tab[tid] = {r < g.red ? (c - cb) * g.span + (r - c * g.K) * g.dil : 0, 0};
+      const int r = it * C3_BK + tid, cb = it * C3_BK / g.s.K, c = r / g.s.K;
+      S.tab[tid] = {r < g.red ? (c - cb) * g.span + (r - c * g.s.K) * g.s.dil : 0, 0};
     }
   };
-  const int s = g.stride, nl = wn * C::kWNW + gl;
+  const int s = g.s.stride, nl = wn * C::kWNW + gl;
   auto bval = [&](int k, int ni) { return S.xs[S.tab[k].x + (nl + ni * 8) * s]; };
   float acc[2][C::kNI][4];
   c3_run<WN, false>(acc, S.as, nit, load, store, bval);
   c3_out<WN>(acc, [&](int m, int n, float v) {
     const int co = m0 + m, t = n0 + n;
-    if (co < g.cout_g && t < g.Lout) {
-      const int ch = grp * g.cout_g + co;
-      y[((long long)b * g.Cout + ch) * g.Lout + t] = v + (bias ? bias[ch] : 0.0f);
+    if (co < g.s.cout_g && t < g.s.Lout) {
+      const int ch = grp * g.s.cout_g + co;
+      y[((long long)b * g.s.Cout + ch) * g.s.Lout + t] = v + (bias ? bias[ch] : 0.0f);
     }
   });
 }
@@ -230,38 +230,38 @@ static __device__ void c3_dx(float *sm, float *dx, const float *dy, const float 
   const int tile = blockIdx.x % g.nt, b = blockIdx.x / g.nt;
   const int grp = blockIdx.y / g.mt, m0 = (blockIdx.y % g.mt) * C3_BM, n0 = tile * C3_BN;
   const int tid = threadIdx.x, lane = tid & 31, wn = (tid >> 5) % WN, gl = lane >> 2;
-  const int s = S1 ? 1 : g.stride;
+  const int s = S1 ? 1 : g.s.stride;
   const c3_smem S = c3_layout(sm);
-  const float *wg = w + (long long)grp * g.cout_g * g.cin_g * g.K;
-  const float *dyb = dy + ((long long)b * g.Cout + (long long)grp * g.cout_g) * g.Lout;
+  const float *wg = w + (long long)grp * g.s.cout_g * g.s.cin_g * g.s.K;
+  const float *dyb = dy + ((long long)b * g.s.Cout + (long long)grp * g.s.cout_g) * g.s.Lout;
   /* the first t any column of the tile reaches (its last tap) */
-  const int tmin = c3_floordiv(n0 + g.pad_l - (g.K - 1) * g.dil, s), nit = (g.red + C3_BK - 1) / C3_BK;
+  const int tmin = c3_floordiv(n0 + g.s.pad_l - (g.s.K - 1) * g.s.dil, s), nit = (g.red + C3_BK - 1) / C3_BK;
   float ra[C::kSLOTS], rx[C::kSLOTS];
   auto load = [&](int it) {
-    const int r0 = it * C3_BK, ob = r0 / g.K, last = min(r0 + C3_BK, g.red) - 1;
+    const int r0 = it * C3_BK, ob = r0 / g.s.K, last = min(r0 + C3_BK, g.red) - 1;
     /* slot i: row m = tid % 64, reduction step (tid / 64) + WN i: o and the tap stepped */
     const int m = tid & 63, ci = m0 + m;
-    int r = r0 + (tid >> 6), o = r / g.K, k = r - o * g.K;
+    int r = r0 + (tid >> 6), o = r / g.s.K, k = r - o * g.s.K;
     GPA_UNROLL for (int i = 0; i < C::kSLOTS; i++) {
-      ra[i] = ci < g.cin_g && r < g.red ? wg[((long long)o * g.cin_g + ci) * g.K + k] : 0.0f;
+      ra[i] = ci < g.s.cin_g && r < g.red ? wg[((long long)o * g.s.cin_g + ci) * g.s.K + k] : 0.0f;
       r += WN;
       k += WN;
-      while (k >= g.K) {
-        k -= g.K;
+      while (k >= g.s.K) {
+        k -= g.s.K;
         o++;
       }
     }
-    c3_window<WN>(rx, g.span, (last / g.K - ob + 1) * g.span, [&](int c, int u) {
+    c3_window<WN>(rx, g.span, (last / g.s.K - ob + 1) * g.span, [&](int c, int u) {
       const int tt = tmin + u;
-      return tt >= 0 && tt < g.Lout ? dyb[(long long)(ob + c) * g.Lout + tt] : 0.0f;
+      return tt >= 0 && tt < g.s.Lout ? dyb[(long long)(ob + c) * g.s.Lout + tt] : 0.0f;
     });
   };
   auto store = [&](int it) {
     c3_put<WN, true>(S.as, S.xs, ra, rx);
     if (tid < C3_BK) {
-      const int r = it * C3_BK + tid, ob = it * C3_BK / g.K, o = r / g.K;
+      const int r = it * C3_BK + tid, ob = it * C3_BK / g.s.K, o = r / g.s.K;
       /* position q of column n: n + .y, a window index (q / s) where s divides q */
-      S.tab[tid] = r < g.red ? c3_pair{(o - ob) * g.span, n0 + g.pad_l - (r - o * g.K) * g.dil - tmin * s}
+      S.tab[tid] = r < g.red ? c3_pair{(o - ob) * g.span, n0 + g.s.pad_l - (r - o * g.s.K) * g.s.dil - tmin * s}
                              : c3_pair{0, 0};
     }
   };
@@ -276,7 +276,7 @@ static __device__ void c3_dx(float *sm, float *dx, const float *dy, const float 
   c3_run<WN, true>(acc, S.as, nit, load, store, bval);
   c3_out<WN>(acc, [&](int m, int n, float v) {
     const int ci = m0 + m, p = n0 + n;
-    if (ci < g.cin_g && p < g.L) dx[((long long)b * g.Cin + (long long)grp * g.cin_g + ci) * g.L + p] = v;
+    if (ci < g.s.cin_g && p < g.s.L) dx[((long long)b * g.s.Cin + (long long)grp * g.s.cin_g + ci) * g.s.L + p] = v;
   });
 }
 
@@ -290,37 +290,37 @@ static __device__ void c3_dw(float *sm, float *out, const float *dy, const float
   const int grp = blockIdx.y / g.mt, m0 = (blockIdx.y % g.mt) * C3_BM;
   const int tid = threadIdx.x, lane = tid & 31, wn = (tid >> 5) % WN, gl = lane >> 2;
   const c3_smem S = c3_layout(sm);
-  const int cbase = r0 / g.K, tps = (g.Lout + C3_BK - 1) / C3_BK;
+  const int cbase = r0 / g.s.K, tps = (g.s.Lout + C3_BK - 1) / C3_BK;
   const int s_beg = z * g.per, nit = min(g.nslice, s_beg + g.per) - s_beg;
-  const int s = g.stride;
+  const int s = g.s.stride;
   float ra[C::kSLOTS], rx[C::kSLOTS];
   auto load = [&](int it) {
-    const int sl = s_beg + it, b = sl / tps, t0 = (sl % tps) * C3_BK, pos0 = t0 * s - g.pad_l;
-    const float *dyb = dy + ((long long)b * g.Cout + (long long)grp * g.cout_g) * g.Lout;
-    const float *xb = x + ((long long)b * g.Cin + (long long)grp * g.cin_g) * g.L;
+    const int sl = s_beg + it, b = sl / tps, t0 = (sl % tps) * C3_BK, pos0 = t0 * s - g.s.pad_l;
+    const float *dyb = dy + ((long long)b * g.s.Cout + (long long)grp * g.s.cout_g) * g.s.Lout;
+    const float *xb = x + ((long long)b * g.s.Cin + (long long)grp * g.s.cin_g) * g.s.L;
     GPA_UNROLL for (int i = 0; i < C::kSLOTS; i++) {
       const int e = tid + i * C::kNT, m = e >> 5, tt = t0 + (e & 31);
-      ra[i] = m0 + m < g.cout_g && tt < g.Lout ? dyb[(long long)(m0 + m) * g.Lout + tt] : 0.0f;
+      ra[i] = m0 + m < g.s.cout_g && tt < g.s.Lout ? dyb[(long long)(m0 + m) * g.s.Lout + tt] : 0.0f;
     }
     c3_window<WN>(rx, g.span, g.nch * g.span, [&](int c, int u) {
       const int pos = pos0 + u;
-      return cbase + c < g.cin_g && pos >= 0 && pos < g.L ? xb[(long long)(cbase + c) * g.L + pos] : 0.0f;
+      return cbase + c < g.s.cin_g && pos >= 0 && pos < g.s.L ? xb[(long long)(cbase + c) * g.s.L + pos] : 0.0f;
     });
   };
   auto store = [&](int) { c3_put<WN, false>(S.as, S.xs, ra, rx); };
   /* this lane's 4 columns: window offsets (0 past R, whose dW is not written) */
   int off[C::kNI];
   GPA_UNROLL for (int ni = 0; ni < C::kNI; ni++) {
-    const int r = r0 + wn * C::kWNW + ni * 8 + gl, c = r / g.K;
-    off[ni] = r < R ? (c - cbase) * g.span + (r - c * g.K) * g.dil : 0;
+    const int r = r0 + wn * C::kWNW + ni * 8 + gl, c = r / g.s.K;
+    off[ni] = r < R ? (c - cbase) * g.span + (r - c * g.s.K) * g.s.dil : 0;
   }
   auto bval = [&](int k, int ni) { return S.xs[off[ni] + k * s]; };
   float acc[2][C::kNI][4];
   c3_run<WN, false>(acc, S.as, nit, load, store, bval);
-  float *o = g.per < g.nslice ? out + (long long)z * g.Cout * R : out;
+  float *o = g.per < g.nslice ? out + (long long)z * g.s.Cout * R : out;
   c3_out<WN>(acc, [&](int m, int n, float v) {
     const int co = m0 + m, r = r0 + n;
-    if (co < g.cout_g && r < R) o[((long long)grp * g.cout_g + co) * R + r] = v;
+    if (co < g.s.cout_g && r < R) o[((long long)grp * g.s.cout_g + co) * R + r] = v;
   });
 }
 
@@ -338,14 +338,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) gpa_conv_tc32_fwd8_f32(C3_F
 }
 extern "C" __global__ void __launch_bounds__(128) gpa_conv_tc32_dx_f32(C3_DX_ARGS) {
   GPA_DYNAMIC_SHARED(float, sm);
-  if (g.stride == 1)
+  if (g.s.stride == 1)
     c3_dx<2, true>(sm, dx, dy, w, g);
   else
     c3_dx<2, false>(sm, dx, dy, w, g);
 }
 extern "C" __global__ void __launch_bounds__(256, 2) gpa_conv_tc32_dx8_f32(C3_DX_ARGS) {
   GPA_DYNAMIC_SHARED(float, sm);
-  if (g.stride == 1)
+  if (g.s.stride == 1)
     c3_dx<4, true>(sm, dx, dy, w, g);
   else
     c3_dx<4, false>(sm, dx, dy, w, g);

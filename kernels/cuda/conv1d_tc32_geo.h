@@ -4,6 +4,7 @@
  * (the adapter declines larger tensors). */
 #ifndef GPA_CONV1D_TC32_GEO_H
 #define GPA_CONV1D_TC32_GEO_H
+#include "conv1d_shape.h"
 
 /* Block tile GPA_CONV_TC32_BM x GPA_CONV_TC32_BN outputs, 4 warps as 2 x 2,
  * each warp 32 x 32 (2 x 4 mma tiles of m16n8k8: 32 fp32 accumulators a
@@ -29,7 +30,7 @@
 #define GPA_CONV_TC32_SMEM ((GPA_CONV_TC32_AFLOATS + GPA_CONV_TC32_XMAX) * 4 + GPA_CONV_TC32_BK * 8)
 
 typedef struct gpa_conv_tc32_geo {
-  int B, Cin, L, Cout, K, stride, pad_l, dil, G, Lout, cin_g, cout_g;
+  gpa_conv_shape s;
   int red;    /* y: cin_g K; dx: cout_g K (the reduction, r = channel K + tap); dW: columns cin_g K */
   int mt, nt; /* row tiles per group (blockIdx.y = group mt + tile); column tiles (per batch, or over dW's columns) */
   int span;   /* positions a window row holds */

@@ -40,6 +40,10 @@ gpa_status gpa__conv_bwd_ig_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g)
  * (GPA_CONV_IG_SMALL, the shape, and their limits; called only where
  * gpa__conv_ig_fits holds). The launchers take g with its shape filled. */
 struct gpa_conv_geo;
+struct gpa_conv_shape;
+/* the kernels' int shape (kernels/cuda/conv1d_shape.h), the first member
+ * of every conv kernel geometry, from c (ops/conv1d/cuda_igemm.c) */
+void gpa__conv_shape_of(const gpa__conv_cu_geom *c, struct gpa_conv_shape *s);
 int gpa__conv_igs_pick(const gpa_op_exec *x, const gpa__conv_cu_geom *c, long long big_blocks);
 gpa_status gpa__conv_fwd_igs_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c, struct gpa_conv_geo *g);
 gpa_status gpa__conv_dx_igs_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c, struct gpa_conv_geo *g, int bf);

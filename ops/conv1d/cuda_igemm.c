@@ -27,20 +27,16 @@ static long long cdiv(long long a, long long b) { return (a + b - 1) / b; }
 static long long min_ll(long long a, long long b) { return a < b ? a : b; }
 static const long long smem_floats = GPA_CONV_SMEM_MAX / 4;
 
+/* every caller runs where gpa__conv_ig_fits holds: each value fits an int */
+void gpa__conv_shape_of(const gpa__conv_cu_geom *c, gpa_conv_shape *s) {
+  *s = (gpa_conv_shape){.B = (int)c->B, .Cin = (int)c->Cin, .L = (int)c->L, .Cout = (int)c->Cout, .K = (int)c->K,
+                        .stride = (int)c->stride, .pad_l = (int)c->pad_l, .dil = (int)c->dil, .G = (int)c->G,
+                        .Lout = (int)c->Lout, .cin_g = (int)c->cin_g, .cout_g = (int)c->cout_g};
+}
+
 static void base(const gpa__conv_cu_geom *c, gpa_conv_geo *g) {
   memset(g, 0, sizeof *g);
-  g->B = (int)c->B;
-  g->Cin = (int)c->Cin;
-  g->L = (int)c->L;
-  g->Cout = (int)c->Cout;
-  g->K = (int)c->K;
-  g->stride = (int)c->stride;
-  g->pad_l = (int)c->pad_l;
-  g->dil = (int)c->dil;
-  g->G = (int)c->G;
-  g->Lout = (int)c->Lout;
-  g->cin_g = (int)c->cin_g;
-  g->cout_g = (int)c->cout_g;
+  gpa__conv_shape_of(c, &g->s);
 }
 
 /* Channels per stage when each takes `per` floats of shared memory (0: none fits). */

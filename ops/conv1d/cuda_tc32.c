@@ -56,18 +56,7 @@ int gpa__conv_tc32_fits(const gpa_op_exec *x, const gpa__conv_cu_geom *c) {
 
 static void base(const gpa__conv_cu_geom *c, gpa_conv_tc32_geo *g) {
   memset(g, 0, sizeof *g);
-  g->B = (int)c->B;
-  g->Cin = (int)c->Cin;
-  g->L = (int)c->L;
-  g->Cout = (int)c->Cout;
-  g->K = (int)c->K;
-  g->stride = (int)c->stride;
-  g->pad_l = (int)c->pad_l;
-  g->dil = (int)c->dil;
-  g->G = (int)c->G;
-  g->Lout = (int)c->Lout;
-  g->cin_g = (int)c->cin_g;
-  g->cout_g = (int)c->cout_g;
+  gpa__conv_shape_of(c, &g->s);
 }
 
 /* y or dx over [B nt][G mt] tiles: the 8-warp kernel (id8, 256 threads,
