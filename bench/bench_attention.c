@@ -209,6 +209,10 @@ void gpa_bench_attention_bwd(void) { sweep(1); }
  * the exact-head-dim ones; "kernels" says which ran), rows
  * "cuda_attention_fa2c_*" each shape again on the class kernels
  * (GPA_FA2_EXACT=0, a second actor) beside the same PyTorch figures.
+ * Rows "cuda_attention_fa2_bwd_nd": the default kernels' backward again with
+ * the op's deterministic = 0 (dQ by fp32 atomics in the dK/dV kernel, no
+ * dQ pass; PyTorch's flash backward is non-deterministic too), the
+ * deterministic backward's time in "default_ns".
  * Then the fp32 rows (f32_rows): our 3xTF32 forward beside PyTorch's
  * memory-efficient backend on fp32. */
 #ifdef GPA_HAVE_CUDA_BACKEND
@@ -223,6 +227,8 @@ static gpa_status fa2_bwd_op(const gpa_op_exec *x) { return gpa__attn_own_bwd_cu
 static const gpa_attr_spec fa2_attrs[] = {
     {"scale", GPA_ATTR_FLOAT, 0, offsetof(gpa__attn_params, scale), 0, 0.0, 1, 0},
     {"causal", GPA_ATTR_INT, 0, offsetof(gpa__attn_params, causal), 0, 0.0, 0, 1},
+    /* default 1, as the attention op's: the rows without "_nd" time that */
+    {"deterministic", GPA_ATTR_INT, 0, offsetof(gpa__attn_params, deterministic), 1, 0.0, 0, 1},
 };
 
 static gpa_status simt32_fwd_op(const gpa_op_exec *x) { return gpa__attn_simt32_fwd_cu(x); }
@@ -251,7 +257,7 @@ static void f32_emit(const char *name, const char *shape, const char *note, doub
  * bf16 rows and PyTorch's. */
 static void f32_rows(gpa_actor *a, gpa_queue *q, int sim, int reps, int k, const char *note) {
   gpa_op_desc d = {.size = sizeof d, .name = "bench_tc32_fwd", .min_inputs = 3, .max_inputs = 4, .n_outputs = 2,
-                   .attrs = fa2_attrs, .n_attrs = 2, .params_size = sizeof(gpa__attn_params), .cuda = fa2_fwd_op};
+                   .attrs = fa2_attrs, .n_attrs = 3, .params_size = sizeof(gpa__attn_params), .cuda = fa2_fwd_op};
   gpa_op_desc d2 = d, d3 = d, d4 = d;
   d2.name = "bench_simt32_fwd", d2.cuda = simt32_fwd_op;
   d3.name = "bench_tc32_bwd", d3.min_inputs = 6, d3.max_inputs = 7, d3.n_outputs = 3, d3.cuda = fa2_bwd_op;
@@ -308,7 +314,7 @@ static void f32_rows(gpa_actor *a, gpa_queue *q, int sim, int reps, int k, const
 /* Registers the forced forward and backward ops on actor a; 0 if refused. */
 static int fa2_register(gpa_actor *a) {
   gpa_op_desc d = {.size = sizeof d, .name = "bench_fa2_fwd", .min_inputs = 3, .max_inputs = 4, .n_outputs = 2,
-                   .attrs = fa2_attrs, .n_attrs = 2, .params_size = sizeof(gpa__attn_params), .cuda = fa2_fwd_op};
+                   .attrs = fa2_attrs, .n_attrs = 3, .params_size = sizeof(gpa__attn_params), .cuda = fa2_fwd_op};
   gpa_op_desc d2 = d;
   d2.name = "bench_fa2_bwd", d2.min_inputs = 6, d2.max_inputs = 7, d2.n_outputs = 3, d2.cuda = fa2_bwd_op;
   return gpa_op_register(gpa_actor_registry(a), &d) == GPA_OK && gpa_op_register(gpa_actor_registry(a), &d2) == GPA_OK;
@@ -407,6 +413,13 @@ void gpa_bench_cuda_attention_fa2(void) {
         ns[1] = ns[0] > 0 ? gpa_bench_batch_ns(q, &bwd, k, reps, NULL, err, sizeof err) : 0;
         const int exact[2] = {__atomic_load_n(&gpa__attn_fa2x_fwd_calls, __ATOMIC_RELAXED) > f0,
                               __atomic_load_n(&gpa__attn_fa2x_bwd_calls, __ATOMIC_RELAXED) > b0};
+        /* the non-deterministic backward (deterministic = 0) on the same inputs */
+        gpa_attr atn[2] = {at, {"deterministic", GPA_ATTR_INT, 0, 0}};
+        gpa_op_call bwdn = {"bench_fa2_bwd", bin, 6, g, 3, atn, 2};
+        char errn[256] = "";
+        const unsigned long long n0 = __atomic_load_n(&gpa__attn_fa2nd_bwd_calls, __ATOMIC_RELAXED);
+        const double ns_nd = ns[0] > 0 ? gpa_bench_batch_ns(q, &bwdn, k, reps, NULL, errn, sizeof errn) : 0;
+        const int ran_nd = __atomic_load_n(&gpa__attn_fa2nd_bwd_calls, __ATOMIC_RELAXED) > n0;
         snprintf(shape, sizeof shape, "%s B%lld S%lld H%lld D%lld%s", gpa_dtype_name(dt), (long long)B, (long long)S,
                  (long long)H, (long long)D, causal ? " causal" : "");
         snprintf(args, sizeof args, "%s %lld %lld %lld %lld %lld %d", gpa_dtype_name(dt), (long long)B, (long long)S,
@@ -429,6 +442,19 @@ void gpa_bench_cuda_attention_fa2(void) {
                                 .backend = sim ? "sim" : "cuda", .shape = shape,
                                 .ref = tf[dir] > 0 ? "torch_flash" : "none", .ns = ns[dir],
                                 .ref_ns = tf[dir] > 0 ? fl / (tf[dir] * 1e3) : ns[dir], .flops = fl, .extra = extra};
+          gpa_bench_emit(&r);
+        }
+        if (ns_nd <= 0 || !ran_nd) {
+          fprintf(stderr, "gpa-bench cuda_attention_fa2 %s bwd (deterministic=0): %s\n", shape,
+                  ns_nd > 0 ? "the non-deterministic kernels declined" : ns[0] > 0 ? errn : "no forward");
+        } else {
+          const double fl = 2.5 * flops;
+          snprintf(extra, sizeof extra,
+                   "%s,\"torch_flash_tflops\":%.1f,\"kernels\":\"%s\",\"deterministic\":0,\"default_ns\":%.0f",
+                   note, tf[1], exact[1] ? "exact" : "class", ns[1]);
+          gpa_bench_result r = {.name = "cuda_attention_fa2_bwd_nd", .backend = sim ? "sim" : "cuda", .shape = shape,
+                                .ref = tf[1] > 0 ? "torch_flash" : "none", .ns = ns_nd,
+                                .ref_ns = tf[1] > 0 ? fl / (tf[1] * 1e3) : ns_nd, .flops = fl, .extra = extra};
           gpa_bench_emit(&r);
         }
         gpa_sync_batch(q, NULL);

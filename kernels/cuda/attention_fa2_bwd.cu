@@ -20,7 +20,10 @@
  * dQ without atomics costs a second computation of S and dP (the dQ pass
  * recomputes what the dK/dV pass had): 7 tile products per (query tile,
  * key tile) instead of FA2's 5, about 1.4x the backward's tensor work, for
- * a result that does not depend on the order blocks run in.
+ * a result that does not depend on the order blocks run in. Opt-in (the
+ * op's deterministic = 0, classes 64-128): FA2's own form, the dK/dV
+ * kernel also adding its key tile's share of dQ with fp32 atomics
+ * (fa2_dq_red, the gpa_fa2n*_dkv_* kernels at the end), no dQ pass.
  *
  * Classes as the forward's: DM 64, 96, 128 accumulate all D columns; DM 256
  * splits the dK/dV block's columns in two (blockIdx.x = 2 tile + half:
@@ -63,17 +66,96 @@ static __device__ __forceinline__ void fa2_put2(void *base, long long at, float 
 
 static constexpr float FA2_LOG2E = 1.4426950408889634f;
 
+/* dq += a, b at p and p + 1 (fp32, 8-byte aligned), unordered: on sm_90
+ * one vector reduction (red.global.add.v2.f32, sm_90 and later), else two
+ * scalar ones (atomicAdd with its result unused compiles to RED). */
+static __device__ __forceinline__ void fa2_red2(float *p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(GPA_SIM_EMU)
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
+}
+
+/* The non-deterministic backward's dQ share of one dK/dV step (ND, the
+ * deterministic attribute 0): dQ[rows of the step] += dS K over the block's
+ * 64 keys, FlashAttention-2's own order. dS^T (the step's [key][query],
+ * rounded to T as for dK) is in sDS, written by every warp for its 16 keys;
+ * each warp takes one 16-row m-tile of the step's queries and a CW-column
+ * share of the block's dQ columns [c0, c0 + DA): the A operand by
+ * ldmatrix.trans from dS^T, K's by ldmatrix.trans as in the dQ pass. The
+ * sums, times scale, are added into dqa (fp32, dq's layout) with
+ * reductions: 2 a lane per n-tile and row half. FG: 16-column fragments a
+ * pass (all CW columns at once, or, ONEF, one at a time with dS^T's A
+ * fragments re-read per pass: 8 accumulators instead of 16, for the exact
+ * D 64 kernel on sm_8x, whose K and V kept in registers left ptxas 4 bytes
+ * short there; on sm_90 ONEF is the one that spills: ptxas -v). */
+#if FA2_SM8X || defined(GPA_SIM_EMU) /* the emulated build: so that sim runs both forms */
+#define FA2_ND_ONEF 1
+#else
+#define FA2_ND_ONEF 0
+#endif
+template <class T, int DM, int LDS, bool ONEF>
+static __device__ __forceinline__ void fa2_dq_red(const T *sDS, const T *sK, float *__restrict__ dqa, int row0,
+                                                  int hq, int nc, int c0, int Dc, int S, int H, int b, float scale,
+                                                  int w, int lane) {
+  typedef fa2_bwd_cfg<DM> C;
+  constexpr int LD = C::LD, MT = C::QT / 16, WPM = C::W / MT, CW = C::DA / WPM, NF = CW / 16, FG = ONEF ? 1 : NF;
+  const int mq = w % MT, cb = c0 + (w / MT) * CW, g = lane >> 2, t = lane & 3;
+  UNROLL
+  for (int f0 = 0; f0 < NF; f0 += FG) {
+    float acc[2 * FG][4];
+    UNROLL
+    for (int n = 0; n < 2 * FG; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    UNROLL
+    for (int kk = 0; kk < C::BKV / 16; kk++)
+      if (kk * 16 < nc) { /* keys past the tile's end add nothing */
+        unsigned a[4];
+        fa2_lda_t<LDS>(a, sDS + (kk * 16) * LDS + mq * 16, lane);
+        UNROLL
+        for (int f = 0; f < FG; f++)
+          if (cb + (f0 + f) * 16 < Dc) {
+            unsigned bk[4];
+            fa2_ldb_kn<LD>(bk, sK + (kk * 16) * LD + cb + (f0 + f) * 16, lane);
+            gpa_mma16816<T>(acc[2 * f], a, bk);
+            gpa_mma16816<T>(acc[2 * f + 1], a, bk + 2);
+          }
+      }
+    /* the addresses after the products: fewer registers live across them */
+    const int r0 = row0 + mq * 16 + g, r1 = r0 + 8;
+    const long long ld = (long long)H * Dc;
+    float *d0 = dqa + ((long long)b * S + r0) * ld + (long long)hq * Dc + cb, *d1 = d0 + 8 * ld;
+    UNROLL
+    for (int n = 0; n < 2 * FG; n++) {
+      const int c = f0 * 16 + n * 8 + 2 * t;
+      if (cb + (f0 + (n >> 1)) * 16 < Dc) {
+        if (r0 < S) fa2_red2(d0 + c, acc[n][0] * scale, acc[n][1] * scale);
+        if (r1 < S) fa2_red2(d1 + c, acc[n][2] * scale, acc[n][3] * scale);
+      }
+    }
+  }
+}
+
 /* dK, dV of key tile blockIdx.x (DM 256: 2 tile + half) of (kv head
- * blockIdx.y, batch blockIdx.z). */
-template <class T, int DM, bool EX>
-static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
+ * blockIdx.y, batch blockIdx.z); ND: also dQ's share of the tile, added
+ * into dqa (fa2_dq_red), where the deterministic backward's dQ pass
+ * recomputes S and dP. */
+template <class T, int DM, bool EX, bool ND = false>
+static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T), float *__restrict__ dqa = nullptr) {
   typedef fa2_bwd_cfg<DM> C;
   const int Dc = EX ? DM : D; /* EX: D == DM, a constant (as the forward's) */
   constexpr int LD = C::LD, NT = C::NT, BKV = C::BKV, QT = C::QT, KF = DM / 16, NQ = QT / 8, NA = C::DA / 8;
+  /* ND: dS^T rows of an odd count of 16-byte chunks (5; QT 16: 3), so the
+   * 8 rows of an ldmatrix phase fall in 8 bank groups */
+  constexpr int LDS = QT + 8;
   GPA_DYNAMIC_SHARED(T, sK);
   T *sV = sK + BKV * LD, *sQ = sV + BKV * LD, *sO = sQ + 2 * QT * LD; /* Q, dO: [2][QT][LD] */
   float *sL = reinterpret_cast<float *>(sO + 2 * QT * LD), *sDl = sL + 2 * QT;
+  T *sDS = reinterpret_cast<T *>(sDl + 2 * QT); /* ND: dS^T [BKV][LDS] */
   (void)dq;
+  (void)sDS;
+  (void)dqa;
   const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane, g = lane >> 2, t = lane & 3;
   const int half = DM > 128 ? (int)(blockIdx.x & 1) : 0, tile = DM > 128 ? (int)(blockIdx.x >> 1) : (int)blockIdx.x;
   const int c0 = half * C::DA, j0 = tile * BKV, kh = blockIdx.y, b = blockIdx.z, grp = H / Hkv;
@@ -197,6 +279,11 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
       unsigned pa[4], da[4];
       fa2_acc_to_a<T>(pa, st[2 * kk], st[2 * kk + 1]);
       fa2_acc_to_a<T>(da, dpt[2 * kk], dpt[2 * kk + 1]);
+      if constexpr (ND) { /* dS^T for the dQ share: keys w 16 + g (+ 8), queries kk 16 + 2t (+ 8) */
+        unsigned *r0 = reinterpret_cast<unsigned *>(sDS + (w * 16 + g) * LDS + kk * 16 + 2 * t);
+        unsigned *r1 = reinterpret_cast<unsigned *>(sDS + (w * 16 + g + 8) * LDS + kk * 16 + 2 * t);
+        r0[0] = da[0], r1[0] = da[1], r0[4] = da[2], r1[4] = da[3];
+      }
       UNROLL
       for (int f = 0; f < NA / 2; f++)
         if (c0 + f * 16 < Dc) {
@@ -209,7 +296,12 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T)) {
           gpa_mma16816<T>(ak[2 * f + 1], da, bq + 2);
         }
     }
-    __syncthreads(); /* buffer `buf` is read: the next iteration refills it */
+    if constexpr (ND) {
+      __syncthreads(); /* every warp's dS^T is in sDS */
+      fa2_dq_red<T, DM, LDS, KEEP_KV && FA2_ND_ONEF>(sDS, sK, dqa, row0, kh * grp + it / nqt, nc, c0, Dc, S, H, b,
+                                                     scale, w, lane);
+    }
+    __syncthreads(); /* buffer `buf` is read: the next iteration refills it (ND: and sDS) */
   }
   const long long o0 = kvoff + (long long)(w * 16 + g) * ldkv + c0, o1 = o0 + 8 * ldkv;
   UNROLL
@@ -512,4 +604,74 @@ extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dkv_f16_d128(FA2B_
 }
 extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2x_dq_f16_d128(FA2B_ARGS(__half)) {
   fa2_dq<__half, 128, true>(FA2B_PASS);
+}
+
+/* The non-deterministic backward (the attention op's deterministic = 0):
+ * FlashAttention-2's own structure, dQ's share of each key tile computed in
+ * the dK/dV kernel (fa2_dq_red) and added into an fp32 accumulator with
+ * reductions, in whatever order the blocks run: 5 tile products per (query
+ * step, key tile) and no dQ pass. dqa: dq itself when dq is fp32, else
+ * scratch that gpa_fa2_dq_out_* rounds to T. Zeroed in-stream first (a
+ * memset) by the host. Classes 64, 96 and 128 (class 256 keeps the
+ * deterministic kernels), exact (fa2nx) and not (fa2n). */
+extern "C" __global__ void __launch_bounds__(128, 1)
+    gpa_fa2n_dkv_bf16_d64(FA2B_ARGS(__nv_bfloat16), float *__restrict__ dqa) {
+  fa2_dkv<__nv_bfloat16, 64, false, true>(FA2B_PASS, dqa);
+}
+extern "C" __global__ void __launch_bounds__(128, 1)
+    gpa_fa2n_dkv_bf16_d96(FA2B_ARGS(__nv_bfloat16), float *__restrict__ dqa) {
+  fa2_dkv<__nv_bfloat16, 96, false, true>(FA2B_PASS, dqa);
+}
+extern "C" __global__ void __launch_bounds__(128, 1)
+    gpa_fa2n_dkv_bf16_d128(FA2B_ARGS(__nv_bfloat16), float *__restrict__ dqa) {
+  fa2_dkv<__nv_bfloat16, 128, false, true>(FA2B_PASS, dqa);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2n_dkv_f16_d64(FA2B_ARGS(__half), float *__restrict__ dqa) {
+  fa2_dkv<__half, 64, false, true>(FA2B_PASS, dqa);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2n_dkv_f16_d96(FA2B_ARGS(__half), float *__restrict__ dqa) {
+  fa2_dkv<__half, 96, false, true>(FA2B_PASS, dqa);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2n_dkv_f16_d128(FA2B_ARGS(__half), float *__restrict__ dqa) {
+  fa2_dkv<__half, 128, false, true>(FA2B_PASS, dqa);
+}
+extern "C" __global__ void __launch_bounds__(128, 3)
+    gpa_fa2nx_dkv_bf16_d64(FA2B_ARGS(__nv_bfloat16), float *__restrict__ dqa) {
+  fa2_dkv<__nv_bfloat16, 64, true, true>(FA2B_PASS, dqa);
+}
+extern "C" __global__ void __launch_bounds__(128, 1)
+    gpa_fa2nx_dkv_bf16_d96(FA2B_ARGS(__nv_bfloat16), float *__restrict__ dqa) {
+  fa2_dkv<__nv_bfloat16, 96, true, true>(FA2B_PASS, dqa);
+}
+extern "C" __global__ void __launch_bounds__(128, 1)
+    gpa_fa2nx_dkv_bf16_d128(FA2B_ARGS(__nv_bfloat16), float *__restrict__ dqa) {
+  fa2_dkv<__nv_bfloat16, 128, true, true>(FA2B_PASS, dqa);
+}
+extern "C" __global__ void __launch_bounds__(128, 3) gpa_fa2nx_dkv_f16_d64(FA2B_ARGS(__half), float *__restrict__ dqa) {
+  fa2_dkv<__half, 64, true, true>(FA2B_PASS, dqa);
+}
+extern "C" __global__ void __launch_bounds__(128, 1) gpa_fa2nx_dkv_f16_d96(FA2B_ARGS(__half), float *__restrict__ dqa) {
+  fa2_dkv<__half, 96, true, true>(FA2B_PASS, dqa);
+}
+extern "C" __global__ void __launch_bounds__(128, 1)
+    gpa_fa2nx_dkv_f16_d128(FA2B_ARGS(__half), float *__restrict__ dqa) {
+  fa2_dkv<__half, 128, true, true>(FA2B_PASS, dqa);
+}
+
+/* dq in T from the fp32 accumulator (already scaled): n a multiple of 4
+ * (D % 16 == 0), src 16-byte and dst 8-byte aligned. */
+template <class T>
+static __device__ __forceinline__ void fa2_dq_out(const float *__restrict__ src, T *__restrict__ dst, long long n) {
+  for (long long i = 4 * ((long long)blockIdx.x * blockDim.x + threadIdx.x); i < n;
+       i += 4 * (long long)gridDim.x * blockDim.x) {
+    const float4 v = *reinterpret_cast<const float4 *>(src + i);
+    *reinterpret_cast<uint2 *>(dst + i) = make_uint2(gpa_pack2<T>(v.x, v.y), gpa_pack2<T>(v.z, v.w));
+  }
+}
+extern "C" __global__ void gpa_fa2_dq_out_bf16(const float *__restrict__ src, __nv_bfloat16 *__restrict__ dst,
+                                               long long n) {
+  fa2_dq_out(src, dst, n);
+}
+extern "C" __global__ void gpa_fa2_dq_out_f16(const float *__restrict__ src, __half *__restrict__ dst, long long n) {
+  fa2_dq_out(src, dst, n);
 }

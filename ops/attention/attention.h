@@ -10,7 +10,9 @@ typedef struct gpa__attn_params {
   double scale;   /* 0: 1/sqrt(D) */
   int64_t causal; /* bottom-right aligned when S != Sk */
   /* backward, default 1; 0 lets cuDNN pick a faster non-deterministic
-   * engine (our own kernels are deterministic either way) */
+   * engine and our bf16/fp16 kernels (head dims up to 128) add dQ with
+   * atomics in FlashAttention-2's order, without the dQ pass (ops/attention/
+   * cuda.c); the fp32 kernels are deterministic either way */
   int64_t deterministic;
 } gpa__attn_params;
 
@@ -36,6 +38,9 @@ extern unsigned long long gpa__attn_tc32_calls, gpa__attn_tc32_bwd_calls;
  * fp16 at D 64, 96, 128 unless GPA_FA2_EXACT=0), for
  * tests/test_attention_lowp.c and the benchmark likewise. */
 extern unsigned long long gpa__attn_fa2x_fwd_calls, gpa__attn_fa2x_bwd_calls;
+/* Backwards given to the non-deterministic FA2 kernels (gpa_fa2n*_dkv_*,
+ * deterministic = 0), likewise. */
+extern unsigned long long gpa__attn_fa2nd_bwd_calls;
 /* cuDNN's fused SDPA (cuda_cudnn.c), bwd = 0 or 1: GPA_SKIP when cuDNN does
  * not take the call (nothing enqueued then). */
 gpa_status gpa__attn_cudnn_cu(const gpa_op_exec *x, int bwd);
@@ -107,6 +112,23 @@ gpa_status gpa__attn_cudnn_cu(const gpa_op_exec *x, int bwd);
   K(FA2X_DQ_H64, attn, gpa_fa2x_dq_f16_d64)                                     \
   K(FA2X_DQ_H96, attn, gpa_fa2x_dq_f16_d96)                                     \
   K(FA2X_DQ_H128, attn, gpa_fa2x_dq_f16_d128)                                   \
+  /* the non-deterministic backward's dK/dV/dQ kernels (deterministic = 0):  \
+   * class 64, 96, 128, bf16 then fp16, then the exact ones likewise, and  \
+   * the fp32 dQ accumulator's rounding to T */                              \
+  K(FA2N_DKV_BF64, attn, gpa_fa2n_dkv_bf16_d64)                                 \
+  K(FA2N_DKV_BF96, attn, gpa_fa2n_dkv_bf16_d96)                                 \
+  K(FA2N_DKV_BF128, attn, gpa_fa2n_dkv_bf16_d128)                               \
+  K(FA2N_DKV_H64, attn, gpa_fa2n_dkv_f16_d64)                                   \
+  K(FA2N_DKV_H96, attn, gpa_fa2n_dkv_f16_d96)                                   \
+  K(FA2N_DKV_H128, attn, gpa_fa2n_dkv_f16_d128)                                 \
+  K(FA2NX_DKV_BF64, attn, gpa_fa2nx_dkv_bf16_d64)                               \
+  K(FA2NX_DKV_BF96, attn, gpa_fa2nx_dkv_bf16_d96)                               \
+  K(FA2NX_DKV_BF128, attn, gpa_fa2nx_dkv_bf16_d128)                             \
+  K(FA2NX_DKV_H64, attn, gpa_fa2nx_dkv_f16_d64)                                 \
+  K(FA2NX_DKV_H96, attn, gpa_fa2nx_dkv_f16_d96)                                 \
+  K(FA2NX_DKV_H128, attn, gpa_fa2nx_dkv_f16_d128)                               \
+  K(FA2_DQ_OUT_BF, attn, gpa_fa2_dq_out_bf16)                                   \
+  K(FA2_DQ_OUT_H, attn, gpa_fa2_dq_out_f16)                                     \
   /* fp32 forward in 3xTF32 (attention_f32tc.cu): D <= 64, 96, 128 */             \
   K(TC32_FWD64, attn, gpa_tc32_fwd_d64)                                         \
   K(TC32_FWD96, attn, gpa_tc32_fwd_d96)                                         \

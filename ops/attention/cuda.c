@@ -6,7 +6,8 @@
  * with tensor cores, FlashAttention-2 structure on mma.sync (kernels/cuda/
  * attention_fa2.cu, attention_fa2_bwd.cu), forward (o in fp32 or in the
  * storage type) and deterministic backward, head dims that are multiples
- * of 16 up to 256.
+ * of 16 up to 256; with the op's deterministic = 0 (opt-in) up to 128 a
+ * faster backward that adds dQ with fp32 atomics (fa2nd_kernel).
  *
  * Lengths: each value must lie in [0, Sk] (GPA_ERANGE otherwise, with the
  * host's message), checked on the device and read at completion (no
@@ -114,7 +115,18 @@ static int fa2x_index(const gpa_op_exec *x, int dtype, int D) {
   const int d = D == 64 ? 0 : D == 96 ? 1 : D == 128 ? 2 : -1;
   return d < 0 ? -1 : dtype == GPA_BF16 ? d : dtype == GPA_F16 ? 3 + d : -1;
 }
-unsigned long long gpa__attn_fa2x_fwd_calls, gpa__attn_fa2x_bwd_calls;
+unsigned long long gpa__attn_fa2x_fwd_calls, gpa__attn_fa2x_bwd_calls, gpa__attn_fa2nd_bwd_calls;
+/* The non-deterministic backward (the op's deterministic = 0; bf16/fp16,
+ * classes 64, 96, 128): the dK/dV kernel also adds each key tile's share of
+ * dQ with fp32 atomics (attention_fa2_bwd.cu, fa2_dq_red), and no dQ pass
+ * runs. Its kernel id (exact-head-dim where fa2x_index gives one) or -1
+ * (class 256: the deterministic kernels). Shared memory: the dK/dV
+ * kernel's plus the step's dS^T, 64 keys x (32 + 8) elements. */
+static int fa2nd_kernel(int dtype, int D, int fx) {
+  if (fa2_class(D) > 2) return -1;
+  return fx >= 0 ? GPA__K_FA2NX_DKV_BF64 + fx : GPA__K_FA2N_DKV_BF64 + (dtype == GPA_F16 ? 3 : 0) + fa2_class(D);
+}
+static unsigned fa2nd_smem(int D) { return fa2_dkv_smem(D) + 64 * (32 + 8) * 2; }
 /* cp.async moves 16 bytes, the fp32 outputs are written in pairs */
 static int fa2_aligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
@@ -230,9 +242,18 @@ static gpa_status own_bwd(const gpa_op_exec *x, int tc) {
     smem = tc32_dkv_smem(g.D), smem_q = tc32_dq_smem(g.D);
     __atomic_fetch_add(&gpa__attn_tc32_bwd_calls, 1, __ATOMIC_RELAXED);
   }
-  if (!allow_smem(x, kdkv, smem) || !allow_smem(x, kdq, smem_q)) return gpa__cu_fallback(x);
+  const gpa__attn_params *prm = x->params;
+  int knd = lowp && !prm->deterministic ? fa2nd_kernel(dtype, g.D, fx) : -1;
+  if (knd >= 0 && !allow_smem(x, knd, fa2nd_smem(g.D))) knd = -1;
+  if (knd >= 0) kdkv = knd, smem = fa2nd_smem(g.D);
+  else if (!allow_smem(x, kdkv, smem) || !allow_smem(x, kdq, smem_q)) return gpa__cu_fallback(x);
   long long rows = (long long)g.B * g.S * g.H;
-  CUdeviceptr scr = gpa__cu_scratch(x, GPA__CU_INDEX_RES_BYTES + (uint64_t)(rows > 0 ? rows : 1) * sizeof(float));
+  int grads_t = x->outputs[0].dtype != GPA_F32;
+  /* scratch: the lengths' check, delta, and (knd with dq in T) the fp32
+   * dQ accumulator, 256-byte aligned */
+  const uint64_t dl_bytes = ((uint64_t)(rows > 0 ? rows : 1) * sizeof(float) + 255) / 256 * 256;
+  const uint64_t acc_bytes = knd >= 0 && grads_t ? (uint64_t)rows * (uint64_t)g.D * sizeof(float) : 0;
+  CUdeviceptr scr = gpa__cu_scratch(x, GPA__CU_INDEX_RES_BYTES + dl_bytes + acc_bytes);
   if (!scr) return GPA_ENOMEM;
   CUdeviceptr delta = scr + GPA__CU_INDEX_RES_BYTES;
   GPA__CU_TRY(check_lengths(x, "attention_bwd", lens, &g, scr));
@@ -240,12 +261,23 @@ static gpa_status own_bwd(const gpa_op_exec *x, int tc) {
   void *dq = x->out[0], *dk = x->out[1], *dv = x->out[2], *dl = (void *)(uintptr_t)delta;
   void *a0[] = {&dout, &o, &dl, &rows, &g.S, &g.H, &g.D};
   if (rows > 0) GPA__CU_TRY(gpa__cu_launch(x, kdelta, gpa__cu_blocks(x, (rows + 7) / 8, 1), 1, 1, 32, 8, 0, a0));
-  /* the FA2 kernels' last parameter: dq, dk, dv in the storage type (the
-   * fp32 kernels have 17 parameters; a launch reads as many as its kernel has) */
-  int grads_t = x->outputs[0].dtype != GPA_F32;
+  /* the FA2 kernels' 18th parameter: dq, dk, dv in the storage type (the
+   * fp32 kernels have 17 parameters; a launch reads as many as its kernel
+   * has); the non-deterministic one's 19th: its fp32 dQ accumulator */
   if (fx >= 0) __atomic_fetch_add(&gpa__attn_fa2x_bwd_calls, 1, __ATOMIC_RELAXED);
+  void *dqa = grads_t ? (void *)(uintptr_t)(delta + dl_bytes) : dq;
   void *a1[] = {&dout, &q, &k, &v, &lse, &dl, &lens, &dq, &dk, &dv, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale,
-                &g.causal, &grads_t};
+                &g.causal, &grads_t, &dqa};
+  if (knd >= 0) { /* zeroed in-stream, the atomics, then dq in T when it is */
+    __atomic_fetch_add(&gpa__attn_fa2nd_bwd_calls, 1, __ATOMIC_RELAXED);
+    const long long n = rows * g.D;
+    GPA__CU_TRY(gpa__cu_zero_f32(x, dqa, n));
+    GPA__CU_TRY(gpa__cu_launch(x, kdkv, (g.Sk + 63) / 64, (unsigned)g.Hkv, (unsigned)g.B, 32, 4, smem, a1));
+    if (!grads_t || n == 0) return GPA_OK;
+    void *a2[] = {&dqa, &dq, (void *)&n};
+    return gpa__cu_launch(x, dtype == GPA_F16 ? GPA__K_FA2_DQ_OUT_H : GPA__K_FA2_DQ_OUT_BF,
+                          gpa__cu_blocks(x, n / 4, 256), 1, 1, 256, 1, 0, a2);
+  }
   GPA__CU_TRY(gpa__cu_launch(x, kdkv, (g.Sk + bk - 1) / bk * halves, (unsigned)g.Hkv, (unsigned)g.B, 32,
                              (unsigned)warps, smem, a1));
   return gpa__cu_launch(x, kdq, (g.S + bq - 1) / bq * (lowp ? 1 : halves), (unsigned)g.H, (unsigned)g.B, 32,
