@@ -45,9 +45,11 @@ gpa_status gpa_attention_fwd(gpa_queue *q, const gpa_attention_fwd_args *args, g
 
 /* dq, dk, dv from dout and the forward's o and lse (same scale, causal and
  * lengths as the forward). Deterministic (the same bits every run) unless
- * nondeterministic = 1, which lets cuDNN take its faster backward engine
- * (the op's attribute deterministic = 0; our kernels are deterministic
- * either way). Op "attention_bwd". */
+ * nondeterministic = 1 (the op's attribute deterministic = 0), which lets
+ * cuDNN take its faster backward engine and, where cuDNN does not take the
+ * call, our bf16/fp16 CUDA kernels (head dims up to 128) add dq with fp32
+ * atomics without a separate dq pass: dk and dv keep their bits, dq's last
+ * bits may vary from run to run. Op "attention_bwd". */
 typedef struct gpa_attention_bwd_args {
   uint32_t size;
   gpa_tensor dout, q, k, v, o, lse, lengths, dq, dk, dv;

@@ -11,7 +11,8 @@
  * even): the reference of the CUDA tensor-core kernels.
  * attrs: scale (float; <= 0 or absent: 1/sqrt(D)), causal (int 0/1),
  * deterministic (int 0/1, default 1: the backward gives the same bits every
- * run; 0 allows cuDNN's faster non-deterministic backward engine).
+ * run; 0 allows cuDNN's faster non-deterministic backward engine and our
+ * bf16/fp16 CUDA kernels' atomic dQ, ops/attention/cuda.c).
  * H must be a multiple of Hkv (MHA: Hkv = H, GQA, MQA: Hkv = 1); query head
  * h uses kv head h / (H/Hkv). 1 <= D <= 256.
  * Masking: key j is visible to query i of batch b iff j < lengths[b] (when
@@ -20,7 +21,7 @@
  * sees every key; when S > Sk the first S - Sk queries see none). A query
  * that sees no key gets o = 0 and lse = -inf, and zero gradients.
  * lse is the natural-log sum of exp(scale * q.k) over visible keys. The
- * backward is deterministic (no atomics; fixed tile order). */
+ * host backward is deterministic (no atomics; fixed tile order). */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
