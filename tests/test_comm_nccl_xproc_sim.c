@@ -6,7 +6,8 @@
  * Part one forks its ranks (no MPI, so it runs in the sanitizer builds
  * too): 2 and then 3 processes, each on its own simulated device, share an
  * id made by rank 0 with gpa_comm_id_make_nccl through a file, and run
- * every case of util/comm_cases.c (each collective and dtype against the
+ * every case of util/comm_cases.c (and 3 ranks in 2 processes, ranks 0
+ * and 1 in one of them) (each collective and dtype against the
  * reference computed there, in place and not, odd sizes and 0,
  * send/recv, ordering with other ops, errors at the call). Then the faults,
  * with no communicator timeout, so that only the subset's own detection can
@@ -24,6 +25,7 @@
  * case. */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -221,29 +223,70 @@ static int fork_rank(int rank, int size) {
   return 0;
 }
 
-/* Forks size ranks and waits for them; false when one failed. */
-static bool run_forked(int size) {
+typedef struct rank_arg {
+  gpa_actor *a;
+  const gpa_comm_id *id;
+  int rank;
+} rank_arg;
+
+static void *rank_thread(void *p) {
+  rank_arg *r = p;
+  cases(r->a, r->id, r->rank, 3);
+  return NULL;
+}
+
+/* Several devices per process and several processes: process 0 holds
+ * ranks 0 and 1 (a thread each), process 1 rank 2; ranks 0 and 1 meet
+ * through the segment too (their send/recv included). */
+static int mixed_process(int proc) {
+  alarm(60);
+  gpa_actor *a = on(proc ? 2 : 0);
+  gpa_comm_id id;
+  share_id(a, proc, "mixed", &id);
+  if (proc) {
+    cases(a, &id, 2, 3);
+  } else {
+    gpa_actor *b = on(1);
+    pthread_t t;
+    rank_arg r1 = {b, &id, 1};
+    CHECK(pthread_create(&t, NULL, rank_thread, &r1) == 0);
+    cases(a, &id, 0, 3);
+    CHECK(pthread_join(t, NULL) == 0);
+    subset_idle(b);
+    CHECK_OK(gpa_actor_destroy(b));
+  }
+  subset_idle(a);
+  CHECK(segments_of(getpid()) == 0);
+  CHECK_OK(gpa_actor_destroy(a));
+  return 0;
+}
+
+/* Forks the ranks' processes (size of them, or the mixed layout's 2) and
+ * waits for them; false when one failed. */
+static bool run_forked(int size, bool mixed) {
   pid_t pid[4];
+  int procs = mixed ? 2 : size;
   fflush(NULL);
-  for (int r = 0; r < size; r++) {
+  for (int r = 0; r < procs; r++) {
     pid[r] = fork();
     CHECK(pid[r] >= 0);
-    if (pid[r] == 0) exit(fork_rank(r, size));
+    if (pid[r] == 0) exit(mixed ? mixed_process(r) : fork_rank(r, size));
   }
   bool ok = true, skipped = false;
-  for (int r = 0; r < size; r++) {
+  for (int r = 0; r < procs; r++) {
     int st = 0;
     CHECK(waitpid(pid[r], &st, 0) == pid[r]);
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    int want = size == 2 && r == 1 ? DIES : 0;
+    int want = !mixed && size == 2 && r == 1 ? DIES : 0;
     if (code == SKIP) skipped = true;
     else if (code != want) {
-      fprintf(stderr, "comm_nccl_xproc_sim: %d processes: rank %d exited with %d, want %d\n", size, r, code, want);
+      fprintf(stderr, "comm_nccl_xproc_sim: %d ranks%s: process %d exited with %d, want %d\n", size,
+              mixed ? " in 2 processes" : "", r, code, want);
       ok = false;
     }
   }
   if (skipped) exit(SKIP);
-  for (int r = 0; r < size; r++)
+  for (int r = 0; r < procs; r++)
     if (segments_of_x(pid[r], true)) {
       fprintf(stderr, "comm_nccl_xproc_sim: a segment of rank %d (process %d) was left in /dev/shm\n", r, (int)pid[r]);
       ok = false;
@@ -279,12 +322,12 @@ int main(int argc, char **argv) {
   snprintf(dir, sizeof dir, "/tmp/gpa-xproc-XXXXXX");
   CHECK(mkdtemp(dir));
   double t0 = now_s();
-  bool ok = run_forked(2) && run_forked(3);
+  bool ok = run_forked(2, false) && run_forked(3, false) && run_forked(3, true);
   char cmd[96];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) fprintf(stderr, "comm_nccl_xproc_sim: could not remove %s\n", dir);
   if (!ok) return 1;
-  printf("comm_nccl_xproc_sim: forked 2 and 3 ranks: ok (%.1f s)\n", now_s() - t0);
+  printf("comm_nccl_xproc_sim: forked 2 and 3 ranks, and 3 in 2 processes: ok (%.1f s)\n", now_s() - t0);
   const char *mpirun = tu_mpirun_or_skip();
   int rc = tu_mpi_launch(mpirun, argv[0], 2, CHILD_ENV);
   if (rc) {
