@@ -254,7 +254,7 @@ int main(void) {
        * extent whose tiles pass 48 KiB of shared memory (the im2col + cuBLAS path takes it) */
       {3, 70, 131, 67, 3, 1, 0, 8, 1, 1, 1}, {2, 12, 97, 18, 5, 2, 3, 3, 3, 0, 1}, {2, 34, 77, 36, 4, 3, 0, 2, 2, 1, 0},
       {1, 2, 13010, 2, 2, 1, 0, 13000, 1, 0, 1},
-      /* K = 100: past the 96 reduction rows of a small-grid stage (one channel a stage) */
+      /* K = 100: past the 96 reduction rows of a small-grid stage (those kernels decline it) */
       {2, 3, 70, 5, 100, 1, 0, 1, 1, 1, 1},
       /* dW's B Lout sum in 387 slices: 194 runs of 2, the last of 1 (ordered partial sums) */
       {129, 2, 130, 3, 3, 1, 0, 1, 1, 1, 1},

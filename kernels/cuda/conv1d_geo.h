@@ -27,6 +27,10 @@
 #define GPA_CONV_S_SPLIT 4
 #define GPA_CONV_S_NT 256
 #define GPA_CONV_S_MINB 3 /* blocks an SM the registers must allow (__launch_bounds__) */
+/* reduction rows (channel x tap) a stage holds, at most: 32 channels at K
+ * = 3; K up to this (a stage's loads are held in registers, 12 a thread
+ * per operand) */
+#define GPA_CONV_S_ROWS 96
 
 typedef struct gpa_conv_geo {
   gpa_conv_shape s;

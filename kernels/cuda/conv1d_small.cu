@@ -32,9 +32,12 @@
  * loads in flight than 80 registers hold (spills at 3 blocks an SM) */
 #ifdef GPA_SIM_EMU
 #define CS_UNROLL2
+#define CS_ROLLED
 #else
 #define CS_UNROLL2 _Pragma("unroll 2")
+#define CS_ROLLED _Pragma("unroll 1")
 #endif
+#define CHUNK 4 /* staging loads in flight a thread, per operand */
 
 static __device__ __forceinline__ float cs_ld(const float *p, long long i) { return p[i]; }
 static __device__ __forceinline__ float cs_ld(const gpa_bf16 *p, long long i) { return gpa_bf2f(p[i]); }
@@ -66,6 +69,7 @@ static __device__ void cs_gemm(float *sm, T *out, const T *act, const T *w, cons
    * warp stores one reduction row, consecutive columns. Both step their
    * (channel, tap) by 8 rows: dc channels and dk taps, then a carry. */
   constexpr int AROWS = SNT / STM, BROWS = SNT / STN;
+  constexpr int AJ = GPA_CONV_S_ROWS / AROWS, BJ = GPA_CONV_S_ROWS / BROWS; /* a thread's rows of a stage, at most */
   const int am = tid / AROWS, ar = tid % AROWS, bn = tid % STN, br = tid / STN;
   const int dca = AROWS / g.s.K, dka = AROWS % g.s.K, dcb = BROWS / g.s.K, dkb = BROWS % g.s.K;
   const bool arow_ok = m0 + am < rows;
@@ -79,38 +83,52 @@ static __device__ void cs_gemm(float *sm, T *out, const T *act, const T *w, cons
   for (int c0 = 0; c0 < red; c0 += g.bc) {
     const int nr = min(g.bc, red - c0) * g.s.K;
     __syncthreads(); /* the previous stage's reads are done */
+    /* Loads in runs of CHUNK before their stores: a load-store loop waits
+     * out one L2 round trip per row; all of a stage's at once took ptxas
+     * past 80 registers (spills). */
     {
       int c = ar / g.s.K, k = ar % g.s.K;
-      for (int r = ar; r < nr; r += AROWS) {
-        float v = 0.0f;
-        if (arow_ok) v = DX ? cs_ld(arow, (long long)(c0 + c) * g.s.cin_g * g.s.K + k) : cs_ld(arow, (long long)c0 * g.s.K + r);
-        as[r * SLDA + am] = v;
-        c += dca;
-        k += dka;
-        if (k >= g.s.K) k -= g.s.K, c++;
+      CS_ROLLED for (int j0 = 0; j0 < AJ && ar + j0 * AROWS < nr; j0 += CHUNK) {
+        float v[CHUNK];
+        GPA_UNROLL for (int j = 0; j < CHUNK; j++) {
+          const int r = ar + (j0 + j) * AROWS;
+          v[j] = 0.0f;
+          if (arow_ok && r < nr)
+            v[j] = DX ? cs_ld(arow, (long long)(c0 + c) * g.s.cin_g * g.s.K + k) : cs_ld(arow, (long long)c0 * g.s.K + r);
+          c += dca;
+          k += dka;
+          if (k >= g.s.K) k -= g.s.K, c++;
+        }
+        GPA_UNROLL for (int j = 0; j < CHUNK; j++)
+          if (ar + (j0 + j) * AROWS < nr) as[(ar + (j0 + j) * AROWS) * SLDA + am] = v[j];
       }
     }
     {
       int c = br / g.s.K, k = br % g.s.K;
-      for (int r = br; r < nr; r += BROWS) {
-        float v = 0.0f;
-        if (DX) {
-          const int qq = base - k * g.s.dil; /* t s for this tap */
-          int t = qq;
-          bool ok = qq >= 0;
-          if (MODE == 2) {
-            t = qq / s;
-            ok = ok && t * s == qq;
+      CS_ROLLED for (int j0 = 0; j0 < BJ && br + j0 * BROWS < nr; j0 += CHUNK) {
+        float v[CHUNK];
+        GPA_UNROLL for (int j = 0; j < CHUNK; j++) {
+          const int r = br + (j0 + j) * BROWS;
+          v[j] = 0.0f;
+          if (DX) {
+            const int qq = base - k * g.s.dil; /* t s for this tap */
+            int t = qq;
+            bool ok = qq >= 0;
+            if (MODE == 2) {
+              t = qq / s;
+              ok = ok && t * s == qq;
+            }
+            if (r < nr && ok && t < alen) v[j] = cs_ld(ab, (long long)(c0 + c) * alen + t);
+          } else {
+            const int pos = base + k * g.s.dil;
+            if (r < nr && pos >= 0 && pos < alen) v[j] = cs_ld(ab, (long long)(c0 + c) * alen + pos);
           }
-          if (ok && t < alen) v = cs_ld(ab, (long long)(c0 + c) * alen + t);
-        } else {
-          const int pos = base + k * g.s.dil;
-          if (pos >= 0 && pos < alen) v = cs_ld(ab, (long long)(c0 + c) * alen + pos);
+          c += dcb;
+          k += dkb;
+          if (k >= g.s.K) k -= g.s.K, c++;
         }
-        bs[r * STN + bn] = v;
-        c += dcb;
-        k += dkb;
-        if (k >= g.s.K) k -= g.s.K, c++;
+        GPA_UNROLL for (int j = 0; j < CHUNK; j++)
+          if (br + (j0 + j) * BROWS < nr) bs[(br + (j0 + j) * BROWS) * STN + bn] = v[j];
       }
     }
     __syncthreads();

@@ -19,16 +19,14 @@
  * timed both at the main job's shape (gpa-bench cuda_conv1d's _igsmall and
  * _igbig rows, issue 25); 1 here makes it mean "auto". */
 #define UNSET_IS_AUTO 0
-/* reduction rows (channel x tap) a stage holds, at most: 32 channels at K = 3 */
-#define STAGE_ROWS 96
 
 static long long cdiv(long long a, long long b) { return (a + b - 1) / b; }
 static long long max_ll(long long a, long long b) { return a > b ? a : b; }
 static long long min_ll(long long a, long long b) { return a < b ? a : b; }
 
-/* reduction channels a stage holds (one at least, however large K) */
+/* reduction channels a stage holds (K <= GPA_CONV_S_ROWS: one at least) */
 static long long stage_channels(const gpa__conv_cu_geom *c, long long channels) {
-  return max_ll(1, min_ll(channels, STAGE_ROWS / c->K));
+  return max_ll(1, min_ll(channels, GPA_CONV_S_ROWS / c->K));
 }
 
 /* shared memory: the stage's A [rows][LDA] and B [rows][TN], reused for
@@ -39,9 +37,11 @@ static long long smem_of(const gpa__conv_cu_geom *c, long long bc) {
 }
 
 /* Where gpa__conv_ig_fits holds (every index within an int for 64-wide
- * tiles, which bounds the 32-wide ones too): grid y within 65535 and a
- * stage within 48 KiB of shared memory (K up to 180). */
+ * tiles, which bounds the 32-wide ones too): K within a stage's rows (the
+ * kernels stage at most GPA_CONV_S_ROWS), grid y within 65535, a stage
+ * within 48 KiB of shared memory (26 KiB at most). */
 static int small_fits(const gpa__conv_cu_geom *c) {
+  if (c->K > GPA_CONV_S_ROWS) return 0;
   if (c->G * cdiv(max_ll(c->cout_g, c->cin_g), GPA_CONV_S_TM) > 65535) return 0;
   if (c->B * cdiv(max_ll(c->L, c->Lout), GPA_CONV_S_TN) > 0x7fffffffLL) return 0;
   return smem_of(c, stage_channels(c, c->cin_g)) <= GPA_CONV_SMEM_MAX &&
