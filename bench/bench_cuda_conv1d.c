@@ -22,8 +22,9 @@
  * reduction split in the block: kernels/cuda/conv1d_small.cu) and
  * cuda_conv1d_igbig_* with GPA_CONV_IG_SMALL=0 (64 x 64), both with
  * GPA_CUDNN_CONV=0 GPA_CONV_TC=0 (dW, db the same kernels in both), to
- * decide GPA_CONV_IG_SMALL's default (ops/conv1d/cuda_igsmall.c). On sim:
- * tiny shapes, plumbing only. */
+ * decide GPA_CONV_IG_SMALL's default (ops/conv1d/cuda_igsmall.c).
+ * GPA_BENCH_CONV1D_ONLY picks passes (wanted() below). On sim: tiny
+ * shapes, plumbing only. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,10 +103,11 @@ static void conv_rows(int own) {
              (long long)L, (long long)K, (long long)dil);
     snprintf(args, sizeof args, "%lld %lld %lld %lld %lld %s", (long long)B, (long long)C, (long long)L, (long long)K,
              (long long)dil, dn);
-    /* PyTorch's figures once per shape, for both passes */
+    /* PyTorch's figures once per shape, in the first pass that runs it */
     static double tt[6][2];
-    static int th[6];
-    if (!own) th[si] = sim ? 0 : torch_conv(args, &tt[si][0], &tt[si][1]);
+    static int th[6], asked[6];
+    if (!asked[si]) th[si] = sim ? 0 : torch_conv(args, &tt[si][0], &tt[si][1]);
+    asked[si] = 1;
     const double *t = tt[si];
     int have = th[si];
     static const char *names[5][2] = {{"cuda_conv1d_fwd", "cuda_conv1d_bwd"},
@@ -139,10 +141,20 @@ static void conv_rows(int own) {
   gpa_actor_destroy(a);
 }
 
+/* GPA_BENCH_CONV1D_ONLY: a comma-separated list of the passes to run
+ * (cudnn, own, simt, igsmall, igbig; e.g. "igsmall,igbig" for the tiling
+ * A/B alone); unset, all of them. */
+static int wanted(const char *pass) {
+  const char *only = getenv("GPA_BENCH_CONV1D_ONLY");
+  if (!only || !*only) return 1;
+  const size_t n = strlen(pass);
+  for (const char *p = only; (p = strstr(p, pass)) != NULL; p += n)
+    if ((p == only || p[-1] == ',') && (p[n] == ',' || p[n] == 0)) return 1;
+  return 0;
+}
+
 void gpa_bench_cuda_conv1d(void) {
-  conv_rows(0);
-  conv_rows(1);
-  conv_rows(2);
-  conv_rows(3);
-  conv_rows(4);
+  static const char *const passes[] = {"cudnn", "own", "simt", "igsmall", "igbig"};
+  for (int i = 0; i < 5; i++)
+    if (wanted(passes[i])) conv_rows(i);
 }
