@@ -20,9 +20,10 @@
  *
  * --bf16: mixed precision (examples/lm/model.c, docs/training.md): fp32
  * master parameters, gradients and AdamW state; bf16 copies of the GEMM
- * weights cast at each forward, bf16 activations through conv1d, linear,
- * attention and the ops between them; layernorm, the residual stream, the
- * embedding and the loss fp32.
+ * weights written by each AdamW step beside the masters (--cast-weights:
+ * cast at each forward instead, the same bits), bf16 activations through
+ * conv1d, linear, attention and the ops between them; layernorm, the
+ * residual stream, the embedding and the loss fp32.
  *
  * --gradcheck compares every parameter's gradient with central finite
  * differences of the loss on a small configuration and exits 1 on a
@@ -75,7 +76,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: %s [--steps N] [--batch B] [--ctx L] [--dim D] [--heads H] [--blocks N] [--kernel K]\n"
           "          [--lr F] [--wd F] [--seed N] [--data PATH] [--eval-every N] [--print-every N]\n"
-          "          [--quiet] [--require-below-unigram] [--gradcheck] [--graphs] [--losses] [--bf16]\n"
+          "          [--quiet] [--require-below-unigram] [--gradcheck] [--graphs] [--losses] [--bf16 [--cast-weights]]\n"
           "          [--data-parallel N [--bucket-kb K] [--no-overlap] [--parity-check [--parity-tol F]]]\n",
           prog);
 }
@@ -118,6 +119,8 @@ static int parse(int argc, char **argv, opts *o) {
       o->graphs = 1;
     } else if (!strcmp(a, "--bf16")) {
       o->cfg.bf16 = 1;
+    } else if (!strcmp(a, "--cast-weights")) {
+      o->cfg.cast_weights = 1;
     } else if (!strcmp(a, "--losses")) {
       o->losses = 1;
     } else if (!strcmp(a, "--gradcheck")) {
@@ -132,6 +135,10 @@ static int parse(int argc, char **argv, opts *o) {
   const lm_config *c = &o->cfg;
   if (o->gradcheck && c->bf16) {
     fprintf(stderr, "%s: --gradcheck checks fp32 gradients against fp32 finite differences; not with --bf16\n", prog);
+    return -1;
+  }
+  if (c->cast_weights && !c->bf16) {
+    fprintf(stderr, "%s: --cast-weights is a --bf16 option (fp32 runs have no bf16 weight copies)\n", prog);
     return -1;
   }
   if (o->steps < 1 || c->batch < 1 || c->ctx < 2 || c->dim < 1 || c->heads < 1 || c->dim % c->heads ||

@@ -6,7 +6,11 @@
 # have run bf16: its trace (GPA_TRACE) must show every conv1d, linear and
 # attention op, forward and backward, on bf16 tensors and cast ops beside
 # them, and the fp32 run's none of either. A --bf16 that fell back to fp32
-# fails the second check; one that broke the numerics, the first.
+# fails the second check; one that broke the numerics, the first. A third
+# run, --bf16 --cast-weights (a cast per bf16 weight copy at every forward
+# instead of AdamW writing the copies through adamw_multi's bf16_copies),
+# must give every step's loss and the held-out loss bit for bit, with more
+# casts: the copies the optimizer writes are the casts' bits.
 set -eu
 lm=$1
 tol=0.02
@@ -14,7 +18,8 @@ args="--steps 60 --batch 8 --ctx 32 --dim 32 --heads 2 --blocks 2 --lr 1e-2 --ev
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 GPA_TRACE="$dir/f32.json" "$lm" $args > "$dir/f32" || { echo "fp32 run failed"; cat "$dir/f32"; exit 1; }
-GPA_TRACE="$dir/bf16.json" "$lm" $args --bf16 > "$dir/bf16" || { echo "bf16 run failed"; cat "$dir/bf16"; exit 1; }
+GPA_TRACE="$dir/bf16.json" "$lm" $args --bf16 --losses > "$dir/bf16" || { echo "bf16 run failed"; cat "$dir/bf16"; exit 1; }
+"$lm" $args --bf16 --losses --cast-weights > "$dir/bf16cw" || { echo "bf16 --cast-weights run failed"; cat "$dir/bf16cw"; exit 1; }
 held() { sed -n 's/.*held-out loss \([0-9.]*\) nats.*/\1/p' "$1"; }
 a=$(held "$dir/f32")
 b=$(held "$dir/bf16")
@@ -37,4 +42,14 @@ c32=$(casts "$dir/f32.json")
 echo "fp32 run: $f32 GEMM-family ops on f32, $f16 on bf16, $c32 casts"
 [ "$f32" -ge 60 ] && [ "$f16" -eq 0 ] && [ "$c32" -eq 0 ] || { echo "FAIL: the fp32 run is not fp32"; exit 1; }
 grep -q 'bf16 mixed precision' "$dir/bf16" || { echo "FAIL: the bf16 run does not say so"; exit 1; }
+# every step's loss (%a, exact) and the held-out loss: the same bits
+grep -E '^loss |held-out loss' "$dir/bf16" > "$dir/l1"
+grep -E '^loss |held-out loss' "$dir/bf16cw" > "$dir/l2"
+[ "$(grep -c '^loss ' "$dir/l1")" -eq 60 ] || { echo "FAIL: --losses printed no per-step losses"; exit 1; }
+cmp -s "$dir/l1" "$dir/l2" || { echo "FAIL: the bf16 copies AdamW writes are not the casts' bits:"; diff "$dir/l1" "$dir/l2" | head; exit 1; }
+ncast() { sed -n 's/.*bf16: \([0-9]*\) casts submitted.*/\1/p' "$1"; }
+k1=$(ncast "$dir/bf16")
+k2=$(ncast "$dir/bf16cw")
+echo "bf16 run: $k1 casts; with --cast-weights $k2; every step's loss the same bits"
+[ -n "$k1" ] && [ -n "$k2" ] && [ "$k2" -gt "$k1" ] || { echo "FAIL: --cast-weights did not cast the weights"; exit 1; }
 echo "ok"

@@ -46,6 +46,8 @@ typedef struct lm_config {
   int ctx;      /* sequence length L */
   int batch;    /* sequences per step B */
   int bf16;     /* mixed precision (--bf16): bf16 GEMM weights and activations, fp32 masters (model.c) */
+  int cast_weights; /* --bf16 --cast-weights: a cast per bf16 weight copy at every forward, rather than
+                       AdamW writing the copies (adamw_multi's bf16_copies); the same bits */
 } lm_config;
 
 enum { LM_MAX_BLOCKS = 8, LM_MAX_PARAMS = 8 * LM_MAX_BLOCKS + 16, LM_MAX_BUFS = 512 };
@@ -54,7 +56,8 @@ typedef struct lm_param {
   char name[40];
   gpa_tensor p, g, m, v; /* value, gradient (a view of lm_model.grads), AdamW moments */
   gpa_tensor w;          /* what the forward and backward read: p, or under bf16 p's bf16 copy (GEMM
-                            weights and biases), cast from p at the start of every forward */
+                            weights and biases): cast from p once at init, then written by each AdamW
+                            step beside p (or, with cast_weights, cast at the start of every forward) */
   int64_t n;
   int64_t g_off;         /* where g starts in lm_model.grads, in floats */
   int ready;             /* lm_backward submitted the op that writes g */

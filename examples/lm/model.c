@@ -26,12 +26,15 @@
  *
  * Mixed precision (cfg.bf16, `gpa-train-lm --bf16`), as PyTorch's autocast
  * would run this model: the parameters, their gradients and the AdamW state
- * stay fp32 (the masters); at the start of every forward the weights and
- * biases of the GEMMs (conv1d, the four projections, the head) are cast to
- * bf16 copies (p->w), and conv1d, linear and attention take bf16 inputs and
- * write bf16 outputs (fp32 accumulation inside), as do the ops between them
- * (transpose, GELU, the q/k/v gradient sums), their backward forms likewise
- * (dW and db f32, straight into the fp32 gradients). What stays fp32: the
+ * stay fp32 (the masters); the weights and biases of the GEMMs (conv1d, the
+ * four projections, the head) have bf16 copies (p->w), cast from the masters
+ * once at init and then written by the AdamW step itself, each rounded from
+ * the updated master as a cast would round it (adamw_multi's bf16_copies:
+ * no cast launch per weight a step; --cast-weights casts them at the start
+ * of every forward instead, the same bits), and conv1d, linear and attention
+ * take bf16 inputs and write bf16 outputs (fp32 accumulation inside), as do
+ * the ops between them (transpose, GELU, the q/k/v gradient sums), their
+ * backward forms likewise (dW and db f32, straight into the fp32 gradients). What stays fp32: the
  * residual stream and its gradient (each block adds a small update to it; in
  * bf16 the updates would round away), layernorm (its statistics and output,
  * then cast for the GEMM: autocast runs layer_norm in fp32), its parameters
@@ -150,6 +153,10 @@ static lm_param *param(lm_model *m, lm_rng *rng, const char *name, uint32_t rank
   return p;
 }
 
+/* Under bf16 (not cast_weights) the optimizer keeps the bf16 copies: they
+ * start as casts of the initial masters. */
+static int optimizer_copies(const lm_model *m) { return m->cfg.bf16 && !m->cfg.cast_weights; }
+
 /* One buffer for every gradient, the last parameter first, each padded to
  * 16 floats (64 bytes: every view starts aligned). */
 static void grads_alloc(lm_model *m) {
@@ -216,6 +223,8 @@ int lm_model_init(lm_model *m, gpa_actor *a, const lm_config *cfg, uint64_t seed
   m->Wh = param(m, &rng, "head.W", 2, V, D, 0, sd, 0, 1, 1);
   m->bh = param(m, &rng, "head.b", 1, V, 0, 0, 0, 0.0f, 0, 1);
   grads_alloc(m);
+  if (optimizer_copies(m))
+    for (int i = 0; i < m->n_params; i++) cast(m, m->params[i].p, m->params[i].w);
 
   m->ids = tensor(m, "lm.in.ids", GPA_I32, 2, B, L, 0);
   m->targets = tensor(m, "lm.in.targets", GPA_I32, 1, N, 0, 0);
@@ -337,7 +346,8 @@ static void conv_geometry(const lm_conv_block *k, gpa_attr at[2]) {
 void lm_forward(lm_model *m) {
   const lm_config *c = &m->cfg;
   gpa_tensor x0 = c->blocks ? m->blk[0].x : m->xa;
-  for (int i = 0; i < m->n_params; i++) cast(m, m->params[i].p, m->params[i].w); /* bf16 copies of the masters */
+  if (!optimizer_copies(m)) /* bf16 copies of the masters (none in fp32: w is p) */
+    for (int i = 0; i < m->n_params; i++) cast(m, m->params[i].p, m->params[i].w);
   gpa_tensor ein[2] = {m->ids, m->emb->p};
   op(m, "embedding_fwd", ein, 2, &x0, 1, NULL, 0);
   for (int i = 0; i < c->blocks; i++) {
@@ -445,25 +455,36 @@ void lm_adamw(lm_model *m, double lr, double weight_decay, int step) {
 
 /* adamw_multi over up to 16 parameters a message (its limit: 64 inputs,
  * four per tensor), matrices decayed through decay_mask: the main job's 28
- * tensors in 2 messages (one adamw message each before; the same bits). */
+ * tensors in 2 messages (one adamw message each before; the same bits).
+ * Under bf16 the GEMM weights' bf16 copies are outputs too (bf16_copies,
+ * after the 3 per tensor): the step writes them as a cast of the updated
+ * master would, instead of 15 casts at the next forward. */
 enum { LM_ADAMW_GROUP = 16 };
 
 void lm_adamw_range(lm_model *m, gpa_queue *q, int lo, int hi, double lr, double weight_decay, int step) {
   for (int i0 = lo; i0 <= hi && !m->err; i0 += LM_ADAMW_GROUP) {
     int n = hi - i0 + 1 < LM_ADAMW_GROUP ? hi - i0 + 1 : LM_ADAMW_GROUP;
-    gpa_tensor in[4 * LM_ADAMW_GROUP], out[3 * LM_ADAMW_GROUP];
-    int64_t mask = 0;
+    gpa_tensor in[4 * LM_ADAMW_GROUP], out[4 * LM_ADAMW_GROUP];
+    int64_t mask = 0, copies = 0;
+    uint32_t n_out = 3 * (uint32_t)n;
     for (int k = 0; k < n; k++) {
       const lm_param *p = &m->params[i0 + k];
       in[4 * k] = p->p, in[4 * k + 1] = p->g, in[4 * k + 2] = p->m, in[4 * k + 3] = p->v;
       out[3 * k] = p->p, out[3 * k + 1] = p->m, out[3 * k + 2] = p->v;
       mask |= (int64_t)p->decay << k;
     }
-    gpa_attr hp[4] = {{"lr", GPA_ATTR_FLOAT, 0, lr},
+    for (int k = 0; k < n && optimizer_copies(m); k++) {
+      const lm_param *p = &m->params[i0 + k];
+      if (p->w.buffer == p->p.buffer) continue; /* no bf16 copy */
+      out[n_out++] = p->w;
+      copies |= (int64_t)1 << k;
+    }
+    gpa_attr hp[5] = {{"lr", GPA_ATTR_FLOAT, 0, lr},
                       {"step", GPA_ATTR_INT, step, 0},
                       {"weight_decay", GPA_ATTR_FLOAT, 0, weight_decay},
-                      {"decay_mask", GPA_ATTR_INT, mask, 0}};
-    gpa_op_call c = {"adamw_multi", in, 4 * (uint32_t)n, out, 3 * (uint32_t)n, hp, 4};
+                      {"decay_mask", GPA_ATTR_INT, mask, 0},
+                      {"bf16_copies", GPA_ATTR_INT, copies, 0}};
+    gpa_op_call c = {"adamw_multi", in, 4 * (uint32_t)n, out, n_out, hp, copies ? 5 : 4};
     gpa_status st = gpa_submit(q, &c, NULL);
     if (st) fail(m, st, "adamw_multi");
   }

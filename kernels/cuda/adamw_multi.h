@@ -2,7 +2,7 @@
  * ops/optim/cuda_multi.c): every tensor's pointers, size and first block in
  * one struct passed by value, so the launch needs no device-side table (no
  * allocation or copy before it, nothing to keep alive: a CUDA graph captures
- * it with the launch). 16 tensors of 80 bytes: about 1.3 KB of the 4 KB a
+ * it with the launch). 16 tensors of 88 bytes: about 1.4 KB of the 4 KB a
  * kernel's parameters may take. Both compilers include this file. */
 #ifndef GPA_KERNELS_CUDA_ADAMW_MULTI_H
 #define GPA_KERNELS_CUDA_ADAMW_MULTI_H
@@ -13,10 +13,11 @@
 typedef struct gpa_adamw_multi_tensor {
   float *po, *mo, *vo;
   const float *p, *g, *m, *v;
+  unsigned short *pw; /* param' rounded to bf16 as the cast op rounds (bf16_copies), or NULL */
   long long n;      /* elements */
   long long block0; /* its first block; its blocks end where the next tensor's begin (the last's at gridDim.x) */
   float decay;      /* 1 - lr * weight_decay, or 1 for a tensor outside decay_mask */
-  int vec;          /* all seven pointers 16-byte aligned: float4 accesses */
+  int vec;          /* all pointers 16-byte aligned (pw too, when given): float4 accesses */
 } gpa_adamw_multi_tensor;
 
 typedef struct gpa_adamw_multi_args {

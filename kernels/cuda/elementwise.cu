@@ -422,8 +422,23 @@ extern "C" __global__ void gpa_adamw_f32(float *po, float *mo, float *vo, const 
  * 16 entries, the same for all its threads, then runs gpa_adamw_f32's loop
  * over its tensor with its run as the grid. The argument array is indexed
  * at run time, read from the parameter bank: ptxas (CUDA 13) reports no
- * stack frame and no spills, 53 registers on sm_80 and 56 on sm_90 (adamw:
+ * stack frame and no spills, 56 registers on sm_80 and sm_90 with bf16_copies (adamw:
  * 40); ew_no_spills checks the spills. */
+/* With bf16_copies a tensor's pw also gets param' rounded to bf16 by the
+ * cast op's rounding (gpa_f2bf), from the register that is stored to po: the
+ * bits a cast after the update would write, without its launch and its
+ * re-read of param' (the main job's 15 weight casts a step, issue 25). */
+#define ADAMW_CH_W(i0)                                                                     \
+  ADAMW_CH(i0)                                                                             \
+  if (pw) *reinterpret_cast<uint2 *>(pw + (i0)) = make_uint2(gpa_bf2_pack(a.x, a.y), gpa_bf2_pack(a.z, a.w));
+#define ADAMW_ONE_W(i)                                                                                      \
+  {                                                                                                         \
+    float pi_;                                                                                              \
+    adamw_one(pi_, mo[i], vo[i], p[i], g[i], m[i], v[i], decay, b1, c1, b2, c2, step_size, inv_bc2_sqrt, eps); \
+    po[i] = pi_;                                                                                            \
+    if (pw) pw[i] = gpa_f2bf(pi_);                                                                          \
+  }
+
 extern "C" __global__ void gpa_adamw_multi_f32(gpa_adamw_multi_args a) {
   const long long blk = blockIdx.x;
   int k = 0;
@@ -431,11 +446,14 @@ extern "C" __global__ void gpa_adamw_multi_f32(gpa_adamw_multi_args a) {
   const long long first = a.t[k].block0, end = k + 1 < a.count ? a.t[k + 1].block0 : (long long)gridDim.x;
   float *po = a.t[k].po, *mo = a.t[k].mo, *vo = a.t[k].vo;
   const float *p = a.t[k].p, *g = a.t[k].g, *m = a.t[k].m, *v = a.t[k].v;
+  gpa_bf16 *pw = a.t[k].pw;
   const long long n = a.t[k].n;
   const float decay = a.t[k].decay, b1 = a.b1, c1 = a.c1, b2 = a.b2, c2 = a.c2, step_size = a.step_size,
               inv_bc2_sqrt = a.inv_bc2_sqrt, eps = a.eps;
-  GPA_F4_LOOP_IN(n, a.t[k].vec, blk - first, end - first, ADAMW_CH, ADAMW_ONE);
+  GPA_F4_LOOP_IN(n, a.t[k].vec, blk - first, end - first, ADAMW_CH_W, ADAMW_ONE_W);
 }
+#undef ADAMW_CH_W
+#undef ADAMW_ONE_W
 #undef ADAMW_CH
 #undef ADAMW_ONE
 
@@ -480,12 +498,13 @@ static __device__ __forceinline__ void st_fb(void *p, int bf, long long i, float
 extern "C" __global__ void gpa_adamw_bf16(void *po, float *mo, float *vo, const void *p, const void *g,
                                           const float *m, const float *v, long long n, float decay, float b1,
                                           float c1, float b2, float c2, float step_size, float inv_bc2_sqrt,
-                                          float eps, int p_bf, int g_bf) {
+                                          float eps, int p_bf, int g_bf, gpa_bf16 *pw) {
   GS_LOOP(i, n) {
     float pi, mi, vi; /* the f32 kernels' arithmetic, the same bits for f32 storage */
     adamw_one(pi, mi, vi, ld_fb(p, p_bf, i), ld_fb(g, g_bf, i), m[i], v[i], decay, b1, c1, b2, c2, step_size,
               inv_bc2_sqrt, eps);
     st_fb(po, p_bf, i, pi);
+    if (pw) pw[i] = gpa_f2bf(pi); /* adamw's param_bf16 (f32 param, bf16 grad): the cast op's rounding */
     mo[i] = mi;
     vo[i] = vi;
   }

@@ -3,7 +3,10 @@
  * the host in double, as the host implementation does. */
 #include <math.h>
 
+#include <string.h>
+
 #include "backends/cuda/cuda_ops.h"
+#include "kernels/cuda/adamw_multi.h"
 #include "ops/cuda_kernels.h"
 #include "ops/optim/optim.h"
 
@@ -21,11 +24,25 @@ gpa_status gpa__adamw_cu(const gpa_op_exec *x) {
         fe = f.eps;
   void *po = x->out[0], *mo = x->out[1], *vo = x->out[2], *p = x->in[0], *g = x->in[1], *m = x->in[2], *v = x->in[3];
   int pbf = x->inputs[0].dtype == GPA_BF16, gbf = x->inputs[1].dtype == GPA_BF16, vec = gpa__cu_aligned16(x);
+  void *pw = x->n_outputs == 4 ? x->out[3] : NULL; /* the bf16 copy of an f32 param' */
+  if (pw && !gbf) {
+    /* adamw_multi's kernel over this one tensor: its 16-byte path writes the
+     * copy; the grid adamw's own launch would take; the same bits */
+    if (n == 0) return GPA_OK;
+    gpa_adamw_multi_args a;
+    memset(&a, 0, sizeof a);
+    a.count = 1;
+    a.b1 = fb1, a.c1 = c1, a.b2 = fb2, a.c2 = c2, a.step_size = ss, a.inv_bc2_sqrt = ib, a.eps = fe;
+    a.t[0] = (gpa_adamw_multi_tensor){po, mo, vo, p, g, m, v, pw, n, 0, decay, vec};
+    void *args[] = {&a};
+    unsigned blocks = gpa__cu_blocks(x, vec ? (n + 3) / 4 : n, GPA__CU_THREADS);
+    return gpa__cu_launch(x, GPA__K_ADAMW_MULTI, blocks, 1, 1, GPA__CU_THREADS, 1, 0, args);
+  }
   if (!pbf && !gbf) {
     void *args[] = {&po, &mo, &vo, &p, &g, &m, &v, &n, &decay, &fb1, &c1, &fb2, &c2, &ss, &ib, &fe, &vec};
     return gpa__cu_launch1d(x, GPA__K_ADAMW, vec ? (n + 3) / 4 : n, args);
   }
-  void *args[] = {&po, &mo, &vo, &p, &g, &m, &v, &n, &decay, &fb1, &c1, &fb2, &c2, &ss, &ib, &fe, &pbf, &gbf};
+  void *args[] = {&po, &mo, &vo, &p, &g, &m, &v, &n, &decay, &fb1, &c1, &fb2, &c2, &ss, &ib, &fe, &pbf, &gbf, &pw};
   return gpa__cu_launch1d(x, GPA__K_ADAMW_BF, n, args);
 }
 

@@ -5,7 +5,8 @@
  * into a CUDA graph like any other. Each tensor gets the blocks adamw's own
  * launch would give it (gpa__cu_blocks), in a run of the one grid, and the
  * factors adamw's launch gets (gpa__adamw_cu_fold): each tensor's bits are
- * adamw's. */
+ * adamw's. bf16_copies: the tensor's pw is its output after the 3 * count
+ * (in tensor order), written in the same pass. */
 #include <string.h>
 
 #include "backends/cuda/cuda_ops.h"
@@ -31,14 +32,16 @@ gpa_status gpa__adamw_multi_cu(const gpa_op_exec *x) {
   a.b1 = f.b1, a.c1 = f.c1, a.b2 = f.b2, a.c2 = f.c2, a.step_size = f.step_size, a.inv_bc2_sqrt = f.inv_bc2_sqrt;
   a.eps = f.eps;
   long long blocks = 0;
+  uint32_t copy = 3 * count; /* the next bf16 copy among the outputs */
   for (uint32_t k = 0; k < count && k < GPA_ADAMW_MULTI_MAX; k++) {
     gpa_adamw_multi_tensor *t = &a.t[k];
     void *const *in = x->in + 4 * k, *const *out = x->out + 3 * k;
     t->po = out[0], t->mo = out[1], t->vo = out[2];
     t->p = in[0], t->g = in[1], t->m = in[2], t->v = in[3];
+    t->pw = pa->bf16_copies >> k & 1 ? x->out[copy++] : NULL;
     t->n = gpa__cu_numel(&x->inputs[4 * k]);
     t->decay = gpa__adamw_multi_wd(pa, k) != 0.0 ? f.decay : f0.decay;
-    t->vec = aligned16(in, 4) && aligned16(out, 3);
+    t->vec = aligned16(in, 4) && aligned16(out, 3) && ((uintptr_t)t->pw & 15) == 0;
     t->block0 = blocks;
     if (t->n > 0) blocks += gpa__cu_blocks(x, t->vec ? (t->n + 3) / 4 : t->n, GPA__CU_THREADS);
   }

@@ -4,6 +4,9 @@
  * state (every output element depends only on the same element of the
  * inputs, so exact aliasing is safe; partial overlap is not supported).
  *   adamw  in: param, grad, m, v (f32, same shape)   out: param', m', v'
+ *          [, param_bf16: param' rounded to bf16 as the cast op rounds, for
+ *          an f32 param: a mixed-precision trainer's bf16 weight copy
+ *          written in the update's pass instead of by a cast after it]
  *          attrs lr (required), beta1 (0.9), beta2 (0.999), eps (1e-8),
  *          weight_decay (0.01), step (int, required, >= 1: bias correction)
  *   sgd    in: param, grad, buf (f32, same shape)     out: param', buf'
@@ -13,6 +16,7 @@
  * bf16 gradients, fp32 master parameters), and so may param (param' then
  * bf16 too, rounded once per step); the state (m, v, buf) stays f32. */
 #include <stddef.h>
+#include <stdio.h>
 
 #include "kernels/host/bf16.h"
 #include "kernels/host/optim.h"
@@ -43,9 +47,37 @@ static gpa_status like_param(const char *op, const gpa_op_sig *s, const char *co
   return GPA_OK;
 }
 
+/* adamw's optional 4th output: bf16 of an f32 param's shape, sharing no
+ * memory with the call's other tensors (it is written beside them, in
+ * another layout) */
+static gpa_status copy_ok(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
+  const gpa_tensor *p = &s->inputs[0], *c = &s->outputs[3];
+  if (p->dtype != GPA_F32) {
+    snprintf(msg, ms, "adamw: param_bf16 (outputs[3]) is the bf16 copy of an f32 param'; param is %s already",
+             gpa_dtype_name(p->dtype));
+    return GPA_EDTYPE;
+  }
+  GPA__CHK(gpa__chk_dtype("adamw", "param_bf16 (outputs[3])", c, GPA_BF16, 0, msg, ms));
+  GPA__CHK(gpa__chk_shape("adamw", "param_bf16 (outputs[3])", c, p->rank, p->shape, "param's", msg, ms));
+  gpa__chk_set(&e[3], GPA_BF16, p->rank, p->shape);
+  const uint64_t lo = c->offset, hi = lo + (uint64_t)gpa__chk_numel(c) * 2u;
+  for (uint32_t i = 0; i < 7 && hi > lo; i++) {
+    const gpa_tensor *t = i < 4 ? &s->inputs[i] : &s->outputs[i - 4];
+    uint64_t b = (uint64_t)gpa__chk_numel(t) * gpa_dtype_size(t->dtype);
+    if (t->buffer == c->buffer && t->offset < hi && lo < t->offset + b) {
+      static const char *const names[7] = {"param", "grad", "m", "v", "param'", "m'", "v'"};
+      snprintf(msg, ms, "adamw: param_bf16 (outputs[3]) overlaps %s (it is written beside the update: it needs "
+               "memory of its own)", names[i]);
+      return GPA_EINVAL;
+    }
+  }
+  return GPA_OK;
+}
+
 static gpa_status adamw_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   static const char *const names[] = {"param", "grad", "m", "v"};
-  return like_param("adamw", s, names, e, 3, msg, ms);
+  GPA__CHK(like_param("adamw", s, names, e, 3, msg, ms));
+  return s->n_outputs == 4 ? copy_ok(s, e, msg, ms) : GPA_OK;
 }
 
 static gpa_status sgd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
@@ -80,6 +112,7 @@ enum { OPT_CHUNK = 2048 };
 typedef struct bf_opt_job {
   const gpa_op_exec *x;
   int adam, p_bf, g_bf;
+  uint16_t *copy; /* adamw's param_bf16, or NULL */
   gpa__adamw_hp ahp;
   gpa__sgd_hp shp;
 } bf_opt_job;
@@ -106,13 +139,14 @@ static void bf_opt_range(int64_t b, int64_t e, void *ctx) {
     else
       gpa__sgd_f32(NULL, po, (float *)x->out[1] + s, p, g, (const float *)x->in[2] + s, n, &j->shp);
     if (j->p_bf) gpa__bf16_narrow(NULL, (uint16_t *)x->out[0] + s, pb, n);
+    if (j->copy) gpa__bf16_narrow(NULL, j->copy + s, po, n); /* the cast op's loop: its bits */
   }
 }
 
 static gpa_status bf_opt_host(const gpa_op_exec *x, int adam) {
   const opt_params *p = x->params;
   bf_opt_job j = {x, adam, x->inputs[0].dtype == GPA_BF16, x->inputs[1].dtype == GPA_BF16,
-                  {p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, p->step},
+                  adam && x->n_outputs == 4 ? x->out[3] : NULL, {p->lr, p->beta1, p->beta2, p->eps, p->weight_decay, p->step},
                   {p->lr, p->momentum, p->weight_decay, (int)p->nesterov}};
   gpa__par par = gpa__ops_par(x->env);
   gpa__pfor(&par, gpa__chk_numel(&x->inputs[0]), 8 * OPT_CHUNK, bf_opt_range, &j);
@@ -124,21 +158,22 @@ static gpa_status adamw_host_any(const gpa_op_exec *x) {
 }
 static gpa_status sgd_host_any(const gpa_op_exec *x) { return gpa__has_bf16(x) ? bf_opt_host(x, 0) : sgd_host(x); }
 
-/* f32 sizes less 2 bytes per element for each bf16 param (read, written) or grad */
+/* f32 sizes less 2 bytes per element for each bf16 param (read, written) or
+ * grad, plus 2 for adamw's bf16 copy */
 static uint64_t bf16_saving(const gpa_op_sig *s) {
   uint64_t n = (uint64_t)gpa__chk_numel(&s->inputs[0]);
   return n * ((s->inputs[0].dtype == GPA_BF16 ? 4u : 0u) + (s->inputs[1].dtype == GPA_BF16 ? 2u : 0u));
 }
 
 static uint64_t adamw_bytes(const gpa_op_sig *s) {
-  return 28u * (uint64_t)gpa__chk_numel(&s->inputs[0]) - bf16_saving(s);
+  return (s->n_outputs == 4 ? 30u : 28u) * (uint64_t)gpa__chk_numel(&s->inputs[0]) - bf16_saving(s);
 }
 static uint64_t sgd_bytes(const gpa_op_sig *s) {
   return 20u * (uint64_t)gpa__chk_numel(&s->inputs[0]) - bf16_saving(s);
 }
 
 static const gpa_op_desc optim_ops[] = {
-    {.size = sizeof(gpa_op_desc), .name = "adamw", .min_inputs = 4, .max_inputs = 4, .n_outputs = 3,
+    {.size = sizeof(gpa_op_desc), .name = "adamw", .min_inputs = 4, .max_inputs = 4, .n_outputs = 3, .max_outputs = 4,
      .attrs = adamw_attrs, .n_attrs = 6,
      .params_size = sizeof(opt_params),
      .shape = adamw_shape, .host = adamw_host_any, .cuda = GPA__CUDA(gpa__adamw_cu), .bytes_moved = adamw_bytes},

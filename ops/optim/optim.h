@@ -9,11 +9,12 @@ typedef struct gpa__opt_params {
   int64_t step, nesterov;
 } gpa__opt_params;
 
-/* adamw_multi (adamw_multi.c): adamw's attributes, and decay_mask (bit k:
- * tensor k takes weight_decay; -1: all). */
+/* adamw_multi (adamw_multi.c): adamw's attributes, decay_mask (bit k:
+ * tensor k takes weight_decay; -1: all) and bf16_copies (bit k: tensor k
+ * also writes param' rounded to bf16 into an output after the 3 * count). */
 typedef struct gpa__adamw_multi_params {
   double lr, beta1, beta2, eps, weight_decay;
-  int64_t step, decay_mask;
+  int64_t step, decay_mask, bf16_copies;
 } gpa__adamw_multi_params;
 
 /* adamw's attributes (name, kind, required, field, defaults, range) over a
