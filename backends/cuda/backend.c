@@ -592,6 +592,8 @@ gpa_status gpa__cu_enqueue_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r
  * it cannot be enqueued, no host function will complete them: the stream is
  * drained and they complete here with the error. */
 static void launch_done(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *first, CUresult e, const char *what) {
+  /* The host function holds the stream: the next op must not count it. */
+  q->share = NULL;
   if (e == CUDA_SUCCESS) e = C->cu.cuLaunchHostFunc(q->s, done, first), what = "cuLaunchHostFunc";
   if (e == CUDA_SUCCESS) return;
   char msg[GPA__ERR_MAX];
@@ -905,6 +907,14 @@ gpa_status gpa__cu_run_eager(gpa__cu_ctx *C, const gpa__work *w, const gpa_op_de
   if (C->failed) return failed_state(C, w->err, w->err_cap);
   gpa__cu_queue *q = w->bq;
   gpa__cu_enter_op(C, q, w, d, impl, x);
+  if (impl == gpa__cu_fallback) {
+    /* Synchronous on the host (its time is the actor's): no record, no
+     * event. Its copies go on the stream between two timed ops. */
+    q->share = NULL;
+    gpa_status st = impl(x);
+    if (st != GPA_OK && st != GPA_SKIP && C->failed && !w->err[0]) failed_state(C, w->err, w->err_cap);
+    return st;
+  }
   gpa__cu_rec *r = gpa__cu_rec_get(C, w, w->err, w->err_cap);
   if (!r) return C->failed ? GPA_EDEVICE : GPA_ENOMEM;
   CUresult e = gpa__cu_start_event(C, q, r);
@@ -923,8 +933,8 @@ gpa_status gpa__cu_run_eager(gpa__cu_ctx *C, const gpa__work *w, const gpa_op_de
     }
     C->post = (gpa__cu_post){0};
   }
-  if (st != GPA_OK || impl == gpa__cu_fallback) {
-    /* Declined, failed, or ran synchronously (the host fallback). */
+  if (st != GPA_OK) {
+    /* Declined or failed. */
     gpa__cu_rec_put(C, r);
     if (st != GPA_OK && st != GPA_SKIP && C->failed && !w->err[0]) failed_state(C, w->err, w->err_cap);
     return st;

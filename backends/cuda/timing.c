@@ -3,13 +3,17 @@
  *
  * Untimed work (no profiler) is timed per group: the group's first record
  * records its start event, the last one its end event at flush, and carries
- * the group's time (a batch's total stays right).
+ * the group's time (a batch's total stays right). A group is what the actor
+ * enqueued on a stream in one pass of its loop: when messages come one at a
+ * time (a trainer's eager step), a group per message.
  *
  * Timed work (a profiler on: gpa__work.timed) wants each op's own time. An
  * event before and after every op cost two cuEventRecord calls per op (on an
  * H100 5.25 against 2.66 us per launch of a bare loop; the main job ran
  * 11-21% slower profiled). Consecutive timed ops of a stream share their
  * boundary: op i's end event is op i+1's start event, N+1 records for N ops.
+ * Groups share theirs the same way (a group's end starts the next group),
+ * so N groups of untimed work record N+1 events, not 2N.
  *
  * A boundary is shared only while the stream is still busy before it (the
  * end event not yet reached, one cuEventQuery): had the stream gone idle,
@@ -34,7 +38,7 @@
 CUresult gpa__cu_start_event(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r) {
   gpa__cu_rec *p = q->share;
   q->share = NULL; /* whatever r enqueues comes after p's end */
-  if (!r->w.timed) return q->open ? CUDA_SUCCESS : C->cu.cuEventRecord(r->ev0, q->s);
+  if (!r->w.timed && q->open) return CUDA_SUCCESS; /* the group's first one has the start */
   if (p && C->cu.cuEventQuery(p->ev1) == CUDA_ERROR_NOT_READY) {
     r->start = p->ev1;
     r->lender = p;
@@ -59,11 +63,22 @@ CUresult gpa__cu_group_timing(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *fir
   CUresult e = C->cu.cuEventRecord(last->ev1, q->s);
   if (e != CUDA_SUCCESS) return e;
   last->has_end = true;                    /* what reap queries */
+  q->share = last;                         /* the next group may start at this end */
   if (first->w.timed) return CUDA_SUCCESS; /* a mixed group: its timed records carry the times */
-  if (first != last) {
-    CUevent t = first->ev0;
-    first->ev0 = last->ev0;
-    last->ev0 = t;
+  if (first != last) { /* the group's start goes to its last record, which carries the time */
+    gpa__cu_rec *p = first->lender;
+    if (p) {
+      last->start = first->start;
+      last->lender = p;
+      p->borrower = last;
+      first->lender = NULL;
+    } else {
+      CUevent t = first->ev0;
+      first->ev0 = last->ev0;
+      last->ev0 = t;
+      last->start = last->ev0;
+    }
+    first->start = first->ev0;
   }
   last->group_end = true;
   return CUDA_SUCCESS;
@@ -96,7 +111,7 @@ bool gpa__cu_device_ns(gpa__cu_ctx *C, const gpa__cu_rec *r, int64_t *ns, CUresu
   *err = CUDA_SUCCESS;
   if (!r->w.timed && !r->group_end) return false;
   float ms = 0;
-  CUresult e = C->cu.cuEventElapsedTime(&ms, r->w.timed ? r->start : r->ev0, r->ev1);
+  CUresult e = C->cu.cuEventElapsedTime(&ms, r->start, r->ev1);
   if (e != CUDA_SUCCESS) {
     *err = e;
     return false;

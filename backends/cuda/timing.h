@@ -4,9 +4,9 @@
 #define GPA_BACKENDS_CUDA_TIMING_H
 #include "backends/cuda/cuda_internal.h"
 
-/* Before r's work on q: its start event (timed: its own, or the previous
- * timed record's end while the stream is still busy before it; untimed:
- * only the first of q's open group records one). */
+/* Before r's work on q: its start event (its own, or the previous timed
+ * record's or group's end while the stream is still busy before it; of
+ * untimed work only the first record of q's open group has one). */
 CUresult gpa__cu_start_event(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r);
 /* After r's work on q: a timed record's end event (it may start the next). */
 CUresult gpa__cu_end_event(gpa__cu_ctx *C, gpa__cu_queue *q, gpa__cu_rec *r);
