@@ -36,6 +36,26 @@ static __device__ __forceinline__ int attn_kvlen(const int *lens, int b, int Sk)
   return n < 0 ? 0 : (n > Sk ? Sk : n);
 }
 
+/* The query steps of a tensor-core dK/dV block whose keys start at j0
+ * (attention_f32tc_bwd.cu, attention_fa2_bwd.cu): the group's grp query
+ * heads in turn, each in steps of QS rows from the step that holds the
+ * first query that can see key j0 (causal, bottom-right aligned) to the
+ * last row; none when j0 is at or past the batch's length kvlen. Step i:
+ * the group's query head head(i), rows row0(i) .. row0(i) + QS. */
+template <int QS>
+struct attn_kv_steps {
+  int first, per_head, n; /* first step's row, steps per head, steps in all */
+  __device__ __forceinline__ attn_kv_steps(int j0, int kvlen, int S, int Sk, int causal, int grp) {
+    long long qs = causal ? (long long)j0 - (Sk - S) : 0; /* first query that can see key j0 */
+    if (qs < 0) qs = 0;
+    first = (int)(qs < S ? qs / QS * QS : S);
+    per_head = (S - first + QS - 1) / QS;
+    n = j0 < kvlen ? grp * per_head : 0;
+  }
+  __device__ __forceinline__ int head(int i) const { return i / per_head; }
+  __device__ __forceinline__ int row0(int i) const { return first + (i % per_head) * QS; }
+};
+
 static __device__ __forceinline__ float attn_f(float x) { return x; }
 static __device__ __forceinline__ float attn_f(__nv_bfloat16 x) { return __bfloat162float(x); }
 static __device__ __forceinline__ float attn_f(__half x) { return __half2float(x); }

@@ -77,17 +77,15 @@ static __device__ __forceinline__ void tc32_dkv(TC32B_ARGS) {
   const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane, g = lane >> 2, t = lane & 3;
   const int j0 = (int)blockIdx.x * BKV, kh = blockIdx.y, b = blockIdx.z, grp = H / Hkv;
   const int kvlen = attn_kvlen(lens, b, Sk), nc = Sk - j0 < BKV ? Sk - j0 : BKV;
-  long long qs = causal ? (long long)j0 - (Sk - S) : 0; /* first query that can see key j0 */
-  if (qs < 0) qs = 0;
-  const int qstart = (int)(qs < S ? qs / QS * QS : S), nqs = (S - qstart + QS - 1) / QS;
-  const int items = j0 < kvlen ? grp * nqs : 0;
+  const attn_kv_steps<QS> steps(j0, kvlen, S, Sk, causal, grp);
+  const int items = steps.n;
   const long long ldq = (long long)H * D, ldkv = (long long)Hkv * D;
   const long long kvoff = ((long long)b * Sk + j0) * ldkv + (long long)kh * D;
   const float sl2 = scale * TC32_LOG2E;
 
-  /* item i: query head kh * grp + i / nqs, rows qstart + (i % nqs) QS.. */
+  /* item i: query head kh * grp + steps.head(i), rows steps.row0(i).. */
   auto load_item = [&](int i, int buf) {
-    const int hq = kh * grp + i / nqs, row0 = qstart + (i % nqs) * QS, n = S - row0 < QS ? S - row0 : QS;
+    const int hq = kh * grp + steps.head(i), row0 = steps.row0(i), n = S - row0 < QS ? S - row0 : QS;
     const long long off = ((long long)b * S + row0) * ldq + (long long)hq * D;
     tc32_load<QS, LDB, NT>(sQ + buf * QS * LDB, q + off, ldq, n, D, tid);
     tc32_load<QS, LDB, NT>(sO + buf * QS * LDB, dout + off, ldq, n, D, tid);
@@ -122,7 +120,7 @@ static __device__ __forceinline__ void tc32_dkv(TC32B_ARGS) {
     }
     __syncthreads(); /* step it (and K, V) landed for every thread's copies */
     const float *tQ = sQ + buf * QS * LDB, *tO = sO + buf * QS * LDB, *tL = sL + buf * QS, *tD = sDl + buf * QS;
-    const int row0 = qstart + (it % nqs) * QS;
+    const int row0 = steps.row0(it);
     /* S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys x QS queries */
     float st[NQ][4], dpt[NQ][4];
     UNROLL

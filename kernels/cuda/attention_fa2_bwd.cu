@@ -160,17 +160,15 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T), float *__restrict__
   const int half = DM > 128 ? (int)(blockIdx.x & 1) : 0, tile = DM > 128 ? (int)(blockIdx.x >> 1) : (int)blockIdx.x;
   const int c0 = half * C::DA, j0 = tile * BKV, kh = blockIdx.y, b = blockIdx.z, grp = H / Hkv;
   const int kvlen = attn_kvlen(lens, b, Sk), nc = Sk - j0 < BKV ? Sk - j0 : BKV;
-  long long qs = causal ? (long long)j0 - (Sk - S) : 0; /* first query that can see key j0 */
-  if (qs < 0) qs = 0;
-  const int qstart = (int)(qs < S ? qs / QT * QT : S), nqt = (S - qstart + QT - 1) / QT;
-  const int items = j0 < kvlen ? grp * nqt : 0;
+  const attn_kv_steps<QT> steps(j0, kvlen, S, Sk, causal, grp);
+  const int items = steps.n;
   const long long ldq = (long long)H * Dc, ldkv = (long long)Hkv * Dc;
   const long long kvoff = ((long long)b * Sk + j0) * ldkv + (long long)kh * Dc;
   const float sl2 = scale * FA2_LOG2E;
 
-  /* item i: query head kh * grp + i / nqt, rows qstart + (i % nqt) QT.. */
+  /* item i: query head kh * grp + steps.head(i), rows steps.row0(i).. */
   auto load_item = [&](int i, int buf) {
-    const int hq = kh * grp + i / nqt, row0 = qstart + (i % nqt) * QT, n = S - row0 < QT ? S - row0 : QT;
+    const int hq = kh * grp + steps.head(i), row0 = steps.row0(i), n = S - row0 < QT ? S - row0 : QT;
     const long long off = ((long long)b * S + row0) * ldq + (long long)hq * Dc;
     fa2_load_x<T, QT, LD, NT, EX, DM>(sQ + buf * QT * LD, q + off, ldq, n, D, tid);
     fa2_load_x<T, QT, LD, NT, EX, DM>(sO + buf * QT * LD, dout + off, ldq, n, D, tid);
@@ -214,7 +212,7 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T), float *__restrict__
     __syncthreads();
     const T *tQ = sQ + buf * QT * LD, *tO = sO + buf * QT * LD;
     const float *tL = sL + buf * QT, *tD = sDl + buf * QT;
-    const int row0 = qstart + (it % nqt) * QT;
+    const int row0 = steps.row0(it);
     /* S^T and dP^T: the warp's 16 keys x QT queries */
     float st[NQ][4], dpt[NQ][4];
     UNROLL
@@ -298,7 +296,7 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T), float *__restrict__
     }
     if constexpr (ND) {
       __syncthreads(); /* every warp's dS^T is in sDS */
-      fa2_dq_red<T, DM, LDS, KEEP_KV && FA2_ND_ONEF>(sDS, sK, dqa, row0, kh * grp + it / nqt, nc, c0, Dc, S, H, b,
+      fa2_dq_red<T, DM, LDS, KEEP_KV && FA2_ND_ONEF>(sDS, sK, dqa, row0, kh * grp + steps.head(it), nc, c0, Dc, S, H, b,
                                                      scale, w, lane);
     }
     __syncthreads(); /* buffer `buf` is read: the next iteration refills it (ND: and sDS) */
