@@ -755,6 +755,25 @@ static void storage_outputs(gpa_nt *t, int dt) {
   free(f), free(u);
 }
 
+/* f32 attention (the main job's) declines on every call: decided before
+ * the library is touched, so a fresh actor whose attention is all f32
+ * never loads cuDNN (its cudnnSetStream would show), and the decline still
+ * says why. Sim. */
+static void f32_never_loads(void) {
+  gpa_nt u;
+  CHECK(gpa_nt_open(&u) == 0);
+  register_ops(u.a);
+  bufs f = small(&u, GPA_F32, 1, 8, 8, 2, 2, 16, GPA_F32);
+  gpa_sim_cudnn_calls c0, c1;
+  simc.calls(&c0);
+  for (int r = 0; r < 3; r++)
+    expect(&u, "f32 on a fresh actor", run_fwd(&u, &f, NULL, 0), GPA_EUNSUPPORTED, "storage is not bf16/fp16");
+  simc.calls(&c1);
+  if (c1.set_stream != c0.set_stream || c1.create != c0.create)
+    gpa_nt_fail(&u, "f32 attention: cuDNN was loaded to decline it");
+  CHECK(gpa_nt_close(&u) == 0);
+}
+
 /* An actor whose cuDNN cannot be had: the first op declines with why. */
 static void unavailable(const char *what, const char *sub) {
   gpa_nt u;
@@ -872,6 +891,7 @@ int main(void) {
   declines(&t);
   if (on_sim) {
     faults(&t);
+    f32_never_loads();
     simc.create(1);
     unavailable("cudnnCreate fails", "cudnnCreate: CUDNN_STATUS_NOT_INITIALIZED");
     simc.version(90100);

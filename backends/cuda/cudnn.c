@@ -73,11 +73,18 @@ static void resolve_capturing(gpa__cu_ctx *C, gpa__dnn *d) {
   memcpy(&d->is_capturing, &fn, sizeof fn);
 }
 
-static gpa__dnn *dnn_load(gpa__cu_ctx *C) {
+/* The actor's state, library not loaded yet (state 0): made by the first
+ * call of the path, which may decline before it needs the library. */
+static gpa__dnn *dnn_new(gpa__cu_ctx *C) {
   gpa__dnn *d = calloc(1, sizeof *d);
   if (!d) return NULL;
   d->C = C;
   d->bound = GPA__CUDNN_PLANS;
+  C->dnn = d;
+  return d;
+}
+
+static void dnn_load(gpa__cu_ctx *C, gpa__dnn *d) {
   gpa__dnn_tune_read(&d->tune);
   const char *path = gpa__cudnn_path(C);
   char why[200];
@@ -93,13 +100,12 @@ static gpa__dnn *dnn_load(gpa__cu_ctx *C) {
     snprintf(d->load_why, sizeof d->load_why, "%s", why);
     gpa__log(GPA_LOG_INFO, C->host.log_level, "cuda: no cuDNN (%s): attention and conv1d run our own kernels", why);
   }
-  return d;
 }
 
 gpa__dnn *gpa__cudnn_get(const gpa_op_exec *x, const char **why) {
   gpa__cu_ctx *C = gpa__cu_of(x);
-  if (!C->dnn) C->dnn = dnn_load(C);
-  gpa__dnn *d = C->dnn;
+  gpa__dnn *d = C->dnn ? C->dnn : dnn_new(C);
+  if (d && !d->state) dnn_load(C, d);
   *why = d ? d->load_why : "no host memory";
   if (!d || d->state < 0) return NULL;
   /* The handle follows the op's stream: each queue is its own stream. Set
@@ -142,7 +148,7 @@ gpa_status gpa__dnn_decline(const gpa_op_exec *x, const char *fmt, ...) {
 gpa_status gpa__dnn_decline_const(const gpa_op_exec *x, const char *why) {
   gpa__cu_ctx *C = gpa__cu_of(x);
   gpa__log(GPA_LOG_DEBUG, C->host.log_level, "cuda: cuDNN declines: %s", why);
-  if (C->dnn) {
+  if (C->dnn || dnn_new(C)) { /* kept for gpa__cudnn_last_decline without loading the library */
     C->dnn->why_const = why;
     C->dnn->st.declines++;
   }

@@ -42,14 +42,15 @@ static int cc_major(gpa__cu_ctx *C, gpa__dnn *d) {
   return d->cc_major;
 }
 
-/* What cuDNN cannot take, as a decline reason; NULL when it can. */
-static const char *unsupported(gpa__cu_ctx *C, gpa__dnn *d, const gpa__sdpa_args *a, int bwd) {
+/* What cuDNN cannot take whatever the device, as a decline reason (a
+ * string constant); NULL when it can. Decided before the library is
+ * loaded: an actor whose attention is f32 (the main job's) declines every
+ * call, and must not load cuDNN, set its stream or format a message for it. */
+static const char *unsupported(const gpa__sdpa_args *a, int bwd) {
   if (a->dtype != GPA_BF16 && a->dtype != GPA_F16) return "storage is not bf16/fp16";
   if (a->out_dtype != a->dtype) return bwd ? "dq/dk/dv are not in the storage dtype" : "o is not in the storage dtype";
   if (bwd && a->o_dtype != a->dtype) return "o is not in the storage dtype";
-  int cc = cc_major(C, d);
-  if (cc < 8) return "device below sm_80";
-  if (a->D % 8 || a->D > (cc >= 9 ? 256 : 128)) return "head dim not a multiple of 8 or over the engines' limit";
+  if (a->D % 8 || a->D > 256) return "head dim not a multiple of 8 or over the engines' limit";
   if (a->causal && a->S > a->Sk) return "causal with S > Sk (rows that see no key)";
   /* Measured on an H100 (cuDNN 9.14): with key lengths, a batch of length 0
    * gets values where our rule has o = 0 and lse = -inf, and causal with
@@ -60,6 +61,14 @@ static const char *unsupported(gpa__cu_ctx *C, gpa__dnn *d, const gpa__sdpa_args
   const void *p[] = {a->q, a->k, a->v, a->o, a->lse, a->dout, a->dq, a->dk, a->dv};
   for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
     if (!aligned16(p[i])) return "an operand is not 16-byte aligned";
+  return NULL;
+}
+
+/* What this device's engines cannot take (read once per actor). */
+static const char *unsupported_here(gpa__cu_ctx *C, gpa__dnn *d, const gpa__sdpa_args *a) {
+  int cc = cc_major(C, d);
+  if (cc < 8) return "device below sm_80";
+  if (a->D > (cc >= 9 ? 256 : 128)) return "head dim not a multiple of 8 or over the engines' limit";
   return NULL;
 }
 
@@ -76,11 +85,12 @@ static void put(vpack *v, int64_t uid, const void *p) {
 
 static gpa_status run(const gpa_op_exec *x, const gpa__sdpa_args *a, int bwd) {
   gpa__cu_ctx *C = gpa__cu_of(x);
+  const char *no = unsupported(a, bwd);
+  if (no) return gpa__dnn_decline_const(x, no);
   const char *no_lib;
   gpa__dnn *d = gpa__cudnn_get(x, &no_lib);
   if (!d) return gpa__dnn_decline(x, "no cuDNN: %s", no_lib);
-  const char *no = unsupported(C, d, a, bwd);
-  if (no) return gpa__dnn_decline(x, "%s", no);
+  if ((no = unsupported_here(C, d, a))) return gpa__dnn_decline_const(x, no);
   gpa__dnn_key k;
   memset(&k, 0, sizeof k); /* compared with memcmp: padding too */
   k.bwd = bwd, k.dtype = a->dtype, k.causal = !!a->causal;
