@@ -5,9 +5,11 @@
  * anything cuDNN cannot or should not do, so the next implementation runs;
  * only failures after work was enqueued are errors.
  *
- * libcudnn.so.9 is dlopened by the first attention or conv1d op of an actor (GPA_CUDNN
- * names another library; GPA_DEVICE=sim uses the simulator's subset) and its
- * backend API resolved into a table of the actor: no process-global state.
+ * libcudnn.so.9 is dlopened by the first attention or conv1d op of an actor
+ * that cuDNN might take (declines that need no library, f32 attention or a
+ * small convolution, come first; GPA_CUDNN names another library;
+ * GPA_DEVICE=sim uses the simulator's subset) and its backend API resolved
+ * into a table of the actor: no process-global state.
  * A missing or too old library, or a cudnnCreate that fails, is logged once
  * at info level and every later call declines. */
 #ifndef GPA_BACKENDS_CUDA_CUDNN_H
