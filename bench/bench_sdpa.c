@@ -196,7 +196,8 @@ void gpa_bench_cuda_sdpa(void) {
           double fl = dir ? 2.5 * flops : flops, best = 0;
           const char *ref = "none";
           int len = snprintf(extra, sizeof extra,
-                             "%s,\"host_us\":%.2f,\"host_med_us\":%.2f,\"exec_us\":%.2f%s,\"cudnn\":%zu,\"plan\":\"%s\"",
+                             "%s,\"host_us\":%.2f,\"host_med_us\":%.2f,\"exec_us\":%.2f%s,\"cudnn\":%zu,"
+                             "\"plan\":\"%s\"",
                              note, hus, med, exec,
                              dir ? (nondet ? ",\"deterministic\":0" : ",\"deterministic\":1") : "", dnn_version,
                              plan);

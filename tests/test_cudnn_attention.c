@@ -399,7 +399,8 @@ static void steady(gpa_nt *t, const char *what, const tally *a, const tally *b, 
            "%llu cudnnSetStream",
            what, (unsigned long long)n, (unsigned long long)(y->execs - x->execs),
            (unsigned long long)(y->hits - x->hits), (unsigned long long)(y->misses - x->misses),
-           (unsigned long long)(y->packs_built - x->packs_built), (unsigned long long)(y->set_streams - x->set_streams));
+           (unsigned long long)(y->packs_built - x->packs_built),
+           (unsigned long long)(y->set_streams - x->set_streams));
   if (!ok) gpa_nt_fail(t, w);
   else printf("ok: %s\n", w);
   if (!on_sim) return;
@@ -548,7 +549,8 @@ static void graphs_knob(const acase *c) {
   if (!on_sim && !last_stats.graph_captures) {
     /* a real cuDNN whose execute a capture cannot hold: plain executes, by
      * design; the parity above ran on them */
-    printf("note: GPA_CUDNN_GRAPHS=1: this cuDNN's executes did not capture (plain executes; GPA_LOG=debug says why)\n");
+    printf("note: GPA_CUDNN_GRAPHS=1: this cuDNN's executes did not capture (plain executes; GPA_LOG=debug "
+           "says why)\n");
     knob_done("GPA_CUDNN_GRAPHS", &u);
     return;
   }

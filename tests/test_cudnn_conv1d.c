@@ -304,7 +304,8 @@ static const shape small = {2, 6, 23, 4, 3, 1, 1, 2, 2, 0};
  * (sim). Two sets of buffers in turn (two layers) likewise. */
 static void steady_conv(gpa_nt *t) {
   const shape *s = &small;
-  int64_t lo = lout(s), xs[3] = {s->B, s->Cin, s->L}, ws[3] = {s->Cout, s->Cin / s->G, s->K}, ys[3] = {s->B, s->Cout, lo};
+  int64_t lo = lout(s), xs[3] = {s->B, s->Cin, s->L}, ws[3] = {s->Cout, s->Cin / s->G, s->K};
+  int64_t ys[3] = {s->B, s->Cout, lo};
   gpa_tensor io[2][8];
   for (int k = 0; k < 2; k++) {
     gpa_tensor v[8] = {gpa_nt_tensor(t, GPA_F32, 3, xs, NULL), gpa_nt_tensor(t, GPA_F32, 3, ws, NULL),

@@ -153,7 +153,8 @@ static void capture(gpa__dnn *d, const gpa__dnn_plan *p, dnn_pack *k) {
     d->st.graph_captures++;
   } else {
     k->exec = NULL;
-    gpa__log(GPA_LOG_DEBUG, d->C->host.log_level, "cuda: GPA_CUDNN_GRAPHS: capture of an execute failed (%s): plain executes",
+    gpa__log(GPA_LOG_DEBUG, d->C->host.log_level,
+             "cuda: GPA_CUDNN_GRAPHS: capture of an execute failed (%s): plain executes",
              st ? d->api.cudnnGetErrorString(st) : "the driver");
   }
   if (g) cu->cuGraphDestroy(g);
