@@ -9,6 +9,7 @@
  * copy 2 bytes into its buffer, NaN and inf params, copies on some tensors
  * only), and the rest of the update is unchanged by them. Then bad input:
  * each gets its status and a message that names the problem. */
+#include <dlfcn.h>
 #include <math.h>
 
 #include "util/testutil.h"
@@ -278,6 +279,41 @@ static void adamw_copy(void) {
   printf("adamw: param_bf16 bitwise equal to cast-after-update (f32 and bf16 grads, aligned and not)\n");
 }
 
+/* sim: a failed launch of the fused update (adamw_multi with bf16_copies,
+ * adamw with param_bf16) fails that call's handle with a status and a
+ * message, and the next call runs */
+static void launch_faults(void) {
+  if (strcmp(gpa_actor_backend(A), "sim")) return;
+  void *lib = dlopen("libgpa_sim_cuda.so", RTLD_NOW | RTLD_NOLOAD);
+  CHECK(lib);
+  void (*fault)(unsigned) = (void (*)(unsigned))dlsym(lib, "gpa_sim_fault_launch");
+  CHECK(fault);
+  dlclose(lib);
+  gpa_tensor t[4], o[3], c = bf16_at(5, 0);
+  for (int i = 0; i < 4; i++) t[i] = tu_f32(A, 5);
+  for (int i = 0; i < 3; i++) o[i] = tu_f32(A, 5);
+  set_hp(1, -1);
+  gpa_attr h[8];
+  memcpy(h, hp, sizeof hp);
+  h[7] = (gpa_attr){"bf16_copies", GPA_ATTR_INT, 1, 0};
+  gpa_tensor o4[4] = {o[0], o[1], o[2], c};
+  const gpa_op_call calls[2] = {{"adamw_multi", t, 4, o4, 4, h, 8}, {"adamw", t, 4, o4, 4, hp, 6}};
+  for (int k = 0; k < 2; k++) {
+    gpa_handle *hd = NULL;
+    fault(1);
+    CHECK_OK(gpa_submit(Q, &calls[k], &hd));
+    gpa_status st = gpa_await(hd, -1);
+    CHECK(st != GPA_OK);
+    fprintf(stderr, "%s with its bf16 copy, failed launch: %s (%s)\n", calls[k].op, gpa_status_name(st),
+            gpa_last_error_message());
+    gpa_handle_release(hd);
+    gpa_sync_batch(Q, NULL);
+    CHECK_OK(gpa_submit(Q, &calls[k], NULL));
+    CHECK_OK(gpa_sync_batch(Q, NULL));
+  }
+  printf("adamw_multi, adamw: a failed launch of the fused copy fails its call; the next runs\n");
+}
+
 static void expect(gpa_op_call c, gpa_status want, const char *needle) {
   CHECK_ST(gpa_submit(Q, &c, NULL), want);
   CHECK_MSG(needle);
@@ -378,6 +414,7 @@ int main(void) {
   parity();
   copies();
   adamw_copy();
+  launch_faults();
   bad_input();
   CHECK_OK(gpa_actor_destroy(A));
   printf("adamw_multi: ok\n");
