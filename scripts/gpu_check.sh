@@ -264,6 +264,12 @@ failing() {
   local rc=0
   GPA_DEVICE=cuda ctest --test-dir "$B" --timeout 120 --output-on-failure \
     -R '^(parity_conv1d|parity_conv1d_own|parity_conv1d_tc32|cuda_conv1d_tc32|cuda_graph)$' || rc=1
+  # session 17's new GPU paths, never run on a GPU: the 32 x 32 conv1d
+  # kernels, the atomic-dQ attention backward, the optimizer's bf16 copies,
+  # shared profiling events
+  GPA_DEVICE=cuda ctest --test-dir "$B" --timeout 120 --output-on-failure -R \
+    '^(parity_conv1d_igsmall|parity_conv1d_bf16_igsmall|cuda_conv1d_igsmall|attention_nd|adamw_multi|example_train_lm_bf16|cuda_profile_events|cudnn_attention|cudnn_conv1d)$' ||
+    rc=1
   GPA_DEVICE=cuda GPA_LOG=debug timeout 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
     "$B/tests/test_cuda_graph" >"$OUT/memcheck_cuda_graph_debug.txt" 2>&1 || rc=1
   grep -iE "graph|capture|ERROR SUMMARY|expected" "$OUT/memcheck_cuda_graph_debug.txt" | tail -n 30
@@ -275,6 +281,8 @@ attention_bench() {
   # cuDNN and flash backwards are non-deterministic
   GPA_DEVICE=cuda GPA_BENCH_REPS=3 GPA_BENCH_SDPA_NONDET=both timeout 150 "$B/bench/gpa-bench" cuda_sdpa \
     cuda_attention_fa2
+  # cuDNN's host time inside cudnnBackendExecute, each pack's execute replayed as a graph (experiment)
+  GPA_DEVICE=cuda GPA_BENCH_REPS=1 GPA_CUDNN_GRAPHS=1 GPA_BENCH_SDPA_ONLY="bf16 B4 S4096 H16 Hkv16 D128,bf16 B4 S4096 H32 Hkv32 D64" timeout 60 "$B/bench/gpa-bench" cuda_sdpa
 }
 
 ncu_fa2() {
@@ -330,6 +338,17 @@ actor() {
   tail -n 4 "$OUT/train_no_poll.txt"
   GPA_DEVICE=cuda GPA_PROFILE=1 "$B/examples/gpa-train-lm" --steps 600 >"$OUT/train_profiled.txt" 2>&1 || rc=1
   tail -n 4 "$OUT/train_profiled.txt"
+  # the 32 x 32 SIMT conv1d kernels (GPA_CONV_IG_SMALL=1), opt-in until timed here
+  GPA_DEVICE=cuda GPA_CONV_IG_SMALL=1 "$B/examples/gpa-train-lm" --steps 600 >"$OUT/train_igsmall.txt" 2>&1 || rc=1
+  tail -n 4 "$OUT/train_igsmall.txt"
+  # --bf16 with the optimizer's bf16 copies, and the old casts (--cast-weights)
+  for f in --bf16 "--bf16 --cast-weights" "--bf16 --graphs"; do
+    GPA_DEVICE=cuda "$B/examples/gpa-train-lm" --steps 600 $f >"$OUT/train_bf16.txt" 2>&1 || rc=1
+    echo "-- $f"
+    tail -n 2 "$OUT/train_bf16.txt"
+  done
+  echo "-- GPA_PROFILE=1 gpa-bench cuda_actor (shared boundary events)"
+  GPA_DEVICE=cuda GPA_PROFILE=1 "$B/bench/gpa-bench" cuda_actor || rc=1
   if [ -f bench/train_lm_torch.py ]; then
     timeout 120 python3 bench/train_lm_torch.py --device cuda || rc=1
   fi
@@ -363,7 +382,7 @@ for s in "${steps[@]}"; do
     torch) TAIL=30 step torch timeout 90 bash -c "$(declare -f torch_sdpa); OUT=$OUT torch_sdpa" &&
       export GPA_BENCH_SDPA_TORCH_CACHE=$OUT_ABS/torch_sdpa.txt ;;
     attention-bench) TAIL=60 step attention_bench attention_bench ;;
-    actor) TAIL=30 step actor timeout 150 bash -c "$(declare -f actor); B=$B OUT=$OUT actor" ;;
+    actor) TAIL=40 step actor timeout 240 bash -c "$(declare -f actor); B=$B OUT=$OUT actor" ;;
     failing) TAIL=40 step failing timeout 240 bash -c "$(declare -f failing); B=$B OUT=$OUT sanitizer=$sanitizer failing" ;;
     interop) TAIL=30 step interop env BUILD_DIR="$B" OUT="$OUT_ABS/interop" timeout 180 scripts/gpu_interop.sh ;;
     kernels) TAIL=70 step kernels timeout 180 bash -c "$(declare -f kernels); B=$B OUT=$OUT kernels" ;;
