@@ -341,6 +341,12 @@ actor() {
   # the 32 x 32 SIMT conv1d kernels (GPA_CONV_IG_SMALL=1), opt-in until timed here
   GPA_DEVICE=cuda GPA_CONV_IG_SMALL=1 "$B/examples/gpa-train-lm" --steps 600 >"$OUT/train_igsmall.txt" 2>&1 || rc=1
   tail -n 4 "$OUT/train_igsmall.txt"
+  # cuDNN's convolutions at the main job's size, with plain executes and replayed as graphs
+  for e in GPA_CUDNN_CONV=1 "GPA_CUDNN_CONV=1 GPA_CUDNN_GRAPHS=1"; do
+    env GPA_DEVICE=cuda $e "$B/examples/gpa-train-lm" --steps 600 >"$OUT/train_cudnn.txt" 2>&1 || rc=1
+    echo "-- $e"
+    tail -n 2 "$OUT/train_cudnn.txt"
+  done
   # --bf16 with the optimizer's bf16 copies, and the old casts (--cast-weights)
   for f in --bf16 "--bf16 --cast-weights" "--bf16 --graphs"; do
     GPA_DEVICE=cuda "$B/examples/gpa-train-lm" --steps 600 $f >"$OUT/train_bf16.txt" 2>&1 || rc=1
