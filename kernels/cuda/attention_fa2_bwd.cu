@@ -68,7 +68,7 @@ static constexpr float FA2_LOG2E = 1.4426950408889634f;
 
 /* dq += a, b at p and p + 1 (fp32, 8-byte aligned), unordered: on sm_90
  * one vector reduction (red.global.add.v2.f32, sm_90 and later), else two
- * scalar ones (atomicAdd with its result unused compiles to RED). */
+ * scalar atomicAdds (results unused). */
 static __device__ __forceinline__ void fa2_red2(float *p, float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(GPA_SIM_EMU)
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
