@@ -153,21 +153,29 @@ bool snc_give_up(step *s) {
   return false;
 }
 
-static void run_collective(step *s) {
+/* The collective faults injected at the call (a hung rank, an
+ * asynchronous failure), for groups in one process and across processes
+ * alike. True: s was one of them and is done. */
+static bool injected_fault(step *s) {
   ncclComm_t c = s->c;
-  group *g = c->g;
   if (s->hang) { /* a hung rank: never posts, waits until aborted */
     while (!c->aborted) pthread_cond_wait(&snc_cv, &snc_mu);
     snc_give_up(s);
-    return;
+    return true;
   }
   if (s->async_fault) {
     char why[160];
     snprintf(why, sizeof why, "%s: injected asynchronous failure on rank %d", snc_kind_names[s->p.kind], c->rank);
     snc_set_async(c, ncclSystemError, why);
-    snc_fail_group_locked(g, c->rank, why);
-    return;
+    snc_fail_group_locked(c->g, c->rank, why);
+    return true;
   }
+  return false;
+}
+
+static void run_collective(step *s) {
+  ncclComm_t c = s->c;
+  group *g = c->g;
   slot *sl = &g->s[s->seq % SLOTS];
   /* the slot is free once every rank left its previous collective */
   while (sl->posted && sl->seq != s->seq && !snc_give_up(s)) pthread_cond_wait(&snc_cv, &snc_mu);
@@ -233,9 +241,8 @@ static int step_run(void *arg, char *why, size_t n) {
   pthread_mutex_lock(&snc_mu);
   if (!snc_give_up(s)) {
     bool p2p = s->p.kind == K_SEND || s->p.kind == K_RECV;
-    if (s->c->g->cross) p2p ? snc_x_run_p2p(s) : snc_x_run_collective(s);
-    else if (p2p) run_p2p(s);
-    else run_collective(s);
+    if (p2p) s->c->g->cross ? snc_x_run_p2p(s) : run_p2p(s);
+    else if (!injected_fault(s)) s->c->g->cross ? snc_x_run_collective(s) : run_collective(s);
   }
   pthread_mutex_unlock(&snc_mu);
   return 0; /* NCCL's failures are the communicator's, never the context's */

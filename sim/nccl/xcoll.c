@@ -122,18 +122,6 @@ void snc_x_run_collective(step *s) {
   ncclComm_t c = s->c;
   group *g = c->g;
   int me = c->rank;
-  if (s->hang) { /* a hung rank: never posts, waits until aborted */
-    while (!c->aborted) pthread_cond_wait(&snc_cv, &snc_mu);
-    snc_give_up(s);
-    return;
-  }
-  if (s->async_fault) {
-    char why[160];
-    snprintf(why, sizeof why, "%s: injected asynchronous failure on rank %d", snc_kind_names[s->p.kind], me);
-    snc_set_async(c, ncclSystemError, why);
-    snc_fail_group_locked(g, me, why);
-    return;
-  }
   if (!wait_all(s, false, s->seq)) return; /* (1) */
   size_t bytes = staged_bytes(&s->p, me, g->nranks);
   if (!stage_room(s, 0, bytes)) return; /* (2) */
