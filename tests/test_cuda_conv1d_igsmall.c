@@ -29,18 +29,6 @@ typedef struct conv {
   gpa_tensor x, w, b, y, dy, dx, dw, db;
 } conv;
 
-static gpa_tensor t3(gpa_actor *a, int rank, int64_t d0, int64_t d1, int64_t d2) {
-  gpa_tensor t = {0};
-  const int64_t n = d0 * (rank > 1 ? d1 * d2 : 1);
-  CHECK_OK(gpa_buffer_acquire(a, NULL, (uint64_t)n * 4, &t.buffer));
-  t.dtype = GPA_F32;
-  t.rank = rank;
-  t.shape[0] = d0;
-  t.shape[1] = d1;
-  t.shape[2] = d2;
-  return t;
-}
-
 static void put_random(gpa_queue *q, const gpa_tensor *t, int64_t n, uint64_t *r) {
   float *p = malloc(sizeof(float) * (size_t)n);
   for (int64_t i = 0; i < n; i++) p[i] = (float)((*r = *r * 6364136223846793005ULL + 1) >> 40) / (1 << 24) * 2 - 1;
@@ -53,14 +41,14 @@ static void setup(gpa_actor *a, gpa_queue *q, conv *c, shape s, uint64_t seed) {
   c->s = s;
   c->nx = (int64_t)s.B * s.C * s.L;
   c->nw = (int64_t)s.C * s.C * s.K;
-  c->x = t3(a, 3, s.B, s.C, s.L);
-  c->w = t3(a, 3, s.C, s.C, s.K);
-  c->b = t3(a, 1, s.C, 0, 0);
-  c->y = t3(a, 3, s.B, s.C, s.L);
-  c->dy = t3(a, 3, s.B, s.C, s.L);
-  c->dx = t3(a, 3, s.B, s.C, s.L);
-  c->dw = t3(a, 3, s.C, s.C, s.K);
-  c->db = t3(a, 1, s.C, 0, 0);
+  c->x = tcu_f32(a, 3, s.B, s.C, s.L);
+  c->w = tcu_f32(a, 3, s.C, s.C, s.K);
+  c->b = tcu_f32(a, 1, s.C, 0, 0);
+  c->y = tcu_f32(a, 3, s.B, s.C, s.L);
+  c->dy = tcu_f32(a, 3, s.B, s.C, s.L);
+  c->dx = tcu_f32(a, 3, s.B, s.C, s.L);
+  c->dw = tcu_f32(a, 3, s.C, s.C, s.K);
+  c->db = tcu_f32(a, 1, s.C, 0, 0);
   put_random(q, &c->x, c->nx, &seed);
   put_random(q, &c->w, c->nw, &seed);
   put_random(q, &c->b, s.C, &seed);

@@ -46,18 +46,6 @@ typedef struct conv {
   float *hx, *hw, *hb, *hdy;
 } conv;
 
-static gpa_tensor t3(gpa_actor *a, int64_t d0, int64_t d1, int64_t d2, int rank) {
-  gpa_tensor t = {0};
-  const int64_t n = d0 * (rank > 1 ? d1 : 1) * (rank > 2 ? d2 : 1);
-  CHECK_OK(gpa_buffer_acquire(a, NULL, (uint64_t)(n ? n : 1) * 4, &t.buffer));
-  t.dtype = GPA_F32;
-  t.rank = rank;
-  t.shape[0] = d0;
-  t.shape[1] = d1;
-  t.shape[2] = d2;
-  return t;
-}
-
 static float *fill(int64_t n, uint64_t *r) {
   float *p = malloc(sizeof(float) * (size_t)(n ? n : 1));
   for (int64_t i = 0; i < n; i++) p[i] = (float)((*r = *r * 6364136223846793005ULL + 1) >> 40) / (1 << 24) * 2 - 1;
@@ -75,14 +63,14 @@ static void setup(gpa_actor *a, gpa_queue *q, conv *c, const shape *s, uint64_t 
   c->hw = fill((int64_t)s->Cout * c->cg * s->K, &seed);
   c->hb = fill(s->Cout, &seed);
   c->hdy = fill((int64_t)s->B * s->Cout * c->Lout, &seed);
-  c->x = t3(a, s->B, s->Cin, s->L, 3);
-  c->w = t3(a, s->Cout, c->cg, s->K, 3);
-  c->b = t3(a, s->Cout, 0, 0, 1);
-  c->y = t3(a, s->B, s->Cout, c->Lout, 3);
-  c->dy = t3(a, s->B, s->Cout, c->Lout, 3);
-  c->dx = t3(a, s->B, s->Cin, s->L, 3);
-  c->dw = t3(a, s->Cout, c->cg, s->K, 3);
-  c->db = t3(a, s->Cout, 0, 0, 1);
+  c->x = tcu_f32(a, 3, s->B, s->Cin, s->L);
+  c->w = tcu_f32(a, 3, s->Cout, c->cg, s->K);
+  c->b = tcu_f32(a, 1, s->Cout, 0, 0);
+  c->y = tcu_f32(a, 3, s->B, s->Cout, c->Lout);
+  c->dy = tcu_f32(a, 3, s->B, s->Cout, c->Lout);
+  c->dx = tcu_f32(a, 3, s->B, s->Cin, s->L);
+  c->dw = tcu_f32(a, 3, s->Cout, c->cg, s->K);
+  c->db = tcu_f32(a, 1, s->Cout, 0, 0);
   tu_put(q, &c->x, c->hx, (int64_t)s->B * s->Cin * s->L);
   tu_put(q, &c->w, c->hw, (int64_t)s->Cout * c->cg * s->K);
   tu_put(q, &c->b, c->hb, s->Cout);

@@ -33,6 +33,20 @@ static inline gpa_actor *tcu_conv_actor(const char *tc) {
 }
 
 /* Submits c and waits for it: the submit's status, else the await's. */
+/* An f32 tensor of rank 1-3 (d0 [x d1 [x d2]]) in a new buffer of the actor
+ * (at least 4 bytes, so an empty one still has a buffer). */
+static inline gpa_tensor tcu_f32(gpa_actor *a, int rank, int64_t d0, int64_t d1, int64_t d2) {
+  gpa_tensor t = {0};
+  const int64_t n = d0 * (rank > 1 ? d1 : 1) * (rank > 2 ? d2 : 1);
+  CHECK_OK(gpa_buffer_acquire(a, NULL, (uint64_t)(n ? n : 1) * 4, &t.buffer));
+  t.dtype = GPA_F32;
+  t.rank = rank;
+  t.shape[0] = d0;
+  t.shape[1] = d1;
+  t.shape[2] = d2;
+  return t;
+}
+
 static inline gpa_status tcu_run(gpa_queue *q, const gpa_op_call *c, gpa_handle **h) {
   gpa_status st = gpa_submit(q, c, h);
   return st == GPA_OK ? gpa_await(*h, -1) : st;
