@@ -225,6 +225,12 @@ checks() {
     "$B/tests/test_attention_lowp" \
     >"$OUT/racecheck_attention_lowp.txt" 2>&1 &
   pids+=($!)
+  # the atomic-dQ backward's shared dS^T tile and its barrier (session 17)
+  for t in memcheck racecheck; do
+    GPA_DEVICE=cuda GPA_PARITY_QUICK=1 timeout 120 "$sanitizer" --tool $t --error-exitcode 9 \
+      "$B/tests/test_attention_nd" >"$OUT/${t}_attention_nd.txt" 2>&1 &
+    pids+=($!)
+  done
   # bf16 conv1d's tensor-core kernels (our kernels: GPA_CUDNN_CONV=0): the cp.async stages under both tools
   for t in memcheck racecheck; do
     GPA_DEVICE=cuda GPA_CUDNN_CONV=0 GPA_PARITY_QUICK=1 timeout 120 "$sanitizer" --tool $t --error-exitcode 9 \
@@ -237,7 +243,7 @@ checks() {
   tail -n 25 "$OUT/ctest.txt"
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/memcheck_attention_lowp.txt "$OUT"/memcheck_cudnn_attention.txt \
     "$OUT"/memcheck_cuda_graph.txt "$OUT"/memcheck_conv1d_tc.txt "$OUT"/racecheck_conv1d_tc.txt \
-    "$OUT"/racecheck_attention_lowp.txt
+    "$OUT"/racecheck_attention_lowp.txt "$OUT"/memcheck_attention_nd.txt "$OUT"/racecheck_attention_nd.txt
   cat "$OUT/sanitize.txt"
   return $rc
 }
