@@ -82,16 +82,6 @@ static void refused(gpa_queue *q, conv *c, tcu_sim *sim, int back, unsigned nth,
   sim->fault_clear();
 }
 
-static gpa_actor *actor_with(const char *small) {
-  if (small)
-    setenv("GPA_CONV_IG_SMALL", small, 1);
-  else
-    unsetenv("GPA_CONV_IG_SMALL");
-  gpa_actor *a = tcu_conv_actor(NULL);
-  unsetenv("GPA_CONV_IG_SMALL");
-  return a;
-}
-
 /* y, dx, dW of one forward and one backward pass into out (nx + nx + nw floats) */
 static void outputs(gpa_queue *q, conv *c, float *out) {
   run_ok(q, c, 0);
@@ -105,7 +95,7 @@ static void outputs(gpa_queue *q, conv *c, float *out) {
  * (small grid) and at 600 batches (a large one) */
 static void choice(const char *setting, const char *main_fwd, const char *main_dx, const char *big_fwd,
                    const char *big_dx) {
-  gpa_actor *a = actor_with(setting);
+  gpa_actor *a = tcu_conv_actor_with("GPA_CONV_IG_SMALL", setting);
   tcu_sim sim = tcu_sim_api(a);
   gpa_queue *q = gpa_actor_default_queue(a);
   const shape sh[2] = {{32, 96, 128, 3, 8}, {600, 4, 64, 3, 1}};
@@ -127,7 +117,7 @@ int main(void) {
   /* rows, columns and the reduction (40 channels x 3 taps: two stages) past
    * one 32 x 32 tile */
   const shape s = {2, 40, 45, 3, 2};
-  gpa_actor *a = actor_with("1");
+  gpa_actor *a = tcu_conv_actor_with("GPA_CONV_IG_SMALL", "1");
   const int on_sim = !strcmp(gpa_actor_backend(a), "sim");
   gpa_queue *q = gpa_actor_default_queue(a);
   conv c;
@@ -148,7 +138,7 @@ int main(void) {
   CHECK_OK(gpa_actor_destroy(a));
 
   /* the 64 x 64 kernels on the same data: the same sums in another order */
-  a = actor_with("0");
+  a = tcu_conv_actor_with("GPA_CONV_IG_SMALL", "0");
   q = gpa_actor_default_queue(a);
   setup(a, q, &c, s, 4242);
   outputs(q, &c, big);

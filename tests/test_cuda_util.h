@@ -18,19 +18,21 @@ static inline const char *tcu_device_or_skip(void) {
   return d;
 }
 
-/* An actor for conv1d on our kernels (GPA_CUDNN_CONV=0) with GPA_CONV_TC
- * = tc (NULL: unset), both read at its creation; GPA_CONV_TC is unset
- * again after. */
-static inline gpa_actor *tcu_conv_actor(const char *tc) {
+/* An actor for conv1d on our kernels (GPA_CUDNN_CONV=0) with one kernel
+ * knob, knob (GPA_CONV_TC or GPA_CONV_IG_SMALL) = val (NULL: unset), the
+ * other knob unset, all read at its creation; knob is unset again after. */
+static inline gpa_actor *tcu_conv_actor_with(const char *knob, const char *val) {
   setenv("GPA_CUDNN_CONV", "0", 1);
-  if (tc)
-    setenv("GPA_CONV_TC", tc, 1);
-  else
-    unsetenv("GPA_CONV_TC");
-  gpa_actor *a = tu_actor(NULL);
   unsetenv("GPA_CONV_TC");
+  unsetenv("GPA_CONV_IG_SMALL");
+  if (val) setenv(knob, val, 1);
+  gpa_actor *a = tu_actor(NULL);
+  unsetenv(knob);
   return a;
 }
+
+/* tcu_conv_actor_with for GPA_CONV_TC = tc */
+static inline gpa_actor *tcu_conv_actor(const char *tc) { return tcu_conv_actor_with("GPA_CONV_TC", tc); }
 
 /* Submits c and waits for it: the submit's status, else the await's. */
 /* An f32 tensor of rank 1-3 (d0 [x d1 [x d2]]) in a new buffer of the actor
