@@ -780,6 +780,13 @@ static gpa_status cu_complete(void *bctx, const gpa__work *w, gpa_status st) {
   }
   rec_unlink(C, q, prev, r);
   if (r->abandoned) {
+    /* cu_fini takes its stages once the streams are idle; a graph's own
+     * (a replay's readback and check blocks) stay the graph's, freed with
+     * it before cu_fini runs */
+    for (gpa__cu_stage **pp = &r->stages; *pp;)
+      if ((*pp)->graph) *pp = (*pp)->next;
+      else pp = &(*pp)->next;
+    if (r->post.stage && r->post.stage->graph) r->post = (gpa__cu_post){0};
     gpa__cu_timing_release(r);
     r->w = (gpa__work){0};
     r->next = C->abandoned;
