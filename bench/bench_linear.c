@@ -12,7 +12,16 @@
  *                    ref: the one GEMM of K = 768 on an im2col'd matrix built beforehand)
  *   conv1d_bwd       dx, dW, db (ref: the two GEMMs of the same shapes)
  *   conv1d_*_im2col  the same through the im2col path (im2col + one K = 768 GEMM per chunk)
- * GPA_BENCH_THREADS=1 compares one thread with one OpenBLAS thread. */
+ * GPA_BENCH_THREADS=1 compares one thread with one OpenBLAS thread.
+ *
+ * gemm_targets: issue 26's shapes (linear [4096,768]->3072 and 1024^3, conv1d
+ * B8 C256 L1024 K3 d4 and B32 C96 L128 K3, causal), each against the best
+ * sgemm of the same FLOPs: an n^3 GEMM with n^3 = FLOPs/2 (the shape a BLAS
+ * runs best), timed through both cblas_sgemm on OpenBLAS's threads and
+ * gpa__sgemm on the host pool, the faster taken, its time scaled to the
+ * op's FLOPs. The op's own GEMMs are smaller or thinner than that cube, so
+ * ratio = reference time / ours is the fraction of the machine's GEMM rate. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -74,8 +83,52 @@ static const char *extra(double cold, double cold_ref) {
   return extra_buf;
 }
 
-static void lin_bench(const char *name, int bwd, int gelu) {
-  lin_ctx c = {.N = 1024, .in = 1024, .out = 1024, .gelu = gelu};
+/* The best sgemm of given FLOPs (see the top): an n x n x n GEMM. */
+typedef struct cube_ctx {
+  int64_t n;
+  float *a, *b, *c;
+} cube_ctx;
+
+static void cube_cblas(void *p) {
+  cube_ctx *c = p;
+  int n = (int)c->n;
+  ref_threads(1);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, c->a, n, c->b, n, 0.0f, c->c, n);
+  ref_threads(0);
+}
+static void cube_pool(void *p) {
+  cube_ctx *c = p;
+  gpa__sgemm(gpa_bench_host_par(), 0, 0, c->n, c->n, c->n, c->a, c->n, c->b, c->n, 0.0f, c->c, c->n);
+}
+
+/* Ours (run on ctx) against the best sgemm of `flops`; emits one row. */
+static void vs_cube(const char *name, const char *shape, double flops, void (*run)(void *), void *ctx, int reps) {
+  cube_ctx q = {.n = (int64_t)llround(cbrt(flops / 2.0) / 16.0) * 16};
+  if (q.n < 64) q.n = 64;
+  size_t nn = (size_t)(q.n * q.n);
+  q.a = malloc(nn * 4); q.b = malloc(nn * 4); q.c = malloc(nn * 4);
+  if (q.a && q.b && q.c) {
+    gpa_bench_fill(q.a, (int64_t)nn, -1, 1, 7);
+    gpa_bench_fill(q.b, (int64_t)nn, -1, 1, 8);
+    double ns, bns, pns, ns2, cns = 0, cbns = 0;
+    gpa_bench_pair_settled(reps, run, ctx, cube_cblas, &q, &ns, &bns, &cns, &cbns);
+    gpa_bench_pair_settled(reps, run, ctx, cube_pool, &q, &ns2, &pns, NULL, NULL);
+    if (ns2 < ns) ns = ns2;
+    double scale = flops / (2.0 * (double)q.n * (double)q.n * (double)q.n);
+    double best = (bns < pns ? bns : pns) * scale;
+    char ex[512];
+    snprintf(ex, sizeof ex, "%s,\"cube_n\":%lld,\"cube_cblas_ns\":%.1f,\"cube_pool_ns\":%.1f", extra(cns, cbns),
+             (long long)q.n, bns * scale, pns * scale);
+    gpa_bench_result res = {.name = name, .backend = "cpu", .shape = shape, .ref = "best_sgemm_same_flops",
+                            .ns = ns, .ref_ns = best, .flops = flops, .extra = ex};
+    gpa_bench_emit(&res);
+  }
+  free(q.a); free(q.b); free(q.c);
+}
+
+/* target: 0 compares with cblas_sgemm of the op's own GEMMs; 1 with vs_cube. */
+static void lin_bench_at(const char *name, int bwd, int gelu, int64_t N, int64_t in, int64_t out, int target) {
+  lin_ctx c = {.N = N, .in = in, .out = out, .gelu = gelu};
   size_t nx = (size_t)(c.N * c.in), nw = (size_t)(c.out * c.in), ny = (size_t)(c.N * c.out);
   c.x = malloc(nx * 4); c.W = malloc(nw * 4); c.b = malloc((size_t)c.out * 4); c.y = malloc(ny * 4);
   c.pre = malloc(ny * 4); c.dy = malloc(ny * 4); c.dx = malloc(nx * 4); c.dW = malloc(nw * 4);
@@ -85,15 +138,23 @@ static void lin_bench(const char *name, int bwd, int gelu) {
   gpa_bench_fill(c.W, (int64_t)nw, -1, 1, 2);
   gpa_bench_fill(c.b, c.out, -1, 1, 3);
   gpa_bench_fill(c.dy, (int64_t)ny, -1, 1, 4);
-  double ns, rns, cns, crns;
-  gpa_bench_pair_settled(gpa_bench_reps(15), bwd ? run_lin_bwd : run_lin_fwd, &c, bwd ? ref_lin_bwd : ref_lin_fwd,
-                         &c, &ns, &rns, &cns, &crns);
   double fl = (bwd ? 4.0 : 2.0) * (double)c.N * (double)c.in * (double)c.out;
-  gpa_bench_result res = {.name = name, .backend = "cpu", .shape = "1024x1024x1024", .ref = "cblas_sgemm",
-                          .ns = ns, .ref_ns = rns, .flops = fl, .extra = extra(cns, crns)};
-  gpa_bench_emit(&res);
+  char shape[64];
+  snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)N, (long long)in, (long long)out);
+  if (target) {
+    vs_cube(name, shape, fl, bwd ? run_lin_bwd : run_lin_fwd, &c, gpa_bench_reps(9));
+  } else {
+    double ns, rns, cns, crns;
+    gpa_bench_pair_settled(gpa_bench_reps(15), bwd ? run_lin_bwd : run_lin_fwd, &c,
+                           bwd ? ref_lin_bwd : ref_lin_fwd, &c, &ns, &rns, &cns, &crns);
+    gpa_bench_result res = {.name = name, .backend = "cpu", .shape = shape, .ref = "cblas_sgemm",
+                            .ns = ns, .ref_ns = rns, .flops = fl, .extra = extra(cns, crns)};
+    gpa_bench_emit(&res);
+  }
   free(c.x); free(c.W); free(c.b); free(c.y); free(c.pre); free(c.dy); free(c.dx); free(c.dW); free(c.db);
 }
+
+static void lin_bench(const char *name, int bwd, int gelu) { lin_bench_at(name, bwd, gelu, 1024, 1024, 1024, 0); }
 
 void gpa_bench_linear_fwd(void) {
   lin_bench("linear_fwd", 0, 0);
@@ -137,9 +198,9 @@ static void ref_conv_bwd(void *p) {
   ref_threads(0);
 }
 
-static void conv_bench(int bwd, int im2col) {
-  conv_ctx c = {.g = {.B = 1, .Cin = 256, .L = 1024, .Cout = 256, .K = 3, .stride = 1, .pad_l = 1, .pad_r = 1,
-                      .dilation = 1, .groups = 1, .im2col = im2col}};
+/* target: as lin_bench_at; name NULL: the conv1d_{fwd,bwd}[_im2col] names. */
+static void conv_bench_at(const char *name, int bwd, gpa__conv1d_geom g, int target) {
+  conv_ctx c = {.g = g};
   if (!gpa__conv1d_geom_init(&c.g)) return;
   size_t nx = (size_t)(c.g.B * c.g.Cin * c.g.L), nw = (size_t)(c.g.Cout * c.g.Cin * c.g.K);
   size_t ny = (size_t)(c.g.B * c.g.Cout * c.g.Lout);
@@ -153,16 +214,29 @@ static void conv_bench(int bwd, int im2col) {
   gpa_bench_fill(c.b, c.g.Cout, -1, 1, 3);
   gpa_bench_fill(c.dy, (int64_t)ny, -1, 1, 4);
   gpa_bench_fill(c.scratch, (int64_t)(ns_ / 4), -1, 1, 5);
-  double ns, rns, cns, crns;
-  gpa_bench_pair_settled(gpa_bench_reps(20), bwd ? run_conv_bwd : run_conv_fwd, &c,
-                         bwd ? ref_conv_bwd : ref_conv_fwd, &c, &ns, &rns, &cns, &crns);
   double fl = (bwd ? 4.0 : 2.0) * (double)c.g.B * (double)c.g.Cout * (double)(c.g.Cin * c.g.K) * (double)c.g.Lout;
   const char *names[2][2] = {{"conv1d_fwd", "conv1d_fwd_im2col"}, {"conv1d_bwd", "conv1d_bwd_im2col"}};
-  gpa_bench_result res = {.name = names[bwd][im2col], .backend = "cpu",
-                          .shape = "B1_Cin256_Cout256_L1024_K3", .ref = "cblas_sgemm", .ns = ns, .ref_ns = rns,
-                          .flops = fl, .extra = extra(cns, crns)};
-  gpa_bench_emit(&res);
+  char shape[96];
+  snprintf(shape, sizeof shape, "B%lld_Cin%lld_Cout%lld_L%lld_K%lld_d%lld_padl%lld_padr%lld", (long long)g.B,
+           (long long)g.Cin, (long long)g.Cout, (long long)g.L, (long long)g.K, (long long)g.dilation,
+           (long long)g.pad_l, (long long)g.pad_r);
+  if (target) {
+    vs_cube(name, shape, fl, bwd ? run_conv_bwd : run_conv_fwd, &c, gpa_bench_reps(9));
+  } else {
+    double ns, rns, cns, crns;
+    gpa_bench_pair_settled(gpa_bench_reps(20), bwd ? run_conv_bwd : run_conv_fwd, &c,
+                           bwd ? ref_conv_bwd : ref_conv_fwd, &c, &ns, &rns, &cns, &crns);
+    gpa_bench_result res = {.name = name ? name : names[bwd][g.im2col], .backend = "cpu", .shape = shape,
+                            .ref = "cblas_sgemm", .ns = ns, .ref_ns = rns, .flops = fl, .extra = extra(cns, crns)};
+    gpa_bench_emit(&res);
+  }
   free(c.x); free(c.W); free(c.b); free(c.y); free(c.dy); free(c.dx); free(c.dW); free(c.db); free(c.scratch);
+}
+
+static void conv_bench(int bwd, int im2col) {
+  gpa__conv1d_geom g = {.B = 1, .Cin = 256, .L = 1024, .Cout = 256, .K = 3, .stride = 1, .pad_l = 1, .pad_r = 1,
+                        .dilation = 1, .groups = 1, .im2col = im2col};
+  conv_bench_at(NULL, bwd, g, 0);
 }
 
 void gpa_bench_conv1d_fwd(void) {
@@ -172,4 +246,21 @@ void gpa_bench_conv1d_fwd(void) {
 void gpa_bench_conv1d_bwd(void) {
   conv_bench(1, 0);
   conv_bench(1, 1);
+}
+
+/* Causal: all padding on the left, (K - 1) * dilation. */
+static gpa__conv1d_geom causal(int64_t B, int64_t C, int64_t L, int64_t K, int64_t d) {
+  return (gpa__conv1d_geom){.B = B, .Cin = C, .L = L, .Cout = C, .K = K, .stride = 1, .pad_l = (K - 1) * d,
+                            .pad_r = 0, .dilation = d, .groups = 1};
+}
+
+void gpa_bench_gemm_targets(void) {
+  lin_bench_at("target_linear_fwd", 0, 0, 4096, 768, 3072, 1);
+  lin_bench_at("target_linear_bwd", 1, 0, 4096, 768, 3072, 1);
+  lin_bench_at("target_linear_fwd", 0, 0, 1024, 1024, 1024, 1);
+  lin_bench_at("target_linear_bwd", 1, 0, 1024, 1024, 1024, 1);
+  conv_bench_at("target_conv1d_fwd", 0, causal(8, 256, 1024, 3, 4), 1);
+  conv_bench_at("target_conv1d_bwd", 1, causal(8, 256, 1024, 3, 4), 1);
+  conv_bench_at("target_conv1d_fwd", 0, causal(32, 96, 128, 3, 1), 1);
+  conv_bench_at("target_conv1d_bwd", 1, causal(32, 96, 128, 3, 1), 1);
 }

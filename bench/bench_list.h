@@ -13,6 +13,8 @@ void gpa_bench_linear_fwd(void);
 void gpa_bench_linear_bwd(void);
 void gpa_bench_conv1d_fwd(void);
 void gpa_bench_conv1d_bwd(void);
+void gpa_bench_conv1d_nlc(void);
+void gpa_bench_gemm_targets(void);
 void gpa_bench_attention_fwd(void);
 void gpa_bench_attention_bwd(void);
 void gpa_bench_layernorm_fwd(void);
@@ -34,7 +36,10 @@ void gpa_bench_cuda_sdpa(void);
 void gpa_bench_cuda_attention_fa2(void);
 void gpa_bench_cuda_actor_cost(void);
 void gpa_bench_cuda_conv1d(void);
+void gpa_bench_cuda_conv_nlc(void);
 void gpa_bench_cuda_split_sums(void);
+void gpa_bench_cuda_mixed(void);
+void gpa_bench_cuda_emb_bwd(void);
 void gpa_bench_cuda_allreduce(void);
 #ifdef GPA_BENCH_SIM
 void gpa_bench_sim_layernorm(void);
@@ -50,6 +55,8 @@ static const gpa_bench_entry gpa_benches[] = {
     {"linear_bwd", gpa_bench_linear_bwd},
     {"conv1d_fwd", gpa_bench_conv1d_fwd},
     {"conv1d_bwd", gpa_bench_conv1d_bwd},
+    {"conv1d_nlc", gpa_bench_conv1d_nlc},
+    {"gemm_targets", gpa_bench_gemm_targets},
     {"attention_fwd", gpa_bench_attention_fwd},
     {"attention_bwd", gpa_bench_attention_bwd},
     {"layernorm_fwd", gpa_bench_layernorm_fwd},
@@ -71,7 +78,10 @@ static const gpa_bench_entry gpa_benches[] = {
     {"cuda_attention_fa2", gpa_bench_cuda_attention_fa2},
     {"cuda_actor", gpa_bench_cuda_actor_cost},
     {"cuda_conv1d", gpa_bench_cuda_conv1d},
+    {"cuda_conv_nlc", gpa_bench_cuda_conv_nlc},
     {"cuda_split_sums", gpa_bench_cuda_split_sums},
+    {"cuda_mixed", gpa_bench_cuda_mixed},
+    {"cuda_emb_bwd", gpa_bench_cuda_emb_bwd},
     {"cuda_allreduce", gpa_bench_cuda_allreduce},
 #ifdef GPA_BENCH_SIM
     {"sim_layernorm", gpa_bench_sim_layernorm},
