@@ -99,7 +99,7 @@ typedef struct gpa__cu_queue {
 } gpa__cu_queue;
 
 #define GPA__CU_MODULES_MAX 16
-#define GPA__CU_FUNCS_MAX 192 /* built-in kernels (ops/cuda_kernels.h), with room to grow */
+#define GPA__CU_FUNCS_MAX 256 /* built-in kernels (ops/cuda_kernels.h), with room to grow */
 
 /* A user op's kernel from its own image, loaded once per actor. */
 #define GPA__CU_USER_MAX 64
