@@ -104,6 +104,20 @@ int main(void) {
    * (global stages and tile merges, ops/embedding/cuda.c) */
   gpa_pcase big = bwd(64, 300, 50, 4, 0, 49);
   gpa_parity_check(p, &big);
+  /* CUDA's backward without a sort (ops/embedding/cuda_rows.c; the ctest
+   * parity_embedding_sort forces the sort path for every case): the main
+   * job's shape, one id everywhere (a run of 4000 cut into 125 pieces), one
+   * vocabulary row past the size rule's 1024 (the sort path) */
+  const int64_t rows_cases[][6] = {{32, 128, 256, 96, 0, 255}, {4, 1000, 7, 8, 3, 3}, {1, 64, 1025, 4, 0, 1024}};
+  for (size_t i = 0; i < sizeof rows_cases / sizeof rows_cases[0]; i++) {
+    const int64_t *s = rows_cases[i];
+    gpa_pcase c = bwd(s[0], s[1], s[2], s[3], s[4], s[5]);
+    gpa_parity_check(p, &c);
+    gpa_pcase_attr_int(&c, "accumulate", 1);
+    c.out[0] = gpa_pt_f32(2, SH(s[2], s[3]), -1, 1);
+    c.label = "accumulate";
+    gpa_parity_check(p, &c);
+  }
   if (gpa_parity_large(p)) {
     gpa_pcase c = fwd(8, 512, 32000, 64, 0, 31999);
     gpa_parity_check(p, &c);

@@ -11,6 +11,9 @@
  * (bitonic sort; padding keys are ~0), then each id's positions' dy are
  * added in position order in double within chunks of sorted positions and
  * the chunks' parts in chunk order (below). No floating-point atomics.
+ * Small vocabularies skip the sort (emb_rows, at the end: a block per
+ * vocabulary row finds its positions itself) with the same sums, bit for
+ * bit.
  *
  * bf16 storage: the forward copies bf16 table rows into a bf16 y (exact);
  * the backward reads bf16 dy (widened) and writes the f32 dtable. */
@@ -284,4 +287,168 @@ extern "C" __global__ void gpa_emb_bwd_bf16(float *dtable, double *part, const g
                                             const unsigned long long *keys, long long n, long long v, long long d,
                                             int w) {
   emb_bwd_chunk(dtable, part, dy, keys, n, v, d, w);
+}
+
+/* The backward without a sort, for small vocabularies (ops/embedding/
+ * cuda_rows.c says when): a block owns a vocabulary row r (rows r,
+ * r + gridDim.x, ... where the grid is capped) and finds r's positions
+ * itself, so one launch does the whole op, index check included.
+ *
+ * Each warp owns a contiguous range of 32-id chunks. A first scan counts,
+ * with one ballot each, the ids below r (unsigned: bad ids count as
+ * above every row, as their sort keys sort last) and the ids equal to r;
+ * the block adds the warps' counts, so it knows where r's run starts in
+ * the order the sort path would sort it (start) and how long it is (cnt).
+ * A second scan, only by warps that hold an r and only until they found
+ * them all, writes r's positions in position order into shared memory
+ * (the warps' offsets from their counts, a lane's from the ballot).
+ *
+ * Then the sums, in the sort path's rounding exactly (so both paths give
+ * the same bits): the run is cut where the sort path's chunks of
+ * GPA_EMB_CHUNK sorted positions cut it (at multiples of the chunk past
+ * start); each piece is summed from 0.0 in position order in double, the
+ * pieces are added first to last (the join's order, into part[chunk][1]
+ * for the first piece and part[chunk][0] for the rest, the sort path's
+ * slots), and the total is added to dtable's prior value (0 without
+ * accumulate) and rounded once. A run of one piece (most rows) writes
+ * dtable directly; longer runs spread their pieces over the block's
+ * threads (a piece and a column vector each), so a frequent id is not one
+ * thread's long walk. Rows no id names are zeroed (or left, with
+ * accumulate): no memset before.
+ *
+ * The index check rides along: the block of row 0 sees every id in its
+ * first scan and records the first bad one as embedding_fwd's kernel does
+ * (res: (position << 32) | id by atomicMin; positions < 2^13 here). */
+
+/* acc = dy[pos[k0]] + ... + dy[pos[k1 - 1]] at columns col..col+W-1, from 0.0 */
+template <typename T, int W>
+static __device__ __forceinline__ void rows_piece(double *acc, const T *dy, const unsigned short *pos, int k0, int k1,
+                                                  long long d, long long col) {
+GPA_UNROLL
+  for (int k = 0; k < W; k++) acc[k] = 0.0;
+#ifndef GPA_SIM_EMU
+#pragma unroll 4
+#endif
+  for (int q = k0; q < k1; q++) {
+    float x[W];
+    emb_ld<W>(dy, (long long)pos[q] * d + col, x);
+GPA_UNROLL
+    for (int k = 0; k < W; k++) acc[k] += (double)x[k];
+  }
+}
+
+/* o[0..W) = prior + acc, rounded once (prior: o's value with accumulate,
+ * else 0.0f, the zeros the sort path's memset leaves) */
+template <int W>
+static __device__ __forceinline__ void rows_put(float *o, const double *acc, int accumulate) {
+  if (W == 1) {
+    o[0] = (float)((double)(accumulate ? o[0] : 0.0f) + acc[0]);
+  } else {
+GPA_UNROLL
+    for (int k = 0; k < W; k += 4) {
+      float4 t = accumulate ? *reinterpret_cast<const float4 *>(o + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+      t.x = (float)((double)t.x + acc[k]), t.y = (float)((double)t.y + acc[k + 1]);
+      t.z = (float)((double)t.z + acc[k + 2]), t.w = (float)((double)t.w + acc[k + 3]);
+      *reinterpret_cast<float4 *>(o + k) = t;
+    }
+  }
+}
+
+template <typename T, int W>
+static __device__ void emb_rows(float *dtable, double *part, const T *dy, const int *ids, long long n, long long v,
+                                long long d, int accumulate, unsigned long long *res) {
+  __shared__ unsigned short pos[GPA_EMB_ROWS_MAX_N];
+  __shared__ int wlt[GPA_EMB_ROWS_THREADS / 32], weq[GPA_EMB_ROWS_THREADS / 32];
+  const int t = (int)threadIdx.x, lane = t & 31, wp = t >> 5, nw = (int)blockDim.x >> 5, nt = (int)blockDim.x;
+  const int nch = (int)((n + 31) / 32), ch0 = nch * wp / nw, ch1 = nch * (wp + 1) / nw;
+  const unsigned below = (1u << lane) - 1u;
+  const long long cols = d / W;
+  for (long long r = blockIdx.x; r < v; r += gridDim.x) {
+    const unsigned ur = (unsigned)r;
+    int lt = 0, eq = 0;
+#ifndef GPA_SIM_EMU
+#pragma unroll 4
+#endif
+    for (int c = ch0; c < ch1; c++) {
+      const long long i = (long long)c * 32 + lane;
+      const unsigned id = i < n ? (unsigned)ids[i] : 0xffffffffu;
+      lt += __popc(__ballot_sync(GPA_FULL_MASK, id < ur));
+      eq += __popc(__ballot_sync(GPA_FULL_MASK, id == ur));
+      if (res && r == 0 && i < n && (unsigned long long)id >= (unsigned long long)v)
+        atomicMin(res, ((unsigned long long)i << 32) | id);
+    }
+    if (lane == 0) wlt[wp] = lt, weq[wp] = eq;
+    __syncthreads();
+    int start = 0, cnt = 0, off = 0;
+    for (int k = 0; k < nw; k++) start += wlt[k], cnt += weq[k], off += k < wp ? weq[k] : 0;
+    const int end = off + weq[wp]; /* the warp's last slot + 1: it stops there */
+    for (int c = ch0; c < ch1 && off < end; c++) {
+      const long long i = (long long)c * 32 + lane;
+      const bool m = i < n && (unsigned)ids[i] == ur;
+      const unsigned b = __ballot_sync(GPA_FULL_MASK, m);
+      if (m) pos[off + __popc(b & below)] = (unsigned short)i;
+      off += __popc(b);
+    }
+    __syncthreads();
+    float *row = dtable + r * d;
+    if (cnt == 0) {
+      if (!accumulate)
+        for (long long q = t; q < cols; q += nt) {
+          const double z[W] = {};
+          rows_put<W>(row + q * W, z, 0);
+        }
+    } else {
+      const int first = min(cnt, GPA_EMB_CHUNK - start % GPA_EMB_CHUNK);
+      const int pieces = 1 + (cnt - first + GPA_EMB_CHUNK - 1) / GPA_EMB_CHUNK;
+      if (pieces == 1) {
+        for (long long q = t; q < cols; q += nt) {
+          double acc[W];
+          rows_piece<T, W>(acc, dy, pos, 0, cnt, d, q * W);
+          rows_put<W>(row + q * W, acc, accumulate);
+        }
+      } else {
+        double *pr = part + (long long)(start / GPA_EMB_CHUNK) * 2 * d; /* the first piece's chunk */
+        for (long long it = t; it < (long long)pieces * cols; it += nt) {
+          const int s = (int)(it / cols);
+          const long long q = it - (long long)s * cols;
+          const int k0 = s ? first + (s - 1) * GPA_EMB_CHUNK : 0, k1 = s ? min(k0 + GPA_EMB_CHUNK, cnt) : first;
+          double acc[W];
+          rows_piece<T, W>(acc, dy, pos, k0, k1, d, q * W);
+          double *o = pr + (2LL * s + (s == 0)) * d + q * W;
+GPA_UNROLL
+          for (int k = 0; k < W; k++) o[k] = acc[k];
+        }
+        __syncthreads(); /* the pieces (global memory) are visible to the block */
+        for (long long q = t; q < cols; q += nt) {
+          double acc[W];
+          const double *p = pr + d + q * W;
+GPA_UNROLL
+          for (int k = 0; k < W; k++) acc[k] = p[k];
+          for (int s = 1; s < pieces; s++) {
+            p = pr + 2LL * s * d + q * W;
+GPA_UNROLL
+            for (int k = 0; k < W; k++) acc[k] += p[k];
+          }
+          rows_put<W>(row + q * W, acc, accumulate);
+        }
+      }
+    }
+    __syncthreads(); /* pos, wlt and weq are the next row's */
+  }
+}
+
+/* w > 1: d a multiple of 16 bytes of dy, dy and dtable 16-byte aligned;
+ * blockDim.x = GPA_EMB_ROWS_THREADS, n <= GPA_EMB_ROWS_MAX_N */
+extern "C" __global__ void __launch_bounds__(GPA_EMB_ROWS_THREADS)
+    gpa_emb_bwd_rows_f32(float *dtable, double *part, const float *dy, const int *ids, long long n, long long v,
+                         long long d, int w, int accumulate, unsigned long long *res) {
+  if (w > 1) emb_rows<float, 4>(dtable, part, dy, ids, n, v, d, accumulate, res);
+  else emb_rows<float, 1>(dtable, part, dy, ids, n, v, d, accumulate, res);
+}
+
+extern "C" __global__ void __launch_bounds__(GPA_EMB_ROWS_THREADS)
+    gpa_emb_bwd_rows_bf16(float *dtable, double *part, const gpa_bf16 *dy, const int *ids, long long n, long long v,
+                          long long d, int w, int accumulate, unsigned long long *res) {
+  if (w > 1) emb_rows<gpa_bf16, 8>(dtable, part, dy, ids, n, v, d, accumulate, res);
+  else emb_rows<gpa_bf16, 1>(dtable, part, dy, ids, n, v, d, accumulate, res);
 }

@@ -9,6 +9,11 @@
 /* 16-byte accesses a thread a step of embedding_fwd's row copies
  * (embedding.cu's registers, ops/embedding/cuda.c's threads a row). */
 #define GPA_EMB_FWD_U 4
+/* embedding_bwd without a sort (embedding.cu emb_rows, ops/embedding/
+ * cuda_rows.c): threads a block (a vocabulary row each), and the most ids
+ * it takes (their positions as 16-bit values in 16 KiB of shared memory). */
+#define GPA_EMB_ROWS_THREADS 256
+#define GPA_EMB_ROWS_MAX_N 8192
 
 /* y threads (slices) of layernorm_bwd's dgamma/dbeta column kernel
  * (norm.cu's shared arrays, ops/layernorm/cuda.c's block). */

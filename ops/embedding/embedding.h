@@ -11,6 +11,11 @@ typedef struct gpa__emb_params {
 
 gpa_status gpa__emb_fwd_cu(const gpa_op_exec *x);
 gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x);
+/* ops/embedding/cuda_rows.c: the backward without a sort. _pick: 1 when
+ * it takes n ids into v rows (GPA_EMB_BWD_ROWS, else the size rule);
+ * _cu runs it (n > 0, v > 0, d > 0). */
+int gpa__emb_bwd_rows_pick(long long n, long long v);
+gpa_status gpa__emb_bwd_rows_cu(const gpa_op_exec *x, long long n, long long v, long long d, int accumulate);
 
 /* K(id, module, kernel name) */
 #define GPA__CU_KERNELS_EMBEDDING(K)   \
@@ -23,6 +28,8 @@ gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x);
   K(EMB_BWD, emb, gpa_emb_bwd_f32)     \
   K(EMB_BWD_JOIN, emb, gpa_emb_bwd_join) \
   K(EMB_FWD_BF, emb, gpa_emb_fwd_bf16) \
-  K(EMB_BWD_BF, emb, gpa_emb_bwd_bf16)
+  K(EMB_BWD_BF, emb, gpa_emb_bwd_bf16) \
+  K(EMB_BWD_ROWS, emb, gpa_emb_bwd_rows_f32) \
+  K(EMB_BWD_ROWS_BF, emb, gpa_emb_bwd_rows_bf16)
 
 #endif
