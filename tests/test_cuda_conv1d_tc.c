@@ -12,7 +12,12 @@
  *     for good: GPA_ENOMEM with the driver's message; memory back, the op
  *     runs;
  *   - deterministic: two backward passes (dW in 4 partial splits) agree to
- *     the bit, and both match a double reference. */
+ *     the bit, and both match a double reference;
+ *   - channels last (layout nlc): with channels per group multiples of 8
+ *     the kernels read x and dy in place (no pack: the forward's first
+ *     launch re-lays W, the backward's 2nd and 3rd are dx and dW), and a
+ *     refused launch fails the op the same way; 20 input channels go to
+ *     the SIMT kernels. Accuracy: parity_conv1d_bf16's nlc cases. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -51,6 +56,48 @@ static gpa_status bwd(gpa_queue *q, bufs *s, gpa_handle **h) {
   gpa_tensor in[3] = {s->dy, s->x, s->w}, out[2] = {s->dx, s->dw};
   gpa_op_call c = {"conv1d_bwd_nobias", in, 3, out, 2, attrs, 2};
   return tcu_run(q, &c, h);
+}
+
+/* channels last: t = x [B,L,cin], w [cout,cin,K], y, dy [B,L,cout], dx [B,L,cin], dW (f32) */
+static void nlc_refused(gpa_queue *q, tcu_sim *sim, const gpa_tensor *t, int back, unsigned nth, const char *kernel) {
+  static const gpa_attr at[3] = {{"causal", GPA_ATTR_INT, 1, 0}, {"dilation", GPA_ATTR_INT, DIL, 0},
+                                 {"layout", GPA_ATTR_INT, 1, 0}};
+  gpa_tensor fin[2] = {t[0], t[1]}, bin[3] = {t[3], t[0], t[1]}, bout[2] = {t[4], t[5]}, y = t[2];
+  gpa_op_call f = {"conv1d_fwd", fin, 2, &y, 1, at, 3}, b = {"conv1d_bwd_nobias", bin, 3, bout, 2, at, 3};
+  gpa_handle *h = NULL;
+  if (nth) sim->fault_launch(nth);
+  gpa_status st = tcu_run(q, back ? &b : &f, &h);
+  if (!nth) { /* no fault: it runs */
+    CHECK_OK(st);
+    gpa_handle_release(h);
+    return;
+  }
+  tcu_expect_refused(q, st, h, back ? "conv1d_bwd" : "conv1d_fwd", nth, kernel);
+}
+
+static void nlc_paths(gpa_actor *a, tcu_sim *sim) {
+  gpa_queue *q = gpa_actor_default_queue(a);
+  const int64_t cins[2] = {16, CIN}; /* 16: in place on tensor cores; 20: the SIMT kernels */
+  for (int i = 0; i < 2; i++) {
+    const int64_t ci = cins[i], co = 24;
+    gpa_tensor t[6] = {bf(a, B, L, ci, GPA_BF16), bf(a, co, ci, K, GPA_BF16), bf(a, B, LOUT, co, GPA_BF16),
+                       bf(a, B, LOUT, co, GPA_BF16), bf(a, B, L, ci, GPA_BF16), bf(a, co, ci, K, GPA_F32)};
+    for (int j = 0; j < 4; j++) CHECK_OK(tu_fill(q, &t[j], 0.5, NULL)); /* defined inputs */
+    if (i == 0) {
+      nlc_refused(q, sim, t, 0, 1, "gpa_conv_tc_wpack_bf16");
+      nlc_refused(q, sim, t, 0, 2, "gpa_conv_tc_fwd_bf16");
+      nlc_refused(q, sim, t, 1, 2, "gpa_conv_tc_dx_bf16");
+      nlc_refused(q, sim, t, 1, 3, "gpa_conv_tc_dw_bf16");
+    } else {
+      nlc_refused(q, sim, t, 0, 1, "gpa_conv_ig_fwd_bf16");
+      nlc_refused(q, sim, t, 1, 1, "gpa_conv_ig_dx_bf16");
+    }
+    nlc_refused(q, sim, t, 0, 0, NULL);
+    nlc_refused(q, sim, t, 1, 0, NULL);
+    gpa_sync_batch(q, NULL);
+    for (int j = 0; j < 6; j++) gpa_buffer_release(a, t[j].buffer);
+  }
+  sim->fault_clear();
 }
 
 /* op fails with EDEVICE, its message naming `kernel` */
@@ -159,6 +206,7 @@ int main(void) {
   tu_get_bytes(q, &s.y, y, sizeof y);
   check_ref(&s, y, dx, dw);
   sim.fault_clear();
+  nlc_paths(a, &sim);
   CHECK_OK(gpa_actor_destroy(a));
 
   /* GPA_CONV_TC=0: the SIMT implicit GEMM takes bf16 */

@@ -271,15 +271,15 @@ static int real_graphs(void) {
   if (!tu_real_cudnn_open(&d)) return 0;
   const shape shapes[2] = {{32, 96, 128, 96, 3, 1, 0, 8, 1, 1}, {3, 8, 37, 12, 5, 2, 3, 2, 4, 0}};
   int fails = 0;
-  for (int si = 0; si < 2; si++)
+  for (int si = 0; si < 4; si++) /* shapes 2, 3: the same channels last (layout nlc, NHWC strides) */
     for (int dt = 0; dt < 2; dt++)
       for (int conv = GPA__DNN_CONV_FWD; conv <= GPA__DNN_CONV_WGRAD; conv++) {
         if (conv == GPA__DNN_CONV_FWD_BIAS && !dt) continue; /* f32 adds its bias itself */
-        const shape *s = &shapes[si];
+        const shape *s = &shapes[si % 2];
         gpa__dnn_key k;
         memset(&k, 0, sizeof k);
         k.conv = conv, k.dtype = dt ? GPA_BF16 : GPA_F32, k.exact = dt ? 1 : 2;
-        const int64_t cgeo[10] = {s->B, s->Cin, s->L, s->Cout, s->K, s->stride, pad_l(s), pad_r(s), s->dil, s->G};
+        const int64_t cgeo[11] = {s->B, s->Cin, s->L, s->Cout, s->K, s->stride, pad_l(s), pad_r(s), s->dil, s->G, si / 2};
         memcpy(k.cg, cgeo, sizeof cgeo);
         gpa__dnn_descs g;
         char why[256] = "";

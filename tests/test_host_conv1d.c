@@ -9,7 +9,9 @@
  * kernels ask for stays within GPA__CONV1D_SCRATCH_CAP for inputs whose
  * whole column matrix is far larger (over 10^12 bytes), and the kernels
  * write nothing past the scratch they asked for (a guard after it; ASan
- * sees the exact size too). Device independent. */
+ * sees the exact size too). Channels last (geom.nlc) on every path: the
+ * same values re-laid, the results re-laid back against the same
+ * reference. Device independent. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -94,13 +96,31 @@ static void scratch_check(float *s, uint64_t bytes) {
   free(s);
 }
 
+/* [B][C][L] <-> [B][L][C] (to 1: into [B][L][C]), through a copy */
+static void relayout(float *p, int64_t B, int64_t C, int64_t L, int to) {
+  float *t = malloc((size_t)(B * C * L + 1) * 4);
+  CHECK(t != NULL);
+  memcpy(t, p, (size_t)(B * C * L) * 4);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t l = 0; l < L; l++) {
+        int64_t ncl = (b * C + c) * L + l, nlc = (b * L + l) * C + c;
+        if (to)
+          p[nlc] = t[ncl];
+        else
+          p[ncl] = t[nlc];
+      }
+  free(t);
+}
+
 /* mode 1: force the im2col path (stride 1 takes the direct forward and the
  * shift backward by default); mode 2: the shift path's forward instead of
- * the direct kernel. */
-static void run_case(const ccase *c, const gpa__par *pars[], int npar, int mode) {
+ * the direct kernel. nlc: channels last (x, dy re-laid before, y, dx back
+ * after). */
+static void run_case(const ccase *c, const gpa__par *pars[], int npar, int mode, int nlc) {
   int im2col = mode == 1;
   gpa__conv1d_geom g = {c->B, c->Cin, c->L, c->Cout, c->K, c->stride, c->pad_l, c->pad_r, c->dilation, c->groups, 0,
-                        im2col, mode == 2};
+                        im2col, mode == 2, nlc};
   CHECK(gpa__conv1d_geom_init(&g));
   int64_t nx = g.B * g.Cin * g.L, nw = g.Cout * (g.Cin / g.groups) * g.K, ny = g.B * g.Cout * g.Lout;
   float *x = malloc((size_t)nx * 4), *W = malloc((size_t)nw * 4), *b = malloc((size_t)g.Cout * 4);
@@ -118,6 +138,10 @@ static void run_case(const ccase *c, const gpa__par *pars[], int npar, int mode)
   for (int i = 0; i < 8; i++) CHECK((*all[i] = calloc((size_t)sizes[i], sizeof(double))) != NULL);
   if (c->nobias) b[0] = NAN; /* must not be read */
   reference(&g, x, W, c->nobias ? NULL : b, dy, &r);
+  if (nlc) {
+    relayout(x, g.B, g.Cin, g.L, 1);
+    relayout(dy, g.B, g.Cout, g.Lout, 1);
+  }
   for (int pi = 0; pi < npar; pi++) {
     const gpa__par *par = pars[pi];
     int th = par ? par->threads : 1;
@@ -133,11 +157,15 @@ static void run_case(const ccase *c, const gpa__par *pars[], int npar, int mode)
       s = scratch_new(bb);
       gpa__conv1d_bwd(par, &g, dy, x, W, dxx, dWW, c->nobias ? NULL : db, s);
       scratch_check(s, bb);
+      if (nlc) {
+        relayout(yy, g.B, g.Cout, g.Lout, 0);
+        relayout(dxx, g.B, g.Cin, g.L, 0);
+      }
     }
-    close_to("y", c, im2col, th, y, r.y, r.ym, ny);
-    close_to("dx", c, im2col, th, dx, r.dx, r.dxm, nx);
-    close_to("dW", c, im2col, th, dW, r.dW, r.dWm, nw);
-    if (!c->nobias) close_to("db", c, im2col, th, db, r.db, r.dbm, g.Cout);
+    close_to(nlc ? "y (nlc)" : "y", c, im2col, th, y, r.y, r.ym, ny);
+    close_to(nlc ? "dx (nlc)" : "dx", c, im2col, th, dx, r.dx, r.dxm, nx);
+    close_to(nlc ? "dW (nlc)" : "dW", c, im2col, th, dW, r.dW, r.dWm, nw);
+    if (!c->nobias) close_to(nlc ? "db (nlc)" : "db", c, im2col, th, db, r.db, r.dbm, g.Cout);
     CHECK(!memcmp(y, y2, (size_t)ny * 4) && !memcmp(dx, dx2, (size_t)nx * 4) && !memcmp(dW, dW2, (size_t)nw * 4));
   }
   for (int i = 0; i < 8; i++) free(*all[i]);
@@ -157,7 +185,7 @@ static void bound(const gpa__par *pars[], int npar) {
   gpa__par wide = {pars[npar - 1]->pfor, pars[npar - 1]->self, 64}; /* a 64-thread plan (not run) */
   for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
     const ccase *c = &big[i];
-    gpa__conv1d_geom g = {c->B, c->Cin, c->L, c->Cout, c->K, c->stride, c->pad_l, c->pad_r, c->dilation, c->groups, 0, 0, 0};
+    gpa__conv1d_geom g = {c->B, c->Cin, c->L, c->Cout, c->K, c->stride, c->pad_l, c->pad_r, c->dilation, c->groups, 0, 0, 0, 0};
     CHECK(gpa__conv1d_geom_init(&g));
     double whole = (double)g.B * (double)(g.Cin * g.K) * (double)g.Lout * 4.0;
     CHECK(whole > 64.0 * (double)GPA__CONV1D_SCRATCH_CAP);
@@ -206,14 +234,15 @@ int main(void) {
       {2, 8, 10, 12, 3, 1, 40, 0, 20, 1, 0},    /* causal, dilation past L: two taps never read x (dW 0) */
       {1, 20, 3000, 20, 2, 1, 0, 600, 700, 1, 1}, /* right padding only: dx chunks no tap covers whole */
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    run_case(&cases[i], pars, 3, 0);
-    if (i < 5) run_case(&cases[i], pars, 3, 1); /* the stride-1 cases through im2col too */
-    if (cases[i].stride == 1) run_case(&cases[i], pars, 3, 2); /* and through the shift forward */
-  }
+  for (int nlc = 0; nlc < 2; nlc++)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      run_case(&cases[i], pars, 3, 0, nlc);
+      if (i < 5) run_case(&cases[i], pars, 3, 1, nlc); /* the stride-1 cases through im2col too */
+      if (cases[i].stride == 1) run_case(&cases[i], pars, 3, 2, nlc); /* and through the shift forward */
+    }
   gpa__conv1d_direct_avx2_only(1); /* the direct forward's AVX2 kernel where the CPU also has AVX-512F */
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-    if (cases[i].stride == 1) run_case(&cases[i], pars, 3, 0);
+    if (cases[i].stride == 1) run_case(&cases[i], pars, 3, 0, i % 2); /* half of them channels last */
   gpa__conv1d_direct_avx2_only(0);
   bound(pars, 3);
   gpa__pool_destroy(p2);

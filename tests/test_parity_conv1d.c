@@ -53,7 +53,22 @@ static double ref_loss(void *p) {
   return l;
 }
 
-static void run_case(gpa_nt *t, const ccase *c, uint64_t seed) {
+/* [B][C][L] <-> [B][L][C] (to_nlc 1: dst [B][L][C] from src [B][C][L]) */
+static void relayout(float *dst, const float *src, int64_t B, int64_t C, int64_t L, int to_nlc) {
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t l = 0; l < L; l++) {
+        int64_t ncl = (b * C + c) * L + l, nlc = (b * L + l) * C + c;
+        if (to_nlc)
+          dst[nlc] = src[ncl];
+        else
+          dst[ncl] = src[nlc];
+      }
+}
+
+/* nlc: the op runs channels last (layout 1) on the same values: x and dy
+ * re-laid before, y and dx back after, the reference unchanged. */
+static void run_case(gpa_nt *t, const ccase *c, uint64_t seed, int nlc) {
   cref r = {c, 0, c->causal ? (c->K - 1) * c->dilation : c->padding, 0, 0, 0, 0};
   int64_t pr = c->causal ? 0 : c->padding;
   r.Lout = (c->L + r.pl + pr - c->dilation * (c->K - 1) - 1) / c->stride + 1;
@@ -64,6 +79,7 @@ static void run_case(gpa_nt *t, const ccase *c, uint64_t seed) {
            (long long)c->B, (long long)c->Cin, (long long)c->L, (long long)c->Cout, (long long)c->K,
            (long long)c->stride, (long long)c->padding, (long long)c->dilation, (long long)c->groups,
            c->causal ? " causal" : "", c->bias ? " bias" : "");
+  if (nlc) strncat(what, " nlc", sizeof what - strlen(what) - 1);
   float *x = malloc(sizeof(float) * (size_t)nx), *W = malloc(sizeof(float) * (size_t)nw);
   float *b = malloc(sizeof(float) * (size_t)c->Cout), *dy = malloc(sizeof(float) * (size_t)ny);
   gpa_nt_fill(x, nx, -1, 1, &seed);
@@ -78,22 +94,35 @@ static void run_case(gpa_nt *t, const ccase *c, uint64_t seed) {
   ref_fwd(&r, y, mag);
 
   int64_t xs[3] = {c->B, c->Cin, c->L}, ws[3] = {c->Cout, cg, c->K}, ys[3] = {c->B, c->Cout, r.Lout};
-  gpa_attr at[5] = {{"stride", GPA_ATTR_INT, c->stride, 0},
+  if (nlc) {
+    xs[1] = c->L, xs[2] = c->Cin, ys[1] = r.Lout, ys[2] = c->Cout;
+    float *xt = malloc(sizeof(float) * (size_t)(nx + 1)), *dyt = malloc(sizeof(float) * (size_t)(ny + 1));
+    relayout(xt, x, c->B, c->Cin, c->L, 1);
+    relayout(dyt, dy, c->B, c->Cout, r.Lout, 1);
+    free(x), free(dy);
+    x = xt, dy = dyt;
+  }
+  gpa_attr at[6] = {{"stride", GPA_ATTR_INT, c->stride, 0},
                     {"padding", GPA_ATTR_INT, c->padding, 0},
                     {"dilation", GPA_ATTR_INT, c->dilation, 0},
                     {"groups", GPA_ATTR_INT, c->groups, 0},
-                    {"causal", GPA_ATTR_INT, c->causal, 0}};
+                    {"causal", GPA_ATTR_INT, c->causal, 0},
+                    {"layout", GPA_ATTR_INT, nlc, 0}};
   gpa_tensor tin[3] = {gpa_nt_tensor(t, GPA_F32, 3, xs, x), gpa_nt_tensor(t, GPA_F32, 3, ws, W),
                        gpa_nt_tensor(t, GPA_F32, 1, &c->Cout, b)};
   gpa_tensor ty = gpa_nt_out(t, 3, ys);
   float *got = malloc(sizeof(float) * (size_t)(ny + nx + nw + c->Cout));
   float *got2 = malloc(sizeof(float) * (size_t)(ny + nx + nw + c->Cout));
-  gpa_status st = gpa_nt_run(t, "conv1d_fwd", tin, c->bias ? 3 : 2, &ty, 1, at, 5);
+  gpa_status st = gpa_nt_run(t, "conv1d_fwd", tin, c->bias ? 3 : 2, &ty, 1, at, 6);
   if (st != GPA_OK) {
     snprintf(w2, sizeof w2, "%s: conv1d_fwd %s: %s", what, gpa_status_name(st), gpa_nt_msg);
     gpa_nt_fail(t, w2);
   }
   gpa_nt_read(t, &ty, got);
+  if (nlc) {
+    relayout(got2, got, c->B, c->Cout, r.Lout, 0);
+    memcpy(got, got2, sizeof(float) * (size_t)ny);
+  }
   snprintf(w2, sizeof w2, "%s: y", what);
   gpa_nt_close_to(t, w2, got, y, mag, ny, 1e-5);
 
@@ -102,12 +131,18 @@ static void run_case(gpa_nt *t, const ccase *c, uint64_t seed) {
   float *runs[2] = {got, got2};
   for (int rep = 0; rep < 2; rep++) {
     gpa_tensor tout[3] = {gpa_nt_out(t, 3, xs), gpa_nt_out(t, 3, ws), gpa_nt_out(t, 1, &c->Cout)};
-    st = gpa_nt_run(t, bop, bin, 3, tout, c->bias ? 3 : 2, at, 5);
+    st = gpa_nt_run(t, bop, bin, 3, tout, c->bias ? 3 : 2, at, 6);
     if (st != GPA_OK) {
       snprintf(w2, sizeof w2, "%s: %s %s: %s", what, bop, gpa_status_name(st), gpa_nt_msg);
       gpa_nt_fail(t, w2);
     }
     gpa_nt_read(t, &tout[0], runs[rep]);
+    if (nlc) { /* dx back to [B,Cin,L] through the tail of the buffer */
+      float *tmp = malloc(sizeof(float) * (size_t)(nx + 1));
+      relayout(tmp, runs[rep], c->B, c->Cin, c->L, 0);
+      memcpy(runs[rep], tmp, sizeof(float) * (size_t)nx);
+      free(tmp);
+    }
     gpa_nt_read(t, &tout[1], runs[rep] + nx);
     if (c->bias) gpa_nt_read(t, &tout[2], runs[rep] + nx + nw);
   }
@@ -181,6 +216,18 @@ static void errors(gpa_nt *t) {
   gpa_nt_expect_error(t, "conv1d_fwd", in2, 2, &y, 1, &s0, 1, GPA_ERANGE, "stride");
   gpa_tensor bin[3] = {y9, x, wb}, bout[2] = {x, wb};
   gpa_nt_expect_error(t, "conv1d_bwd_nobias", bin, 3, bout, 2, NULL, 0, GPA_ESHAPE, "dy has shape [2,4,9]");
+  /* layouts: an unknown value; x [2,6,10] read as nlc has Cin 10 (W [4,3,3] wants 3 or 6); dy of the
+   * ncl shape under nlc; y of the ncl shape under nlc */
+  gpa_attr l2 = {"layout", GPA_ATTR_INT, 2, 0}, nl = {"layout", GPA_ATTR_INT, 1, 0};
+  gpa_nt_expect_error(t, "conv1d_fwd", in2, 2, &y, 1, &l2, 1, GPA_EINVAL, "layout = 2 is not a layout");
+  gpa_nt_expect_error(t, "conv1d_fwd", in2, 2, &y, 1, &nl, 1, GPA_ESHAPE, "x.shape[2], layout nlc");
+  int64_t xn[3] = {2, 10, 6}, yn[3] = {2, 8, 4};
+  gpa_tensor xl = gpa_nt_out(t, 3, xn), yl = gpa_nt_out(t, 3, yn);
+  gpa_tensor in3[2] = {xl, wb}, bin2[3] = {y, xl, wb}, bout2[2] = {xl, wb};
+  gpa_nt_expect_error(t, "conv1d_fwd", in3, 2, &y, 1, &nl, 1, GPA_ESHAPE, "outputs[0]");
+  gpa_nt_expect_error(t, "conv1d_bwd_nobias", bin2, 3, bout2, 2, &nl, 1, GPA_ESHAPE, "[B,Lout,Cout] of the forward (layout nlc)");
+  gpa_tensor bin3[3] = {yl, xl, wb};
+  gpa_nt_expect_error(t, "conv1d_bwd_nobias", bin3, 3, bout2, 2, NULL, 0, GPA_ESHAPE, "W has shape");
 }
 
 /* ---- the same ops through the parity harness (cross-backend runs) ---- */
@@ -263,14 +310,23 @@ int main(void) {
       {32, 4, 128, 96, 3, 1, 0, 1, 1, 1, 1}, {33, 3, 127, 60, 3, 1, 0, 2, 1, 1, 1},
   };
   uint64_t seed = 777;
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&t, &cases[i], seed + i);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&t, &cases[i], seed + i, 0);
+  /* channels last (layout nlc) on every path: the 1x1 direct GEMMs, strided im2col with groups, the
+   * shift and direct kernels with a dilation > 1 and L past a tile (not a multiple of it), the
+   * im2col + cuBLAS shape CUDA declines, the main job's B32 L128 C96 causal, and empty */
+  const ccase nlc_cases[] = {
+      {2, 5, 7, 3, 1, 1, 0, 1, 1, 0, 1},      {3, 6, 31, 4, 5, 2, 3, 2, 2, 0, 0},  {3, 70, 131, 67, 3, 1, 0, 8, 1, 1, 1},
+      {2, 12, 97, 18, 5, 2, 3, 3, 3, 0, 1},   {2, 34, 77, 36, 4, 3, 0, 2, 2, 1, 0}, {2, 16, 77, 24, 3, 1, 0, 4, 1, 1, 1},
+      {2, 48, 77, 40, 3, 1, 1, 2, 2, 0, 1},   {1, 2, 13010, 2, 2, 1, 0, 13000, 1, 0, 1},
+      {32, 96, 128, 96, 3, 1, 0, 1, 1, 1, 1}, {0, 3, 8, 2, 3, 1, 1, 1, 1, 0, 1}};
+  for (size_t i = 0; i < sizeof nlc_cases / sizeof nlc_cases[0]; i++) run_case(&t, &nlc_cases[i], seed + 50 + i, 1);
   if (!t.quick) {
     /* stride 2, Cin*K = 4608 rows: the 16 MiB column cap gives 910-column chunks */
     const ccase big[] = {{2, 512, 2000, 4, 9, 2, 4, 1, 1, 0, 1}, {2, 64, 300, 48, 3, 1, 0, 4, 1, 1, 1},
                          /* the host's dynamic units (stride 1): the issue's causal dilated form and the
                           * main job's (B32, L128), smaller channels */
                          {8, 32, 1024, 32, 3, 1, 0, 4, 1, 1, 1}, {32, 24, 128, 24, 3, 1, 0, 1, 1, 1, 1}};
-    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) run_case(&t, &big[i], seed + 100 + i);
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) run_case(&t, &big[i], seed + 100 + i, 0);
   }
   errors(&t);
   int hrc = harness_cases();

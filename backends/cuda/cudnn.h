@@ -125,9 +125,10 @@ typedef struct gpa__dnn_key {
   /* convolutions (cudnn_conv.c; zero for SDPA): which graph (GPA__DNN_CONV_*),
    * whether engines that round f32 inputs or reorder sums (TF32 tensor
    * cores, FFT, Winograd, reduced-precision sums) are refused, and the
-   * geometry B Cin L Cout K stride pad_l pad_r dil groups */
+   * geometry B Cin L Cout K stride pad_l pad_r dil groups, and the layout
+   * (1: channels last) */
   int32_t conv, exact;
-  int64_t cg[10];
+  int64_t cg[11];
 } gpa__dnn_key;
 /* The descriptors of one operation graph: kept alive with its plan (the
  * plan refers to the graph through its engine config). */

@@ -6,7 +6,8 @@
  * pad_r} (causal: the left pad alone), dilations {1, dil}, strides {1,
  * stride}, cross-correlation (PyTorch's convolution). Groups are implied by
  * the tensors: W's second dim is Cin/G. Our row-major layouts are cuDNN's
- * NCHW with H = 1, so nothing moves in memory.
+ * NCHW with H = 1, or under layout nlc its NHWC ([B,L,C]: strides {L C, 1,
+ * L C, C}), so nothing moves in memory.
  *
  * One graph per pass: forward (bf16 with a bias: the convolution into a
  * virtual fp32 tensor, then a pointwise add of b [1,Cout,1,1] into y, so y
@@ -36,20 +37,20 @@ enum { UID_X = 1, UID_W, UID_Y, UID_B, UID_DY, UID_DX, UID_DW, UID_VIRT = 100 };
 
 typedef gpa__dnn_b cb;
 
-/* [n, c, 1, l], packed (virtual: an intermediate of the graph). */
+/* [n, c, 1, l], packed NCHW, or NHWC when nlc (virtual: an intermediate of the graph). */
 static cudnnBackendDescriptor_t tensor(cb *b, int64_t uid, cudnnDataType_t dt, int64_t n, int64_t c, int64_t l,
-                                       bool virt) {
-  const int64_t dim[4] = {n, c, 1, l}, str[4] = {c * l, l, l, 1};
-  return gpa__dnn_tensor(b, uid, dt, dim, str, virt ? GPA__DNN_VIRT : 0);
+                                       bool virt, int nlc) {
+  const int64_t dim[4] = {n, c, 1, l}, ncl[4] = {c * l, l, l, 1}, nhwc[4] = {c * l, 1, c * l, c};
+  return gpa__dnn_tensor(b, uid, dt, dim, nlc ? nhwc : ncl, virt ? GPA__DNN_VIRT : 0);
 }
 
 typedef struct geo {
-  int64_t B, Cin, L, Cout, K, stride, pad_l, pad_r, dil, G, Lout;
+  int64_t B, Cin, L, Cout, K, stride, pad_l, pad_r, dil, G, Lout, nlc;
 } geo;
 
 static geo geo_of(const gpa__dnn_key *k) {
   const int64_t *c = k->cg;
-  geo g = {c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], 0};
+  geo g = {c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], 0, c[10]};
   g.Lout = (g.L + g.pad_l + g.pad_r - g.dil * (g.K - 1) - 1) / g.stride + 1;
   return g;
 }
@@ -129,17 +130,18 @@ int gpa__dnn_build_conv(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_descs *g, c
   cudnnBackendDescriptor_t cd = conv_desc(&b, &e);
   cudnnBackendDescriptor_t w = tensor(&b, k->conv == GPA__DNN_CONV_WGRAD ? UID_DW : UID_W,
                                       k->conv == GPA__DNN_CONV_WGRAD ? CUDNN_DATA_FLOAT : io, e.Cout, e.Cin / e.G, e.K,
-                                      false);
+                                      false, 0);
+  const int nl = (int)e.nlc;
   switch (k->conv) {
   case GPA__DNN_CONV_FWD:
   case GPA__DNN_CONV_FWD_BIAS: {
-    cudnnBackendDescriptor_t x = tensor(&b, UID_X, io, e.B, e.Cin, e.L, false);
-    cudnnBackendDescriptor_t y = tensor(&b, UID_Y, io, e.B, e.Cout, e.Lout, false);
+    cudnnBackendDescriptor_t x = tensor(&b, UID_X, io, e.B, e.Cin, e.L, false, nl);
+    cudnnBackendDescriptor_t y = tensor(&b, UID_Y, io, e.B, e.Cout, e.Lout, false, nl);
     if (k->conv == GPA__DNN_CONV_FWD) {
       conv_op(&b, k->conv, cd, w, x, y);
       break;
     }
-    cudnnBackendDescriptor_t acc = tensor(&b, UID_VIRT, CUDNN_DATA_FLOAT, e.B, e.Cout, e.Lout, true);
+    cudnnBackendDescriptor_t acc = tensor(&b, UID_VIRT, CUDNN_DATA_FLOAT, e.B, e.Cout, e.Lout, true, nl);
     const int64_t bd[4] = {1, e.Cout, 1, 1}, bs[4] = {e.Cout, 1, 1, 1};
     cudnnBackendDescriptor_t bias = gpa__dnn_tensor(&b, UID_B, io, bd, bs, 0);
     conv_op(&b, k->conv, cd, w, x, acc);
@@ -147,14 +149,14 @@ int gpa__dnn_build_conv(gpa__dnn *d, const gpa__dnn_key *k, gpa__dnn_descs *g, c
     break;
   }
   case GPA__DNN_CONV_DGRAD: {
-    cudnnBackendDescriptor_t dx = tensor(&b, UID_DX, io, e.B, e.Cin, e.L, false);
-    cudnnBackendDescriptor_t dy = tensor(&b, UID_DY, io, e.B, e.Cout, e.Lout, false);
+    cudnnBackendDescriptor_t dx = tensor(&b, UID_DX, io, e.B, e.Cin, e.L, false, nl);
+    cudnnBackendDescriptor_t dy = tensor(&b, UID_DY, io, e.B, e.Cout, e.Lout, false, nl);
     conv_op(&b, k->conv, cd, w, dx, dy);
     break;
   }
   default: {
-    cudnnBackendDescriptor_t x = tensor(&b, UID_X, io, e.B, e.Cin, e.L, false);
-    cudnnBackendDescriptor_t dy = tensor(&b, UID_DY, io, e.B, e.Cout, e.Lout, false);
+    cudnnBackendDescriptor_t x = tensor(&b, UID_X, io, e.B, e.Cin, e.L, false, nl);
+    cudnnBackendDescriptor_t dy = tensor(&b, UID_DY, io, e.B, e.Cout, e.Lout, false, nl);
     conv_op(&b, GPA__DNN_CONV_WGRAD, cd, w, x, dy);
     break;
   }
@@ -215,7 +217,7 @@ static const char *unsupported(const gpa__conv_dnn_args *a) {
 static void key_of(gpa__dnn_key *k, const gpa__conv_dnn_args *a, int conv, int ordinal) {
   memset(k, 0, sizeof *k); /* compared with memcmp: padding too */
   k->conv = conv, k->dtype = a->dtype, k->exact = a->dtype == GPA_F32 ? 2 : 1, k->ordinal = ordinal;
-  const int64_t cg[10] = {a->B, a->Cin, a->L, a->Cout, a->K, a->stride, a->pad_l, a->pad_r, a->dil, a->G};
+  const int64_t cg[11] = {a->B, a->Cin, a->L, a->Cout, a->K, a->stride, a->pad_l, a->pad_r, a->dil, a->G, a->nlc};
   memcpy(k->cg, cg, sizeof cg);
 }
 

@@ -17,12 +17,14 @@
 /* The graphs a key names (gpa__dnn_key.conv). */
 enum { GPA__DNN_CONV_FWD = 1, GPA__DNN_CONV_FWD_BIAS, GPA__DNN_CONV_DGRAD, GPA__DNN_CONV_WGRAD };
 
-/* One conv1d call: x [B,Cin,L], W [Cout,Cin/G,K], y / dy [B,Cout,Lout];
+/* One conv1d call: x [B,Cin,L], W [Cout,Cin/G,K], y / dy [B,Cout,Lout]
+ * (nlc: x [B,L,Cin], y / dy [B,Lout,Cout], described to cuDNN by strides);
  * dtype GPA_F32 (all f32) or GPA_BF16 (x, W, b, y, dy, dx bf16; dW f32).
  * Left and right zero padding pad_l / pad_r (causal: (K-1) dil and 0). */
 typedef struct gpa__conv_dnn_args {
   int64_t B, Cin, L, Cout, K, stride, pad_l, pad_r, dil, G, Lout;
   int dtype;
+  int nlc;
   const void *x, *W, *b, *dy; /* b: forward bias or NULL */
   void *y, *dx, *dW;
 } gpa__conv_dnn_args;

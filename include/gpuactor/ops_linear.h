@@ -53,14 +53,20 @@ gpa_status gpa_linear_bwd(gpa_queue *q, const gpa_linear_bwd_args *args, gpa_han
 
 /* Geometry shared by both directions. stride, dilation, groups: 0 = 1.
  * padding: zeros on each side. causal != 0: (K-1)*dilation zeros on the left
- * only (padding must be 0). Lout = (L + pads - dilation*(K-1) - 1)/stride + 1. */
+ * only (padding must be 0). Lout = (L + pads - dilation*(K-1) - 1)/stride + 1.
+ * layout: GPA_CONV1D_NCL (0, the default) or GPA_CONV1D_NLC (channels
+ * last: x [B,L,Cin], y [B,Lout,Cout], dx and dy likewise; W unchanged). */
 typedef struct gpa_conv1d_geometry {
   int64_t stride, padding, dilation, groups;
   int32_t causal;
+  int32_t layout; /* in what was the struct's tail padding: its size is unchanged */
 } gpa_conv1d_geometry;
+#define GPA_CONV1D_NCL 0
+#define GPA_CONV1D_NLC 1
 
 /* y [B,Cout,Lout] from x [B,Cin,L], W [Cout,Cin/groups,K], b [Cout]
- * (optional). Op "conv1d_fwd". */
+ * (optional); [B,L,Cin] and [B,Lout,Cout] under GPA_CONV1D_NLC. Op
+ * "conv1d_fwd". */
 typedef struct gpa_conv1d_fwd_args {
   uint32_t size;
   gpa_tensor x, W, b, y;

@@ -20,7 +20,14 @@
  *       timesteps of one batch, a fixed run of `per` slices per split
  *       (blockIdx.z). One split writes dW; several write partials that
  *       gpa_conv_dw_sum_f32 adds in split order. No atomics anywhere: every
- *       sum has one order for a given shape (deterministic). */
+ *       sum has one order for a given shape (deterministic).
+ *
+ * Channels last (g.s.nlc: x, dx [B][L][Cin], y, dy [B][Lout][Cout]): the
+ * same tiles, shared layouts and sums (the same bits as ncl); only the
+ * global indexing changes. The stagings of x and dy walk channels fastest
+ * there (a warp's loads run along a position's channels), and a thread's 4
+ * output rows (4 consecutive channels) go out as one 16-byte (f32) or
+ * 8-byte (bf16) store where the channels are aligned. */
 #include "conv1d_geo.h"
 #include "gpa_bf16.h"
 
@@ -32,6 +39,47 @@ static __device__ __forceinline__ float cv_ld(const float *p, long long i) { ret
 static __device__ __forceinline__ float cv_ld(const gpa_bf16 *p, long long i) { return gpa_bf2f(p[i]); }
 static __device__ __forceinline__ void cv_st(float *p, long long i, float v) { p[i] = v; }
 static __device__ __forceinline__ void cv_st(gpa_bf16 *p, long long i, float v) { p[i] = gpa_f2bf(v); }
+
+/* Offset of channel c, position p in one batch's activation of C channels
+ * and len positions (from its group's first channel). */
+static __device__ __forceinline__ long long cv_ix(bool nlc, int C, int len, int c, int p) {
+  return nlc ? (long long)p * C + c : (long long)c * len + p;
+}
+/* The first element of batch b, channel c0 of such an activation. */
+static __device__ __forceinline__ long long cv_base(bool nlc, int C, int len, int b, int c0) {
+  return nlc ? (long long)b * len * C + c0 : ((long long)b * C + c0) * len;
+}
+
+/* r[0..3] at p[i], p[i + 1], ...: one 16-byte (f32) or 8-byte (bf16) store
+ * when i is a multiple of 4 (the caller knows the base is aligned) */
+static __device__ __forceinline__ void cv_st4(float *p, long long i, const float r[4]) {
+  float4 v;
+  v.x = r[0], v.y = r[1], v.z = r[2], v.w = r[3];
+  *reinterpret_cast<float4 *>(p + i) = v;
+}
+static __device__ __forceinline__ void cv_st4(gpa_bf16 *p, long long i, const float r[4]) {
+  uint2 u;
+  u.x = gpa_bf2_pack(r[0], r[1]); /* the host's rounding (gpa_bf16.h) */
+  u.y = gpa_bf2_pack(r[2], r[3]);
+  *reinterpret_cast<uint2 *>(p + i) = u;
+}
+
+/* Channels last: the thread's 4 rows ch0 .. ch0 + 3 (ch0 its first row's
+ * channel, the first `valid` of them inside the group) of column p, at
+ * out + p C + ch0: one vector store when all 4 are valid, C and ch0 are
+ * multiples of 4 and the tensor's base is aligned for it (vec), else one
+ * by one. */
+template <typename T>
+static __device__ __forceinline__ void cv_st_col(T *out, int C, int p, int ch0, int valid, bool vec, const float r[4],
+                                                 const float *add) {
+  float v[4];
+  GPA_UNROLL for (int i = 0; i < 4; i++) v[i] = r[i] + (add && i < valid ? add[i] : 0.0f);
+  const long long o = (long long)p * C + ch0;
+  if (vec && valid == 4 && (C & 3) == 0 && (ch0 & 3) == 0)
+    cv_st4(out, o, v);
+  else
+    GPA_UNROLL for (int i = 0; i < 4; i++) if (i < valid) cv_st(out, o + i, v[i]); /* constant indices: registers */
+}
 
 /* floor(a / s), s > 0 */
 static __device__ __forceinline__ int cv_floordiv(int a, int s) { return a >= 0 ? a / s : -((s - 1 - a) / s); }
@@ -51,7 +99,8 @@ static __device__ void cv_fwd(float *sm, T *y, const T *x, const T *w, const T *
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int wrows = g.bc * g.s.K;
   float *ws = sm, *xs = sm + wrows * TM;
-  const T *xb = x + ((long long)b * g.s.Cin + (long long)grp * g.s.cin_g) * g.s.L;
+  const bool nlc = g.s.nlc;
+  const T *xb = x + cv_base(nlc, g.s.Cin, g.s.L, b, grp * g.s.cin_g);
   const T *wg = w + (long long)grp * g.s.cout_g * g.s.cin_g * g.s.K;
   const int pos0 = t0 * g.s.stride - g.s.pad_l;
   float acc[4][4];
@@ -63,8 +112,9 @@ static __device__ void cv_fwd(float *sm, T *y, const T *x, const T *w, const T *
       ws[i] = co < g.s.cout_g && c0 + rr / g.s.K < g.s.cin_g ? cv_ld(wg, ((long long)co * g.s.cin_g + c0) * g.s.K + rr) : 0.0f;
     }
     for (int i = threadIdx.x; i < g.bc * g.span; i += NT) {
-      const int u = i % g.span, c = c0 + i / g.span, pos = pos0 + u;
-      xs[i] = c < g.s.cin_g && pos >= 0 && pos < g.s.L ? cv_ld(xb, (long long)c * g.s.L + pos) : 0.0f;
+      const int u = nlc ? i / g.bc : i % g.span, cc = nlc ? i % g.bc : i / g.span, c = c0 + cc, pos = pos0 + u;
+      xs[cc * g.span + u] =
+          c < g.s.cin_g && pos >= 0 && pos < g.s.L ? cv_ld(xb, cv_ix(nlc, g.s.Cin, g.s.L, c, pos)) : 0.0f;
     }
     __syncthreads();
     const int nc = min(g.bc, g.s.cin_g - c0);
@@ -76,6 +126,18 @@ static __device__ void cv_fwd(float *sm, T *y, const T *x, const T *w, const T *
         GPA_UNROLL for (int j = 0; j < 4; j++) v[j] = xr[j * 16 * g.s.stride];
         CV_FMA4x4(acc, wv, v);
       }
+  }
+  if (nlc) {
+    const int cf = co0 + ty * 4, valid = max(0, min(4, g.s.cout_g - cf)), ch0 = grp * g.s.cout_g + cf;
+    float bv[4];
+    GPA_UNROLL for (int i = 0; i < 4; i++) bv[i] = bias && i < valid ? cv_ld(bias, ch0 + i) : 0.0f;
+    T *yb = y + (long long)b * g.s.Lout * g.s.Cout;
+    GPA_UNROLL for (int j = 0; j < 4; j++) {
+      const int t = t0 + tx + 16 * j;
+      const float r[4] = {acc[0][j], acc[1][j], acc[2][j], acc[3][j]};
+      if (t < g.s.Lout && valid > 0) cv_st_col(yb, g.s.Cout, t, ch0, valid, g.vec != 0, r, bv);
+    }
+    return;
   }
   GPA_UNROLL for (int i = 0; i < 4; i++) {
     const int co = co0 + ty * 4 + i;
@@ -99,7 +161,8 @@ static __device__ void cv_dx(float *sm, T *dx, const T *dy, const T *w, const gp
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int s = S1 ? 1 : g.s.stride, wrows = g.bc * g.s.K;
   float *ws = sm, *ds = sm + wrows * TM;
-  const T *dyb = dy + ((long long)b * g.s.Cout + (long long)grp * g.s.cout_g) * g.s.Lout;
+  const bool nlc = g.s.nlc;
+  const T *dyb = dy + cv_base(nlc, g.s.Cout, g.s.Lout, b, grp * g.s.cout_g);
   const T *wg = w + (long long)grp * g.s.cout_g * g.s.cin_g * g.s.K;
   /* the first t any column of the tile reaches (its k = K - 1 term) */
   const int tmin = cv_floordiv(p0 + g.s.pad_l - (g.s.K - 1) * g.s.dil, s);
@@ -112,8 +175,9 @@ static __device__ void cv_dx(float *sm, T *dx, const T *dy, const T *w, const gp
       ws[i] = ci < g.s.cin_g && o < g.s.cout_g ? cv_ld(wg, ((long long)o * g.s.cin_g + ci) * g.s.K + rr % g.s.K) : 0.0f;
     }
     for (int i = threadIdx.x; i < g.bc * g.span; i += NT) {
-      const int u = i % g.span, o = o0 + i / g.span, t = tmin + u;
-      ds[i] = o < g.s.cout_g && t >= 0 && t < g.s.Lout ? cv_ld(dyb, (long long)o * g.s.Lout + t) : 0.0f;
+      const int u = nlc ? i / g.bc : i % g.span, oc = nlc ? i % g.bc : i / g.span, o = o0 + oc, t = tmin + u;
+      ds[oc * g.span + u] =
+          o < g.s.cout_g && t >= 0 && t < g.s.Lout ? cv_ld(dyb, cv_ix(nlc, g.s.Cout, g.s.Lout, o, t)) : 0.0f;
     }
     __syncthreads();
     const int nc = min(g.bc, g.s.cout_g - o0);
@@ -132,6 +196,17 @@ static __device__ void cv_dx(float *sm, T *dx, const T *dy, const T *w, const gp
         }
         CV_FMA4x4(acc, wv, v);
       }
+  }
+  if (nlc) {
+    const int cf = ci0 + ty * 4, valid = max(0, min(4, g.s.cin_g - cf));
+    T *xb = dx + (long long)b * g.s.L * g.s.Cin;
+    GPA_UNROLL for (int j = 0; j < 4; j++) {
+      const int p = p0 + tx + 16 * j;
+      const float r[4] = {acc[0][j], acc[1][j], acc[2][j], acc[3][j]};
+      if (p < g.s.L && valid > 0)
+        cv_st_col(xb, g.s.Cin, p, grp * g.s.cin_g + cf, valid, g.vec != 0, r, (const float *)nullptr);
+    }
+    return;
   }
   GPA_UNROLL for (int i = 0; i < 4; i++) {
     const int ci = ci0 + ty * 4 + i;
@@ -164,17 +239,19 @@ static __device__ void cv_dw(float *sm, float *out, const T *dy, const T *x, con
   const int s_end = min(g.nslice, (z + 1) * g.per);
   for (int sl = z * g.per; sl < s_end; sl++) {
     const int b = sl / tpb, t0 = (sl % tpb) * g.bt, nt = min(g.bt, g.s.Lout - t0);
-    const T *dyb = dy + ((long long)b * g.s.Cout + (long long)grp * g.s.cout_g) * g.s.Lout;
-    const T *xb = x + ((long long)b * g.s.Cin + (long long)grp * g.s.cin_g) * g.s.L;
+    const bool nlc = g.s.nlc;
+    const T *dyb = dy + cv_base(nlc, g.s.Cout, g.s.Lout, b, grp * g.s.cout_g);
+    const T *xb = x + cv_base(nlc, g.s.Cin, g.s.L, b, grp * g.s.cin_g);
     const int pos0 = t0 * g.s.stride - g.s.pad_l;
     __syncthreads();
-    for (int i = threadIdx.x; i < g.bt * TM; i += NT) {
+    for (int i = threadIdx.x; i < g.bt * TM; i += NT) { /* co fastest: along a position's channels under nlc */
       const int m = i % TM, t = i / TM, co = co0 + m;
-      ds[i] = co < g.s.cout_g && t < nt ? cv_ld(dyb, (long long)co * g.s.Lout + t0 + t) : 0.0f;
+      ds[i] = co < g.s.cout_g && t < nt ? cv_ld(dyb, cv_ix(nlc, g.s.Cout, g.s.Lout, co, t0 + t)) : 0.0f;
     }
     for (int i = threadIdx.x; i < g.nch * g.span; i += NT) {
-      const int u = i % g.span, c = cbase + i / g.span, pos = pos0 + u;
-      xs[i] = c < g.s.cin_g && pos >= 0 && pos < g.s.L ? cv_ld(xb, (long long)c * g.s.L + pos) : 0.0f;
+      const int u = nlc ? i / g.nch : i % g.span, cc = nlc ? i % g.nch : i / g.span, c = cbase + cc, pos = pos0 + u;
+      xs[cc * g.span + u] =
+          c < g.s.cin_g && pos >= 0 && pos < g.s.L ? cv_ld(xb, cv_ix(nlc, g.s.Cin, g.s.L, c, pos)) : 0.0f;
     }
     __syncthreads();
     for (int t = 0; t < nt; t++) {

@@ -42,6 +42,7 @@ typedef struct gpa_conv_geo {
   int nch;    /* dW: input channels a column tile touches (at most) */
   int per;    /* dW: slices per split (blockIdx.z), the last split shorter */
   int nslice; /* dW: slices in all, B ceil(Lout / bt) */
+  int vec;    /* y, dx under nlc: the output's base is aligned for a 4-value vector store */
 } gpa_conv_geo;
 
 #endif

@@ -8,6 +8,9 @@
 
 typedef struct gpa_conv_shape {
   int B, Cin, L, Cout, K, stride, pad_l, dil, G, Lout, cin_g, cout_g;
+  /* 1: channels last, x and dx [B][L][Cin], y and dy [B][Lout][Cout]
+   * (the SIMT kernels of conv1d.cu; the other kernels' adapters decline it) */
+  int nlc;
 } gpa_conv_shape;
 
 #endif

@@ -25,6 +25,12 @@
  * writes dW, several write partials that gpa_conv_dw_sum_f32 adds in split
  * order. No atomics: every sum has one order per shape (deterministic).
  *
+ * Layout nlc (x [B][L][Cin], dy [B][Lout][Cout]): already channels last,
+ * so where every group's channels are a multiple of 8 the kernels read x
+ * and dy in place (no copies; g.a_*, g.d_* say where rows lie), and y and
+ * dx go out through shared memory as [n][m] tiles, 16 bytes (8 channels)
+ * a store.
+ *
  * Tiles (conv1d_tc_geo.h): 128 x 64 per block of 4 warps, 64 x 32 a warp.
  * 128 rows keep 16 mma per 6 ldmatrix.x4 with 64 accumulators a thread (no
  * spills at 128 threads); the main job's channel counts (96, 512) fill
@@ -77,7 +83,7 @@ static __device__ void ct_rows(ct_bf *sm, gpa_bf16 *out, const gpa_bf16 *act, co
   const int grp = blockIdx.y / g.mt, m0 = (blockIdx.y % g.mt) * CT_BM, n0 = tile * CT_BN;
   const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, wm = w >> 1, wn = w & 1;
   const ct_bf *A = reinterpret_cast<const ct_bf *>(wp) + (long long)grp * g.K * g.m_len * g.red_p;
-  const ct_bf *X = reinterpret_cast<const ct_bf *>(act) + ((long long)b * g.G + grp) * g.act_rows * g.red_p;
+  const ct_bf *X = reinterpret_cast<const ct_bf *>(act) + (long long)b * g.a_bs + (long long)grp * g.a_gs;
   const int ncb = (g.red_p + CT_BK - 1) / CT_BK, nit = ncb * g.K;
   /* the copies of reduction step `it` (channel block it / K, tap it % K) into stage buffer s */
   auto load = [&](int it, int s) {
@@ -102,7 +108,7 @@ static __device__ void ct_rows(ct_bf *sm, gpa_bf16 *out, const gpa_bf16 *act, co
         ok = q >= 0 && q < g.act_rows;
       }
       ok = ok && n < g.n_len && c0 + 8 * j < g.red_p;
-      CT_CHUNK(bs, CT_LDK, X, q * g.red_p + c0, ok, r, j);
+      CT_CHUNK(bs, CT_LDK, X, q * g.a_ld + c0, ok, r, j);
     }
   };
   float acc[4][4][4];
@@ -131,6 +137,28 @@ static __device__ void ct_rows(ct_bf *sm, gpa_bf16 *out, const gpa_bf16 *act, co
   }
   gpa_cp_async_wait<0>(); /* no copy outlives the block (the empty trailing groups) */
   const int gq = lane >> 2, tq = lane & 3;
+  if (g.nlc) {
+    /* out [B][n_len][out_ch]: the tile as [n][m] in the idle stage buffers,
+     * then rows of 8 channels (16 bytes; m_len and out_ch are multiples of
+     * 8 here, so a row is all inside or all outside) */
+    const int lds = CT_BM + 8; /* 272-byte rows: 16-byte aligned */
+    gpa_bf16 *st = reinterpret_cast<gpa_bf16 *>(sm);
+    __syncthreads(); /* every warp's last ldmatrix is done */
+    GPA_UNROLL for (int mi = 0; mi < 4; mi++) GPA_UNROLL for (int h = 0; h < 2; h++) {
+        const int ml = wm * 64 + mi * 16 + gq + 8 * h, m = m0 + ml;
+        const float bv = bias && m < g.m_len ? gpa_bf2f(bias[grp * g.m_len + m]) : 0.0f;
+        GPA_UNROLL for (int ni = 0; ni < 4; ni++) GPA_UNROLL for (int e = 0; e < 2; e++)
+            st[(wn * 32 + ni * 8 + 2 * tq + e) * lds + ml] = gpa_f2bf(acc[mi][ni][2 * h + e] + bv);
+      }
+    __syncthreads();
+    for (int i = tid; i < CT_BN * CT_BM / 8; i += CT_NT) {
+      const int nl = i / (CT_BM / 8), j = i % (CT_BM / 8), n = n0 + nl, m = m0 + 8 * j;
+      if (n < g.n_len && m < g.m_len)
+        *reinterpret_cast<uint4 *>(out + ((long long)b * g.n_len + n) * g.out_ch + grp * g.m_len + m) =
+            *reinterpret_cast<const uint4 *>(st + nl * lds + 8 * j);
+    }
+    return;
+  }
   GPA_UNROLL for (int mi = 0; mi < 4; mi++) GPA_UNROLL for (int h = 0; h < 2; h++) {
       const int m = m0 + wm * 64 + mi * 16 + gq + 8 * h;
       if (m >= g.m_len) continue;
@@ -156,18 +184,18 @@ static __device__ void ct_dw(ct_bf *sm, float *out, const gpa_bf16 *dyT, const g
   auto load = [&](int it, int s) {
     ct_bf *as = sm + s * CT_BK * (CT_LDM + CT_LDN), *bs = as + CT_BK * CT_LDM;
     const int sl = s_beg + it, b = sl / tps, t0 = (sl % tps) * CT_BK;
-    const ct_bf *D = reinterpret_cast<const ct_bf *>(dyT) + ((long long)b * g.G + grp) * g.Lout * g.cout_p;
-    const ct_bf *X = reinterpret_cast<const ct_bf *>(xT) + ((long long)b * g.G + grp) * g.L * g.cin_p;
+    const ct_bf *D = reinterpret_cast<const ct_bf *>(dyT) + (long long)b * g.d_bs + (long long)grp * g.d_gs;
+    const ct_bf *X = reinterpret_cast<const ct_bf *>(xT) + (long long)b * g.a_bs + (long long)grp * g.a_gs;
     GPA_UNROLL for (int i = 0; i < CT_BK * CT_BM / 8 / CT_NT; i++) {
       const int e = tid + i * CT_NT, r = e >> 4, j = e & 15, t = t0 + r;
       const bool ok = t < g.Lout && m0 + 8 * j < g.cout_p;
-      CT_CHUNK(as, CT_LDM, D, t * g.cout_p + m0, ok, r, j);
+      CT_CHUNK(as, CT_LDM, D, t * g.d_ld + m0, ok, r, j);
     }
     GPA_UNROLL for (int i = 0; i < CT_BK * CT_BN / 8 / CT_NT; i++) {
       const int e = tid + i * CT_NT, r = e >> 3, j = e & 7, t = t0 + r;
       const int q = t * g.stride - g.pad_l + k * g.dil;
       const bool ok = t < g.Lout && q >= 0 && q < g.L && c0 + 8 * j < g.cin_p;
-      CT_CHUNK(bs, CT_LDN, X, q * g.cin_p + c0, ok, r, j);
+      CT_CHUNK(bs, CT_LDN, X, q * g.a_ld + c0, ok, r, j);
     }
   };
   float acc[4][4][4];

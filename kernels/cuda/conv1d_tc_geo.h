@@ -36,6 +36,13 @@ typedef struct gpa_conv_tc_geo {
   int m_len, n_len, act_rows, red_p, out_ch;
   int mt, nt;      /* row tiles per group; column tiles (per batch for y and dx, per k over cin_g for dW) */
   int per, nslice; /* dW: slices (BK timesteps of one batch) per split, and in all */
+  /* Where the channels-last activations lie: batch b, group grp, row
+   * (position) q starts at b bs + grp gs + q ld elements. a_: the y / dx
+   * kernels' act, the dW kernel's x; d_: the dW kernel's dy. The packed
+   * copies [B G][rows][ch_p]; under layout nlc x and dy themselves (ld
+   * Cin or Cout, gs cin_g or cout_g). */
+  int a_bs, a_gs, a_ld, d_bs, d_gs, d_ld;
+  int nlc; /* y, dx: out [B][n_len][out_ch] (else [B][out_ch][n_len]) */
 } gpa_conv_tc_geo;
 
 #endif

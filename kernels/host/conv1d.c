@@ -36,7 +36,14 @@
  * Every output element is computed whole by one unit, in an order fixed by
  * the sizes (and, where the sizes give fewer than four units per thread or
  * on the im2col path, the thread count): the same bits on every run of one
- * configuration, whichever thread runs a unit. */
+ * configuration, whichever thread runs a unit.
+ *
+ * Channels last (geom.nlc): the same units, GEMMs and order of sums. An
+ * activation is always seen as its [channels][positions] matrix (act());
+ * under nlc that matrix is stored transposed, so a GEMM operand is passed
+ * transposed and a GEMM output C as C^T = B^T A^T (mm()): cblas reads and
+ * writes the activations in place either way. db sums each channel in the
+ * same lanes and order under both layouts (the same bits). */
 #include "kernels/host/conv1d.h"
 
 #include <string.h>
@@ -61,6 +68,57 @@ static int is_direct(const gpa__conv1d_geom *g) {
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* A GEMM operand: element (i, j) at p[i*ld + j], or at p[j*ld + i] when t. */
+typedef struct mat {
+  float *p;
+  int64_t ld;
+  int t;
+} mat;
+
+static int64_t at(mat m, int64_t i, int64_t j) { return m.t ? j * m.ld + i : i * m.ld + j; }
+static mat sub(mat m, int64_t i, int64_t j) {
+  m.p += at(m, i, j);
+  return m;
+}
+static mat tr(mat m) {
+  m.t = !m.t;
+  return m;
+}
+static mat plain(const float *p, int64_t ld, int t) { return (mat){(float *)p, ld, t}; }
+
+/* Batch b of an activation of C channels and len positions as its
+ * [channels][positions] matrix, from channel c0, position t0. */
+static mat act(const gpa__conv1d_geom *g, const float *base, int64_t b, int64_t C, int64_t len, int64_t c0,
+               int64_t t0) {
+  if (g->nlc) return plain(base + (b * len + t0) * C + c0, C, 1);
+  return plain(base + (b * C + c0) * len + t0, len, 0);
+}
+
+/* C (+)= A B, M x N over K, one thread; a C stored transposed as C^T = B^T A^T. */
+static void mm(int64_t M, int64_t N, int64_t K, mat A, mat B, float beta, mat C) {
+  if (!C.t)
+    gpa__sgemm(NULL, A.t, B.t, M, N, K, A.p, A.ld, B.p, B.ld, beta, C.p, C.ld);
+  else
+    gpa__sgemm(NULL, !B.t, !A.t, N, M, K, B.p, B.ld, A.p, A.ld, beta, C.p, C.ld);
+}
+
+/* m[i][t] = v[i] (0 when v is NULL) for i < rows, t in [t0, t1). */
+static void fill(mat m, int64_t rows, int64_t t0, int64_t t1, const float *v) {
+  if (!m.t)
+    for (int64_t i = 0; i < rows; i++) {
+      float x = v ? v[i] : 0.0f, *r = m.p + i * m.ld;
+      for (int64_t t = t0; t < t1; t++) r[t] = x;
+    }
+  else
+    for (int64_t t = t0; t < t1; t++) {
+      float *r = m.p + t * m.ld;
+      if (v)
+        memcpy(r, v, (size_t)rows * sizeof(float));
+      else
+        memset(r, 0, (size_t)rows * sizeof(float));
+    }
+}
 
 /* Below this many flops per thread an op runs on one thread (as a GEMM
  * below blas.c's grain is not split): the hand-off would cost more. */
@@ -230,9 +288,9 @@ static void valid_range(const gpa__conv1d_geom *g, int64_t t0, int64_t lc, int64
 
 typedef struct col_ctx {
   const gpa__conv1d_geom *g;
-  const float *x; /* x[b, g*Cin_g, :] */
-  float *dx;      /* dx[b, g*Cin_g, :] (col2im) */
-  float *col;     /* [Cin_g*K, lc] */
+  mat x;      /* x[b, the unit's first channel, 0] on */
+  mat dx;     /* dx likewise (col2im) */
+  float *col; /* [Cin_g*K, lc] */
   int64_t t0, lc;
 } col_ctx;
 
@@ -244,13 +302,14 @@ static void im2col_rows(int64_t r0, int64_t r1, void *p) {
     int64_t off = k * g->dilation - g->pad_l, lo, hi;
     valid_range(g, c->t0, c->lc, off, &lo, &hi);
     float *dst = c->col + r * c->lc;
-    const float *src = c->x + ci * g->L;
+    const mat src = sub(c->x, ci, 0);
     int64_t base = c->t0 * g->stride + off; /* input position of t = 0; may be < 0 */
     if (lo > 0) memset(dst, 0, (size_t)lo * sizeof(float));
-    if (g->stride == 1) {
-      if (hi > lo) memcpy(dst + lo, src + base + lo, (size_t)(hi - lo) * sizeof(float));
+    if (!src.t && g->stride == 1) {
+      if (hi > lo) memcpy(dst + lo, src.p + base + lo, (size_t)(hi - lo) * sizeof(float));
     } else {
-      for (int64_t t = lo; t < hi; t++) dst[t] = src[base + t * g->stride];
+      const int64_t ps = src.t ? src.ld : 1; /* positions apart */
+      for (int64_t t = lo; t < hi; t++) dst[t] = src.p[(base + t * g->stride) * ps];
     }
     if (hi < c->lc) memset(dst + hi, 0, (size_t)(c->lc - hi) * sizeof(float));
   }
@@ -261,16 +320,18 @@ static void col2im_chans(int64_t c0, int64_t c1, void *p) {
   const col_ctx *c = p;
   const gpa__conv1d_geom *g = c->g;
   for (int64_t ci = c0; ci < c1; ci++) {
-    float *dst = c->dx + ci * g->L;
+    const mat d = sub(c->dx, ci, 0);
+    float *dst = d.p;
+    const int64_t ps = d.t ? d.ld : 1; /* positions apart */
     for (int64_t k = 0; k < g->K; k++) {
       int64_t off = k * g->dilation - g->pad_l, lo, hi;
       valid_range(g, c->t0, c->lc, off, &lo, &hi);
       const float *src = c->col + (ci * g->K + k) * c->lc;
       int64_t base = c->t0 * g->stride + off;
-      if (g->stride == 1)
+      if (g->stride == 1 && ps == 1)
         for (int64_t t = lo; t < hi; t++) dst[base + t] += src[t];
       else
-        for (int64_t t = lo; t < hi; t++) dst[base + t * g->stride] += src[t];
+        for (int64_t t = lo; t < hi; t++) dst[(base + t * g->stride) * ps] += src[t];
     }
   }
 }
@@ -360,20 +421,15 @@ static void shift_fwd_unit(const run_ctx *c, int64_t u) {
   int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, Lout = g->Lout;
   int64_t bg = u / c->p->nt, bi = bg / G, gi = bg % G;
   int64_t t0 = u % c->p->nt * c->p->lc, t1 = min64(t0 + c->p->lc, Lout);
-  const float *xg = c->x + (bi * g->Cin + gi * cin_g) * g->L;
-  float *yg = c->y + (bi * g->Cout + gi * cout_g) * Lout;
+  const mat xg = act(g, c->x, bi, g->Cin, g->L, gi * cin_g, 0), yg = act(g, c->y, bi, g->Cout, Lout, gi * cout_g, 0);
   int64_t first = c->b ? -1 : full_tap(g, t0, t1);
-  if (first < 0) /* taps add onto the bias (or 0) */
-    for (int64_t co = 0; co < cout_g; co++) {
-      float v = c->b ? c->b[gi * cout_g + co] : 0.0f, *yr = yg + co * Lout;
-      for (int64_t t = t0; t < t1; t++) yr[t] = v;
-    }
+  if (first < 0) fill(yg, cout_g, t0, t1, c->b ? c->b + gi * cout_g : NULL); /* taps add onto the bias (or 0) */
   for (int64_t i = 0; i < g->K; i++) {
     int64_t k = first < 0 ? i : (first + i) % g->K, off = k * g->dilation - g->pad_l, lo, hi;
     shift_range(g, off, t0, t1, &lo, &hi);
     if (hi <= lo) continue;
-    gpa__sgemm(NULL, 0, 0, cout_g, hi - lo, cin_g, c->wk + (k * g->Cout + gi * cout_g) * cin_g, cin_g,
-               xg + lo + off, g->L, first >= 0 && i == 0 ? 0.0f : 1.0f, yg + lo, Lout);
+    mm(cout_g, hi - lo, cin_g, plain(c->wk + (k * g->Cout + gi * cout_g) * cin_g, cin_g, 0), sub(xg, 0, lo + off),
+       first >= 0 && i == 0 ? 0.0f : 1.0f, sub(yg, 0, lo));
   }
 }
 
@@ -395,8 +451,8 @@ static void shift_dw_unit(const run_ctx *c, int64_t gi, int64_t k, int64_t c0, i
     return;
   }
   for (int64_t bi = 0; bi < g->B; bi++)
-    gpa__sgemm(NULL, 0, 1, cout_g, nc, hi - lo, c->dy + (bi * g->Cout + co0) * Lout + lo, Lout,
-               c->x + (bi * g->Cin + gi * cin_g + c0) * g->L + lo + off, g->L, bi ? 1.0f : 0.0f, dwk, cin_g);
+    mm(cout_g, nc, hi - lo, act(g, c->dy, bi, g->Cout, Lout, co0, lo),
+       tr(act(g, c->x, bi, g->Cin, g->L, gi * cin_g + c0, lo + off)), bi ? 1.0f : 0.0f, plain(dwk, cin_g, 0));
 }
 
 /* After the units: dW unpacked from [K][Cout][Cin/groups] and db, output
@@ -418,20 +474,18 @@ static void bwd_finish(int64_t s0, int64_t s1, void *vp) {
 static void shift_dx_unit(const run_ctx *c, int64_t bi, int64_t gi, int64_t s0, int64_t s1) {
   const gpa__conv1d_geom *g = c->g;
   int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, Lout = g->Lout, K = g->K, first = -1;
-  float *dxg = c->dx + (bi * g->Cin + gi * cin_g) * g->L;
-  const float *dyg = c->dy + (bi * g->Cout + gi * cout_g) * Lout;
+  const mat dxg = act(g, c->dx, bi, g->Cin, g->L, gi * cin_g, 0), dyg = act(g, c->dy, bi, g->Cout, Lout, gi * cout_g, 0);
   for (int64_t i = 0; i < K && first < 0; i++) {
     int64_t k = (K / 2 + i) % K, off = k * g->dilation - g->pad_l;
     if (s0 - off >= 0 && s1 - off <= Lout) first = k;
   }
-  if (first < 0)
-    for (int64_t ci = 0; ci < cin_g; ci++) memset(dxg + ci * g->L + s0, 0, (size_t)(s1 - s0) * sizeof(float));
+  if (first < 0) fill(dxg, cin_g, s0, s1, NULL);
   for (int64_t i = 0; i < K; i++) {
     int64_t k = first < 0 ? i : (first + i) % K, off = k * g->dilation - g->pad_l;
     int64_t lo = s0 - off > 0 ? s0 - off : 0, hi = s1 - off < Lout ? s1 - off : Lout; /* output positions */
     if (hi <= lo) continue;
-    gpa__sgemm(NULL, 1, 0, cin_g, hi - lo, cout_g, c->wk + (k * g->Cout + gi * cout_g) * cin_g, cin_g, dyg + lo, Lout,
-               first >= 0 && i == 0 ? 0.0f : 1.0f, dxg + lo + off, g->L);
+    mm(cin_g, hi - lo, cout_g, plain(c->wk + (k * g->Cout + gi * cout_g) * cin_g, cin_g, 1), sub(dyg, 0, lo),
+       first >= 0 && i == 0 ? 0.0f : 1.0f, sub(dxg, 0, lo + off));
   }
 }
 
@@ -461,22 +515,15 @@ static void fwd_unit(const run_ctx *c, int64_t u, float *col) {
   int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, rows = cin_g * g->K, Lout = g->Lout;
   int64_t bg = u / c->p->nt, bi = bg / G, gi = bg % G;
   int64_t t0 = u % c->p->nt * c->p->lc, n = min64(c->p->lc, Lout - t0);
-  const float *xg = c->x + (bi * g->Cin + gi * cin_g) * g->L;
-  float *yg = c->y + (bi * g->Cout + gi * cout_g) * Lout + t0;
-  if (c->b) /* the GEMM accumulates onto the bias (beta = 1) */
-    for (int64_t co = 0; co < cout_g; co++) {
-      float v = c->b[gi * cout_g + co], *yr = yg + co * Lout;
-      for (int64_t t = 0; t < n; t++) yr[t] = v;
-    }
-  const float *Bm = xg + t0;
-  int64_t ldb = g->L;
+  const mat xg = act(g, c->x, bi, g->Cin, g->L, gi * cin_g, 0), yg = act(g, c->y, bi, g->Cout, Lout, gi * cout_g, t0);
+  if (c->b) fill(yg, cout_g, 0, n, c->b + gi * cout_g); /* the GEMM accumulates onto the bias (beta = 1) */
+  mat Bm = sub(xg, 0, t0);
   if (!is_direct(g)) {
-    col_ctx cc = {g, xg, NULL, col, t0, n};
+    col_ctx cc = {g, xg, xg, col, t0, n};
     im2col_rows(0, rows, &cc);
-    Bm = col;
-    ldb = n;
+    Bm = plain(col, n, 0);
   }
-  gpa__sgemm(NULL, 0, 0, cout_g, n, rows, c->W + gi * cout_g * rows, rows, Bm, ldb, c->b ? 1.0f : 0.0f, yg, Lout);
+  mm(cout_g, n, rows, plain(c->W + gi * cout_g * rows, rows, 0), Bm, c->b ? 1.0f : 0.0f, yg);
 }
 
 static void shift_fwd_units(int64_t u0, int64_t u1, void *vp) {
@@ -521,6 +568,24 @@ void gpa__conv1d_fwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
 static void db_chans(const run_ctx *c, int64_t c0, int64_t c1) {
   const gpa__conv1d_geom *g = c->g;
   int64_t Lout = g->Lout, body = Lout / DB_LANES * DB_LANES;
+  if (g->nlc) { /* a block of channels at a time along each position's row: the same lanes (t % DB_LANES) and order */
+    enum { CB = 16 };
+    for (int64_t cb = c0; cb < c1; cb += CB) {
+      int64_t ne = min64(CB, c1 - cb);
+      float acc[CB][DB_LANES] = {{0}};
+      for (int64_t bi = 0; bi < g->B; bi++)
+        for (int64_t t = 0; t < Lout; t++) {
+          const float *d = c->dy + (bi * Lout + t) * g->Cout + cb;
+          for (int64_t e = 0; e < ne; e++) acc[e][t % DB_LANES] += d[e];
+        }
+      for (int64_t e = 0; e < ne; e++) {
+        for (int w = DB_LANES / 2; w > 0; w /= 2)
+          for (int j = 0; j < w; j++) acc[e][j] += acc[e][j + w];
+        c->db[cb + e] = acc[e][0];
+      }
+    }
+    return;
+  }
   for (int64_t co = c0; co < c1; co++) {
     float acc[DB_LANES] = {0};
     for (int64_t bi = 0; bi < g->B; bi++) {
@@ -544,24 +609,25 @@ static void bwd_unit(const run_ctx *c, int64_t u, float *col) {
   int64_t r = nc * g->K, lc = c->p->lc, direct = is_direct(g);
   const float *Wu = c->W + gi * cout_g * rows + c0 * g->K;
   float *dWu = c->dW + gi * cout_g * rows + c0 * g->K;
+  const mat Wm = plain(Wu, rows, 1), dWm = plain(dWu, rows, 0);
   for (int64_t bi = 0; bi < g->B; bi++) {
-    int64_t xo = (bi * g->Cin + gi * cin_g + c0) * g->L;
-    const float *xg = c->x + xo, *dyb = c->dy + (bi * g->Cout + gi * cout_g) * Lout;
-    float *dxg = c->dx ? c->dx + xo : NULL;
-    if (dxg && !direct) memset(dxg, 0, (size_t)(nc * g->L) * sizeof(float)); /* col2im adds */
+    const mat xg = act(g, c->x, bi, g->Cin, g->L, gi * cin_g + c0, 0);
+    const mat dyb = act(g, c->dy, bi, g->Cout, Lout, gi * cout_g, 0);
+    const mat dxg = c->dx ? act(g, c->dx, bi, g->Cin, g->L, gi * cin_g + c0, 0) : plain(NULL, 0, 0);
+    if (dxg.p && !direct) fill(dxg, nc, 0, g->L, NULL); /* col2im adds */
     for (int64_t t0 = 0; t0 < Lout; t0 += lc) {
       int64_t n = min64(lc, Lout - t0);
       float beta = bi == 0 && t0 == 0 ? 0.0f : 1.0f;
       if (direct) { /* x is the column matrix; dx = W^T dy in place */
-        gpa__sgemm(NULL, 0, 1, cout_g, r, n, dyb + t0, Lout, xg + t0, g->L, beta, dWu, rows);
-        if (dxg) gpa__sgemm(NULL, 1, 0, r, n, cout_g, Wu, rows, dyb + t0, Lout, 0.0f, dxg + t0, g->L);
+        mm(cout_g, r, n, sub(dyb, 0, t0), tr(sub(xg, 0, t0)), beta, dWm);
+        if (dxg.p) mm(r, n, cout_g, Wm, sub(dyb, 0, t0), 0.0f, sub(dxg, 0, t0));
         continue;
       }
       col_ctx cc = {g, xg, dxg, col, t0, n};
       im2col_rows(0, r, &cc);
-      gpa__sgemm(NULL, 0, 1, cout_g, r, n, dyb + t0, Lout, col, n, beta, dWu, rows);
-      if (dxg) { /* dcol over col: its rows are no longer needed */
-        gpa__sgemm(NULL, 1, 0, r, n, cout_g, Wu, rows, dyb + t0, Lout, 0.0f, col, n);
+      mm(cout_g, r, n, sub(dyb, 0, t0), plain(col, n, 1), beta, dWm);
+      if (dxg.p) { /* dcol over col: its rows are no longer needed */
+        mm(r, n, cout_g, Wm, sub(dyb, 0, t0), 0.0f, plain(col, n, 0));
         col2im_chans(0, nc, &cc);
       }
     }
@@ -582,7 +648,7 @@ void gpa__conv1d_bwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
   if (g->B <= 0 || g->Lout <= 0) {
     memset(dW, 0, (size_t)(g->Cout * (g->Cin / g->groups) * g->K) * sizeof(float));
     if (db) memset(db, 0, (size_t)g->Cout * sizeof(float));
-    if (dx) memset(dx, 0, (size_t)(g->B * g->Cin * g->L) * sizeof(float));
+    if (dx) memset(dx, 0, (size_t)(g->B * g->Cin * g->L) * sizeof(float)); /* either layout */
     return;
   }
   plan p = make_plan(g, 1, par_threads(par));

@@ -9,7 +9,11 @@
  * backward), other geometries im2col + one GEMM per chunk (col2im
  * backward), with one column buffer per thread, together within GPA__CONV1D_SCRATCH_CAP bytes whatever
  * B and L are (unless a single column is larger: Cin/groups*K past 4M); a
- * 1x1 convolution with stride 1 and no padding reads x directly. */
+ * 1x1 convolution with stride 1 and no padding reads x directly.
+ * Channels last (geom.nlc): x [B,L,Cin], y [B,Lout,Cout], the same units
+ * and sums; the GEMMs read and write the activations in place as
+ * transposed operands, the direct kernel's panels gather from them and its
+ * tiles scatter into y, im2col and col2im go along positions Cin apart. */
 #ifndef GPA_KERNELS_HOST_CONV1D_H
 #define GPA_KERNELS_HOST_CONV1D_H
 #include <stddef.h>
@@ -25,6 +29,7 @@ typedef struct gpa__conv1d_geom {
   int64_t Lout; /* filled by gpa__conv1d_geom_init */
   int im2col;   /* 1: the im2col path even where the shift path applies (benches and tests compare them) */
   int no_direct; /* 1: the forward's shift path even where the direct kernel applies (conv1d_direct.h) */
+  int nlc;       /* 1: channels last: x, dx [B,L,Cin] and y, dy [B,Lout,Cout] (W, dW unchanged) */
 } gpa__conv1d_geom;
 
 /* Computes Lout; returns 0 if the geometry is invalid (Lout < 1 with L > 0,

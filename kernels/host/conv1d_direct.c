@@ -184,18 +184,61 @@ static void pack_w_slots(int64_t s0, int64_t s1, void *vp) {
     }
 }
 
+/* d[c][r] = s[r][c] for an 8 x 8 block (rows ls and ld floats apart): the
+ * usual unpack / shuffle / 128-bit permute transpose in 8 ymm. */
+GPA__AVX2_ATTR static void tr8x8(const float *s, int64_t ls, float *d, int64_t ld) {
+  __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ls), r2 = _mm256_loadu_ps(s + 2 * ls);
+  __m256 r3 = _mm256_loadu_ps(s + 3 * ls), r4 = _mm256_loadu_ps(s + 4 * ls), r5 = _mm256_loadu_ps(s + 5 * ls);
+  __m256 r6 = _mm256_loadu_ps(s + 6 * ls), r7 = _mm256_loadu_ps(s + 7 * ls);
+  __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3);
+  __m256 t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+  __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(d + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
 /* The unit's panel: P[ci][j] = x[ci, t0 + j - pad_l] for j < the unit's
  * blocks' nr-multiple of positions + (K-1)*dil (0 outside [0, L)), rows
  * panel_row apart; block tt's tap k reads j = tt*nr + k*dil on. One row
  * per channel, not one per block of nr: 4-8x fewer copies of 15% fewer
  * floats (the copies were 5% of the kernel's time at B8 C256 L1024, one
  * thread; rows 544 bytes apart at dilation 4, no L1 set conflicts). */
-static void pack_x(const gpa__conv1d_geom *g, const float *xg, int64_t t0, int64_t nc, int64_t nr, float *P) {
+static void pack_x(const gpa__conv1d_geom *g, const float *x, int64_t bi, int64_t gi, int64_t t0, int64_t nc,
+                   int64_t nr, float *P) {
   int64_t cin_g = g->Cin / g->groups, L = g->L, ld = panel_row(g);
   int64_t w = cdiv(nc, nr) * nr + (g->K - 1) * g->dilation, base = t0 - g->pad_l;
   int64_t lo = base < 0 ? -base : 0, hi = L - base < w ? L - base : w;
   if (lo > w) lo = w;
   if (hi < lo) hi = lo;
+  if (g->nlc) { /* x [B,L,Cin]: a transposing gather, blocks of 8 positions (8 rows of x) by 8 channels */
+    const float *xb = x + bi * L * g->Cin + gi * cin_g; /* position p's channels at xb + p Cin */
+    for (int64_t ci = 0; ci < cin_g; ci++) {
+      float *d = P + ci * ld;
+      if (lo > 0) memset(d, 0, (size_t)lo * sizeof(float));
+      if (hi < w) memset(d + hi, 0, (size_t)(w - hi) * sizeof(float));
+    }
+    int64_t j = lo, c8 = cin_g / 8 * 8;
+    for (; j + 8 <= hi; j += 8) {
+      const float *r = xb + (base + j) * g->Cin;
+      for (int64_t ci = 0; ci < c8; ci += 8) tr8x8(r + ci, g->Cin, P + ci * ld + j, ld);
+      for (int64_t ci = c8; ci < cin_g; ci++)
+        for (int jj = 0; jj < 8; jj++) P[ci * ld + j + jj] = r[jj * g->Cin + ci];
+    }
+    for (; j < hi; j++)
+      for (int64_t ci = 0; ci < cin_g; ci++) P[ci * ld + j] = xb[(base + j) * g->Cin + ci];
+    return;
+  }
+  const float *xg = x + (bi * g->Cin + gi * cin_g) * L;
   for (int64_t ci = 0; ci < cin_g; ci++) {
     const float *src = xg + ci * L + base;
     float *d = P + ci * ld;
@@ -211,22 +254,28 @@ static void unit(dctx *c, int64_t u, float *P) {
   int64_t rl = panel_row(g);
   int64_t bg = u / c->nt, bi = bg / G, gi = bg % G, t0 = u % c->nt * DIRECT_NC;
   int64_t nc = Lout - t0 < DIRECT_NC ? Lout - t0 : DIRECT_NC, nct = cdiv(cout_g, MR);
-  pack_x(g, c->x + (bi * g->Cin + gi * cin_g) * g->L, t0, nc, nr, P);
-  float *yg = c->y + (bi * g->Cout + gi * cout_g) * Lout + t0, tmp[MR * NR_MAX], bias[MR];
+  pack_x(g, c->x, bi, gi, t0, nc, nr, P);
+  /* y [B,Lout,Cout] (nlc): each tile through tmp, scattered into its 6 channels of nr positions */
+  float *yg = g->nlc ? c->y + (bi * Lout + t0) * g->Cout + gi * cout_g : c->y + (bi * g->Cout + gi * cout_g) * Lout + t0;
+  float tmp[MR * NR_MAX], bias[MR];
   for (int64_t ct = 0; ct < nct; ct++) {
     int64_t m = cout_g - ct * MR < MR ? cout_g - ct * MR : MR;
     for (int64_t i = 0; i < MR; i++) bias[i] = c->b && i < m ? c->b[gi * cout_g + ct * MR + i] : 0.0f;
     const float *A = c->wp + (gi * nct + ct) * R * MR;
     for (int64_t tt = 0; tt * nr < nc; tt++) {
       int64_t n = nc - tt * nr < nr ? nc - tt * nr : nr;
-      float *C = yg + ct * MR * Lout + tt * nr, *out = m == MR && n == nr ? C : tmp;
+      float *C = g->nlc ? yg + tt * nr * g->Cout + ct * MR : yg + ct * MR * Lout + tt * nr;
+      float *out = !g->nlc && m == MR && n == nr ? C : tmp;
       int64_t ldo = out == C ? Lout : nr;
       const float *Bt = P + tt * nr;
       if (nr == 32)
         micro512(cin_g, g->K, g->dilation, rl, A, Bt, out, ldo, bias);
       else
         micro(cin_g, g->K, g->dilation, rl, A, Bt, out, ldo, bias);
-      if (out == tmp)
+      if (g->nlc)
+        for (int64_t j = 0; j < n; j++)
+          for (int64_t i = 0; i < m; i++) C[j * g->Cout + i] = tmp[i * nr + j];
+      else if (out == tmp)
         for (int64_t i = 0; i < m; i++) memcpy(C + i * Lout, tmp + i * nr, (size_t)n * sizeof(float));
     }
   }

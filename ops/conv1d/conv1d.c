@@ -10,7 +10,10 @@
  * attrs (int): stride (default 1, >= 1), padding (default 0, >= 0: that many
  * zeros on each side), dilation (default 1, >= 1), groups (default 1, >= 1,
  * divides Cin and Cout), causal (0/1, default 0: the left pad is
- * (K-1)*dilation and the right pad 0; padding must then be 0).
+ * (K-1)*dilation and the right pad 0; padding must then be 0), layout (0
+ * "ncl", the default: x [B,Cin,L], y [B,Cout,Lout]; 1 "nlc", channels last:
+ * x [B,L,Cin], y [B,Lout,Cout], dy and dx likewise; W is [Cout,Cin/groups,K]
+ * in both).
  *   Lout = (L + pad_left + pad_right - dilation*(K-1) - 1) / stride + 1 (must be >= 1).
  * Scratch (packed W, panels, column chunks): at most 16 MiB of backend scratch in all.
  * Sums run in a fixed order (bitwise reproducible). */
@@ -31,18 +34,27 @@ static const gpa_attr_spec conv_attrs[] = {
     {"dilation", GPA_ATTR_INT, 0, offsetof(conv_params, dilation), 1, 0.0, 1, 1 << 30},
     {"groups", GPA_ATTR_INT, 0, offsetof(conv_params, groups), 1, 0.0, 1, 1 << 30},
     {"causal", GPA_ATTR_INT, 0, offsetof(conv_params, causal), 0, 0.0, 0, 1},
+    /* unbounded here: check_geom names the layouts in its message */
+    {"layout", GPA_ATTR_INT, 0, offsetof(conv_params, layout), GPA_CONV1D_NCL, 0.0, 1, 0},
 };
 
-/* Checks x [B,Cin,L] and W [Cout,Cin/groups,K] against the attrs; fills g. */
+/* Checks x [B,Cin,L] ([B,L,Cin] under layout nlc) and W [Cout,Cin/groups,K]
+ * against the attrs; fills g. */
 static gpa_status check_geom(const char *op, const gpa_tensor *x, const gpa_tensor *W, const conv_params *p,
                              gpa__conv1d_geom *g, char *msg, size_t ms) {
+  if (p->layout != GPA_CONV1D_NCL && p->layout != GPA_CONV1D_NLC) {
+    snprintf(msg, ms, "%s: layout = %lld is not a layout: 0 (ncl: x [B,Cin,L]) or 1 (nlc: x [B,L,Cin])", op,
+             (long long)p->layout);
+    return GPA_EINVAL;
+  }
+  const int nlc = p->layout == GPA_CONV1D_NLC;
   GPA__CHK(gpa__chk_float(op, "x", x, msg, ms));
-  GPA__CHK(gpa__chk_rank(op, "x", x, 3, "([B,Cin,L])", msg, ms));
+  GPA__CHK(gpa__chk_rank(op, "x", x, 3, nlc ? "([B,L,Cin], layout nlc)" : "([B,Cin,L])", msg, ms));
   GPA__CHK(gpa__chk_dtype(op, "W", W, x->dtype, 0, msg, ms));
   GPA__CHK(gpa__chk_rank(op, "W", W, 3, "([Cout,Cin/groups,K])", msg, ms));
-  int64_t Cin = x->shape[1], Cout = W->shape[0], G = p->groups;
+  int64_t Cin = x->shape[nlc ? 2 : 1], Cout = W->shape[0], G = p->groups;
   if (Cin < 1 || Cout < 1 || W->shape[2] < 1) {
-    snprintf(msg, ms, "%s: Cin (x.shape[1]), Cout (W.shape[0]) and K (W.shape[2]) must be >= 1", op);
+    snprintf(msg, ms, "%s: Cin (x.shape[%d]), Cout (W.shape[0]) and K (W.shape[2]) must be >= 1", op, nlc ? 2 : 1);
     return GPA_ESHAPE;
   }
   if (Cin % G || Cout % G) {
@@ -51,9 +63,9 @@ static gpa_status check_geom(const char *op, const gpa_tensor *x, const gpa_tens
     return GPA_EINVAL;
   }
   if (W->shape[1] != Cin / G) {
-    snprintf(msg, ms, "%s: W has shape [%lld,%lld,%lld], expected [Cout,%lld,K] (Cin/groups = %lld/%lld)", op,
-             (long long)W->shape[0], (long long)W->shape[1], (long long)W->shape[2], (long long)(Cin / G),
-             (long long)Cin, (long long)G);
+    snprintf(msg, ms, "%s: W has shape [%lld,%lld,%lld], expected [Cout,%lld,K] (Cin/groups = %lld/%lld, Cin = x.shape[%d]%s)",
+             op, (long long)W->shape[0], (long long)W->shape[1], (long long)W->shape[2], (long long)(Cin / G),
+             (long long)Cin, (long long)G, nlc ? 2 : 1, nlc ? ", layout nlc" : "");
     return GPA_ESHAPE;
   }
   if (p->causal && p->padding) {
@@ -62,7 +74,8 @@ static gpa_status check_geom(const char *op, const gpa_tensor *x, const gpa_tens
   }
   g->B = x->shape[0];
   g->Cin = Cin;
-  g->L = x->shape[2];
+  g->L = x->shape[nlc ? 1 : 2];
+  g->nlc = nlc;
   g->Cout = Cout;
   g->K = W->shape[2];
   g->stride = p->stride;
@@ -100,7 +113,7 @@ static gpa_status fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_
     GPA__CHK(gpa__chk_dtype("conv1d_fwd", "b", &s->inputs[2], W->dtype, 0, msg, ms));
     GPA__CHK(gpa__chk_shape("conv1d_fwd", "b", &s->inputs[2], 1, &W->shape[0], "Cout of W", msg, ms));
   }
-  int64_t y[3] = {g.B, g.Cout, g.Lout};
+  int64_t y[3] = {g.B, g.nlc ? g.Lout : g.Cout, g.nlc ? g.Cout : g.Lout};
   gpa__chk_set(&e[0], W->dtype, 3, y);
   return GPA_OK;
 }
@@ -110,9 +123,11 @@ static gpa_status bwd_shape_common(const char *op, const gpa_op_sig *s, gpa_tens
   gpa__conv1d_geom g;
   const gpa_tensor *x = &s->inputs[1], *W = &s->inputs[2];
   GPA__CHK(check_geom(op, x, W, s->params, &g, msg, ms));
-  int64_t y[3] = {g.B, g.Cout, g.Lout};
+  int64_t y[3] = {g.B, g.nlc ? g.Lout : g.Cout, g.nlc ? g.Cout : g.Lout};
   GPA__CHK(gpa__chk_dtype(op, "dy", &s->inputs[0], x->dtype, 0, msg, ms));
-  GPA__CHK(gpa__chk_shape(op, "dy", &s->inputs[0], 3, y, "[B,Cout,Lout] of the forward", msg, ms));
+  GPA__CHK(gpa__chk_shape(op, "dy", &s->inputs[0], 3, y,
+                          g.nlc ? "[B,Lout,Cout] of the forward (layout nlc)" : "[B,Cout,Lout] of the forward", msg,
+                          ms));
   gpa__chk_set(&e[0], x->dtype, 3, x->shape); /* dW, db: f32 for either storage */
   gpa__chk_set(&e[1], GPA_F32, 3, W->shape);
   if (with_db) gpa__chk_set(&e[2], GPA_F32, 1, W->shape);
@@ -170,11 +185,11 @@ static const gpa_op_desc conv1d_ops[] = {
 };
 GPA__FAMILY(conv1d, conv1d_ops);
 
-static void geom_attrs(const gpa_conv1d_geometry *g, gpa_attr at[5]) {
-  const char *names[5] = {"stride", "padding", "dilation", "groups", "causal"};
-  int64_t v[5] = {g->stride ? g->stride : 1, g->padding, g->dilation ? g->dilation : 1, g->groups ? g->groups : 1,
-                  g->causal != 0};
-  for (int i = 0; i < 5; i++) {
+static void geom_attrs(const gpa_conv1d_geometry *g, gpa_attr at[6]) {
+  const char *names[6] = {"stride", "padding", "dilation", "groups", "causal", "layout"};
+  int64_t v[6] = {g->stride ? g->stride : 1, g->padding, g->dilation ? g->dilation : 1, g->groups ? g->groups : 1,
+                  g->causal != 0, g->layout};
+  for (int i = 0; i < 6; i++) {
     at[i].name = names[i];
     at[i].type = GPA_ATTR_INT;
     at[i].i = v[i];
@@ -186,9 +201,9 @@ gpa_status gpa_conv1d_fwd(gpa_queue *q, const gpa_conv1d_fwd_args *a, gpa_handle
   if (out) *out = NULL;
   if (!a) return gpa__fail(GPA_EINVAL, "gpa_conv1d_fwd: args is NULL");
   gpa_tensor in[3] = {a->x, a->W, a->b};
-  gpa_attr at[5];
+  gpa_attr at[6];
   geom_attrs(&a->geom, at);
-  gpa_op_call c = {"conv1d_fwd", in, a->b.buffer ? 3u : 2u, &a->y, 1, at, 5};
+  gpa_op_call c = {"conv1d_fwd", in, a->b.buffer ? 3u : 2u, &a->y, 1, at, 6};
   return gpa_submit(q, &c, out);
 }
 
@@ -196,8 +211,8 @@ gpa_status gpa_conv1d_bwd(gpa_queue *q, const gpa_conv1d_bwd_args *a, gpa_handle
   if (out) *out = NULL;
   if (!a) return gpa__fail(GPA_EINVAL, "gpa_conv1d_bwd: args is NULL");
   gpa_tensor in[3] = {a->dy, a->x, a->W}, o[3] = {a->dx, a->dW, a->db};
-  gpa_attr at[5];
+  gpa_attr at[6];
   geom_attrs(&a->geom, at);
-  gpa_op_call c = {a->db.buffer ? "conv1d_bwd" : "conv1d_bwd_nobias", in, 3, o, a->db.buffer ? 3u : 2u, at, 5};
+  gpa_op_call c = {a->db.buffer ? "conv1d_bwd" : "conv1d_bwd_nobias", in, 3, o, a->db.buffer ? 3u : 2u, at, 6};
   return gpa_submit(q, &c, out);
 }

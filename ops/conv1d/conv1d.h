@@ -12,6 +12,7 @@
 
 typedef struct gpa__conv_params {
   int64_t stride, padding, dilation, groups, causal;
+  int64_t layout; /* GPA_CONV1D_NCL or GPA_CONV1D_NLC (validated at submit) */
 } gpa__conv_params;
 
 gpa_status gpa__conv_fwd_cu(const gpa_op_exec *x);
@@ -21,6 +22,7 @@ gpa_status gpa__conv_bwd_cu(const gpa_op_exec *x);
  * storage path, reads it): R = cin_g K rows of a column matrix. */
 typedef struct gpa__conv_cu_geom {
   long long B, Cin, L, Cout, K, stride, pad_l, dil, G, Lout, cin_g, cout_g, R;
+  int nlc; /* layout nlc: x, dx [B,L,Cin], y, dy [B,Lout,Cout] */
 } gpa__conv_cu_geom;
 /* ops/conv1d/cuda.c: db [Cout] f32, the sum of dy [nb][Cout][lout] over
  * batches and positions by the db kernels' block tree (a fixed order:

@@ -9,7 +9,16 @@
  * col2im for dx. dW: one strided-batched GEMM of the per-batch products,
  * summed over batches in order by a kernel (deterministic). Row-major
  * operands go to column-major cuBLAS as their transposes. bf16 storage
- * goes to cuda_bf16.c once the geometry is known. */
+ * goes to cuda_bf16.c once the geometry is known.
+ *
+ * Channels last (layout nlc): cuDNN (NHWC strides), the bf16 tensor-core
+ * kernels where every group's channels are a multiple of 8 (read in
+ * place, no copies), and the SIMT implicit GEMMs take it natively; the
+ * opt-in 3xTF32 and small-grid kernels decline it (the SIMT ones run), and
+ * so does the im2col + cuBLAS path: a shape none of the kernels takes runs
+ * on the host implementation (gpa__cu_fallback), as one past an int does.
+ * db of dy [B,Lout,Cout] is the same block tree over B Lout "batches" of
+ * one position (the same sums in the same order as ncl). */
 #include <limits.h>
 
 #include "backends/cuda/cuda_ops.h"
@@ -61,11 +70,15 @@ gpa_status gpa__conv_db_cu(const gpa_op_exec *x, long long nb, long long cout, l
                         CONV_DB_THREADS * sizeof(double), args);
 }
 
-static void conv_geom(const gpa_op_exec *x, const gpa_tensor *xt, const gpa_tensor *W, long long lout, geom *g) {
+static void conv_geom(const gpa_op_exec *x, const gpa_tensor *xt, const gpa_tensor *W, const gpa_tensor *yt,
+                      geom *g) {
   const gpa__conv_params *p = x->params;
+  const int nlc = p->layout == GPA_CONV1D_NLC;
+  const long long lout = yt->shape[nlc ? 1 : 2];
+  g->nlc = nlc;
   g->B = xt->shape[0];
-  g->Cin = xt->shape[1];
-  g->L = xt->shape[2];
+  g->Cin = xt->shape[nlc ? 2 : 1];
+  g->L = xt->shape[nlc ? 1 : 2];
   g->Cout = W->shape[0];
   g->K = W->shape[2];
   g->stride = p->stride;
@@ -108,11 +121,12 @@ gpa_status gpa__conv_fwd_cu(const gpa_op_exec *x) {
   if (dnn != GPA_SKIP) return dnn;
   gpa__cu_ctx *C = gpa__cu_of(x);
   geom g;
-  conv_geom(x, &x->inputs[0], &x->inputs[1], x->outputs[0].shape[2], &g);
+  conv_geom(x, &x->inputs[0], &x->inputs[1], &x->outputs[0], &g);
   if (!conv_fits(&g)) return gpa__cu_fallback(x);
   if (x->inputs[0].dtype == GPA_BF16 && gpa__conv_tc_fits(x, &g)) return gpa__conv_fwd_tc_cu(x, &g);
-  if (x->inputs[0].dtype == GPA_F32 && gpa__conv_tc32_fits(x, &g)) return gpa__conv_fwd_tc32_cu(x, &g);
+  if (x->inputs[0].dtype == GPA_F32 && !g.nlc && gpa__conv_tc32_fits(x, &g)) return gpa__conv_fwd_tc32_cu(x, &g);
   if (gpa__conv_ig_fits(&g)) return gpa__conv_fwd_ig_cu(x, &g);
+  if (g.nlc) return gpa__cu_fallback(x); /* the im2col path is ncl only */
   if (x->inputs[0].dtype == GPA_BF16) return gpa__conv_fwd_bf16_cu(x, &g);
   if (g.B == 0) return GPA_OK;
   cublasHandle_t h;
@@ -147,11 +161,12 @@ gpa_status gpa__conv_bwd_cu(const gpa_op_exec *x) {
   if (dnn != GPA_SKIP) return dnn;
   gpa__cu_ctx *C = gpa__cu_of(x);
   geom g;
-  conv_geom(x, &x->inputs[1], &x->inputs[2], x->inputs[0].shape[2], &g);
+  conv_geom(x, &x->inputs[1], &x->inputs[2], &x->inputs[0], &g);
   if (!conv_fits(&g)) return gpa__cu_fallback(x);
   if (x->inputs[1].dtype == GPA_BF16 && gpa__conv_tc_fits(x, &g)) return gpa__conv_bwd_tc_cu(x, &g);
-  if (x->inputs[1].dtype == GPA_F32 && gpa__conv_tc32_fits(x, &g)) return gpa__conv_bwd_tc32_cu(x, &g);
+  if (x->inputs[1].dtype == GPA_F32 && !g.nlc && gpa__conv_tc32_fits(x, &g)) return gpa__conv_bwd_tc32_cu(x, &g);
   if (gpa__conv_ig_fits(&g)) return gpa__conv_bwd_ig_cu(x, &g);
+  if (g.nlc) return gpa__cu_fallback(x); /* the im2col path is ncl only */
   if (x->inputs[1].dtype == GPA_BF16) return gpa__conv_bwd_bf16_cu(x, &g);
   const float *dy = x->in[0], *xs = x->in[1], *W = x->in[2];
   float *dx = x->out[0], *dW = x->out[1];

@@ -31,13 +31,17 @@ static const long long smem_floats = GPA_CONV_SMEM_MAX / 4;
 void gpa__conv_shape_of(const gpa__conv_cu_geom *c, gpa_conv_shape *s) {
   *s = (gpa_conv_shape){.B = (int)c->B, .Cin = (int)c->Cin, .L = (int)c->L, .Cout = (int)c->Cout, .K = (int)c->K,
                         .stride = (int)c->stride, .pad_l = (int)c->pad_l, .dil = (int)c->dil, .G = (int)c->G,
-                        .Lout = (int)c->Lout, .cin_g = (int)c->cin_g, .cout_g = (int)c->cout_g};
+                        .Lout = (int)c->Lout, .cin_g = (int)c->cin_g, .cout_g = (int)c->cout_g,
+                        .nlc = c->nlc};
 }
 
 static void base(const gpa__conv_cu_geom *c, gpa_conv_geo *g) {
   memset(g, 0, sizeof *g);
   gpa__conv_shape_of(c, &g->s);
 }
+
+/* out aligned for the nlc stores of 4 values (16 bytes f32, 8 bf16) */
+static int vec_ok(const void *out, int bf) { return ((uintptr_t)out & (bf ? 7u : 15u)) == 0; }
 
 /* Channels per stage when each takes `per` floats of shared memory (0: none fits). */
 static long long stage(long long per, long long channels) {
@@ -88,6 +92,7 @@ gpa_status gpa__conv_fwd_ig_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c)
   void *y = x->out[0], *xs = x->in[0], *w = x->in[1], *b = x->n_inputs > 2 ? x->in[2] : NULL;
   void *args[] = {&y, &xs, &w, &b, &g};
   int id = x->inputs[0].dtype == GPA_BF16 ? GPA__K_CONV_IG_FWD_BF : GPA__K_CONV_IG_FWD;
+  g.vec = vec_ok(y, x->inputs[0].dtype == GPA_BF16);
   return gpa__cu_launch(x, id, (unsigned)(c->B * g.nt), (unsigned)(c->G * g.mt), 1, GPA_CONV_NT, 1,
                         smem_of(&g, per), args);
 }
@@ -103,6 +108,7 @@ static gpa_status bwd_dx(const gpa_op_exec *x, const gpa__conv_cu_geom *c, int b
   if (gpa__conv_igs_pick(x, c, c->B * g.nt * c->G * g.mt)) return gpa__conv_dx_igs_cu(x, c, &g, bf);
   void *dx = x->out[0], *dy = x->in[0], *w = x->in[2];
   void *args[] = {&dx, &dy, &w, &g};
+  g.vec = vec_ok(dx, bf);
   return gpa__cu_launch(x, bf ? GPA__K_CONV_IG_DX_BF : GPA__K_CONV_IG_DX, (unsigned)(c->B * g.nt),
                         (unsigned)(c->G * g.mt), 1, GPA_CONV_NT, 1, smem_of(&g, per), args);
 }
@@ -144,7 +150,8 @@ static gpa_status bwd_dw(const gpa_op_exec *x, const gpa__conv_cu_geom *c, int b
 
 gpa_status gpa__conv_bwd_ig_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c) {
   int bf = x->inputs[1].dtype == GPA_BF16;
-  GPA__CU_TRY(gpa__conv_db_cu(x, c->B, c->Cout, c->Lout));
+  /* dy [B,Lout,Cout] (nlc): B Lout "batches" of one position */
+  GPA__CU_TRY(gpa__conv_db_cu(x, c->nlc ? c->B * c->Lout : c->B, c->Cout, c->nlc ? 1 : c->Lout));
   if (c->B == 0) return gpa__cu_zero_f32(x, x->out[1], c->Cout * c->R);
   GPA__CU_TRY(bwd_dx(x, c, bf));
   return bwd_dw(x, c, bf);

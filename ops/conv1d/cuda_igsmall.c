@@ -49,6 +49,7 @@ static int small_fits(const gpa__conv_cu_geom *c) {
 }
 
 int gpa__conv_igs_pick(const gpa_op_exec *x, const gpa__conv_cu_geom *c, long long big_blocks) {
+  if (c->nlc) return 0; /* its kernels index ncl only: the 64 x 64 ones take channels last */
   int mode = gpa__cu_of(x)->host.conv_ig_small; /* 0 unset, 1 "0", 2 "1", 3 "auto" */
   if (mode == 0) mode = UNSET_IS_AUTO ? 3 : 1;
   if (mode == 1 || !small_fits(c)) return 0;

@@ -7,7 +7,12 @@
  * (gpa_conv_dw_sum_f32); db through the f32 path's block tree. Nothing is
  * atomic and every split is a property of the shape alone, so results are
  * the same on every device (deterministic). ops/conv1d/cuda.c calls these
- * for bf16 storage where gpa__conv_tc_fits holds. */
+ * for bf16 storage where gpa__conv_tc_fits holds.
+ *
+ * Layout nlc: x and dy are channels last already; the kernels read them in
+ * place (no copies, only W re-laid) where every group's channels are a
+ * multiple of 8 and x, dy, y and dx 16-byte aligned (cp.async and the
+ * 16-byte stores of y and dx); other nlc shapes go to the SIMT kernels. */
 #include <limits.h>
 #include <string.h>
 
@@ -31,10 +36,13 @@ static long long up8(long long v) { return (v + 7) & ~7LL; }
 static uint64_t up256(uint64_t v) { return (v + 255) & ~(uint64_t)255; }
 static int ifits(long long v) { return v >= 0 && v <= INT_MAX; }
 
-/* Bytes of the channels-last copy of [B G][ch][len]. */
+/* Bytes of the channels-last copy of [B G][ch][len] (none under nlc: read in place). */
 static uint64_t pack_bytes(const gpa__conv_cu_geom *c, long long ch, long long len) {
+  if (c->nlc) return 0;
   return up256((uint64_t)c->B * (uint64_t)c->G * (uint64_t)len * (uint64_t)up8(ch) * 2);
 }
+
+static int al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 static uint64_t wpack_bytes(const gpa__conv_cu_geom *c, long long m, long long n) {
   return up256((uint64_t)c->G * (uint64_t)c->K * (uint64_t)m * (uint64_t)up8(n) * 2);
 }
@@ -61,6 +69,11 @@ static uint64_t bwd_scratch(const gpa__conv_cu_geom *c) {
 
 int gpa__conv_tc_fits(const gpa_op_exec *x, const gpa__conv_cu_geom *c) {
   if (gpa__cu_of(x)->host.conv_tc == 1) return 0; /* GPA_CONV_TC=0 */
+  if (c->nlc) {
+    if (c->cin_g % 8 || c->cout_g % 8) return 0;
+    const int bwd = x->n_outputs > 1; /* in: x, W, b or dy, x, W; out[0]: y or dx */
+    if (!al16(x->in[0]) || (bwd && !al16(x->in[1])) || !al16(x->out[0])) return 0;
+  }
   const long long cinp = up8(c->cin_g), coutp = up8(c->cout_g), bg = c->B * c->G;
   /* every index the kernels form in int: the copies and re-laid W, the
    * outputs, and positions up to the last column tile's reach */
@@ -96,6 +109,7 @@ static void base(const gpa__conv_cu_geom *c, gpa_conv_tc_geo *g) {
   g->cout_g = (int)c->cout_g;
   g->cin_p = (int)up8(c->cin_g);
   g->cout_p = (int)up8(c->cout_g);
+  g->nlc = c->nlc;
 }
 
 /* dst [B G][len][up8(ch)] from src [B G][ch][len]. */
@@ -115,6 +129,17 @@ static gpa_status wpack(const gpa_op_exec *x, void *dst, const void *w, const gp
   return gpa__cu_launch1d(x, GPA__K_CONV_TC_WPACK, c->G * c->K * (trans ? c->cin_g : c->cout_g) * np, args);
 }
 
+/* Where the activation of ch channels (ch_p packed), rows positions per
+ * batch lies: the packed copy [B G][rows][ch_p], or under nlc the tensor
+ * [B][rows][G ch] itself. */
+static void act_at(const gpa__conv_cu_geom *c, long long ch, long long rows, int *bs, int *gs, int *ld) {
+  if (c->nlc) {
+    *ld = (int)(c->G * ch), *gs = (int)ch, *bs = (int)(rows * c->G * ch);
+  } else {
+    *ld = (int)up8(ch), *gs = (int)(rows * up8(ch)), *bs = (int)(c->G * rows * up8(ch));
+  }
+}
+
 /* y or dx: the row-major kernel over [B][G mt][nt] tiles. */
 static gpa_status rows(const gpa_op_exec *x, int id, gpa_conv_tc_geo *g, void **args) {
   g->mt = (int)cdiv(g->m_len, GPA_CONV_TC_BM);
@@ -128,11 +153,12 @@ gpa_status gpa__conv_fwd_tc_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c)
   uint64_t xb = pack_bytes(c, c->cin_g, c->L);
   CUdeviceptr s = gpa__cu_scratch(x, xb + wpack_bytes(c, c->cout_g, c->cin_g));
   if (!s) return GPA_ENOMEM;
-  void *xT = (void *)(uintptr_t)s, *wf = (void *)(uintptr_t)(s + xb);
-  GPA__CU_TRY(pack(x, xT, x->in[0], c->cin_g, c->L, c));
+  void *xT = c->nlc ? x->in[0] : (void *)(uintptr_t)s, *wf = (void *)(uintptr_t)(s + xb);
+  if (!c->nlc) GPA__CU_TRY(pack(x, xT, x->in[0], c->cin_g, c->L, c));
   GPA__CU_TRY(wpack(x, wf, x->in[1], c, 0));
   gpa_conv_tc_geo g;
   base(c, &g);
+  act_at(c, c->cin_g, c->L, &g.a_bs, &g.a_gs, &g.a_ld);
   g.m_len = g.cout_g;
   g.n_len = g.Lout;
   g.act_rows = g.L;
@@ -144,7 +170,7 @@ gpa_status gpa__conv_fwd_tc_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c)
 }
 
 gpa_status gpa__conv_bwd_tc_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c) {
-  GPA__CU_TRY(gpa__conv_db_cu(x, c->B, c->Cout, c->Lout));
+  GPA__CU_TRY(gpa__conv_db_cu(x, c->nlc ? c->B * c->Lout : c->B, c->Cout, c->nlc ? 1 : c->Lout));
   if (c->B == 0) return gpa__cu_zero_f32(x, x->out[1], c->Cout * c->R);
   const uint64_t xb = pack_bytes(c, c->cin_g, c->L), db = pack_bytes(c, c->cout_g, c->Lout);
   const uint64_t wb = wpack_bytes(c, c->cin_g, c->cout_g);
@@ -152,12 +178,17 @@ gpa_status gpa__conv_bwd_tc_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c)
   if (!s) return GPA_ENOMEM;
   void *xT = (void *)(uintptr_t)s, *dyT = (void *)(uintptr_t)(s + xb), *wd = (void *)(uintptr_t)(s + xb + db);
   void *part = (void *)(uintptr_t)(s + xb + db + wb);
-  GPA__CU_TRY(pack(x, dyT, x->in[0], c->cout_g, c->Lout, c));
-  GPA__CU_TRY(pack(x, xT, x->in[1], c->cin_g, c->L, c));
+  if (c->nlc) {
+    xT = x->in[1], dyT = x->in[0];
+  } else {
+    GPA__CU_TRY(pack(x, dyT, x->in[0], c->cout_g, c->Lout, c));
+    GPA__CU_TRY(pack(x, xT, x->in[1], c->cin_g, c->L, c));
+  }
   GPA__CU_TRY(wpack(x, wd, x->in[2], c, 1));
   /* dx [B][G cin_g][L] = sum over taps of Wd dyT */
   gpa_conv_tc_geo g;
   base(c, &g);
+  act_at(c, c->cout_g, c->Lout, &g.a_bs, &g.a_gs, &g.a_ld);
   g.m_len = g.cin_g;
   g.n_len = g.L;
   g.act_rows = g.Lout;
@@ -169,6 +200,8 @@ gpa_status gpa__conv_bwd_tc_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c)
   /* dW [Cout][cin_g][K]: grid x = taps x column tiles over cin_g, y = groups x row tiles, z = splits */
   long long per, nslice, splits = dw_splits(c, &per, &nslice);
   base(c, &g);
+  act_at(c, c->cin_g, c->L, &g.a_bs, &g.a_gs, &g.a_ld);
+  act_at(c, c->cout_g, c->Lout, &g.d_bs, &g.d_gs, &g.d_ld);
   g.mt = (int)cdiv(c->cout_g, GPA_CONV_TC_BM);
   g.nt = (int)cdiv(c->cin_g, GPA_CONV_TC_BN);
   g.per = (int)per;

@@ -47,6 +47,7 @@ int gpa__conv_tc32_fits(const gpa_op_exec *x, const gpa__conv_cu_geom *c) {
    * on a GPU. docs/cuda.md, "f32 conv1d on tensor cores". Unset or 0: the
    * SIMT kernels, which pass there. */
   if (gpa__cu_of(x)->host.conv_tc != 2) return 0;
+  if (c->nlc) return 0; /* its kernels index ncl only: the SIMT ones take channels last */
   /* the SIMT kernels' limits hold the same tiles (64 x 64) and indices */
   if (c->Lout < 1 || !gpa__conv_ig_fits(c)) return 0;
   const long long xmax = GPA_CONV_TC32_XMAX;
