@@ -1,7 +1,7 @@
 /* gpa-bench cuda_emb_bwd: embedding_bwd on CUDA without a sort (the rows
- * path, ops/embedding/cuda_rows.c) against the sort path, in one run on
- * one actor: ns with GPA_EMB_BWD_ROWS=1, ref_ns with GPA_EMB_BWD_ROWS=0
- * (the knob is read at each call; it changes only between batches), so
+ * path, ops/embedding/cuda_rows.c) against the sort path, in one run:
+ * ns with GPA_EMB_BWD_ROWS=1, ref_ns with GPA_EMB_BWD_ROWS=0, each on an
+ * actor of its own (the variable is read at each call), so
  * ratio > 1 is the rows path's gain on the whole op (device time per op,
  * CUDA events, k ops a batch). Shapes: the main job's (gpa-train-lm: 32 x
  * 128 byte ids of English-like text into 256 rows of 96), f32 and bf16 dy;
@@ -58,49 +58,53 @@ static gpa_tensor text_ids(gpa_actor *a, gpa_queue *q, int B, int L, int V, uint
   return t;
 }
 
-/* device time per op under GPA_EMB_BWD_ROWS = knob; 0 on failure */
-static double time_with(gpa_queue *q, const gpa_op_call *call, const char *knob, int k, int reps) {
+/* Device time per op of every row on an actor created with
+ * GPA_EMB_BWD_ROWS = knob (read at each call on the actor's thread: set
+ * only while no actor exists); 0 where a row failed. */
+static int time_rows(const char *knob, double *ns, int *sim) {
   setenv("GPA_EMB_BWD_ROWS", knob, 1);
-  char err[256];
-  double ns = gpa_bench_batch_ns(q, call, k, reps, NULL, err, sizeof err);
-  if (ns <= 0) fprintf(stderr, "gpa-bench cuda_emb_bwd: %s: %s\n", call->op, err);
-  return ns;
-}
-
-void gpa_bench_cuda_emb_bwd(void) {
-  int sim = 0;
-  gpa_actor *a = gpa_bench_cuda_actor("cuda_emb_bwd", &sim);
-  if (!a) return;
+  gpa_actor *a = gpa_bench_cuda_actor("cuda_emb_bwd", sim);
+  if (!a) return 0;
   gpa_queue *q = gpa_actor_default_queue(a);
-  const char *was = getenv("GPA_EMB_BWD_ROWS");
-  char *keep = was ? strdup(was) : NULL;
-  const int reps = gpa_bench_reps(sim ? 1 : 20), k = sim ? 1 : 50;
-  uint64_t seed = 77;
+  const int reps = gpa_bench_reps(*sim ? 1 : 20), k = *sim ? 1 : 50;
   for (int i = 0; i < NROWS; i++) {
     const erow *r = &rows[i];
+    uint64_t seed = 77 + (uint64_t)i; /* the same data on both actors */
     const int64_t dys[3] = {r->B, r->L, r->D}, dts[2] = {r->V, r->D};
     gpa_tensor in[2] = {gpa_bench_device_tensor(a, q, r->dt, 3, dys, &seed), text_ids(a, q, r->B, r->L, r->V, &seed)};
     gpa_tensor dt = gpa_bench_device_tensor(a, q, GPA_F32, 2, dts, &seed);
     gpa_op_call call = {"embedding_bwd", in, 2, &dt, 1, NULL, 0};
-    const double rows_ns = time_with(q, &call, "1", k, reps), sort_ns = time_with(q, &call, "0", k, reps);
-    if (rows_ns > 0 && sort_ns > 0) {
-      const double es = r->dt == GPA_BF16 ? 2.0 : 4.0, n = (double)r->B * r->L;
-      char shape[96];
-      snprintf(shape, sizeof shape, "%s (rule: %s)", r->label,
-               n <= 8192 && r->V <= 1024 ? "rows" : "sort"); /* ops/embedding/cuda_rows.c */
-      gpa_bench_result res = {.name = "cuda_emb_bwd", .backend = sim ? "sim" : "cuda", .shape = shape,
-                              .ref = "the sort path, GPA_EMB_BWD_ROWS=0", .ns = rows_ns, .ref_ns = sort_ns,
-                              .bytes = es * n * r->D + 4.0 * n + 4.0 * r->V * r->D,
-                              .extra = sim ? "\"note\":\"simulated device: emulated times, plumbing check only\""
-                                           : "\"note\":\"device time per op from CUDA events\""};
-      gpa_bench_emit(&res);
-    }
+    char err[256];
+    ns[i] = gpa_bench_batch_ns(q, &call, k, reps, NULL, err, sizeof err);
+    if (ns[i] <= 0) fprintf(stderr, "gpa-bench cuda_emb_bwd: %s (GPA_EMB_BWD_ROWS=%s): %s\n", r->label, knob, err);
     gpa_buffer_release(a, in[0].buffer);
     gpa_buffer_release(a, in[1].buffer);
     gpa_buffer_release(a, dt.buffer);
   }
+  gpa_actor_destroy(a);
+  return 1;
+}
+
+void gpa_bench_cuda_emb_bwd(void) {
+  const char *was = getenv("GPA_EMB_BWD_ROWS");
+  char *keep = was ? strdup(was) : NULL;
+  double rows_ns[NROWS], sort_ns[NROWS];
+  int sim = 0, ok = time_rows("1", rows_ns, &sim) && time_rows("0", sort_ns, &sim);
   if (keep) setenv("GPA_EMB_BWD_ROWS", keep, 1);
   else unsetenv("GPA_EMB_BWD_ROWS");
   free(keep);
-  gpa_actor_destroy(a);
+  for (int i = 0; ok && i < NROWS; i++) {
+    const erow *r = &rows[i];
+    if (rows_ns[i] <= 0 || sort_ns[i] <= 0) continue;
+    const double es = r->dt == GPA_BF16 ? 2.0 : 4.0, n = (double)r->B * r->L;
+    char shape[96];
+    snprintf(shape, sizeof shape, "%s (rule: %s)", r->label,
+             n <= 8192 && r->V <= 1024 ? "rows" : "sort"); /* ops/embedding/cuda_rows.c */
+    gpa_bench_result res = {.name = "cuda_emb_bwd", .backend = sim ? "sim" : "cuda", .shape = shape,
+                            .ref = "the sort path, GPA_EMB_BWD_ROWS=0", .ns = rows_ns[i], .ref_ns = sort_ns[i],
+                            .bytes = es * n * r->D + 4.0 * n + 4.0 * r->V * r->D,
+                            .extra = sim ? "\"note\":\"simulated device: emulated times, plumbing check only\""
+                                         : "\"note\":\"device time per op from CUDA events\""};
+    gpa_bench_emit(&res);
+  }
 }

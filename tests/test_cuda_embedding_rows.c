@@ -138,11 +138,21 @@ static void release(gpa_actor *a, emb *e) {
   free(e->prior);
 }
 
-/* GPA_EMB_BWD_ROWS = knob (NULL: unset) for the calls that follow; no op
- * runs meanwhile (the adapter reads it at each call) */
-static void knob(const char *v) {
+/* An actor whose embedding_bwd calls see GPA_EMB_BWD_ROWS = v (NULL:
+ * unset). The adapter reads the variable at each call, on the actor's
+ * thread, so it is set only while no actor exists (no setenv beside a
+ * getenv) and stays set until done() destroys the actor. */
+static gpa_actor *with_knob(const char *v, gpa_queue **q) {
   if (v) setenv("GPA_EMB_BWD_ROWS", v, 1);
   else unsetenv("GPA_EMB_BWD_ROWS");
+  gpa_actor *a = tu_actor(NULL);
+  *q = gpa_actor_default_queue(a);
+  return a;
+}
+
+static void done(gpa_actor *a) {
+  CHECK_OK(gpa_actor_destroy(a));
+  unsetenv("GPA_EMB_BWD_ROWS");
 }
 
 /* dtable set to the prior, then embedding_bwd; its status */
@@ -189,55 +199,63 @@ static void near_ref(const emb *e, const float *got) {
   free(m);
 }
 
-static void paths_agree(gpa_queue *q, emb *e) {
-  const size_t bytes = sizeof(float) * (size_t)(e->nt + 1);
+/* ids[pos] = bad (and ids[pos + 7] = -1, a later bad id that must not be
+ * the one named): the op fails with GPA_ERANGE naming pos */
+static void bad_id(gpa_queue *q, emb *e, int64_t pos, int32_t bad, const char *path) {
+  const int32_t keep = e->hid[pos], keep7 = pos + 7 < e->n ? e->hid[pos + 7] : 0;
+  e->hid[pos] = bad;
+  if (pos + 7 < e->n) e->hid[pos + 7] = -1;
+  tu_put_bytes(q, &e->ids, e->hid, 4 * (uint64_t)e->n);
+  char want[128];
+  snprintf(want, sizeof want, "embedding_bwd: ids[%lld,%lld] = %d out of range [0, %d)", (long long)(pos / e->c.L),
+           (long long)(pos % e->c.L), bad, e->c.V);
+  gpa_handle *h = NULL;
+  CHECK_ST(run(q, e, &h), GPA_ERANGE);
+  const char *m = gpa_handle_error_message(h);
+  if (!strstr(m, want)) {
+    fprintf(stderr, "%s path: '%s' is not '%s'\n", path, m, want);
+    exit(1);
+  }
+  gpa_handle_release(h);
+  printf("ok: %s path: %s\n", path, want);
+  e->hid[pos] = keep;
+  if (pos + 7 < e->n) e->hid[pos + 7] = keep7;
+  tu_put_bytes(q, &e->ids, e->hid, 4 * (uint64_t)e->n);
+}
+
+/* case c on an actor of each path (the same data: the same seed): the rows
+ * path twice, the sort path once; bad >= 0: then ids[bad_pos] = bad_v */
+static void paths_agree(const ecase *c, uint64_t seed, int64_t bad_pos, int32_t bad_v) {
+  const size_t bytes = sizeof(float) * (size_t)((int64_t)c->V * c->D + 1);
   float *rows = malloc(bytes), *again = malloc(bytes), *sorted = malloc(bytes);
-  knob("1");
-  out(q, e, rows);
-  out(q, e, again);
-  knob("0");
-  out(q, e, sorted);
-  knob(NULL);
-  near_ref(e, rows);
+  for (int k = 0; k < 2; k++) {
+    gpa_queue *q;
+    gpa_actor *a = with_knob(k ? "0" : "1", &q);
+    emb e;
+    setup(a, q, &e, *c, seed);
+    out(q, &e, k ? sorted : rows);
+    if (!k) {
+      out(q, &e, again);
+      near_ref(&e, rows);
+    }
+    if (bad_pos >= 0) bad_id(q, &e, bad_pos, bad_v, k ? "sort" : "rows");
+    release(a, &e);
+    done(a);
+  }
   CHECK(!memcmp(rows, again, bytes - sizeof(float)));
   if (memcmp(rows, sorted, bytes - sizeof(float))) {
-    for (int64_t i = 0; i < e->nt; i++)
+    for (int64_t i = 0; i < (int64_t)c->V * c->D; i++)
       if (memcmp(&rows[i], &sorted[i], 4)) {
-        fprintf(stderr, "%s: dtable[%lld]: rows path %.9g, sort path %.9g\n", e->c.label, (long long)i, rows[i],
+        fprintf(stderr, "%s: dtable[%lld]: rows path %.9g, sort path %.9g\n", c->label, (long long)i, rows[i],
                 sorted[i]);
         break;
       }
     exit(1);
   }
-  printf("ok: %s: the rows path (twice) and the sort path give the same bits, near the reference\n", e->c.label);
+  printf("ok: %s: the rows path (twice) and the sort path give the same bits, near the reference\n", c->label);
   free(rows);
   free(again);
   free(sorted);
-}
-
-/* ids[pos] = bad: both paths fail with GPA_ERANGE naming the position */
-static void bad_id(gpa_queue *q, emb *e, int64_t pos, int32_t bad) {
-  const int32_t keep = e->hid[pos];
-  e->hid[pos] = bad;
-  if (pos + 7 < e->n) e->hid[pos + 7] = -1; /* a later bad id is not the one named */
-  tu_put_bytes(q, &e->ids, e->hid, 4 * (uint64_t)e->n);
-  char want[128];
-  snprintf(want, sizeof want, "embedding_bwd: ids[%lld,%lld] = %d out of range [0, %d)", (long long)(pos / e->c.L),
-           (long long)(pos % e->c.L), bad, e->c.V);
-  for (int k = 0; k < 2; k++) {
-    knob(k ? "0" : "1");
-    gpa_handle *h = NULL;
-    CHECK_ST(run(q, e, &h), GPA_ERANGE);
-    const char *m = gpa_handle_error_message(h);
-    if (!strstr(m, want)) {
-      fprintf(stderr, "%s path: '%s' is not '%s'\n", k ? "sort" : "rows", m, want);
-      exit(1);
-    }
-    gpa_handle_release(h);
-  }
-  knob(NULL);
-  printf("ok: %s\n", want);
-  e->hid[pos] = keep;
 }
 
 /* launches of one embedding_bwd: the k-th is refused for k = 1, 2, ...
@@ -263,26 +281,36 @@ static unsigned launches(gpa_queue *q, emb *e, tcu_sim *sim, const char *first) 
   exit(1);
 }
 
-/* the path the size rule (knob unset) takes at B x L ids of V rows */
-static void rule(gpa_actor *a, gpa_queue *q, tcu_sim *sim, int B, int L, int V, const char *setting, int rows) {
+/* launches of case c with GPA_EMB_BWD_ROWS = setting (the rows path: its
+ * kernel named when the first is refused, else the sort path's index check) */
+static unsigned launches_with(const char *setting, const ecase *c, int rows) {
+  gpa_queue *q;
+  gpa_actor *a = with_knob(setting, &q);
+  tcu_sim sim = tcu_sim_api(a);
   emb e;
-  ecase c = {"rule", B, L, V, 4, 0, 0, 0, 0};
-  setup(a, q, &e, c, 7);
-  knob(setting);
-  const unsigned k = launches(q, &e, sim, rows ? "gpa_emb_bwd_rows_f32" : "gpa_idx_check");
-  knob(NULL);
+  setup(a, q, &e, *c, 7);
+  const unsigned k =
+      launches(q, &e, &sim, rows ? (c->bf ? "gpa_emb_bwd_rows_bf16" : "gpa_emb_bwd_rows_f32") : "gpa_idx_check");
+  release(a, &e);
+  done(a);
+  return k;
+}
+
+/* the path GPA_EMB_BWD_ROWS = setting takes at B x L ids of V rows */
+static void rule(int B, int L, int V, const char *setting, int rows) {
+  const ecase c = {"rule", B, L, V, 4, 0, 0, 0, 0};
+  const unsigned k = launches_with(setting, &c, rows);
   CHECK(rows ? k == 1 : k >= 4);
   printf("ok: GPA_EMB_BWD_ROWS=%s, %d ids into %d rows: the %s path (%u launches)\n", setting ? setting : "(unset)",
          B * L, V, rows ? "rows" : "sort", k);
-  release(a, &e);
 }
 
 int main(void) {
   tcu_device_or_skip();
-  knob(NULL);
-  gpa_actor *a = tu_actor(NULL);
+  gpa_queue *q;
+  gpa_actor *a = with_knob(NULL, &q);
   const int on_sim = !strcmp(gpa_actor_backend(a), "sim");
-  gpa_queue *q = gpa_actor_default_queue(a);
+  done(a);
   const ecase cases[] = {
       {"main job f32 (32 x 128 ids, V 256, D 96, text-like)", 32, 128, 256, 96, 0, 0, 2, 1},
       {"main job bf16 dy, accumulate", 32, 128, 256, 96, 1, 1, 2, 1},
@@ -294,32 +322,21 @@ int main(void) {
       {"D 1, V 1025 (past the rule)", 4, 300, 1025, 1, 0, 0, 0, 1},
       {"8192 ids (the rows path's limit), V 3", 64, 128, 3, 4, 0, 0, 0, 1},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    emb e;
-    setup(a, q, &e, cases[i], 1000 + i);
-    paths_agree(q, &e);
-    if (i == 4) bad_id(q, &e, 40, -100);
-    if (i == 5) bad_id(q, &e, 3, 30);
-    release(a, &e);
-  }
-  if (!on_sim) {
-    CHECK_OK(gpa_actor_destroy(a));
-    return 0;
-  }
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    paths_agree(&cases[i], 1000 + i, i == 4 ? 40 : i == 5 ? 3 : -1, i == 4 ? -100 : 30);
+  if (!on_sim) return 0;
+
+  const unsigned rows = launches_with("1", &cases[0], 1), sorted = launches_with("0", &cases[0], 0);
+  printf("ok: embedding_bwd at the main job's shape: %u launch (rows path), %u (sort path)\n", rows, sorted);
+  CHECK(rows == 1 && sorted == 5);
+  CHECK(launches_with("1", &cases[1], 1) == 1);
+  /* a refused launch, then the same bits as a run before it */
+  a = with_knob("1", &q);
   tcu_sim sim = tcu_sim_api(a);
   emb e;
   setup(a, q, &e, cases[0], 5);
-  knob("1");
-  const unsigned rows = launches(q, &e, &sim, "gpa_emb_bwd_rows_f32");
-  knob("0");
-  const unsigned sorted = launches(q, &e, &sim, "gpa_idx_check");
-  knob(NULL);
-  printf("ok: embedding_bwd at the main job's shape: %u launch (rows path), %u (sort path)\n", rows, sorted);
-  CHECK(rows == 1 && sorted == 5);
-  /* a refused launch, then the same bits as a run before it */
   const size_t bytes = sizeof(float) * (size_t)e.nt;
   float *r1 = malloc(bytes), *r2 = malloc(bytes);
-  knob("1");
   out(q, &e, r1);
   gpa_handle *h = NULL;
   sim.fault_launch(1);
@@ -327,24 +344,18 @@ int main(void) {
   sim.fault_clear();
   tcu_expect_refused(q, st, h, "embedding_bwd", 1, "gpa_emb_bwd_rows_f32");
   out(q, &e, r2);
-  knob(NULL);
   CHECK(!memcmp(r1, r2, bytes));
   printf("ok: after a refused launch the rows path gives the same bits\n");
   free(r1);
   free(r2);
   release(a, &e);
-  setup(a, q, &e, cases[1], 6);
-  knob("1");
-  CHECK(launches(q, &e, &sim, "gpa_emb_bwd_rows_bf16") == 1);
-  knob(NULL);
-  release(a, &e);
-  rule(a, q, &sim, 1, 64, 1024, NULL, 1);
-  rule(a, q, &sim, 1, 64, 1025, NULL, 0);
-  rule(a, q, &sim, 32, 256, 2, NULL, 1);
-  rule(a, q, &sim, 1, 8193, 2, NULL, 0);
-  rule(a, q, &sim, 1, 8193, 2, "1", 0);
-  rule(a, q, &sim, 1, 64, 5000, "1", 1);
-  rule(a, q, &sim, 1, 64, 2, "0", 0);
-  CHECK_OK(gpa_actor_destroy(a));
+  done(a);
+  rule(1, 64, 1024, NULL, 1);
+  rule(1, 64, 1025, NULL, 0);
+  rule(32, 256, 2, NULL, 1);
+  rule(1, 8193, 2, NULL, 0);
+  rule(1, 8193, 2, "1", 0);
+  rule(1, 64, 5000, "1", 1);
+  rule(1, 64, 2, "0", 0);
   return 0;
 }
