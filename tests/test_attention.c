@@ -19,8 +19,7 @@
 #include "ops/attention/attention.h"
 #endif
 #include "tests/parity/harness.h"
-#include "util/attn_ref.h"
-#include "util/nn_test.h"
+#include "util/attn_fixture.h"
 
 static double ref_loss(void *p) {
   aref *r = p;
@@ -33,34 +32,19 @@ static double ref_loss(void *p) {
 }
 
 static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
-  int64_t B = c->B, S = c->S, Sk = c->Sk, H = c->H, Hk = c->Hkv, D = c->D;
-  int64_t nq = B * S * H * D, nk = B * Sk * Hk * D, nl = B * H * S;
-  char what[256], w2[1024];
-  snprintf(what, sizeof what, "attention B=%lld S=%lld Sk=%lld H=%lld Hkv=%lld D=%lld%s%s scale=%g", (long long)B,
-           (long long)S, (long long)Sk, (long long)H, (long long)Hk, (long long)D, c->causal ? " causal" : "",
-           c->lens ? " lengths" : "", c->scale);
-  float *q = malloc(sizeof(float) * (size_t)nq), *k = malloc(sizeof(float) * (size_t)nk);
-  float *v = malloc(sizeof(float) * (size_t)nk), *dout = malloc(sizeof(float) * (size_t)nq);
-  gpa_nt_fill(q, nq, -1.5, 1.5, &seed);
-  gpa_nt_fill(k, nk, -1.5, 1.5, &seed);
-  gpa_nt_fill(v, nk, -1, 1, &seed);
-  gpa_nt_fill(dout, nq, -1, 1, &seed);
-  int32_t *lens = malloc(sizeof(int32_t) * (size_t)B);
-  for (int64_t b = 0; b < B; b++) lens[b] = (int32_t)(b == 0 ? Sk : b == 1 ? 0 : (b * 7919 + 13) % (Sk + 1));
-  aref r = {c, c->scale > 0 ? c->scale : 1.0 / sqrt((double)D), c->lens ? lens : NULL,
-            gpa_nt_to_double(q, nq), gpa_nt_to_double(k, nk), gpa_nt_to_double(v, nk), gpa_nt_to_double(dout, nq), 0, 0};
-  double *o = malloc(sizeof(double) * (size_t)nq), *lse = malloc(sizeof(double) * (size_t)nl);
-  double *dq = malloc(sizeof(double) * (size_t)nq), *dk = malloc(sizeof(double) * (size_t)nk);
-  double *dv = malloc(sizeof(double) * (size_t)nk);
-  amag mg = {malloc(sizeof(double) * (size_t)nq), malloc(sizeof(double) * (size_t)nl),
-             malloc(sizeof(double) * (size_t)nq), malloc(sizeof(double) * (size_t)nk),
-             malloc(sizeof(double) * (size_t)nk)};
-  gpa_attn_ref(&r, o, lse, dq, dk, dv, &mg);
+  int64_t B = c->B, Sk = c->Sk, Hk = c->Hkv, D = c->D;
+  afix x;
+  gpa_afix_init(&x, c, GPA_F32, "attention", &seed);
+  gpa_afix_ref(&x, 0);
+  gpa_afix_upload(t, &x);
+  const int64_t nq = x.nq, nk = x.nk, nl = x.nl, *qs = x.qs, *ks = x.ks, *ls = x.ls;
+  const float *q = x.f[0], *k = x.f[1], *v = x.f[2], *dout = x.f[3];
+  const char *what = x.what;
+  char w2[1024];
+  snprintf(x.what + strlen(x.what), sizeof x.what - strlen(x.what), " scale=%g", c->scale);
 
-  int64_t qs[4] = {B, S, H, D}, ks[4] = {B, Sk, Hk, D}, ls[3] = {B, H, S};
   gpa_attr at[2] = {{"scale", GPA_ATTR_FLOAT, 0, c->scale}, {"causal", GPA_ATTR_INT, c->causal, 0}};
-  gpa_tensor tq = gpa_nt_tensor(t, GPA_F32, 4, qs, q), tk = gpa_nt_tensor(t, GPA_F32, 4, ks, k);
-  gpa_tensor tv = gpa_nt_tensor(t, GPA_F32, 4, ks, v), tl = gpa_nt_tensor(t, GPA_I32, 1, &B, lens);
+  gpa_tensor tq = x.q, tk = x.k, tv = x.v, tl = x.lt;
   gpa_tensor fin[4] = {tq, tk, tv, tl}, fout[2] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 3, ls)};
 #ifdef GPA_HAVE_CUDA_BACKEND
   const unsigned long long tc0 = __atomic_load_n(&gpa__attn_tc32_calls, __ATOMIC_RELAXED);
@@ -88,12 +72,9 @@ static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
   float *go = malloc(sizeof(float) * (size_t)nq), *gl = malloc(sizeof(float) * (size_t)nl);
   gpa_nt_read(t, &fout[0], go);
   gpa_nt_read(t, &fout[1], gl);
-  snprintf(w2, sizeof w2, "%s: o", what);
-  gpa_nt_close_to(t, w2, go, o, mg.o, nq, 1e-5);
-  snprintf(w2, sizeof w2, "%s: lse", what);
-  gpa_nt_close_to(t, w2, gl, lse, mg.lse, nl, 1e-5);
+  gpa_afix_check_fwd(t, &x, go, gl, 1e-5);
 
-  gpa_tensor bin[7] = {gpa_nt_tensor(t, GPA_F32, 4, qs, dout), tq, tk, tv, fout[0], fout[1], tl};
+  gpa_tensor bin[7] = {x.dout, tq, tk, tv, fout[0], fout[1], tl};
   float *g1 = malloc(sizeof(float) * (size_t)(nq + 2 * nk)), *g2 = malloc(sizeof(float) * (size_t)(nq + 2 * nk));
   float *runs[2] = {g1, g2};
 #ifdef GPA_HAVE_CUDA_BACKEND
@@ -106,9 +87,7 @@ static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
       snprintf(w2, sizeof w2, "%s: attention_bwd %s: %s", what, gpa_status_name(st), gpa_nt_msg);
       gpa_nt_fail(t, w2);
     }
-    gpa_nt_read(t, &bout[0], runs[rep]);
-    gpa_nt_read(t, &bout[1], runs[rep] + nq);
-    gpa_nt_read(t, &bout[2], runs[rep] + nq + nk);
+    gpa_afix_read_grads(t, bout, runs[rep]);
   }
 #ifdef GPA_HAVE_CUDA_BACKEND
   if (!strcmp(gpa_actor_backend(t->a), "cuda") || !strcmp(gpa_actor_backend(t->a), "sim")) {
@@ -121,20 +100,15 @@ static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
 #endif
   snprintf(w2, sizeof w2, "%s: backward determinism", what);
   gpa_nt_same_bits(t, w2, g1, g2, nq + 2 * nk);
-  snprintf(w2, sizeof w2, "%s: dq", what);
-  gpa_nt_close_to(t, w2, g1, dq, mg.dq, nq, 1e-5);
-  snprintf(w2, sizeof w2, "%s: dk", what);
-  gpa_nt_close_to(t, w2, g1 + nq, dk, mg.dk, nk, 1e-5);
-  snprintf(w2, sizeof w2, "%s: dv", what);
-  gpa_nt_close_to(t, w2, g1 + nq + nk, dv, mg.dv, nk, 1e-5);
+  gpa_afix_check_grads(t, &x, NULL, g1, g1 + nq, g1 + nq + nk, 1e-5);
 
   /* on the host backend, the actor (thread pool) and the kernel run inline
    * agree bit for bit (other backends run their own kernels: the parity
    * checks above apply to them) */
-  gpa__attn_geom g = {B, S, Sk, H, Hk, D, (float)r.scale, c->causal, 0};
+  gpa__attn_geom g = {B, c->S, Sk, c->H, Hk, D, (float)x.r.scale, c->causal, 0};
   float *io = malloc(sizeof(float) * (size_t)nq), *il = malloc(sizeof(float) * (size_t)nl);
   float *ig = malloc(sizeof(float) * (size_t)(nq + 2 * nk));
-  const int32_t *lp = c->lens ? lens : NULL;
+  const int32_t *lp = x.r.lens;
   int on_host = !strcmp(gpa_actor_backend(t->a), "cpu");
   gpa__attention_fwd(NULL, &g, q, k, v, lp, io, il);
   snprintf(w2, sizeof w2, "%s: o, actor vs inline", what);
@@ -149,12 +123,12 @@ static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
   }
 
   if (nq * Sk <= 60000) {
-    double *vars[3] = {r.q, r.k, r.v};
+    double *vars[3] = {x.r.q, x.r.k, x.r.v};
     int64_t nv[3] = {nq, nk, nk}, off[3] = {0, nq, nq + nk};
     for (int vi = 0; vi < 3; vi++)
       for (int64_t s = 0; s < 6 && nv[vi] > 0; s++) {
         int64_t i = (s * 7919 + 5) % nv[vi];
-        double fd = gpa_nt_fd(ref_loss, &r, vars[vi], i, 1e-4), gg = g1[off[vi] + i];
+        double fd = gpa_nt_fd(ref_loss, &x.r, vars[vi], i, 1e-4), gg = g1[off[vi] + i];
         if (fabs(gg - fd) > 1e-4 * fabs(fd) + 2e-5) {
           snprintf(w2, sizeof w2, "%s: finite difference of input %d element %lld: %.8g vs fd %.8g", what, vi,
                    (long long)i, gg, fd);
@@ -162,10 +136,8 @@ static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
         }
       }
   }
-  free(mg.o); free(mg.lse); free(mg.dq); free(mg.dk); free(mg.dv);
   free(io); free(il); free(ig); free(g1); free(g2); free(go); free(gl);
-  free(o); free(lse); free(dq); free(dk); free(dv); free(r.q); free(r.k); free(r.v); free(r.w);
-  free(q); free(k); free(v); free(dout); free(lens);
+  gpa_afix_free(&x);
 }
 
 static void errors(gpa_nt *t) {

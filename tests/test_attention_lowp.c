@@ -28,13 +28,7 @@
 #include <string.h>
 
 #include "ops/attention/attention.h"
-#include "util/attn_ref.h"
-#include "util/half.h"
-#include "util/nn_test.h"
-
-
-
-
+#include "util/attn_fixture.h"
 
 /* Outputs in the storage type (o, dq, dk, dv as bf16/fp16): run the op
  * again into 16-bit tensors filled with NaN (an element left unwritten
@@ -64,7 +58,7 @@ static void lowp_outputs(gpa_nt *t, const char *what, const char *op, int dtype,
     const int64_t n = gpa_tensor_numel(&outs32[i]);
     gpa_nt_read(t, &out[i], got[i]);
     for (int64_t j = 0; j < n; j++) {
-      const uint16_t r = dtype == GPA_F16 ? tu_to_f16(want[i][j]) : tu_to_bf16(want[i][j]);
+      const uint16_t r = tu_to16(dtype, want[i][j]);
       if (got[i][j] != r) {
         snprintf(w2, sizeof w2, "%s: %s output %u in %s: element %lld is 0x%04x, the f32 result rounds to 0x%04x",
                  what, op, i, gpa_dtype_name(dtype), (long long)j, got[i][j], r);
@@ -76,59 +70,21 @@ static void lowp_outputs(gpa_nt *t, const char *what, const char *op, int dtype,
   }
 }
 
-/* n uniform values in [lo, hi) rounded to dtype: bits into u, values into f. */
-static void fill_lowp(int dtype, float *f, uint16_t *u, int64_t n, double lo, double hi, uint64_t *seed) {
-  gpa_nt_fill(f, n, lo, hi, seed);
-  for (int64_t i = 0; i < n; i++) {
-    u[i] = dtype == GPA_F16 ? tu_to_f16(f[i]) : tu_to_bf16(f[i]);
-    f[i] = dtype == GPA_F16 ? tu_from_f16(u[i]) : tu_from_bf16(u[i]);
-  }
-}
-
-static float *to_float(const double *d, int64_t n) {
-  float *f = malloc(sizeof(float) * (size_t)(n + 1));
-  for (int64_t i = 0; i < n; i++) f[i] = (float)d[i];
-  return f;
-}
-
 static double *dalloc(int64_t n) { return malloc(sizeof(double) * (size_t)(n + 1)); }
 
 /* outs16: also run with 16-bit outputs (lowp_outputs) */
 static void lowp_case(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int outs16) {
-  int64_t B = c->B, S = c->S, Sk = c->Sk, H = c->H, Hk = c->Hkv, D = c->D;
-  int64_t nq = B * S * H * D, nk = B * Sk * Hk * D, nl = B * H * S, ng = nq + 2 * nk;
-  char what[256], w2[1024];
-  snprintf(what, sizeof what, "attention %s B=%lld S=%lld Sk=%lld H=%lld Hkv=%lld D=%lld%s%s",
-           gpa_dtype_name(dtype), (long long)B, (long long)S, (long long)Sk, (long long)H, (long long)Hk,
-           (long long)D, c->causal ? " causal" : "", c->lens ? " lengths" : "");
-  /* q, k, v, dout */
-  int64_t n[4] = {nq, nk, nk, nq};
-  float *f[4];
-  uint16_t *u[4];
-  for (int i = 0; i < 4; i++) {
-    f[i] = malloc(sizeof(float) * (size_t)(n[i] + 1));
-    u[i] = malloc(2 * (size_t)(n[i] + 1));
-    double lim = i == 0 || i == 1 ? 1.5 : 1.0;
-    fill_lowp(dtype, f[i], u[i], n[i], -lim, lim, &seed);
-  }
-  int32_t *lens = malloc(sizeof(int32_t) * (size_t)(B + 1));
-  for (int64_t b = 0; b < B; b++) lens[b] = (int32_t)(b == 0 ? Sk : b == 1 ? 0 : (b * 7919 + 13) % (Sk + 1));
   const int on_host = !strcmp(gpa_actor_backend(t->a), "cpu");
-  aref r = {c, 1.0 / sqrt((double)D), c->lens ? lens : NULL, gpa_nt_to_double(f[0], nq), gpa_nt_to_double(f[1], nk),
-            gpa_nt_to_double(f[2], nk), gpa_nt_to_double(f[3], nq), 0, 0};
-  if (!on_host) {
-    r.u = dtype == GPA_F16 ? 0x1p-11 : 0x1p-8;
-    r.eta = dtype == GPA_F16 ? 0x1p-25 : 0x1p-134;
-  }
-  double *o = dalloc(nq), *lse = dalloc(nl), *dq = dalloc(nq), *dk = dalloc(nk), *dv = dalloc(nk);
-  amag mg = {dalloc(nq), dalloc(nl), dalloc(nq), dalloc(nk), dalloc(nk)};
-  gpa_attn_ref(&r, o, lse, dq, dk, dv, &mg);
-
-  int64_t qs[4] = {B, S, H, D}, ks[4] = {B, Sk, Hk, D}, ls[3] = {B, H, S};
+  afix x;
+  gpa_afix_init(&x, c, dtype, "attention", &seed);
+  gpa_afix_ref(&x, !on_host);
+  gpa_afix_upload(t, &x);
+  const int64_t S = c->S, Sk = c->Sk, D = c->D, nq = x.nq, nk = x.nk, nl = x.nl, ng = nq + 2 * nk;
+  const int64_t *qs = x.qs, *ks = x.ks, *ls = x.ls;
+  const char *what = x.what;
+  char w2[1024];
   gpa_attr at = {"causal", GPA_ATTR_INT, c->causal, 0};
-  gpa_tensor tq = gpa_nt_tensor(t, dtype, 4, qs, u[0]), tk = gpa_nt_tensor(t, dtype, 4, ks, u[1]);
-  gpa_tensor tv = gpa_nt_tensor(t, dtype, 4, ks, u[2]), tdo = gpa_nt_tensor(t, dtype, 4, qs, u[3]);
-  gpa_tensor tl = gpa_nt_tensor(t, GPA_I32, 1, &B, lens);
+  gpa_tensor tq = x.q, tk = x.k, tv = x.v, tdo = x.dout, tl = x.lt;
   uint32_t nfi = c->lens ? 4 : 3, nbi = c->lens ? 7 : 6;
 
   /* forward, twice */
@@ -151,19 +107,15 @@ static void lowp_case(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int o
     snprintf(w2, sizeof w2, "%s: forward determinism (lse)", what);
     gpa_nt_same_bits(t, w2, gl[0], gl[1], nl);
   }
-  snprintf(w2, sizeof w2, "%s: o", what);
-  gpa_nt_close_to(t, w2, go[0], o, mg.o, nq, 1e-5);
+  gpa_afix_check_fwd(t, &x, go[0], gl[0], 1e-5);
   if (outs16) {
     gpa_tensor in[4] = {tq, tk, tv, tl}, out[2] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 3, ls)};
     const float *want[2] = {go[0], NULL};
     lowp_outputs(t, what, "attention_fwd", dtype, in, nfi, out, 2, want, &at);
   }
-  snprintf(w2, sizeof w2, "%s: lse", what);
-  gpa_nt_close_to(t, w2, gl[0], lse, mg.lse, nl, 1e-5);
 
   /* backward from the reference's o and lse, twice */
-  float *ro = to_float(o, nq), *rl = to_float(lse, nl);
-  gpa_tensor to = gpa_nt_tensor(t, GPA_F32, 4, qs, ro), tlse = gpa_nt_tensor(t, GPA_F32, 3, ls, rl);
+  gpa_tensor to = gpa_nt_tensor(t, GPA_F32, 4, qs, x.ro), tlse = gpa_nt_tensor(t, GPA_F32, 3, ls, x.rl);
   float *g[2] = {malloc(sizeof(float) * (size_t)(ng + 1)), malloc(sizeof(float) * (size_t)(ng + 1))};
   for (int rep = 0; rep < reps; rep++) {
     gpa_tensor in[7] = {tdo, tq, tk, tv, to, tlse, tl};
@@ -173,9 +125,7 @@ static void lowp_case(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int o
       snprintf(w2, sizeof w2, "%s: attention_bwd %s: %s", what, gpa_status_name(st), gpa_nt_msg);
       gpa_nt_fail(t, w2);
     }
-    gpa_nt_read(t, &out[0], g[rep]);
-    gpa_nt_read(t, &out[1], g[rep] + nq);
-    gpa_nt_read(t, &out[2], g[rep] + nq + nk);
+    gpa_afix_read_grads(t, out, g[rep]);
   }
   if (reps == 2) {
     snprintf(w2, sizeof w2, "%s: backward determinism", what);
@@ -187,12 +137,7 @@ static void lowp_case(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int o
     const float *want[3] = {g[0], g[0] + nq, g[0] + nq + nk};
     lowp_outputs(t, what, "attention_bwd", dtype, in, nbi, out, 3, want, &at);
   }
-  snprintf(w2, sizeof w2, "%s: dq", what);
-  gpa_nt_close_to(t, w2, g[0], dq, mg.dq, nq, 1e-5);
-  snprintf(w2, sizeof w2, "%s: dk", what);
-  gpa_nt_close_to(t, w2, g[0] + nq, dk, mg.dk, nk, 1e-5);
-  snprintf(w2, sizeof w2, "%s: dv", what);
-  gpa_nt_close_to(t, w2, g[0] + nq + nk, dv, mg.dv, nk, 1e-5);
+  gpa_afix_check_grads(t, &x, NULL, g[0], g[0] + nq, g[0] + nq + nk, 1e-5);
 
   /* CUDA, D = 144..256: the tensor-core kernels of the wide class ran, not
    * the host fallback. Their roundings of P and dS to the storage type put
@@ -200,14 +145,14 @@ static void lowp_case(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int o
    * math on the widened values) meets: checked against the reference's
    * fp32-only magnitudes, where there are enough terms to show it. */
   if (!on_host && D > 128 && D % 16 == 0 && S * Sk >= 1000) {
-    aref r32 = r;
+    aref r32 = x.r;
     r32.u = r32.eta = 0;
     amag m32 = {dalloc(nq), dalloc(nl), dalloc(nq), dalloc(nk), dalloc(nk)};
-    double *x[5] = {dalloc(nq), dalloc(nl), dalloc(nq), dalloc(nk), dalloc(nk)};
-    gpa_attn_ref(&r32, x[0], x[1], x[2], x[3], x[4], &m32);
+    double *x32[5] = {dalloc(nq), dalloc(nl), dalloc(nq), dalloc(nk), dalloc(nk)};
+    gpa_attn_ref(&r32, x32[0], x32[1], x32[2], x32[3], x32[4], &m32);
     const char *names[3] = {"o", "dq", "dv"};
     const float *gots[3] = {go[0], g[0], g[0] + nq + nk};
-    const double *refs[3] = {x[0], x[2], x[4]}, *mags[3] = {m32.o, m32.dq, m32.dv};
+    const double *refs[3] = {x32[0], x32[2], x32[4]}, *mags[3] = {m32.o, m32.dq, m32.dv};
     const int64_t ns[3] = {nq, nq, nk};
     for (int i = 0; i < 3; i++)
       if (gpa_nt_worst(gots[i], refs[i], mags[i], ns[i], 1e-5, NULL) < 0) {
@@ -215,37 +160,33 @@ static void lowp_case(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int o
                  names[i]);
         gpa_nt_fail(t, w2);
       }
-    for (int i = 0; i < 5; i++) free(x[i]);
+    for (int i = 0; i < 5; i++) free(x32[i]);
     free(m32.o); free(m32.lse); free(m32.dq); free(m32.dk); free(m32.dv);
   }
 
   /* the host: the f32 ops on the widened values, bit for bit */
   if (on_host) {
-    gpa_tensor fq = gpa_nt_tensor(t, GPA_F32, 4, qs, f[0]), fk = gpa_nt_tensor(t, GPA_F32, 4, ks, f[1]);
-    gpa_tensor fv = gpa_nt_tensor(t, GPA_F32, 4, ks, f[2]), fdo = gpa_nt_tensor(t, GPA_F32, 4, qs, f[3]);
+    gpa_tensor fq = gpa_nt_tensor(t, GPA_F32, 4, qs, x.f[0]), fk = gpa_nt_tensor(t, GPA_F32, 4, ks, x.f[1]);
+    gpa_tensor fv = gpa_nt_tensor(t, GPA_F32, 4, ks, x.f[2]), fdo = gpa_nt_tensor(t, GPA_F32, 4, qs, x.f[3]);
     gpa_tensor in[4] = {fq, fk, fv, tl}, out[2] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 3, ls)};
-    float *x = malloc(sizeof(float) * (size_t)(ng + nl + 1));
+    float *y = malloc(sizeof(float) * (size_t)(ng + nl + 1));
     if (gpa_nt_run(t, "attention_fwd", in, nfi, out, 2, &at, 1) != GPA_OK) gpa_nt_fail(t, "f32 attention_fwd");
-    gpa_nt_read(t, &out[0], x);
+    gpa_nt_read(t, &out[0], y);
     snprintf(w2, sizeof w2, "%s: o equals the f32 op's on the widened values", what);
-    gpa_nt_same_bits(t, w2, go[0], x, nq);
-    gpa_nt_read(t, &out[1], x);
+    gpa_nt_same_bits(t, w2, go[0], y, nq);
+    gpa_nt_read(t, &out[1], y);
     snprintf(w2, sizeof w2, "%s: lse equals the f32 op's on the widened values", what);
-    gpa_nt_same_bits(t, w2, gl[0], x, nl);
+    gpa_nt_same_bits(t, w2, gl[0], y, nl);
     gpa_tensor bin[7] = {fdo, fq, fk, fv, to, tlse, tl};
     gpa_tensor bout[3] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 4, ks), gpa_nt_out(t, 4, ks)};
     if (gpa_nt_run(t, "attention_bwd", bin, nbi, bout, 3, &at, 1) != GPA_OK) gpa_nt_fail(t, "f32 attention_bwd");
-    gpa_nt_read(t, &bout[0], x);
-    gpa_nt_read(t, &bout[1], x + nq);
-    gpa_nt_read(t, &bout[2], x + nq + nk);
+    gpa_afix_read_grads(t, bout, y);
     snprintf(w2, sizeof w2, "%s: gradients equal the f32 op's on the widened values", what);
-    gpa_nt_same_bits(t, w2, g[0], x, ng);
-    free(x);
+    gpa_nt_same_bits(t, w2, g[0], y, ng);
+    free(y);
   }
-  for (int i = 0; i < 4; i++) free(f[i]), free(u[i]);
   for (int i = 0; i < 2; i++) free(go[i]), free(gl[i]), free(g[i]);
-  free(lens); free(o); free(lse); free(dq); free(dk); free(dv); free(ro); free(rl);
-  free(mg.o); free(mg.lse); free(mg.dq); free(mg.dk); free(mg.dv); free(r.q); free(r.k); free(r.v); free(r.w);
+  gpa_afix_free(&x);
 }
 
 /* lowp_case, checking which kernels ran it: the exact-head-dim variant

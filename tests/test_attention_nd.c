@@ -21,15 +21,10 @@
 #include <string.h>
 
 #include "ops/attention/attention.h"
-#include "util/attn_ref.h"
-#include "util/half.h"
-#include "util/nn_test.h"
+#include "util/attn_fixture.h"
 #ifdef GPA_HAVE_CUDA_BACKEND
 #include "test_cuda_util.h"
 #endif
-
-static uint16_t to_t(int dtype, float f) { return dtype == GPA_F16 ? tu_to_f16(f) : tu_to_bf16(f); }
-static float from_t(int dtype, uint16_t u) { return dtype == GPA_F16 ? tu_from_f16(u) : tu_from_bf16(u); }
 
 static unsigned long long nd_calls(void) {
 #ifdef GPA_HAVE_CUDA_BACKEND
@@ -58,59 +53,21 @@ static void bwd(gpa_nt *t, const char *what, const gpa_tensor *in, uint32_t nin,
     snprintf(w, sizeof w, "%s: attention_bwd deterministic=%d: %s: %s", what, det, gpa_status_name(st), gpa_nt_msg);
     gpa_nt_fail(t, w);
   }
-  if (dtype16) {
-    gpa_nt_read(t, &out[0], u16);
-    gpa_nt_read(t, &out[1], u16 + nq);
-    gpa_nt_read(t, &out[2], u16 + nq + nk);
-  } else {
-    gpa_nt_read(t, &out[0], g);
-    gpa_nt_read(t, &out[1], g + nq);
-    gpa_nt_read(t, &out[2], g + nq + nk);
-  }
+  gpa_afix_read_grads(t, out, dtype16 ? (void *)u16 : (void *)g);
 }
 
 /* want_nd: the non-deterministic kernels should take the call (CUDA/sim). */
 static void nd_case(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int want_nd) {
-  const int64_t B = c->B, S = c->S, Sk = c->Sk, H = c->H, Hk = c->Hkv, D = c->D;
-  const int64_t nq = B * S * H * D, nk = B * Sk * Hk * D, nl = B * H * S, ng = nq + 2 * nk;
-  char what[256], w[1024];
-  snprintf(what, sizeof what, "attention_bwd nd %s B=%lld S=%lld Sk=%lld H=%lld Hkv=%lld D=%lld%s%s",
-           gpa_dtype_name(dtype), (long long)B, (long long)S, (long long)Sk, (long long)H, (long long)Hk,
-           (long long)D, c->causal ? " causal" : "", c->lens ? " lengths" : "");
-  const int64_t n[4] = {nq, nk, nk, nq}; /* q, k, v, dout */
-  float *f[4];
-  uint16_t *u[4];
-  for (int i = 0; i < 4; i++) {
-    f[i] = malloc(sizeof(float) * (size_t)(n[i] + 1));
-    u[i] = malloc(2 * (size_t)(n[i] + 1));
-    gpa_nt_fill(f[i], n[i], i < 2 ? -1.5 : -1.0, i < 2 ? 1.5 : 1.0, &seed);
-    for (int64_t j = 0; j < n[i]; j++) u[i][j] = to_t(dtype, f[i][j]), f[i][j] = from_t(dtype, u[i][j]);
-  }
-  int32_t *lens = malloc(sizeof(int32_t) * (size_t)(B + 1));
-  for (int64_t b = 0; b < B; b++) lens[b] = (int32_t)(b == 0 ? Sk : b == 1 ? 0 : (b * 7919 + 13) % (Sk + 1));
-  const int on_host = !strcmp(gpa_actor_backend(t->a), "cpu");
-  aref r = {c, 1.0 / sqrt((double)D), c->lens ? lens : NULL, gpa_nt_to_double(f[0], nq), gpa_nt_to_double(f[1], nk),
-            gpa_nt_to_double(f[2], nk), gpa_nt_to_double(f[3], nq), 0, 0};
-  if (!on_host) {
-    r.u = dtype == GPA_F16 ? 0x1p-11 : 0x1p-8;
-    r.eta = dtype == GPA_F16 ? 0x1p-25 : 0x1p-134;
-  }
-  double *o = malloc(sizeof(double) * (size_t)(nq + 1)), *lse = malloc(sizeof(double) * (size_t)(nl + 1));
-  double *dq = malloc(sizeof(double) * (size_t)(nq + 1)), *dk = malloc(sizeof(double) * (size_t)(nk + 1));
-  double *dv = malloc(sizeof(double) * (size_t)(nk + 1));
-  amag mg = {malloc(sizeof(double) * (size_t)(nq + 1)), malloc(sizeof(double) * (size_t)(nl + 1)),
-             malloc(sizeof(double) * (size_t)(nq + 1)), malloc(sizeof(double) * (size_t)(nk + 1)),
-             malloc(sizeof(double) * (size_t)(nk + 1))};
-  gpa_attn_ref(&r, o, lse, dq, dk, dv, &mg);
-  float *ro = malloc(sizeof(float) * (size_t)(nq + 1)), *rl = malloc(sizeof(float) * (size_t)(nl + 1));
-  for (int64_t i = 0; i < nq; i++) ro[i] = (float)o[i];
-  for (int64_t i = 0; i < nl; i++) rl[i] = (float)lse[i];
-
-  const int64_t qs[4] = {B, S, H, D}, ks[4] = {B, Sk, Hk, D}, ls[3] = {B, H, S};
-  gpa_tensor in[7] = {gpa_nt_tensor(t, dtype, 4, qs, u[3]),      gpa_nt_tensor(t, dtype, 4, qs, u[0]),
-                      gpa_nt_tensor(t, dtype, 4, ks, u[1]),      gpa_nt_tensor(t, dtype, 4, ks, u[2]),
-                      gpa_nt_tensor(t, GPA_F32, 4, qs, ro),      gpa_nt_tensor(t, GPA_F32, 3, ls, rl),
-                      gpa_nt_tensor(t, GPA_I32, 1, &B, lens)};
+  afix x;
+  gpa_afix_init(&x, c, dtype, "attention_bwd nd", &seed);
+  gpa_afix_ref(&x, strcmp(gpa_actor_backend(t->a), "cpu"));
+  gpa_afix_upload(t, &x);
+  const int64_t nq = x.nq, nk = x.nk, ng = nq + 2 * nk, *qs = x.qs, *ks = x.ks;
+  const double *dq = x.dq;
+  const char *what = x.what;
+  char w[1024];
+  gpa_tensor in[7] = {x.dout, x.q, x.k, x.v, gpa_nt_tensor(t, GPA_F32, 4, qs, x.ro),
+                      gpa_nt_tensor(t, GPA_F32, 3, x.ls, x.rl), x.lt};
   const uint32_t nin = c->lens ? 7 : 6;
   float *gd = malloc(sizeof(float) * (size_t)(ng + 1)), *gn = malloc(sizeof(float) * (size_t)(ng + 1));
   uint16_t *g16 = malloc(2 * (size_t)(ng + 1));
@@ -132,12 +89,7 @@ static void nd_case(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int wan
         gpa_nt_fail(t, w);
       }
   }
-  snprintf(w, sizeof w, "%s: dq", what);
-  gpa_nt_close_to(t, w, gn, dq, mg.dq, nq, 1e-5);
-  snprintf(w, sizeof w, "%s: dk", what);
-  gpa_nt_close_to(t, w, gn + nq, dk, mg.dk, nk, 1e-5);
-  snprintf(w, sizeof w, "%s: dv", what);
-  gpa_nt_close_to(t, w, gn + nq + nk, dv, mg.dv, nk, 1e-5);
+  gpa_afix_check_grads(t, &x, NULL, gn, gn + nq, gn + nq + nk, 1e-5);
   snprintf(w, sizeof w, "%s: dk, dv equal the deterministic backward's", what);
   gpa_nt_same_bits(t, w, gn + nq, gd + nq, 2 * nk);
   /* 16-bit gradients: dk, dv rounded once; dq within one unit of T */
@@ -145,12 +97,12 @@ static void nd_case(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int wan
   double dqmax = 0;
   for (int64_t j = 0; j < nq; j++) dqmax = fmax(dqmax, fabs(dq[j]));
   for (int64_t j = 0; j < ng; j++) {
-    const float want = j < nq ? gn[j] : gd[j], got = from_t(dtype, g16[j]);
+    const float want = j < nq ? gn[j] : gd[j], got = tu_from16(dtype, g16[j]);
     /* dq: the two runs' fp32 sums differ by their order (cancellation:
      * 2^-14 max|dq|, far under one unit of T at the largest) */
     const int ok = j < nq ? fabs((double)got - want) <= ulp * fabs((double)want) + tiny + 0x1p-14 * dqmax &&
                                 got == got
-                          : g16[j] == to_t(dtype, want);
+                          : g16[j] == tu_to16(dtype, want);
     if (!ok) {
       snprintf(w, sizeof w, "%s: %s gradients: element %lld of %s is %g, the f32 run's %g", what,
                gpa_dtype_name(dtype), (long long)(j < nq ? j : j < nq + nk ? j - nq : j - nq - nk),
@@ -159,9 +111,8 @@ static void nd_case(gpa_nt *t, const acase *c, int dtype, uint64_t seed, int wan
       break;
     }
   }
-  for (int i = 0; i < 4; i++) free(f[i]), free(u[i]);
-  free(lens); free(o); free(lse); free(dq); free(dk); free(dv); free(ro); free(rl); free(gd); free(gn); free(g16);
-  free(mg.o); free(mg.lse); free(mg.dq); free(mg.dk); free(mg.dv); free(r.q); free(r.k); free(r.v); free(r.w);
+  free(gd); free(gn); free(g16);
+  gpa_afix_free(&x);
 }
 
 #ifdef GPA_HAVE_CUDA_BACKEND
@@ -190,8 +141,8 @@ static void faults(gpa_nt *t) {
   uint16_t *u = malloc(2 * (size_t)(2 * nq + 2 * nk));
   gpa_nt_fill(f, 2 * nq + nl, -1.0, 1.0, &seed);
   gpa_nt_fill(fk, 2 * nk, -1.0, 1.0, &seed);
-  for (int64_t i = 0; i < 2 * nq; i++) u[i] = to_t(GPA_BF16, f[i]);
-  for (int64_t i = 0; i < 2 * nk; i++) u[2 * nq + i] = to_t(GPA_BF16, fk[i]);
+  for (int64_t i = 0; i < 2 * nq; i++) u[i] = tu_to16(GPA_BF16, f[i]);
+  for (int64_t i = 0; i < 2 * nk; i++) u[2 * nq + i] = tu_to16(GPA_BF16, fk[i]);
   for (int64_t i = 0; i < nl; i++) f[2 * nq + i] = 2.0f + f[2 * nq + i]; /* lse: any finite values */
   const gpa_tensor in[6] = {gpa_nt_tensor(t, GPA_BF16, 4, qs, u),
                             gpa_nt_tensor(t, GPA_BF16, 4, qs, u + nq),
@@ -205,7 +156,7 @@ static void faults(gpa_nt *t) {
   gpa_handle *h = NULL;
   CHECK_OK(bwd_on(t->q, in, out, 1, &h));
   gpa_handle_release(h);
-  for (int i = 0; i < 3; i++) gpa_nt_read(t, &out[i], gd + (i ? nq + (i - 1) * nk : 0));
+  gpa_afix_read_grads(t, out, gd);
 
   gpa_status st = (sim.fault_launch(2), bwd_on(t->q, in, out, 0, &h));
   tcu_expect_refused(t->q, st, h, "attention_bwd (deterministic=0)", 2, "gpa_fa2nx_dkv_bf16_d64");
@@ -215,12 +166,12 @@ static void faults(gpa_nt *t) {
   CHECK_OK(bwd_on(t->q, in, out, 0, &h));
   gpa_handle_release(h);
   CHECK(nd_calls() > n0);
-  for (int i = 0; i < 3; i++) gpa_nt_read(t, &out[i], gn + (i ? nq + (i - 1) * nk : 0));
+  gpa_afix_read_grads(t, out, gn);
   CHECK(!memcmp(gn + nq, gd + nq, 2 * (size_t)(2 * nk))); /* dk, dv: the same code */
   double mx = 0;
-  for (int64_t i = 0; i < nq; i++) mx = fmax(mx, fabs(from_t(GPA_BF16, gd[i])));
+  for (int64_t i = 0; i < nq; i++) mx = fmax(mx, fabs(tu_from16(GPA_BF16, gd[i])));
   for (int64_t i = 0; i < nq; i++) { /* dq: the fp32 sums in another order (cancellation: mx) */
-    const double a = from_t(GPA_BF16, gn[i]), b = from_t(GPA_BF16, gd[i]);
+    const double a = tu_from16(GPA_BF16, gn[i]), b = tu_from16(GPA_BF16, gd[i]);
     CHECK(fabs(a - b) <= 0x1p-7 * fabs(b) + 0x1p-12 * mx);
   }
   printf("ok: the non-deterministic backward's refused launches, then a right one\n");
@@ -237,7 +188,7 @@ static void faults(gpa_nt *t) {
   sim.fault_clear();
   CHECK_OK(bwd_on(fq, in, out, 0, &h));
   gpa_handle_release(h);
-  for (int i = 0; i < 3; i++) gpa_nt_read(t, &out[i], gn + (i ? nq + (i - 1) * nk : 0));
+  gpa_afix_read_grads(t, out, gn);
   CHECK(!memcmp(gn + nq, gd + nq, 2 * (size_t)(2 * nk)));
   CHECK_OK(gpa_queue_destroy(fq));
   printf("ok: the dQ accumulator's scratch out of memory: GPA_ENOMEM; memory back, the op runs\n");

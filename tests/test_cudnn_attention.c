@@ -32,9 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util/attn_ref.h"
-#include "util/half.h"
-#include "util/nn_test.h"
+#include "util/attn_fixture.h"
 #include "util/testutil.h"
 
 #ifndef GPA_HAVE_CUDA_BACKEND
@@ -172,15 +170,6 @@ static int sim_engine(void) {
 
 /* ---- 16-bit values ----------------------------------------------------------------------------------- */
 
-static uint16_t to16(int dt, float f) { return dt == GPA_BF16 ? tu_to_bf16(f) : tu_to_f16(f); }
-static float from16(int dt, uint16_t h) { return dt == GPA_BF16 ? tu_from_bf16(h) : tu_from_f16(h); }
-
-/* n values in [-lim, lim) rounded to dt: bits into u, values into f. */
-static void fill16(int dt, float *f, uint16_t *u, int64_t n, double lim, uint64_t *seed) {
-  gpa_nt_fill(f, n, -lim, lim, seed);
-  for (int64_t i = 0; i < n; i++) f[i] = from16(dt, u[i] = to16(dt, f[i]));
-}
-
 static uint16_t *nan16(int64_t n) {
   uint16_t *u = malloc(2 * (size_t)(n + 1));
   for (int64_t i = 0; i < n; i++) u[i] = 0xffff; /* NaN in bf16 and fp16: catches what is not written */
@@ -191,7 +180,7 @@ static float *read16(gpa_nt *t, int dt, const gpa_tensor *x, int64_t n) {
   uint16_t *u = malloc(2 * (size_t)(n + 1));
   float *f = malloc(sizeof(float) * (size_t)(n + 1));
   gpa_nt_read(t, x, u);
-  for (int64_t i = 0; i < n; i++) f[i] = from16(dt, u[i]);
+  for (int64_t i = 0; i < n; i++) f[i] = tu_from16(dt, u[i]);
   free(u);
   return f;
 }
@@ -261,56 +250,32 @@ static void expect(gpa_nt *t, const char *what, gpa_status got, gpa_status want,
 }
 
 static void parity(gpa_nt *t, const acase *c, int dt, uint64_t seed) {
-  int64_t B = c->B, S = c->S, Sk = c->Sk, H = c->H, Hk = c->Hkv, D = c->D;
-  int64_t nq = B * S * H * D, nk = B * Sk * Hk * D, nl = B * H * S;
-  int64_t qs[4] = {B, S, H, D}, ks[4] = {B, Sk, Hk, D}, ls[3] = {B, H, S};
-  char what[200], w[400];
-  snprintf(what, sizeof what, "cuDNN %s B=%lld S=%lld Sk=%lld H=%lld Hkv=%lld D=%lld%s%s", gpa_dtype_name(dt),
-           (long long)B, (long long)S, (long long)Sk, (long long)H, (long long)Hk, (long long)D,
-           c->causal ? " causal" : "", c->lens ? " lengths" : "");
-  int64_t n[4] = {nq, nk, nk, nq};
-  float *f[4];
-  uint16_t *u[4];
-  for (int i = 0; i < 4; i++) {
-    f[i] = malloc(sizeof(float) * (size_t)(n[i] + 1));
-    u[i] = malloc(2 * (size_t)(n[i] + 1));
-    fill16(dt, f[i], u[i], n[i], i < 2 ? 1.5 : 1.0, &seed);
-  }
-  int32_t lens[8];
-  for (int64_t b = 0; b < B; b++) lens[b] = (int32_t)(b == 0 ? Sk : b == 1 ? 0 : 1 + (b * 7919) % Sk);
-  aref r = {c, 1.0 / sqrt((double)D), c->lens ? lens : NULL, gpa_nt_to_double(f[0], nq), gpa_nt_to_double(f[1], nk),
-            gpa_nt_to_double(f[2], nk), gpa_nt_to_double(f[3], nq), dt == GPA_F16 ? 0x1p-11 : 0x1p-8,
-            dt == GPA_F16 ? 0x1p-25 : 0x1p-134};
-  double *o = malloc(8 * (size_t)nq), *lse = malloc(8 * (size_t)nl), *dq = malloc(8 * (size_t)nq);
-  double *dk = malloc(8 * (size_t)nk), *dv = malloc(8 * (size_t)nk);
-  amag mg = {malloc(8 * (size_t)nq), malloc(8 * (size_t)nl), malloc(8 * (size_t)nq), malloc(8 * (size_t)nk),
-             malloc(8 * (size_t)nk)};
-  gpa_attn_ref(&r, o, lse, dq, dk, dv, &mg);
-  delta_mags(&r, o, lse, r.u, mg.dq, mg.dk);
+  afix fx;
+  gpa_afix_init(&fx, c, dt, "cuDNN", &seed);
+  gpa_afix_ref(&fx, 1);
+  gpa_afix_upload(t, &fx);
+  delta_mags(&fx.r, fx.o, fx.lse, fx.r.u, fx.mg.dq, fx.mg.dk);
+  const int64_t nq = fx.nq, nk = fx.nk, nl = fx.nl, *qs = fx.qs, *ks = fx.ks, *ls = fx.ls;
+  const char *what = fx.what;
+  char w[400];
   /* the backward reads o in the storage type: the reference's, rounded */
   uint16_t *ro = malloc(2 * (size_t)(nq + 1));
-  float *rl = malloc(sizeof(float) * (size_t)(nl + 1));
-  for (int64_t i = 0; i < nq; i++) ro[i] = to16(dt, (float)o[i]);
-  for (int64_t i = 0; i < nl; i++) rl[i] = (float)lse[i];
+  for (int64_t i = 0; i < nq; i++) ro[i] = tu_to16(dt, (float)fx.o[i]);
   uint16_t *nanq = nan16(nq), *nank = nan16(nk);
-  bufs x = {gpa_nt_tensor(t, dt, 4, qs, u[0]), gpa_nt_tensor(t, dt, 4, ks, u[1]), gpa_nt_tensor(t, dt, 4, ks, u[2]),
-            gpa_nt_tensor(t, dt, 4, qs, u[3]), gpa_nt_tensor(t, GPA_I32, 1, &B, lens),
-            gpa_nt_tensor(t, dt, 4, qs, nanq), gpa_nt_out(t, 3, ls), gpa_nt_tensor(t, dt, 4, qs, nanq),
-            gpa_nt_tensor(t, dt, 4, ks, nank), gpa_nt_tensor(t, dt, 4, ks, nank), c->lens ? 4 : 3, c->lens ? 7 : 6};
+  bufs x = {fx.q, fx.k, fx.v, fx.dout, fx.lt, gpa_nt_tensor(t, dt, 4, qs, nanq), gpa_nt_out(t, 3, ls),
+            gpa_nt_tensor(t, dt, 4, qs, nanq), gpa_nt_tensor(t, dt, 4, ks, nank), gpa_nt_tensor(t, dt, 4, ks, nank),
+            c->lens ? 4 : 3, c->lens ? 7 : 6};
   gpa_attr at = attr_i("causal", c->causal);
   snprintf(w, sizeof w, "%s: forward", what);
   expect(t, w, run_fwd(t, &x, &at, 1), GPA_OK, NULL);
   double ulp = dt == GPA_F16 ? 0x1p-11 : 0x1p-8; /* the output's rounding: half an ulp */
   float *go = read16(t, dt, &x.o, nq), *gl = malloc(sizeof(float) * (size_t)(nl + 1));
   gpa_nt_read(t, &x.lse, gl);
-  snprintf(w, sizeof w, "%s: o", what);
-  gpa_nt_close_to(t, w, go, o, mg.o, nq, ulp);
-  snprintf(w, sizeof w, "%s: lse", what);
-  gpa_nt_close_to(t, w, gl, lse, mg.lse, nl, 1e-5);
+  gpa_afix_check_fwd(t, &fx, go, gl, ulp);
 
   /* backward from the reference's o (rounded) and lse, twice: same bits */
   x.o = gpa_nt_tensor(t, dt, 4, qs, ro);
-  x.lse = gpa_nt_tensor(t, GPA_F32, 3, ls, rl);
+  x.lse = gpa_nt_tensor(t, GPA_F32, 3, ls, fx.rl);
   float *g[2][3];
   for (int rep = 0; rep < 2; rep++) {
     snprintf(w, sizeof w, "%s: backward #%d", what, rep + 1);
@@ -321,11 +286,9 @@ static void parity(gpa_nt *t, const acase *c, int dt, uint64_t seed) {
     g[rep][2] = read16(t, dt, &x.dv, nk);
   }
   const char *names[3] = {"dq", "dk", "dv"};
-  const double *refs[3] = {dq, dk, dv}, *mags[3] = {mg.dq, mg.dk, mg.dv};
   const int64_t ns[3] = {nq, nk, nk};
+  gpa_afix_check_grads(t, &fx, NULL, g[0][0], g[0][1], g[0][2], ulp);
   for (int i = 0; i < 3; i++) {
-    snprintf(w, sizeof w, "%s: %s", what, names[i]);
-    gpa_nt_close_to(t, w, g[0][i], refs[i], mags[i], ns[i], ulp);
     snprintf(w, sizeof w, "%s: %s, deterministic", what, names[i]);
     gpa_nt_same_bits(t, w, g[0][i], g[1][i], ns[i]);
   }
@@ -340,18 +303,13 @@ static void parity(gpa_nt *t, const acase *c, int dt, uint64_t seed) {
     snprintf(w, sizeof w, "%s: backward, non-deterministic #%d", what, rep + 1);
     expect(t, w, run_bwd(t, &x, nd, 2), GPA_OK, NULL);
     if (on_sim && sim_engine() != 0) gpa_nt_fail(t, "the non-deterministic backward did not run its engine");
-    const gpa_tensor *outs[3] = {&x.dq, &x.dk, &x.dv};
-    for (int i = 0; i < 3; i++) {
-      float *gi = read16(t, dt, outs[i], ns[i]);
-      snprintf(w, sizeof w, "%s: %s, non-deterministic #%d", what, names[i], rep + 1);
-      gpa_nt_close_to(t, w, gi, refs[i], mags[i], ns[i], ulp);
-      free(gi);
-    }
+    float *gi[3] = {read16(t, dt, &x.dq, nq), read16(t, dt, &x.dk, nk), read16(t, dt, &x.dv, nk)};
+    snprintf(w, sizeof w, ", non-deterministic #%d", rep + 1);
+    gpa_afix_check_grads(t, &fx, w, gi[0], gi[1], gi[2], ulp);
+    for (int i = 0; i < 3; i++) free(gi[i]);
   }
-  for (int i = 0; i < 4; i++) free(f[i]), free(u[i]);
-  free(r.q), free(r.k), free(r.v), free(r.w);
-  free(o), free(lse), free(dq), free(dk), free(dv), free(mg.o), free(mg.lse), free(mg.dq), free(mg.dk), free(mg.dv);
-  free(ro), free(rl), free(nanq), free(nank), free(go), free(gl);
+  free(ro), free(nanq), free(nank), free(go), free(gl);
+  gpa_afix_free(&fx);
 }
 
 /* A small bf16 case's buffers (values random), for the cache, declines and faults. */
@@ -361,7 +319,7 @@ static bufs small(gpa_nt *t, int dt, int64_t B, int64_t S, int64_t Sk, int64_t H
   int64_t nmax = nq > nk ? nq : nk;
   float *f = malloc(sizeof(float) * (size_t)(2 * nmax + 1));
   uint16_t *u = malloc(4 * (size_t)(nmax + 1));
-  fill16(GPA_BF16, f, u, 2 * nmax, 1.0, &seed);
+  gpa_afix_fill(GPA_BF16, f, u, 2 * nmax, -1.0, 1.0, &seed);
   const void *d = dt == GPA_F32 ? (const void *)f : (const void *)u;
   bufs x = {gpa_nt_tensor(t, dt, 4, qs, d), gpa_nt_tensor(t, dt, 4, ks, d), gpa_nt_tensor(t, dt, 4, ks, d),
             gpa_nt_tensor(t, dt, 4, qs, d), {0}, gpa_nt_tensor(t, odt, 4, qs, NULL), gpa_nt_out(t, 3, ls),
@@ -683,7 +641,7 @@ static void storage_outputs(gpa_nt *t, int dt) {
   uint64_t seed = 5;
   float *f = malloc(sizeof(float) * (size_t)(2 * nq + 2 * nk));
   uint16_t *u = malloc(2 * (size_t)(2 * nq + 2 * nk));
-  fill16(dt, f, u, 2 * nq + 2 * nk, 1.0, &seed);
+  gpa_afix_fill(dt, f, u, 2 * nq + 2 * nk, -1.0, 1.0, &seed);
   int32_t lens[2] = {(int32_t)Sk, 5};
   gpa_tensor q = gpa_nt_tensor(t, dt, 4, qs, u), k = gpa_nt_tensor(t, dt, 4, ks, u + nq);
   gpa_tensor v = gpa_nt_tensor(t, dt, 4, ks, u + nq + nk), dout = gpa_nt_tensor(t, dt, 4, qs, u + nq + 2 * nk);
@@ -724,7 +682,7 @@ static void storage_outputs(gpa_nt *t, int dt) {
     expect(t, "attention_fwd, 16-bit o", gpa_nt_run(t, "attention_fwd", in, 4, out16, 2, &at, 1), GPA_OK, NULL);
     float *a = malloc(sizeof(float) * (size_t)nq), *r = read16(t, dt, &o16, nq);
     gpa_nt_read(t, &o32, a);
-    for (int64_t i = 0; i < nq; i++) a[i] = from16(dt, to16(dt, a[i]));
+    for (int64_t i = 0; i < nq; i++) a[i] = tu_from16(dt, tu_to16(dt, a[i]));
     snprintf(w, sizeof w, "%s: o against the f32 o rounded", what);
     gpa_nt_same_bits(t, w, r, a, nq);
     gpa_tensor bin[7] = {dout, q, k, v, o16, lse2, l};
@@ -736,7 +694,7 @@ static void storage_outputs(gpa_nt *t, int dt) {
     for (int i = 0; i < 3; i++) {
       float *g = malloc(sizeof(float) * (size_t)n[i]), *h = read16(t, dt, &g16[i], n[i]);
       gpa_nt_read(t, &g32[i], g);
-      for (int64_t j = 0; j < n[i]; j++) g[j] = from16(dt, to16(dt, g[j]));
+      for (int64_t j = 0; j < n[i]; j++) g[j] = tu_from16(dt, tu_to16(dt, g[j]));
       snprintf(w, sizeof w, "%s: gradient %d against the f32 one rounded", what, i);
       gpa_nt_same_bits(t, w, h, g, n[i]);
       free(g), free(h);
