@@ -70,6 +70,17 @@ gpa_status gpa__chk_float(const char *op, const char *arg, const gpa_tensor *t, 
   return gpa__chk_dtype(op, arg, t, GPA_F32, GPA_BF16, msg, msg_size);
 }
 
+gpa_status gpa__chk_disjoint(const char *op, const char *arg, const gpa_tensor *t, const char *u_arg,
+                             const gpa_tensor *u, char *msg, size_t msg_size) {
+  uint64_t tb = (uint64_t)gpa__chk_numel(t) * gpa_dtype_size(t->dtype);
+  uint64_t ub = (uint64_t)gpa__chk_numel(u) * gpa_dtype_size(u->dtype);
+  if (t->buffer != u->buffer || !tb || !ub || t->offset >= u->offset + ub || u->offset >= t->offset + tb)
+    return GPA_OK;
+  snprintf(msg, msg_size, "%s: %s (%s) overlaps %s (%s): an output of another dtype than the operand it meets "
+           "cannot run in place", op, arg, gpa_dtype_name(t->dtype), u_arg, gpa_dtype_name(u->dtype));
+  return GPA_EINVAL;
+}
+
 gpa_status gpa__chk_like(const char *op, const char *arg, const gpa_tensor *t, const gpa_tensor *like,
                          const char *like_arg, char *msg, size_t msg_size) {
   if (t->dtype != like->dtype) {

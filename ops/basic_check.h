@@ -40,6 +40,10 @@ gpa_status gpa__chk_float(const char *op, const char *arg, const gpa_tensor *t, 
 /* t has the dtype and exactly the shape of `like` (named like_arg). */
 gpa_status gpa__chk_like(const char *op, const char *arg, const gpa_tensor *t, const gpa_tensor *like,
                          const char *like_arg, char *msg, size_t msg_size);
+/* t and u (named arg, u_arg) share no byte: a mixed-dtype op's output may
+ * not overlap an operand of another element size (EINVAL). */
+gpa_status gpa__chk_disjoint(const char *op, const char *arg, const gpa_tensor *t, const char *u_arg,
+                             const gpa_tensor *u, char *msg, size_t msg_size);
 /* Writes dtype/rank/shape into an expected output. */
 void gpa__chk_set(gpa_tensor *out, int dtype, uint32_t rank, const int64_t *shape);
 /* Expected output of a scalar result: [] unless the caller passed [1]. */

@@ -118,6 +118,20 @@ int main(void) {
     gpa_pcase_attr_float(&c, "alpha", 2.5);
     check_both(p, c);
   }
+  /* the mixed add (f32 + bf16 -> f32: a bf16 branch into the fp32 residual
+   * stream), either order, in place over the f32 operand; fp32 tolerance
+   * (the reference reads the same bf16 values) */
+  const int64_t mlens[] = {0, 1, 7, 8, 97, 4099, 65537};
+  for (size_t i = 0; i < sizeof mlens / sizeof mlens[0]; i++)
+    for (int k = 0; k < 3; k++) {
+      gpa_pcase c = gpa_pcase_make("add", ref_add);
+      gpa_pcase_in(&c, k == 1 ? gpa_pt_bf16(1, &mlens[i], -3, 3) : gpa_pt_f32(1, &mlens[i], -3, 3));
+      gpa_pcase_in(&c, k == 1 ? gpa_pt_f32(1, &mlens[i], -3, 3) : gpa_pt_bf16(1, &mlens[i], -3, 3));
+      if (k == 2) gpa_pcase_out_alias(&c, 0);
+      else gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 1, &mlens[i]));
+      c.label = k == 0 ? "mixed: f32 + bf16" : k == 1 ? "mixed: bf16 + f32" : "mixed, in place over a";
+      gpa_parity_check(p, &c);
+    }
   gpa_pcase c = binary("add", ref_add, 0, NULL);
   check_both(p, c);
   c = binary("add", ref_add, 3, SH(3, 5, 7));
@@ -211,9 +225,16 @@ int main(void) {
   gpa_pcase_in(&c, gpa_pt_mask(GPA_U8, 2, SH(2, 5), 0.5));
   gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 3, SH(2, 5, 4)));
   gpa_parity_expect_error(p, &c, GPA_ESHAPE, "dy has shape [3,4], expected [2,4] (B of mask)");
-  c = bf16_of(binary("add", ref_add, 1, SH(4)));
+  c = bf16_of(binary("add", ref_add, 1, SH(4))); /* a mixed pair writes f32 */
   c.in[1].dtype = GPA_F32;
-  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "add: b has dtype f32, expected bf16 (the dtype of a)");
+  gpa_parity_expect_error(p, &c, 0, NULL); /* the message: test_mixed_dtypes */
+  c = bf16_of(binary("add", ref_add, 1, SH(4)));
+  c.in[1].dtype = GPA_F16;
+  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "add: b has dtype f16, expected bf16 (the dtype of a)");
+  c = binary("add", ref_add, 2, SH(3, 4));
+  c.in[1].dtype = GPA_BF16;
+  c.in[1].shape[1] = 5;
+  gpa_parity_expect_error(p, &c, GPA_ESHAPE, "add: b has shape [3,5], expected [3,4] (shape of a)");
   c = gpa_pcase_make("add_broadcast_fwd", ref_bc_fwd);
   gpa_pcase_in(&c, gpa_pt_bf16(3, SH(2, 3, 4), -2, 2));
   gpa_pcase_in(&c, gpa_pt_f32(2, SH(2, 4), -2, 2));

@@ -88,11 +88,42 @@ int main(void) {
   c.rtol = GPA_PARITY_BF16_RTOL;
   c.label = "bf16 tails";
   gpa_parity_check(p, &c);
-  c = gpa_pcase_make("gelu_bwd", ref_bwd);
+  /* the mixed backward (x and dx bf16, dy f32: the fp32 residual gradient
+   * meeting a bf16 branch in gpa-train-lm --bf16), 16-byte and scalar paths */
+  const int64_t mlens[] = {0, 1, 7, 8, 17, 1023, 4099, 65536 + 3};
+  for (int form = 0; form <= 1; form++)
+    for (size_t i = 0; i < sizeof mlens / sizeof mlens[0]; i++) {
+      c = gpa_pcase_make("gelu_bwd", ref_bwd);
+      gpa_pcase_in(&c, gpa_pt_bf16(1, &mlens[i], -6, 6));
+      gpa_pcase_in(&c, gpa_pt_f32(1, &mlens[i], -2, 2));
+      gpa_pcase_out(&c, gpa_pt_spec(GPA_BF16, 1, &mlens[i]));
+      gpa_pcase_attr_int(&c, "approximate", form);
+      c.rtol = GPA_PARITY_BF16_RTOL;
+      c.label = "mixed: x bf16, dy f32";
+      gpa_parity_check(p, &c);
+    }
+  c = gpa_pcase_make("gelu_bwd", ref_bwd); /* in place over x (bf16) */
+  gpa_pcase_in(&c, gpa_pt_bf16(2, (const int64_t[]){33, 96}, -6, 6));
+  gpa_pcase_in(&c, gpa_pt_f32(2, (const int64_t[]){33, 96}, -2, 2));
+  gpa_pcase_out_alias(&c, 0);
+  c.rtol = GPA_PARITY_BF16_RTOL;
+  c.label = "mixed, dx over x";
+  gpa_parity_check(p, &c);
+  c = gpa_pcase_make("gelu_bwd", ref_bwd); /* the other mix is refused */
+  gpa_pcase_in(&c, gpa_pt_f32(1, (const int64_t[]){8}, -1, 1));
+  gpa_pcase_in(&c, gpa_pt_bf16(1, (const int64_t[]){8}, -1, 1));
+  gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 1, (const int64_t[]){8}));
+  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "gelu_bwd: dy has dtype bf16, expected f32 (the dtype of x)");
+  c = gpa_pcase_make("gelu_bwd", ref_bwd); /* dx follows x: bf16 */
   gpa_pcase_in(&c, gpa_pt_bf16(1, (const int64_t[]){8}, -1, 1));
   gpa_pcase_in(&c, gpa_pt_f32(1, (const int64_t[]){8}, -1, 1));
+  gpa_pcase_out(&c, gpa_pt_spec(GPA_F32, 1, (const int64_t[]){8}));
+  gpa_parity_expect_error(p, &c, 0, NULL); /* the message: test_mixed_dtypes */
+  c = gpa_pcase_make("gelu_bwd", ref_bwd);
+  gpa_pcase_in(&c, gpa_pt_bf16(1, (const int64_t[]){8}, -1, 1));
+  gpa_pcase_in(&c, gpa_pt_f32(1, (const int64_t[]){9}, -1, 1));
   gpa_pcase_out(&c, gpa_pt_spec(GPA_BF16, 1, (const int64_t[]){8}));
-  gpa_parity_expect_error(p, &c, GPA_EDTYPE, "gelu_bwd: dy has dtype f32, expected bf16 (the dtype of x)");
+  gpa_parity_expect_error(p, &c, GPA_ESHAPE, "gelu_bwd: dy has shape [9], expected [8] (shape of x)");
 
   c = fwd(1, (const int64_t[]){8}, -1, 1, 2);
   gpa_parity_expect_error(p, &c, 0, "approximate");

@@ -42,6 +42,12 @@ static void ref_bwd(const gpa_pcase *c, gpa_parr *in, gpa_parr *out) {
   }
 }
 
+/* the mixed form's dx_bf16 (outputs[3]): dx again, rounded once */
+static void ref_bwd_copy(const gpa_pcase *c, gpa_parr *in, gpa_parr *out) {
+  ref_bwd(c, in, out);
+  for (int64_t i = 0; i < out[0].n; i++) out[3].d[i] = out[0].d[i];
+}
+
 /* layernorm_bwd on its own (no forward, no finite differences: cheap at
  * thousands of rows); dt: x, dy, dx storage */
 static gpa_pcase bwd_case(int dt, int64_t N, int64_t D) {
@@ -122,6 +128,42 @@ int main(void) {
     gpa_parity_check(p, &bc);
     gpa_pcase bb = bwd_case(GPA_BF16, N, D);
     gpa_parity_check(p, &bb);
+  }
+  /* the mixed forms (gpa-train-lm --bf16: the fp32 layernorm beside bf16
+   * GEMMs): x f32 with y bf16; x f32 with dy bf16 (dx f32 at the fp32
+   * tolerance: the reference reads the same bf16 dy), and with the
+   * dx_bf16 copy; 16-byte and scalar paths, lane groups and rows, the
+   * split sums and the partials on CUDA */
+  const int64_t mshapes[][2] = {{1, 1}, {3, 5}, {31, 97}, {0, 8}, {17, 256}, {4096, 96}, {1001, 97},
+                                {64, 1024}, {3, 4100}, {5, 1100}, {2, 2048}};
+  for (size_t i = 0; i < sizeof mshapes / sizeof mshapes[0]; i++) {
+    int64_t N = mshapes[i][0], D = mshapes[i][1];
+    gpa_pcase mc = fwd_case(N, D, -2, 2);
+    mc.out[0].dtype = GPA_BF16;
+    mc.rtol = GPA_PARITY_BF16_RTOL;
+    mc.label = "mixed: x f32, y bf16";
+    gpa_parity_check(p, &mc);
+    gpa_pcase mb = bwd_case(GPA_F32, N, D);
+    mb.in[1] = gpa_pt_bf16(2, (int64_t[]){N, D}, -1, 1);
+    mb.label = "mixed: x f32, dy bf16";
+    gpa_parity_check(p, &mb);
+    mb.ref = ref_bwd_copy;
+    gpa_pcase_out(&mb, gpa_pt_spec(GPA_BF16, 2, (int64_t[]){N, D}));
+    mb.rtol = GPA_PARITY_BF16_RTOL;
+    mb.label = "mixed: x f32, dy bf16, dx_bf16";
+    gpa_parity_check(p, &mb);
+  }
+  {
+    gpa_pcase mb = bwd_case(GPA_F32, 4, 8); /* dx follows x: f32 */
+    mb.in[1] = gpa_pt_bf16(2, (int64_t[]){4, 8}, -1, 1);
+    mb.out[0].dtype = GPA_BF16;
+    gpa_parity_expect_error(p, &mb, 0, NULL); /* the message: test_mixed_dtypes */
+    mb = bwd_case(GPA_F32, 4, 8);
+    gpa_pcase_out(&mb, gpa_pt_spec(GPA_BF16, 2, (int64_t[]){4, 8}));
+    gpa_parity_expect_error(p, &mb, GPA_EINVAL, "dx_bf16 (outputs[3]) is written only by the mixed form");
+    mb = bwd_case(GPA_F32, 4, 8);
+    mb.in[1] = gpa_pt_bf16(2, (int64_t[]){4, 9}, -1, 1);
+    gpa_parity_expect_error(p, &mb, GPA_ESHAPE, "layernorm_bwd: dy has shape [4,9], expected [4,8] (shape of x)");
   }
   {
     gpa_pcase bc = fwd_case(4, 8, -1, 1);

@@ -43,6 +43,21 @@ extern "C" __global__ void gpa_ew_add_f32(float *y, const float *a, const float 
 #undef ONE
 }
 
+/* The mixed form (ops/elementwise): y f32 = a f32 + b bf16, four values a
+ * step (a and y float4, b 8 bytes) as gpa_ew_add_f32: the bits of the add
+ * beside a cast of b. */
+extern "C" __global__ void gpa_ew_add_f32_bf16(float *y, const float *a, const gpa_bf16 *b, long long n, int vec) {
+#define CH(i0)                                                                                              \
+  const float4 u = F4(a, i0);                                                                               \
+  const uint2 w = *reinterpret_cast<const uint2 *>(b + (i0));                                               \
+  ST4(y, i0) = make_float4(u.x + __uint_as_float(w.x << 16), u.y + __uint_as_float(w.x & 0xffff0000u),      \
+                           u.z + __uint_as_float(w.y << 16), u.w + __uint_as_float(w.y & 0xffff0000u));
+#define ONE(i) y[i] = a[i] + gpa_bf2f(b[i]);
+  GPA_F4_LOOP(n, vec, CH, ONE);
+#undef CH
+#undef ONE
+}
+
 /* y = alpha * x (+ y0 when y0 != NULL) */
 extern "C" __global__ void gpa_ew_axpy_f32(float *y, const float *x, const float *y0, float alpha, long long n,
                                            int vec) {
@@ -370,6 +385,26 @@ extern "C" __global__ void __launch_bounds__(256, 8)
   GPA_UNROLL for (int k = 0; k < 8; k++) vx[k] = vd[k] * gelu_grad(vx[k], approximate); \
   gpa_bf8_store(dx + (i0), vx);
 #define ONE(i) dx[i] = gpa_f2bf(gpa_bf2f(dy[i]) * gelu_grad(gpa_bf2f(x[i]), approximate));
+  GPA_BF8_LOOP(n, vec, CH, ONE);
+#undef CH
+#undef ONE
+}
+
+/* The mixed form: x and dx bf16, dy f32 (read as two float4 a step of 8). */
+extern "C" __global__ void __launch_bounds__(256, 8) gpa_gelu_bwd_bf16_f32dy(gpa_bf16 *dx, const gpa_bf16 *x,
+                                                                            const float *dy, long long n,
+                                                                            int approximate, int vec) {
+#define CH(i0)                                                              \
+  float vx[8], vd[8];                                                       \
+  gpa_bf8_load(x + (i0), vx);                                               \
+  {                                                                         \
+    const float4 d0 = F4(dy, (i0)), d1 = F4(dy, (i0) + 4);                  \
+    vd[0] = d0.x, vd[1] = d0.y, vd[2] = d0.z, vd[3] = d0.w;                 \
+    vd[4] = d1.x, vd[5] = d1.y, vd[6] = d1.z, vd[7] = d1.w;                 \
+  }                                                                         \
+  GPA_UNROLL for (int k = 0; k < 8; k++) vx[k] = vd[k] * gelu_grad(vx[k], approximate); \
+  gpa_bf8_store(dx + (i0), vx);
+#define ONE(i) dx[i] = gpa_f2bf(dy[i] * gelu_grad(gpa_bf2f(x[i]), approximate));
   GPA_BF8_LOOP(n, vec, CH, ONE);
 #undef CH
 #undef ONE

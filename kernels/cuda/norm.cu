@@ -15,21 +15,59 @@
  * (fixed rows, fixed order), then one thread per column adds the partials in
  * block order in double. No atomics. Both take 16-byte accesses (float4, 8
  * bf16) where D and the pointers allow: one template per kernel for both
- * storage types, at the end of the file. */
+ * storage types, at the end of the file. The mixed forms (x f32 with y bf16
+ * forward, dy bf16 backward: where an fp32 layernorm meets bf16 GEMMs in
+ * mixed precision) are the fp32 kernels with a bf16 side: the fp32 bits,
+ * rounded once where bf16 is written, so they replace a cast beside the op. */
 #include "gpa_bf16.h"
 #include "gpa_rows.h"
 #include "launch_shapes.h"
 #include "split_sum.h"
 
-/* vec4: D % 4 == 0 and x, y, gamma, beta 16-byte aligned (checked by the host). */
-extern "C" __global__ void gpa_ln_fwd_f32(const float *__restrict__ x, const float *__restrict__ gamma,
-                                          const float *__restrict__ beta, float *__restrict__ y,
-                                          float *__restrict__ mean_out, float *__restrict__ rstd_out, long long n,
-                                          int d, float eps, int vec4, int g) {
+/* ---- loads and stores by storage type ------------------------------------
+ * Scalar (ln_ld, ln_st) and vector (ln_ldv, ln_stv: V values by the
+ * array's length) accesses of fp32 or bf16 rows, widened to fp32 / rounded
+ * once. A vector of V values is 16 bytes for the kernels of one storage
+ * type (4 floats, 8 bf16); the mixed kernels (x f32 with y or dy bf16:
+ * the fp32 kernels' geometry, V = 4) move the bf16 side 8 bytes at a time,
+ * so they sum in the fp32 kernels' order and give their bits (rounded once
+ * where bf16 is written). */
+static __device__ __forceinline__ float ln_ld(const float *p, long long i) { return p[i]; }
+static __device__ __forceinline__ float ln_ld(const gpa_bf16 *p, long long i) { return gpa_bf2f(p[i]); }
+static __device__ __forceinline__ void ln_st(float *p, long long i, float v) { p[i] = v; }
+static __device__ __forceinline__ void ln_st(gpa_bf16 *p, long long i, float v) { p[i] = gpa_f2bf(v); }
+
+static __device__ __forceinline__ void ln_load8f(const float *p, float *v) {
+  const float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+static __device__ __forceinline__ void ln_ldv(const float *p, float (&v)[4]) { gpa_ld16(p, v); }
+static __device__ __forceinline__ void ln_ldv(const float *p, float (&v)[8]) { ln_load8f(p, v); }
+static __device__ __forceinline__ void ln_ldv(const gpa_bf16 *p, float (&v)[8]) { gpa_bf8_load(p, v); }
+static __device__ __forceinline__ void ln_ldv(const gpa_bf16 *p, float (&v)[4]) { /* p 8-byte aligned */
+  const uint2 u = *reinterpret_cast<const uint2 *>(p);
+  v[0] = __uint_as_float(u.x << 16), v[1] = __uint_as_float(u.x & 0xffff0000u);
+  v[2] = __uint_as_float(u.y << 16), v[3] = __uint_as_float(u.y & 0xffff0000u);
+}
+static __device__ __forceinline__ void ln_stv(float *p, const float (&v)[4]) { gpa_st16(p, v); }
+static __device__ __forceinline__ void ln_stv(gpa_bf16 *p, const float (&v)[8]) { gpa_bf8_store(p, v); }
+static __device__ __forceinline__ void ln_stv(gpa_bf16 *p, const float (&v)[4]) {
+  *reinterpret_cast<uint2 *>(p) = make_uint2(gpa_bf2_pack(v[0], v[1]), gpa_bf2_pack(v[2], v[3]));
+}
+/* V gamma values (fp32 for either storage), by the array's length */
+static __device__ __forceinline__ void ln_ldg(const float *p, float (&v)[4]) { ln_ldv(p, v); }
+static __device__ __forceinline__ void ln_ldg(const float *p, float (&v)[8]) { ln_ldv(p, v); }
+
+/* vec4: D % 4 == 0 and x, gamma, beta 16-byte aligned, y 16-byte (f32)
+ * or 8-byte (bf16: the mixed form) aligned (checked by the host). */
+template <typename TY>
+static __device__ void ln_fwd4(const float *__restrict__ x, const float *__restrict__ gamma,
+                               const float *__restrict__ beta, TY *__restrict__ y, float *__restrict__ mean_out,
+                               float *__restrict__ rstd_out, long long n, int d, float eps, int vec4, int g) {
   GPA_ROW_LOOP(n, g, row, sub, ok) {
     const int len = ok ? d : 0;
     const float *xr = x + (ok ? row : 0) * d;
-    float *yr = y + (ok ? row : 0) * d;
+    TY *yr = y + (ok ? row : 0) * d;
     /* sums of d = x - x0 and d^2 in double, x0 the row's first element (a
      * shift inside the data: no cancellation even for a large mean) */
     const float x0 = len ? xr[0] : 0.0f;
@@ -62,21 +100,35 @@ extern "C" __global__ void gpa_ln_fwd_f32(const float *__restrict__ x, const flo
         const float4 v = *reinterpret_cast<const float4 *>(xr + i);
         const float4 gm = *reinterpret_cast<const float4 *>(gamma + i);
         const float4 b = *reinterpret_cast<const float4 *>(beta + i);
-        float4 o;
-        o.x = ((v.x - m1) - c) * r * gm.x + b.x;
-        o.y = ((v.y - m1) - c) * r * gm.y + b.y;
-        o.z = ((v.z - m1) - c) * r * gm.z + b.z;
-        o.w = ((v.w - m1) - c) * r * gm.w + b.w;
-        *reinterpret_cast<float4 *>(yr + i) = o;
+        float o[4];
+        o[0] = ((v.x - m1) - c) * r * gm.x + b.x;
+        o[1] = ((v.y - m1) - c) * r * gm.y + b.y;
+        o[2] = ((v.z - m1) - c) * r * gm.z + b.z;
+        o[3] = ((v.w - m1) - c) * r * gm.w + b.w;
+        ln_stv(yr + i, o);
       }
     } else {
-      for (int i = sub; i < len; i += g) yr[i] = ((xr[i] - m1) - c) * r * gamma[i] + beta[i];
+      for (int i = sub; i < len; i += g) ln_st(yr, i, ((xr[i] - m1) - c) * r * gamma[i] + beta[i]);
     }
     if (ok && sub == 0) {
       if (mean_out) mean_out[row] = m1;
       if (rstd_out) rstd_out[row] = r;
     }
   }
+}
+
+extern "C" __global__ void gpa_ln_fwd_f32(const float *__restrict__ x, const float *__restrict__ gamma,
+                                          const float *__restrict__ beta, float *__restrict__ y,
+                                          float *__restrict__ mean_out, float *__restrict__ rstd_out, long long n,
+                                          int d, float eps, int vec4, int g) {
+  ln_fwd4<float>(x, gamma, beta, y, mean_out, rstd_out, n, d, eps, vec4, g);
+}
+/* the mixed form: x f32, y bf16 (the fp32 kernel's values, each rounded once) */
+extern "C" __global__ void gpa_ln_fwd_f32_bf16(const float *__restrict__ x, const float *__restrict__ gamma,
+                                               const float *__restrict__ beta, gpa_bf16 *__restrict__ y,
+                                               float *__restrict__ mean_out, float *__restrict__ rstd_out,
+                                               long long n, int d, float eps, int vec4, int g) {
+  ln_fwd4<gpa_bf16>(x, gamma, beta, y, mean_out, rstd_out, n, d, eps, vec4, g);
 }
 
 /* dgamma/dbeta from the partials: a block of 32 columns x GPA_LN_SLICES
@@ -123,11 +175,6 @@ GPA_UNROLL
  * partials fp32. The same math as the fp32 kernels on the widened values,
  * each output rounded once. vec8: D % 8 == 0 and x, y, gamma, beta 16-byte
  * aligned (eight bf16 values per 16-byte load, gamma/beta as two float4). */
-
-static __device__ __forceinline__ void ln_load8f(const float *p, float *v) {
-  const float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
 
 extern "C" __global__ void gpa_ln_fwd_bf16(const gpa_bf16 *__restrict__ x, const float *__restrict__ gamma,
                                            const float *__restrict__ beta, gpa_bf16 *__restrict__ y,
@@ -185,39 +232,36 @@ GPA_UNROLL
 }
 
 /* ---- backward, both storage types (T = float or gpa_bf16; V values per
- * 16-byte access: 4 floats or 8 bf16). `vec`: D % V == 0 and the row
- * tensors (and gamma) 16-byte aligned (checked by the host); else scalar
- * accesses, as for odd D or views at odd offsets. */
-
-static __device__ __forceinline__ float ln_ld(const float *p, long long i) { return p[i]; }
-static __device__ __forceinline__ float ln_ld(const gpa_bf16 *p, long long i) { return gpa_bf2f(p[i]); }
-static __device__ __forceinline__ void ln_st(float *p, long long i, float v) { p[i] = v; }
-static __device__ __forceinline__ void ln_st(gpa_bf16 *p, long long i, float v) { p[i] = gpa_f2bf(v); }
-/* V gamma values (fp32 for either storage), by the array's length */
-static __device__ __forceinline__ void ln_ldg(const float *p, float (&v)[4]) { gpa_ld16(p, v); }
-static __device__ __forceinline__ void ln_ldg(const float *p, float (&v)[8]) { ln_load8f(p, v); }
+ * 16-byte access: 4 floats or 8 bf16) and the mixed form (x and dx f32, dy
+ * bf16 (TD), V = 4: the fp32 kernels' order; dx2, when not NULL, gets dx
+ * rounded to bf16 as well, the copy a bf16 GEMM reads). `vec`: D % V == 0
+ * and the row tensors (and gamma) 16-byte aligned (bf16 of the mixed form
+ * 8-byte; checked by the host); else scalar accesses, as for odd D or
+ * views at odd offsets. */
 
 /* dx, a group of g lanes per row: fp32 sums of dy*gamma and dy*gamma*xh,
  * then dx = rstd (dy*gamma - mean_a - xh mean_b), each rounded once. The
  * vector path gives each lane V adjacent values per step instead of one:
  * the same terms, summed in another order (fp32 rounding of the two row
  * sums; well inside the parity tolerance). */
-template <typename T, int V>
-static __device__ void ln_dx(const T *__restrict__ x, const T *__restrict__ dy, const float *__restrict__ gamma,
+template <typename T, typename TD, int V>
+static __device__ void ln_dx(const T *__restrict__ x, const TD *__restrict__ dy, const float *__restrict__ gamma,
                              const float *__restrict__ mean, const float *__restrict__ rstd, T *__restrict__ dx,
-                             long long n, int d, int g, int vec) {
+                             gpa_bf16 *__restrict__ dx2, long long n, int d, int g, int vec) {
   GPA_ROW_LOOP(n, g, row, sub, ok) {
     const int len = ok ? d : 0;
     const long long r0 = ok ? row : 0;
-    const T *xr = x + r0 * d, *dyr = dy + r0 * d;
+    const T *xr = x + r0 * d;
+    const TD *dyr = dy + r0 * d;
     T *dxr = dx + r0 * d;
+    gpa_bf16 *dx2r = dx2 ? dx2 + r0 * d : dx2;
     const float m = ok ? mean[row] : 0.0f, r = ok ? rstd[row] : 0.0f;
     float sa = 0.0f, sb = 0.0f;
     if (vec) {
       for (int i = sub * V; i < len; i += V * g) {
         float xv[V], dv[V], gm[V];
-        gpa_ld16(xr + i, xv);
-        gpa_ld16(dyr + i, dv);
+        ln_ldv(xr + i, xv);
+        ln_ldv(dyr + i, dv);
         ln_ldg(gamma + i, gm);
 GPA_UNROLL
         for (int k = 0; k < V; k++) {
@@ -242,17 +286,20 @@ GPA_UNROLL
     if (vec) {
       for (int i = sub * V; i < len; i += V * g) {
         float xv[V], dv[V], gm[V];
-        gpa_ld16(xr + i, xv);
-        gpa_ld16(dyr + i, dv);
+        ln_ldv(xr + i, xv);
+        ln_ldv(dyr + i, dv);
         ln_ldg(gamma + i, gm);
 GPA_UNROLL
         for (int k = 0; k < V; k++) xv[k] = r * ((__fmul_rn(dv[k], gm[k]) - ma) - ((xv[k] - m) * r) * mb);
-        gpa_st16(dxr + i, xv);
+        ln_stv(dxr + i, xv);
+        if (dx2r) ln_stv(dx2r + i, xv);
       }
     } else {
       for (int i = sub; i < len; i += g) {
         const float xh = (ln_ld(xr, i) - m) * r;
-        ln_st(dxr, i, r * ((__fmul_rn(ln_ld(dyr, i), gamma[i]) - ma) - xh * mb));
+        const float v = r * ((__fmul_rn(ln_ld(dyr, i), gamma[i]) - ma) - xh * mb);
+        ln_st(dxr, i, v);
+        if (dx2r) ln_st(dx2r, i, v);
       }
     }
   }
@@ -264,8 +311,8 @@ GPA_UNROLL
  * read 2 bytes a load and ran at 0.59 of PyTorch on an H100, issue 25).
  * part[blk][0][j] = sum dy*xh, part[blk][1][j] = sum dy, fp32 in row order:
  * every column's sum is the same in both paths, bit for bit. */
-template <typename T, int V>
-static __device__ void ln_part(const T *__restrict__ x, const T *__restrict__ dy, const float *__restrict__ mean,
+template <typename T, typename TD, int V>
+static __device__ void ln_part(const T *__restrict__ x, const TD *__restrict__ dy, const float *__restrict__ mean,
                                const float *__restrict__ rstd, float *__restrict__ part, long long n, int d, int rows,
                                int vec) {
   const long long blk = blockIdx.y;
@@ -286,8 +333,8 @@ GPA_UNROLL
       float xv[4][V], dv[4][V], m[4], rs[4];
 GPA_UNROLL
       for (int u = 0; u < 4; u++) {
-        gpa_ld16(x + (r + u) * d + j, xv[u]);
-        gpa_ld16(dy + (r + u) * d + j, dv[u]);
+        ln_ldv(x + (r + u) * d + j, xv[u]);
+        ln_ldv(dy + (r + u) * d + j, dv[u]);
         m[u] = mean[r + u], rs[u] = rstd[r + u];
       }
 GPA_UNROLL
@@ -301,8 +348,8 @@ GPA_UNROLL
     }
     for (; r < r1; r++) {
       float xv[V], dv[V];
-      gpa_ld16(x + r * d + j, xv);
-      gpa_ld16(dy + r * d + j, dv);
+      ln_ldv(x + r * d + j, xv);
+      ln_ldv(dy + r * d + j, dv);
       const float m = mean[r], rs = rstd[r];
 GPA_UNROLL
       for (int k = 0; k < V; k++) {
@@ -377,8 +424,8 @@ GPA_UNROLL
   __syncthreads(); /* sh is written again by the last block's pass */
 }
 
-template <typename T, int V>
-static __device__ void ln_split(double *sh, unsigned *flag, const T *__restrict__ x, const T *__restrict__ dy,
+template <typename T, typename TD, int V>
+static __device__ void ln_split(double *sh, unsigned *flag, const T *__restrict__ x, const TD *__restrict__ dy,
                                 const float *__restrict__ mean, const float *__restrict__ rstd, double *part,
                                 float *__restrict__ dgamma, float *__restrict__ dbeta, unsigned *ctr, long long n,
                                 int d, int rows, int vec) {
@@ -396,8 +443,8 @@ GPA_UNROLL
 GPA_UNROLL
         for (int u = 0; u < 4; u++) {
           const long long ru = r + u * LN_SL;
-          gpa_ld16(x + ru * d + j, xv[u]);
-          gpa_ld16(dy + ru * d + j, dv[u]);
+          ln_ldv(x + ru * d + j, xv[u]);
+          ln_ldv(dy + ru * d + j, dv[u]);
           m[u] = mean[ru], rs[u] = rstd[ru];
         }
 GPA_UNROLL
@@ -407,8 +454,8 @@ GPA_UNROLL
       }
       for (; r < r1; r += LN_SL) {
         float xv[V], dv[V];
-        gpa_ld16(x + r * d + j, xv);
-        gpa_ld16(dy + r * d + j, dv);
+        ln_ldv(x + r * d + j, xv);
+        ln_ldv(dy + r * d + j, dv);
         const float m = mean[r], rs = rstd[r];
 GPA_UNROLL
         for (int k = 0; k < V; k++) ln_acc(g[k], b[k], xv[k], dv[k], m, rs);
@@ -470,14 +517,14 @@ GPA_UNROLL
  * then the warps' totals in warp order (a fixed order: deterministic), and
  * y is formed from the registers. The sums' order differs from the lane
  * kernel's, so mean and rstd may differ from it in the last bit. */
-template <typename T, int V, int NV>
+template <typename T, typename TY, int V, int NV>
 static __device__ void ln_fwd_row(double *red, const T *__restrict__ x, const float *__restrict__ gamma,
-                                  const float *__restrict__ beta, T *__restrict__ y, float *__restrict__ mean_out,
+                                  const float *__restrict__ beta, TY *__restrict__ y, float *__restrict__ mean_out,
                                   float *__restrict__ rstd_out, long long n, int d, float eps) {
   const int tid = (int)threadIdx.x, nt = (int)blockDim.x, warp = tid / 32, lane = tid % 32, nw = nt / 32;
   for (long long row = blockIdx.x; row < n; row += gridDim.x) {
     const T *xr = x + row * d;
-    T *yr = y + row * d;
+    TY *yr = y + row * d;
     const double md = (double)ln_ld(xr, 0);
     float v[NV][V];
     double sd = 0.0, sq = 0.0;
@@ -485,7 +532,7 @@ GPA_UNROLL
     for (int k = 0; k < NV; k++) {
       const int i = (tid + k * nt) * V;
       if (i < d) {
-        gpa_ld16(xr + i, v[k]);
+        ln_ldv(xr + i, v[k]);
 GPA_UNROLL
         for (int e = 0; e < V; e++) {
           const double a = (double)v[k][e] - md;
@@ -515,7 +562,7 @@ GPA_UNROLL
         ln_ldg(beta + i, b);
 GPA_UNROLL
         for (int e = 0; e < V; e++) v[k][e] = ((v[k][e] - m1) - c) * r * gm[e] + b[e];
-        gpa_st16(yr + i, v[k]);
+        ln_stv(yr + i, v[k]);
       }
     }
     if (tid == 0) {
@@ -531,14 +578,21 @@ extern "C" __global__ void gpa_ln_fwd_row_f32(const float *__restrict__ x, const
                                               float *__restrict__ mean_out, float *__restrict__ rstd_out, long long n,
                                               int d, float eps) {
   __shared__ double red[64];
-  ln_fwd_row<float, 4, 4>(red, x, gamma, beta, y, mean_out, rstd_out, n, d, eps);
+  ln_fwd_row<float, float, 4, 4>(red, x, gamma, beta, y, mean_out, rstd_out, n, d, eps);
+}
+extern "C" __global__ void gpa_ln_fwd_row_f32_bf16(const float *__restrict__ x, const float *__restrict__ gamma,
+                                                   const float *__restrict__ beta, gpa_bf16 *__restrict__ y,
+                                                   float *__restrict__ mean_out, float *__restrict__ rstd_out,
+                                                   long long n, int d, float eps) {
+  __shared__ double red[64];
+  ln_fwd_row<float, gpa_bf16, 4, 4>(red, x, gamma, beta, y, mean_out, rstd_out, n, d, eps);
 }
 extern "C" __global__ void gpa_ln_fwd_row_bf16(const gpa_bf16 *__restrict__ x, const float *__restrict__ gamma,
                                                const float *__restrict__ beta, gpa_bf16 *__restrict__ y,
                                                float *__restrict__ mean_out, float *__restrict__ rstd_out, long long n,
                                                int d, float eps) {
   __shared__ double red[64];
-  ln_fwd_row<gpa_bf16, 8, 4>(red, x, gamma, beta, y, mean_out, rstd_out, n, d, eps);
+  ln_fwd_row<gpa_bf16, gpa_bf16, 8, 4>(red, x, gamma, beta, y, mean_out, rstd_out, n, d, eps);
 }
 
 /* dx, one block per row with x and dy held in registers (long rows, as the
@@ -546,14 +600,17 @@ extern "C" __global__ void gpa_ln_fwd_row_bf16(const gpa_bf16 *__restrict__ x, c
  * math as ln_dx; the two fp32 row sums are reduced by shuffles and then the
  * warps in order (deterministic; another order than ln_dx's, so dx may
  * differ from it by rounding). */
-template <typename T, int V, int NV>
-static __device__ void ln_dx_row(float *red, const T *__restrict__ x, const T *__restrict__ dy,
+template <typename T, typename TD, int V, int NV>
+static __device__ void ln_dx_row(float *red, const T *__restrict__ x, const TD *__restrict__ dy,
                                  const float *__restrict__ gamma, const float *__restrict__ mean,
-                                 const float *__restrict__ rstd, T *__restrict__ dx, long long n, int d) {
+                                 const float *__restrict__ rstd, T *__restrict__ dx, gpa_bf16 *__restrict__ dx2,
+                                 long long n, int d) {
   const int tid = (int)threadIdx.x, nt = (int)blockDim.x, warp = tid / 32, lane = tid % 32, nw = nt / 32;
   for (long long row = blockIdx.x; row < n; row += gridDim.x) {
-    const T *xr = x + row * d, *dyr = dy + row * d;
+    const T *xr = x + row * d;
+    const TD *dyr = dy + row * d;
     T *dxr = dx + row * d;
+    gpa_bf16 *dx2r = dx2 ? dx2 + row * d : dx2;
     const float m = mean[row], r = rstd[row];
     float xv[NV][V], gv[NV][V]; /* xh, and dy * gamma */
     float sa = 0.0f, sb = 0.0f;
@@ -562,8 +619,8 @@ GPA_UNROLL
       const int i = (tid + k * nt) * V;
       if (i < d) {
         float gm[V];
-        gpa_ld16(xr + i, xv[k]);
-        gpa_ld16(dyr + i, gv[k]);
+        ln_ldv(xr + i, xv[k]);
+        ln_ldv(dyr + i, gv[k]);
         ln_ldg(gamma + i, gm);
 GPA_UNROLL
         for (int e = 0; e < V; e++) {
@@ -588,7 +645,8 @@ GPA_UNROLL
       if (i < d) {
 GPA_UNROLL
         for (int e = 0; e < V; e++) xv[k][e] = r * ((gv[k][e] - ma) - xv[k][e] * mb);
-        gpa_st16(dxr + i, xv[k]);
+        ln_stv(dxr + i, xv[k]);
+        if (dx2r) ln_stv(dx2r + i, xv[k]);
       }
     }
   }
@@ -600,37 +658,37 @@ extern "C" __global__ void gpa_ln_bwd_dx_row_f32(const float *__restrict__ x, co
                                                  const float *__restrict__ rstd, float *__restrict__ dx, long long n,
                                                  int d) {
   __shared__ float red[64];
-  ln_dx_row<float, 4, 4>(red, x, dy, gamma, mean, rstd, dx, n, d);
+  ln_dx_row<float, float, 4, 4>(red, x, dy, gamma, mean, rstd, dx, (gpa_bf16 *)0, n, d);
 }
 extern "C" __global__ void gpa_ln_bwd_dx_row_bf16(const gpa_bf16 *__restrict__ x, const gpa_bf16 *__restrict__ dy,
                                                   const float *__restrict__ gamma, const float *__restrict__ mean,
                                                   const float *__restrict__ rstd, gpa_bf16 *__restrict__ dx,
                                                   long long n, int d) {
   __shared__ float red[64];
-  ln_dx_row<gpa_bf16, 8, 2>(red, x, dy, gamma, mean, rstd, dx, n, d);
+  ln_dx_row<gpa_bf16, gpa_bf16, 8, 2>(red, x, dy, gamma, mean, rstd, dx, (gpa_bf16 *)0, n, d);
 }
 
 extern "C" __global__ void gpa_ln_bwd_dx_f32(const float *__restrict__ x, const float *__restrict__ dy,
                                              const float *__restrict__ gamma, const float *__restrict__ mean,
                                              const float *__restrict__ rstd, float *__restrict__ dx, long long n,
                                              int d, int g, int vec) {
-  ln_dx<float, 4>(x, dy, gamma, mean, rstd, dx, n, d, g, vec);
+  ln_dx<float, float, 4>(x, dy, gamma, mean, rstd, dx, (gpa_bf16 *)0, n, d, g, vec);
 }
 extern "C" __global__ void gpa_ln_bwd_dx_bf16(const gpa_bf16 *__restrict__ x, const gpa_bf16 *__restrict__ dy,
                                               const float *__restrict__ gamma, const float *__restrict__ mean,
                                               const float *__restrict__ rstd, gpa_bf16 *__restrict__ dx, long long n,
                                               int d, int g, int vec) {
-  ln_dx<gpa_bf16, 8>(x, dy, gamma, mean, rstd, dx, n, d, g, vec);
+  ln_dx<gpa_bf16, gpa_bf16, 8>(x, dy, gamma, mean, rstd, dx, (gpa_bf16 *)0, n, d, g, vec);
 }
 extern "C" __global__ void gpa_ln_bwd_part_f32(const float *__restrict__ x, const float *__restrict__ dy,
                                                const float *__restrict__ mean, const float *__restrict__ rstd,
                                                float *__restrict__ part, long long n, int d, int rows, int vec) {
-  ln_part<float, 4>(x, dy, mean, rstd, part, n, d, rows, vec);
+  ln_part<float, float, 4>(x, dy, mean, rstd, part, n, d, rows, vec);
 }
 extern "C" __global__ void gpa_ln_bwd_part_bf16(const gpa_bf16 *__restrict__ x, const gpa_bf16 *__restrict__ dy,
                                                 const float *__restrict__ mean, const float *__restrict__ rstd,
                                                 float *__restrict__ part, long long n, int d, int rows, int vec) {
-  ln_part<gpa_bf16, 8>(x, dy, mean, rstd, part, n, d, rows, vec);
+  ln_part<gpa_bf16, gpa_bf16, 8>(x, dy, mean, rstd, part, n, d, rows, vec);
 }
 
 /* grid (column tiles, chunks), block (32, GPA_LN_SLICES); ctr: a counter per column tile */
@@ -640,7 +698,7 @@ extern "C" __global__ void __launch_bounds__(32 * GPA_LN_SLICES)
                          float *__restrict__ dbeta, unsigned *ctr, long long n, int d, int rows, int vec) {
   __shared__ double sh[2 * GPA_LN_SLICES * 32 * 4];
   __shared__ unsigned flag;
-  ln_split<float, 4>(sh, &flag, x, dy, mean, rstd, part, dgamma, dbeta, ctr, n, d, rows, vec);
+  ln_split<float, float, 4>(sh, &flag, x, dy, mean, rstd, part, dgamma, dbeta, ctr, n, d, rows, vec);
 }
 extern "C" __global__ void __launch_bounds__(32 * GPA_LN_SLICES)
     gpa_ln_bwd_split_bf16(const gpa_bf16 *__restrict__ x, const gpa_bf16 *__restrict__ dy,
@@ -649,5 +707,37 @@ extern "C" __global__ void __launch_bounds__(32 * GPA_LN_SLICES)
                           int rows, int vec) {
   __shared__ double sh[2 * GPA_LN_SLICES * 32 * 8];
   __shared__ unsigned flag;
-  ln_split<gpa_bf16, 8>(sh, &flag, x, dy, mean, rstd, part, dgamma, dbeta, ctr, n, d, rows, vec);
+  ln_split<gpa_bf16, gpa_bf16, 8>(sh, &flag, x, dy, mean, rstd, part, dgamma, dbeta, ctr, n, d, rows, vec);
+}
+
+/* ---- the mixed form of the backward: x and dx f32, dy bf16 (a bf16 GEMM's
+ * input gradient meeting the fp32 residual stream), dx2 (nullable) dx
+ * rounded to bf16 too. The fp32 kernels' geometry and order (V = 4, dy
+ * 8 bytes a load): their bits on the widened dy. */
+extern "C" __global__ void gpa_ln_bwd_dx_row_bf16dy(const float *__restrict__ x, const gpa_bf16 *__restrict__ dy,
+                                                    const float *__restrict__ gamma, const float *__restrict__ mean,
+                                                    const float *__restrict__ rstd, float *__restrict__ dx,
+                                                    long long n, int d, gpa_bf16 *__restrict__ dx2) {
+  __shared__ float red[64];
+  ln_dx_row<float, gpa_bf16, 4, 4>(red, x, dy, gamma, mean, rstd, dx, dx2, n, d);
+}
+extern "C" __global__ void gpa_ln_bwd_dx_bf16dy(const float *__restrict__ x, const gpa_bf16 *__restrict__ dy,
+                                                const float *__restrict__ gamma, const float *__restrict__ mean,
+                                                const float *__restrict__ rstd, float *__restrict__ dx, long long n,
+                                                int d, int g, int vec, gpa_bf16 *__restrict__ dx2) {
+  ln_dx<float, gpa_bf16, 4>(x, dy, gamma, mean, rstd, dx, dx2, n, d, g, vec);
+}
+extern "C" __global__ void gpa_ln_bwd_part_bf16dy(const float *__restrict__ x, const gpa_bf16 *__restrict__ dy,
+                                                  const float *__restrict__ mean, const float *__restrict__ rstd,
+                                                  float *__restrict__ part, long long n, int d, int rows, int vec) {
+  ln_part<float, gpa_bf16, 4>(x, dy, mean, rstd, part, n, d, rows, vec);
+}
+extern "C" __global__ void __launch_bounds__(32 * GPA_LN_SLICES)
+    gpa_ln_bwd_split_bf16dy(const float *__restrict__ x, const gpa_bf16 *__restrict__ dy,
+                            const float *__restrict__ mean, const float *__restrict__ rstd, double *part,
+                            float *__restrict__ dgamma, float *__restrict__ dbeta, unsigned *ctr, long long n, int d,
+                            int rows, int vec) {
+  __shared__ double sh[2 * GPA_LN_SLICES * 32 * 4];
+  __shared__ unsigned flag;
+  ln_split<float, gpa_bf16, 4>(sh, &flag, x, dy, mean, rstd, part, dgamma, dbeta, ctr, n, d, rows, vec);
 }

@@ -14,6 +14,12 @@ gpa_status gpa__ew_add_cu(const gpa_op_exec *x) {
   long long n = gpa__cu_numel(&x->inputs[0]);
   void *y = x->out[0], *a = x->in[0], *b = x->in[1];
   int vec = gpa__cu_aligned16(x);
+  int ta = x->inputs[0].dtype, tb = x->inputs[1].dtype;
+  if (ta != tb) { /* the mixed form: the f32 operand first (a + b is b + a, bit for bit) */
+    void *f = ta == GPA_F32 ? a : b, *h = ta == GPA_F32 ? b : a;
+    void *margs[] = {&y, &f, &h, &n, &vec};
+    return gpa__cu_launch1d(x, GPA__K_ADD_MIX, vec ? (n + 3) / 4 : n, margs);
+  }
   void *args[] = {&y, &a, &b, &n, &vec};
   if ((x->inputs[0].dtype == GPA_BF16)) return gpa__cu_launch_bf(x, GPA__K_ADD_BF, n, vec, args);
   return gpa__cu_launch1d(x, GPA__K_ADD, vec ? (n + 3) / 4 : n, args);

@@ -1,5 +1,6 @@
 /* Elementwise ops (host). Conventions (docs/ops.md, "elementwise"):
  *   add               in: a, b (f32, same shape)            out: y = a + b
+ *                     (mixed: one of a, b bf16, the other and y f32)
  *   scale             in: x                                  out: y = alpha*x        attr alpha (1.0)
  *   axpy              in: x, y0 (same shape)                 out: y = alpha*x + y0   attr alpha (1.0)
  *                     (in place: pass the same tensor as y0 and y)
@@ -35,8 +36,19 @@ static gpa_status same_f32(const char *op, const gpa_op_sig *s, const char *a0, 
   return GPA_OK;
 }
 
+/* One dtype, or the mixed form: one operand f32 and the other bf16, y f32
+ * (a bf16 branch added into an fp32 residual stream; y may be the f32
+ * operand itself, not the bf16 one). */
 static gpa_status add_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
-  return same_f32("add", s, "a", "b", e, msg, ms);
+  const gpa_tensor *a = &s->inputs[0], *b = &s->inputs[1];
+  int mix = (a->dtype == GPA_F32 && b->dtype == GPA_BF16) || (a->dtype == GPA_BF16 && b->dtype == GPA_F32);
+  if (!mix) return same_f32("add", s, "a", "b", e, msg, ms);
+  if (!gpa__chk_shape_is(b, a->rank, a->shape))
+    return gpa__chk_shape("add", "b", b, a->rank, a->shape, "shape of a", msg, ms);
+  const int lo_a = a->dtype == GPA_BF16;
+  GPA__CHK(gpa__chk_disjoint("add", "y", &s->outputs[0], lo_a ? "a" : "b", lo_a ? a : b, msg, ms));
+  gpa__chk_set(e, GPA_F32, a->rank, a->shape);
+  return GPA_OK;
 }
 static gpa_status scale_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
   return same_f32("scale", s, "x", NULL, e, msg, ms);

@@ -42,6 +42,7 @@ static inline void gpa__transpose_dims(const gpa_tensor *x, int64_t *b, int64_t 
   K(TRANSPOSE1, ew, gpa_ew_transpose_1)          \
   K(TRANSPOSE2, ew, gpa_ew_transpose_2)          \
   K(TRANSPOSE4, ew, gpa_ew_transpose_4)          \
-  K(TRANSPOSE8, ew, gpa_ew_transpose_8)
+  K(TRANSPOSE8, ew, gpa_ew_transpose_8)          \
+  K(ADD_MIX, ew, gpa_ew_add_f32_bf16)
 
 #endif

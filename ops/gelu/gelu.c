@@ -2,8 +2,10 @@
  *   gelu_fwd  in: x (f32, any shape)            out: y (shape of x)
  *   gelu_bwd  in: x, dy (f32, same shape)       out: dx = dy * gelu'(x)
  *   attr approximate (int, 0..1, default 0): 0 = exact erf form, 1 = tanh form.
- * Storage f32 or bf16 (x, dy, y, dx alike; fp32 math either way).
- * y may alias x, dx may alias x or dy. */
+ * Storage f32 or bf16 (x, dy, y, dx alike; fp32 math either way), and
+ * the mixed gelu_bwd: x and dx bf16, dy f32 (the fp32 residual stream's
+ * gradient meeting a bf16 branch; dy is not rounded before the product).
+ * y may alias x, dx may alias x or dy (the mixed form's dx not dy). */
 #include <stddef.h>
 
 #include "kernels/host/gelu.h"
@@ -22,8 +24,15 @@ static gpa_status fwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_
 }
 
 static gpa_status bwd_shape(const gpa_op_sig *s, gpa_tensor *e, char *msg, size_t ms) {
-  GPA__CHK(gpa__chk_float("gelu_bwd", "x", &s->inputs[0], msg, ms));
-  GPA__CHK(gpa__chk_like("gelu_bwd", "dy", &s->inputs[1], &s->inputs[0], "x", msg, ms));
+  const gpa_tensor *x = &s->inputs[0], *dy = &s->inputs[1];
+  GPA__CHK(gpa__chk_float("gelu_bwd", "x", x, msg, ms));
+  if (x->dtype == GPA_BF16 && dy->dtype == GPA_F32) { /* the mixed form: dx bf16, not over dy */
+    if (!gpa__chk_shape_is(dy, x->rank, x->shape))
+      return gpa__chk_shape("gelu_bwd", "dy", dy, x->rank, x->shape, "shape of x", msg, ms);
+    GPA__CHK(gpa__chk_disjoint("gelu_bwd", "dx", &s->outputs[0], "dy", dy, msg, ms));
+  } else {
+    GPA__CHK(gpa__chk_like("gelu_bwd", "dy", dy, x, "x", msg, ms));
+  }
   gpa__chk_set(e, s->inputs[0].dtype, s->inputs[0].rank, s->inputs[0].shape);
   return GPA_OK;
 }
@@ -49,7 +58,8 @@ static uint64_t fwd_bytes(const gpa_op_sig *s) {
   return 2u * gpa_dtype_size(s->inputs[0].dtype) * (uint64_t)gpa__chk_numel(&s->inputs[0]);
 }
 static uint64_t bwd_bytes(const gpa_op_sig *s) {
-  return 3u * gpa_dtype_size(s->inputs[0].dtype) * (uint64_t)gpa__chk_numel(&s->inputs[0]);
+  return (2u * gpa_dtype_size(s->inputs[0].dtype) + gpa_dtype_size(s->inputs[1].dtype)) *
+         (uint64_t)gpa__chk_numel(&s->inputs[0]);
 }
 
 static const gpa_op_desc gelu_ops[] = {

@@ -16,6 +16,7 @@ gpa_status gpa__gelu_bwd_cu(const gpa_op_exec *x);
   K(GELU_FWD, ew, gpa_gelu_fwd_f32)     \
   K(GELU_BWD, ew, gpa_gelu_bwd_f32)     \
   K(GELU_FWD_BF, ew, gpa_gelu_fwd_bf16) \
-  K(GELU_BWD_BF, ew, gpa_gelu_bwd_bf16)
+  K(GELU_BWD_BF, ew, gpa_gelu_bwd_bf16)  \
+  K(GELU_BWD_MIX, ew, gpa_gelu_bwd_bf16_f32dy)
 
 #endif

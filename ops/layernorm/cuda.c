@@ -1,5 +1,8 @@
 /* LayerNorm on CUDA (kernels/cuda/norm.cu). bf16 x (and dy) take the _bf16
- * kernels: x/y/dy/dx bf16, gamma/beta/mean/rstd and dgamma/dbeta fp32.
+ * kernels: x/y/dy/dx bf16, gamma/beta/mean/rstd and dgamma/dbeta fp32. The
+ * mixed forms (x f32 with a bf16 y, or a bf16 dy and an optional bf16 copy
+ * of dx) take the fp32 kernels' mixed instances: the same geometry, so the
+ * fp32 path's bits.
  * Every kernel moves 16 bytes per access where D and the pointers allow,
  * and falls back to scalar accesses where not. */
 #include <stdio.h>
@@ -40,7 +43,7 @@ static int part_rows(long long n, int d) {
 #define LN_SPLIT_BLOCKS 64
 #define LN_SPLIT_MAX_BLOCKS 512
 
-static gpa_status ln_bwd_split(const gpa_op_exec *x, long long n, int d, int vec, int bf) {
+static gpa_status ln_bwd_split(const gpa_op_exec *x, long long n, int d, int vec, int bf, int mix) {
   const long long step = 4 * GPA_LN_SLICES; /* rows of a chunk: whole rounds of four rows a slice */
   int w = vec ? (bf ? 8 : 4) : 1, tiles = (d + 32 * w - 1) / (32 * w);
   /* the chunks from n and d alone, as if 128 columns a tile: the 16-byte and
@@ -62,8 +65,8 @@ static gpa_status ln_bwd_split(const gpa_op_exec *x, long long n, int d, int vec
     return GPA_ENOMEM;
   void *xx = x->in[0], *dy = x->in[1], *m = x->in[3], *r = x->in[4], *dg = x->out[1], *db = x->out[2];
   void *a[] = {&xx, &dy, &m, &r, &part, &dg, &db, &ctr, &n, &d, &irows, &vec};
-  return gpa__cu_launch(x, bf ? GPA__K_LN_BWD_SPLIT_BF : GPA__K_LN_BWD_SPLIT, (unsigned)tiles, (unsigned)chunks, 1, 32,
-                        GPA_LN_SLICES, 0, a);
+  return gpa__cu_launch(x, bf ? GPA__K_LN_BWD_SPLIT_BF : mix ? GPA__K_LN_BWD_SPLIT_MIX : GPA__K_LN_BWD_SPLIT,
+                        (unsigned)tiles, (unsigned)chunks, 1, 32, GPA_LN_SLICES, 0, a);
 }
 
 /* Rows from which the forward (and dx) holds a row in registers (a block per row)
@@ -74,6 +77,7 @@ static gpa_status ln_bwd_split(const gpa_op_exec *x, long long n, int d, int vec
 #define LN_ROW_MIN_BF 2048
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+static int aligned8(const void *p) { return ((uintptr_t)p & 7) == 0; }
 
 /* Threads of the block-per-row kernels (norm.cu, ln_fwd_row / ln_dx_row)
  * for rows of d values, nv vectors of 16 bytes a thread; 0 when the row
@@ -89,10 +93,11 @@ gpa_status gpa__ln_fwd_cu(const gpa_op_exec *x) {
   int d = (int)t->shape[1];
   if (t->shape[1] > 0x7fffffff) return gpa__cu_fallback(x);
   float eps = (float)((const gpa__ln_params *)x->params)->eps;
-  int bf = t->dtype == GPA_BF16;
-  /* fp32: float4 when D % 4 == 0; bf16: 8 values (16 bytes) when D % 8 == 0 */
+  int bf = t->dtype == GPA_BF16, mix = !bf && x->outputs[0].dtype == GPA_BF16;
+  /* fp32: float4 when D % 4 == 0; bf16: 8 values (16 bytes) when D % 8 == 0;
+   * mixed (x f32, y bf16): as fp32, y 4 values (8 bytes) a store */
   int vec4 = d % (bf ? 8 : 4) == 0 && aligned16(x->in[0]) && aligned16(x->in[1]) && aligned16(x->in[2]) &&
-             aligned16(x->out[0]);
+             (mix ? aligned8(x->out[0]) : aligned16(x->out[0]));
   void *xx = x->in[0], *g = x->in[1], *b = x->in[2], *y = x->out[0], *m = x->out[1], *r = x->out[2];
   if (n <= 0) return GPA_OK;
   /* long rows: a block per row holding it in registers (4 vectors of 16
@@ -100,13 +105,13 @@ gpa_status gpa__ln_fwd_cu(const gpa_op_exec *x) {
   unsigned threads = row_threads(d, bf, 4, vec4);
   if (threads) {
     void *ra[] = {&xx, &g, &b, &y, &m, &r, &n, &d, &eps};
-    return gpa__cu_launch(x, bf ? GPA__K_LN_FWD_ROW_BF : GPA__K_LN_FWD_ROW, gpa__cu_row_blocks(x, n, 32, 1), 1, 1,
-                          threads, 1, 0, ra);
+    return gpa__cu_launch(x, bf ? GPA__K_LN_FWD_ROW_BF : mix ? GPA__K_LN_FWD_ROW_MIX : GPA__K_LN_FWD_ROW,
+                          gpa__cu_row_blocks(x, n, 32, 1), 1, 1, threads, 1, 0, ra);
   }
   int grp = gpa__cu_row_group(d);
   void *args[] = {&xx, &g, &b, &y, &m, &r, &n, &d, &eps, &vec4, &grp};
-  return gpa__cu_launch(x, bf ? GPA__K_LN_FWD_BF : GPA__K_LN_FWD, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32,
-                        WARPS, 0, args);
+  return gpa__cu_launch(x, bf ? GPA__K_LN_FWD_BF : mix ? GPA__K_LN_FWD_MIX : GPA__K_LN_FWD,
+                        gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32, WARPS, 0, args);
 }
 
 gpa_status gpa__ln_bwd_cu(const gpa_op_exec *x) {
@@ -121,31 +126,34 @@ gpa_status gpa__ln_bwd_cu(const gpa_op_exec *x) {
     GPA__CU_TRY(gpa__cu_zero_f32(x, dg, d));
     return gpa__cu_zero_f32(x, db, d);
   }
-  int grp = gpa__cu_row_group(d), bf = t->dtype == GPA_BF16;
-  /* 16-byte accesses: 4 floats or 8 bf16 values (gamma: 4 or 8 floats) */
+  int grp = gpa__cu_row_group(d), bf = t->dtype == GPA_BF16, mix = !bf && x->inputs[1].dtype == GPA_BF16;
+  void *dx2 = x->n_outputs > 3 ? x->out[3] : NULL; /* the mixed form's bf16 copy of dx */
+  /* 16-byte accesses: 4 floats or 8 bf16 values (gamma: 4 or 8 floats);
+   * mixed: as fp32, the bf16 dy (and dx copy) 4 values (8 bytes) a load */
   int v = bf ? 8 : 4;
-  int vec_rows = d % v == 0 && aligned16(xx) && aligned16(dy);
-  int vec = vec_rows && aligned16(g) && aligned16(dx);
-  void *a1[] = {&xx, &dy, &g, &m, &r, &dx, &n, &d, &grp, &vec};
+  int vec_rows = d % v == 0 && aligned16(xx) && (mix ? aligned8(dy) : aligned16(dy));
+  int vec = vec_rows && aligned16(g) && aligned16(dx) && (!dx2 || aligned8(dx2));
+  void *a1[] = {&xx, &dy, &g, &m, &r, &dx, &n, &d, &grp, &vec, &dx2};
+  void *a1row[] = {&xx, &dy, &g, &m, &r, &dx, &n, &d, &dx2}; /* the mixed row kernel's */
   /* long rows: a block per row holding x and dy in registers (f32: 4
    * vectors a thread, bf16: 2), read once (norm.cu, ln_dx_row); its
-   * parameters are a1's first eight */
+   * parameters are a1's first eight (and dx2 in the mixed form) */
   unsigned threads = row_threads(d, bf, bf ? 2 : 4, vec);
+  int kid = threads ? (bf ? GPA__K_LN_BWD_DX_ROW_BF : mix ? GPA__K_LN_BWD_DX_ROW_MIX : GPA__K_LN_BWD_DX_ROW)
+                    : (bf ? GPA__K_LN_BWD_DX_BF : mix ? GPA__K_LN_BWD_DX_MIX : GPA__K_LN_BWD_DX);
   gpa_status st =
-      threads ? gpa__cu_launch(x, bf ? GPA__K_LN_BWD_DX_ROW_BF : GPA__K_LN_BWD_DX_ROW, gpa__cu_row_blocks(x, n, 32, 1),
-                               1, 1, threads, 1, 0, a1)
-          : gpa__cu_launch(x, bf ? GPA__K_LN_BWD_DX_BF : GPA__K_LN_BWD_DX, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1,
-                           32, WARPS, 0, a1);
+      threads ? gpa__cu_launch(x, kid, gpa__cu_row_blocks(x, n, 32, 1), 1, 1, threads, 1, 0, mix ? a1row : a1)
+              : gpa__cu_launch(x, kid, gpa__cu_row_blocks(x, n, grp, WARPS), 1, 1, 32, WARPS, 0, a1);
   if (st != GPA_OK) return st;
-  if (d <= LN_SPLIT_MAX_D && gpa__cu_split_sums(x)) return ln_bwd_split(x, n, d, vec_rows, bf);
+  if (d <= LN_SPLIT_MAX_D && gpa__cu_split_sums(x)) return ln_bwd_split(x, n, d, vec_rows, bf, mix);
   int cols = vec_rows ? d / v : d; /* threads across a row */
   int rows = part_rows(n, d), nblk = (int)((n + rows - 1) / rows);
   CUdeviceptr part = gpa__cu_scratch(x, (uint64_t)nblk * 2 * (uint64_t)d * sizeof(float));
   if (!part) return GPA_ENOMEM;
   void *a2[] = {&xx, &dy, &m, &r, &part, &n, &d, &rows, &vec_rows};
   unsigned pt = cols >= 128 ? 128 : (unsigned)(cols + 31) / 32 * 32;
-  st = gpa__cu_launch(x, bf ? GPA__K_LN_BWD_PART_BF : GPA__K_LN_BWD_PART, (unsigned)((cols + pt - 1) / pt),
-                      (unsigned)nblk, 1, pt, 1, 0, a2);
+  st = gpa__cu_launch(x, bf ? GPA__K_LN_BWD_PART_BF : mix ? GPA__K_LN_BWD_PART_MIX : GPA__K_LN_BWD_PART,
+                      (unsigned)((cols + pt - 1) / pt), (unsigned)nblk, 1, pt, 1, 0, a2);
   if (st != GPA_OK) return st;
   void *a3[] = {&part, &dg, &db, &d, &nblk};
   return gpa__cu_launch(x, GPA__K_LN_BWD_COLS, (unsigned)((d + 31) / 32), 1, 1, 32, GPA_LN_SLICES, 0, a3);

@@ -25,6 +25,12 @@ gpa_status gpa__ln_bwd_cu(const gpa_op_exec *x);
   K(LN_BWD_DX_ROW, norm, gpa_ln_bwd_dx_row_f32) \
   K(LN_BWD_DX_ROW_BF, norm, gpa_ln_bwd_dx_row_bf16) \
   K(LN_BWD_SPLIT, norm, gpa_ln_bwd_split_f32)   \
-  K(LN_BWD_SPLIT_BF, norm, gpa_ln_bwd_split_bf16)
+  K(LN_BWD_SPLIT_BF, norm, gpa_ln_bwd_split_bf16) \
+  K(LN_FWD_MIX, norm, gpa_ln_fwd_f32_bf16)        \
+  K(LN_FWD_ROW_MIX, norm, gpa_ln_fwd_row_f32_bf16) \
+  K(LN_BWD_DX_MIX, norm, gpa_ln_bwd_dx_bf16dy)    \
+  K(LN_BWD_DX_ROW_MIX, norm, gpa_ln_bwd_dx_row_bf16dy) \
+  K(LN_BWD_PART_MIX, norm, gpa_ln_bwd_part_bf16dy) \
+  K(LN_BWD_SPLIT_MIX, norm, gpa_ln_bwd_split_bf16dy)
 
 #endif
