@@ -99,11 +99,13 @@ typedef struct lm_model {
   /* gradients of activations and scratch */
   gpa_tensor dlogits, dx, d1, d2, d3, dq4, dk4, dv4, do4, tmp, tmpT;
   /* the activation dtype's side of f32 tensors that cross into the GEMMs
-   * (bf16 under cfg.bf16; in f32 they are the f32 tensors themselves and no
-   * cast runs): layernorm outputs ulp (scratch), ua_lp, uf_lp; a branch's
-   * output before the residual add tlp; gradients d1lp, d2lp, dxlp */
+   * (bf16 under cfg.bf16, written and read by the ops' mixed-dtype forms;
+   * in f32 they are the f32 tensors themselves): layernorm outputs ulp
+   * (scratch), ua_lp, uf_lp; a branch's output before the residual add tlp;
+   * gradients d1lp, d2lp, dxlp (dx's bf16 copy). Under bf16 the f32 ones
+   * (u, ua, uf, tmp, d1, d2) are not allocated. */
   gpa_tensor ulp, ua_lp, uf_lp, tlp, d1lp, d2lp, dxlp;
-  int64_t casts;   /* cast ops submitted (a --bf16 run must submit some) */
+  int64_t casts;   /* cast ops submitted: the bf16 weight copies' (at init, or every forward with cast_weights) */
   /* every parameter's gradient in one buffer, the last parameter first (the
    * order the backward produces them): data-parallel buckets are ranges */
   gpa_tensor grads;

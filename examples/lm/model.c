@@ -36,14 +36,21 @@
  * the ops between them (transpose, GELU, the q/k/v gradient sums), their
  * backward forms likewise (dW and db f32, straight into the fp32 gradients). What stays fp32: the
  * residual stream and its gradient (each block adds a small update to it; in
- * bf16 the updates would round away), layernorm (its statistics and output,
- * then cast for the GEMM: autocast runs layer_norm in fp32), its parameters
- * (tiny, and their gradients are sums over every token), the embedding table
- * (a lookup, no GEMM; its gradient sums over every position) and the loss
- * (cross-entropy widens bf16 logits and sums in double). The casts sit where
- * fp32 and bf16 meet: 2 per conv block and 2 in the attention block forward
- * and backward, 1 at the head each way. In fp32 the lp tensors are the fp32
- * ones and no cast is submitted: the op sequence is the one above. */
+ * bf16 the updates would round away), layernorm (its statistics and math in
+ * fp32: autocast runs layer_norm in fp32), its parameters (tiny, and their
+ * gradients are sums over every token), the embedding table (a lookup, no
+ * GEMM; its gradient sums over every position) and the loss (cross-entropy
+ * widens bf16 logits and sums in double). Where fp32 and bf16 meet, the op
+ * at the boundary takes both dtypes (its mixed form, docs/ops.md), as a
+ * fused kernel would, instead of a cast beside it (22 casts a step with 4
+ * blocks before): layernorm_fwd writes its output in bf16; the residual
+ * update adds the bf16 branch into the fp32 stream (add f32 + bf16 -> f32);
+ * layernorm_bwd reads the bf16 gradient of its output and writes dx in fp32
+ * (at the head also its bf16 copy, the Wo backward's input); gelu_bwd
+ * reads the fp32 residual gradient beside its bf16 input. Each is the fp32
+ * op's result rounded once, bit for bit what the op beside the cast gave,
+ * except gelu_bwd, which no longer rounds dy to bf16 first. In fp32 the lp
+ * tensors are the fp32 ones: the op sequence is the one above. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,7 +250,7 @@ int lm_model_init(lm_model *m, gpa_actor *a, const lm_config *cfg, uint64_t seed
     snprintf(label, sizeof label, "lm.act.conv%d.rstd", i);
     k->rstd = tensor(m, label, GPA_F32, 1, N, 0, 0);
     snprintf(label, sizeof label, "lm.act.conv%d.u", i);
-    k->u = tensor(m, label, GPA_F32, 3, B, L, D);
+    if (!cfg->bf16) k->u = tensor(m, label, GPA_F32, 3, B, L, D); /* bf16: ulp below */
     snprintf(label, sizeof label, "lm.act.conv%d.uT", i);
     k->uT = tensor(m, label, act(m), 3, B, D, L);
     snprintf(label, sizeof label, "lm.act.conv%d.cT", i);
@@ -253,7 +260,7 @@ int lm_model_init(lm_model *m, gpa_actor *a, const lm_config *cfg, uint64_t seed
   }
   m->a_mean = tensor(m, "lm.act.attn.mean", GPA_F32, 1, N, 0, 0);
   m->a_rstd = tensor(m, "lm.act.attn.rstd", GPA_F32, 1, N, 0, 0);
-  m->ua = tensor(m, "lm.act.attn.u", GPA_F32, 3, B, L, D);
+  if (!cfg->bf16) m->ua = tensor(m, "lm.act.attn.u", GPA_F32, 3, B, L, D);
   m->q4 = view(tensor(m, "lm.act.attn.q", act(m), 3, B, L, D), 4, B, L, H, D / H);
   m->k4 = view(tensor(m, "lm.act.attn.k", act(m), 3, B, L, D), 4, B, L, H, D / H);
   m->v4 = view(tensor(m, "lm.act.attn.v", act(m), 3, B, L, D), 4, B, L, H, D / H);
@@ -262,22 +269,24 @@ int lm_model_init(lm_model *m, gpa_actor *a, const lm_config *cfg, uint64_t seed
   m->xb = tensor(m, "lm.act.xb", GPA_F32, 3, B, L, D);
   m->f_mean = tensor(m, "lm.act.head.mean", GPA_F32, 1, N, 0, 0);
   m->f_rstd = tensor(m, "lm.act.head.rstd", GPA_F32, 1, N, 0, 0);
-  m->uf = tensor(m, "lm.act.head.u", GPA_F32, 3, B, L, D);
+  if (!cfg->bf16) m->uf = tensor(m, "lm.act.head.u", GPA_F32, 3, B, L, D);
   m->logits = tensor(m, "lm.act.logits", act(m), 2, N, V, 0);
   m->loss = tensor(m, "lm.act.loss", GPA_F32, 0, 0, 0, 0);
 
   m->dlogits = tensor(m, "lm.grad.logits", act(m), 2, N, V, 0);
   m->dx = tensor(m, "lm.grad.x", GPA_F32, 3, B, L, D);
-  m->d1 = tensor(m, "lm.grad.d1", GPA_F32, 3, B, L, D);
-  m->d2 = tensor(m, "lm.grad.d2", GPA_F32, 3, B, L, D);
+  if (!cfg->bf16) {
+    m->d1 = tensor(m, "lm.grad.d1", GPA_F32, 3, B, L, D);
+    m->d2 = tensor(m, "lm.grad.d2", GPA_F32, 3, B, L, D);
+  }
   m->d3 = tensor(m, "lm.grad.d3", GPA_F32, 3, B, L, D);
   m->dq4 = view(tensor(m, "lm.grad.q", act(m), 3, B, L, D), 4, B, L, H, D / H);
   m->dk4 = view(tensor(m, "lm.grad.k", act(m), 3, B, L, D), 4, B, L, H, D / H);
   m->dv4 = view(tensor(m, "lm.grad.v", act(m), 3, B, L, D), 4, B, L, H, D / H);
   m->do4 = view(tensor(m, "lm.grad.o", act(m), 3, B, L, D), 4, B, L, H, D / H);
-  m->tmp = tensor(m, "lm.tmp.bld", GPA_F32, 3, B, L, D);
+  if (!cfg->bf16) m->tmp = tensor(m, "lm.tmp.bld", GPA_F32, 3, B, L, D);
   m->tmpT = tensor(m, "lm.tmp.bdl", act(m), 3, B, D, L);
-  if (cfg->bf16) {
+  if (cfg->bf16) { /* no fp32 twins: the ops' mixed forms read and write these */
     m->ulp = tensor(m, "lm.act.u.bf16", GPA_BF16, 3, B, L, D);
     m->ua_lp = tensor(m, "lm.act.attn.u.bf16", GPA_BF16, 3, B, L, D);
     m->uf_lp = tensor(m, "lm.act.head.u.bf16", GPA_BF16, 3, B, L, D);
@@ -327,10 +336,12 @@ static void layernorm(lm_model *m, gpa_tensor x, lm_param *g, lm_param *b, gpa_t
   op(m, "layernorm_fwd", in, 3, out, 3, NULL, 0);
 }
 
+/* dx_lp (nullable): dx's bf16 copy too (layernorm_bwd's dx_bf16) */
 static void layernorm_bwd(lm_model *m, gpa_tensor x, gpa_tensor dy, lm_param *g, lm_param *b, gpa_tensor mean,
-                          gpa_tensor rstd, gpa_tensor dx) {
-  gpa_tensor in[5] = {rows(m, x), rows(m, dy), g->p, mean, rstd}, out[3] = {rows(m, dx), g->g, b->g};
-  op(m, "layernorm_bwd", in, 5, out, 3, NULL, 0);
+                          gpa_tensor rstd, gpa_tensor dx, const gpa_tensor *dx_lp) {
+  gpa_tensor in[5] = {rows(m, x), rows(m, dy), g->p, mean, rstd};
+  gpa_tensor out[4] = {rows(m, dx), g->g, b->g, dx_lp ? rows(m, *dx_lp) : dx};
+  op(m, "layernorm_bwd", in, 5, out, dx_lp ? 4 : 3, NULL, 0);
 }
 
 static void add_into(lm_model *m, gpa_tensor acc, gpa_tensor t) { /* acc += t */
@@ -353,9 +364,8 @@ void lm_forward(lm_model *m) {
   for (int i = 0; i < c->blocks; i++) {
     lm_conv_block *k = &m->blk[i];
     gpa_tensor next = i + 1 < c->blocks ? m->blk[i + 1].x : m->xa;
-    layernorm(m, k->x, k->ln_g, k->ln_b, k->u, k->mean, k->rstd);
-    gpa_tensor ulp = c->bf16 ? m->ulp : k->u;
-    cast(m, k->u, ulp);
+    gpa_tensor ulp = c->bf16 ? m->ulp : k->u; /* bf16: layernorm's mixed form writes it */
+    layernorm(m, k->x, k->ln_g, k->ln_b, ulp, k->mean, k->rstd);
     transpose(m, 1, ulp, k->uT);
     gpa_attr at[2];
     conv_geometry(k, at);
@@ -363,13 +373,11 @@ void lm_forward(lm_model *m) {
     op(m, "conv1d_fwd", cin, 3, &k->cT, 1, at, 2);
     transpose(m, 0, k->cT, k->c);
     op(m, "gelu_fwd", &k->c, 1, &m->tlp, 1, NULL, 0);
-    cast(m, m->tlp, m->tmp);
-    gpa_tensor ain[2] = {k->x, m->tmp};
+    gpa_tensor ain[2] = {k->x, m->tlp}; /* bf16: add's mixed form (f32 + bf16 -> f32) */
     op(m, "add", ain, 2, &next, 1, NULL, 0);
   }
   /* attention block */
-  layernorm(m, m->xa, m->a_ln_g, m->a_ln_b, m->ua, m->a_mean, m->a_rstd);
-  cast(m, m->ua, m->ua_lp);
+  layernorm(m, m->xa, m->a_ln_g, m->a_ln_b, m->ua_lp, m->a_mean, m->a_rstd);
   lm_param *W[3] = {m->Wq, m->Wk, m->Wv};
   gpa_tensor qkv[3] = {m->q4, m->k4, m->v4};
   for (int j = 0; j < 3; j++) {
@@ -381,12 +389,10 @@ void lm_forward(lm_model *m) {
   op(m, "attention_fwd", ain, 3, aout, 2, &causal, 1);
   gpa_tensor pin[3] = {flat3(m, m->o4), m->Wo->w, m->bo->w};
   op(m, "linear_fwd", pin, 3, &m->tlp, 1, NULL, 0);
-  cast(m, m->tlp, m->tmp);
-  gpa_tensor rin[2] = {m->xa, m->tmp};
+  gpa_tensor rin[2] = {m->xa, m->tlp};
   op(m, "add", rin, 2, &m->xb, 1, NULL, 0);
   /* head */
-  layernorm(m, m->xb, m->f_ln_g, m->f_ln_b, m->uf, m->f_mean, m->f_rstd);
-  cast(m, m->uf, m->uf_lp);
+  layernorm(m, m->xb, m->f_ln_g, m->f_ln_b, m->uf_lp, m->f_mean, m->f_rstd);
   gpa_tensor hin[3] = {rows(m, m->uf_lp), m->Wh->w, m->bh->w};
   op(m, "linear_fwd", hin, 3, &m->logits, 1, NULL, 0);
   gpa_tensor lin[2] = {m->logits, m->targets};
@@ -402,11 +408,11 @@ void lm_backward(lm_model *m) {
   gpa_tensor hin[3] = {m->dlogits, rows(m, m->uf_lp), m->Wh->w}, hout[3] = {rows(m, m->d1lp), m->Wh->g, m->bh->g};
   op(m, "linear_bwd", hin, 3, hout, 3, NULL, 0);
   grads_ready(m, m->Wh, m->bh, NULL);
-  cast(m, m->d1lp, m->d1);
-  layernorm_bwd(m, m->xb, m->d1, m->f_ln_g, m->f_ln_b, m->f_mean, m->f_rstd, m->dx);
+  /* bf16: layernorm_bwd's mixed form (dy bf16, dx f32) also writes dx's
+   * bf16 copy, the Wo backward's input */
+  layernorm_bwd(m, m->xb, m->d1lp, m->f_ln_g, m->f_ln_b, m->f_mean, m->f_rstd, m->dx, c->bf16 ? &m->dxlp : NULL);
   grads_ready(m, m->f_ln_g, m->f_ln_b, NULL);
   /* attention block: xb = xa + (o Wo^T + bo) */
-  cast(m, m->dx, m->dxlp);
   gpa_tensor pin[3] = {m->dxlp, flat3(m, m->o4), m->Wo->w}, pout[3] = {flat3(m, m->do4), m->Wo->g, m->bo->g};
   op(m, "linear_bwd", pin, 3, pout, 3, NULL, 0);
   grads_ready(m, m->Wo, m->bo, NULL);
@@ -421,15 +427,13 @@ void lm_backward(lm_model *m) {
     grads_ready(m, W[j], NULL, NULL);
     if (j) add_into(m, m->d1lp, m->d2lp);
   }
-  cast(m, m->d1lp, m->d1);
-  layernorm_bwd(m, m->xa, m->d1, m->a_ln_g, m->a_ln_b, m->a_mean, m->a_rstd, m->d3);
+  layernorm_bwd(m, m->xa, m->d1lp, m->a_ln_g, m->a_ln_b, m->a_mean, m->a_rstd, m->d3, NULL);
   grads_ready(m, m->a_ln_g, m->a_ln_b, NULL);
   add_into(m, m->dx, m->d3); /* dx: gradient of xa */
   /* conv blocks, last first: x' = x + gelu(c) */
   for (int i = c->blocks - 1; i >= 0; i--) {
     lm_conv_block *k = &m->blk[i];
-    cast(m, m->dx, m->dxlp);
-    gpa_tensor gin[2] = {k->c, m->dxlp};
+    gpa_tensor gin[2] = {k->c, m->dx}; /* bf16: gelu_bwd's mixed form (dy f32) */
     op(m, "gelu_bwd", gin, 2, &m->d1lp, 1, NULL, 0); /* d1 = dc */
     transpose(m, 1, m->d1lp, m->tmpT);               /* dcT */
     gpa_attr at[2];
@@ -439,8 +443,7 @@ void lm_backward(lm_model *m) {
     op(m, "conv1d_bwd", cin, 3, cout, 3, at, 2);
     grads_ready(m, k->W, k->b, NULL);
     transpose(m, 0, k->cT, m->d2lp); /* du */
-    cast(m, m->d2lp, m->d2);
-    layernorm_bwd(m, k->x, m->d2, k->ln_g, k->ln_b, k->mean, k->rstd, m->d3);
+    layernorm_bwd(m, k->x, m->d2lp, k->ln_g, k->ln_b, k->mean, k->rstd, m->d3, NULL);
     grads_ready(m, k->ln_g, k->ln_b, NULL);
     add_into(m, m->dx, m->d3); /* dx: gradient of the block's input */
   }
