@@ -7,11 +7,8 @@
 #include <string.h>
 
 #include "gpuactor/ops_linear.h"
-#include "tests/parity/harness.h"
+#include "tests/parity/linear_ref.h"
 #include "util/nn_test.h"
-
-#define GC 0.7978845608028654
-#define GA 0.044715
 
 typedef struct lcase {
   int64_t lead0, N, in, out; /* x is [N,in], or [lead0, N/lead0, in] when lead0 > 0 */
@@ -22,8 +19,6 @@ typedef struct lref {
   const lcase *c;
   double *x, *W, *b, *w; /* w: loss weights (= dy) */
 } lref;
-
-static double gelu_d(double s) { return 0.5 * s * (1 + tanh(GC * (s + GA * s * s * s))); }
 
 /* pre, mag (sum of |terms|) nullable */
 static void ref_fwd(const lref *r, double *pre, double *y, double *mag) {
@@ -37,7 +32,7 @@ static void ref_fwd(const lref *r, double *pre, double *y, double *mag) {
       }
       if (pre) pre[i * c->out + j] = s;
       if (mag) mag[i * c->out + j] = 1.5 * m;
-      y[i * c->out + j] = c->gelu ? gelu_d(s) : s;
+      y[i * c->out + j] = c->gelu ? gpa_pref_gelu(s) : s;
     }
 }
 
@@ -139,8 +134,7 @@ static void run_case(gpa_nt *t, const lcase *c, uint64_t seed) {
   double *g = malloc(sizeof(double) * (size_t)(N * out + 1)), *ref = malloc(sizeof(double) * (size_t)(ng + 1));
   double *gm = malloc(sizeof(double) * (size_t)(N * out + 1)), *rm = malloc(sizeof(double) * (size_t)(ng + 1));
   for (int64_t i = 0; i < N * out; i++) {
-    double s = pre[i], th = tanh(GC * (s + GA * s * s * s));
-    g[i] = r.w[i] * (c->gelu ? 0.5 * (1 + th) + 0.5 * s * (1 - th * th) * GC * (1 + 3 * GA * s * s) : 1.0);
+    g[i] = r.w[i] * (c->gelu ? gpa_pref_dgelu(pre[i]) : 1.0);
     /* g's own fp32 error: gelu' of a pre-activation off by eps*mag */
     gm[i] = 2 * fabs(g[i]) + (c->gelu ? fabs(r.w[i]) * mag[i] : 0.0);
   }
@@ -286,22 +280,8 @@ static void typed(gpa_nt *t) {
 
 /* ---- the same ops through the parity harness (cross-backend runs) ---- */
 
-/* in: x [N,in], W [out,in], b [out] (optional); out: y (and pre for
- * linear_gelu_fwd); attr gelu */
-static void h_ref_fwd(const gpa_pcase *c, gpa_parr *in, gpa_parr *out) {
-  int gelu = c->n_out == 2 || gpa_pcase_get_i(c, "gelu", 0);
-  int64_t N = in[0].t->shape[0], K = in[0].t->shape[1], M = in[1].t->shape[0];
-  for (int64_t i = 0; i < N; i++)
-    for (int64_t j = 0; j < M; j++) {
-      double s = c->n_in > 2 ? in[2].d[j] : 0;
-      for (int64_t k = 0; k < K; k++) s += in[0].d[i * K + k] * in[1].d[j * K + k];
-      out[0].d[i * M + j] = gelu ? gelu_d(s) : s;
-      if (c->n_out == 2) out[1].d[i * M + j] = s;
-    }
-}
-
 static gpa_pcase h_fwd_case(int64_t N, int64_t K, int64_t M, int bias, int gelu_train) {
-  gpa_pcase c = gpa_pcase_make(gelu_train ? "linear_gelu_fwd" : "linear_fwd", h_ref_fwd);
+  gpa_pcase c = gpa_pcase_make(gelu_train ? "linear_gelu_fwd" : "linear_fwd", gpa_pref_linear_fwd);
   gpa_pcase_in(&c, gpa_pt_f32(2, (int64_t[]){N, K}, -1, 1));
   gpa_pcase_in(&c, gpa_pt_f32(2, (int64_t[]){M, K}, -1, 1));
   if (bias) gpa_pcase_in(&c, gpa_pt_f32(1, (int64_t[]){M}, -1, 1));

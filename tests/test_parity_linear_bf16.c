@@ -16,31 +16,11 @@
 #include <string.h>
 
 #include "kernels/host/bf16.h"
-#include "tests/parity/harness.h"
+#include "tests/parity/linear_ref.h"
 #include "util/nn_test.h"
 
 /* cublasLtEpilogue_t values (cublasLt.h), without depending on the toolkit */
 enum { EPI_BIAS = 4, EPI_GELU_BIAS = 36, EPI_GELU_AUX_BIAS = 164 };
-
-static double gelu_t(double s) { return 0.5 * s * (1 + tanh(0.7978845608028654 * (s + 0.044715 * s * s * s))); }
-
-/* in: x [N,K], W [M,K], b [M] (optional); out: y (and pre for linear_gelu_fwd) */
-static void ref_fwd(const gpa_pcase *c, gpa_parr *in, gpa_parr *out) {
-  int gelu = c->n_out == 2 || gpa_pcase_get_i(c, "gelu", 0);
-  int64_t N = in[0].t->shape[0], K = in[0].t->shape[1], M = in[1].t->shape[0];
-  for (int64_t i = 0; i < N; i++)
-    for (int64_t j = 0; j < M; j++) {
-      double s = c->n_in > 2 ? in[2].d[j] : 0;
-      for (int64_t k = 0; k < K; k++) s += in[0].d[i * K + k] * in[1].d[j * K + k];
-      out[0].d[i * M + j] = gelu ? gelu_t(s) : s;
-      if (c->n_out == 2) out[1].d[i * M + j] = s;
-    }
-}
-
-static double dgelu_t(double s) {
-  double k = 0.7978845608028654, u = k * (s + 0.044715 * s * s * s), t = tanh(u);
-  return 0.5 * (1 + t) + 0.5 * s * (1 - t * t) * k * (1 + 3 * 0.044715 * s * s);
-}
 
 /* linear_bwd(_nobias): in dy [N,M], x [N,K], W [M,K], pre [N,M] (gelu=1);
  * out dx [N,K], dW [M,K], db [M] */
@@ -48,7 +28,7 @@ static void ref_bwd(const gpa_pcase *c, gpa_parr *in, gpa_parr *out) {
   int gelu = (int)gpa_pcase_get_i(c, "gelu", 0);
   int64_t N = in[1].t->shape[0], K = in[1].t->shape[1], M = in[2].t->shape[0];
   double *g = malloc((size_t)(N * M + 1) * sizeof(double));
-  for (int64_t i = 0; i < N * M; i++) g[i] = in[0].d[i] * (gelu ? dgelu_t(in[3].d[i]) : 1.0);
+  for (int64_t i = 0; i < N * M; i++) g[i] = in[0].d[i] * (gelu ? gpa_pref_dgelu(in[3].d[i]) : 1.0);
   for (int64_t i = 0; i < N; i++)
     for (int64_t k = 0; k < K; k++) {
       double s = 0;
@@ -88,7 +68,7 @@ static gpa_pcase bwd_case(int64_t N, int64_t K, int64_t M, int gelu, int bias) {
 }
 
 static gpa_pcase fwd_case(int dtype, int64_t N, int64_t K, int64_t M, int bias, int gelu, int train) {
-  gpa_pcase c = gpa_pcase_make(train ? "linear_gelu_fwd" : "linear_fwd", ref_fwd);
+  gpa_pcase c = gpa_pcase_make(train ? "linear_gelu_fwd" : "linear_fwd", gpa_pref_linear_fwd);
   gpa_pcase_in(&c, gpa_pt_f32(2, (int64_t[]){N, K}, -1, 1));
   gpa_pcase_in(&c, gpa_pt_f32(2, (int64_t[]){M, K}, -1, 1));
   if (bias) gpa_pcase_in(&c, gpa_pt_f32(1, (int64_t[]){M}, -1, 1));
