@@ -5,20 +5,10 @@
  * run, destroy while busy, init errors, and shutdown with a collective in
  * flight. On cuda and sim actors LOCAL answers EUNSUPPORTED: checked, then
  * the test ends (their collectives are NCCL's: test_comm_nccl.c). */
-#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "util/comm_cases.h"
-
-typedef struct rank_arg {
-  comm_case_env e;
-} rank_arg;
-
-static void *rank_main(void *p) {
-  comm_cases_run(&((rank_arg *)p)->e);
-  return NULL;
-}
 
 static gpa_actor *actor1(void) {
   gpa_actor_options o = {.threads = 1};
@@ -28,19 +18,9 @@ static gpa_actor *actor1(void) {
 static void all_cases(int n) {
   gpa_actor *a[4];
   gpa_comm *c[4];
-  rank_arg args[4];
-  pthread_t t[4];
   for (int i = 0; i < n; i++) a[i] = actor1();
   CHECK_OK(gpa_comm_init_all(a, n, NULL, c));
-  for (int i = 0; i < n; i++) {
-    args[i].e = (comm_case_env){a[i], gpa_actor_default_queue(a[i]), c[i], i, n};
-    CHECK(pthread_create(&t[i], NULL, rank_main, &args[i]) == 0);
-  }
-  for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
-  for (int i = 0; i < n; i++) {
-    CHECK_OK(gpa_comm_destroy(c[i]));
-    CHECK_OK(gpa_actor_destroy(a[i]));
-  }
+  comm_cases_threads(a, c, n);
 }
 
 static gpa_tensor f32(gpa_actor *a, int64_t n) { return tu_f32(a, n); }

@@ -41,32 +41,13 @@ static void fault(const char *which, unsigned n) {
   fn(n);
 }
 
-typedef struct rank_arg {
-  comm_case_env e;
-} rank_arg;
-
-static void *rank_main(void *p) {
-  comm_cases_run(&((rank_arg *)p)->e);
-  return NULL;
-}
-
 static void all_cases(int n) {
   gpa_actor *a[4];
   gpa_comm *c[4];
-  rank_arg args[4];
-  pthread_t t[4];
   for (int i = 0; i < n; i++) a[i] = on(i);
   CHECK_OK(gpa_comm_init_all(a, n, NULL, c));
-  for (int i = 0; i < n; i++) {
-    CHECK(gpa_comm_rank(c[i]) == i && gpa_comm_size(c[i]) == n);
-    args[i].e = (comm_case_env){a[i], gpa_actor_default_queue(a[i]), c[i], i, n};
-    CHECK(pthread_create(&t[i], NULL, rank_main, &args[i]) == 0);
-  }
-  for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
-  for (int i = 0; i < n; i++) {
-    CHECK_OK(gpa_comm_destroy(c[i]));
-    CHECK_OK(gpa_actor_destroy(a[i]));
-  }
+  for (int i = 0; i < n; i++) CHECK(gpa_comm_rank(c[i]) == i && gpa_comm_size(c[i]) == n);
+  comm_cases_threads(a, c, n);
 }
 
 typedef struct pair {
@@ -472,17 +453,7 @@ static void real_two(void) {
   a[0] = tu_actor(&o);
   gpa_comm *c[2];
   CHECK_OK(gpa_comm_init_all(a, 2, NULL, c));
-  rank_arg args[2];
-  pthread_t t[2];
-  for (int i = 0; i < 2; i++) {
-    args[i].e = (comm_case_env){a[i], gpa_actor_default_queue(a[i]), c[i], i, 2};
-    CHECK(pthread_create(&t[i], NULL, rank_main, &args[i]) == 0);
-  }
-  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-  for (int i = 0; i < 2; i++) {
-    CHECK_OK(gpa_comm_destroy(c[i]));
-    CHECK_OK(gpa_actor_destroy(a[i]));
-  }
+  comm_cases_threads(a, c, 2);
   printf("comm_nccl: two ranks on cuda:0 and cuda:1 through the real NCCL: ok\n");
 }
 

@@ -6,6 +6,7 @@
 #include "util/comm_cases.h"
 
 #include <math.h>
+#include <pthread.h>
 
 #include "util/half.h"
 
@@ -287,4 +288,24 @@ void comm_cases_run(const comm_case_env *e) {
       if (s) break; /* the odd sizes once, in f32 */
     }
   ordering_case(e);
+}
+
+static void *rank_main(void *e) {
+  comm_cases_run(e);
+  return NULL;
+}
+
+void comm_cases_threads(gpa_actor **a, gpa_comm **c, int n) {
+  comm_case_env e[4];
+  pthread_t t[4];
+  CHECK(n >= 1 && n <= 4);
+  for (int i = 0; i < n; i++) {
+    e[i] = (comm_case_env){a[i], gpa_actor_default_queue(a[i]), c[i], i, n};
+    CHECK(pthread_create(&t[i], NULL, rank_main, &e[i]) == 0);
+  }
+  for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < n; i++) {
+    CHECK_OK(gpa_comm_destroy(c[i]));
+    CHECK_OK(gpa_actor_destroy(a[i]));
+  }
 }
