@@ -67,20 +67,6 @@ static void upload(gpa_queue *q, const gpa_tensor *t, int r, int64_t base) {
   free(buf);
 }
 
-/* reads t back: caller frees */
-static void *download(gpa_queue *q, const gpa_tensor *t) {
-  gpa_handle *h;
-  CHECK_OK(gpa_readback(q, t, &h));
-  CHECK_OK(gpa_await(h, -1));
-  const void *d;
-  uint64_t sz;
-  CHECK_OK(gpa_handle_data(h, &d, &sz));
-  void *out = malloc(sz ? sz : 1);
-  if (sz) memcpy(out, d, sz); /* an empty readback has no data pointer */
-  gpa_handle_release(h);
-  return out;
-}
-
 static float reduce_ref(int op, int dtype, int size, int64_t i) {
   float acc = val(0, i);
   for (int r = 1; r < size; r++) {
@@ -117,7 +103,7 @@ static void allreduce_cases(const comm_case_env *e, int dtype, int64_t n) {
       gpa_handle *h;
       CHECK_OK(gpa_allreduce(e->q, e->comm, &s, &r, op, &h));
       run_await(h);
-      void *got = download(e->q, &r);
+      void *got = tu_download(e->q, &r, NULL);
       for (int64_t i = 0; i < n; i++) expect(got, dtype, i, reduce_ref(op, dtype, e->size, i), "allreduce", e->rank);
       free(got);
       gpa_buffer_release(e->a, s.buffer);
@@ -136,7 +122,7 @@ static void reduce_scatter_cases(const comm_case_env *e, int dtype, int64_t n) {
       gpa_handle *h;
       CHECK_OK(gpa_reduce_scatter(e->q, e->comm, &s, &r, ops[k], &h));
       run_await(h);
-      void *got = download(e->q, &r);
+      void *got = tu_download(e->q, &r, NULL);
       for (int64_t i = 0; i < n; i++)
         expect(got, dtype, i, reduce_ref(ops[k], dtype, e->size, n * e->rank + i), "reduce_scatter", e->rank);
       free(got);
@@ -153,7 +139,7 @@ static void allgather_cases(const comm_case_env *e, int dtype, int64_t n) {
     gpa_handle *h;
     CHECK_OK(gpa_allgather(e->q, e->comm, &s, &r, &h));
     run_await(h);
-    void *got = download(e->q, &r);
+    void *got = tu_download(e->q, &r, NULL);
     for (int rr = 0; rr < e->size; rr++)
       for (int64_t i = 0; i < n; i++) expect(got, dtype, rr * n + i, rounded(dtype, val(rr, i)), "allgather", e->rank);
     free(got);
@@ -170,7 +156,7 @@ static void broadcast_cases(const comm_case_env *e, int dtype, int64_t n) {
     gpa_handle *h;
     CHECK_OK(gpa_broadcast(e->q, e->comm, inplace ? NULL : &s, &r, root, &h));
     run_await(h);
-    void *got = download(e->q, &r);
+    void *got = tu_download(e->q, &r, NULL);
     for (int64_t i = 0; i < n; i++) expect(got, dtype, i, rounded(dtype, val(root, i)), "broadcast", e->rank);
     free(got);
     gpa_buffer_release(e->a, r.buffer);
@@ -195,7 +181,7 @@ static void p2p_cases(const comm_case_env *e, int dtype, int64_t n) {
   }
   run_await(h1);
   run_await(h2);
-  void *got = download(e->q, &r);
+  void *got = tu_download(e->q, &r, NULL);
   for (int64_t i = 0; i < n; i++) expect(got, dtype, i, rounded(dtype, val(peer, 7 + i)), "send/recv", e->rank);
   free(got);
   gpa_buffer_release(e->a, s.buffer);

@@ -27,16 +27,27 @@ void tu_put_bytes(gpa_queue *q, const gpa_tensor *t, const void *src, uint64_t b
   gpa_handle_release(h);
 }
 
-void tu_get_bytes(gpa_queue *q, const gpa_tensor *t, void *dst, uint64_t bytes) {
+void *tu_download(gpa_queue *q, const gpa_tensor *t, uint64_t *bytes) {
   gpa_handle *h;
   CHECK_OK(gpa_readback(q, t, &h));
   CHECK_OK(gpa_await(h, -1));
   const void *d;
   uint64_t sz;
   CHECK_OK(gpa_handle_data(h, &d, &sz));
-  CHECK(sz == bytes);
-  memcpy(dst, d, sz);
+  void *out = malloc(sz ? sz : 1);
+  CHECK(out != NULL);
+  if (sz) memcpy(out, d, sz); /* an empty readback has no data pointer */
   gpa_handle_release(h);
+  if (bytes) *bytes = sz;
+  return out;
+}
+
+void tu_get_bytes(gpa_queue *q, const gpa_tensor *t, void *dst, uint64_t bytes) {
+  uint64_t sz;
+  void *got = tu_download(q, t, &sz);
+  CHECK(sz == bytes);
+  memcpy(dst, got, sz);
+  free(got);
 }
 
 void tu_put(gpa_queue *q, const gpa_tensor *t, const float *src, int64_t n) { tu_put_bytes(q, t, src, (uint64_t)n * 4); }

@@ -49,6 +49,9 @@ void tu_get(gpa_queue *q, const gpa_tensor *t, float *dst, int64_t n);
  * be exactly that size. */
 void tu_put_bytes(gpa_queue *q, const gpa_tensor *t, const void *src, uint64_t bytes);
 void tu_get_bytes(gpa_queue *q, const gpa_tensor *t, void *dst, uint64_t bytes);
+/* Reads t back (awaits) into a fresh allocation the caller frees (at least
+ * one byte: a readback may be empty); its size into *bytes (nullable). */
+void *tu_download(gpa_queue *q, const gpa_tensor *t, uint64_t *bytes);
 /* fill via the generic submit path. */
 gpa_status tu_fill(gpa_queue *q, const gpa_tensor *t, double v, gpa_handle **h);
 
