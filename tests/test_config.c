@@ -55,13 +55,7 @@ int main(void) {
    * of fills from one thread meets EAGAIN and names 8 slots */
   gpa_tensor t = {id, 0, GPA_F32, 1, {1 << 17}};
   gpa_queue *q = gpa_actor_default_queue(a);
-  int again = 0;
-  for (int i = 0; i < 5000 && !again; i++) {
-    gpa_status st = tu_fill(q, &t, 1, NULL);
-    CHECK(st == GPA_OK || st == GPA_EAGAIN);
-    again = st == GPA_EAGAIN;
-  }
-  CHECK(again);
+  CHECK(tu_fill_until_again(q, &t, 5000));
   CHECK_MSG("8 slots");
   CHECK_OK(gpa_sync_batch(q, NULL));
   CHECK_OK(gpa_actor_destroy(a));

@@ -16,13 +16,7 @@ int main(void) {
    * of slow-ish submits from one thread must hit EAGAIN quickly */
   gpa_queue *q = gpa_actor_default_queue(a);
   gpa_tensor x = tu_f32(a, 1 << 20);
-  int again = 0;
-  for (int i = 0; i < 2000 && !again; i++) {
-    gpa_status st = tu_fill(q, &x, i, NULL);
-    CHECK(st == GPA_OK || st == GPA_EAGAIN);
-    again = st == GPA_EAGAIN;
-  }
-  CHECK(again);
+  CHECK(tu_fill_until_again(q, &x, 2000));
   CHECK_MSG("8 slots");
   CHECK_OK(gpa_sync_batch(q, NULL));
   CHECK_OK(gpa_actor_destroy(a));

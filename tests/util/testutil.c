@@ -59,3 +59,12 @@ gpa_status tu_fill(gpa_queue *q, const gpa_tensor *t, double v, gpa_handle **h) 
   gpa_op_call c = {"fill", NULL, 0, t, 1, &at, 1};
   return gpa_submit(q, &c, h);
 }
+
+int tu_fill_until_again(gpa_queue *q, const gpa_tensor *t, int max) {
+  for (int i = 0; i < max; i++) {
+    gpa_status st = tu_fill(q, t, i, NULL);
+    CHECK(st == GPA_OK || st == GPA_EAGAIN);
+    if (st == GPA_EAGAIN) return 1;
+  }
+  return 0;
+}

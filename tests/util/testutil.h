@@ -54,5 +54,9 @@ void tu_get_bytes(gpa_queue *q, const gpa_tensor *t, void *dst, uint64_t bytes);
 void *tu_download(gpa_queue *q, const gpa_tensor *t, uint64_t *bytes);
 /* fill via the generic submit path. */
 gpa_status tu_fill(gpa_queue *q, const gpa_tensor *t, double v, gpa_handle **h);
+/* Submits fills of t (not awaited) until the queue refuses one with
+ * GPA_EAGAIN, at most max: whether it did (any other refusal fails the
+ * test). A full mailbox under the fail policy. */
+int tu_fill_until_again(gpa_queue *q, const gpa_tensor *t, int max);
 
 #endif
