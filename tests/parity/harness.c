@@ -493,6 +493,15 @@ void gpa_pi_copy_pdata(pdata *dst, const pdata *src, const gpa_pt *t) {
   memcpy(dst->d, src->d, (size_t)src->n * sizeof(double));
 }
 
+void gpa_pi_pset_make(const gpa_pcase *c, pset *s, uint64_t *rng) {
+  memset(s, 0, sizeof *s);
+  for (uint32_t i = 0; i < c->n_in; i++) {
+    gpa_pi_pdata_alloc(&s->in[i], &c->in[i]);
+    gpa_pi_fill(&s->in[i], &c->in[i], rng);
+  }
+  gpa_pi_init_outputs(c, s, rng);
+}
+
 void gpa_pi_run_ref(const gpa_pcase *c, pset *s, pdata *ref) {
   gpa_parr in[GPA_PMAX], out[GPA_PMAX];
   for (uint32_t i = 0; i < c->n_in; i++) in[i] = (gpa_parr){s->in[i].d, s->in[i].n, &c->in[i]};
@@ -589,13 +598,8 @@ int gpa_pi_run_and_compare(gpa_parity *p, const gpa_pcase *c, pset *s) {
 
 int gpa_parity_check(gpa_parity *p, const gpa_pcase *c) {
   pset s;
-  memset(&s, 0, sizeof s);
   uint64_t rng = gpa_pi_case_seed(c);
-  for (uint32_t i = 0; i < c->n_in; i++) {
-    gpa_pi_pdata_alloc(&s.in[i], &c->in[i]);
-    gpa_pi_fill(&s.in[i], &c->in[i], &rng);
-  }
-  gpa_pi_init_outputs(c, &s, &rng);
+  gpa_pi_pset_make(c, &s, &rng);
   gpa_pi_run_ref(c, &s, s.ref);
   int ok = gpa_pi_run_and_compare(p, c, &s);
   if (ok) {
@@ -610,13 +614,8 @@ int gpa_parity_check(gpa_parity *p, const gpa_pcase *c) {
 
 int gpa_parity_expect_error(gpa_parity *p, const gpa_pcase *c, int status, const char *substring) {
   pset s;
-  memset(&s, 0, sizeof s);
   uint64_t rng = gpa_pi_case_seed(c);
-  for (uint32_t i = 0; i < c->n_in; i++) {
-    gpa_pi_pdata_alloc(&s.in[i], &c->in[i]);
-    gpa_pi_fill(&s.in[i], &c->in[i], &rng);
-  }
-  gpa_pi_init_outputs(c, &s, &rng);
+  gpa_pi_pset_make(c, &s, &rng);
   char msg[512], name[512], w[1400];
   gpa_pi_fmt_case(name, sizeof name, c);
   int ok = 1;

@@ -30,14 +30,9 @@ static double fd_loss(const gpa_pcase *f, gpa_parr *in, pdata *w, uint32_t n_dy)
 
 int gpa_parity_grad(gpa_parity *p, const gpa_pcase *f, const gpa_pgrad *g) {
   pset fs, bs;
-  memset(&fs, 0, sizeof fs);
   memset(&bs, 0, sizeof bs);
   uint64_t rng = gpa_pi_case_seed(f) ^ 0x9e3779b97f4a7c15ull;
-  for (uint32_t i = 0; i < f->n_in; i++) {
-    gpa_pi_pdata_alloc(&fs.in[i], &f->in[i]);
-    gpa_pi_fill(&fs.in[i], &f->in[i], &rng);
-  }
-  gpa_pi_init_outputs(f, &fs, &rng);
+  gpa_pi_pset_make(f, &fs, &rng);
   gpa_pi_run_ref(f, &fs, fs.ref);
   /* loss weights (dy), fp32-rounded; a scalar dy may go in an attribute */
   pdata w[GPA_PMAX];

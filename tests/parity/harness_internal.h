@@ -47,6 +47,9 @@ void gpa_pi_fmt_case(char *buf, size_t size, const gpa_pcase *c);
 void gpa_pi_pset_free(pset *s);
 /* Outputs' initial bytes: NaN poison, generated data, or the aliased input. */
 void gpa_pi_init_outputs(const gpa_pcase *c, pset *s, uint64_t *rng);
+/* A case's data from rng: its inputs generated, then its outputs' initial
+ * bytes (gpa_pi_init_outputs); gpa_pi_pset_free releases them. */
+void gpa_pi_pset_make(const gpa_pcase *c, pset *s, uint64_t *rng);
 /* The reference on s's inputs into ref[] (started from the outputs' initial values). */
 void gpa_pi_run_ref(const gpa_pcase *c, pset *s, pdata *ref);
 /* The host implementation, inline (env NULL); outs hold initial bytes in, results out. */
