@@ -21,8 +21,8 @@ gpa_status gpa__gelu_bwd_cu(const gpa_op_exec *x) {
   void *dx = x->out[0], *xx = x->in[0], *dy = x->in[1];
   int vec = gpa__cu_aligned16(x);
   void *args[] = {&dx, &xx, &dy, &n, &approx, &vec};
-  if (x->inputs[0].dtype == GPA_BF16 && x->inputs[1].dtype == GPA_F32) /* mixed: dy f32 */
-    return gpa__cu_launch_bf(x, GPA__K_GELU_BWD_MIX, n, vec, args);
+  if (x->inputs[0].dtype == GPA_BF16 && x->inputs[1].dtype == GPA_F32) /* mixed: dy f32, 4 values a step */
+    return gpa__cu_launch1d(x, GPA__K_GELU_BWD_MIX, vec ? (n + 3) / 4 : n, args);
   if ((x->inputs[0].dtype == GPA_BF16)) return gpa__cu_launch_bf(x, GPA__K_GELU_BWD_BF, n, vec, args);
   return gpa__cu_launch1d(x, GPA__K_GELU_BWD, vec ? (n + 3) / 4 : n, args);
 }
