@@ -31,6 +31,22 @@ static void read_f32(gpa_queue *q, const gpa_tensor *t, float *out, size_t n) {
   gpa_handle_release(h);
 }
 
+/* Logits x into lg, then cross_entropy_fwd and _bwd on them and targets t:
+ * the loss into *l, dlogits into got. */
+static void fwd_bwd(gpa_queue *q, const float *x, gpa_tensor lg, gpa_tensor t, gpa_tensor loss, gpa_tensor dl, float *l,
+                    float *got) {
+  gpa_handle *h;
+  CHECK_OK(gpa_upload(q, &lg, x, sizeof(float) * N * V, 0, NULL));
+  CHECK_OK(gpa_cross_entropy_fwd(q, &(gpa_cross_entropy_fwd_args){.logits = lg, .targets = t, .loss = loss}, &h));
+  CHECK_OK(gpa_await(h, -1));
+  gpa_handle_release(h);
+  CHECK_OK(gpa_cross_entropy_bwd(q, &(gpa_cross_entropy_bwd_args){.logits = lg, .targets = t, .dlogits = dl}, &h));
+  CHECK_OK(gpa_await(h, -1));
+  gpa_handle_release(h);
+  read_f32(q, &loss, l, 1);
+  read_f32(q, &dl, got, N * V);
+}
+
 /* loss and dlogits of logits x (N x V), targets tg, in double */
 static double reference(const float *x, const int32_t *tg, double *dl) {
   double loss = 0;
@@ -61,18 +77,9 @@ static int run(gpa_actor *a, int v) {
   for (int i = 0; i < V - 8; i++) x[2 * V + i] = -INFINITY;     /* all but the last eight */
   gpa_tensor lg = tensor(a, GPA_F32, 2, N, V), t = tensor(a, GPA_I32, 1, N, 0);
   gpa_tensor loss = tensor(a, GPA_F32, 1, 1, 0), dl = tensor(a, GPA_F32, 2, N, V);
-  CHECK_OK(gpa_upload(q, &lg, x, sizeof(float) * N * V, 0, NULL));
   CHECK_OK(gpa_upload(q, &t, tg, sizeof tg, 0, NULL));
-  gpa_handle *h;
-  CHECK_OK(gpa_cross_entropy_fwd(q, &(gpa_cross_entropy_fwd_args){.logits = lg, .targets = t, .loss = loss}, &h));
-  CHECK_OK(gpa_await(h, -1));
-  gpa_handle_release(h);
-  CHECK_OK(gpa_cross_entropy_bwd(q, &(gpa_cross_entropy_bwd_args){.logits = lg, .targets = t, .dlogits = dl}, &h));
-  CHECK_OK(gpa_await(h, -1));
-  gpa_handle_release(h);
   float l;
-  read_f32(q, &loss, &l, 1);
-  read_f32(q, &dl, got, N * V);
+  fwd_bwd(q, x, lg, t, loss, dl, &l, got);
   double wl = reference(x, tg, want);
   if (!(fabs(l - wl) <= 1e-5 * fabs(wl) + 1e-6)) {
     fprintf(stderr, "cross_entropy_fwd with -inf logits (V %d): %.9g, expected %.9g\n", V, l, wl);
@@ -84,15 +91,7 @@ static int run(gpa_actor *a, int v) {
       return 1;
     }
   x[3 * V + 77] = NAN; /* a lane's entry in the middle of its row */
-  CHECK_OK(gpa_upload(q, &lg, x, sizeof(float) * N * V, 0, NULL));
-  CHECK_OK(gpa_cross_entropy_fwd(q, &(gpa_cross_entropy_fwd_args){.logits = lg, .targets = t, .loss = loss}, &h));
-  CHECK_OK(gpa_await(h, -1));
-  gpa_handle_release(h);
-  CHECK_OK(gpa_cross_entropy_bwd(q, &(gpa_cross_entropy_bwd_args){.logits = lg, .targets = t, .dlogits = dl}, &h));
-  CHECK_OK(gpa_await(h, -1));
-  gpa_handle_release(h);
-  read_f32(q, &loss, &l, 1);
-  read_f32(q, &dl, got, N * V);
+  fwd_bwd(q, x, lg, t, loss, dl, &l, got);
   if (!isnan(l)) {
     fprintf(stderr, "cross_entropy_fwd with a NaN logit (V %d): %.9g, expected NaN\n", V, l);
     return 1;
