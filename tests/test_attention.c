@@ -31,6 +31,22 @@ static double ref_loss(void *p) {
   return l;
 }
 
+#ifdef GPA_HAVE_CUDA_BACKEND
+/* On CUDA (and sim) an fp32 pass with D a multiple of 16 up to 128 runs on
+ * the 3xTF32 tensor-core kernels, any other on the SIMT ones: their call
+ * counter moved past `before` exactly when it should. */
+static void ran_tc32(gpa_nt *t, const char *what, int64_t D, const unsigned long long *calls,
+                     unsigned long long before, const char *pass) {
+  if (strcmp(gpa_actor_backend(t->a), "cuda") && strcmp(gpa_actor_backend(t->a), "sim")) return;
+  const int want = D % 16 == 0 && D <= 128;
+  if ((__atomic_load_n(calls, __ATOMIC_RELAXED) > before) != want) {
+    char w[1024];
+    snprintf(w, sizeof w, "%s: the %s kernels did not run the %s", what, want ? "3xTF32" : "SIMT", pass);
+    gpa_nt_fail(t, w);
+  }
+}
+#endif
+
 static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
   int64_t B = c->B, Sk = c->Sk, Hk = c->Hkv, D = c->D;
   afix x;
@@ -59,15 +75,7 @@ static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
     gpa_nt_fail(t, w2);
   }
 #ifdef GPA_HAVE_CUDA_BACKEND
-  /* on CUDA (and sim) an fp32 forward with D a multiple of 16 up to 128 runs
-   * on the 3xTF32 tensor-core kernels, any other on the SIMT ones */
-  if (!strcmp(gpa_actor_backend(t->a), "cuda") || !strcmp(gpa_actor_backend(t->a), "sim")) {
-    const int want = D % 16 == 0 && D <= 128;
-    if ((__atomic_load_n(&gpa__attn_tc32_calls, __ATOMIC_RELAXED) > tc0) != want) {
-      snprintf(w2, sizeof w2, "%s: the %s kernels did not run the forward", what, want ? "3xTF32" : "SIMT");
-      gpa_nt_fail(t, w2);
-    }
-  }
+  ran_tc32(t, what, D, &gpa__attn_tc32_calls, tc0, "forward");
 #endif
   float *go = malloc(sizeof(float) * (size_t)nq), *gl = malloc(sizeof(float) * (size_t)nl);
   gpa_nt_read(t, &fout[0], go);
@@ -90,13 +98,7 @@ static void run_case(gpa_nt *t, const acase *c, uint64_t seed) {
     gpa_afix_read_grads(t, bout, runs[rep]);
   }
 #ifdef GPA_HAVE_CUDA_BACKEND
-  if (!strcmp(gpa_actor_backend(t->a), "cuda") || !strcmp(gpa_actor_backend(t->a), "sim")) {
-    const int want = D % 16 == 0 && D <= 128;
-    if ((__atomic_load_n(&gpa__attn_tc32_bwd_calls, __ATOMIC_RELAXED) > tb0) != want) {
-      snprintf(w2, sizeof w2, "%s: the %s kernels did not run the backward", what, want ? "3xTF32" : "SIMT");
-      gpa_nt_fail(t, w2);
-    }
-  }
+  ran_tc32(t, what, D, &gpa__attn_tc32_bwd_calls, tb0, "backward");
 #endif
   snprintf(w2, sizeof w2, "%s: backward determinism", what);
   gpa_nt_same_bits(t, w2, g1, g2, nq + 2 * nk);
