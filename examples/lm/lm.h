@@ -70,10 +70,8 @@ typedef struct lm_conv_block {
   int dilation;
   gpa_tensor x;        /* block input [B,L,D] (the previous block's output) */
   gpa_tensor mean, rstd;
-  gpa_tensor u;        /* layernorm(x) [B,L,D] */
-  gpa_tensor uT;       /* u transposed [B,D,L] */
-  gpa_tensor cT;       /* conv1d(uT) [B,D,L] */
-  gpa_tensor c;        /* cT transposed back [B,L,D]: the GELU input */
+  gpa_tensor u;        /* layernorm(x) [B,L,D] in the activation dtype: the conv's input, kept for its backward */
+  gpa_tensor c;        /* conv1d(u) [B,L,D] (channels last, layout nlc): the GELU input */
 } lm_conv_block;
 
 typedef struct lm_model {
@@ -97,14 +95,15 @@ typedef struct lm_model {
   lm_param *f_ln_g, *f_ln_b, *Wh, *bh;
   gpa_tensor f_mean, f_rstd, uf, logits, loss;
   /* gradients of activations and scratch */
-  gpa_tensor dlogits, dx, d1, d2, d3, dq4, dk4, dv4, do4, tmp, tmpT;
+  gpa_tensor dlogits, dx, d1, d2, d3, dq4, dk4, dv4, do4, tmp;
   /* the activation dtype's side of f32 tensors that cross into the GEMMs
    * (bf16 under cfg.bf16, written and read by the ops' mixed-dtype forms;
-   * in f32 they are the f32 tensors themselves): layernorm outputs ulp
-   * (scratch), ua_lp, uf_lp; a branch's output before the residual add tlp;
-   * gradients d1lp, d2lp, dxlp (dx's bf16 copy). Under bf16 the f32 ones
-   * (u, ua, uf, tmp, d1, d2) are not allocated. */
-  gpa_tensor ulp, ua_lp, uf_lp, tlp, d1lp, d2lp, dxlp;
+   * in f32 they are the f32 tensors themselves): layernorm outputs ua_lp,
+   * uf_lp (the conv blocks' u is in the activation dtype itself); a
+   * branch's output before the residual add tlp; gradients d1lp, d2lp,
+   * dxlp (dx's bf16 copy). Under bf16 the f32 ones (ua, uf, tmp, d1, d2)
+   * are not allocated. */
+  gpa_tensor ua_lp, uf_lp, tlp, d1lp, d2lp, dxlp;
   int64_t casts;   /* cast ops submitted: the bf16 weight copies' (at init, or every forward with cast_weights) */
   /* every parameter's gradient in one buffer, the last parameter first (the
    * order the backward produces them): data-parallel buckets are ranges */

@@ -3,9 +3,7 @@
  *   x0 = embedding(ids)                                   embedding_fwd
  *   for each conv block (dilation 1, 2, 4, ...):
  *     u  = layernorm(x)                                   layernorm_fwd   [N,D]
- *     uT = transpose(u)  [B,L,D] -> [B,D,L]               transpose
- *     cT = causal dilated conv1d(uT)                       conv1d_fwd
- *     c  = transpose(cT) [B,D,L] -> [B,L,D]               transpose
+ *     c  = causal dilated conv1d(u), channels last        conv1d_fwd (layout nlc) [B,L,D]
  *     x' = x + gelu(c)                                    gelu_fwd, add
  *   attention block:
  *     u = layernorm(x); q, k, v = u Wq^T, u Wk^T, u Wv^T  layernorm_fwd, linear_fwd x3
@@ -14,9 +12,10 @@
  *   logits = layernorm(x) Wh^T + bh                       layernorm_fwd, linear_fwd
  *   loss = cross_entropy(logits, targets)                 cross_entropy_fwd
  *
- * A transpose's backward is the transpose back. (Before the op set had a
- * transpose, these were embedding gathers by precomputed permutation
- * tables: on an H100 each cost an index check and a copy back, 16 a step.)
+ * conv1d reads and writes [B,L,D] itself (layout nlc, docs/ops.md): no
+ * transpose around it. (Before, u went to [B,D,L] and c back by transpose
+ * ops, and before those by embedding gathers: 16 launches a step with 4
+ * blocks, 77 us of a 1733 us step on an H100.)
  *
  * The backward runs the chain in reverse with the ops' _bwd forms; the
  * residual stream's gradient lives in dx and each branch's gradient is added
@@ -33,7 +32,7 @@
  * no cast launch per weight a step; --cast-weights casts them at the start
  * of every forward instead, the same bits), and conv1d, linear and attention
  * take bf16 inputs and write bf16 outputs (fp32 accumulation inside), as do
- * the ops between them (transpose, GELU, the q/k/v gradient sums), their
+ * the ops between them (GELU, the q/k/v gradient sums), their
  * backward forms likewise (dW and db f32, straight into the fp32 gradients). What stays fp32: the
  * residual stream and its gradient (each block adds a small update to it; in
  * bf16 the updates would round away), layernorm (its statistics and math in
@@ -250,11 +249,7 @@ int lm_model_init(lm_model *m, gpa_actor *a, const lm_config *cfg, uint64_t seed
     snprintf(label, sizeof label, "lm.act.conv%d.rstd", i);
     k->rstd = tensor(m, label, GPA_F32, 1, N, 0, 0);
     snprintf(label, sizeof label, "lm.act.conv%d.u", i);
-    if (!cfg->bf16) k->u = tensor(m, label, GPA_F32, 3, B, L, D); /* bf16: ulp below */
-    snprintf(label, sizeof label, "lm.act.conv%d.uT", i);
-    k->uT = tensor(m, label, act(m), 3, B, D, L);
-    snprintf(label, sizeof label, "lm.act.conv%d.cT", i);
-    k->cT = tensor(m, label, act(m), 3, B, D, L);
+    k->u = tensor(m, label, act(m), 3, B, L, D); /* bf16: layernorm's mixed form writes it */
     snprintf(label, sizeof label, "lm.act.conv%d.c", i);
     k->c = tensor(m, label, act(m), 3, B, L, D);
   }
@@ -285,9 +280,7 @@ int lm_model_init(lm_model *m, gpa_actor *a, const lm_config *cfg, uint64_t seed
   m->dv4 = view(tensor(m, "lm.grad.v", act(m), 3, B, L, D), 4, B, L, H, D / H);
   m->do4 = view(tensor(m, "lm.grad.o", act(m), 3, B, L, D), 4, B, L, H, D / H);
   if (!cfg->bf16) m->tmp = tensor(m, "lm.tmp.bld", GPA_F32, 3, B, L, D);
-  m->tmpT = tensor(m, "lm.tmp.bdl", act(m), 3, B, D, L);
   if (cfg->bf16) { /* no fp32 twins: the ops' mixed forms read and write these */
-    m->ulp = tensor(m, "lm.act.u.bf16", GPA_BF16, 3, B, L, D);
     m->ua_lp = tensor(m, "lm.act.attn.u.bf16", GPA_BF16, 3, B, L, D);
     m->uf_lp = tensor(m, "lm.act.head.u.bf16", GPA_BF16, 3, B, L, D);
     m->tlp = tensor(m, "lm.tmp.bld.bf16", GPA_BF16, 3, B, L, D);
@@ -321,15 +314,6 @@ static gpa_tensor flat3(const lm_model *m, gpa_tensor t) { /* [B, L, D] */
   return view(t, 3, m->cfg.batch, m->cfg.ctx, m->cfg.dim, 0);
 }
 
-/* dst = src with its last two axes swapped: [B,L,D] -> [B,D,L] (to_cf),
- * else [B,D,L] -> [B,L,D]. */
-static void transpose(lm_model *m, int to_cf, gpa_tensor src, gpa_tensor dst) {
-  int64_t B = m->cfg.batch, L = m->cfg.ctx, D = m->cfg.dim;
-  gpa_tensor in = to_cf ? view(src, 3, B, L, D, 0) : view(src, 3, B, D, L, 0);
-  gpa_tensor out = to_cf ? view(dst, 3, B, D, L, 0) : view(dst, 3, B, L, D, 0);
-  op(m, "transpose", &in, 1, &out, 1, NULL, 0);
-}
-
 static void layernorm(lm_model *m, gpa_tensor x, lm_param *g, lm_param *b, gpa_tensor y, gpa_tensor mean,
                       gpa_tensor rstd) {
   gpa_tensor in[3] = {rows(m, x), g->p, b->p}, out[3] = {rows(m, y), mean, rstd};
@@ -349,9 +333,11 @@ static void add_into(lm_model *m, gpa_tensor acc, gpa_tensor t) { /* acc += t */
   op(m, "add", in, 2, &out, 1, NULL, 0);
 }
 
-static void conv_geometry(const lm_conv_block *k, gpa_attr at[2]) {
+/* u [B,L,D] -> c [B,L,D]: channels last (layout nlc), as the rows around it */
+static void conv_geometry(const lm_conv_block *k, gpa_attr at[3]) {
   at[0] = (gpa_attr){"causal", GPA_ATTR_INT, 1, 0};
   at[1] = (gpa_attr){"dilation", GPA_ATTR_INT, k->dilation, 0};
+  at[2] = (gpa_attr){"layout", GPA_ATTR_INT, GPA_CONV1D_NLC, 0};
 }
 
 void lm_forward(lm_model *m) {
@@ -364,14 +350,11 @@ void lm_forward(lm_model *m) {
   for (int i = 0; i < c->blocks; i++) {
     lm_conv_block *k = &m->blk[i];
     gpa_tensor next = i + 1 < c->blocks ? m->blk[i + 1].x : m->xa;
-    gpa_tensor ulp = c->bf16 ? m->ulp : k->u; /* bf16: layernorm's mixed form writes it */
-    layernorm(m, k->x, k->ln_g, k->ln_b, ulp, k->mean, k->rstd);
-    transpose(m, 1, ulp, k->uT);
-    gpa_attr at[2];
+    layernorm(m, k->x, k->ln_g, k->ln_b, k->u, k->mean, k->rstd); /* bf16: layernorm's mixed form */
+    gpa_attr at[3];
     conv_geometry(k, at);
-    gpa_tensor cin[3] = {k->uT, k->W->w, k->b->w};
-    op(m, "conv1d_fwd", cin, 3, &k->cT, 1, at, 2);
-    transpose(m, 0, k->cT, k->c);
+    gpa_tensor cin[3] = {k->u, k->W->w, k->b->w};
+    op(m, "conv1d_fwd", cin, 3, &k->c, 1, at, 3);
     op(m, "gelu_fwd", &k->c, 1, &m->tlp, 1, NULL, 0);
     gpa_tensor ain[2] = {k->x, m->tlp}; /* bf16: add's mixed form (f32 + bf16 -> f32) */
     op(m, "add", ain, 2, &next, 1, NULL, 0);
@@ -435,14 +418,12 @@ void lm_backward(lm_model *m) {
     lm_conv_block *k = &m->blk[i];
     gpa_tensor gin[2] = {k->c, m->dx}; /* bf16: gelu_bwd's mixed form (dy f32) */
     op(m, "gelu_bwd", gin, 2, &m->d1lp, 1, NULL, 0); /* d1 = dc */
-    transpose(m, 1, m->d1lp, m->tmpT);               /* dcT */
-    gpa_attr at[2];
+    gpa_attr at[3];
     conv_geometry(k, at);
-    gpa_tensor cin[3] = {m->tmpT, k->uT, k->W->w};
-    gpa_tensor cout[3] = {view(k->cT, 3, c->batch, c->dim, c->ctx, 0), k->W->g, k->b->g}; /* duT into cT's buffer */
-    op(m, "conv1d_bwd", cin, 3, cout, 3, at, 2);
+    gpa_tensor cin[3] = {m->d1lp, k->u, k->W->w};
+    gpa_tensor cout[3] = {m->d2lp, k->W->g, k->b->g}; /* d2 = du */
+    op(m, "conv1d_bwd", cin, 3, cout, 3, at, 3);
     grads_ready(m, k->W, k->b, NULL);
-    transpose(m, 0, k->cT, m->d2lp); /* du */
     layernorm_bwd(m, k->x, m->d2lp, k->ln_g, k->ln_b, k->mean, k->rstd, m->d3, NULL);
     grads_ready(m, k->ln_g, k->ln_b, NULL);
     add_into(m, m->dx, m->d3); /* dx: gradient of the block's input */
