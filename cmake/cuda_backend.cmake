@@ -54,13 +54,6 @@ if((BUILD_TESTING OR NOT DEFINED BUILD_TESTING) AND NOT GPA_SANITIZE)
     -DINC=${PROJECT_SOURCE_DIR}/kernels/cuda
     -DOUT=${CMAKE_BINARY_DIR}/check_no_spills -P ${CMAKE_CURRENT_LIST_DIR}/check_no_spills.cmake)
   set_tests_properties(attention_no_spills PROPERTIES TIMEOUT 900)
-  # conv1d's default kernels (the SIMT implicit GEMMs and the bf16
-  # tensor-core ones, both layouts): no spills and no stack frame.
-  add_test(NAME conv1d_no_spills COMMAND ${CMAKE_COMMAND} -DNVCC=${GPA_NVCC}
-    "-DSRC=${PROJECT_SOURCE_DIR}/kernels/cuda/conv1d.cu|${PROJECT_SOURCE_DIR}/kernels/cuda/conv1d_tc.cu"
-    -DINC=${PROJECT_SOURCE_DIR}/kernels/cuda -DNO_STACK=ON
-    -DOUT=${CMAKE_BINARY_DIR}/check_no_spills_conv -P ${CMAKE_CURRENT_LIST_DIR}/check_no_spills.cmake)
-  set_tests_properties(conv1d_no_spills PROPERTIES TIMEOUT 600)
 endif()
 
 # GPA_DEVICE=sim: the simulator's driver and cuBLAS subset from this build
