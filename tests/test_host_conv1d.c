@@ -234,11 +234,11 @@ int main(void) {
       {2, 8, 10, 12, 3, 1, 40, 0, 20, 1, 0},    /* causal, dilation past L: two taps never read x (dW 0) */
       {1, 20, 3000, 20, 2, 1, 0, 600, 700, 1, 1}, /* right padding only: dx chunks no tap covers whole */
   };
-  for (int nlc = 0; nlc < 2; nlc++)
+  for (int nlc = 0; nlc < 2; nlc++) /* channels last: every case, the forced paths on the first five */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
       run_case(&cases[i], pars, 3, 0, nlc);
       if (i < 5) run_case(&cases[i], pars, 3, 1, nlc); /* the stride-1 cases through im2col too */
-      if (cases[i].stride == 1) run_case(&cases[i], pars, 3, 2, nlc); /* and through the shift forward */
+      if (cases[i].stride == 1 && (!nlc || i < 5)) run_case(&cases[i], pars, 3, 2, nlc); /* and the shift forward */
     }
   gpa__conv1d_direct_avx2_only(1); /* the direct forward's AVX2 kernel where the CPU also has AVX-512F */
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
