@@ -28,6 +28,8 @@ typedef struct gpa__conv_cu_geom {
  * batches and positions by the db kernels' block tree (a fixed order:
  * deterministic), for every backward path; GPA_OK without a third output. */
 gpa_status gpa__conv_db_cu(const gpa_op_exec *x, long long nb, long long cout, long long lout);
+/* the same for channels-last dy [rows][cout] (rows = B Lout): its column sums */
+gpa_status gpa__conv_db_rows_cu(const gpa_op_exec *x, long long rows, long long cout);
 gpa_status gpa__conv_fwd_bf16_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
 gpa_status gpa__conv_bwd_bf16_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *g);
 /* ops/conv1d/cuda_igemm.c: the implicit-GEMM kernels (f32 and bf16 storage)

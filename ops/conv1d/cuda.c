@@ -17,8 +17,8 @@
  * opt-in 3xTF32 and small-grid kernels decline it (the SIMT ones run), and
  * so does the im2col + cuBLAS path: a shape none of the kernels takes runs
  * on the host implementation (gpa__cu_fallback), as one past an int does.
- * db of dy [B,Lout,Cout] is the same block tree over B Lout "batches" of
- * one position (the same sums in the same order as ncl). */
+ * db of dy [B,Lout,Cout] is the column sum of its B Lout rows
+ * (gpa__conv_db_rows_cu). */
 #include <limits.h>
 
 #include "backends/cuda/cuda_ops.h"
@@ -68,6 +68,39 @@ gpa_status gpa__conv_db_cu(const gpa_op_exec *x, long long nb, long long cout, l
   int id = x->inputs[0].dtype == GPA_BF16 ? GPA__K_CONV_DB_BF : GPA__K_CONV_DB;
   return gpa__cu_launch(x, id, (unsigned)cout, (unsigned)chunks, 1, CONV_DB_THREADS, 1,
                         CONV_DB_THREADS * sizeof(double), args);
+}
+
+/* db of channels-last dy: the column sums of [rows][cout] by linear.cu's
+ * col_sum kernels (gpa_colsum_f32, gpa_lin_db_bf16 without pre), whose
+ * warps read 32 adjacent channels of a row; conv_db's block per channel
+ * would read one float per 32-byte sector there. Below 64 column tiles the
+ * rows split into chunks of at least 32 (about 128 blocks, at most 1024),
+ * whose partials (double, in the scratch: the callers' rule as above) the
+ * tile's last block adds in chunk order. The split depends on the shape
+ * alone: deterministic. */
+gpa_status gpa__conv_db_rows_cu(const gpa_op_exec *x, long long rows, long long cout) {
+  if (x->n_outputs <= 2) return GPA_OK;
+  long long tiles = (cout + 31) / 32, most = (rows + 31) / 32, chunks = 1;
+  if (tiles < 64 && most > 1 && gpa__cu_split_sums(x)) {
+    long long many = (rows + 4095) / 4096;
+    chunks = (128 + tiles - 1) / tiles;
+    if (chunks < many) chunks = many < 1024 / tiles ? many : 1024 / tiles;
+    if (chunks > most) chunks = most;
+    if (chunks < 1) chunks = 1;
+  }
+  long long per = chunks > 1 ? (rows + chunks - 1) / chunks : rows;
+  if (per < 1) per = 1;
+  chunks = (rows + per - 1) / per;
+  if (chunks < 1) chunks = 1;
+  CUdeviceptr part = 0, ctr = 0;
+  if (chunks > 1 && (!(part = gpa__cu_scratch(x, (uint64_t)(chunks * cout) * sizeof(double))) ||
+                     !(ctr = gpa__cu_counters(x))))
+    return GPA_ENOMEM;
+  void *db = x->out[2], *dy = x->in[0], *pre = NULL;
+  void *a32[] = {&db, &dy, &rows, &cout, &per, &part, &ctr}, *abf[] = {&db, &dy, &pre, &rows, &cout, &per, &part, &ctr};
+  const int bf = x->inputs[0].dtype == GPA_BF16;
+  return gpa__cu_launch(x, bf ? GPA__K_LIN_DB_BF : GPA__K_LIN_COLSUM, (unsigned)tiles, (unsigned)chunks, 1, 32, 32,
+                        32 * 32 * sizeof(double), bf ? abf : a32);
 }
 
 static void conv_geom(const gpa_op_exec *x, const gpa_tensor *xt, const gpa_tensor *W, const gpa_tensor *yt,

@@ -36,5 +36,6 @@ gpa_status gpa__conv_cudnn_cu(const gpa_op_exec *x, int bwd) {
   a.Lout = x->inputs[0].shape[li];
   a.dy = x->in[0], a.x = x->in[1], a.W = x->in[2], a.dx = x->out[0], a.dW = x->out[1];
   gpa_status st = gpa__cudnn_conv_bwd(x, &a);
-  return st != GPA_OK ? st : gpa__conv_db_cu(x, nlc ? a.B * a.Lout : a.B, a.Cout, nlc ? 1 : a.Lout);
+  if (st != GPA_OK) return st;
+  return nlc ? gpa__conv_db_rows_cu(x, a.B * a.Lout, a.Cout) : gpa__conv_db_cu(x, a.B, a.Cout, a.Lout);
 }

@@ -150,8 +150,7 @@ static gpa_status bwd_dw(const gpa_op_exec *x, const gpa__conv_cu_geom *c, int b
 
 gpa_status gpa__conv_bwd_ig_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c) {
   int bf = x->inputs[1].dtype == GPA_BF16;
-  /* dy [B,Lout,Cout] (nlc): B Lout "batches" of one position */
-  GPA__CU_TRY(gpa__conv_db_cu(x, c->nlc ? c->B * c->Lout : c->B, c->Cout, c->nlc ? 1 : c->Lout));
+  GPA__CU_TRY(c->nlc ? gpa__conv_db_rows_cu(x, c->B * c->Lout, c->Cout) : gpa__conv_db_cu(x, c->B, c->Cout, c->Lout));
   if (c->B == 0) return gpa__cu_zero_f32(x, x->out[1], c->Cout * c->R);
   GPA__CU_TRY(bwd_dx(x, c, bf));
   return bwd_dw(x, c, bf);

@@ -170,7 +170,7 @@ gpa_status gpa__conv_fwd_tc_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c)
 }
 
 gpa_status gpa__conv_bwd_tc_cu(const gpa_op_exec *x, const gpa__conv_cu_geom *c) {
-  GPA__CU_TRY(gpa__conv_db_cu(x, c->nlc ? c->B * c->Lout : c->B, c->Cout, c->nlc ? 1 : c->Lout));
+  GPA__CU_TRY(c->nlc ? gpa__conv_db_rows_cu(x, c->B * c->Lout, c->Cout) : gpa__conv_db_cu(x, c->B, c->Cout, c->Lout));
   if (c->B == 0) return gpa__cu_zero_f32(x, x->out[1], c->Cout * c->R);
   const uint64_t xb = pack_bytes(c, c->cin_g, c->L), db = pack_bytes(c, c->cout_g, c->Lout);
   const uint64_t wb = wpack_bytes(c, c->cin_g, c->cout_g);
