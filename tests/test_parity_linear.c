@@ -263,7 +263,7 @@ static void typed(gpa_nt *t) {
   ttx.rank = 3;
   for (int i = 0; i < 3; i++) ttx.shape[i] = cx[i];
   gpa_tensor cy1 = gpa_nt_out(t, 3, cy), cy2 = gpa_nt_out(t, 3, cy);
-  gpa_conv1d_fwd_args ca = {sizeof ca, ttx, tcw, tcb, cy1, {0, 0, 2, 0, 1}};
+  gpa_conv1d_fwd_args ca = {sizeof ca, ttx, tcw, tcb, cy1, {0, 0, 2, 0, 1, GPA_CONV1D_NCL}};
   if (gpa_conv1d_fwd(t->q, &ca, NULL) != GPA_OK) gpa_nt_fail(t, "gpa_conv1d_fwd");
   gpa_attr cat[2] = {{"dilation", GPA_ATTR_INT, 2, 0}, {"causal", GPA_ATTR_INT, 1, 0}};
   gpa_tensor ci[3] = {ttx, tcw, tcb};
@@ -271,8 +271,22 @@ static void typed(gpa_nt *t) {
   gpa_nt_read(t, &cy1, r1);
   gpa_nt_read(t, &cy2, r2);
   gpa_nt_same_bits(t, "typed gpa_conv1d_fwd", r1, r2, 80);
+  /* the same channels last (geom.layout): x viewed as [1,20,9], y [1,20,4] */
+  int64_t cxn[3] = {1, 20, 9}, cyn[3] = {1, 20, 4};
+  gpa_tensor txn = ttx, cy3 = gpa_nt_out(t, 3, cyn), cy4 = gpa_nt_out(t, 3, cyn);
+  for (int i = 0; i < 3; i++) txn.shape[i] = cxn[i];
+  gpa_conv1d_fwd_args can = {sizeof can, txn, tcw, tcb, cy3, {0, 0, 2, 0, 1, GPA_CONV1D_NLC}};
+  if (gpa_conv1d_fwd(t->q, &can, NULL) != GPA_OK) gpa_nt_fail(t, "gpa_conv1d_fwd (nlc)");
+  gpa_attr catn[3] = {{"dilation", GPA_ATTR_INT, 2, 0}, {"causal", GPA_ATTR_INT, 1, 0}, {"layout", GPA_ATTR_INT, 1, 0}};
+  gpa_tensor cin3[3] = {txn, tcw, tcb};
+  if (gpa_nt_run(t, "conv1d_fwd", cin3, 3, &cy4, 1, catn, 3) != GPA_OK) gpa_nt_fail(t, "conv1d_fwd (nlc)");
+  gpa_nt_read(t, &cy3, r1);
+  gpa_nt_read(t, &cy4, r2);
+  gpa_nt_same_bits(t, "typed gpa_conv1d_fwd (nlc)", r1, r2, 80);
+  can.geom.layout = 2; /* not a layout */
+  if (gpa_conv1d_fwd(t->q, &can, NULL) != GPA_EINVAL) gpa_nt_fail(t, "gpa_conv1d_fwd layout 2 is not EINVAL");
   gpa_tensor cdx = gpa_nt_out(t, 3, cx), cdw = gpa_nt_out(t, 3, cw), cdb = gpa_nt_out(t, 1, &c4);
-  gpa_conv1d_bwd_args cba = {0, cy1, ttx, tcw, cdx, cdw, cdb, {0, 0, 2, 0, 1}};
+  gpa_conv1d_bwd_args cba = {0, cy1, ttx, tcw, cdx, cdw, cdb, {0, 0, 2, 0, 1, GPA_CONV1D_NCL}};
   gpa_handle *h2 = NULL;
   if (gpa_conv1d_bwd(t->q, &cba, &h2) != GPA_OK || gpa_await(h2, -1) != GPA_OK) gpa_nt_fail(t, "gpa_conv1d_bwd");
   gpa_handle_release(h2);
