@@ -48,10 +48,21 @@ static long long stage(long long per, long long channels) {
   return min_ll(min_ll(STAGE_CHANNELS, channels), smem_floats / per);
 }
 
-static long long fwd_span(const gpa__conv_cu_geom *c) { return (GPA_CONV_TN - 1) * c->stride + (c->K - 1) * c->dil + 1; }
-static long long dx_span(const gpa__conv_cu_geom *c) { return (GPA_CONV_TN - 1 + (c->K - 1) * c->dil) / c->stride + 2; }
+/* Shared positions per channel row. Under nlc the stagings store a
+ * position's channels to consecutive threads, rows `span` floats apart: an
+ * odd span puts them in distinct banks (an even one, 80 at the main job's
+ * dilation 8, put 16 threads on 2 banks), so it is rounded up to odd. */
+static long long row_span(const gpa__conv_cu_geom *c, long long v) { return c->nlc ? v | 1 : v; }
+static long long fwd_span(const gpa__conv_cu_geom *c) {
+  return row_span(c, (GPA_CONV_TN - 1) * c->stride + (c->K - 1) * c->dil + 1);
+}
+static long long dx_span(const gpa__conv_cu_geom *c) {
+  return row_span(c, (GPA_CONV_TN - 1 + (c->K - 1) * c->dil) / c->stride + 2);
+}
 static long long dw_nch(const gpa__conv_cu_geom *c) { return min_ll((GPA_CONV_TN - 1) / c->K + 2, c->cin_g); }
-static long long dw_span(const gpa__conv_cu_geom *c, long long bt) { return (bt - 1) * c->stride + (c->K - 1) * c->dil + 1; }
+static long long dw_span(const gpa__conv_cu_geom *c, long long bt) {
+  return row_span(c, (bt - 1) * c->stride + (c->K - 1) * c->dil + 1);
+}
 
 /* dW's slice length: the longest power of two up to GPA_CONV_TN whose tiles fit (0: none). */
 static long long dw_bt(const gpa__conv_cu_geom *c) {
