@@ -19,27 +19,6 @@ uint64_t gpa__size_class(uint64_t size) {
   return (size + step - 1) / step * step;
 }
 
-static gpa__slot *slot_at(gpa__bufcache *c, uint32_t index) {
-  gpa__slot *chunk = atomic_load_explicit(&c->chunks[index / GPA__SLOT_CHUNK], memory_order_acquire);
-  return chunk ? &chunk[index % GPA__SLOT_CHUNK] : NULL;
-}
-
-gpa__slot *gpa__bufcache_peek(gpa__bufcache *c, gpa_buffer_id id) {
-  uint64_t index = (id & 0xffffffffu) - 1;
-  if (!id || index >= (uint64_t)GPA__SLOT_CHUNKS * GPA__SLOT_CHUNK) return NULL;
-  gpa__slot *s = slot_at(c, (uint32_t)index);
-  return s && atomic_load_explicit(&s->id, memory_order_acquire) == id ? s : NULL;
-}
-
-gpa__slot *gpa__bufcache_live(gpa__bufcache *c, gpa_buffer_id id) {
-  gpa__slot *s = gpa__bufcache_peek(c, id);
-  return s && s->state == GPA__SLOT_LIVE ? s : NULL;
-}
-
-gpa__slot *gpa__bufcache_slot(gpa__bufcache *c, gpa_buffer_id id) {
-  return slot_at(c, (uint32_t)((id & 0xffffffffu) - 1));
-}
-
 /* LRU of cached buffers: head.next is the oldest. */
 static void lru_remove(gpa__slot *s) {
   s->lru_prev->lru_next = s->lru_next;
@@ -124,7 +103,7 @@ static gpa__slot *slot_new(gpa__bufcache *c) {
     }
     c->n_slots++;
   }
-  return slot_at(c, index);
+  return gpa__bufcache_slot_at(c, index);
 }
 
 static void slot_free(gpa__bufcache *c, gpa__slot *s) {
@@ -229,7 +208,7 @@ gpa_status gpa__bufcache_acquire(gpa_actor *a, const char *label, uint64_t size,
   if (label) {
     int64_t li = label_find(c, label);
     if (li >= 0) {
-      gpa__slot *s = slot_at(c, c->label_vals[li]);
+      gpa__slot *s = gpa__bufcache_slot_at(c, c->label_vals[li]);
       uint64_t have = atomic_load_explicit(&s->size, memory_order_relaxed);
       if (s->state == GPA__SLOT_LIVE) {
         if (have != size) {
@@ -337,11 +316,7 @@ gpa_status gpa__bufcache_wrap(gpa_actor *a, void *ptr, uint64_t bytes, gpa_exter
   return GPA_OK;
 }
 
-void gpa__bufcache_pin(gpa__slot *s) { s->pins++; }
-
-void gpa__bufcache_unpin(gpa_actor *a, gpa__slot *s) {
-  if (--s->pins == 0 && s->state == GPA__SLOT_RELEASING) retire(a->cache, s);
-}
+void gpa__bufcache_retire_unpinned(gpa_actor *a, gpa__slot *s) { retire(a->cache, s); }
 
 gpa_status gpa__bufcache_init(gpa_actor *a) {
   gpa__bufcache *c = aligned_alloc(_Alignof(gpa__bufcache), sizeof *c); /* it holds a slot */
@@ -357,7 +332,7 @@ void gpa__bufcache_release_memory(gpa_actor *a) {
   gpa__bufcache *c = a->cache;
   if (!c) return;
   for (uint32_t i = 0; i < c->n_slots; i++) {
-    gpa__slot *s = slot_at(c, i);
+    gpa__slot *s = gpa__bufcache_slot_at(c, i);
     atomic_store_explicit(&s->id, 0, memory_order_release);
     if (s->external) {
       /* The streams are gone (queues first): no work uses it any more. */
@@ -374,7 +349,7 @@ void gpa__bufcache_release_memory(gpa_actor *a) {
 void gpa__bufcache_fini(gpa_actor *a) {
   gpa__bufcache *c = a->cache;
   if (!c) return;
-  for (uint32_t i = 0; i < c->n_slots; i++) free(slot_at(c, i)->label);
+  for (uint32_t i = 0; i < c->n_slots; i++) free(gpa__bufcache_slot_at(c, i)->label);
   for (uint32_t i = 0; i < GPA__SLOT_CHUNKS; i++) free(atomic_load(&c->chunks[i]));
   free(c->free_slots);
   free(c->label_keys);

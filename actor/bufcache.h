@@ -68,8 +68,20 @@ gpa_status gpa__bufcache_init(gpa_actor *a);
 /* Shutdown frees the memory; destroy frees the tables. */
 void gpa__bufcache_release_memory(gpa_actor *a);
 void gpa__bufcache_fini(gpa_actor *a);
+/* The lookups below are inline: every message makes several (each of its
+ * tensors at submit, at intake, to run and to finish it), and a call into
+ * bufcache.c each cost more than the lookup (callgrind, issue 24). */
+static inline gpa__slot *gpa__bufcache_slot_at(gpa__bufcache *c, uint32_t index) {
+  gpa__slot *chunk = atomic_load_explicit(&c->chunks[index / GPA__SLOT_CHUNK], memory_order_acquire);
+  return chunk ? &chunk[index % GPA__SLOT_CHUNK] : NULL;
+}
 /* Any thread: the slot of a published live id, or NULL. */
-gpa__slot *gpa__bufcache_peek(gpa__bufcache *c, gpa_buffer_id id);
+static inline gpa__slot *gpa__bufcache_peek(gpa__bufcache *c, gpa_buffer_id id) {
+  uint64_t index = (id & 0xffffffffu) - 1;
+  if (!id || index >= (uint64_t)GPA__SLOT_CHUNKS * GPA__SLOT_CHUNK) return NULL;
+  gpa__slot *s = gpa__bufcache_slot_at(c, (uint32_t)index);
+  return s && atomic_load_explicit(&s->id, memory_order_acquire) == id ? s : NULL;
+}
 /* Actor thread. */
 gpa_status gpa__bufcache_acquire(gpa_actor *a, const char *label, uint64_t size, gpa_buffer_id *out,
                                  char *msg, size_t cap);
@@ -77,11 +89,20 @@ gpa_status gpa__bufcache_release(gpa_actor *a, gpa_buffer_id id, char *msg, size
 /* A live anonymous buffer over the caller's memory (checked by the caller). */
 gpa_status gpa__bufcache_wrap(gpa_actor *a, void *ptr, uint64_t bytes, gpa_external_release_fn release,
                               void *release_data, gpa_buffer_id *out, char *msg, size_t cap);
-gpa__slot *gpa__bufcache_live(gpa__bufcache *c, gpa_buffer_id id);
+static inline gpa__slot *gpa__bufcache_live(gpa__bufcache *c, gpa_buffer_id id) {
+  gpa__slot *s = gpa__bufcache_peek(c, id);
+  return s && s->state == GPA__SLOT_LIVE ? s : NULL;
+}
 /* The slot an id names, whatever its generation: for pinned messages. */
-gpa__slot *gpa__bufcache_slot(gpa__bufcache *c, gpa_buffer_id id);
-void gpa__bufcache_pin(gpa__slot *s);
-void gpa__bufcache_unpin(gpa_actor *a, gpa__slot *s);
+static inline gpa__slot *gpa__bufcache_slot(gpa__bufcache *c, gpa_buffer_id id) {
+  return gpa__bufcache_slot_at(c, (uint32_t)((id & 0xffffffffu) - 1));
+}
+static inline void gpa__bufcache_pin(gpa__slot *s) { s->pins++; }
+/* The last unpin of a released buffer retires it (bufcache.c). */
+void gpa__bufcache_retire_unpinned(gpa_actor *a, gpa__slot *s);
+static inline void gpa__bufcache_unpin(gpa_actor *a, gpa__slot *s) {
+  if (--s->pins == 0 && s->state == GPA__SLOT_RELEASING) gpa__bufcache_retire_unpinned(a, s);
+}
 uint64_t gpa__size_class(uint64_t size);
 /* Frees every unused cached buffer (a backend out of memory for something
  * else, e.g. op scratch, before it retries once). Returns the bytes freed. */

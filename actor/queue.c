@@ -96,7 +96,8 @@ gpa__msg *gpa__queue_head(gpa_queue *q) {
 static void pin_buffers(gpa_actor *a, gpa__msg *m) {
   uint32_t n = m->n_in + m->n_out;
   for (uint32_t i = 0; i < n; i++) {
-    if (!gpa__bufcache_live(a->cache, m->t[i].buffer)) {
+    gpa__slot *sl = gpa__bufcache_live(a->cache, m->t[i].buffer);
+    if (!sl) {
       for (uint32_t j = 0; j < i; j++) gpa__bufcache_unpin(a, gpa__bufcache_slot(a->cache, m->t[j].buffer));
       m->status = GPA_ESTALE;
       snprintf(m->err, sizeof m->err, "%s[%u]: buffer 0x%llx was released before the message ran",
@@ -104,7 +105,7 @@ static void pin_buffers(gpa_actor *a, gpa__msg *m) {
                (unsigned long long)m->t[i].buffer);
       return;
     }
-    gpa__bufcache_pin(gpa__bufcache_live(a->cache, m->t[i].buffer));
+    gpa__bufcache_pin(sl);
   }
   m->pinned = 1;
 }

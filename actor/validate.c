@@ -15,14 +15,15 @@ const char *gpa_dtype_name(int dtype) {
   return dtype > 0 && dtype < GPA_DTYPE_COUNT_ ? dtype_names[dtype] : "invalid";
 }
 
+/* Overflow by the multiply's own flag, not a division per dimension (a
+ * 64-bit division is tens of cycles, and every tensor of every message is
+ * counted at submit). Same answer: for n, d >= 0, n * d > INT64_MAX exactly
+ * when n > INT64_MAX / d. */
 int64_t gpa_tensor_numel(const gpa_tensor *t) {
   if (!t || t->rank > GPA_MAX_RANK) return -1;
   int64_t n = 1;
-  for (uint32_t i = 0; i < t->rank; i++) {
-    if (t->shape[i] < 0) return -1;
-    if (t->shape[i] && n > INT64_MAX / t->shape[i]) return -1;
-    n *= t->shape[i];
-  }
+  for (uint32_t i = 0; i < t->rank; i++)
+    if (t->shape[i] < 0 || __builtin_mul_overflow(n, t->shape[i], &n)) return -1;
   return n;
 }
 
@@ -37,18 +38,33 @@ static argname arg_name(const char *what, const char *list, uint32_t index) {
 }
 #define ARG arg_name(what, list, index).s
 
-gpa_status gpa__tensor_bytes_at(const gpa_tensor *t, uint64_t *bytes, const char *what, const char *list,
-                                uint32_t index) {
+/* Why gpa__tensor_bytes_at's one pass failed, in the order the checks are
+ * made (dtype, rank, a negative dimension, overflow). */
+__attribute__((noinline, cold)) static gpa_status bytes_fail(const gpa_tensor *t, const char *what, const char *list,
+                                                             uint32_t index) {
   uint32_t es = gpa_dtype_size(t->dtype);
   if (!es) return gpa__fail(GPA_EDTYPE, "%s: invalid dtype %d", ARG, t->dtype);
   if (t->rank > GPA_MAX_RANK) return gpa__fail(GPA_EINVAL, "%s: rank %u exceeds %d", ARG, t->rank, GPA_MAX_RANK);
   for (uint32_t i = 0; i < t->rank; i++)
     if (t->shape[i] < 0) return gpa__fail(GPA_ESHAPE, "%s: shape[%u] = %" PRId64 " is negative", ARG, i, t->shape[i]);
-  int64_t n = gpa_tensor_numel(t);
-  if (n < 0 || (uint64_t)n > UINT64_MAX / es)
-    return gpa__fail(GPA_EOVERFLOW, "%s: element count overflows", ARG);
-  *bytes = (uint64_t)n * es;
-  return GPA_OK;
+  return gpa__fail(GPA_EOVERFLOW, "%s: element count overflows", ARG);
+}
+
+/* The byte size of a valid tensor, in one pass; false when any check
+ * fails (bytes_fail says which). Inline in the checks below: every tensor
+ * of every message passes here at submit. */
+static inline bool bytes_of(const gpa_tensor *t, uint64_t *bytes) {
+  uint32_t es = t->dtype > 0 && t->dtype < GPA_DTYPE_COUNT_ ? dtype_sizes[t->dtype] : 0;
+  if (!es || t->rank > GPA_MAX_RANK) return false;
+  int64_t n = 1;
+  for (uint32_t i = 0; i < t->rank; i++)
+    if (t->shape[i] < 0 || __builtin_mul_overflow(n, t->shape[i], &n)) return false;
+  return !__builtin_mul_overflow((uint64_t)n, (uint64_t)es, bytes);
+}
+
+gpa_status gpa__tensor_bytes_at(const gpa_tensor *t, uint64_t *bytes, const char *what, const char *list,
+                                uint32_t index) {
+  return bytes_of(t, bytes) ? GPA_OK : bytes_fail(t, what, list, index);
 }
 
 gpa_status gpa__tensor_bytes(const gpa_tensor *t, uint64_t *bytes, const char *what) {
@@ -58,8 +74,7 @@ gpa_status gpa__tensor_bytes(const gpa_tensor *t, uint64_t *bytes, const char *w
 gpa_status gpa__check_tensor_at(gpa_actor *a, const gpa_tensor *t, const char *what, const char *list,
                                 uint32_t index) {
   uint64_t bytes;
-  gpa_status st = gpa__tensor_bytes_at(t, &bytes, what, list, index);
-  if (st != GPA_OK) return st;
+  if (!bytes_of(t, &bytes)) return bytes_fail(t, what, list, index);
   if (!t->buffer) return gpa__fail(GPA_EINVAL, "%s: buffer id is 0 (no buffer)", ARG);
   gpa__slot *s = gpa__bufcache_peek(a->cache, t->buffer);
   if (!s) {
