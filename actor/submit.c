@@ -7,24 +7,58 @@
 #include "actor/ctx.h"
 
 
+/* Matches each given attribute to its spec: one name comparison each when
+ * they come in the spec's order (wrappers and most callers give them so),
+ * instead of every name against every spec and every other given one (the
+ * optimizer's nine attributes were over a hundred strcmp calls a message).
+ * Spec names are unique (registry.c), so a name found twice is given twice.
+ * at[j]: the attribute given for spec j, or NULL. */
+#define GPA__ATTRS_MATCHED 64
+static gpa_status match_attrs(const gpa_op_desc *d, const gpa_op_call *call, const gpa_attr **at) {
+  const uint32_t n = d->n_attrs;
+  for (uint32_t j = 0; j < n; j++) at[j] = NULL;
+  uint32_t next = 0; /* where the next name is looked for first */
+  for (uint32_t i = 0; i < call->n_attrs; i++) {
+    const gpa_attr *a = &call->attrs[i];
+    if (!a->name) return gpa__fail(GPA_EINVAL, "%s: attrs[%u] has no name", d->name, i);
+    uint32_t j = next, k = 0;
+    for (; k < n; k++, j = j + 1 == n ? 0 : j + 1)
+      if (!strcmp(d->attrs[j].name, a->name)) break;
+    if (k == n) return gpa__fail(GPA_EINVAL, "%s: unknown attribute '%s'", d->name, a->name);
+    if (at[j]) return gpa__fail(GPA_EINVAL, "%s: attribute '%s' given twice", d->name, a->name);
+    at[j] = a;
+    next = j + 1 == n ? 0 : j + 1;
+  }
+  return GPA_OK;
+}
+
 __attribute__((noinline)) static gpa_status parse_attrs(const gpa__op *op, const gpa_op_call *call, unsigned char *params) {
   const gpa_op_desc *d = &op->d;
-  for (uint32_t i = 0; i < call->n_attrs; i++) {
-    const gpa_attr *at = &call->attrs[i];
-    if (!at->name) return gpa__fail(GPA_EINVAL, "%s: attrs[%u] has no name", d->name, i);
-    const gpa_attr_spec *s = NULL;
-    for (uint32_t j = 0; j < d->n_attrs; j++)
-      if (!strcmp(d->attrs[j].name, at->name)) s = &d->attrs[j];
-    if (!s) return gpa__fail(GPA_EINVAL, "%s: unknown attribute '%s'", d->name, at->name);
-    for (uint32_t j = 0; j < i; j++)
-      if (call->attrs[j].name && !strcmp(call->attrs[j].name, at->name))
-        return gpa__fail(GPA_EINVAL, "%s: attribute '%s' given twice", d->name, at->name);
+  const gpa_attr *given[GPA__ATTRS_MATCHED];
+  if (d->n_attrs <= GPA__ATTRS_MATCHED) {
+    gpa_status st = match_attrs(d, call, given);
+    if (st != GPA_OK) return st;
+  } else {
+    for (uint32_t i = 0; i < call->n_attrs; i++) {
+      const gpa_attr *at = &call->attrs[i];
+      if (!at->name) return gpa__fail(GPA_EINVAL, "%s: attrs[%u] has no name", d->name, i);
+      const gpa_attr_spec *s = NULL;
+      for (uint32_t j = 0; j < d->n_attrs; j++)
+        if (!strcmp(d->attrs[j].name, at->name)) s = &d->attrs[j];
+      if (!s) return gpa__fail(GPA_EINVAL, "%s: unknown attribute '%s'", d->name, at->name);
+      for (uint32_t j = 0; j < i; j++)
+        if (call->attrs[j].name && !strcmp(call->attrs[j].name, at->name))
+          return gpa__fail(GPA_EINVAL, "%s: attribute '%s' given twice", d->name, at->name);
+    }
   }
   for (uint32_t j = 0; j < d->n_attrs; j++) {
     const gpa_attr_spec *s = &d->attrs[j];
     const gpa_attr *at = NULL;
-    for (uint32_t i = 0; i < call->n_attrs; i++)
-      if (!strcmp(call->attrs[i].name, s->name)) at = &call->attrs[i];
+    if (d->n_attrs <= GPA__ATTRS_MATCHED)
+      at = given[j];
+    else
+      for (uint32_t i = 0; i < call->n_attrs; i++)
+        if (!strcmp(call->attrs[i].name, s->name)) at = &call->attrs[i];
     if (!at && s->required) return gpa__fail(GPA_EINVAL, "%s: missing required attribute '%s'", d->name, s->name);
     bool ranged = s->min <= s->max;
     if (s->type == GPA_ATTR_INT) {
@@ -66,7 +100,8 @@ __attribute__((noinline)) static gpa_status check_outputs(const gpa__op *op, con
   gpa_tensor expect[GPA__MAX_OUT];
   memset(expect, 0, sizeof(gpa_tensor) * call->n_outputs);
   gpa_op_sig sig = {call->inputs, call->n_inputs, call->outputs, call->n_outputs, params, d->user_data};
-  char msg[GPA__ERR_MAX] = "";
+  char msg[GPA__ERR_MAX];
+  msg[0] = 0; /* not the whole array: a valid call writes nothing here */
   gpa_status st = d->shape(&sig, expect, msg, sizeof msg);
   if (st != GPA_OK) return gpa__fail(st, "%s", msg[0] ? msg : gpa_strerror(st));
   for (uint32_t i = 0; i < call->n_outputs; i++) {
