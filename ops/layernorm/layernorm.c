@@ -106,7 +106,7 @@ static gpa_status bwd_host(const gpa_op_exec *x) {
   gpa__layernorm_bwd_f32(&par, x->out[0], x->out[1], x->out[2], x->in[0], x->in[1], x->in[2], x->in[3],
                          x->in[4], N, D, scratch);
   free(owned);
-  if (x->n_outputs > 3) /* dx_bf16: dx again (an fp32 copy here; the bf16 host path rounds it) */
+  if (x->n_outputs > 3 && N * D > 0) /* dx_bf16: dx again (an fp32 copy here; the bf16 host path rounds it) */
     memcpy(x->out[3], x->out[0], (size_t)(N * D) * sizeof(float));
   return GPA_OK;
 }
