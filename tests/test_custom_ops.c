@@ -162,6 +162,19 @@ int main(void) {
   at[1] = (gpa_attr){"speed", GPA_ATTR_INT, 1, 0};
   CHECK_ST(gpa_submit(q, &c, NULL), GPA_EINVAL);
   CHECK_MSG("unknown attribute 'speed'");
+  /* given in any order: each goes to its own spec (submit.c looks for the
+   * next name after the last one matched first, then wraps) */
+  at[0] = (gpa_attr){"mode", GPA_ATTR_INT, 6, 0};
+  at[1] = (gpa_attr){"alpha", GPA_ATTR_FLOAT, 0, 0.5};
+  CHECK_OK(gpa_submit(q, &c, NULL));
+  tu_get(q, &y, v, 10);
+  CHECK(v[4] == 2.0f && seen_mode == 6);
+  at[0] = (gpa_attr){"alpha", GPA_ATTR_FLOAT, 0, 1};
+  at[1] = (gpa_attr){"mode", GPA_ATTR_INT, 1, 0};
+  at[2] = (gpa_attr){"alpha", GPA_ATTR_FLOAT, 0, 2};
+  c.n_attrs = 3;
+  CHECK_ST(gpa_submit(q, &c, NULL), GPA_EINVAL);
+  CHECK_MSG("attribute 'alpha' given twice");
   at[0] = (gpa_attr){"alpha", GPA_ATTR_FLOAT, 0, 1e9};
   c.n_attrs = 1;
   CHECK_ST(gpa_submit(q, &c, NULL), GPA_ERANGE);
