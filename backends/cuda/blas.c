@@ -57,16 +57,31 @@ gpa_status gpa__cu_blas(const gpa_op_exec *x, cublasHandle_t *h) {
     snprintf(x->msg, x->msg_size, "%s", C->blas_msg);
     return GPA_EUNSUPPORTED;
   }
-  cublasStatus_t s = C->blas.cublasSetStream(C->blas_h, (cudaStream_t)C->cur_q->s);
-  if (s != CUBLAS_STATUS_SUCCESS) {
-    snprintf(x->msg, x->msg_size, "cublasSetStream: %s", C->blas.cublasGetStatusString(s));
-    return GPA_EDEVICE;
+  /* The handle follows the op's stream and its queue's workspace, set only
+   * when either changed (as cuDNN's stream, cudnn.c): an actor with one
+   * queue paid two library calls per GEMM for settings it already had.
+   * Only this code sets them. A queue's first GEMM always sets them (its
+   * workspace is made then), so a new queue on a pooled stream, or on a
+   * new stream at a destroyed one's address, never inherits them. */
+  gpa__cu_queue *q = C->cur_q;
+  if (C->blas_stream != q->s || !q->blas_ws || C->blas_ws != q->blas_ws) {
+    C->blas_stream = NULL;
+    cublasStatus_t s = C->blas.cublasSetStream(C->blas_h, (cudaStream_t)q->s);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+      snprintf(x->msg, x->msg_size, "cublasSetStream: %s", C->blas.cublasGetStatusString(s));
+      return GPA_EDEVICE;
+    }
+    gpa_status st = blas_workspace(x, C, q);
+    if (st != GPA_OK) return st;
+    C->blas_stream = q->s;
+    C->blas_ws = q->blas_ws;
+    C->blas_sets++;
   }
-  gpa_status st = blas_workspace(x, C, C->cur_q);
-  if (st != GPA_OK) return st;
   *h = C->blas_h;
   return GPA_OK;
 }
+
+uint64_t gpa__cu_blas_sets(const gpa__cu_ctx *C) { return C->blas_sets; }
 
 void gpa__cu_blas_release(gpa__cu_ctx *C) {
   gpa__cu_lt_release(C);
@@ -75,4 +90,6 @@ void gpa__cu_blas_release(gpa__cu_ctx *C) {
     gpa__cublas_close(&C->blas);
   }
   C->blas_state = 0;
+  C->blas_stream = NULL;
+  C->blas_ws = 0;
 }

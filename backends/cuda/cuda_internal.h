@@ -157,6 +157,11 @@ struct gpa__cu_ctx {
   gpa__cublas_api blas;
   cublasHandle_t blas_h;
   char blas_msg[160];
+  /* the stream and workspace set on blas_h (blas.c), NULL: set them at
+   * the next GEMM; blas_sets counts the times they were set */
+  CUstream blas_stream;
+  CUdeviceptr blas_ws;
+  uint64_t blas_sets;
   /* cuBLASLt (blas_lt.c), loaded by the first linear whose epilogue it can fuse */
   struct gpa__cu_lt *lt;
   /* cuDNN (cudnn.c): loaded by the first attention op, with its plan cache */
@@ -212,6 +217,8 @@ void gpa__cu_kernels_release(gpa__cu_ctx *C);
 
 /* blas.c */
 gpa_status gpa__cu_blas(const gpa_op_exec *x, cublasHandle_t *h);
+/* Times the cuBLAS handle's stream and workspace were set (tests). */
+uint64_t gpa__cu_blas_sets(const gpa__cu_ctx *C);
 void gpa__cu_blas_release(gpa__cu_ctx *C);
 /* cudnn.c: the actor's cuDNN (plans, handle, library), at fini */
 void gpa__cudnn_release(gpa__cu_ctx *C);
