@@ -32,8 +32,9 @@
 #             are two GPUs); fails unless the one-rank case ran (say, no
 #             libnccl.so.2: the log says why); then gpa-bench cuda_allreduce
 #             and, with two GPUs, the data-parallel main job on them
-#   failing   what the last GPU run left open (the f32 3xTF32 conv1d fix,
-#             test_cuda_graph under memcheck with GPA_LOG=debug)
+#   failing   what the last GPU runs left open (the f32 3xTF32 conv1d fix,
+#             test_cuda_graph under memcheck with GPA_LOG=debug) and the
+#             tests of the GPU paths sessions 17 and 18 added on sim
 #   kernels   every kernel of four eager steps of the main job (f32, then
 #             --bf16) timed alone by ncu, summed per message and kernel
 #             (scripts/ncu_kernels.py): $OUT/kernels.txt
@@ -237,13 +238,28 @@ checks() {
       "$B/tests/test_parity_conv1d_bf16" >"$OUT/${t}_conv1d_tc.txt" 2>&1 &
     pids+=($!)
   done
+  # session 18: the mixed forms' 8-byte bf16 accesses; the rows embedding
+  # backward's shared position lists; conv1d nlc's tensor-core and SIMT stagings
+  GPA_DEVICE=cuda GPA_PARITY_QUICK=1 timeout 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
+    "$B/tests/test_mixed_dtypes" >"$OUT/memcheck_mixed_dtypes.txt" 2>&1 &
+  pids+=($!)
+  for t in memcheck racecheck; do
+    GPA_DEVICE=cuda timeout 120 "$sanitizer" --tool $t --error-exitcode 9 \
+      "$B/tests/test_cuda_embedding_rows" >"$OUT/${t}_embedding_rows.txt" 2>&1 &
+    pids+=($!)
+  done
+  GPA_DEVICE=cuda GPA_CUDNN_CONV=0 GPA_CONV_TC=0 GPA_PARITY_QUICK=1 timeout 120 "$sanitizer" --tool memcheck \
+    --error-exitcode 9 "$B/tests/test_parity_conv1d" >"$OUT/memcheck_conv1d_simt.txt" 2>&1 &
+  pids+=($!)
   timeout 120 bash -c "$(declare -f sanitize); B=$B OUT=$OUT sanitizer=$sanitizer sanitize" >"$OUT/sanitize.txt" 2>&1 &
   pids+=($!)
   for t in "${pids[@]}"; do wait "$t" || rc=1; done
   tail -n 25 "$OUT/ctest.txt"
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/memcheck_attention_lowp.txt "$OUT"/memcheck_cudnn_attention.txt \
     "$OUT"/memcheck_cuda_graph.txt "$OUT"/memcheck_conv1d_tc.txt "$OUT"/racecheck_conv1d_tc.txt \
-    "$OUT"/racecheck_attention_lowp.txt "$OUT"/memcheck_attention_nd.txt "$OUT"/racecheck_attention_nd.txt
+    "$OUT"/racecheck_attention_lowp.txt "$OUT"/memcheck_attention_nd.txt "$OUT"/racecheck_attention_nd.txt \
+    "$OUT"/memcheck_mixed_dtypes.txt "$OUT"/memcheck_embedding_rows.txt "$OUT"/racecheck_embedding_rows.txt \
+    "$OUT"/memcheck_conv1d_simt.txt
   cat "$OUT/sanitize.txt"
   return $rc
 }
@@ -275,6 +291,12 @@ failing() {
   # shared profiling events
   GPA_DEVICE=cuda ctest --test-dir "$B" --timeout 120 --output-on-failure -R \
     '^(parity_conv1d_igsmall|parity_conv1d_bf16_igsmall|cuda_conv1d_igsmall|attention_nd|adamw_multi|example_train_lm_bf16|cuda_profile_events|cudnn_attention|cudnn_conv1d)$' ||
+    rc=1
+  # session 18's, never run on a GPU: the mixed-dtype layernorm/add/gelu_bwd
+  # forms (bit for bit against op + cast), the one-launch embedding backward
+  # (bit for bit against the sort path), conv1d channels last on every path
+  GPA_DEVICE=cuda ctest --test-dir "$B" --timeout 120 --output-on-failure -R \
+    '^(mixed_dtypes|parity_layernorm|parity_elementwise|parity_gelu|cuda_embedding_rows|parity_embedding|parity_embedding_sort|emb_no_spills|parity_conv1d_bf16|parity_conv1d_simt|parity_conv1d_bf16_own|cuda_conv1d_tc|parity_linear)$' ||
     rc=1
   GPA_DEVICE=cuda GPA_LOG=debug timeout 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
     "$B/tests/test_cuda_graph" >"$OUT/memcheck_cuda_graph_debug.txt" 2>&1 || rc=1
@@ -385,7 +407,8 @@ for s in "${steps[@]}"; do
     bench) TAIL=20 step bench env GPA_DEVICE=cuda "$B/bench/gpa-bench" cuda_ ;;
     membound) TAIL=40 step membound env GPA_DEVICE=cuda GPA_BENCH_CONV1D_TORCH="$PWD/bench/conv1d_torch.py" \
       GPA_BENCH_MEMBOUND_TORCH="$PWD/bench/membound_torch.py" \
-      timeout 150 "$B/bench/gpa-bench" cuda_membound cuda_linear cuda_conv1d cuda_split_sums ;;
+      timeout 200 "$B/bench/gpa-bench" cuda_membound cuda_linear cuda_conv1d cuda_split_sums cuda_mixed cuda_emb_bwd \
+      cuda_conv_nlc ;;
     sanitize) TAIL=12 step sanitize sanitize ;;
     attention) TAIL=40 step attention attention ;;
     cudnn) TAIL=30 step cudnn cudnn ;;
