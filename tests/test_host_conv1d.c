@@ -96,20 +96,12 @@ static void scratch_check(float *s, uint64_t bytes) {
   free(s);
 }
 
-/* [B][C][L] <-> [B][L][C] (to 1: into [B][L][C]), through a copy */
+/* [B][C][L] <-> [B][L][C] in place (to 1: into [B][L][C]), through a copy */
 static void relayout(float *p, int64_t B, int64_t C, int64_t L, int to) {
   float *t = malloc((size_t)(B * C * L + 1) * 4);
   CHECK(t != NULL);
   memcpy(t, p, (size_t)(B * C * L) * 4);
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t c = 0; c < C; c++)
-      for (int64_t l = 0; l < L; l++) {
-        int64_t ncl = (b * C + c) * L + l, nlc = (b * L + l) * C + c;
-        if (to)
-          p[nlc] = t[ncl];
-        else
-          p[ncl] = t[nlc];
-      }
+  gpa_nt_relayout(p, t, B, C, L, to);
   free(t);
 }
 

@@ -53,19 +53,6 @@ static double ref_loss(void *p) {
   return l;
 }
 
-/* [B][C][L] <-> [B][L][C] (to_nlc 1: dst [B][L][C] from src [B][C][L]) */
-static void relayout(float *dst, const float *src, int64_t B, int64_t C, int64_t L, int to_nlc) {
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t c = 0; c < C; c++)
-      for (int64_t l = 0; l < L; l++) {
-        int64_t ncl = (b * C + c) * L + l, nlc = (b * L + l) * C + c;
-        if (to_nlc)
-          dst[nlc] = src[ncl];
-        else
-          dst[ncl] = src[nlc];
-      }
-}
-
 /* nlc: the op runs channels last (layout 1) on the same values: x and dy
  * re-laid before, y and dx back after, the reference unchanged. */
 static void run_case(gpa_nt *t, const ccase *c, uint64_t seed, int nlc) {
@@ -97,8 +84,8 @@ static void run_case(gpa_nt *t, const ccase *c, uint64_t seed, int nlc) {
   if (nlc) {
     xs[1] = c->L, xs[2] = c->Cin, ys[1] = r.Lout, ys[2] = c->Cout;
     float *xt = malloc(sizeof(float) * (size_t)(nx + 1)), *dyt = malloc(sizeof(float) * (size_t)(ny + 1));
-    relayout(xt, x, c->B, c->Cin, c->L, 1);
-    relayout(dyt, dy, c->B, c->Cout, r.Lout, 1);
+    gpa_nt_relayout(xt, x, c->B, c->Cin, c->L, 1);
+    gpa_nt_relayout(dyt, dy, c->B, c->Cout, r.Lout, 1);
     free(x), free(dy);
     x = xt, dy = dyt;
   }
@@ -120,7 +107,7 @@ static void run_case(gpa_nt *t, const ccase *c, uint64_t seed, int nlc) {
   }
   gpa_nt_read(t, &ty, got);
   if (nlc) {
-    relayout(got2, got, c->B, c->Cout, r.Lout, 0);
+    gpa_nt_relayout(got2, got, c->B, c->Cout, r.Lout, 0);
     memcpy(got, got2, sizeof(float) * (size_t)ny);
   }
   snprintf(w2, sizeof w2, "%s: y", what);
@@ -139,7 +126,7 @@ static void run_case(gpa_nt *t, const ccase *c, uint64_t seed, int nlc) {
     gpa_nt_read(t, &tout[0], runs[rep]);
     if (nlc) { /* dx back to [B,Cin,L] through the tail of the buffer */
       float *tmp = malloc(sizeof(float) * (size_t)(nx + 1));
-      relayout(tmp, runs[rep], c->B, c->Cin, c->L, 0);
+      gpa_nt_relayout(tmp, runs[rep], c->B, c->Cin, c->L, 0);
       memcpy(runs[rep], tmp, sizeof(float) * (size_t)nx);
       free(tmp);
     }

@@ -115,6 +115,18 @@ void gpa_nt_fill(float *p, int64_t n, double lo, double hi, uint64_t *seed) {
   }
 }
 
+void gpa_nt_relayout(float *dst, const float *src, int64_t B, int64_t C, int64_t L, int to_nlc) {
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t l = 0; l < L; l++) {
+        int64_t ncl = (b * C + c) * L + l, nlc = (b * L + l) * C + c;
+        if (to_nlc)
+          dst[nlc] = src[ncl];
+        else
+          dst[ncl] = src[nlc];
+      }
+}
+
 int64_t gpa_nt_worst(const float *got, const double *ref, const double *mag, int64_t n, double rtol, double *mx_out) {
   double mx = 0;
   for (int64_t i = 0; i < n; i++)

@@ -36,6 +36,9 @@ extern char gpa_nt_msg[512];
 
 /* Deterministic uniform values in [lo, hi). */
 void gpa_nt_fill(float *p, int64_t n, double lo, double hi, uint64_t *seed);
+/* [B][C][L] <-> [B][L][C]: to_nlc 1 writes dst [B][L][C] from src [B][C][L],
+ * 0 the other way (conv1d's two layouts). dst and src must not overlap. */
+void gpa_nt_relayout(float *dst, const float *src, int64_t B, int64_t C, int64_t L, int to_nlc);
 /* A double copy of n floats (n + 1 allocated: n may be 0); free() it. */
 double *gpa_nt_to_double(const float *f, int64_t n);
 /* Compares got (f32) with ref (double): |g - r| <= rtol*|r| + rtol*1e-2*max|r|
