@@ -117,7 +117,7 @@ static void vs_cube(const char *name, const char *shape, double flops, void (*ru
     double scale = flops / (2.0 * (double)q.n * (double)q.n * (double)q.n);
     double best = (bns < pns ? bns : pns) * scale;
     char ex[512];
-    snprintf(ex, sizeof ex, "%s,\"cube_n\":%lld,\"cube_cblas_ns\":%.1f,\"cube_pool_ns\":%.1f", extra(cns, cbns),
+    snprintf(ex, sizeof ex, "%s,\"cube_n\":%lld,\"cube_cblas_ns\":%.1f,\"cube_pool_ns\":%.1f", extra(cns, cbns * scale),
              (long long)q.n, bns * scale, pns * scale);
     gpa_bench_result res = {.name = name, .backend = "cpu", .shape = shape, .ref = "best_sgemm_same_flops",
                             .ns = ns, .ref_ns = best, .flops = flops, .extra = ex};
