@@ -52,7 +52,8 @@
 # GPA_DEPS_PREFIX: where the Debian packages libck-dev, libopenblas-dev
 # (openblas-pthread) and libjansson-dev were unpacked (dpkg -x) on a machine
 # that does not have them installed; or GPA_DEPS_DEBS: a folder of those
-# .deb files (apt-get download, carried with the tree), unpacked here into
+# .deb files (scripts/gpu_deps.sh downloads them into deps/debs, carried with
+# the tree), unpacked here into
 # /tmp/gpa-deps, which then serves as the prefix.
 set -uo pipefail
 cd "$(dirname "$0")/.."
