@@ -98,9 +98,10 @@ extern "C" __global__ void gpa_ew_mask_zero_f32(float *y, const float *x, const 
 
 /* One thread per (b, column): y[b,d] = sum (or mean) over l of x[b,l,d],
  * masked when mask != NULL. Double accumulation in l order (deterministic,
- * as the host). */
-extern "C" __global__ void gpa_ew_sum_over_l_f32(float *y, const float *x, const void *mask, int mask_i32,
-                                                 long long B, long long L, long long D, int mean) {
+ * as the host); f32 or bf16 storage. */
+template <class T>
+static __device__ __forceinline__ void sum_over_l(T *y, const T *x, const void *mask, int mask_i32, long long B,
+                                                  long long L, long long D, int mean) {
   GS_LOOP(i, B * D) {
     const long long b = i / D, d = i % D;
     double acc = 0.0;
@@ -108,24 +109,35 @@ extern "C" __global__ void gpa_ew_sum_over_l_f32(float *y, const float *x, const
     for (long long l = 0; l < L; l++) {
       if (mask && !mask_at(mask, mask_i32, b * L + l)) continue;
       count++;
-      acc += (double)x[(b * L + l) * D + d];
+      acc += (double)gpa_ldf(x, (b * L + l) * D + d);
     }
-    if (mean) y[i] = count ? (float)(acc * (1.0 / (double)count)) : 0.0f;
-    else y[i] = (float)acc;
+    y[i] = gpa_f2t<T>(mean ? (count ? (float)(acc * (1.0 / (double)count)) : 0.0f) : (float)acc);
   }
 }
 
-/* One thread per (b, column): dx[b,l,d] = dy[b,d] / count(b) where masked in */
-extern "C" __global__ void gpa_ew_masked_mean_bwd_f32(float *dx, const float *dy, const void *mask, int mask_i32,
-                                                      long long B, long long L, long long D) {
+extern "C" __global__ void gpa_ew_sum_over_l_f32(float *y, const float *x, const void *mask, int mask_i32,
+                                                 long long B, long long L, long long D, int mean) {
+  sum_over_l(y, x, mask, mask_i32, B, L, D, mean);
+}
+
+/* One thread per (b, column): dx[b,l,d] = dy[b,d] / count(b) where masked
+ * in; g rounded to the storage type once. */
+template <class T>
+static __device__ __forceinline__ void masked_mean_bwd(T *dx, const T *dy, const void *mask, int mask_i32, long long B,
+                                                       long long L, long long D) {
   GS_LOOP(i, B * D) {
     const long long b = i / D, d = i % D;
     long long count = 0;
     for (long long l = 0; l < L; l++) count += mask_at(mask, mask_i32, b * L + l);
     const float inv = count ? (float)(1.0 / (double)count) : 0.0f;
-    const float g = dy[i] * inv;
-    for (long long l = 0; l < L; l++) dx[(b * L + l) * D + d] = count && mask_at(mask, mask_i32, b * L + l) ? g : 0.0f;
+    const T g = gpa_f2t<T>(gpa_ldf(dy, i) * inv);
+    for (long long l = 0; l < L; l++) dx[(b * L + l) * D + d] = count && mask_at(mask, mask_i32, b * L + l) ? g : (T)0;
   }
+}
+
+extern "C" __global__ void gpa_ew_masked_mean_bwd_f32(float *dx, const float *dy, const void *mask, int mask_i32,
+                                                      long long B, long long L, long long D) {
+  masked_mean_bwd(dx, dy, mask, mask_i32, B, L, D);
 }
 
 /* vec: D % 4 == 0 (a chunk lies in one row; v's chunk is aligned too) */
@@ -315,34 +327,14 @@ extern "C" __global__ void gpa_ew_mask_zero_bf16(gpa_bf16 *y, const gpa_bf16 *x,
 #undef ONE
 }
 
-/* As gpa_ew_sum_over_l_f32: a thread per (b, column), double sums in l order. */
 extern "C" __global__ void gpa_ew_sum_over_l_bf16(gpa_bf16 *y, const gpa_bf16 *x, const void *mask, int mask_i32,
                                                   long long B, long long L, long long D, int mean) {
-  GS_LOOP(i, B * D) {
-    const long long b = i / D, d = i % D;
-    double acc = 0.0;
-    long long count = 0;
-    for (long long l = 0; l < L; l++) {
-      if (mask && !mask_at(mask, mask_i32, b * L + l)) continue;
-      count++;
-      acc += (double)gpa_bf2f(x[(b * L + l) * D + d]);
-    }
-    const float r = mean ? (count ? (float)(acc * (1.0 / (double)count)) : 0.0f) : (float)acc;
-    y[i] = gpa_f2bf(r);
-  }
+  sum_over_l(y, x, mask, mask_i32, B, L, D, mean);
 }
 
 extern "C" __global__ void gpa_ew_masked_mean_bwd_bf16(gpa_bf16 *dx, const gpa_bf16 *dy, const void *mask,
                                                        int mask_i32, long long B, long long L, long long D) {
-  GS_LOOP(i, B * D) {
-    const long long b = i / D, d = i % D;
-    long long count = 0;
-    for (long long l = 0; l < L; l++) count += mask_at(mask, mask_i32, b * L + l);
-    const float inv = count ? (float)(1.0 / (double)count) : 0.0f;
-    const gpa_bf16 g = gpa_f2bf(gpa_bf2f(dy[i]) * inv);
-    for (long long l = 0; l < L; l++)
-      dx[(b * L + l) * D + d] = count && mask_at(mask, mask_i32, b * L + l) ? g : (gpa_bf16)0;
-  }
+  masked_mean_bwd(dx, dy, mask, mask_i32, B, L, D);
 }
 
 /* vec: D % 8 == 0 (a chunk lies in one row; v's chunk is aligned too) */

@@ -50,6 +50,22 @@ static __device__ __forceinline__ void gpa_bf8_store(gpa_bf16 *p, const float *v
   *reinterpret_cast<uint4 *>(p) = u;
 }
 
+/* One value by the storage type T (float or gpa_bf16): p[i] widened to
+ * fp32, and an fp32 value as a T (rounded for bf16); the scalar forms of
+ * gpa_ld16 / gpa_st16 below. */
+static __device__ __forceinline__ float gpa_ldf(const float *p, long long i) { return p[i]; }
+static __device__ __forceinline__ float gpa_ldf(const gpa_bf16 *p, long long i) { return gpa_bf2f(p[i]); }
+template <class T>
+static __device__ __forceinline__ T gpa_f2t(float v);
+template <>
+__device__ __forceinline__ float gpa_f2t<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ gpa_bf16 gpa_f2t<gpa_bf16>(float v) {
+  return gpa_f2bf(v);
+}
+
 /* One 16-byte vector as floats, by the storage type: 4 f32 or 8 bf16
  * values (p 16-byte aligned); the row kernels of layernorm (norm.cu) and
  * cross-entropy (metrics.cu) are templates over it. */
