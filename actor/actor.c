@@ -166,6 +166,7 @@ static void *actor_main(void *arg) {
                        .cudnn_conv = o->cudnn_conv, .conv_tc = o->conv_tc,
                        .conv_ig_small = o->conv_ig_small,
                        .fa2_exact = o->fa2_exact, .cuda_split_sums = o->cuda_split_sums,
+                       .emb_bwd_rows = o->emb_bwd_rows,
                        .complete = gpa__complete_async, .trim = gpa__bufcache_trim};
   if (st == GPA_OK) st = a->be->init(&host, &a->bctx, su->msg, sizeof su->msg);
   if (st == GPA_OK) st = gpa__bufcache_init(a);

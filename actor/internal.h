@@ -209,6 +209,7 @@ typedef struct gpa__opts {
   int32_t conv_ig_small; /* GPA_CONV_IG_SMALL: 1 ("0"), 2 ("1"), 3 ("auto"): conv1d's SIMT y and dx in 32 x 32 tiles */
   int32_t fa2_exact;  /* GPA_FA2_EXACT: 1 ("0" given): bf16/fp16 attention at D 64/96/128 keeps off the exact-head-dim kernels */
   int32_t cuda_split_sums; /* GPA_CUDA_SPLIT_SUMS: 1 ("0" given): column sums in one pass, not split over rows */
+  int32_t emb_bwd_rows; /* GPA_EMB_BWD_ROWS: 1 ("0"), 2 ("1"), 3 ("auto"): embedding_bwd without a sort */
   /* process-wide: read once, applied at the first actor (options.c) */
   int32_t host_nt;       /* 0 auto, 1 never stream, 2 always stream */
   int32_t no_membarrier; /* asymmetric fences off (the fallback's tests) */

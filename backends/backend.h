@@ -64,6 +64,10 @@ typedef struct gpa__be_host {
    * bias in one pass per column tile, as before issue 25: A/B benches),
    * else split over chunks of rows where that fills the GPU better */
   int32_t cuda_split_sums;
+  /* GPA_EMB_BWD_ROWS (ops/embedding/cuda_rows.c): 1 "0" (embedding_bwd
+   * always sorts), 2 "1" (without a sort wherever the ids fit), 3 "auto"
+   * or 0 unset (the size rule) */
+  int32_t emb_bwd_rows;
   /* Completes deferred work w->m with st: any thread, no allocation, no
    * driver call (a driver's host-function thread calls it). Set w's err and
    * device time first. */

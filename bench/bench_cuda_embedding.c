@@ -59,8 +59,8 @@ static gpa_tensor text_ids(gpa_actor *a, gpa_queue *q, int B, int L, int V, uint
 }
 
 /* Device time per op of every row on an actor created with
- * GPA_EMB_BWD_ROWS = knob (read at each call on the actor's thread: set
- * only while no actor exists); 0 where a row failed. */
+ * GPA_EMB_BWD_ROWS = knob (read at actor creation, so set while no actor
+ * exists); 0 where a row failed. */
 static int time_rows(const char *knob, double *ns, int *sim) {
   setenv("GPA_EMB_BWD_ROWS", knob, 1);
   gpa_actor *a = gpa_bench_cuda_actor("cuda_emb_bwd", sim);

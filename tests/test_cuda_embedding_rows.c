@@ -139,9 +139,8 @@ static void release(gpa_actor *a, emb *e) {
 }
 
 /* An actor whose embedding_bwd calls see GPA_EMB_BWD_ROWS = v (NULL:
- * unset). The adapter reads the variable at each call, on the actor's
- * thread, so it is set only while no actor exists (no setenv beside a
- * getenv) and stays set until done() destroys the actor. */
+ * unset). The options table reads it at actor creation; it is set only
+ * while no actor exists (no setenv beside another thread's getenv). */
 static gpa_actor *with_knob(const char *v, gpa_queue **q) {
   if (v) setenv("GPA_EMB_BWD_ROWS", v, 1);
   else unsetenv("GPA_EMB_BWD_ROWS");

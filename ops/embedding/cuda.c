@@ -61,7 +61,7 @@ gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x) {
   long long n = ids->shape[0] * ids->shape[1], v = dt->shape[0], d = dt->shape[1];
   int acc = (int)((const gpa__emb_params *)x->params)->accumulate;
   if (v <= 0 || d <= 0) return GPA_OK;
-  if (gpa__emb_bwd_rows_pick(n, v)) return gpa__emb_bwd_rows_cu(x, n, v, d, acc); /* cuda_rows.c */
+  if (gpa__emb_bwd_rows_pick(x, n, v)) return gpa__emb_bwd_rows_cu(x, n, v, d, acc); /* cuda_rows.c */
   if (!acc) GPA__CU_TRY(gpa__cu_zero_f32(x, x->out[0], v * d)); /* the runs add into dtable */
   if (n <= 0) return GPA_OK;
   long long npow2 = 1, chunks = (n + GPA_EMB_CHUNK - 1) / GPA_EMB_CHUNK;

@@ -24,11 +24,8 @@
  *    find one or no id, where the sort is a 128-key block sort.
  * The main job (v 256, n 4096) is well inside. The bounds are an estimate
  * until a GPU times both sides at the corner (gpa-bench cuda_emb_bwd:
- * docs/benchmarks.md); GPA_EMB_BWD_ROWS forces either path for that. */
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+ * docs/benchmarks.md); GPA_EMB_BWD_ROWS (the options table, read at
+ * actor creation) forces either path for that. */
 
 #include "backends/cuda/cuda_ops.h"
 #include "kernels/cuda/launch_shapes.h"
@@ -37,22 +34,10 @@
 
 #define GPA__EMB_ROWS_MAX_V 1024
 
-/* GPA_EMB_BWD_ROWS: "0" the sort path, "1" this one wherever n fits it,
- * unset or "auto" the rule. Read at each call (an experiment knob like
- * cudnn_tune.c's: the options table's fields are outside this family). */
-static int knob(void) {
-  const char *e = getenv("GPA_EMB_BWD_ROWS");
-  if (!e || !*e || !strcmp(e, "auto")) return -1;
-  if (!strcmp(e, "0") || !strcmp(e, "1")) return e[0] - '0';
-  static atomic_int warned;
-  if (!atomic_exchange(&warned, 1))
-    fprintf(stderr, "gpuactor: GPA_EMB_BWD_ROWS=%s is not 0, 1 or auto: the size rule is used\n", e);
-  return -1;
-}
-
-int gpa__emb_bwd_rows_pick(long long n, long long v) {
-  const int k = knob(), fits = n > 0 && n <= GPA_EMB_ROWS_MAX_N && v > 0;
-  if (k >= 0) return k && fits;
+int gpa__emb_bwd_rows_pick(const gpa_op_exec *x, long long n, long long v) {
+  const int mode = gpa__cu_of(x)->host.emb_bwd_rows; /* 0 unset, 1 "0", 2 "1", 3 "auto" */
+  const int fits = n > 0 && n <= GPA_EMB_ROWS_MAX_N && v > 0;
+  if (mode == 1 || mode == 2) return mode == 2 && fits;
   return fits && v <= GPA__EMB_ROWS_MAX_V;
 }
 

@@ -12,9 +12,9 @@ typedef struct gpa__emb_params {
 gpa_status gpa__emb_fwd_cu(const gpa_op_exec *x);
 gpa_status gpa__emb_bwd_cu(const gpa_op_exec *x);
 /* ops/embedding/cuda_rows.c: the backward without a sort. _pick: 1 when
- * it takes n ids into v rows (GPA_EMB_BWD_ROWS, else the size rule);
- * _cu runs it (n > 0, v > 0, d > 0). */
-int gpa__emb_bwd_rows_pick(long long n, long long v);
+ * it takes n ids into v rows (the actor's GPA_EMB_BWD_ROWS, else the size
+ * rule); _cu runs it (n > 0, v > 0, d > 0). */
+int gpa__emb_bwd_rows_pick(const gpa_op_exec *x, long long n, long long v);
 gpa_status gpa__emb_bwd_rows_cu(const gpa_op_exec *x, long long n, long long v, long long d, int accumulate);
 
 /* K(id, module, kernel name) */
