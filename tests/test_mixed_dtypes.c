@@ -116,6 +116,15 @@ static void run_case(gpa_actor *a, long long n, long long d) {
   same(q, "layernorm_bwd dx_bf16", n, d, &dxm2, &dxc);
   op(q, "layernorm_bwd", (gpa_tensor[]){x, dy, g, mean, rstd}, 5, (gpa_tensor[]){dxm3, dgm, dbm}, 3);
   same(q, "layernorm_bwd dx (dy bf16, no copy)", n, d, &dxm3, &dx);
+  /* the typed call reaches dx_bf16; a struct from before the field (its
+   * size ends there) has none: an f32 tensor there would be refused */
+  gpa_tensor dxt = tensor(a, GPA_F32, n, d), dxt2 = tensor(a, GPA_BF16, n, d);
+  gpa_layernorm_bwd_args la = {sizeof la, x, dy, g, mean, rstd, dxt, dgm, dbm, dxt2};
+  CHECK_OK(gpa_layernorm_bwd(q, &la, NULL));
+  same(q, "typed layernorm_bwd dx_bf16", n, d, &dxt2, &dxc);
+  same(q, "typed layernorm_bwd dx", n, d, &dxt, &dx);
+  la.size = offsetof(gpa_layernorm_bwd_args, dx_bf16), la.dx_bf16 = dyf;
+  CHECK_OK(gpa_layernorm_bwd(q, &la, NULL));
 
   /* add: a f32 + b bf16 (either order, and in place over a), against b cast */
   gpa_tensor sum = tensor(a, GPA_F32, n, d), s1 = tensor(a, GPA_F32, n, d), s2 = tensor(a, GPA_F32, n, d);
@@ -139,7 +148,7 @@ static void run_case(gpa_actor *a, long long n, long long d) {
   same(q, "gelu_bwd (x bf16, dy f32) in place over x", n, d, &yc, &gc);
 
   gpa_tensor all[] = {x, g, b, mean, rstd, mean2, rstd2, y, yc, ym, dy, dyf, dx, dg, db, dxc, dxm, dgm, dbm, dxm2,
-                      dxm3, sum, s1, s2, xf, gf, gc, gm};
+                      dxm3, dxt, dxt2, sum, s1, s2, xf, gf, gc, gm};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) gpa_buffer_release(a, all[i].buffer);
 }
 

@@ -127,11 +127,15 @@ typedef struct gpa_layernorm_fwd_args {
 } gpa_layernorm_fwd_args;
 gpa_status gpa_layernorm_fwd(gpa_queue *q, const gpa_layernorm_fwd_args *args, gpa_handle **out);
 
-/* x, dy, gamma, mean, rstd (from the forward) -> dx, dgamma, dbeta. Op "layernorm_bwd". */
+/* x, dy, gamma, mean, rstd (from the forward) -> dx, dgamma, dbeta. Op "layernorm_bwd".
+ * dx_bf16 (optional; buffer 0: none): dx rounded to bf16 as well, allowed
+ * only in the mixed form (x and dx f32, dy bf16; docs/ops.md). A caller
+ * built before the field (a smaller size) has none. */
 typedef struct gpa_layernorm_bwd_args {
   uint32_t size;
   gpa_tensor x, dy, gamma, mean, rstd;
   gpa_tensor dx, dgamma, dbeta;
+  gpa_tensor dx_bf16;
 } gpa_layernorm_bwd_args;
 gpa_status gpa_layernorm_bwd(gpa_queue *q, const gpa_layernorm_bwd_args *args, gpa_handle **out);
 

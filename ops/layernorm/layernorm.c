@@ -145,6 +145,10 @@ gpa_status gpa_layernorm_fwd(gpa_queue *q, const gpa_layernorm_fwd_args *args, g
 }
 
 gpa_status gpa_layernorm_bwd(gpa_queue *q, const gpa_layernorm_bwd_args *args, gpa_handle **out) {
+  /* dx_bf16 read only where the caller's struct has it */
+  const bool copy = args && (!args->size || args->size >= offsetof(gpa_layernorm_bwd_args, dx_bf16) + sizeof(gpa_tensor)) &&
+                    args->dx_bf16.buffer;
   return GPA__CALL("layernorm_bwd", GPA__T(args->x, args->dy, args->gamma, args->mean, args->rstd), 5,
-                   GPA__T(args->dx, args->dgamma, args->dbeta), 3, NULL, 0);
+                   GPA__T(args->dx, args->dgamma, args->dbeta, copy ? args->dx_bf16 : args->dx), copy ? 4 : 3, NULL,
+                   0);
 }
