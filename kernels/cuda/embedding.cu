@@ -188,6 +188,54 @@ static __device__ __forceinline__ void emb_ld(const gpa_bf16 *dy, long long at, 
   else gpa_bf8_load(dy + at, v);
 }
 
+/* A run's positions: the sort path reads them from its sorted keys (the
+ * low 32 bits), the rows path from its list in shared memory. */
+struct emb_at_key {
+  const unsigned long long *sk;
+  __device__ __forceinline__ long long operator()(int q) const { return (long long)(sk[q] & 0xffffffffull); }
+};
+struct emb_at_pos {
+  const unsigned short *pos;
+  __device__ __forceinline__ long long operator()(int q) const { return pos[q]; }
+};
+
+/* acc = dy[at(k0)] + ... + dy[at(k1 - 1)] at columns col..col+W-1, from
+ * 0.0 in double in that order: one piece of a run, the same sum on both
+ * paths (their bits agree) */
+template <typename T, int W, typename At>
+static __device__ __forceinline__ void emb_piece(double *acc, const T *dy, At at, int k0, int k1, long long d,
+                                                 long long col) {
+GPA_UNROLL
+  for (int k = 0; k < W; k++) acc[k] = 0.0;
+#ifndef GPA_SIM_EMU
+#pragma unroll 4
+#endif
+  for (int q = k0; q < k1; q++) {
+    float x[W];
+    emb_ld<W>(dy, at(q) * d + col, x);
+GPA_UNROLL
+    for (int k = 0; k < W; k++) acc[k] += (double)x[k];
+  }
+}
+
+/* o[0..W) = prior + acc, rounded once (prior: o's value with accumulate,
+ * else 0.0f, the zeros the sort path's memset leaves); W > 1: 16-byte
+ * read-modify-writes */
+template <int W>
+static __device__ __forceinline__ void emb_put(float *o, const double *acc, int accumulate) {
+  if (W == 1) {
+    o[0] = (float)((double)(accumulate ? o[0] : 0.0f) + acc[0]);
+  } else {
+GPA_UNROLL
+    for (int k = 0; k < W; k += 4) {
+      float4 t = accumulate ? *reinterpret_cast<const float4 *>(o + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+      t.x = (float)((double)t.x + acc[k]), t.y = (float)((double)t.y + acc[k + 1]);
+      t.z = (float)((double)t.z + acc[k + 2]), t.w = (float)((double)t.w + acc[k + 3]);
+      *reinterpret_cast<float4 *>(o + k) = t;
+    }
+  }
+}
+
 /* Columns in vectors of W values (W > 1: 16-byte dy loads), a thread per
  * vector; each run's positions are counted first, then added in position
  * order four loads at a time (a counted loop the compiler unrolls), so a
@@ -205,31 +253,10 @@ static __device__ void emb_bwd_cols(float *dtable, double *part, const T *dy, co
       while (j <= len && key_row(sk[j]) == r) j++;
       if (r < (unsigned long long)v) { /* ids out of range fail the op; their keys sort last */
         double acc[W];
-GPA_UNROLL
-        for (int k = 0; k < W; k++) acc[k] = 0.0;
-#ifndef GPA_SIM_EMU
-#pragma unroll 4
-#endif
-        for (int q = i; q < j; q++) {
-          float x[W];
-          emb_ld<W>(dy, (long long)(sk[q] & 0xffffffffull) * d + col, x);
-GPA_UNROLL
-          for (int k = 0; k < W; k++) acc[k] += (double)x[k];
-        }
+        emb_piece<T, W>(acc, dy, emb_at_key{sk}, i, j, d, col);
         const bool starts = i > 1 || key_row(sk[0]) != r, ends = j <= len || key_row(sk[len + 1]) != r;
         if (starts && ends) {
-          float *o = dtable + r * d + col;
-          if (W == 1) {
-            o[0] = (float)((double)o[0] + acc[0]);
-          } else {
-GPA_UNROLL
-            for (int k = 0; k < W; k += 4) { /* 16-byte read-modify-write of dtable */
-              float4 t = *reinterpret_cast<const float4 *>(o + k);
-              t.x = (float)((double)t.x + acc[k]), t.y = (float)((double)t.y + acc[k + 1]);
-              t.z = (float)((double)t.z + acc[k + 2]), t.w = (float)((double)t.w + acc[k + 3]);
-              *reinterpret_cast<float4 *>(o + k) = t;
-            }
-          }
+          emb_put<W>(dtable + r * d + col, acc, 1);
         } else {
           double *o = part + (2 * c + (starts ? 1 : 0)) * d + col;
 GPA_UNROLL
@@ -320,40 +347,6 @@ extern "C" __global__ void gpa_emb_bwd_bf16(float *dtable, double *part, const g
  * first scan and records the first bad one as embedding_fwd's kernel does
  * (res: (position << 32) | id by atomicMin; positions < 2^13 here). */
 
-/* acc = dy[pos[k0]] + ... + dy[pos[k1 - 1]] at columns col..col+W-1, from 0.0 */
-template <typename T, int W>
-static __device__ __forceinline__ void rows_piece(double *acc, const T *dy, const unsigned short *pos, int k0, int k1,
-                                                  long long d, long long col) {
-GPA_UNROLL
-  for (int k = 0; k < W; k++) acc[k] = 0.0;
-#ifndef GPA_SIM_EMU
-#pragma unroll 4
-#endif
-  for (int q = k0; q < k1; q++) {
-    float x[W];
-    emb_ld<W>(dy, (long long)pos[q] * d + col, x);
-GPA_UNROLL
-    for (int k = 0; k < W; k++) acc[k] += (double)x[k];
-  }
-}
-
-/* o[0..W) = prior + acc, rounded once (prior: o's value with accumulate,
- * else 0.0f, the zeros the sort path's memset leaves) */
-template <int W>
-static __device__ __forceinline__ void rows_put(float *o, const double *acc, int accumulate) {
-  if (W == 1) {
-    o[0] = (float)((double)(accumulate ? o[0] : 0.0f) + acc[0]);
-  } else {
-GPA_UNROLL
-    for (int k = 0; k < W; k += 4) {
-      float4 t = accumulate ? *reinterpret_cast<const float4 *>(o + k) : make_float4(0.f, 0.f, 0.f, 0.f);
-      t.x = (float)((double)t.x + acc[k]), t.y = (float)((double)t.y + acc[k + 1]);
-      t.z = (float)((double)t.z + acc[k + 2]), t.w = (float)((double)t.w + acc[k + 3]);
-      *reinterpret_cast<float4 *>(o + k) = t;
-    }
-  }
-}
-
 template <typename T, int W>
 static __device__ void emb_rows(float *dtable, double *part, const T *dy, const int *ids, long long n, long long v,
                                 long long d, int accumulate, unsigned long long *res) {
@@ -395,7 +388,7 @@ static __device__ void emb_rows(float *dtable, double *part, const T *dy, const 
       if (!accumulate)
         for (long long q = t; q < cols; q += nt) {
           const double z[W] = {};
-          rows_put<W>(row + q * W, z, 0);
+          emb_put<W>(row + q * W, z, 0);
         }
     } else {
       const int first = min(cnt, GPA_EMB_CHUNK - start % GPA_EMB_CHUNK);
@@ -403,8 +396,8 @@ static __device__ void emb_rows(float *dtable, double *part, const T *dy, const 
       if (pieces == 1) {
         for (long long q = t; q < cols; q += nt) {
           double acc[W];
-          rows_piece<T, W>(acc, dy, pos, 0, cnt, d, q * W);
-          rows_put<W>(row + q * W, acc, accumulate);
+          emb_piece<T, W>(acc, dy, emb_at_pos{pos}, 0, cnt, d, q * W);
+          emb_put<W>(row + q * W, acc, accumulate);
         }
       } else {
         double *pr = part + (long long)(start / GPA_EMB_CHUNK) * 2 * d; /* the first piece's chunk */
@@ -413,7 +406,7 @@ static __device__ void emb_rows(float *dtable, double *part, const T *dy, const 
           const long long q = it - (long long)s * cols;
           const int k0 = s ? first + (s - 1) * GPA_EMB_CHUNK : 0, k1 = s ? min(k0 + GPA_EMB_CHUNK, cnt) : first;
           double acc[W];
-          rows_piece<T, W>(acc, dy, pos, k0, k1, d, q * W);
+          emb_piece<T, W>(acc, dy, emb_at_pos{pos}, k0, k1, d, q * W);
           double *o = pr + (2LL * s + (s == 0)) * d + q * W;
 GPA_UNROLL
           for (int k = 0; k < W; k++) o[k] = acc[k];
@@ -429,7 +422,7 @@ GPA_UNROLL
 GPA_UNROLL
             for (int k = 0; k < W; k++) acc[k] += p[k];
           }
-          rows_put<W>(row + q * W, acc, accumulate);
+          emb_put<W>(row + q * W, acc, accumulate);
         }
       }
     }
