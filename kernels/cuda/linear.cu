@@ -80,11 +80,13 @@ extern "C" __global__ void gpa_conv_im2col_f32(float *col, const float *x, long 
   }
 }
 
-/* dx[b, c0 + ci, p] = sum over (k, t) with t*stride - pad_l + k*dil == p of
- * dcol[b][ci*K + k][t], k ascending. */
-extern "C" __global__ void gpa_conv_col2im_f32(float *dx, const float *dcol, long long nb, long long cin,
-                                               long long c0, long long cin_g, long long l, long long k,
-                                               long long lout, long long stride, long long pad_l, long long dil) {
+/* dx[b, c0 + ci, p] = T(sum over (k, t) with t*stride - pad_l + k*dil == p
+ * of col(b, ci, k, t)), k ascending, in fp32: the f32 and bf16 kernels'
+ * dcol layouts differ. */
+template <class T, class Col>
+static __device__ __forceinline__ void col2im(T *dx, Col col, long long nb, long long cin, long long c0,
+                                              long long cin_g, long long l, long long k, long long lout,
+                                              long long stride, long long pad_l, long long dil) {
   GS_LOOP(i, nb * cin_g * l) {
     const long long p = i % l, ci = (i / l) % cin_g, b = i / (l * cin_g);
     float acc = 0.0f;
@@ -92,10 +94,20 @@ extern "C" __global__ void gpa_conv_col2im_f32(float *dx, const float *dcol, lon
       const long long q = p + pad_l - kk * dil;
       if (q < 0 || q % stride) continue;
       const long long t = q / stride;
-      if (t < lout) acc += dcol[((b * cin_g + ci) * k + kk) * lout + t];
+      if (t < lout) acc += col(b, ci, kk, t);
     }
-    dx[(b * cin + c0 + ci) * l + p] = acc;
+    dx[(b * cin + c0 + ci) * l + p] = gpa_f2t<T>(acc);
   }
+}
+
+/* dcol [b][ci*K + k][t] */
+extern "C" __global__ void gpa_conv_col2im_f32(float *dx, const float *dcol, long long nb, long long cin,
+                                               long long c0, long long cin_g, long long l, long long k,
+                                               long long lout, long long stride, long long pad_l, long long dil) {
+  auto col = [=](long long b, long long ci, long long kk, long long t) {
+    return dcol[((b * cin_g + ci) * k + kk) * lout + t];
+  };
+  col2im(dx, col, nb, cin, c0, cin_g, l, k, lout, stride, pad_l, dil);
 }
 
 /* y[b, co, t] += bias[co] */
@@ -278,21 +290,14 @@ extern "C" __global__ void gpa_conv_perm_bf16(gpa_bf16 *dyp, const gpa_bf16 *dy,
   }
 }
 
-/* dx[b, c0 + ci, p] = bf16(sum over (k, t) with t stride - pad_l + k dil == p
- * of dcol[ci K + k][b lout + t]), k ascending, in fp32 (dcol is fp32) */
+/* col2im (gpa_conv_col2im_f32) from the fp32 dcol [ci K + k][b lout + t],
+ * rounded to bf16 once */
 extern "C" __global__ void gpa_conv_col2im_bf16(gpa_bf16 *dx, const float *dcol, long long nb, long long cin,
                                                 long long c0, long long cin_g, long long l, long long k,
                                                 long long lout, long long stride, long long pad_l, long long dil) {
   const long long nl = nb * lout;
-  GS_LOOP(i, nb * cin_g * l) {
-    const long long p = i % l, ci = (i / l) % cin_g, b = i / (l * cin_g);
-    float acc = 0.0f;
-    for (long long kk = 0; kk < k; kk++) {
-      const long long q = p + pad_l - kk * dil;
-      if (q < 0 || q % stride) continue;
-      const long long t = q / stride;
-      if (t < lout) acc += dcol[(ci * k + kk) * nl + b * lout + t];
-    }
-    dx[(b * cin + c0 + ci) * l + p] = gpa_f2bf(acc);
-  }
+  auto col = [=](long long b, long long ci, long long kk, long long t) {
+    return dcol[(ci * k + kk) * nl + b * lout + t];
+  };
+  col2im(dx, col, nb, cin, c0, cin_g, l, k, lout, stride, pad_l, dil);
 }
