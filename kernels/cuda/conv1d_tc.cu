@@ -66,11 +66,30 @@ static __device__ __forceinline__ void ct_mma_step(float acc[4][4][4], const uns
     }
 }
 
-/* Waits for stage `it` (CT_NS - 1 groups ahead were committed before the
- * loop, one per iteration after), then lets every thread see it. */
-static __device__ __forceinline__ void ct_stage_ready(void) {
-  gpa_cp_async_wait<CT_NS - 2>();
-  __syncthreads();
+/* A block's CT_NS-stage cp.async pipeline over nit reduction steps into acc
+ * (zeroed first): load(it, s) issues step it's copies into stage buffer s,
+ * CT_NS - 1 steps ahead, one commit group a step (empty past the end);
+ * mma(s) runs the warp's products of the stage buffer s once every
+ * thread's copies of it have landed. No copy outlives the call. */
+template <class Load, class Mma>
+static __device__ __forceinline__ void ct_pipeline(float (&acc)[4][4][4], int nit, Load &&load, Mma &&mma) {
+  GPA_UNROLL for (int i = 0; i < 4; i++) GPA_UNROLL for (int j = 0; j < 4; j++) GPA_UNROLL for (int v = 0; v < 4; v++)
+        acc[i][j][v] = 0.0f;
+  GPA_UNROLL for (int s = 0; s < CT_NS - 1; s++) {
+    if (s < nit) load(s, s);
+    gpa_cp_async_commit();
+  }
+  for (int it = 0; it < nit; it++) {
+    /* step it's group: CT_NS - 1 were committed before the loop, one per
+     * iteration after */
+    gpa_cp_async_wait<CT_NS - 2>();
+    __syncthreads();
+    /* the buffer of step it - 1, which every thread finished before the barrier */
+    if (it + CT_NS - 1 < nit) load(it + CT_NS - 1, (it + CT_NS - 1) % CT_NS);
+    gpa_cp_async_commit();
+    mma(it % CT_NS);
+  }
+  gpa_cp_async_wait<0>(); /* the empty trailing groups */
 }
 
 /* y (DX false) or dx (DX true): out[b][grp m_len + m][n] for one block's
@@ -112,18 +131,8 @@ static __device__ void ct_rows(ct_bf *sm, gpa_bf16 *out, const gpa_bf16 *act, co
     }
   };
   float acc[4][4][4];
-  GPA_UNROLL for (int i = 0; i < 4; i++) GPA_UNROLL for (int j = 0; j < 4; j++) GPA_UNROLL for (int v = 0; v < 4; v++)
-        acc[i][j][v] = 0.0f;
-  GPA_UNROLL for (int s = 0; s < CT_NS - 1; s++) {
-    if (s < nit) load(s, s);
-    gpa_cp_async_commit();
-  }
-  for (int it = 0; it < nit; it++) {
-    ct_stage_ready();
-    /* the buffer of step it - 1, which every thread finished before the barrier */
-    if (it + CT_NS - 1 < nit) load(it + CT_NS - 1, (it + CT_NS - 1) % CT_NS);
-    gpa_cp_async_commit();
-    const ct_bf *as = sm + (it % CT_NS) * (CT_BM + CT_BN) * CT_LDK, *bs = as + CT_BM * CT_LDK;
+  ct_pipeline(acc, nit, load, [&](int s) {
+    const ct_bf *as = sm + s * (CT_BM + CT_BN) * CT_LDK, *bs = as + CT_BM * CT_LDK;
     GPA_UNROLL for (int kk = 0; kk < CT_BK; kk += 16) {
       unsigned a[4][4], bb[2][4];
       GPA_UNROLL for (int mi = 0; mi < 4; mi++)
@@ -134,8 +143,7 @@ static __device__ void ct_rows(ct_bf *sm, gpa_bf16 *out, const gpa_bf16 *act, co
                                     ((lane >> 3) & 1) * 8);
       ct_mma_step(acc, a, bb);
     }
-  }
-  gpa_cp_async_wait<0>(); /* no copy outlives the block (the empty trailing groups) */
+  });
   const int gq = lane >> 2, tq = lane & 3;
   if (g.nlc) {
     /* out [B][n_len][out_ch]: the tile as [n][m] in the idle stage buffers,
@@ -199,17 +207,8 @@ static __device__ void ct_dw(ct_bf *sm, float *out, const gpa_bf16 *dyT, const g
     }
   };
   float acc[4][4][4];
-  GPA_UNROLL for (int i = 0; i < 4; i++) GPA_UNROLL for (int j = 0; j < 4; j++) GPA_UNROLL for (int v = 0; v < 4; v++)
-        acc[i][j][v] = 0.0f;
-  GPA_UNROLL for (int s = 0; s < CT_NS - 1; s++) {
-    if (s < nit) load(s, s);
-    gpa_cp_async_commit();
-  }
-  for (int it = 0; it < nit; it++) {
-    ct_stage_ready();
-    if (it + CT_NS - 1 < nit) load(it + CT_NS - 1, (it + CT_NS - 1) % CT_NS);
-    gpa_cp_async_commit();
-    const ct_bf *as = sm + (it % CT_NS) * CT_BK * (CT_LDM + CT_LDN), *bs = as + CT_BK * CT_LDM;
+  ct_pipeline(acc, nit, load, [&](int s) {
+    const ct_bf *as = sm + s * CT_BK * (CT_LDM + CT_LDN), *bs = as + CT_BK * CT_LDM;
     GPA_UNROLL for (int kk = 0; kk < CT_BK; kk += 16) {
       unsigned a[4][4], bb[2][4];
       /* A stored [t][co]: matrices (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15) */
@@ -222,8 +221,7 @@ static __device__ void ct_dw(ct_bf *sm, float *out, const gpa_bf16 *dyT, const g
                                           (lane >> 4) * 8);
       ct_mma_step(acc, a, bb);
     }
-  }
-  gpa_cp_async_wait<0>();
+  });
   const int R = g.cin_g * g.K, gq = lane >> 2, tq = lane & 3;
   float *o = g.per < g.nslice ? out + (long long)z * g.G * g.cout_g * R : out;
   GPA_UNROLL for (int mi = 0; mi < 4; mi++) GPA_UNROLL for (int h = 0; h < 2; h++) {
