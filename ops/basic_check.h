@@ -48,8 +48,13 @@ gpa_status gpa__chk_disjoint(const char *op, const char *arg, const gpa_tensor *
 void gpa__chk_set(gpa_tensor *out, int dtype, uint32_t rank, const int64_t *shape);
 /* Expected output of a scalar result: [] unless the caller passed [1]. */
 void gpa__chk_set_scalar(gpa_tensor *out, const gpa_tensor *given);
-/* Element count (dims checked non-negative by the runtime). */
-int64_t gpa__chk_numel(const gpa_tensor *t);
+/* Element count (dims checked non-negative by the runtime). Inline: ops'
+ * bytes_moved count every tensor of every message on the actor thread. */
+static inline int64_t gpa__chk_numel(const gpa_tensor *t) {
+  int64_t n = 1;
+  for (uint32_t i = 0; i < t->rank && i < GPA_MAX_RANK; i++) n *= t->shape[i];
+  return n;
+}
 
 /* The parallel-loop hook over the backend's threads (env NULL: inline). */
 gpa__par gpa__ops_par(gpa_exec_env *env);

@@ -93,6 +93,18 @@ int main(void) {
   CHECK_OK(gpa_sync_batch(q, &st));
   CHECK(st.uploads_skipped == 2 && st.bytes_moved == N * 4);
 
+  /* An op's bytes: each input and output once (elementwise's bytes_moved),
+   * whether it ran from its ring record or from a message. */
+  gpa_tensor y = tu_f32(a, N);
+  CHECK_OK(gpa_batch_begin(q, "add"));
+  CHECK_OK(gpa_submit(q, &(gpa_op_call){"add", (gpa_tensor[]){x, x}, 2, &y, 1, NULL, 0}, NULL));
+  gpa_handle *ha;
+  CHECK_OK(gpa_submit(q, &(gpa_op_call){"add", (gpa_tensor[]){x, y}, 2, &y, 1, NULL, 0}, &ha));
+  CHECK_OK(gpa_await(ha, -1));
+  gpa_handle_release(ha);
+  CHECK_OK(gpa_sync_batch(q, &st));
+  CHECK(st.ops == 2 && st.errors == 0 && st.bytes_moved == 2 * 3 * N * 4);
+
   CHECK_OK(gpa_queue_destroy(q));
   free(host);
   CHECK_OK(gpa_actor_destroy(a));

@@ -21,6 +21,7 @@
 
 #include "kernels/host/elementwise.h"
 #include "ops/elementwise/elementwise.h"
+#include "ops/nn_util.h"
 
 typedef gpa__ew_params ew_params;
 
@@ -213,15 +214,8 @@ static gpa_status transpose_host(const gpa_op_exec *x) {
   return GPA_OK;
 }
 
-/* Bytes read and written, for stats. */
-static uint64_t ew_bytes(const gpa_op_sig *s) {
-  uint64_t b = 0;
-  for (uint32_t i = 0; i < s->n_inputs; i++)
-    b += (uint64_t)gpa__chk_numel(&s->inputs[i]) * gpa_dtype_size(s->inputs[i].dtype);
-  for (uint32_t i = 0; i < s->n_outputs; i++)
-    b += (uint64_t)gpa__chk_numel(&s->outputs[i]) * gpa_dtype_size(s->outputs[i].dtype);
-  return b;
-}
+/* Bytes read and written, for stats: every input and output once. */
+static uint64_t ew_bytes(const gpa_op_sig *s) { return gpa__nn_io_bytes(s); }
 
 #define EW(name_, nin_, attrs_, nattrs_, shape_, host_, cuda_)                                              \
   {.size = sizeof(gpa_op_desc), .name = name_, .min_inputs = nin_, .max_inputs = nin_, .n_outputs = 1,       \
