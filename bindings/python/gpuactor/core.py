@@ -58,6 +58,24 @@ def numpy_dtype(dtype):
     return np.dtype(_NP_OF[dtype_of(dtype)])
 
 
+class _Closing:
+    """close() when a with-statement ends and, errors dropped, when garbage
+    collected: the owners of a C object that has no refcount (actor, buffer,
+    feed)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 def version():
     return L.version_string().decode()
 
@@ -222,7 +240,7 @@ def _release_later(actor, buffer_id):
             L.buffer_release(actor._ptr, buffer_id)
 
 
-class Buffer:
+class Buffer(_Closing):
     """Device memory of an actor (gpa_buffer_acquire); released on close()."""
 
     external = False  # True: the memory is a DLPack producer's (gpa_buffer_wrap)
@@ -255,18 +273,6 @@ class Buffer:
             L.buffer_release(self.actor._ptr, buffer_id)
 
     close = release
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
-
-    def __del__(self):
-        try:
-            self.release()
-        except Exception:
-            pass
 
     def info(self):
         i = L.BufferInfo(size_of=ctypes.sizeof(L.BufferInfo))
@@ -440,7 +446,7 @@ class Queue:
         return Handle(h.value, "outfeed")
 
 
-class Actor:
+class Actor(_Closing):
     """One device's actor. Actor(device="cpu", threads=2, ...) or Actor() for
     the defaults and the environment (GPA_DEVICE, ...). A context manager;
     close() destroys it (after which its queues and buffers refuse use)."""
@@ -469,18 +475,6 @@ class Actor:
             p, self._ptr = self._ptr, None
         if p:
             L.actor_destroy(p)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     @property
     def backend(self):

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 
 from . import _lib as L
-from .core import GpaError, _NP_OF, _check, _timeout_ns, dtype_of
+from .core import GpaError, _NP_OF, _Closing, _check, _timeout_ns, dtype_of
 
 
 def _host_tensors(arrays):
@@ -37,7 +37,7 @@ def _arrays_of(ptr, n):
     return out
 
 
-class Feed:
+class Feed(_Closing):
     """A tagged channel. sink(feed, tag, arrays) gets each outfeed item (numpy
     copies) on the session's delivery thread; without a sink, pop() takes
     items. A context manager: close() cancels what is parked or undelivered."""
@@ -97,15 +97,3 @@ class Feed:
         p, self._ptr = getattr(self, "_ptr", None), None
         if p and self.actor._ptr:
             L.feed_close(p)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass

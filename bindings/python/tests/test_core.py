@@ -108,6 +108,22 @@ def test_bad_options_and_closed_actor():
     a.close()  # idempotent
 
 
+def test_with_statement_closes():
+    """Leaving a with-statement closes an actor, a buffer and a feed."""
+    with ga.Actor(threads=1) as a:
+        with a.buffer(64) as b:
+            assert b.id
+        assert b.id == 0
+        with a.feed() as f:
+            f.push(np.array([1], np.float32))
+        with pytest.raises(ga.GpaError) as e:
+            f.push(np.array([1], np.float32))
+        assert "feed closed" in e.value.message
+    with pytest.raises(ga.GpaError) as e:
+        a.backend
+    assert "actor closed" in e.value.message
+
+
 def test_labeled_buffers_and_queues(actor):
     with actor.buffer(64, label="py.same") as b1:
         b2 = actor.buffer(64, label="py.same")
