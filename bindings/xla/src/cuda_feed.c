@@ -64,14 +64,12 @@ static void drop(const XLA_FFI_Api *api, XLA_FFI_Error *e) {
 }
 
 static XLA_FFI_Error *cuda_feed_call(XLA_FFI_CallFrame *f, int in) {
-  const char *target = in ? "gpuactor_infeed" : "gpuactor_outfeed";
-  XLA_FFI_Error *e;
-  if (gpa_xla_metadata(f, &e)) return e;
-  if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  const char *target;
   XLA_FFI_ByteSpan tag;
-  int64_t timeout_ms = 10000, n;
+  int64_t timeout_ns, n;
   const XLA_FFI_Buffer *ack;
-  if ((e = gpa_xla_feed_check(f, in, target, &tag, &timeout_ms, &n, &ack))) return e;
+  XLA_FFI_Error *e;
+  if (gpa_xla_feed_start(f, in, &target, &tag, &timeout_ns, &n, &ack, &e)) return e;
   void *stream;
   int ordinal;
   const char *why = "";
@@ -115,7 +113,7 @@ static XLA_FFI_Error *cuda_feed_call(XLA_FFI_CallFrame *f, int in) {
       if ((st = gpa_batch_begin_opts(q, target, &bo)) != GPA_OK)
         snprintf(why_submit, sizeof why_submit, "%s", gpa_last_error_message());
       else if ((begun = 1) && !(e = gpa_xla_cuda_begin(f, target, d, stream, q, &o)) && (ordered = 1)) {
-        st = in ? gpa_infeed(q, feed, t, (uint32_t)n, timeout_ms < 0 ? -1 : timeout_ms * 1000000, &h)
+        st = in ? gpa_infeed(q, feed, t, (uint32_t)n, timeout_ns, &h)
                 : gpa_outfeed(q, feed, t, (uint32_t)n, &h);
         if (st != GPA_OK) snprintf(why_submit, sizeof why_submit, "%s", gpa_last_error_message());
       }

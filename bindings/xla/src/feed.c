@@ -171,10 +171,12 @@ static XLA_FFI_Error *feed_attrs(XLA_FFI_CallFrame *f, const char *target, XLA_F
   return NULL;
 }
 
-XLA_FFI_Error *gpa_xla_feed_check(XLA_FFI_CallFrame *f, int in, const char *target, XLA_FFI_ByteSpan *tag,
-                                  int64_t *timeout_ms, int64_t *n, const XLA_FFI_Buffer **ack) {
-  XLA_FFI_Error *e = feed_attrs(f, target, tag, in ? timeout_ms : NULL);
+static XLA_FFI_Error *feed_check(XLA_FFI_CallFrame *f, int in, const char *target, XLA_FFI_ByteSpan *tag,
+                                 int64_t *timeout_ns, int64_t *n, const XLA_FFI_Buffer **ack) {
+  int64_t timeout_ms = 10000;
+  XLA_FFI_Error *e = feed_attrs(f, target, tag, in ? &timeout_ms : NULL);
   if (e) return e;
+  *timeout_ns = timeout_ms < 0 ? -1 : timeout_ms * 1000000;
   *n = in ? f->rets.size : f->args.size;
   if (*n < 1 || *n > GPA_FEED_MAX_TENSORS)
     return gpa_xla_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, "%s: %lld tensors; a feed call moves 1 to %d",
@@ -183,6 +185,14 @@ XLA_FFI_Error *gpa_xla_feed_check(XLA_FFI_CallFrame *f, int in, const char *targ
   if (!in && (!*ack || (*ack)->dtype != XLA_FFI_DataType_S32 || (*ack)->rank != 0))
     return gpa_xla_error(f, XLA_FFI_Error_Code_INVALID_ARGUMENT, "%s: the one result must be an s32 scalar", target);
   return NULL;
+}
+
+int gpa_xla_feed_start(XLA_FFI_CallFrame *f, int in, const char **target, XLA_FFI_ByteSpan *tag,
+                       int64_t *timeout_ns, int64_t *n, const XLA_FFI_Buffer **ack, XLA_FFI_Error **err) {
+  *target = in ? "gpuactor_infeed" : "gpuactor_outfeed";
+  if (gpa_xla_metadata(f, err)) return 1; /* else *err is NULL */
+  if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return 1;
+  return (*err = feed_check(f, in, *target, tag, timeout_ns, n, ack)) != NULL;
 }
 
 /* Wraps XLA's buffers [first, first + n) of args (is_ret 0) or results. */
@@ -227,14 +237,12 @@ XLA_FFI_Error *gpa_xla_feed_wrap(XLA_FFI_CallFrame *f, const char *target, gpa_a
  * (e.g. after the step's outfeed). outfeed: operands -> the session; its
  * one result, an s32 scalar, carries that order to later calls. */
 static XLA_FFI_Error *feed_call(XLA_FFI_CallFrame *f, int in) {
-  const char *target = in ? "gpuactor_infeed" : "gpuactor_outfeed";
-  XLA_FFI_Error *e;
-  if (gpa_xla_metadata(f, &e)) return e;
-  if (f->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  const char *target;
   XLA_FFI_ByteSpan tag;
-  int64_t timeout_ms = 10000, n;
+  int64_t timeout_ns, n;
   const XLA_FFI_Buffer *ack;
-  if ((e = gpa_xla_feed_check(f, in, target, &tag, &timeout_ms, &n, &ack))) return e;
+  XLA_FFI_Error *e;
+  if (gpa_xla_feed_start(f, in, &target, &tag, &timeout_ns, &n, &ack, &e)) return e;
   if (ack) *(int32_t *)ack->data = 0;
   const char *why = "";
   gpa_actor *a = gpa_xla_host_actor(&why);
@@ -265,8 +273,8 @@ static XLA_FFI_Error *feed_call(XLA_FFI_CallFrame *f, int in) {
   }
   if (!e && slots[slot].worker && gpa_xla_has_futures(f)) {
     /* Under mu: the session stays open until the op is submitted. */
-    int r = gpa_xla_feed_async(f, target, slots[slot].worker, slots[slot].feed, in, t, (uint32_t)n,
-                               timeout_ms < 0 ? -1 : timeout_ms * 1000000, w, n_wrapped);
+    int r = gpa_xla_feed_async(f, target, slots[slot].worker, slots[slot].feed, in, t, (uint32_t)n, timeout_ns, w,
+                               n_wrapped);
     if (r != 0) {
       pthread_rwlock_unlock(&mu);
       if (r == 1) gpa_xla_count_call();
@@ -285,7 +293,7 @@ static XLA_FFI_Error *feed_call(XLA_FFI_CallFrame *f, int in) {
     int begun = 0;
     if (!same) st = GPA_ECLOSED;
     else if ((st = gpa_batch_begin(s.q, target)) == GPA_OK && (begun = 1))
-      st = in ? gpa_infeed(s.q, s.feed, t, (uint32_t)n, timeout_ms < 0 ? -1 : timeout_ms * 1000000, NULL)
+      st = in ? gpa_infeed(s.q, s.feed, t, (uint32_t)n, timeout_ns, NULL)
               : gpa_outfeed(s.q, s.feed, t, (uint32_t)n, NULL);
     char why_submit[256];
     snprintf(why_submit, sizeof why_submit, "%s", st == GPA_ECLOSED ? "closed" : gpa_last_error_message());

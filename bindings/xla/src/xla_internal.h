@@ -135,11 +135,14 @@ const char *gpa_xla_cuda_zero32(gpa_xla_dev *d, void *ptr, void *stream);
 void gpa_xla_sessions_lock(void);
 void gpa_xla_sessions_unlock(void);
 struct gpa_feed *gpa_xla_session_find(const void *tag, uint32_t tag_len, int *device);
-/* The feed calls' common checks: the attributes (timeout_ms for an infeed),
- * 1 to GPA_FEED_MAX_TENSORS tensors (*n) and an outfeed's one s32 scalar
- * result (*ack; NULL for an infeed). */
-XLA_FFI_Error *gpa_xla_feed_check(XLA_FFI_CallFrame *f, int in, const char *target, XLA_FFI_ByteSpan *tag,
-                                  int64_t *timeout_ms, int64_t *n, const XLA_FFI_Buffer **ack);
+/* The start of a feed call (infeed when in, else outfeed), host or CUDA:
+ * its *target name; the metadata query and the stages before EXECUTE end
+ * the call (1, *err its result), as does a failed check of the attributes
+ * (the session *tag; timeout_ms for an infeed, as *timeout_ns, -1 for
+ * none), of 1 to GPA_FEED_MAX_TENSORS tensors (*n) and of an outfeed's one
+ * s32 scalar result (*ack; NULL for an infeed). 0: the call goes on. */
+int gpa_xla_feed_start(XLA_FFI_CallFrame *f, int in, const char **target, XLA_FFI_ByteSpan *tag,
+                       int64_t *timeout_ns, int64_t *n, const XLA_FFI_Buffer **ack, XLA_FFI_Error **err);
 XLA_FFI_Error *gpa_xla_feed_wrap(XLA_FFI_CallFrame *f, const char *target, gpa_actor *a, int is_ret, int64_t first,
                                  int64_t n, gpa_tensor *t, gpa_xla_wrap *w, uint32_t *n_wrapped);
 
