@@ -2,7 +2,8 @@
  * conv1d_direct.c) channels last (geom.nlc: x [B,L,Cin], y [B,Lout,Cout])
  * against the same convolution in the default layout ([B,C,L]) on the same
  * values re-laid, forward and backward, at the main job's shape (B32 C96
- * L128 K3 causal) and at B8 C256 L1024 K3 dilation 4 causal. Each row's
+ * L128 K3 causal, dilation 1 and 8) and at B8 C256 L1024 K3 dilation 4
+ * causal. Each row's
  * ns is nlc, ref_ns ncl (ref "conv1d_ncl"), measured alternately by
  * gpa_bench_pair_settled (the same pauses and warm second runs as the
  * conv1d_fwd / conv1d_bwd rows), so a ratio ref_ns / ns near 1 means the
@@ -92,5 +93,6 @@ static void layout_rows(int64_t B, int64_t C, int64_t L, int64_t K, int64_t d) {
 
 void gpa_bench_conv1d_nlc(void) {
   layout_rows(32, 96, 128, 3, 1);
+  layout_rows(32, 96, 128, 3, 8); /* the main job's last block's dilation (docs/training.md) */
   layout_rows(8, 256, 1024, 3, 4);
 }

@@ -9,9 +9,9 @@
  * kernels ask for stays within GPA__CONV1D_SCRATCH_CAP for inputs whose
  * whole column matrix is far larger (over 10^12 bytes), and the kernels
  * write nothing past the scratch they asked for (a guard after it; ASan
- * sees the exact size too). Channels last (geom.nlc) on every path: the
- * same values re-laid, the results re-laid back against the same
- * reference. Device independent. */
+ * sees the exact size too). Channels last (geom.nlc) on every path (its
+ * dW units on tgemm and on the BLAS): the same values re-laid, the results
+ * re-laid back against the same reference. Device independent. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,6 +20,7 @@
 #include "kernels/host/conv1d.h"
 #include "kernels/host/conv1d_direct.h"
 #include "kernels/host/pool.h"
+#include "kernels/host/tgemm.h"
 #include "util/nn_test.h"
 #include "util/testutil.h"
 
@@ -232,10 +233,15 @@ int main(void) {
       if (i < 5) run_case(&cases[i], pars, 3, 1, nlc); /* the stride-1 cases through im2col too */
       if (cases[i].stride == 1 && (!nlc || i < 5)) run_case(&cases[i], pars, 3, 2, nlc); /* and the shift forward */
     }
-  gpa__conv1d_direct_avx2_only(1); /* the direct forward's AVX2 kernel where the CPU also has AVX-512F */
+  /* The direct forward's AVX2 kernel where the CPU also has AVX-512F; with
+   * tgemm capped at AVX2 too, the channels-last dW units of small channel
+   * counts take the BLAS, as every such unit does on an AVX2 CPU. */
+  gpa__conv1d_direct_avx2_only(1);
+  gpa__tgemm_isa(1);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (cases[i].stride == 1) run_case(&cases[i], pars, 3, 0, i % 2); /* half of them channels last */
   gpa__conv1d_direct_avx2_only(0);
+  gpa__tgemm_isa(0);
   bound(pars, 3);
   gpa__pool_destroy(p2);
   gpa__pool_destroy(p3);

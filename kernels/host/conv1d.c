@@ -42,14 +42,19 @@
  * activation is always seen as its [channels][positions] matrix (act());
  * under nlc that matrix is stored transposed, so a GEMM operand is passed
  * transposed and a GEMM output C as C^T = B^T A^T (mm()): cblas reads and
- * writes the activations in place either way. db sums each channel in the
- * same lanes and order under both layouts (the same bits). */
+ * writes the activations in place either way. Two exceptions, both on the
+ * backward's shift path: dW units with a small C run on gpa__tgemm, which
+ * takes x's rows as they lie (DW_TGEMM_MAX), and db's lanes are added by a
+ * dW unit while its batch's rows of dy are in cache (shift_dw_unit). db
+ * sums each channel in the same lanes and order under both layouts (the
+ * same bits). */
 #include "kernels/host/conv1d.h"
 
 #include <string.h>
 
 #include "kernels/host/blas.h"
 #include "kernels/host/conv1d_direct.h"
+#include "kernels/host/tgemm.h"
 
 int gpa__conv1d_geom_init(gpa__conv1d_geom *g) {
   g->Lout = 0;
@@ -151,6 +156,25 @@ static void fill(mat m, int64_t rows, int64_t t0, int64_t t1, const float *v) {
 #ifndef DW_COLS
 #define DW_COLS 256
 #endif
+/* dW units under nlc, where x's rows are the GEMM's B rows as they lie (and
+ * dy's rows A's columns): a C (output channels x the unit's input channels)
+ * of at most DW_TGEMM_MAX floats runs on gpa__tgemm's AVX-512F kernel, in
+ * steps of DW_KC positions (its B panel, DW_KC x 32 floats, stays in L1;
+ * the chain of FMAs of each element runs on in order from step to step:
+ * the same bits as one call). Against OpenBLAS's transposed-operand call
+ * (which packs both operands at every call) in the backward on two threads
+ * (Zen 4): 1.04-1.07x at C96 L128 (the main job), 1.15x at C64, 1.00 at
+ * C128, but 0.97 at C256 L1024 and 0.95 at C512, where its unpacked A
+ * (dy's rows read 6 channels at a time) comes from L2 again for every 32
+ * columns; with the AVX2 kernel 0.9-1.04 (docs/benchmarks.md). */
+#ifndef DW_TGEMM_MAX
+#define DW_TGEMM_MAX (128 * 128)
+#endif
+#ifndef DW_KC
+#define DW_KC 128
+#endif
+/* db: partial sums per channel (db_chans) */
+#define DB_LANES 16
 
 typedef struct plan {
   int64_t slots;       /* parallel slots, each with its own column buffer */
@@ -168,6 +192,7 @@ typedef struct plan {
   int direct;          /* forward: the direct kernel (conv1d_direct.h), P slots of scratch */
   int dx_direct;       /* backward: dx by the direct kernel (the transposed problem), after w_floats */
   int64_t dx_floats;   /* its scratch */
+  int64_t db_floats;   /* backward, nlc: db's lanes [DB_LANES][Cout], after dx_floats (see shift_dw_unit) */
 } plan;
 
 static uint64_t w_bytes(const gpa__conv1d_geom *g) {
@@ -206,7 +231,7 @@ static void pos_chunks(int64_t n, int64_t m, int64_t P, int64_t chunk, int64_t c
 }
 
 static plan make_plan(const gpa__conv1d_geom *g, int bwd, int64_t threads) {
-  plan p = {0, 0, 1, 1, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0};
+  plan p = {0, 0, 1, 1, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0};
   int64_t G = g->groups, cin_g = g->Cin / G, BG = g->B * G, direct = is_direct(g);
   p.shift = !direct && !g->im2col && g->stride == 1 && w_bytes(g) <= GPA__CONV1D_SCRATCH_CAP / 2;
   if (p.shift && g->K > 1) p.w_floats = (bwd ? 2 : 1) * (int64_t)(w_bytes(g) / sizeof(float));
@@ -238,6 +263,7 @@ static plan make_plan(const gpa__conv1d_geom *g, int bwd, int64_t threads) {
         p.dx_floats = (int64_t)gpa__conv1d_direct_floats(&t, P);
       }
       p.units = G * g->K * p.ndw + (p.dx_direct ? 0 : BG * p.ntx);
+      if (g->nlc) p.db_floats = DB_LANES * g->Cout;
     }
     return p;
   }
@@ -271,7 +297,9 @@ static plan make_plan(const gpa__conv1d_geom *g, int bwd, int64_t threads) {
 
 uint64_t gpa__conv1d_scratch_bytes(const gpa__conv1d_geom *g, int bwd, const gpa__par *par) {
   plan p = make_plan(g, bwd, par_threads(par));
-  return ((uint64_t)p.slots * (uint64_t)p.slot_floats + (uint64_t)p.w_floats + (uint64_t)p.dx_floats) * sizeof(float);
+  return ((uint64_t)p.slots * (uint64_t)p.slot_floats + (uint64_t)p.w_floats + (uint64_t)p.dx_floats +
+          (uint64_t)p.db_floats) *
+         sizeof(float);
 }
 
 /* Output positions t in [0, lc) of chunk t0 whose input position
@@ -345,6 +373,8 @@ typedef struct run_ctx {
    * 1); when K > 1, wk is the start of scratch, where the repack writes */
   const float *wk;
   float *dwk;
+  float *dbl;     /* nlc: db's lanes [DB_LANES][Cout], added by the dW units of tap db_tap (NULL: db_chans) */
+  int64_t db_tap;
 } run_ctx;
 
 /* ---- shift path (stride 1) ---- */
@@ -433,13 +463,74 @@ static void shift_fwd_unit(const run_ctx *c, int64_t u) {
   }
 }
 
-static void db_chans(const run_ctx *c, int64_t c0, int64_t c1);
+/* nlc: acc[t % DB_LANES][e] += dy[bi, t, c0 + e] over the positions t in
+ * order, for e < ne (rows of acc ld floats apart). The lanes are acc's rows
+ * and the channels its columns, so that a row of dy adds into one row of
+ * acc in runs of V adjacent floats (a fixed count: vectorized at -O2); with
+ * the lanes innermost, the adds were scalar and 16 channels a pass over dy
+ * (docs/benchmarks.md). */
+static void db_rows(const run_ctx *c, int64_t bi, int64_t c0, int64_t ne, float *acc, int64_t ld) {
+  enum { V = 16 };
+  const gpa__conv1d_geom *g = c->g;
+  for (int64_t t = 0; t < g->Lout; t++) {
+    const float *d = c->dy + (bi * g->Lout + t) * g->Cout + c0;
+    float *a = acc + t % DB_LANES * ld;
+    int64_t e = 0;
+    for (; e + V <= ne; e += V)
+      for (int j = 0; j < V; j++) a[e + j] += d[e + j];
+    for (; e < ne; e++) a[e] += d[e];
+  }
+}
+
+/* db[e] = the DB_LANES lanes acc[.][e] combined pairwise, as in ncl's db_chans. */
+static void db_lanes_out(float *acc, int64_t ld, int64_t ne, float *db) {
+  for (int w = DB_LANES / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; j++)
+      for (int64_t e = 0; e < ne; e++) acc[j * ld + e] += acc[(j + w) * ld + e];
+  memcpy(db, acc, (size_t)ne * sizeof(float));
+}
+
+/* db[co] for co in [c0, c1): dy summed over batch, then positions, in
+ * DB_LANES interleaved partial sums (one running sum is a chain of
+ * dependent adds the compiler may not reorder: several times slower)
+ * combined pairwise at the end; the order depends on the sizes only, and
+ * is the same under nlc (a block of channels at a time along each
+ * position's row: the same bits). */
+static void db_chans(const run_ctx *c, int64_t c0, int64_t c1) {
+  const gpa__conv1d_geom *g = c->g;
+  int64_t Lout = g->Lout, body = Lout / DB_LANES * DB_LANES;
+  if (g->nlc) {
+    enum { CB = 64 };
+    for (int64_t cb = c0; cb < c1; cb += CB) {
+      int64_t ne = min64(CB, c1 - cb);
+      float acc[DB_LANES * CB] = {0};
+      for (int64_t bi = 0; bi < g->B; bi++) db_rows(c, bi, cb, ne, acc, CB);
+      db_lanes_out(acc, CB, ne, c->db + cb);
+    }
+    return;
+  }
+  for (int64_t co = c0; co < c1; co++) {
+    float acc[DB_LANES] = {0};
+    for (int64_t bi = 0; bi < g->B; bi++) {
+      const float *d = c->dy + (bi * g->Cout + co) * Lout;
+      for (int64_t t = 0; t < body; t += DB_LANES)
+        for (int j = 0; j < DB_LANES; j++) acc[j] += d[t + j];
+      for (int64_t t = body; t < Lout; t++) acc[t - body] += d[t];
+    }
+    db_lanes_out(acc, 1, 1, c->db + co);
+  }
+}
 
 /* Backward dW unit (group gi, tap k, input channels [c0, c0 + nc)):
  * dW_k[:, c] = sum over batches of dy[b] x[b, c, t + off_k]^T over the t that
  * read inside x, one GEMM per batch, into the repacked dW (unpacked by
  * bwd_finish). All the group's output channels in one GEMM: cut into
- * smaller blocks of rows, the GEMM ran 25% slower (M = 64 against 256). */
+ * smaller blocks of rows, the GEMM ran 25% slower (M = 64 against 256).
+ * Under nlc the unit of tap db_tap and the first block of channels also
+ * adds each batch's rows of dy into db's lanes just before its GEMM reads
+ * them (in L2 then): a pass of its own after the units read each row of
+ * dy again from memory, and took 2.3 ms of the two threads' 70 at B8 C256
+ * L1024 (ncl's db, contiguous rows: 0.5). */
 static void shift_dw_unit(const run_ctx *c, int64_t gi, int64_t k, int64_t c0, int64_t nc) {
   const gpa__conv1d_geom *g = c->g;
   int64_t G = g->groups, cin_g = g->Cin / G, cout_g = g->Cout / G, Lout = g->Lout, co0 = gi * cout_g;
@@ -450,9 +541,20 @@ static void shift_dw_unit(const run_ctx *c, int64_t gi, int64_t k, int64_t c0, i
     for (int64_t co = 0; co < cout_g; co++) memset(dwk + co * cin_g, 0, (size_t)nc * sizeof(float));
     return;
   }
-  for (int64_t bi = 0; bi < g->B; bi++)
-    mm(cout_g, nc, hi - lo, act(g, c->dy, bi, g->Cout, Lout, co0, lo),
-       tr(act(g, c->x, bi, g->Cin, g->L, gi * cin_g + c0, lo + off)), bi ? 1.0f : 0.0f, plain(dwk, cin_g, 0));
+  float *dbl = c->dbl && k == c->db_tap && c0 == 0 ? c->dbl + co0 : NULL;
+  for (int64_t j = 0; dbl && j < DB_LANES; j++) memset(dbl + j * g->Cout, 0, (size_t)cout_g * sizeof(float));
+  for (int64_t bi = 0; bi < g->B; bi++) {
+    if (dbl) db_rows(c, bi, co0, cout_g, dbl, g->Cout);
+    const mat A = act(g, c->dy, bi, g->Cout, Lout, co0, lo);
+    const mat X = tr(act(g, c->x, bi, g->Cin, g->L, gi * cin_g + c0, lo + off));
+    if (!X.t && cout_g * nc <= DW_TGEMM_MAX && gpa__tgemm_kernel() == 2) { /* nlc, a small C: see DW_TGEMM_MAX */
+      for (int64_t k0 = 0; k0 < hi - lo; k0 += DW_KC)
+        gpa__tgemm(cout_g, nc, min64(DW_KC, hi - lo - k0), A.p + at(A, 0, k0), A.t ? 1 : A.ld, A.t ? A.ld : 1,
+                   X.p + at(X, k0, 0), X.ld, dwk, cin_g, bi || k0);
+      continue;
+    }
+    mm(cout_g, nc, hi - lo, A, X, bi ? 1.0f : 0.0f, plain(dwk, cin_g, 0));
+  }
 }
 
 /* After the units: dW unpacked from [K][Cout][Cin/groups] and db, output
@@ -463,7 +565,8 @@ static void bwd_finish(int64_t s0, int64_t s1, void *vp) {
   for (int64_t s = s0; s < s1; s++) {
     int64_t a = Cout * s / S, b = Cout * (s + 1) / S;
     if (c->g->K > 1) repack(c->g, c->dW, c->dwk, 0, a, b, 0, c->g->Cin / c->g->groups);
-    if (c->db) db_chans(c, a, b);
+    if (c->dbl) db_lanes_out(c->dbl + a, Cout, b - a, c->db + a);
+    else if (c->db) db_chans(c, a, b);
   }
 }
 
@@ -546,7 +649,7 @@ void gpa__conv1d_fwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
     gpa__conv1d_direct_fwd(par, p.slots, g, x, W, b, y, scratch);
     return;
   }
-  run_ctx c = {g, &p, x, W, b, NULL, y, NULL, NULL, NULL, scratch, W, NULL};
+  run_ctx c = {g, &p, x, W, b, NULL, y, NULL, NULL, NULL, scratch, W, NULL, NULL, -1};
   const gpa__par *pp = p.slots > 1 ? par : NULL;
   gpa__sgemm_own_split(par);
   if (p.shift && g->K > 1) { /* every unit reads all of W_k: repacked first */
@@ -557,47 +660,6 @@ void gpa__conv1d_fwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
     gpa__pfor(pp, p.units, 1, shift_fwd_units, &c);
   else
     gpa__pfor(pp, p.slots, 1, fwd_slots, &c);
-}
-
-#define DB_LANES 16
-
-/* db[co] for co in [c0, c1): dy summed over batch, then positions, in
- * DB_LANES interleaved partial sums (one running sum is a chain of
- * dependent adds the compiler may not reorder: several times slower)
- * combined pairwise at the end; the order depends on the sizes only. */
-static void db_chans(const run_ctx *c, int64_t c0, int64_t c1) {
-  const gpa__conv1d_geom *g = c->g;
-  int64_t Lout = g->Lout, body = Lout / DB_LANES * DB_LANES;
-  if (g->nlc) { /* a block of channels at a time along each position's row: the same lanes (t % DB_LANES) and order */
-    enum { CB = 16 };
-    for (int64_t cb = c0; cb < c1; cb += CB) {
-      int64_t ne = min64(CB, c1 - cb);
-      float acc[CB][DB_LANES] = {{0}};
-      for (int64_t bi = 0; bi < g->B; bi++)
-        for (int64_t t = 0; t < Lout; t++) {
-          const float *d = c->dy + (bi * Lout + t) * g->Cout + cb;
-          for (int64_t e = 0; e < ne; e++) acc[e][t % DB_LANES] += d[e];
-        }
-      for (int64_t e = 0; e < ne; e++) {
-        for (int w = DB_LANES / 2; w > 0; w /= 2)
-          for (int j = 0; j < w; j++) acc[e][j] += acc[e][j + w];
-        c->db[cb + e] = acc[e][0];
-      }
-    }
-    return;
-  }
-  for (int64_t co = c0; co < c1; co++) {
-    float acc[DB_LANES] = {0};
-    for (int64_t bi = 0; bi < g->B; bi++) {
-      const float *d = c->dy + (bi * g->Cout + co) * Lout;
-      for (int64_t t = 0; t < body; t += DB_LANES)
-        for (int j = 0; j < DB_LANES; j++) acc[j] += d[t + j];
-      for (int64_t t = body; t < Lout; t++) acc[t - body] += d[t];
-    }
-    for (int w = DB_LANES / 2; w > 0; w /= 2)
-      for (int j = 0; j < w; j++) acc[j] += acc[j + w];
-    c->db[co] = acc[0];
-  }
 }
 
 /* Backward unit u: (group, block of input channels), over every batch and
@@ -652,13 +714,15 @@ void gpa__conv1d_bwd(const gpa__par *par, const gpa__conv1d_geom *g, const float
     return;
   }
   plan p = make_plan(g, 1, par_threads(par));
-  run_ctx c = {g, &p, x, W, NULL, dy, NULL, dx, dW, db, scratch, W, dW};
+  run_ctx c = {g, &p, x, W, NULL, dy, NULL, dx, dW, db, scratch, W, dW, NULL, -1};
   const gpa__par *pp = p.slots > 1 ? par : NULL;
   gpa__sgemm_own_split(par);
   if (!p.shift) {
     gpa__pfor(pp, p.slots, 1, bwd_slots, &c);
     return;
   }
+  c.db_tap = full_tap(g, 0, g->Lout); /* its dW units read every row of dy */
+  if (db && p.db_floats && c.db_tap >= 0) c.dbl = scratch + p.w_floats + p.dx_floats;
   if (g->K > 1) {
     c.wk = scratch;
     c.dwk = scratch + p.w_floats / 2;

@@ -1,4 +1,5 @@
-/* Small in-cache GEMM for tiles (attention): C[M,N] (+)= A[M,K] B[K,N].
+/* Small in-cache GEMM for tiles (attention; conv1d's channels-last dW
+ * units, kernels/host/conv1d.c): C[M,N] (+)= A[M,K] B[K,N].
  * B and C row-major with leading dimensions; A(r, k) = A[r*ars + k*acs], so
  * A may be read transposed (ars = 1, acs = ld) at no cost. Single-threaded, no allocation: meant
  * to be called from inside a parallel loop, where a BLAS call would fight
@@ -19,6 +20,10 @@ void gpa__tgemm(int64_t M, int64_t N, int64_t K, const float *A, int64_t ars, in
 /* Tests: 1 caps the kernel at AVX2 (as does GPA_TGEMM_AVX512=0 in the
  * environment), 2 runs the plain C one, 0 chooses by the CPU again. */
 void gpa__tgemm_isa(int cap);
+
+/* The kernel gpa__tgemm runs now: 2 AVX-512F, 1 AVX2+FMA, 0 plain C (the
+ * CPU's best, within gpa__tgemm_isa's cap). */
+int gpa__tgemm_kernel(void);
 
 /* dst[c*ldd + r] = src[r*lds + c] for r < rows, c < cols. */
 void gpa__transpose(int64_t rows, int64_t cols, const float *src, int64_t lds, float *dst, int64_t ldd);
