@@ -10,14 +10,6 @@
 #include "ffi_frame.h"
 #include "gpuactor_xla.h"
 
-#define CHECK(c)                                                            \
-  do {                                                                      \
-    if (!(c)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-      exit(1);                                                              \
-    }                                                                       \
-  } while (0)
-
 typedef unsigned long long dptr; /* CUdeviceptr */
 typedef struct sim_driver {
   int (*init)(unsigned);

@@ -11,6 +11,15 @@
 
 #include "../src/ffi_version.h"
 
+/* The tests' assertion: on failure, where and what, and exit 1. */
+#define CHECK(c)                                                            \
+  do {                                                                      \
+    if (!(c)) {                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
+      exit(1);                                                              \
+    }                                                                       \
+  } while (0)
+
 struct XLA_FFI_Error {
   XLA_FFI_Error_Code code;
   char msg[1024];

@@ -18,14 +18,6 @@
 #include "gpuactor/handle.h"
 #include "gpuactor_xla.h"
 
-#define CHECK(c)                                                            \
-  do {                                                                      \
-    if (!(c)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-      exit(1);                                                              \
-    }                                                                       \
-  } while (0)
-
 static XLA_FFI_Api api;
 static int64_t four = 4;
 

@@ -16,14 +16,6 @@
 #include "ffi_frame.h"
 #include "gpuactor_xla.h"
 
-#define CHECK(c)                                                            \
-  do {                                                                      \
-    if (!(c)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-      exit(1);                                                              \
-    }                                                                       \
-  } while (0)
-
 static XLA_FFI_Api api;
 
 typedef struct query {
