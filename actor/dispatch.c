@@ -55,7 +55,8 @@ GPA__HOT_INLINE gpa_status run_op(gpa_actor *a, gpa__msg *m) {
 }
 
 /* An op sent by value, run straight from its ring record when nothing needs
- * a message: a synchronous backend without a run hook, the op's turn on its
+ * a message: a synchronous backend without a run hook (the caller asks,
+ * mailbox.c's runs_records: the CUDA backend never can), the op's turn on its
  * queue, nothing held, parked, cancelled, profiled or traced, and its
  * buffers live. It cannot be waited on and finishes before this returns, so
  * its buffers need no pins. Saves the copy into a message and the message's
@@ -65,7 +66,7 @@ GPA__HOT_INLINE gpa_status run_op(gpa_actor *a, gpa__msg *m) {
 bool gpa__run_record(gpa_actor *a, const gpa__rec *r) {
   gpa_queue *q = r->q;
   gpa__qstate *s = q->s; /* NULL: destroyed */
-  if (!a->be->synchronous || a->be->run || a->cancelling || GPA__PROFILING(a) || a->nvtx_tool || !s || s->n_held ||
+  if (a->cancelling || GPA__PROFILING(a) || a->nvtx_tool || !s || s->n_held ||
       r->ticket != s->expect || s->parked || s->poison)
     return false;
   const gpa_tensor *t = gpa__rec_tensors(r);
@@ -258,6 +259,6 @@ uint32_t gpa__drain_completions(gpa_actor *a) {
     if (q && --q->s->inflight == 0) gpa__queue_advance(a, q); /* in flight: not destroyed (a barrier) */
     m = next;
   }
-  gpa__msg_return_flush(a);
+  gpa__msg_return_held(a);
   return n;
 }
