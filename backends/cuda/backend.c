@@ -77,8 +77,7 @@ static bool is_sticky(CUresult r) {
   }
 }
 
-gpa_status gpa__cu_check(gpa__cu_ctx *C, CUresult r, const char *what, char *msg, size_t cap) {
-  if (r == CUDA_SUCCESS) return GPA_OK;
+gpa_status gpa__cu_fail(gpa__cu_ctx *C, CUresult r, const char *what, char *msg, size_t cap) {
   char e[160];
   gpa__cu_errstr(&C->cu, r, e, sizeof e);
   if (is_sticky(r) && !C->failed) {

@@ -178,7 +178,13 @@ gpa_status gpa__cu_user_kernel(const gpa_op_exec *x);
 /* Records a driver failure: sticky errors put the backend in the failed
  * state. Writes "what: error" into msg; returns GPA_EDEVICE (GPA_ENOMEM for
  * out-of-memory). */
-gpa_status gpa__cu_check(gpa__cu_ctx *C, CUresult r, const char *what, char *msg, size_t cap);
+gpa_status gpa__cu_fail(gpa__cu_ctx *C, CUresult r, const char *what, char *msg, size_t cap);
+/* GPA_OK for CUDA_SUCCESS, else gpa__cu_fail. Inline: every launch and
+ * every record of every message checks a result (a call each was about 20
+ * instructions a message for nothing, callgrind, issue 24). */
+static inline gpa_status gpa__cu_check(gpa__cu_ctx *C, CUresult r, const char *what, char *msg, size_t cap) {
+  return r == CUDA_SUCCESS ? GPA_OK : gpa__cu_fail(C, r, what, msg, cap);
+}
 /* Device scratch of the current queue, valid for the running op (stream
  * ordered). 0 on failure (message in x->msg). */
 CUdeviceptr gpa__cu_scratch(const gpa_op_exec *x, uint64_t bytes);

@@ -24,8 +24,14 @@ extern const unsigned char *const gpa__cu_mod_images[];
 extern const char *const gpa__cu_mod_names[];
 extern const gpa__cu_kdef gpa__cu_kdefs[];
 
-/* Kernels: module and function ids (kernels.c). Modules load lazily. */
-CUfunction gpa__cu_fn(const gpa_op_exec *x, int id);
+/* Kernels: module and function ids (kernels.c). Modules load lazily; a
+ * function once found is cached, and that look-up is inline (every launch
+ * makes one). */
+CUfunction gpa__cu_fn_load(const gpa_op_exec *x, int id);
+static inline CUfunction gpa__cu_fn(const gpa_op_exec *x, int id) {
+  CUfunction f = gpa__cu_of(x)->fns[id];
+  return f ? f : gpa__cu_fn_load(x, id);
+}
 /* Launches kernel id on the op's stream; args as cuLaunchKernel's kernelParams. */
 gpa_status gpa__cu_launch(const gpa_op_exec *x, int id, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                           unsigned by, unsigned smem, void **args);

@@ -10,9 +10,8 @@
 #define mod_name gpa__cu_mod_names
 #define kdefs gpa__cu_kdefs
 
-CUfunction gpa__cu_fn(const gpa_op_exec *x, int id) {
+CUfunction gpa__cu_fn_load(const gpa_op_exec *x, int id) {
   gpa__cu_ctx *C = gpa__cu_of(x);
-  if (C->fns[id]) return C->fns[id];
   int m = kdefs[id].mod;
   if (!C->mods[m]) {
     CUresult e = C->cu.cuModuleLoadData(&C->mods[m], mod_image[m]);
