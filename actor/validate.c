@@ -3,12 +3,12 @@
 #include <stdio.h>
 
 #include "actor/bufcache.h"
+#include "actor/dtype.h"
 
-static const uint32_t dtype_sizes[GPA_DTYPE_COUNT_] = {0, 4, 2, 2, 4, 1, 8};
 static const char *const dtype_names[GPA_DTYPE_COUNT_] = {"invalid", "f32", "f16", "bf16", "i32", "u8", "i64"};
 
 uint32_t gpa_dtype_size(int dtype) {
-  return dtype > 0 && dtype < GPA_DTYPE_COUNT_ ? dtype_sizes[dtype] : 0;
+  return gpa__dtype_size(dtype);
 }
 
 const char *gpa_dtype_name(int dtype) {
@@ -54,7 +54,7 @@ __attribute__((noinline, cold)) static gpa_status bytes_fail(const gpa_tensor *t
  * fails (bytes_fail says which). Inline in the checks below: every tensor
  * of every message passes here at submit. */
 static inline bool bytes_of(const gpa_tensor *t, uint64_t *bytes) {
-  uint32_t es = t->dtype > 0 && t->dtype < GPA_DTYPE_COUNT_ ? dtype_sizes[t->dtype] : 0;
+  uint32_t es = gpa__dtype_size(t->dtype);
   if (!es || t->rank > GPA_MAX_RANK) return false;
   int64_t n = 1;
   for (uint32_t i = 0; i < t->rank; i++)

@@ -3,15 +3,16 @@
 #define GPA_OPS_NN_UTIL_H
 #include <stdint.h>
 
+#include "actor/dtype.h"
 #include "ops/basic_check.h"
 
 /* bytes_moved of an f32 op: every input and output once. */
 static inline uint64_t gpa__nn_io_bytes(const gpa_op_sig *s) {
   uint64_t n = 0;
   for (uint32_t i = 0; i < s->n_inputs; i++)
-    n += gpa_dtype_size(s->inputs[i].dtype) * (uint64_t)gpa__chk_numel(&s->inputs[i]);
+    n += gpa__dtype_size(s->inputs[i].dtype) * (uint64_t)gpa__chk_numel(&s->inputs[i]);
   for (uint32_t i = 0; i < s->n_outputs; i++)
-    n += gpa_dtype_size(s->outputs[i].dtype) * (uint64_t)gpa__chk_numel(&s->outputs[i]);
+    n += gpa__dtype_size(s->outputs[i].dtype) * (uint64_t)gpa__chk_numel(&s->outputs[i]);
   return n;
 }
 

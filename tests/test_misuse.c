@@ -128,6 +128,19 @@ int main(void) {
   t = x;
   t.dtype = GPA_DTYPE_COUNT_;
   EXPECT(gpa_readback(q, &t, &h), GPA_EDTYPE, "dtype");
+  /* Element sizes (actor/dtype.h), which every byte count of a tensor uses:
+   * an upload of 256 bytes is 256 elements of u8, 32 of i64. */
+  CHECK(gpa_dtype_size(GPA_F32) == 4 && gpa_dtype_size(GPA_F16) == 2 && gpa_dtype_size(GPA_BF16) == 2);
+  CHECK(gpa_dtype_size(GPA_I32) == 4 && gpa_dtype_size(GPA_U8) == 1 && gpa_dtype_size(GPA_I64) == 8);
+  CHECK(gpa_dtype_size(0) == 0 && gpa_dtype_size(GPA_DTYPE_COUNT_) == 0 && gpa_dtype_size(-1) == 0);
+  t = x;
+  t.dtype = GPA_U8;
+  t.shape[0] = 256;
+  CHECK_OK(gpa_upload(q, &t, buf, 256, 0, NULL));
+  t.dtype = GPA_I64;
+  t.shape[0] = 32;
+  CHECK_OK(gpa_upload(q, &t, buf, 256, 0, NULL));
+  CHECK_OK(gpa_sync_batch(q, NULL));
 
   /* registration */
   gpa_registry *reg = gpa_actor_registry(a);
