@@ -93,15 +93,11 @@ static __device__ __forceinline__ void tc32_fwd(TC32F_ARGS) {
 
   for (int it = 0; it < ntiles; it++) {
     const int j0 = it * KT, buf = it & 1;
-    if (it + 1 < ntiles) {
+    gpa_cp_async_next(it + 1 < ntiles, [&] {
       const int j1 = j0 + KT, nc = jmax - j1 < KT ? jmax - j1 : KT;
       tc32_load<KT, LDK, NT>(sK + (buf ^ 1) * KT * LDK, kb + (long long)j1 * ldkv, ldkv, nc, D, tid);
       tc32_load<KT, LDV, NT>(sV + (buf ^ 1) * KT * LDV, vb + (long long)j1 * ldkv, ldkv, nc, D, tid);
-      gpa_cp_async_commit();
-      gpa_cp_async_wait<1>();
-    } else {
-      gpa_cp_async_wait<0>();
-    }
+    });
     __syncthreads(); /* tile it (and Q) landed for every thread's copies */
     const float *tK = sK + buf * KT * LDK, *tV = sV + buf * KT * LDV;
     if constexpr (C::keep_q) {

@@ -111,13 +111,7 @@ static __device__ __forceinline__ void tc32_dkv(TC32B_ARGS) {
   const float *sKw = sK + (w * 16 + g) * LDA + 4 * t, *sVw = sV + (w * 16 + g) * LDA + 4 * t;
   for (int it = 0; it < items; it++) {
     const int buf = it & 1;
-    if (it + 1 < items) {
-      load_item(it + 1, buf ^ 1);
-      gpa_cp_async_commit();
-      gpa_cp_async_wait<1>();
-    } else {
-      gpa_cp_async_wait<0>();
-    }
+    gpa_cp_async_next(it + 1 < items, [&] { load_item(it + 1, buf ^ 1); });
     __syncthreads(); /* step it (and K, V) landed for every thread's copies */
     const float *tQ = sQ + buf * QS * LDB, *tO = sO + buf * QS * LDB, *tL = sL + buf * QS, *tD = sDl + buf * QS;
     const int row0 = steps.row0(it);
@@ -242,15 +236,11 @@ static __device__ __forceinline__ void tc32_dq(TC32B_ARGS) {
   const float *sQw = sQ + (w * 16 + g) * LDA + 4 * t, *sOw = sO + (w * 16 + g) * LDA + 4 * t;
   for (int it = 0; it < ntiles; it++) {
     const int j0 = it * KT, buf = it & 1;
-    if (it + 1 < ntiles) {
+    gpa_cp_async_next(it + 1 < ntiles, [&] {
       const int j1 = j0 + KT, nc = jmax - j1 < KT ? jmax - j1 : KT;
       tc32_load<KT, LDB, NT>(sK + (buf ^ 1) * KT * LDB, kb + (long long)j1 * ldkv, ldkv, nc, D, tid);
       tc32_load<KT, LDA, NT>(sV + (buf ^ 1) * KT * LDA, vb + (long long)j1 * ldkv, ldkv, nc, D, tid);
-      gpa_cp_async_commit();
-      gpa_cp_async_wait<1>();
-    } else {
-      gpa_cp_async_wait<0>();
-    }
+    });
     __syncthreads(); /* tile it (and Q, dO) landed for every thread's copies */
     if (j0 < wlim) { /* warp-uniform */
       const float *tK = sK + buf * KT * LDB, *tV = sV + buf * KT * LDA;

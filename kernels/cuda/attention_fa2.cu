@@ -125,15 +125,11 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
 
   for (int it = 0; it < ntiles; it++) {
     const int j0 = it * KT, buf = it & 1;
-    if (it + 1 < ntiles) {
+    gpa_cp_async_next(it + 1 < ntiles, [&] {
       const int j1 = j0 + KT, nc = jmax - j1 < KT ? jmax - j1 : KT;
       load(std::integral_constant<int, KT>(), sK + (buf ^ 1) * KT * LD, kb + (long long)j1 * ldkv, ldkv, nc);
       load(std::integral_constant<int, KT>(), sV + (buf ^ 1) * KT * LD, vb + (long long)j1 * ldkv, ldkv, nc);
-      gpa_cp_async_commit();
-      gpa_cp_async_wait<1>();
-    } else {
-      gpa_cp_async_wait<0>();
-    }
+    });
     __syncthreads(); /* tile it (and Q) landed for every thread's copies */
     /* KS keys a softmax step: the tile whole, or (EX above DM 64) two halves
      * of 32, whose S, P and fragments fit beside two m-tiles' O */

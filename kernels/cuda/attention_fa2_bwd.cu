@@ -202,13 +202,7 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T), float *__restrict__
   const int key0 = j0 + w * 16 + g, key1 = key0 + 8;
   for (int it = 0; it < items; it++) {
     const int buf = it & 1;
-    if (it + 1 < items) {
-      load_item(it + 1, buf ^ 1);
-      gpa_cp_async_commit();
-      gpa_cp_async_wait<1>();
-    } else {
-      gpa_cp_async_wait<0>();
-    }
+    gpa_cp_async_next(it + 1 < items, [&] { load_item(it + 1, buf ^ 1); });
     __syncthreads();
     const T *tQ = sQ + buf * QT * LD, *tO = sO + buf * QT * LD;
     const float *tL = sL + buf * QT, *tD = sDl + buf * QT;
@@ -379,15 +373,11 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
   const T *sQw = sQ + (w * RW) * LD, *sOw = sO + (w * RW) * LD;
   for (int it = 0; it < ntiles; it++) {
     const int j0 = it * KT, buf = it & 1;
-    if (it + 1 < ntiles) {
+    gpa_cp_async_next(it + 1 < ntiles, [&] {
       const int j1 = j0 + KT, nc = jmax - j1 < KT ? jmax - j1 : KT;
       fa2_load_x<T, KT, LD, NT, EX, DM>(sK + (buf ^ 1) * KT * LD, kb + (long long)j1 * ldkv, ldkv, nc, D, tid);
       fa2_load_x<T, KT, LD, NT, EX, DM>(sV + (buf ^ 1) * KT * LD, vb + (long long)j1 * ldkv, ldkv, nc, D, tid);
-      gpa_cp_async_commit();
-      gpa_cp_async_wait<1>();
-    } else {
-      gpa_cp_async_wait<0>();
-    }
+    });
     __syncthreads();
     if (j0 < wlim) { /* warp-uniform */
       const T *tK = sK + buf * KT * LD, *tV = sV + buf * KT * LD;

@@ -121,6 +121,20 @@ static __device__ __forceinline__ void gpa_cp_async_wait(void) {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
+/* Double buffering, at a step: when there is a next step (more), its
+ * copies go out as one group (load(), into the other buffer), then the
+ * wait leaves at most that group pending: this step's copies have landed
+ * for this thread (for all after a barrier). */
+template <class F>
+static __device__ __forceinline__ void gpa_cp_async_next(bool more, F &&load) {
+  if (more) {
+    load();
+    gpa_cp_async_commit();
+    gpa_cp_async_wait<1>();
+  } else {
+    gpa_cp_async_wait<0>();
+  }
+}
 
 /* ---- tf32 (sm_80+): m16n8k8 with fp32 accumulation, and the split of an
  * fp32 value into two tf32 values for 3xTF32 products.
