@@ -7,6 +7,7 @@
 #define GPA_ATTENTION_COMMON_H
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <type_traits>
 
 #include "gpa_kernel.h"
 
@@ -55,6 +56,39 @@ struct attn_kv_steps {
   __device__ __forceinline__ int head(int i) const { return i / per_head; }
   __device__ __forceinline__ int row0(int i) const { return first + (i % per_head) * QS; }
 };
+
+/* The tensor-core dK/dV passes' P^T and dS^T (attention_f32tc_bwd.cu,
+ * attention_fa2_bwd.cu), in place over a warp's S^T (st) and dP^T (dpt):
+ * its keys kw + g (accumulator rows g) and kw + g + 8, and a query step's
+ * NQ n-tiles of 8 from row0 (tL: their lse log2e, tD: their delta). P^T =
+ * exp2(S^T sl2 - lse log2e) (exp2: the kernel's), dS^T = P^T (dP^T -
+ * delta); key j visible to query row iff j < its limit. The test per
+ * element only where some pair of the warp's 16 keys and the step's QS
+ * rows is hidden (warp-uniform; OPEN false: always). */
+template <bool OPEN, int QS, int NQ, class Exp2>
+static __device__ __forceinline__ void attn_bwd_pds(float (&st)[NQ][4], float (&dpt)[NQ][4], const float *tL,
+                                                    const float *tD, int row0, int kw, int g, int t, int kvlen, int S,
+                                                    int Sk, int causal, float sl2, Exp2 exp2) {
+  const int key0 = kw + g, key1 = key0 + 8;
+  auto pds = [&](auto masked) {
+    UNROLL
+    for (int n = 0; n < NQ; n++)
+      UNROLL
+      for (int i = 0; i < 4; i++) {
+        const int qi = n * 8 + 2 * t + (i & 1), row = row0 + qi, key = i < 2 ? key0 : key1;
+        const bool vis = !decltype(masked)::value || (row < S && key < kvlen &&
+                                                      (!causal || (long long)key <= (long long)row + Sk - S));
+        const float p = vis ? exp2(fmaf(st[n][i], sl2, -tL[qi])) : 0.0f;
+        st[n][i] = p;
+        dpt[n][i] = p * (dpt[n][i] - tD[qi]);
+      }
+  };
+  const int wkey = kw + 15;
+  if (OPEN && row0 + QS <= S && wkey < kvlen && (!causal || (long long)wkey <= (long long)row0 + Sk - S))
+    pds(std::false_type());
+  else
+    pds(std::true_type());
+}
 
 static __device__ __forceinline__ float attn_f(float x) { return x; }
 static __device__ __forceinline__ float attn_f(__nv_bfloat16 x) { return __bfloat162float(x); }

@@ -136,27 +136,9 @@ static __device__ __forceinline__ void tc32_dkv(TC32B_ARGS) {
           tc32_mma_chunk(dpt[n], vb, vs, *reinterpret_cast<const float4 *>(tO + at));
         }
       }
-    /* P^T and dS^T in place; key j visible to query row iff j < its limit */
-    auto pds = [&](auto masked) {
-      UNROLL
-      for (int n = 0; n < NQ; n++)
-        UNROLL
-        for (int i = 0; i < 4; i++) {
-          const int qi = n * 8 + 2 * t + (i & 1), row = row0 + qi, key = i < 2 ? key0 : key1;
-          const bool vis = !decltype(masked)::value || (row < S && key < kvlen &&
-                                                        (!causal || (long long)key <= (long long)row + Sk - S));
-          const float p = vis ? exp2f(fmaf(st[n][i], sl2, -tL[qi])) : 0.0f;
-          st[n][i] = p;
-          dpt[n][i] = p * (dpt[n][i] - tD[qi]);
-        }
-    };
-    /* the test per element only where some pair of the warp's 16 keys and
-     * the step's rows is hidden (warp-uniform) */
-    const int wkey = j0 + w * 16 + 15;
-    if (row0 + QS <= S && wkey < kvlen && (!causal || (long long)wkey <= (long long)row0 + Sk - S))
-      pds(std::false_type());
-    else
-      pds(std::true_type());
+    /* P^T and dS^T in place */
+    attn_bwd_pds<true, QS>(st, dpt, tL, tD, row0, j0 + w * 16, g, t, kvlen, S, Sk, causal, sl2,
+                           [](float x) { return exp2f(x); });
     /* dV += P^T dO, dK += dS^T Q over the step's queries, 8 at a time */
     UNROLL
     for (int n = 0; n < NQ; n++) {

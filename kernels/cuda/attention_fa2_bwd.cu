@@ -244,27 +244,9 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T), float *__restrict__
           gpa_mma16816<T>(dpt[n + 1], a_v, bo + 2);
         }
       }
-    /* P^T and dS^T in place; key j visible to query row iff j < its limit */
-    auto pds = [&](auto masked) {
-      UNROLL
-      for (int n = 0; n < NQ; n++)
-        UNROLL
-        for (int i = 0; i < 4; i++) {
-          const int qi = n * 8 + 2 * t + (i & 1), row = row0 + qi, key = i < 2 ? key0 : key1;
-          const bool vis = !decltype(masked)::value || (row < S && key < kvlen &&
-                                                        (!causal || (long long)key <= (long long)row + Sk - S));
-          const float p = vis ? fa2_exp2<EX>(fmaf(st[n][i], sl2, -tL[qi])) : 0.0f;
-          st[n][i] = p;
-          dpt[n][i] = p * (dpt[n][i] - tD[qi]);
-        }
-    };
-    /* EX: the step's test per element only where some pair of the warp's
-     * 16 keys and the step's rows is hidden (warp-uniform) */
-    const int wkey = j0 + w * 16 + 15;
-    if (EX && row0 + QT <= S && wkey < kvlen && (!causal || (long long)wkey <= (long long)row0 + Sk - S))
-      pds(std::false_type());
-    else
-      pds(std::true_type());
+    /* P^T and dS^T in place (the warp-uniform test of the step: EX only) */
+    attn_bwd_pds<EX, QT>(st, dpt, tL, tD, row0, j0 + w * 16, g, t, kvlen, S, Sk, causal, sl2,
+                         [](float x) { return fa2_exp2<EX>(x); });
     /* dV += P^T dO, dK += dS^T Q over this step's queries */
     UNROLL
     for (int kk = 0; kk < QT / 16; kk++) {
