@@ -29,6 +29,24 @@ static __device__ __forceinline__ int attn_limit(int kvlen, int s, int S, int Sk
   return lim < 0 ? 0 : lim;
 }
 
+/* The key limits of a lane's query rows in a forward or dQ warp of MT
+ * m-tiles of 16 rows from row rw (attention_fa2.cu, attention_fa2_bwd.cu):
+ * lim[mt][hf] for row rw + mt 16 + hf 8 + g (0 past S). Returns the warp's
+ * limit (limits grow with the row): key tiles at or past it add nothing to
+ * any of the warp's rows, whose math the warp skips. */
+template <int MT>
+static __device__ __forceinline__ int attn_lane_limits(int (&lim)[MT][2], int rw, int g, int kvlen, int S, int Sk,
+                                                       int causal) {
+  UNROLL
+  for (int mt = 0; mt < MT; mt++)
+    UNROLL
+    for (int hf = 0; hf < 2; hf++) {
+      const int r = rw + mt * 16 + hf * 8 + g;
+      lim[mt][hf] = r < S ? attn_limit(kvlen, r, S, Sk, causal) : 0;
+    }
+  return rw < S ? attn_limit(kvlen, (rw + 16 * MT - 1 < S ? rw + 16 * MT - 1 : S - 1), S, Sk, causal) : 0;
+}
+
 /* lens is checked on the host side (a bad value fails the op at
  * completion); clamped here so that nothing reads out of range meanwhile. */
 static __device__ __forceinline__ int attn_kvlen(const int *lens, int b, int Sk) {

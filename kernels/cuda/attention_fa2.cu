@@ -77,19 +77,11 @@ static __device__ __forceinline__ void fa2_fwd(FA2F_ARGS(T)) {
   const int row0 = qtile * BR, h = blockIdx.y, b = blockIdx.z, kh = h / (H / Hkv);
   const int kvlen = attn_kvlen(lens, b, Sk), nrows = S - row0 < BR ? S - row0 : BR;
   const int jmax = attn_limit(kvlen, row0 + nrows - 1, S, Sk, causal), ntiles = (jmax + KT - 1) / KT;
-  /* this lane's rows: m-tile mt, rows rw + mt 16 + g (half 0) and + 8 (half 1) */
+  /* this lane's rows: m-tile mt, rows rw + mt 16 + g (half 0) and + 8 (half
+   * 1), and the warp's key limit */
   const int rw = row0 + w * RW;
   int lim[MT][2];
-  UNROLL
-  for (int mt = 0; mt < MT; mt++)
-    UNROLL
-    for (int hf = 0; hf < 2; hf++) {
-      const int r = rw + mt * 16 + hf * 8 + g;
-      lim[mt][hf] = r < S ? attn_limit(kvlen, r, S, Sk, causal) : 0;
-    }
-  /* the warp's key limit (limits grow with the row): tiles at or past it
-   * are all masked for every row of the warp, whose math it skips */
-  const int wlim = rw < S ? attn_limit(kvlen, (rw + RW - 1 < S ? rw + RW - 1 : S - 1), S, Sk, causal) : 0;
+  const int wlim = attn_lane_limits(lim, rw, g, kvlen, S, Sk, causal);
   const long long ldq = (long long)H * Dc, ldkv = (long long)Hkv * Dc;
   const T *kb = k + (long long)b * Sk * ldkv + (long long)kh * Dc;
   const T *vb = v + (long long)b * Sk * ldkv + (long long)kh * Dc;

@@ -320,19 +320,11 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
   const int kvlen = attn_kvlen(lens, b, Sk), nrows = S - row0 < BR ? S - row0 : BR;
   const int jmax = attn_limit(kvlen, row0 + nrows - 1, S, Sk, causal), ntiles = (jmax + KT - 1) / KT;
   const long long at = ((long long)b * H + h) * S;
-  /* this lane's rows: m-tile mt, rows rw + mt 16 + g (half 0) and + 8 (half 1) */
+  /* this lane's rows: m-tile mt, rows rw + mt 16 + g (half 0) and + 8 (half
+   * 1), and the warp's key limit */
   const int rw = row0 + w * RW;
   int lim[MQ][2];
-  UNROLL
-  for (int mt = 0; mt < MQ; mt++)
-    UNROLL
-    for (int hf = 0; hf < 2; hf++) {
-      const int r = rw + mt * 16 + hf * 8 + g;
-      lim[mt][hf] = r < S ? attn_limit(kvlen, r, S, Sk, causal) : 0;
-    }
-  /* the warp's key limit (limits grow with the row): tiles at or past it
-   * add nothing to any of the warp's rows, whose math it skips */
-  const int wlim = rw < S ? attn_limit(kvlen, (rw + RW - 1 < S ? rw + RW - 1 : S - 1), S, Sk, causal) : 0;
+  const int wlim = attn_lane_limits(lim, rw, g, kvlen, S, Sk, causal);
   const long long ldq = (long long)H * Dc, ldkv = (long long)Hkv * Dc;
   const long long qoff = ((long long)b * S + row0) * ldq + (long long)h * Dc;
   const T *kb = k + (long long)b * Sk * ldkv + (long long)kh * Dc;
