@@ -19,13 +19,15 @@ const char *gpa_dtype_name(int dtype) {
  * 64-bit division is tens of cycles, and every tensor of every message is
  * counted at submit). Same answer: for n, d >= 0, n * d > INT64_MAX exactly
  * when n > INT64_MAX / d. */
-int64_t gpa_tensor_numel(const gpa_tensor *t) {
-  if (!t || t->rank > GPA_MAX_RANK) return -1;
+static inline int64_t numel_of(const gpa_tensor *t) {
+  if (t->rank > GPA_MAX_RANK) return -1;
   int64_t n = 1;
   for (uint32_t i = 0; i < t->rank; i++)
     if (t->shape[i] < 0 || __builtin_mul_overflow(n, t->shape[i], &n)) return -1;
   return n;
 }
+
+int64_t gpa_tensor_numel(const gpa_tensor *t) { return t ? numel_of(t) : -1; }
 
 /* The argument's name for a message: "what" or "what: list[index]". Built
  * only on failure, so that a valid call formats nothing. */
@@ -55,11 +57,8 @@ __attribute__((noinline, cold)) static gpa_status bytes_fail(const gpa_tensor *t
  * of every message passes here at submit. */
 static inline bool bytes_of(const gpa_tensor *t, uint64_t *bytes) {
   uint32_t es = gpa__dtype_size(t->dtype);
-  if (!es || t->rank > GPA_MAX_RANK) return false;
-  int64_t n = 1;
-  for (uint32_t i = 0; i < t->rank; i++)
-    if (t->shape[i] < 0 || __builtin_mul_overflow(n, t->shape[i], &n)) return false;
-  return !__builtin_mul_overflow((uint64_t)n, (uint64_t)es, bytes);
+  int64_t n = es ? numel_of(t) : -1;
+  return n >= 0 && !__builtin_mul_overflow((uint64_t)n, (uint64_t)es, bytes);
 }
 
 gpa_status gpa__tensor_bytes_at(const gpa_tensor *t, uint64_t *bytes, const char *what, const char *list,

@@ -214,13 +214,10 @@ static gpa_status transpose_host(const gpa_op_exec *x) {
   return GPA_OK;
 }
 
-/* Bytes read and written, for stats: every input and output once. */
-static uint64_t ew_bytes(const gpa_op_sig *s) { return gpa__nn_io_bytes(s); }
-
 #define EW(name_, nin_, attrs_, nattrs_, shape_, host_, cuda_)                                              \
   {.size = sizeof(gpa_op_desc), .name = name_, .min_inputs = nin_, .max_inputs = nin_, .n_outputs = 1,       \
    .attrs = attrs_, .n_attrs = nattrs_, .params_size = sizeof(ew_params), .shape = shape_, .host = host_, \
-   .cuda = GPA__CUDA(cuda_), .bytes_moved = ew_bytes}
+   .cuda = GPA__CUDA(cuda_), .bytes_moved = gpa__nn_io_bytes}
 
 static const gpa_op_desc ew_ops[] = {
     EW("add", 2, NULL, 0, add_shape, add_host_any, gpa__ew_add_cu),
