@@ -165,7 +165,7 @@ static void *actor_main(void *arg) {
                        .cuda_no_poll = gpa__options_process()->cuda_no_poll != 0,
                        .cudnn_conv = o->cudnn_conv, .conv_tc = o->conv_tc,
                        .conv_ig_small = o->conv_ig_small,
-                       .fa2_exact = o->fa2_exact, .cuda_split_sums = o->cuda_split_sums,
+                       .fa2_exact = o->fa2_exact, .fa2_dkv128 = o->fa2_dkv128, .cuda_split_sums = o->cuda_split_sums,
                        .emb_bwd_rows = o->emb_bwd_rows,
                        .complete = gpa__complete_async, .trim = gpa__bufcache_trim};
   if (st == GPA_OK) st = a->be->init(&host, &a->bctx, su->msg, sizeof su->msg);

@@ -208,6 +208,7 @@ typedef struct gpa__opts {
   int32_t conv_tc;    /* GPA_CONV_TC: 1 ("0"): bf16 conv1d off the tensor cores; 2 ("1"): f32 on its 3xTF32 kernels too */
   int32_t conv_ig_small; /* GPA_CONV_IG_SMALL: 1 ("0"), 2 ("1"), 3 ("auto"): conv1d's SIMT y and dx in 32 x 32 tiles */
   int32_t fa2_exact;  /* GPA_FA2_EXACT: 1 ("0" given): bf16/fp16 attention at D 64/96/128 keeps off the exact-head-dim kernels */
+  int32_t fa2_dkv128; /* GPA_FA2_DKV128: 2 ("1" given): that backward's dK/dV on the 128-key, 8-warp kernels */
   int32_t cuda_split_sums; /* GPA_CUDA_SPLIT_SUMS: 1 ("0" given): column sums in one pass, not split over rows */
   int32_t emb_bwd_rows; /* GPA_EMB_BWD_ROWS: 1 ("0"), 2 ("1"), 3 ("auto"): embedding_bwd without a sort */
   /* process-wide: read once, applied at the first actor (options.c) */

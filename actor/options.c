@@ -71,6 +71,7 @@ static const opt_def gpa__opt_table[] = {
     OPT("GPA_CONV_TC", "conv_tc", OPT_ENUM, conv_tc, nt_names, 1, FRESH),
     OPT("GPA_CONV_IG_SMALL", "conv_ig_small", OPT_ENUM, conv_ig_small, nta_names, 1, FRESH),
     OPT("GPA_FA2_EXACT", "fa2_exact", OPT_ENUM, fa2_exact, nt_names, 1, FRESH),
+    OPT("GPA_FA2_DKV128", "fa2_dkv128", OPT_ENUM, fa2_dkv128, nt_names, 1, FRESH),
     OPT("GPA_CUDA_SPLIT_SUMS", "cuda_split_sums", OPT_ENUM, cuda_split_sums, nt_names, 1, FRESH),
     OPT("GPA_EMB_BWD_ROWS", "emb_bwd_rows", OPT_ENUM, emb_bwd_rows, nta_names, 1, FRESH),
     OPT("GPA_NCCL", "nccl", OPT_PATH, nccl, NULL, 0, FRESH),

@@ -59,6 +59,11 @@ typedef struct gpa__be_host {
    * with D = 64, 96 or 128 on the class FA2 kernels, A/B benches and tests),
    * else the exact-head-dim ones, the faster */
   int32_t fa2_exact;
+  /* GPA_FA2_DKV128 (ops/attention/cuda.c): 2 "1" (the deterministic bf16
+   * and fp16 attention backward at D = 64, 96, 128 takes its dK/dV from
+   * attention_fa2_dkv128.cu's 128-key, 8-warp kernels where they fit),
+   * else the 64-key ones (opt-in until a GPU has timed both) */
+  int32_t fa2_dkv128;
   /* GPA_CUDA_SPLIT_SUMS (backends/cuda/cuda_ops.h gpa__cu_split_sums): 1
    * "0" (the column sums of layernorm_bwd, linear_bwd and conv1d_bwd's
    * bias in one pass per column tile, as before issue 25: A/B benches),

@@ -212,7 +212,10 @@ void gpa_bench_attention_bwd(void) { sweep(1); }
  * Rows "cuda_attention_fa2_bwd_nd": the default kernels' backward again with
  * the op's deterministic = 0 (dQ by fp32 atomics in the dK/dV kernel, no
  * dQ pass; PyTorch's flash backward is non-deterministic too), the
- * deterministic backward's time in "default_ns".
+ * deterministic backward's time in "default_ns". Rows
+ * "cuda_attention_fa2_bwd_dkv128": the backward with GPA_FA2_DKV128=1 (its
+ * dK/dV on the 128-key, 8-warp kernels, a third actor), "default_ns" as
+ * well.
  * Then the fp32 rows (f32_rows): our 3xTF32 forward beside PyTorch's
  * memory-efficient backend on fp32. */
 #ifdef GPA_HAVE_CUDA_BACKEND
@@ -320,18 +323,18 @@ static int fa2_register(gpa_actor *a) {
   return gpa_op_register(gpa_actor_registry(a), &d) == GPA_OK && gpa_op_register(gpa_actor_registry(a), &d2) == GPA_OK;
 }
 
-/* An actor created with GPA_FA2_EXACT set to val (NULL: unset, the
- * default), the caller's setting restored: the switch is read at actor
- * creation. */
-static gpa_actor *fa2_actor(const char *val, int *sim) {
-  const char *was = getenv("GPA_FA2_EXACT");
+/* An actor created with the switch env (GPA_FA2_EXACT, GPA_FA2_DKV128)
+ * set to val (NULL: unset, the default), the caller's setting restored:
+ * the switches are read at actor creation. */
+static gpa_actor *fa2_actor(const char *env, const char *val, int *sim) {
+  const char *was = getenv(env);
   char saved[16] = "";
   if (was) snprintf(saved, sizeof saved, "%s", was);
-  if (val) setenv("GPA_FA2_EXACT", val, 1);
-  else unsetenv("GPA_FA2_EXACT");
+  if (val) setenv(env, val, 1);
+  else unsetenv(env);
   gpa_actor *a = gpa_bench_cuda_actor("cuda_attention_fa2", sim);
-  if (was) setenv("GPA_FA2_EXACT", saved, 1);
-  else unsetenv("GPA_FA2_EXACT");
+  if (was) setenv(env, saved, 1);
+  else unsetenv(env);
   if (a && !fa2_register(a)) {
     gpa_actor_destroy(a);
     a = NULL;
@@ -380,11 +383,49 @@ static void fa2c_rows(gpa_actor *ac, int dt, const int64_t qs[4], int causal, co
   for (int i = 0; i < 9; i++) gpa_buffer_release(ac, t[i].buffer);
 }
 
+/* The backward with its dK/dV on the 128-key, 8-warp kernels
+ * (GPA_FA2_DKV128=1: actor ak; dQ from the same dQ pass as the default's)
+ * on one shape: row "cuda_attention_fa2_bwd_dkv128" beside PyTorch's flash
+ * backward (tf TFLOP/s) and the default backward's time (default_ns, from
+ * the same run). The forward gives o and lse, untimed. Should the kernels
+ * decline (gpa__attn_fa2k_bwd_calls), a line instead of a row. */
+static void fa2k_row(gpa_actor *ak, int dt, const int64_t qs[4], int causal, const char *shape, double tf,
+                     double flops, double default_ns, const char *note, int sim, int reps, int k, uint64_t *seed) {
+  gpa_queue *q = gpa_actor_default_queue(ak);
+  int64_t ls[3] = {qs[0], qs[2], qs[1]};
+  gpa_tensor t[9]; /* q, k, v, dout, o, lse, dq, dk, dv */
+  for (int i = 0; i < 9; i++)
+    t[i] = gpa_bench_device_tensor(ak, q, i == 5 ? GPA_F32 : dt, i == 5 ? 3 : 4, i == 5 ? ls : qs, seed);
+  gpa_attr at = {"causal", GPA_ATTR_INT, causal, 0};
+  gpa_tensor fout[2] = {t[4], t[5]}, bin[6] = {t[3], t[0], t[1], t[2], t[4], t[5]};
+  gpa_op_call fwd = {"bench_fa2_fwd", t, 3, fout, 2, &at, 1}, bwd = {"bench_fa2_bwd", bin, 6, t + 6, 3, &at, 1};
+  char err[256] = "", extra[384];
+  double ns = gpa_bench_batch_ns(q, &fwd, 1, 1, NULL, err, sizeof err);
+  const unsigned long long b0 = __atomic_load_n(&gpa__attn_fa2k_bwd_calls, __ATOMIC_RELAXED);
+  ns = ns > 0 ? gpa_bench_batch_ns(q, &bwd, k, reps, NULL, err, sizeof err) : 0;
+  const int ran = __atomic_load_n(&gpa__attn_fa2k_bwd_calls, __ATOMIC_RELAXED) > b0;
+  if (ns <= 0 || !ran) {
+    fprintf(stderr, "gpa-bench cuda_attention_fa2 %s bwd (GPA_FA2_DKV128=1): %s\n", shape,
+            ns > 0 ? "the 128-key dK/dV kernels declined" : err);
+  } else {
+    const double fl = 2.5 * flops;
+    snprintf(extra, sizeof extra, "%s,\"torch_flash_tflops\":%.1f,\"variant\":\"GPA_FA2_DKV128=1\",\"default_ns\":%.0f",
+             note, tf, default_ns);
+    gpa_bench_result r = {.name = "cuda_attention_fa2_bwd_dkv128", .backend = sim ? "sim" : "cuda", .shape = shape,
+                          .ref = tf > 0 ? "torch_flash" : "none", .ns = ns, .ref_ns = tf > 0 ? fl / (tf * 1e3) : ns,
+                          .flops = fl, .extra = extra};
+    gpa_bench_emit(&r);
+  }
+  gpa_sync_batch(q, NULL);
+  for (int i = 0; i < 9; i++) gpa_buffer_release(ak, t[i].buffer);
+}
+
 void gpa_bench_cuda_attention_fa2(void) {
   int sim, simc;
-  gpa_actor *a = fa2_actor(NULL, &sim); /* the default kernels */
+  gpa_actor *a = fa2_actor("GPA_FA2_EXACT", NULL, &sim); /* the default kernels */
   if (!a) return;
-  gpa_actor *ac = fa2_actor("0", &simc); /* the class kernels */
+  gpa_actor *ac = fa2_actor("GPA_FA2_EXACT", "0", &simc);      /* the class kernels */
+  gpa_actor *ak = fa2_actor("GPA_FA2_DKV128", "1", &simc);     /* the 128-key dK/dV kernels */
   gpa_queue *q = gpa_actor_default_queue(a);
   const int reps = gpa_bench_reps(5), k = sim ? 1 : 5, ndt = gpa_bench_full() ? 2 : 1;
   const char *note = sim ? "\"note\":\"simulated device: plumbing only, the numbers mean nothing\""
@@ -461,8 +502,10 @@ void gpa_bench_cuda_attention_fa2(void) {
         const gpa_tensor all[9] = {tq, tk, tv, tdo, to, tl, g[0], g[1], g[2]};
         for (int i = 0; i < 9; i++) gpa_buffer_release(a, all[i].buffer);
         if (ac) fa2c_rows(ac, dt, qs, causal, shape, tf, flops, note, sim, reps, k, &seed);
+        if (ak) fa2k_row(ak, dt, qs, causal, shape, tf[1], flops, ns[1], note, sim, reps, k, &seed);
       }
   if (ac) gpa_actor_destroy(ac);
+  if (ak) gpa_actor_destroy(ak);
   f32_rows(a, q, sim, reps, k, note);
   gpa_actor_destroy(a);
 }

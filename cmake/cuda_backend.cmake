@@ -26,7 +26,7 @@ set(GPA_CUDA_KERNEL_MODULES
   "met:metrics.cu"
   "lin:linear.cu"
   "conv:conv1d.cu,conv1d_small.cu,conv1d_tc.cu,conv1d_tc32.cu"
-  "attn:attention.cu,attention_fa2.cu,attention_fa2_bwd.cu,attention_f32tc.cu,attention_f32tc_bwd.cu")
+  "attn:attention.cu,attention_fa2.cu,attention_fa2_bwd.cu,attention_fa2_dkv128.cu,attention_f32tc.cu,attention_f32tc_bwd.cu")
 foreach(entry IN LISTS GPA_CUDA_KERNEL_MODULES)
   string(REPLACE ":" ";" parts "${entry}")
   list(GET parts 0 mod)
@@ -44,13 +44,13 @@ foreach(entry IN LISTS GPA_CUDA_KERNEL_MODULES)
   endif()
 endforeach()
 
-# The attention kernels (fp32 SIMT and 3xTF32, bf16 and fp16: all five
+# The attention kernels (fp32 SIMT and 3xTF32, bf16 and fp16: all six
 # sources) keep their accumulators in registers: ptxas must report no spills
 # for sm_80 and sm_90 (cmake/check_no_spills.cmake). The result does not
 # depend on the host build's sanitizers: normal builds only.
 if((BUILD_TESTING OR NOT DEFINED BUILD_TESTING) AND NOT GPA_SANITIZE)
   add_test(NAME attention_no_spills COMMAND ${CMAKE_COMMAND} -DNVCC=${GPA_NVCC}
-    "-DSRC=${PROJECT_SOURCE_DIR}/kernels/cuda/attention.cu|${PROJECT_SOURCE_DIR}/kernels/cuda/attention_fa2.cu|${PROJECT_SOURCE_DIR}/kernels/cuda/attention_fa2_bwd.cu|${PROJECT_SOURCE_DIR}/kernels/cuda/attention_f32tc.cu|${PROJECT_SOURCE_DIR}/kernels/cuda/attention_f32tc_bwd.cu"
+    "-DSRC=${PROJECT_SOURCE_DIR}/kernels/cuda/attention.cu|${PROJECT_SOURCE_DIR}/kernels/cuda/attention_fa2.cu|${PROJECT_SOURCE_DIR}/kernels/cuda/attention_fa2_bwd.cu|${PROJECT_SOURCE_DIR}/kernels/cuda/attention_fa2_dkv128.cu|${PROJECT_SOURCE_DIR}/kernels/cuda/attention_f32tc.cu|${PROJECT_SOURCE_DIR}/kernels/cuda/attention_f32tc_bwd.cu"
     -DINC=${PROJECT_SOURCE_DIR}/kernels/cuda
     -DOUT=${CMAKE_BINARY_DIR}/check_no_spills -P ${CMAKE_CURRENT_LIST_DIR}/check_no_spills.cmake)
   set_tests_properties(attention_no_spills PROPERTIES TIMEOUT 900)

@@ -227,11 +227,15 @@ checks() {
     "$B/tests/test_attention_lowp" \
     >"$OUT/racecheck_attention_lowp.txt" 2>&1 &
   pids+=($!)
-  # the atomic-dQ backward's shared dS^T tile and its barrier (session 17)
+  # the atomic-dQ backward's shared dS^T tile and its barrier (session 17);
+  # the 128-key dK/dV kernels' shared P^T and dS^T between two barriers
+  # (session 20, GPA_FA2_DKV128=1 inside the test)
   for t in memcheck racecheck; do
-    GPA_DEVICE=cuda GPA_PARITY_QUICK=1 timeout 120 "$sanitizer" --tool $t --error-exitcode 9 \
-      "$B/tests/test_attention_nd" >"$OUT/${t}_attention_nd.txt" 2>&1 &
-    pids+=($!)
+    for a in attention_nd attention_dkv128; do
+      GPA_DEVICE=cuda GPA_PARITY_QUICK=1 timeout 120 "$sanitizer" --tool $t --error-exitcode 9 \
+        "$B/tests/test_$a" >"$OUT/${t}_$a.txt" 2>&1 &
+      pids+=($!)
+    done
   done
   # bf16 conv1d's tensor-core kernels (our kernels: GPA_CUDNN_CONV=0): the cp.async stages under both tools
   for t in memcheck racecheck; do
@@ -259,6 +263,7 @@ checks() {
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT"/memcheck_attention_lowp.txt "$OUT"/memcheck_cudnn_attention.txt \
     "$OUT"/memcheck_cuda_graph.txt "$OUT"/memcheck_conv1d_tc.txt "$OUT"/racecheck_conv1d_tc.txt \
     "$OUT"/racecheck_attention_lowp.txt "$OUT"/memcheck_attention_nd.txt "$OUT"/racecheck_attention_nd.txt \
+    "$OUT"/memcheck_attention_dkv128.txt "$OUT"/racecheck_attention_dkv128.txt \
     "$OUT"/memcheck_mixed_dtypes.txt "$OUT"/memcheck_embedding_rows.txt "$OUT"/racecheck_embedding_rows.txt \
     "$OUT"/memcheck_conv1d_simt.txt
   cat "$OUT/sanitize.txt"
@@ -299,6 +304,9 @@ failing() {
   GPA_DEVICE=cuda ctest --test-dir "$B" --timeout 120 --output-on-failure -R \
     '^(mixed_dtypes|parity_layernorm|parity_elementwise|parity_gelu|cuda_embedding_rows|parity_embedding|parity_embedding_sort|emb_no_spills|parity_conv1d_bf16|parity_conv1d_simt|parity_conv1d_bf16_own|cuda_conv1d_tc|parity_linear)$' ||
     rc=1
+  # session 20's, never run on a GPU: the 128-key dK/dV kernels
+  # (GPA_FA2_DKV128=1; the bench's cuda_attention_fa2_bwd_dkv128 rows time them)
+  GPA_DEVICE=cuda ctest --test-dir "$B" --timeout 120 --output-on-failure -R '^attention_dkv128$' || rc=1
   GPA_DEVICE=cuda GPA_LOG=debug timeout 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
     "$B/tests/test_cuda_graph" >"$OUT/memcheck_cuda_graph_debug.txt" 2>&1 || rc=1
   grep -iE "graph|capture|ERROR SUMMARY|expected" "$OUT/memcheck_cuda_graph_debug.txt" | tail -n 30
@@ -307,7 +315,9 @@ failing() {
 
 attention_bench() {
   # the non-deterministic backward beside the deterministic one: PyTorch's
-  # cuDNN and flash backwards are non-deterministic
+  # cuDNN and flash backwards are non-deterministic; cuda_attention_fa2's
+  # rows cuda_attention_fa2_bwd_dkv128 time the opt-in 128-key dK/dV
+  # kernels (GPA_FA2_DKV128=1) beside the default backward (default_ns)
   GPA_DEVICE=cuda GPA_BENCH_REPS=3 GPA_BENCH_SDPA_NONDET=both timeout 150 "$B/bench/gpa-bench" cuda_sdpa \
     cuda_attention_fa2
   # cuDNN's host time inside cudnnBackendExecute, each pack's execute replayed as a graph (experiment)

@@ -123,4 +123,16 @@ static __device__ __forceinline__ void fa2_acc_to_a(unsigned a[4], const float l
   a[2] = gpa_pack2<T>(hi[0], hi[1]);
   a[3] = gpa_pack2<T>(hi[2], hi[3]);
 }
+
+/* Two adjacent gradient values at element `at` of an array in fp32 or,
+ * when grads_t, in T (each rounded once from its fp32 sum): the backward's
+ * pair stores (attention_fa2_dkv128.cu; attention_fa2_bwd.cu's fa2_put2 is
+ * the same store). */
+template <class T>
+static __device__ __forceinline__ void fa2_store2(void *base, long long at, float a, float b, int grads_t) {
+  if (grads_t)
+    *reinterpret_cast<unsigned *>(static_cast<T *>(base) + at) = gpa_pack2<T>(a, b);
+  else
+    *reinterpret_cast<float2 *>(static_cast<float *>(base) + at) = make_float2(a, b);
+}
 #endif

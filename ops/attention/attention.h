@@ -41,6 +41,9 @@ extern unsigned long long gpa__attn_fa2x_fwd_calls, gpa__attn_fa2x_bwd_calls;
 /* Backwards given to the non-deterministic FA2 kernels (gpa_fa2n*_dkv_*,
  * deterministic = 0), likewise. */
 extern unsigned long long gpa__attn_fa2nd_bwd_calls;
+/* Backwards whose dK/dV ran on the 128-key kernels (gpa_fa2x_dkv128_*,
+ * GPA_FA2_DKV128=1), likewise. */
+extern unsigned long long gpa__attn_fa2k_bwd_calls;
 /* cuDNN's fused SDPA (cuda_cudnn.c), bwd = 0 or 1: GPA_SKIP when cuDNN does
  * not take the call (nothing enqueued then). */
 gpa_status gpa__attn_cudnn_cu(const gpa_op_exec *x, int bwd);
@@ -129,6 +132,14 @@ gpa_status gpa__attn_cudnn_cu(const gpa_op_exec *x, int bwd);
   K(FA2NX_DKV_H128, attn, gpa_fa2nx_dkv_f16_d128)                               \
   K(FA2_DQ_OUT_BF, attn, gpa_fa2_dq_out_bf16)                                   \
   K(FA2_DQ_OUT_H, attn, gpa_fa2_dq_out_f16)                                     \
+  /* the 128-key dK/dV pass (attention_fa2_dkv128.cu; GPA_FA2_DKV128=1):      \
+   * D 64, 96, 128 exactly, bf16 then fp16 */                                  \
+  K(FA2K_DKV_BF64, attn, gpa_fa2x_dkv128_bf16_d64)                              \
+  K(FA2K_DKV_BF96, attn, gpa_fa2x_dkv128_bf16_d96)                              \
+  K(FA2K_DKV_BF128, attn, gpa_fa2x_dkv128_bf16_d128)                            \
+  K(FA2K_DKV_H64, attn, gpa_fa2x_dkv128_f16_d64)                                \
+  K(FA2K_DKV_H96, attn, gpa_fa2x_dkv128_f16_d96)                                \
+  K(FA2K_DKV_H128, attn, gpa_fa2x_dkv128_f16_d128)                              \
   /* fp32 forward in 3xTF32 (attention_f32tc.cu): D <= 64, 96, 128 */             \
   K(TC32_FWD64, attn, gpa_tc32_fwd_d64)                                         \
   K(TC32_FWD96, attn, gpa_tc32_fwd_d96)                                         \

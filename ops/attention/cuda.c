@@ -127,6 +127,20 @@ static int fa2nd_kernel(int dtype, int D, int fx) {
   return fx >= 0 ? GPA__K_FA2NX_DKV_BF64 + fx : GPA__K_FA2N_DKV_BF64 + (dtype == GPA_F16 ? 3 : 0) + fa2_class(D);
 }
 static unsigned fa2nd_smem(int D) { return fa2_dkv_smem(D) + 64 * (32 + 8) * 2; }
+/* The 128-key dK/dV kernels (attention_fa2_dkv128.cu, GPA_FA2_DKV128=1 gives
+ * fa2_dkv128 2): the deterministic backward at D = 64, 96, 128 exactly, bf16
+ * and fp16; 8 warps. Kernel id or -1 (the kernels above). Shared memory
+ * (fa2k_cfg): K and V tiles of 128 keys, double-buffered Q and dO steps of
+ * 64 rows (rows of D + 8), P^T and dS^T (128 x (64 + 8)), lse and delta. */
+unsigned long long gpa__attn_fa2k_bwd_calls;
+static int fa2k_kernel(const gpa_op_exec *x, int dtype, int D) {
+  if (gpa__cu_of(x)->host.fa2_dkv128 != 2) return -1;
+  const int d = D == 64 ? 0 : D == 96 ? 1 : D == 128 ? 2 : -1;
+  return d < 0 ? -1 : GPA__K_FA2K_DKV_BF64 + (dtype == GPA_F16 ? 3 : 0) + d;
+}
+static unsigned fa2k_smem(int D) {
+  return (2 * 128 + 4 * 64) * (unsigned)(D + 8) * 2 + 2 * 128 * (64 + 8) * 2 + 4 * 64 * 4;
+}
 /* cp.async moves 16 bytes, the fp32 outputs are written in pairs */
 static int fa2_aligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
@@ -245,8 +259,11 @@ static gpa_status own_bwd(const gpa_op_exec *x, int tc) {
   const gpa__attn_params *prm = x->params;
   int knd = lowp && !prm->deterministic ? fa2nd_kernel(dtype, g.D, fx) : -1;
   if (knd >= 0 && !allow_smem(x, knd, fa2nd_smem(g.D))) knd = -1;
+  int kv_warps = warps, kk = lowp && knd < 0 ? fa2k_kernel(x, dtype, g.D) : -1;
+  if (kk >= 0 && !allow_smem(x, kk, fa2k_smem(g.D))) kk = -1; /* an A100 at D 128: the 64-key kernels */
   if (knd >= 0) kdkv = knd, smem = fa2nd_smem(g.D);
-  else if (!allow_smem(x, kdkv, smem) || !allow_smem(x, kdq, smem_q)) return gpa__cu_fallback(x);
+  else if (kk >= 0) kdkv = kk, smem = fa2k_smem(g.D), bk = 128, kv_warps = 8;
+  if (knd < 0 && (!allow_smem(x, kdkv, smem) || !allow_smem(x, kdq, smem_q))) return gpa__cu_fallback(x);
   long long rows = (long long)g.B * g.S * g.H;
   int grads_t = x->outputs[0].dtype != GPA_F32;
   /* scratch: the lengths' check, delta, and (knd with dq in T) the fp32
@@ -265,6 +282,7 @@ static gpa_status own_bwd(const gpa_op_exec *x, int tc) {
    * fp32 kernels have 17 parameters; a launch reads as many as its kernel
    * has); the non-deterministic one's 19th: its fp32 dQ accumulator */
   if (fx >= 0) __atomic_fetch_add(&gpa__attn_fa2x_bwd_calls, 1, __ATOMIC_RELAXED);
+  if (kk >= 0) __atomic_fetch_add(&gpa__attn_fa2k_bwd_calls, 1, __ATOMIC_RELAXED);
   void *dqa = grads_t ? (void *)(uintptr_t)(delta + dl_bytes) : dq;
   void *a1[] = {&dout, &q, &k, &v, &lse, &dl, &lens, &dq, &dk, &dv, &g.S, &g.Sk, &g.H, &g.Hkv, &g.D, &g.scale,
                 &g.causal, &grads_t, &dqa};
@@ -279,7 +297,7 @@ static gpa_status own_bwd(const gpa_op_exec *x, int tc) {
                           gpa__cu_blocks(x, n / 4, 256), 1, 1, 256, 1, 0, a2);
   }
   GPA__CU_TRY(gpa__cu_launch(x, kdkv, (g.Sk + bk - 1) / bk * halves, (unsigned)g.Hkv, (unsigned)g.B, 32,
-                             (unsigned)warps, smem, a1));
+                             (unsigned)kv_warps, smem, a1));
   return gpa__cu_launch(x, kdq, (g.S + bq - 1) / bq * (lowp ? 1 : halves), (unsigned)g.H, (unsigned)g.B, 32,
                         (unsigned)warps, smem_q, a1);
 }
