@@ -35,11 +35,6 @@
 #define TN GPA_CONV_TN
 #define NT GPA_CONV_NT
 
-static __device__ __forceinline__ float cv_ld(const float *p, long long i) { return p[i]; }
-static __device__ __forceinline__ float cv_ld(const gpa_bf16 *p, long long i) { return gpa_bf2f(p[i]); }
-static __device__ __forceinline__ void cv_st(float *p, long long i, float v) { p[i] = v; }
-static __device__ __forceinline__ void cv_st(gpa_bf16 *p, long long i, float v) { p[i] = gpa_f2bf(v); }
-
 /* Offset of channel c, position p in one batch's activation of C channels
  * and len positions (from its group's first channel). */
 static __device__ __forceinline__ long long cv_ix(bool nlc, int C, int len, int c, int p) {
@@ -78,7 +73,7 @@ static __device__ __forceinline__ void cv_st_col(T *out, int C, int p, int ch0, 
   if (vec && valid == 4 && (C & 3) == 0 && (ch0 & 3) == 0)
     cv_st4(out, o, v);
   else
-    GPA_UNROLL for (int i = 0; i < 4; i++) if (i < valid) cv_st(out, o + i, v[i]); /* constant indices: registers */
+    GPA_UNROLL for (int i = 0; i < 4; i++) if (i < valid) gpa_stf(out, o + i, v[i]); /* constant indices: registers */
 }
 
 /* floor(a / s), s > 0 */
@@ -109,12 +104,14 @@ static __device__ void cv_fwd(float *sm, T *y, const T *x, const T *w, const T *
     __syncthreads(); /* the previous stage's reads are done */
     for (int i = threadIdx.x; i < wrows * TM; i += NT) {
       const int m = i % TM, rr = i / TM, co = co0 + m;
-      ws[i] = co < g.s.cout_g && c0 + rr / g.s.K < g.s.cin_g ? cv_ld(wg, ((long long)co * g.s.cin_g + c0) * g.s.K + rr) : 0.0f;
+      ws[i] = co < g.s.cout_g && c0 + rr / g.s.K < g.s.cin_g
+                  ? gpa_ldf(wg, ((long long)co * g.s.cin_g + c0) * g.s.K + rr)
+                  : 0.0f;
     }
     for (int i = threadIdx.x; i < g.bc * g.span; i += NT) {
       const int u = nlc ? i / g.bc : i % g.span, cc = nlc ? i % g.bc : i / g.span, c = c0 + cc, pos = pos0 + u;
       xs[cc * g.span + u] =
-          c < g.s.cin_g && pos >= 0 && pos < g.s.L ? cv_ld(xb, cv_ix(nlc, g.s.Cin, g.s.L, c, pos)) : 0.0f;
+          c < g.s.cin_g && pos >= 0 && pos < g.s.L ? gpa_ldf(xb, cv_ix(nlc, g.s.Cin, g.s.L, c, pos)) : 0.0f;
     }
     __syncthreads();
     const int nc = min(g.bc, g.s.cin_g - c0);
@@ -130,7 +127,7 @@ static __device__ void cv_fwd(float *sm, T *y, const T *x, const T *w, const T *
   if (nlc) {
     const int cf = co0 + ty * 4, valid = max(0, min(4, g.s.cout_g - cf)), ch0 = grp * g.s.cout_g + cf;
     float bv[4];
-    GPA_UNROLL for (int i = 0; i < 4; i++) bv[i] = bias && i < valid ? cv_ld(bias, ch0 + i) : 0.0f;
+    GPA_UNROLL for (int i = 0; i < 4; i++) bv[i] = bias && i < valid ? gpa_ldf(bias, ch0 + i) : 0.0f;
     T *yb = y + (long long)b * g.s.Lout * g.s.Cout;
     GPA_UNROLL for (int j = 0; j < 4; j++) {
       const int t = t0 + tx + 16 * j;
@@ -143,11 +140,11 @@ static __device__ void cv_fwd(float *sm, T *y, const T *x, const T *w, const T *
     const int co = co0 + ty * 4 + i;
     if (co >= g.s.cout_g) continue;
     const int cg = grp * g.s.cout_g + co;
-    const float bv = bias ? cv_ld(bias, cg) : 0.0f;
+    const float bv = bias ? gpa_ldf(bias, cg) : 0.0f;
     T *yr = y + ((long long)b * g.s.Cout + cg) * g.s.Lout;
     GPA_UNROLL for (int j = 0; j < 4; j++) {
       const int t = t0 + tx + 16 * j;
-      if (t < g.s.Lout) cv_st(yr, t, acc[i][j] + bv);
+      if (t < g.s.Lout) gpa_stf(yr, t, acc[i][j] + bv);
     }
   }
 }
@@ -172,12 +169,13 @@ static __device__ void cv_dx(float *sm, T *dx, const T *dy, const T *w, const gp
     __syncthreads();
     for (int i = threadIdx.x; i < wrows * TM; i += NT) {
       const int m = i % TM, rr = i / TM, ci = ci0 + m, o = o0 + rr / g.s.K;
-      ws[i] = ci < g.s.cin_g && o < g.s.cout_g ? cv_ld(wg, ((long long)o * g.s.cin_g + ci) * g.s.K + rr % g.s.K) : 0.0f;
+      ws[i] =
+          ci < g.s.cin_g && o < g.s.cout_g ? gpa_ldf(wg, ((long long)o * g.s.cin_g + ci) * g.s.K + rr % g.s.K) : 0.0f;
     }
     for (int i = threadIdx.x; i < g.bc * g.span; i += NT) {
       const int u = nlc ? i / g.bc : i % g.span, oc = nlc ? i % g.bc : i / g.span, o = o0 + oc, t = tmin + u;
       ds[oc * g.span + u] =
-          o < g.s.cout_g && t >= 0 && t < g.s.Lout ? cv_ld(dyb, cv_ix(nlc, g.s.Cout, g.s.Lout, o, t)) : 0.0f;
+          o < g.s.cout_g && t >= 0 && t < g.s.Lout ? gpa_ldf(dyb, cv_ix(nlc, g.s.Cout, g.s.Lout, o, t)) : 0.0f;
     }
     __syncthreads();
     const int nc = min(g.bc, g.s.cout_g - o0);
@@ -214,7 +212,7 @@ static __device__ void cv_dx(float *sm, T *dx, const T *dy, const T *w, const gp
     T *xr = dx + ((long long)b * g.s.Cin + (long long)grp * g.s.cin_g + ci) * g.s.L;
     GPA_UNROLL for (int j = 0; j < 4; j++) {
       const int p = p0 + tx + 16 * j;
-      if (p < g.s.L) cv_st(xr, p, acc[i][j]);
+      if (p < g.s.L) gpa_stf(xr, p, acc[i][j]);
     }
   }
 }
@@ -246,12 +244,12 @@ static __device__ void cv_dw(float *sm, float *out, const T *dy, const T *x, con
     __syncthreads();
     for (int i = threadIdx.x; i < g.bt * TM; i += NT) { /* co fastest: along a position's channels under nlc */
       const int m = i % TM, t = i / TM, co = co0 + m;
-      ds[i] = co < g.s.cout_g && t < nt ? cv_ld(dyb, cv_ix(nlc, g.s.Cout, g.s.Lout, co, t0 + t)) : 0.0f;
+      ds[i] = co < g.s.cout_g && t < nt ? gpa_ldf(dyb, cv_ix(nlc, g.s.Cout, g.s.Lout, co, t0 + t)) : 0.0f;
     }
     for (int i = threadIdx.x; i < g.nch * g.span; i += NT) {
       const int u = nlc ? i / g.nch : i % g.span, cc = nlc ? i % g.nch : i / g.span, c = cbase + cc, pos = pos0 + u;
       xs[cc * g.span + u] =
-          c < g.s.cin_g && pos >= 0 && pos < g.s.L ? cv_ld(xb, cv_ix(nlc, g.s.Cin, g.s.L, c, pos)) : 0.0f;
+          c < g.s.cin_g && pos >= 0 && pos < g.s.L ? gpa_ldf(xb, cv_ix(nlc, g.s.Cin, g.s.L, c, pos)) : 0.0f;
     }
     __syncthreads();
     for (int t = 0; t < nt; t++) {

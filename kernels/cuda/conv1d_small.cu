@@ -39,11 +39,6 @@
 #endif
 #define CHUNK 4 /* staging loads in flight a thread, per operand */
 
-static __device__ __forceinline__ float cs_ld(const float *p, long long i) { return p[i]; }
-static __device__ __forceinline__ float cs_ld(const gpa_bf16 *p, long long i) { return gpa_bf2f(p[i]); }
-static __device__ __forceinline__ void cs_st(float *p, long long i, float v) { p[i] = v; }
-static __device__ __forceinline__ void cs_st(gpa_bf16 *p, long long i, float v) { p[i] = gpa_f2bf(v); }
-
 /* MODE 0: y = W * x (+ bias), rows co, columns t, reduction (c, k) over cin_g.
  * MODE 1, 2: dx = W^T * dy, rows ci, columns p, reduction (o, k) over cout_g;
  * 1 at stride 1, 2 at any stride. blockIdx.x = b nt + column tile,
@@ -94,7 +89,8 @@ static __device__ void cs_gemm(float *sm, T *out, const T *act, const T *w, cons
           const int r = ar + (j0 + j) * AROWS;
           v[j] = 0.0f;
           if (arow_ok && r < nr)
-            v[j] = DX ? cs_ld(arow, (long long)(c0 + c) * g.s.cin_g * g.s.K + k) : cs_ld(arow, (long long)c0 * g.s.K + r);
+            v[j] = DX ? gpa_ldf(arow, (long long)(c0 + c) * g.s.cin_g * g.s.K + k)
+                      : gpa_ldf(arow, (long long)c0 * g.s.K + r);
           c += dca;
           k += dka;
           if (k >= g.s.K) k -= g.s.K, c++;
@@ -118,10 +114,10 @@ static __device__ void cs_gemm(float *sm, T *out, const T *act, const T *w, cons
               t = qq / s;
               ok = ok && t * s == qq;
             }
-            if (r < nr && ok && t < alen) v[j] = cs_ld(ab, (long long)(c0 + c) * alen + t);
+            if (r < nr && ok && t < alen) v[j] = gpa_ldf(ab, (long long)(c0 + c) * alen + t);
           } else {
             const int pos = base + k * g.s.dil;
-            if (r < nr && pos >= 0 && pos < alen) v[j] = cs_ld(ab, (long long)(c0 + c) * alen + pos);
+            if (r < nr && pos >= 0 && pos < alen) v[j] = gpa_ldf(ab, (long long)(c0 + c) * alen + pos);
           }
           c += dcb;
           k += dkb;
@@ -164,13 +160,13 @@ static __device__ void cs_gemm(float *sm, T *out, const T *act, const T *w, cons
     if (DX) {
       T *dr = out + ((long long)b * g.s.Cin + (long long)grp * g.s.cin_g + m) * g.s.L;
       GPA_UNROLL for (int j = 0; j < 4; j++)
-        if (n0 + ocol + j < cols) cs_st(dr, n0 + ocol + j, sv[j]);
+        if (n0 + ocol + j < cols) gpa_stf(dr, n0 + ocol + j, sv[j]);
     } else {
       const int cg = grp * g.s.cout_g + m;
-      const float bv = bias ? cs_ld(bias, cg) : 0.0f;
+      const float bv = bias ? gpa_ldf(bias, cg) : 0.0f;
       T *yr = out + ((long long)b * g.s.Cout + cg) * g.s.Lout;
       GPA_UNROLL for (int j = 0; j < 4; j++)
-        if (n0 + ocol + j < cols) cs_st(yr, n0 + ocol + j, sv[j] + bv);
+        if (n0 + ocol + j < cols) gpa_stf(yr, n0 + ocol + j, sv[j] + bv);
     }
   }
 }

@@ -51,10 +51,12 @@ static __device__ __forceinline__ void gpa_bf8_store(gpa_bf16 *p, const float *v
 }
 
 /* One value by the storage type T (float or gpa_bf16): p[i] widened to
- * fp32, and an fp32 value as a T (rounded for bf16); the scalar forms of
- * gpa_ld16 / gpa_st16 below. */
+ * fp32, v stored at p[i], and an fp32 value as a T (rounded for bf16); the
+ * scalar forms of gpa_ld16 / gpa_st16 below. */
 static __device__ __forceinline__ float gpa_ldf(const float *p, long long i) { return p[i]; }
 static __device__ __forceinline__ float gpa_ldf(const gpa_bf16 *p, long long i) { return gpa_bf2f(p[i]); }
+static __device__ __forceinline__ void gpa_stf(float *p, long long i, float v) { p[i] = v; }
+static __device__ __forceinline__ void gpa_stf(gpa_bf16 *p, long long i, float v) { p[i] = gpa_f2bf(v); }
 template <class T>
 static __device__ __forceinline__ T gpa_f2t(float v);
 template <>

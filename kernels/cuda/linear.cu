@@ -7,10 +7,6 @@
 #define GS_LOOP(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 
-/* p[i] widened to fp32 (the templates below take either storage) */
-static __device__ __forceinline__ float conv_ld(const float *p, long long i) { return p[i]; }
-static __device__ __forceinline__ float conv_ld(const gpa_bf16 *p, long long i) { return gpa_bf2f(p[i]); }
-
 #define K_TANH 0.7978845608028654f
 #define C_TANH 0.044715f
 
@@ -139,7 +135,7 @@ static __device__ void conv_db(double *part, float *db, const T *dy, long long n
   if (i0 + t < i1) /* lout > 0 */
     step_b = blockDim.x / lout, step_t = blockDim.x % lout, b = (i0 + t) / lout, tt = (i0 + t) % lout;
   for (long long i = i0 + t; i < i1; i += blockDim.x) {
-    acc += (double)conv_ld(dy, (b * cout + co) * lout + tt);
+    acc += (double)gpa_ldf(dy, (b * cout + co) * lout + tt);
     b += step_b, tt += step_t;
     if (tt >= lout) tt -= lout, b++;
   }
@@ -196,7 +192,7 @@ static __device__ void col_sum(double *part, float *out, const T *x, const gpa_b
   double acc = 0.0;
   if (j < cols)
     for (long long i = i0 + ty; i < i1; i += sl) {
-      float g = conv_ld(x, i * cols + j);
+      float g = gpa_ldf(x, i * cols + j);
       if (pre) g *= lin_gelu_grad(gpa_bf2f(pre[i * cols + j]));
       acc += (double)g;
     }

@@ -25,11 +25,6 @@ static __device__ double block_sum_d(double v, double *sh) {
   return sh[0];
 }
 
-static __device__ __forceinline__ float ld(const float *p, long long i) { return p[i]; }
-static __device__ __forceinline__ float ld(const gpa_bf16 *p, long long i) { return gpa_bf2f(p[i]); }
-static __device__ __forceinline__ void st(float *p, long long i, float v) { p[i] = v; }
-static __device__ __forceinline__ void st(gpa_bf16 *p, long long i, float v) { p[i] = gpa_f2bf(v); }
-
 /* Row statistics of one lane group (len 0: a row it skips): m = max,
  * et = exp(x[t] - m), rest = the sum of the other terms. One pass over the
  * row (an online softmax): each lane keeps its running max and its sum
@@ -42,7 +37,7 @@ static __device__ void row_stats(const T *x, long long len, long long t, int sub
   float m = -INFINITY;
   double s = 0.0;
   for (long long i = sub; i < len; i += g) {
-    const float xi = ld(x, i);
+    const float xi = gpa_ldf(x, i);
     if (xi > m) {
       s *= (double)expf(m - xi); /* s is 0 (or NaN) while m is -inf */
       m = xi;
@@ -53,7 +48,7 @@ static __device__ void row_stats(const T *x, long long len, long long t, int sub
   }
   const float mr = gpa_group_max(m, g);
   *rest = gpa_group_sum_d(s * (double)expf(m - mr), g); /* a lane of -inf only: 0 * 0 */
-  *et = (len && t >= 0 && t < len) ? (double)expf(ld(x, t) - mr) : 0.0;
+  *et = (len && t >= 0 && t < len) ? (double)expf(gpa_ldf(x, t) - mr) : 0.0;
   *m_out = mr;
 }
 
@@ -67,7 +62,7 @@ static __device__ void ce_rows(double *part, const T *logits, const int *tg, lon
     float m;
     double et, rest;
     row_stats(x, use ? v : 0, t, sub, g, &m, &et, &rest);
-    if (ok && sub == 0) part[row] = use ? log(et + rest) - ((double)ld(x, t) - (double)m) : 0.0;
+    if (ok && sub == 0) part[row] = use ? log(et + rest) - ((double)gpa_ldf(x, t) - (double)m) : 0.0;
   }
 }
 
@@ -167,12 +162,12 @@ static __device__ void ce_bwd(T *dl, const T *logits, const int *tg, const long 
     row_stats(x, use ? v : 0, t, sub, g, &m, &et, &rest);
     if (!ok) continue; /* after the group's last shuffle: no collective follows in this iteration */
     if (!use) {
-      for (long long i = sub; i < v; i += g) st(o, i, 0.0f);
+      for (long long i = sub; i < v; i += g) gpa_stf(o, i, 0.0f);
       continue;
     }
     const double z = et + rest;
     const float f = (float)(k / z);
-    for (long long i = sub; i < v; i += g) st(o, i, i == t ? (float)(-k * rest / z) : expf(ld(x, i) - m) * f);
+    for (long long i = sub; i < v; i += g) gpa_stf(o, i, i == t ? (float)(-k * rest / z) : expf(gpa_ldf(x, i) - m) * f);
   }
 }
 
@@ -277,7 +272,7 @@ static __device__ void ce_bwd_row(float *redf, double *redd, T *__restrict__ dl,
     }
     float e[NV][V], m;
     const double rest = ce_row_stats<T, V, NV>(redf, redd, xr, v, t, e, &m);
-    const double et = (double)expf(ld(xr, t) - m), z = et + rest;
+    const double et = (double)expf(gpa_ldf(xr, t) - m), z = et + rest;
     const float f = (float)(k / z), ft = (float)(-k * rest / z);
 GPA_UNROLL
     for (int q = 0; q < NV; q++) {
@@ -307,8 +302,8 @@ static __device__ void ce_fwd_row(float *redf, double *redd, double *part, const
     float e[NV][V], m;
     const double rest = ce_row_stats<T, V, NV>(redf, redd, xr, v, t, e, &m);
     if (threadIdx.x == 0) {
-      const double et = (double)expf(ld(xr, t) - m);
-      part[row] = log(et + rest) - ((double)ld(xr, t) - (double)m);
+      const double et = (double)expf(gpa_ldf(xr, t) - m);
+      part[row] = log(et + rest) - ((double)gpa_ldf(xr, t) - (double)m);
     }
   }
 }

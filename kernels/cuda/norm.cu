@@ -25,17 +25,13 @@
 #include "split_sum.h"
 
 /* ---- loads and stores by storage type ------------------------------------
- * Scalar (ln_ld, ln_st) and vector (ln_ldv, ln_stv: V values by the
+ * Scalar (gpa_ldf, gpa_stf) and vector (ln_ldv, ln_stv: V values by the
  * array's length) accesses of fp32 or bf16 rows, widened to fp32 / rounded
  * once. A vector of V values is 16 bytes for the kernels of one storage
  * type (4 floats, 8 bf16); the mixed kernels (x f32 with y or dy bf16:
  * the fp32 kernels' geometry, V = 4) move the bf16 side 8 bytes at a time,
  * so they sum in the fp32 kernels' order and give their bits (rounded once
  * where bf16 is written). */
-static __device__ __forceinline__ float ln_ld(const float *p, long long i) { return p[i]; }
-static __device__ __forceinline__ float ln_ld(const gpa_bf16 *p, long long i) { return gpa_bf2f(p[i]); }
-static __device__ __forceinline__ void ln_st(float *p, long long i, float v) { p[i] = v; }
-static __device__ __forceinline__ void ln_st(gpa_bf16 *p, long long i, float v) { p[i] = gpa_f2bf(v); }
 
 static __device__ __forceinline__ void ln_load8f(const float *p, float *v) {
   const float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
@@ -108,7 +104,7 @@ static __device__ void ln_fwd4(const float *__restrict__ x, const float *__restr
         ln_stv(yr + i, o);
       }
     } else {
-      for (int i = sub; i < len; i += g) ln_st(yr, i, ((xr[i] - m1) - c) * r * gamma[i] + beta[i]);
+      for (int i = sub; i < len; i += g) gpa_stf(yr, i, ((xr[i] - m1) - c) * r * gamma[i] + beta[i]);
     }
     if (ok && sub == 0) {
       if (mean_out) mean_out[row] = m1;
@@ -272,10 +268,10 @@ GPA_UNROLL
       }
     } else {
       for (int i = sub; i < len; i += g) {
-        const float xh = (ln_ld(xr, i) - m) * r;
+        const float xh = (gpa_ldf(xr, i) - m) * r;
         /* Rounded as the second loop rounds it: with the product contracted
          * into an FMA there, d = 1 gave dx = the product's rounding error, not 0. */
-        const float gg = __fmul_rn(ln_ld(dyr, i), gamma[i]);
+        const float gg = __fmul_rn(gpa_ldf(dyr, i), gamma[i]);
         sa += gg;
         sb += gg * xh;
       }
@@ -296,10 +292,10 @@ GPA_UNROLL
       }
     } else {
       for (int i = sub; i < len; i += g) {
-        const float xh = (ln_ld(xr, i) - m) * r;
-        const float v = r * ((__fmul_rn(ln_ld(dyr, i), gamma[i]) - ma) - xh * mb);
-        ln_st(dxr, i, v);
-        if (dx2r) ln_st(dx2r, i, v);
+        const float xh = (gpa_ldf(xr, i) - m) * r;
+        const float v = r * ((__fmul_rn(gpa_ldf(dyr, i), gamma[i]) - ma) - xh * mb);
+        gpa_stf(dxr, i, v);
+        if (dx2r) gpa_stf(dx2r, i, v);
       }
     }
   }
@@ -368,8 +364,8 @@ GPA_UNROLL
   if (t >= d) return;
   float g = 0.0f, b = 0.0f;
   for (long long r = r0; r < r1; r++) {
-    const float xh = (ln_ld(x, r * d + t) - mean[r]) * rstd[r];
-    const float v = ln_ld(dy, r * d + t);
+    const float xh = (gpa_ldf(x, r * d + t) - mean[r]) * rstd[r];
+    const float v = gpa_ldf(dy, r * d + t);
     g += v * xh;
     b += v;
   }
@@ -466,12 +462,12 @@ GPA_UNROLL
 GPA_UNROLL
         for (int u = 0; u < 4; u++) {
           const long long ru = r + u * LN_SL;
-          xv[u] = ln_ld(x, ru * d + j), dv[u] = ln_ld(dy, ru * d + j), m[u] = mean[ru], rs[u] = rstd[ru];
+          xv[u] = gpa_ldf(x, ru * d + j), dv[u] = gpa_ldf(dy, ru * d + j), m[u] = mean[ru], rs[u] = rstd[ru];
         }
 GPA_UNROLL
         for (int u = 0; u < 4; u++) ln_acc(g[0], b[0], xv[u], dv[u], m[u], rs[u]);
       }
-      for (; r < r1; r += LN_SL) ln_acc(g[0], b[0], ln_ld(x, r * d + j), ln_ld(dy, r * d + j), mean[r], rstd[r]);
+      for (; r < r1; r += LN_SL) ln_acc(g[0], b[0], gpa_ldf(x, r * d + j), gpa_ldf(dy, r * d + j), mean[r], rstd[r]);
     }
   }
   double gd[V], bd[V];
@@ -525,7 +521,7 @@ static __device__ void ln_fwd_row(double *red, const T *__restrict__ x, const fl
   for (long long row = blockIdx.x; row < n; row += gridDim.x) {
     const T *xr = x + row * d;
     TY *yr = y + row * d;
-    const double md = (double)ln_ld(xr, 0);
+    const double md = (double)gpa_ldf(xr, 0);
     float v[NV][V];
     double sd = 0.0, sq = 0.0;
 GPA_UNROLL
