@@ -174,12 +174,11 @@ gpa_status gpa__held_release(gpa_actor *a, gpa__msg *kick) {
 
 void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
   gpa_status st = m->status;
-  if (__builtin_expect(m->kind == GPA__MSG_OP && st == GPA_OK && a->be->synchronous && !a->cancelling &&
-                           !GPA__PROFILING(a) && !a->nvtx_tool,
+  if (__builtin_expect(m->kind == GPA__MSG_OP && st == GPA_OK && !a->cancelling && !GPA__PROFILING(a) && !a->nvtx_tool,
                        1)) {
-    /* The common case, sorted out by one test: a plain op on a synchronous
-     * backend, nothing to time per op, trace or cancel. */
-    if (a->run_q != m->q) gpa__run_switch(a, m->q);
+    /* The common case, sorted out by one test: a plain op, nothing to time
+     * per op, trace or cancel. */
+    if (a->be->synchronous && a->run_q != m->q) gpa__run_switch(a, m->q);
     st = run_op(a, m);
   } else if (st == GPA_OK && a->cancelling) {
     st = GPA_ECANCELED;
@@ -187,10 +186,9 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
     m->t_start = gpa__clock_ns();
   } else if (st == GPA_OK) {
     bool prof = GPA__PROFILING(a) && m->kind != GPA__MSG_CALL;
-    bool timed = prof || (!a->be->synchronous && m->kind != GPA__MSG_CALL);
-    int64_t t0 = timed ? gpa__clock_ns() : 0;
+    int64_t t0 = prof ? gpa__clock_ns() : 0;
     gpa_queue *run_q = m->kind == GPA__MSG_CALL ? NULL : m->q;
-    if (!timed && a->run_q != run_q) gpa__run_switch(a, run_q);
+    if (!prof && a->be->synchronous && a->run_q != run_q) gpa__run_switch(a, run_q);
     if (prof) {
       m->t_start = t0;
       m->depth = m->q ? m->q->s->n_held : 0;
@@ -205,9 +203,9 @@ void gpa__dispatch(gpa_actor *a, gpa__msg *m) {
     }
     if (range) gpa__nvtx_pop();
     /* Synchronous backends: the time on the actor is the device time. An
-     * asynchronous one measures with events and sets device_ns itself. */
-    if (timed && st != GPA__DEFERRED && st != GPA__HELD && m->kind != GPA__MSG_CALL)
-      m->device_ns = gpa__clock_ns() - t0;
+     * asynchronous one measures with events and sets device_ns itself,
+     * also for work it does on the actor (the CUDA host fallback). */
+    if (prof && st != GPA__DEFERRED && st != GPA__HELD) m->device_ns = gpa__clock_ns() - t0;
   } else {
     m->t_start = gpa__clock_ns();
   }

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "gpuactor.h"
+#include "actor/clock.h"
 #include "actor/debug.h"
 #include "actor/hooks.h"
 #include "actor/limits.h"
@@ -278,12 +279,6 @@ gpa_status gpa__options_resolve(const gpa_actor_options *user, gpa__opts *out);
 /* The process-wide options (environment and config file; no program
  * layer), read once. Any thread. */
 const gpa__opts *gpa__options_process(void);
-/* time: gpa__now_ns is CLOCK_MONOTONIC (deadlines); gpa__clock_ns a cheap
- * duration clock on the same scale (TSC where invariant), set up by
- * gpa__clock_init before the first actor runs. */
-int64_t gpa__now_ns(void);
-int64_t gpa__clock_ns(void);
-void gpa__clock_init(void);
 
 /* handle.c: message pool and completion */
 gpa__msg *gpa__msg_new(gpa_actor *a, int kind); /* NULL + error set on failure */

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "actor/clock.h"
 #include "actor/status.h"
 #include "gpuactor.h"
 
@@ -75,7 +76,7 @@ typedef struct gpa__be_host {
   int32_t emb_bwd_rows;
   /* Completes deferred work w->m with st: any thread, no allocation, no
    * driver call (a driver's host-function thread calls it). Set w's err and
-   * device time first. */
+   * device time first (work done on the actor thread: gpa__clock_ns). */
   void (*complete)(gpa_actor *actor, gpa__msg *m, gpa_status st);
   /* Frees the cached buffers no one holds (the buffer cache's LRU); returns
    * the bytes freed. Actor thread; for a backend out of memory for its own

@@ -917,7 +917,9 @@ gpa_status gpa__cu_run_eager(gpa__cu_ctx *C, const gpa__work *w, const gpa_op_de
     /* Synchronous on the host (its time is the actor's): no record, no
      * event. Its copies go on the stream between two timed ops. */
     q->share = NULL;
+    int64_t t0 = gpa__clock_ns();
     gpa_status st = impl(x);
+    *w->device_ns = gpa__clock_ns() - t0;
     if (st != GPA_OK && st != GPA_SKIP && C->failed && !w->err[0]) failed_state(C, w->err, w->err_cap);
     return st;
   }
