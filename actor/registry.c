@@ -109,9 +109,15 @@ static gpa_status check_desc(const gpa_op_desc *d) {
     if (s->offset % 8 || s->offset + 8 > d->params_size)
       return gpa__fail(GPA_EINVAL, "gpa_op_register('%s'): attribute '%s' offset %u is unaligned or outside params_size %u",
                        d->name, s->name, s->offset, d->params_size);
-    for (uint32_t j = 0; j < i; j++)
+    for (uint32_t j = 0; j < i; j++) {
       if (!strcmp(d->attrs[j].name, s->name))
         return gpa__fail(GPA_EINVAL, "gpa_op_register('%s'): attribute '%s' listed twice", d->name, s->name);
+      /* one would overwrite the other's value; it also bounds n_attrs
+       * (GPA_OP_PARAMS_MAX / 8), which submit's matching relies on */
+      if (d->attrs[j].offset == s->offset)
+        return gpa__fail(GPA_EINVAL, "gpa_op_register('%s'): attributes '%s' and '%s' share offset %u", d->name,
+                         d->attrs[j].name, s->name, s->offset);
+    }
   }
   return GPA_OK;
 }

@@ -13,7 +13,6 @@
  * optimizer's nine attributes were over a hundred strcmp calls a message).
  * Spec names are unique (registry.c), so a name found twice is given twice.
  * at[j]: the attribute given for spec j, or NULL. */
-#define GPA__ATTRS_MATCHED 64
 static gpa_status match_attrs(const gpa_op_desc *d, const gpa_op_call *call, const gpa_attr **at) {
   const uint32_t n = d->n_attrs;
   for (uint32_t j = 0; j < n; j++) at[j] = NULL;
@@ -34,31 +33,13 @@ static gpa_status match_attrs(const gpa_op_desc *d, const gpa_op_call *call, con
 
 __attribute__((noinline)) static gpa_status parse_attrs(const gpa__op *op, const gpa_op_call *call, unsigned char *params) {
   const gpa_op_desc *d = &op->d;
-  const gpa_attr *given[GPA__ATTRS_MATCHED];
-  if (d->n_attrs <= GPA__ATTRS_MATCHED) {
-    gpa_status st = match_attrs(d, call, given);
-    if (st != GPA_OK) return st;
-  } else {
-    for (uint32_t i = 0; i < call->n_attrs; i++) {
-      const gpa_attr *at = &call->attrs[i];
-      if (!at->name) return gpa__fail(GPA_EINVAL, "%s: attrs[%u] has no name", d->name, i);
-      const gpa_attr_spec *s = NULL;
-      for (uint32_t j = 0; j < d->n_attrs; j++)
-        if (!strcmp(d->attrs[j].name, at->name)) s = &d->attrs[j];
-      if (!s) return gpa__fail(GPA_EINVAL, "%s: unknown attribute '%s'", d->name, at->name);
-      for (uint32_t j = 0; j < i; j++)
-        if (call->attrs[j].name && !strcmp(call->attrs[j].name, at->name))
-          return gpa__fail(GPA_EINVAL, "%s: attribute '%s' given twice", d->name, at->name);
-    }
-  }
+  /* registry.c bounds n_attrs: each attribute has its own 8 bytes of params */
+  const gpa_attr *given[GPA_OP_PARAMS_MAX / 8];
+  gpa_status st = match_attrs(d, call, given);
+  if (st != GPA_OK) return st;
   for (uint32_t j = 0; j < d->n_attrs; j++) {
     const gpa_attr_spec *s = &d->attrs[j];
-    const gpa_attr *at = NULL;
-    if (d->n_attrs <= GPA__ATTRS_MATCHED)
-      at = given[j];
-    else
-      for (uint32_t i = 0; i < call->n_attrs; i++)
-        if (!strcmp(call->attrs[i].name, s->name)) at = &call->attrs[i];
+    const gpa_attr *at = given[j];
     if (!at && s->required) return gpa__fail(GPA_EINVAL, "%s: missing required attribute '%s'", d->name, s->name);
     bool ranged = s->min <= s->max;
     if (s->type == GPA_ATTR_INT) {

@@ -150,6 +150,12 @@ int main(void) {
   EXPECT(gpa_op_register(reg, &(gpa_op_desc){.name = "x", .host = (gpa_op_impl_fn)1, .attrs = &bad_spec, .n_attrs = 1,
                                              .params_size = 16}),
          GPA_EINVAL, "offset");
+  /* Two attributes in one params slot: one would overwrite the other. Also
+   * what bounds an op's attributes to GPA_OP_PARAMS_MAX / 8 (submit.c). */
+  gpa_attr_spec shared_slot[2] = {{"a", GPA_ATTR_INT, 0, 8, 0, 0, 0, 0}, {"b", GPA_ATTR_FLOAT, 0, 8, 0, 0, 0, 0}};
+  EXPECT(gpa_op_register(reg, &(gpa_op_desc){.name = "x", .host = (gpa_op_impl_fn)1, .attrs = shared_slot,
+                                             .n_attrs = 2, .params_size = 16}),
+         GPA_EINVAL, "'a' and 'b' share offset 8");
   EXPECT(gpa_op_register(reg, &(gpa_op_desc){.name = "x", .host = (gpa_op_impl_fn)1, .params_size = 100000}), GPA_EINVAL,
          "params_size");
   EXPECT(gpa_op_register(reg, &(gpa_op_desc){.name = "x", .host = (gpa_op_impl_fn)1, .min_inputs = 3, .max_inputs = 2}),

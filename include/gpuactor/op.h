@@ -44,7 +44,8 @@ typedef struct gpa_attr_spec {
   const char *name;
   int32_t type;       /* GPA_ATTR_INT (stored as int64_t) or GPA_ATTR_FLOAT (double) */
   int32_t required;   /* 1: missing is an error; 0: default_* is stored */
-  uint32_t offset;    /* byte offset of the value in the params block */
+  uint32_t offset;    /* byte offset of the value in the params block: a multiple of 8, one attribute
+                         each (gpa_op_register: EINVAL otherwise) */
   int64_t default_i;
   double default_f;
   double min, max;    /* accepted range, inclusive; min > max = unbounded */
