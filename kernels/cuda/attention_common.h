@@ -1,8 +1,10 @@
 /* What the attention kernels share (attention.cu: fp32; attention_fa2*.cu:
- * bf16 and fp16 with tensor cores): the masking rule, the key-length clamp,
- * the element conversions and the delta kernel's body. Semantics as the
- * host's (kernels/host/attention.h): query row s sees keys j < min(len,
- * s + Sk - S + 1) (causal, bottom-right aligned) or j < len. */
+ * bf16 and fp16 with tensor cores; attention_f32tc*.cu: fp32 with tensor
+ * cores): the masking rule, the key-length clamp, the element conversions,
+ * the delta kernel's body and the tensor-core backward passes' common
+ * steps. Semantics as the host's (kernels/host/attention.h): query row s
+ * sees keys j < min(len, s + Sk - S + 1) (causal, bottom-right aligned) or
+ * j < len. */
 #ifndef GPA_ATTENTION_COMMON_H
 #define GPA_ATTENTION_COMMON_H
 #include <cuda_bf16.h>
@@ -10,6 +12,7 @@
 #include <type_traits>
 
 #include "gpa_kernel.h"
+#include "gpa_mma.h"
 
 /* Loops over register arrays are unrolled (no local memory); the host
  * compiler of the emulated build does not know the pragma. */
@@ -74,6 +77,50 @@ struct attn_kv_steps {
   __device__ __forceinline__ int head(int i) const { return i / per_head; }
   __device__ __forceinline__ int row0(int i) const { return first + (i % per_head) * QS; }
 };
+
+/* log2(e): the tensor-core kernels take exp as exp2 of x log2e */
+static constexpr float ATTN_LOG2E = 1.4426950408889634f;
+
+/* Two accumulator tiles zeroed together (a dK/dV pass's dK and dV, a
+ * step's S^T and dP^T). */
+template <int N>
+static __device__ __forceinline__ void attn_zero2(float (&a)[N][4], float (&b)[N][4]) {
+  UNROLL
+  for (int n = 0; n < N; n++)
+    UNROLL
+    for (int i = 0; i < 4; i++) a[n][i] = b[n][i] = 0.0f;
+}
+
+/* The start of a tensor-core dK/dV pass (attention_f32tc_bwd.cu,
+ * attention_fa2_bwd.cu): dK and dV zeroed; when the block has query steps,
+ * its K and V tiles (load_kv) and the first step (load_step(0, 0): into
+ * buffer 0) copied as one cp.async group, which the steps' loop waits for. */
+template <int N, class LoadKV, class LoadStep>
+static __device__ __forceinline__ void attn_dkv_start(float (&ak)[N][4], float (&av)[N][4], int n_steps,
+                                                      LoadKV &&load_kv, LoadStep &&load_step) {
+  attn_zero2(ak, av);
+  if (n_steps > 0) {
+    load_kv();
+    load_step(0, 0);
+    gpa_cp_async_commit();
+  }
+}
+
+/* A dK/dV query step's row statistics into buffer buf of sL and sD (QS
+ * rows each): lse log2e and delta of query head hq's rows row0.. of batch
+ * b, n of them inside S; the rest get -inf and 0 (P^T 0, no term). (The
+ * index written out in full, as the passes had it: from a precomputed
+ * base, nvcc orders their PTX otherwise.) */
+template <int QS, int NT>
+static __device__ __forceinline__ void attn_step_stats(float *sL, float *sD, int buf, const float *lse,
+                                                       const float *delta, int b, int H, int hq, int S, int row0,
+                                                       int n, int tid) {
+  for (int r = tid; r < QS; r += NT) {
+    const long long at = ((long long)b * H + hq) * S + row0 + r;
+    sL[buf * QS + r] = r < n ? lse[at] * ATTN_LOG2E : -INFINITY;
+    sD[buf * QS + r] = r < n ? delta[at] : 0.0f;
+  }
+}
 
 /* The tensor-core dK/dV passes' P^T and dS^T (attention_f32tc_bwd.cu,
  * attention_fa2_bwd.cu), in place over a warp's S^T (st) and dP^T (dpt):

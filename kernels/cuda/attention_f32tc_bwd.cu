@@ -55,8 +55,6 @@ struct tc32b_cfg {
   static constexpr int BKV = 64, QS = DM > 64 ? 16 : 32, QR = 64, KT = DM > 64 ? 16 : 32;
 };
 
-static constexpr float TC32_LOG2E = 1.4426950408889634f;
-
 #define TC32B_ARGS                                                                                               \
   const float *__restrict__ dout, const float *__restrict__ q, const float *__restrict__ k,                     \
       const float *__restrict__ v, const float *__restrict__ lse, const float *__restrict__ delta,              \
@@ -81,7 +79,7 @@ static __device__ __forceinline__ void tc32_dkv(TC32B_ARGS) {
   const int items = steps.n;
   const long long ldq = (long long)H * D, ldkv = (long long)Hkv * D;
   const long long kvoff = ((long long)b * Sk + j0) * ldkv + (long long)kh * D;
-  const float sl2 = scale * TC32_LOG2E;
+  const float sl2 = scale * ATTN_LOG2E;
 
   /* item i: query head kh * grp + steps.head(i), rows steps.row0(i).. */
   auto load_item = [&](int i, int buf) {
@@ -89,24 +87,17 @@ static __device__ __forceinline__ void tc32_dkv(TC32B_ARGS) {
     const long long off = ((long long)b * S + row0) * ldq + (long long)hq * D;
     tc32_load<QS, LDB, NT>(sQ + buf * QS * LDB, q + off, ldq, n, D, tid);
     tc32_load<QS, LDB, NT>(sO + buf * QS * LDB, dout + off, ldq, n, D, tid);
-    for (int r = tid; r < QS; r += NT) {
-      const long long at = ((long long)b * H + hq) * S + row0 + r;
-      sL[buf * QS + r] = r < n ? lse[at] * TC32_LOG2E : -INFINITY;
-      sDl[buf * QS + r] = r < n ? delta[at] : 0.0f;
-    }
+    attn_step_stats<QS, NT>(sL, sDl, buf, lse, delta, b, H, hq, S, row0, n, tid);
   };
 
   float ak[NO][4], av[NO][4];
-  UNROLL
-  for (int n = 0; n < NO; n++)
-    UNROLL
-    for (int i = 0; i < 4; i++) ak[n][i] = av[n][i] = 0.0f;
-  if (items > 0) {
-    tc32_load<BKV, LDA, NT>(sK, k + kvoff, ldkv, nc, D, tid);
-    tc32_load<BKV, LDA, NT>(sV, v + kvoff, ldkv, nc, D, tid);
-    load_item(0, 0);
-    gpa_cp_async_commit();
-  }
+  attn_dkv_start(
+      ak, av, items,
+      [&] {
+        tc32_load<BKV, LDA, NT>(sK, k + kvoff, ldkv, nc, D, tid);
+        tc32_load<BKV, LDA, NT>(sV, v + kvoff, ldkv, nc, D, tid);
+      },
+      load_item);
   const int key0 = j0 + w * 16 + g, key1 = key0 + 8;
   const float *sKw = sK + (w * 16 + g) * LDA + 4 * t, *sVw = sV + (w * 16 + g) * LDA + 4 * t;
   for (int it = 0; it < items; it++) {
@@ -117,10 +108,7 @@ static __device__ __forceinline__ void tc32_dkv(TC32B_ARGS) {
     const int row0 = steps.row0(it);
     /* S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys x QS queries */
     float st[NQ][4], dpt[NQ][4];
-    UNROLL
-    for (int n = 0; n < NQ; n++)
-      UNROLL
-      for (int i = 0; i < 4; i++) st[n][i] = dpt[n][i] = 0.0f;
+    attn_zero2(st, dpt);
     UNROLL
     for (int c = 0; c < KC; c++)
       if (c * 16 < D) {
@@ -196,13 +184,13 @@ static __device__ __forceinline__ void tc32_dq(TC32B_ARGS) {
    * add nothing to the warp's rows */
   const int wlim = rw < S ? attn_limit(kvlen, rw + 15 < S ? rw + 15 : S - 1, S, Sk, causal) : 0;
   const long long at = ((long long)b * H + h) * S;
-  const float L0 = r0 < S ? lse[at + r0] * TC32_LOG2E : 0.0f, L1 = r1 < S ? lse[at + r1] * TC32_LOG2E : 0.0f;
+  const float L0 = r0 < S ? lse[at + r0] * ATTN_LOG2E : 0.0f, L1 = r1 < S ? lse[at + r1] * ATTN_LOG2E : 0.0f;
   const float D0 = r0 < S ? delta[at + r0] : 0.0f, D1 = r1 < S ? delta[at + r1] : 0.0f;
   const long long ldq = (long long)H * D, ldkv = (long long)Hkv * D;
   const long long qoff = ((long long)b * S + row0) * ldq + (long long)h * D;
   const float *kb = k + (long long)b * Sk * ldkv + (long long)kh * D;
   const float *vb = v + (long long)b * Sk * ldkv + (long long)kh * D;
-  const float sl2 = scale * TC32_LOG2E;
+  const float sl2 = scale * ATTN_LOG2E;
 
   tc32_load<QR, LDA, NT>(sQ, q + qoff, ldq, nrows, D, tid);
   tc32_load<QR, LDA, NT>(sO, dout + qoff, ldq, nrows, D, tid);
@@ -228,10 +216,7 @@ static __device__ __forceinline__ void tc32_dq(TC32B_ARGS) {
       const float *tK = sK + buf * KT * LDB, *tV = sV + buf * KT * LDA;
       /* S = Q K^T, dP = dO V^T: the warp's 16 rows x KT keys */
       float s[NB][4], dp[NB][4];
-      UNROLL
-      for (int n = 0; n < NB; n++)
-        UNROLL
-        for (int i = 0; i < 4; i++) s[n][i] = dp[n][i] = 0.0f;
+      attn_zero2(s, dp);
       UNROLL
       for (int c = 0; c < KC; c++)
         if (c * 16 < D) {

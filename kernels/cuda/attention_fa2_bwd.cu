@@ -64,8 +64,6 @@ static __device__ __forceinline__ void fa2_put2(void *base, long long at, float 
     *reinterpret_cast<float2 *>(static_cast<float *>(base) + at) = make_float2(a, b);
 }
 
-static constexpr float FA2_LOG2E = 1.4426950408889634f;
-
 /* dq += a, b at p and p + 1 (fp32, 8-byte aligned), unordered: on sm_90
  * one vector reduction (red.global.add.v2.f32, sm_90 and later), else two
  * scalar atomicAdds (results unused). */
@@ -164,7 +162,7 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T), float *__restrict__
   const int items = steps.n;
   const long long ldq = (long long)H * Dc, ldkv = (long long)Hkv * Dc;
   const long long kvoff = ((long long)b * Sk + j0) * ldkv + (long long)kh * Dc;
-  const float sl2 = scale * FA2_LOG2E;
+  const float sl2 = scale * ATTN_LOG2E;
 
   /* item i: query head kh * grp + steps.head(i), rows steps.row0(i).. */
   auto load_item = [&](int i, int buf) {
@@ -172,24 +170,17 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T), float *__restrict__
     const long long off = ((long long)b * S + row0) * ldq + (long long)hq * Dc;
     fa2_load_x<T, QT, LD, NT, EX, DM>(sQ + buf * QT * LD, q + off, ldq, n, D, tid);
     fa2_load_x<T, QT, LD, NT, EX, DM>(sO + buf * QT * LD, dout + off, ldq, n, D, tid);
-    for (int r = tid; r < QT; r += NT) {
-      const long long at = ((long long)b * H + hq) * S + row0 + r;
-      sL[buf * QT + r] = r < n ? lse[at] * FA2_LOG2E : -INFINITY;
-      sDl[buf * QT + r] = r < n ? delta[at] : 0.0f;
-    }
+    attn_step_stats<QT, NT>(sL, sDl, buf, lse, delta, b, H, hq, S, row0, n, tid);
   };
 
   float ak[NA][4], av[NA][4];
-  UNROLL
-  for (int n = 0; n < NA; n++)
-    UNROLL
-    for (int i = 0; i < 4; i++) ak[n][i] = av[n][i] = 0.0f;
-  if (items > 0) {
-    fa2_load_x<T, BKV, LD, NT, EX, DM>(sK, k + kvoff, ldkv, nc, D, tid);
-    fa2_load_x<T, BKV, LD, NT, EX, DM>(sV, v + kvoff, ldkv, nc, D, tid);
-    load_item(0, 0);
-    gpa_cp_async_commit();
-  }
+  attn_dkv_start(
+      ak, av, items,
+      [&] {
+        fa2_load_x<T, BKV, LD, NT, EX, DM>(sK, k + kvoff, ldkv, nc, D, tid);
+        fa2_load_x<T, BKV, LD, NT, EX, DM>(sV, v + kvoff, ldkv, nc, D, tid);
+      },
+      load_item);
   /* EX at DM 64: the warp's K and V fragments (its 16 keys, all of D)
    * loaded once into registers, where the class kernels re-read them from
    * shared memory every query step: a fifth of the pass's ldmatrix traffic
@@ -209,10 +200,7 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T), float *__restrict__
     const int row0 = steps.row0(it);
     /* S^T and dP^T: the warp's 16 keys x QT queries */
     float st[NQ][4], dpt[NQ][4];
-    UNROLL
-    for (int n = 0; n < NQ; n++)
-      UNROLL
-      for (int i = 0; i < 4; i++) st[n][i] = dpt[n][i] = 0.0f;
+    attn_zero2(st, dpt);
     if constexpr (KEEP_KV) {
       if (it == 0) {
         UNROLL
@@ -329,7 +317,7 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
   const long long qoff = ((long long)b * S + row0) * ldq + (long long)h * Dc;
   const T *kb = k + (long long)b * Sk * ldkv + (long long)kh * Dc;
   const T *vb = v + (long long)b * Sk * ldkv + (long long)kh * Dc;
-  const float sl2 = scale * FA2_LOG2E;
+  const float sl2 = scale * ATTN_LOG2E;
 
   fa2_load_x<T, BR, LD, NT, EX, DM>(sQ, q + qoff, ldq, nrows, D, tid);
   fa2_load_x<T, BR, LD, NT, EX, DM>(sO, dout + qoff, ldq, nrows, D, tid);
@@ -393,7 +381,7 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
         UNROLL
         for (int hf = 0; hf < 2; hf++) {
           const int r = rw + mt * 16 + hf * 8 + g;
-          L[hf] = r < S ? lse[at + r] * FA2_LOG2E : 0.0f;
+          L[hf] = r < S ? lse[at + r] * ATTN_LOG2E : 0.0f;
           Dl[hf] = r < S ? delta[at + r] : 0.0f;
         }
         UNROLL
