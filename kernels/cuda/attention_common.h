@@ -106,20 +106,28 @@ static __device__ __forceinline__ void attn_dkv_start(float (&ak)[N][4], float (
   }
 }
 
-/* A dK/dV query step's row statistics into buffer buf of sL and sD (QS
- * rows each): lse log2e and delta of query head hq's rows row0.. of batch
- * b, n of them inside S; the rest get -inf and 0 (P^T 0, no term). (The
+/* Row r of a dK/dV query step's statistics into buffer buf of sL and sD
+ * (QS rows each): lse log2e and delta of query head hq's row row0 + r of
+ * batch b, if r < n (inside S); else -inf and 0 (P^T 0, no term). (The
  * index written out in full, as the passes had it: from a precomputed
  * base, nvcc orders their PTX otherwise.) */
+template <int QS>
+static __device__ __forceinline__ void attn_step_row(float *sL, float *sD, int buf, const float *lse,
+                                                     const float *delta, int b, int H, int hq, int S, int row0,
+                                                     int n, int r) {
+  const long long at = ((long long)b * H + hq) * S + row0 + r;
+  sL[buf * QS + r] = r < n ? lse[at] * ATTN_LOG2E : -INFINITY;
+  sD[buf * QS + r] = r < n ? delta[at] : 0.0f;
+}
+
+/* All QS rows over NT threads (attn_step_row). A loop, even where NT >= QS
+ * makes it one pass: nvcc's code for the two passes that call it follows
+ * its form (an `if` there changes their PTX throughout). */
 template <int QS, int NT>
 static __device__ __forceinline__ void attn_step_stats(float *sL, float *sD, int buf, const float *lse,
                                                        const float *delta, int b, int H, int hq, int S, int row0,
                                                        int n, int tid) {
-  for (int r = tid; r < QS; r += NT) {
-    const long long at = ((long long)b * H + hq) * S + row0 + r;
-    sL[buf * QS + r] = r < n ? lse[at] * ATTN_LOG2E : -INFINITY;
-    sD[buf * QS + r] = r < n ? delta[at] : 0.0f;
-  }
+  for (int r = tid; r < QS; r += NT) attn_step_row<QS>(sL, sD, buf, lse, delta, b, H, hq, S, row0, n, r);
 }
 
 /* The tensor-core dK/dV passes' P^T and dS^T (attention_f32tc_bwd.cu,

@@ -126,8 +126,7 @@ static __device__ __forceinline__ void fa2_acc_to_a(unsigned a[4], const float l
 
 /* Two adjacent gradient values at element `at` of an array in fp32 or,
  * when grads_t, in T (each rounded once from its fp32 sum): the backward's
- * pair stores (attention_fa2_dkv128.cu; attention_fa2_bwd.cu's fa2_put2 is
- * the same store). */
+ * pair stores (attention_fa2_bwd.cu, attention_fa2_dkv128.cu). */
 template <class T>
 static __device__ __forceinline__ void fa2_store2(void *base, long long at, float a, float b, int grads_t) {
   if (grads_t)

@@ -55,15 +55,6 @@ struct fa2_bwd_cfg {
       float scale, int causal, int grads_t
 #define FA2B_PASS dout, q, k, v, lse, delta, lens, dq, dk, dv, S, Sk, H, Hkv, D, scale, causal, grads_t
 
-/* Two adjacent gradient values at element `at` of an fp32 or T array. */
-template <class T>
-static __device__ __forceinline__ void fa2_put2(void *base, long long at, float a, float b, int grads_t) {
-  if (grads_t)
-    *reinterpret_cast<unsigned *>(static_cast<T *>(base) + at) = gpa_pack2<T>(a, b);
-  else
-    *reinterpret_cast<float2 *>(static_cast<float *>(base) + at) = make_float2(a, b);
-}
-
 /* dq += a, b at p and p + 1 (fp32, 8-byte aligned), unordered: on sm_90
  * one vector reduction (red.global.add.v2.f32, sm_90 and later), else two
  * scalar atomicAdds (results unused). */
@@ -271,12 +262,12 @@ static __device__ __forceinline__ void fa2_dkv(FA2B_ARGS(T), float *__restrict__
     const int c = n * 8 + 2 * t;
     if (c0 + c < Dc) {
       if (key0 < Sk) {
-        fa2_put2<T>(dv, o0 + c, av[n][0], av[n][1], grads_t);
-        fa2_put2<T>(dk, o0 + c, ak[n][0] * scale, ak[n][1] * scale, grads_t);
+        fa2_store2<T>(dv, o0 + c, av[n][0], av[n][1], grads_t);
+        fa2_store2<T>(dk, o0 + c, ak[n][0] * scale, ak[n][1] * scale, grads_t);
       }
       if (key1 < Sk) {
-        fa2_put2<T>(dv, o1 + c, av[n][2], av[n][3], grads_t);
-        fa2_put2<T>(dk, o1 + c, ak[n][2] * scale, ak[n][3] * scale, grads_t);
+        fa2_store2<T>(dv, o1 + c, av[n][2], av[n][3], grads_t);
+        fa2_store2<T>(dk, o1 + c, ak[n][2] * scale, ak[n][3] * scale, grads_t);
       }
     }
   }
@@ -425,8 +416,8 @@ static __device__ __forceinline__ void fa2_dq(FA2B_ARGS(T)) {
     for (int n = 0; n < NO; n++) {
       const int c = n * 8 + 2 * t;
       if (c < Dc) {
-        if (r0 < S) fa2_put2<T>(dq, o0 + c, aq[mt][n][0] * scale, aq[mt][n][1] * scale, grads_t);
-        if (r1 < S) fa2_put2<T>(dq, o1 + c, aq[mt][n][2] * scale, aq[mt][n][3] * scale, grads_t);
+        if (r0 < S) fa2_store2<T>(dq, o0 + c, aq[mt][n][0] * scale, aq[mt][n][1] * scale, grads_t);
+        if (r1 < S) fa2_store2<T>(dq, o1 + c, aq[mt][n][2] * scale, aq[mt][n][3] * scale, grads_t);
       }
     }
   }

@@ -50,7 +50,6 @@ static __device__ __forceinline__ void fa2k_dkv(const T *__restrict__ dout, cons
   typedef fa2k_cfg<DM> C;
   constexpr int LD = C::LD, LDP = C::LDP, NT = C::NT, BKV = C::BKV, QT = C::QT, KF = C::KF, DH = C::DH;
   constexpr int NH = C::NH;
-  constexpr float LOG2E = 1.4426950408889634f;
   GPA_DYNAMIC_SHARED(T, sK);
   T *sV = sK + BKV * LD, *sQ = sV + BKV * LD, *sO = sQ + 2 * QT * LD; /* Q, dO: [2][QT][LD] */
   T *sP = sO + 2 * QT * LD, *sS = sP + BKV * LDP;                     /* P^T, dS^T: [BKV][LDP] */
@@ -64,18 +63,14 @@ static __device__ __forceinline__ void fa2k_dkv(const T *__restrict__ dout, cons
   const int items = steps.n;
   const long long ldq = (long long)H * DM, ldkv = (long long)Hkv * DM;
   const long long kvoff = ((long long)b * Sk + j0) * ldkv + (long long)kh * DM;
-  const float sl2 = scale * LOG2E;
+  const float sl2 = scale * ATTN_LOG2E;
 
   auto load_item = [&](int i, int buf) {
     const int hq = kh * grp + steps.head(i), row0 = steps.row0(i), n = S - row0 < QT ? S - row0 : QT;
     const long long off = ((long long)b * S + row0) * ldq + (long long)hq * DM;
     fa2_load_c<T, QT, LD, NT, DM>(sQ + buf * QT * LD, q + off, ldq, n, tid);
     fa2_load_c<T, QT, LD, NT, DM>(sO + buf * QT * LD, dout + off, ldq, n, tid);
-    if (tid < QT) {
-      const long long at = ((long long)b * H + hq) * S + row0 + tid;
-      sL[buf * QT + tid] = tid < n ? lse[at] * LOG2E : -INFINITY;
-      sDl[buf * QT + tid] = tid < n ? delta[at] : 0.0f;
-    }
+    if (tid < QT) attn_step_row<QT>(sL, sDl, buf, lse, delta, b, H, hq, S, row0, n, tid);
   };
 
   float ak[2][NH][4], av[2][NH][4]; /* the warp's 32 keys x DH columns */
