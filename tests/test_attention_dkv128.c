@@ -27,28 +27,11 @@ static unsigned long long k128_calls(void) {
 #endif
 }
 
-/* attention_bwd on in[] (deterministic det); gradients into g (f32) or,
- * dtype16, into u16 (16-bit, in the same order: dq, dk, dv). Returns
- * whether the 128-key kernels took the call. */
+/* gpa_afix_bwd; returns whether the 128-key kernels took the call. */
 static int bwd(gpa_nt *t, const char *what, const gpa_tensor *in, uint32_t nin, const int64_t qs[4],
                const int64_t ks[4], int causal, int det, int dtype16, float *g, uint16_t *u16) {
-  const int64_t nq = qs[0] * qs[1] * qs[2] * qs[3], nk = ks[0] * ks[1] * ks[2] * ks[3];
-  gpa_attr at[2] = {{"causal", GPA_ATTR_INT, causal, 0}, {"deterministic", GPA_ATTR_INT, det, 0}};
-  gpa_tensor out[3] = {gpa_nt_out(t, 4, qs), gpa_nt_out(t, 4, ks), gpa_nt_out(t, 4, ks)};
-  if (dtype16) {
-    for (int64_t j = 0; j < nq + 2 * nk; j++) u16[j] = dtype16 == GPA_F16 ? 0x7e00u : 0x7fc0u; /* NaN */
-    out[0] = gpa_nt_tensor(t, dtype16, 4, qs, u16);
-    out[1] = gpa_nt_tensor(t, dtype16, 4, ks, u16 + nq);
-    out[2] = gpa_nt_tensor(t, dtype16, 4, ks, u16 + nq + nk);
-  }
   const unsigned long long c0 = k128_calls();
-  gpa_status st = gpa_nt_run(t, "attention_bwd", in, nin, out, 3, at, 2);
-  if (st != GPA_OK) {
-    char w[1024];
-    snprintf(w, sizeof w, "%s: attention_bwd deterministic=%d: %s: %s", what, det, gpa_status_name(st), gpa_nt_msg);
-    gpa_nt_fail(t, w);
-  }
-  gpa_afix_read_grads(t, out, dtype16 ? (void *)u16 : (void *)g);
+  gpa_afix_bwd(t, what, in, nin, qs, ks, causal, det, dtype16, g, u16);
   return k128_calls() > c0;
 }
 

@@ -50,6 +50,13 @@ void gpa_afix_upload(gpa_nt *t, afix *x);
 /* Reads the backward's three outputs into g (dq, dk, dv in a row, in their
  * dtype). */
 void gpa_afix_read_grads(gpa_nt *t, const gpa_tensor out[3], void *g);
+/* attention_bwd on in[] (nin tensors; q of shape qs, k and v of ks) with
+ * the causal and deterministic attributes; gradients dq, dk, dv into g (f32:
+ * nq + 2 nk floats) or, dtype16 (GPA_BF16 or GPA_F16), into u16 (the same
+ * count of 16-bit values, NaN before the call). A failure fails the test,
+ * naming what. */
+void gpa_afix_bwd(gpa_nt *t, const char *what, const gpa_tensor *in, uint32_t nin, const int64_t qs[4],
+                  const int64_t ks[4], int causal, int det, int dtype16, float *g, uint16_t *u16);
 /* o within rtol_o, lse within 1e-5 of the reference (with its magnitudes). */
 void gpa_afix_check_fwd(gpa_nt *t, const afix *x, const float *o, const float *lse, double rtol_o);
 /* dq, dk, dv within rtol of the reference; note (nullable) follows each
