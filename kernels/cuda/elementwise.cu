@@ -5,6 +5,7 @@
  * accesses when aligned). Grid-stride loops over 64-bit indices; the host side caps the grid
  * (backends/cuda/kernels.c). Semantics and formulas follow kernels/host/. */
 #include "adamw_multi.h"
+#include "gelu_tanh.h"
 #include "gpa_bf16.h"
 
 #define GS_LOOP(i, n) \
@@ -154,8 +155,6 @@ extern "C" __global__ void gpa_ew_add_broadcast_f32(float *y, const float *x, co
 
 /* ---- GELU ------------------------------------------------------------------------------------------ */
 
-#define K_TANH 0.7978845608028654f /* sqrt(2/pi) */
-#define C_TANH 0.044715f
 #define INV_SQRT2PI 0.3989422804014327f
 
 /* erf form, a = |x| clamped to 13, phi the normal density:
@@ -224,7 +223,7 @@ static __device__ __forceinline__ float gelu_tail(float a, float *phi) {
 }
 
 static __device__ __forceinline__ float gelu_f(float v, int approximate) {
-  if (approximate) return v / (1.0f + expf(-2.0f * K_TANH * (v + C_TANH * v * v * v)));
+  if (approximate) return gpa_gelu_tanh(v);
   /* y = max(x, 0) - a Phi(-a) for either sign (the host's form: one FMA,
    * no select); below -13, -13 Phi(-13) (~1e-37) stands for x Phi(x):
    * -inf gives ~0, not -inf */
@@ -234,14 +233,7 @@ static __device__ __forceinline__ float gelu_f(float v, int approximate) {
 }
 
 static __device__ __forceinline__ float gelu_grad(float v, int approximate) {
-  if (approximate) {
-    float a = -2.0f * K_TANH * (v + C_TANH * v * v * v);
-    a = fminf(fmaxf(a, -80.0f), 80.0f);
-    const float e = expf(a);
-    const float s = 1.0f / (1.0f + e), s1 = e * s;
-    const float du = K_TANH * (1.0f + 3.0f * C_TANH * v * v);
-    return s + 2.0f * v * s * s1 * du;
-  }
+  if (approximate) return gpa_gelu_tanh_grad(v);
   /* Phi(x) + x phi(x), x clamped as a: finite at +-inf (gelu' -> 1, 0) */
   const float a = gelu_abs(v);
   float phi;

@@ -1,14 +1,12 @@
 /* Kernels around the cuBLAS GEMMs of linear and conv1d (CUDA backend):
  * the bias/GELU epilogue of linear (fp32 and bf16 storage), im2col / col2im and the bias passes of
  * conv1d. Every sum runs in a fixed order (deterministic, no atomics). */
+#include "gelu_tanh.h"
 #include "gpa_bf16.h"
 #include "split_sum.h"
 
 #define GS_LOOP(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
-
-#define K_TANH 0.7978845608028654f
-#define C_TANH 0.044715f
 
 /* v = acc + b[col]; pre = v (when pre != NULL); y = gelu ? gelu_tanh(v) : v.
  * acc may be y or pre (elementwise in place). */
@@ -18,7 +16,7 @@ extern "C" __global__ void gpa_lin_epilogue_f32(float *y, float *pre, const floa
     float v = acc[i];
     if (b) v += b[i % cols];
     if (pre) pre[i] = v;
-    y[i] = gelu ? v / (1.0f + expf(-2.0f * K_TANH * (v + C_TANH * v * v * v))) : v;
+    y[i] = gelu ? gpa_gelu_tanh(v) : v;
   }
 }
 
@@ -31,19 +29,8 @@ extern "C" __global__ void gpa_lin_epilogue_bf16(gpa_bf16 *y, gpa_bf16 *pre, con
     float v = acc[i];
     if (b) v += gpa_bf2f(b[i % cols]);
     if (pre) pre[i] = gpa_f2bf(v);
-    y[i] = gpa_f2bf(gelu ? v / (1.0f + expf(-2.0f * K_TANH * (v + C_TANH * v * v * v))) : v);
+    y[i] = gpa_f2bf(gelu ? gpa_gelu_tanh(v) : v);
   }
-}
-
-/* d/dv of the tanh GELU: the formula of elementwise.cu's gelu_grad (so
- * the fp32 and bf16 backward form the same fp32 g). */
-static __device__ __forceinline__ float lin_gelu_grad(float v) {
-  float a = -2.0f * K_TANH * (v + C_TANH * v * v * v);
-  a = fminf(fmaxf(a, -80.0f), 80.0f);
-  const float e = expf(a);
-  const float s = 1.0f / (1.0f + e), s1 = e * s;
-  const float du = K_TANH * (1.0f + 3.0f * C_TANH * v * v);
-  return s + 2.0f * v * s * s1 * du;
 }
 
 /* The bf16 GELU backward's g = dy * gelu'(pre) in fp32, as two bf16 halves
@@ -55,7 +42,7 @@ extern "C" __global__ void gpa_lin_dgelu_split_bf16(gpa_bf16 *g2, const gpa_bf16
                                                     long long rows, long long cols, int halves) {
   GS_LOOP(i, rows * cols) {
     const long long r = i / cols, c = i - r * cols;
-    const float g = gpa_bf2f(dy[i]) * lin_gelu_grad(gpa_bf2f(pre[i]));
+    const float g = gpa_bf2f(dy[i]) * gpa_gelu_tanh_grad(gpa_bf2f(pre[i]));
     const gpa_bf16 hi = gpa_f2bf(g);
     g2[r * halves * cols + c] = hi;
     if (halves == 2) g2[r * 2 * cols + cols + c] = gpa_f2bf(g - gpa_bf2f(hi));
@@ -193,7 +180,7 @@ static __device__ void col_sum(double *part, float *out, const T *x, const gpa_b
   if (j < cols)
     for (long long i = i0 + ty; i < i1; i += sl) {
       float g = gpa_ldf(x, i * cols + j);
-      if (pre) g *= lin_gelu_grad(gpa_bf2f(pre[i * cols + j]));
+      if (pre) g *= gpa_gelu_tanh_grad(gpa_bf2f(pre[i * cols + j]));
       acc += (double)g;
     }
   part[ty * 32 + tx] = acc;
