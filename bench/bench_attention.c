@@ -342,6 +342,32 @@ static gpa_actor *fa2_actor(const char *env, const char *val, int *sim) {
   return a;
 }
 
+/* One shape's tensors (q, k, v, dout, o, lse, dq, dk, dv: random, lse
+ * f32) and the bench's forward and backward calls over them on actor a;
+ * the calls point into the set, which stays where it was made. */
+typedef struct fa2_set {
+  gpa_tensor t[9], fout[2], bin[6];
+  gpa_attr at;
+  gpa_op_call fwd, bwd;
+} fa2_set;
+
+static void fa2_set_init(fa2_set *s, gpa_actor *a, gpa_queue *q, int dt, const int64_t qs[4], int causal,
+                         uint64_t *seed) {
+  int64_t ls[3] = {qs[0], qs[2], qs[1]};
+  for (int i = 0; i < 9; i++)
+    s->t[i] = gpa_bench_device_tensor(a, q, i == 5 ? GPA_F32 : dt, i == 5 ? 3 : 4, i == 5 ? ls : qs, seed);
+  s->at = (gpa_attr){"causal", GPA_ATTR_INT, causal, 0};
+  s->fout[0] = s->t[4], s->fout[1] = s->t[5];
+  const int order[6] = {3, 0, 1, 2, 4, 5}; /* dout, q, k, v, o, lse */
+  for (int i = 0; i < 6; i++) s->bin[i] = s->t[order[i]];
+  s->fwd = (gpa_op_call){"bench_fa2_fwd", s->t, 3, s->fout, 2, &s->at, 1};
+  s->bwd = (gpa_op_call){"bench_fa2_bwd", s->bin, 6, s->t + 6, 3, &s->at, 1};
+}
+
+static void fa2_set_release(fa2_set *s, gpa_actor *a) {
+  for (int i = 0; i < 9; i++) gpa_buffer_release(a, s->t[i].buffer);
+}
+
 /* The class kernels (GPA_FA2_EXACT=0: actor ac) on one shape, beside the
  * same PyTorch figures tf[2]: rows "cuda_attention_fa2c_fwd" / "_bwd", so
  * that one run compares them with the default kernels' "cuda_attention_fa2_*"
@@ -350,19 +376,14 @@ static gpa_actor *fa2_actor(const char *env, const char *val, int *sim) {
 static void fa2c_rows(gpa_actor *ac, int dt, const int64_t qs[4], int causal, const char *shape, const double tf[2],
                       double flops, const char *note, int sim, int reps, int k, uint64_t *seed) {
   gpa_queue *q = gpa_actor_default_queue(ac);
-  int64_t ls[3] = {qs[0], qs[2], qs[1]};
-  gpa_tensor t[9]; /* q, k, v, dout, o, lse, dq, dk, dv */
-  for (int i = 0; i < 9; i++)
-    t[i] = gpa_bench_device_tensor(ac, q, i == 5 ? GPA_F32 : dt, i == 5 ? 3 : 4, i == 5 ? ls : qs, seed);
-  gpa_attr at = {"causal", GPA_ATTR_INT, causal, 0};
-  gpa_tensor fout[2] = {t[4], t[5]}, bin[6] = {t[3], t[0], t[1], t[2], t[4], t[5]};
-  gpa_op_call fwd = {"bench_fa2_fwd", t, 3, fout, 2, &at, 1}, bwd = {"bench_fa2_bwd", bin, 6, t + 6, 3, &at, 1};
+  fa2_set fs;
+  fa2_set_init(&fs, ac, q, dt, qs, causal, seed);
   char err[256] = "", extra[384];
   const unsigned long long f0 = __atomic_load_n(&gpa__attn_fa2x_fwd_calls, __ATOMIC_RELAXED);
   const unsigned long long b0 = __atomic_load_n(&gpa__attn_fa2x_bwd_calls, __ATOMIC_RELAXED);
   double ns[2];
-  ns[0] = gpa_bench_batch_ns(q, &fwd, k, reps, NULL, err, sizeof err);
-  ns[1] = ns[0] > 0 ? gpa_bench_batch_ns(q, &bwd, k, reps, NULL, err, sizeof err) : 0;
+  ns[0] = gpa_bench_batch_ns(q, &fs.fwd, k, reps, NULL, err, sizeof err);
+  ns[1] = ns[0] > 0 ? gpa_bench_batch_ns(q, &fs.bwd, k, reps, NULL, err, sizeof err) : 0;
   const int exact[2] = {__atomic_load_n(&gpa__attn_fa2x_fwd_calls, __ATOMIC_RELAXED) > f0,
                         __atomic_load_n(&gpa__attn_fa2x_bwd_calls, __ATOMIC_RELAXED) > b0};
   for (int dir = 0; dir < 2; dir++) {
@@ -380,7 +401,7 @@ static void fa2c_rows(gpa_actor *ac, int dt, const int64_t qs[4], int causal, co
     gpa_bench_emit(&r);
   }
   gpa_sync_batch(q, NULL);
-  for (int i = 0; i < 9; i++) gpa_buffer_release(ac, t[i].buffer);
+  fa2_set_release(&fs, ac);
 }
 
 /* The backward with its dK/dV on the 128-key, 8-warp kernels
@@ -392,17 +413,12 @@ static void fa2c_rows(gpa_actor *ac, int dt, const int64_t qs[4], int causal, co
 static void fa2k_row(gpa_actor *ak, int dt, const int64_t qs[4], int causal, const char *shape, double tf,
                      double flops, double default_ns, const char *note, int sim, int reps, int k, uint64_t *seed) {
   gpa_queue *q = gpa_actor_default_queue(ak);
-  int64_t ls[3] = {qs[0], qs[2], qs[1]};
-  gpa_tensor t[9]; /* q, k, v, dout, o, lse, dq, dk, dv */
-  for (int i = 0; i < 9; i++)
-    t[i] = gpa_bench_device_tensor(ak, q, i == 5 ? GPA_F32 : dt, i == 5 ? 3 : 4, i == 5 ? ls : qs, seed);
-  gpa_attr at = {"causal", GPA_ATTR_INT, causal, 0};
-  gpa_tensor fout[2] = {t[4], t[5]}, bin[6] = {t[3], t[0], t[1], t[2], t[4], t[5]};
-  gpa_op_call fwd = {"bench_fa2_fwd", t, 3, fout, 2, &at, 1}, bwd = {"bench_fa2_bwd", bin, 6, t + 6, 3, &at, 1};
+  fa2_set fs;
+  fa2_set_init(&fs, ak, q, dt, qs, causal, seed);
   char err[256] = "", extra[384];
-  double ns = gpa_bench_batch_ns(q, &fwd, 1, 1, NULL, err, sizeof err);
+  double ns = gpa_bench_batch_ns(q, &fs.fwd, 1, 1, NULL, err, sizeof err);
   const unsigned long long b0 = __atomic_load_n(&gpa__attn_fa2k_bwd_calls, __ATOMIC_RELAXED);
-  ns = ns > 0 ? gpa_bench_batch_ns(q, &bwd, k, reps, NULL, err, sizeof err) : 0;
+  ns = ns > 0 ? gpa_bench_batch_ns(q, &fs.bwd, k, reps, NULL, err, sizeof err) : 0;
   const int ran = __atomic_load_n(&gpa__attn_fa2k_bwd_calls, __ATOMIC_RELAXED) > b0;
   if (ns <= 0 || !ran) {
     fprintf(stderr, "gpa-bench cuda_attention_fa2 %s bwd (GPA_FA2_DKV128=1): %s\n", shape,
@@ -417,7 +433,7 @@ static void fa2k_row(gpa_actor *ak, int dt, const int64_t qs[4], int causal, con
     gpa_bench_emit(&r);
   }
   gpa_sync_batch(q, NULL);
-  for (int i = 0; i < 9; i++) gpa_buffer_release(ak, t[i].buffer);
+  fa2_set_release(&fs, ak);
 }
 
 void gpa_bench_cuda_attention_fa2(void) {
