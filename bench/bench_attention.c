@@ -453,26 +453,21 @@ void gpa_bench_cuda_attention_fa2(void) {
       for (int causal = 0; causal <= 1; causal++) {
         const int dt = dti ? GPA_F16 : GPA_BF16;
         const int64_t B = sim ? 1 : 4, H = sim ? 2 : shapes[si][0], S = sim ? 80 : shapes[si][1], D = shapes[si][2];
-        int64_t qs[4] = {B, S, H, D}, ls[3] = {B, H, S};
-        gpa_tensor tq = gpa_bench_device_tensor(a, q, dt, 4, qs, &seed), tk = gpa_bench_device_tensor(a, q, dt, 4, qs, &seed);
-        gpa_tensor tv = gpa_bench_device_tensor(a, q, dt, 4, qs, &seed), tdo = gpa_bench_device_tensor(a, q, dt, 4, qs, &seed);
-        gpa_tensor to = gpa_bench_device_tensor(a, q, dt, 4, qs, &seed), tl = gpa_bench_device_tensor(a, q, GPA_F32, 3, ls, &seed);
-        gpa_tensor g[3] = {gpa_bench_device_tensor(a, q, dt, 4, qs, &seed), gpa_bench_device_tensor(a, q, dt, 4, qs, &seed),
-                           gpa_bench_device_tensor(a, q, dt, 4, qs, &seed)};
-        gpa_attr at = {"causal", GPA_ATTR_INT, causal, 0};
-        gpa_tensor fin[3] = {tq, tk, tv}, fout[2] = {to, tl}, bin[6] = {tdo, tq, tk, tv, to, tl};
-        gpa_op_call fwd = {"bench_fa2_fwd", fin, 3, fout, 2, &at, 1}, bwd = {"bench_fa2_bwd", bin, 6, g, 3, &at, 1};
+        int64_t qs[4] = {B, S, H, D};
+        fa2_set fs;
+        fa2_set_init(&fs, a, q, dt, qs, causal, &seed);
         char err[256] = "", shape[96], args[96], extra[384];
         double ns[2];
         const unsigned long long f0 = __atomic_load_n(&gpa__attn_fa2x_fwd_calls, __ATOMIC_RELAXED);
         const unsigned long long b0 = __atomic_load_n(&gpa__attn_fa2x_bwd_calls, __ATOMIC_RELAXED);
-        ns[0] = gpa_bench_batch_ns(q, &fwd, k, reps, NULL, err, sizeof err); /* also the backward's o and lse */
-        ns[1] = ns[0] > 0 ? gpa_bench_batch_ns(q, &bwd, k, reps, NULL, err, sizeof err) : 0;
+        ns[0] = gpa_bench_batch_ns(q, &fs.fwd, k, reps, NULL, err, sizeof err); /* also the backward's o and lse */
+        ns[1] = ns[0] > 0 ? gpa_bench_batch_ns(q, &fs.bwd, k, reps, NULL, err, sizeof err) : 0;
         const int exact[2] = {__atomic_load_n(&gpa__attn_fa2x_fwd_calls, __ATOMIC_RELAXED) > f0,
                               __atomic_load_n(&gpa__attn_fa2x_bwd_calls, __ATOMIC_RELAXED) > b0};
         /* the non-deterministic backward (deterministic = 0) on the same inputs */
-        gpa_attr atn[2] = {at, {"deterministic", GPA_ATTR_INT, 0, 0}};
-        gpa_op_call bwdn = {"bench_fa2_bwd", bin, 6, g, 3, atn, 2};
+        gpa_attr atn[2] = {fs.at, {"deterministic", GPA_ATTR_INT, 0, 0}};
+        gpa_op_call bwdn = fs.bwd;
+        bwdn.attrs = atn, bwdn.n_attrs = 2;
         char errn[256] = "";
         const unsigned long long n0 = __atomic_load_n(&gpa__attn_fa2nd_bwd_calls, __ATOMIC_RELAXED);
         const double ns_nd = ns[0] > 0 ? gpa_bench_batch_ns(q, &bwdn, k, reps, NULL, errn, sizeof errn) : 0;
@@ -515,8 +510,7 @@ void gpa_bench_cuda_attention_fa2(void) {
           gpa_bench_emit(&r);
         }
         gpa_sync_batch(q, NULL);
-        const gpa_tensor all[9] = {tq, tk, tv, tdo, to, tl, g[0], g[1], g[2]};
-        for (int i = 0; i < 9; i++) gpa_buffer_release(a, all[i].buffer);
+        fa2_set_release(&fs, a);
         if (ac) fa2c_rows(ac, dt, qs, causal, shape, tf, flops, note, sim, reps, k, &seed);
         if (ak) fa2k_row(ak, dt, qs, causal, shape, tf[1], flops, ns[1], note, sim, reps, k, &seed);
       }
