@@ -63,19 +63,20 @@ static void *tensor_ptr(gpa_actor *a, const gpa_tensor *t) {
   return (char *)gpa__bufcache_slot(a->cache, t->buffer)->ptr + t->offset;
 }
 
-/* The actor, with nothing else to do, moves the collective itself: the
- * engine's progress thread then stays away, and the collective's end costs
- * no hand-off (on a machine with fewer cores than threads, a thread that
- * waits for the CPU is slower than one already on it). It stops at the first
- * message in its mailbox, at the collective's deadline, or after
- * GPA__COLL_POLL_NS (a peer far behind), and parks the queue. */
+/* The actor, with nothing else to do, moves the collective itself (beside
+ * the engine's progress thread, if it has one), so that the collective's
+ * end costs no hand-off (on a machine with fewer cores than threads, a
+ * thread that waits for the CPU is slower than one already on it). It
+ * stops at the first message in its mailbox, at the collective's deadline,
+ * or after GPA__COLL_POLL_NS (a peer far behind), and parks the queue. */
 #define GPA__COLL_POLL_NS 100000000ll
 
 static void poll_while_idle(gpa_actor *a, gpa_comm *c, gpa__coll *p) {
   int64_t t0 = gpa__now_ns(), stop = t0 + GPA__COLL_POLL_NS;
   if (p->deadline && p->deadline < stop) stop = p->deadline;
   for (uint32_t i = 1;; i++) {
-    if (c->eng->poll(c, p)) return;
+    /* the progress thread may have finished it (its wake-up follows) */
+    if (c->eng->poll(c, p) || atomic_load_explicit(&p->state, memory_order_acquire) == GPA__COLL_DONE) return;
     if ((i & 15) == 0) {
       if (!gpa__mailbox_empty(a) || atomic_load_explicit(&a->stopping, memory_order_relaxed)) return;
       if (gpa__now_ns() >= stop) return;
