@@ -8,11 +8,12 @@
  * at 0.53-0.93 of MPI's own then, 0.70-0.99 with both testing; docs/
  * collectives.md, "Measured".) MPI progresses non-blocking collectives
  * only inside MPI calls (a large transfer moves a fragment per call), so
- * the tests are what moves them: while anything is in flight the thread tests round after
- * round, yielding the core between rounds; only when nothing has completed
- * for SLOW_NS (a peer far behind) does it sleep 100 us between rounds. With
- * nothing in flight for HOT_IDLE_NS it sleeps on a condition variable. Two
- * threads call MPI at once, hence MPI_THREAD_MULTIPLE.
+ * the tests are what moves them: while anything is in flight the thread
+ * tests round after round, yielding the core between rounds; only when
+ * nothing has completed for SLOW_NS (a peer far behind) does it sleep
+ * 100 us between rounds. With nothing in flight for HOT_IDLE_NS it sleeps
+ * on a condition variable. Two threads call MPI at once, hence
+ * MPI_THREAD_MULTIPLE.
  *
  * A request the actor gave up on (cancel, abort) cannot be taken back from
  * MPI: it stays in flight, abandoned, until the peers reach it. detach
