@@ -202,6 +202,9 @@ static void release_device(gpa_actor *a) {
 /* Host-side structures that other threads may still read while a shutdown
  * runs (flags, queue and slot tables, the registry). */
 static void actor_free(gpa_actor *a) {
+  /* Its owner may have seen a collective complete before the engine that
+   * completed it has sent the wake-up (microseconds; comm.c) */
+  while (atomic_load_explicit(&a->holds, memory_order_acquire)) sched_yield();
   release_device(a);
   gpa__exts_destroy(a);
   gpa__queues_free(a);

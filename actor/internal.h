@@ -240,6 +240,10 @@ struct gpa_actor {
   _Atomic int stopping;     /* the actor drains and exits */
   _Atomic int shut;         /* shutdown finished: only host structures remain */
   _Atomic uint32_t producers;
+  /* other threads that will still touch this actor: an engine between a
+   * collective's completion and its wake-up (comm.c); the actor's memory
+   * is freed only once there are none */
+  _Atomic uint32_t holds;
   /* bumped by callers about to wait (actor.c, coalesce); apart from the
    * flags above, which every submit reads */
   _Alignas(64) _Atomic uint32_t hurry;

@@ -31,6 +31,14 @@ void gpa__coll_done(gpa__coll *op, gpa_status st, const char *why) {
   atomic_store_explicit(&op->state, GPA__COLL_DONE, memory_order_release);
 }
 
+gpa_actor *gpa__coll_done_held(gpa__coll *op, gpa_status st, const char *why) {
+  gpa_actor *a = op->c->a;
+  /* before the state: whoever sees it done may go on to destroy the actor */
+  atomic_fetch_add_explicit(&a->holds, 1, memory_order_relaxed);
+  gpa__coll_done(op, st, why);
+  return a;
+}
+
 static bool coll_ready(gpa_actor *a, gpa_queue *q, gpa__msg *m);
 
 /* Unparks the queues whose collective has finished. */
@@ -44,15 +52,26 @@ static gpa_status wake_fn(gpa_actor *a, gpa__msg *m) {
   return GPA_OK;
 }
 
-void gpa__coll_wake(gpa_actor *a) {
+_Atomic int64_t gpa__coll_wake_pause_ns;
+_Atomic uint64_t gpa__coll_wakes;
+
+static void wake(gpa_actor *a) {
   /* The actor itself looks at its parked queues before it sleeps. */
   if (pthread_equal(pthread_self(), a->thread)) return;
+  int64_t pause = atomic_load_explicit(&gpa__coll_wake_pause_ns, memory_order_relaxed);
+  if (pause) nanosleep(&(struct timespec){pause / 1000000000, pause % 1000000000}, NULL);
   if (atomic_load_explicit(&a->closing, memory_order_acquire)) return; /* the shutdown cancels what is parked */
   gpa__msg *m = gpa__msg_new(a, GPA__MSG_CALL);
   if (!m) return; /* out of memory: a deadline, if any, still ends the wait */
   m->fn = wake_fn;
   gpa__send(a, m);
   gpa__msg_unref(m);
+}
+
+void gpa__coll_wake(gpa_actor *a, uint32_t holds) {
+  wake(a);
+  atomic_fetch_add_explicit(&gpa__coll_wakes, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&a->holds, holds, memory_order_release); /* a may be freed from here on */
 }
 
 /* ---- the message class (actor thread) ------------------------------------ */

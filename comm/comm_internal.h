@@ -94,11 +94,19 @@ struct gpa_comm {
 extern const gpa__msg_class gpa__coll_class;
 extern const gpa__comm_engine gpa__comm_local, gpa__comm_mpi, gpa__comm_nccl;
 
-/* Engines: op finished with st (why: its error text, or NULL). Any thread,
- * never blocks; the caller then calls gpa__coll_wake(op's actor) once it
- * holds no lock of its own. */
+/* op finished with st (why: its error text, or NULL); never blocks. On the
+ * actor thread: gpa__coll_done. Elsewhere (engines): gpa__coll_done_held,
+ * which also holds op's actor (its memory stays, actor_free waits) and
+ * returns it; once the caller holds no lock of its own, gpa__coll_wake
+ * wakes that actor and lets go of `holds` such holds (one wake-up serves
+ * several ops of one actor; on the actor thread it only lets go). */
 void gpa__coll_done(gpa__coll *op, gpa_status st, const char *why);
-void gpa__coll_wake(gpa_actor *a);
+gpa_actor *gpa__coll_done_held(gpa__coll *op, gpa_status st, const char *why);
+void gpa__coll_wake(gpa_actor *a, uint32_t holds);
+/* Tests: a pause before each wake-up of another thread's actor (to stage a
+ * destroy racing it), and the count of gpa__coll_wake calls finished. */
+extern _Atomic int64_t gpa__coll_wake_pause_ns;
+extern _Atomic uint64_t gpa__coll_wakes;
 /* Marks c failed with st (the first reason stays). Any thread. */
 void gpa__comm_fail(gpa_comm *c, gpa_status st, const char *why);
 

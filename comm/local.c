@@ -29,20 +29,26 @@ typedef struct group {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static group *groups;
 
-/* actors to wake once the lock is dropped */
+/* actors to wake once the lock is dropped, each with the holds its ops'
+ * completions took: arrays of the group's size (each rank one actor) */
 typedef struct wakes {
-  gpa_actor *a[64];
+  gpa_actor **a;
+  uint32_t *holds;
   int n;
 } wakes;
 
 static void wake_add(wakes *w, gpa_actor *a) {
   for (int i = 0; i < w->n; i++)
-    if (w->a[i] == a) return;
-  if (w->n < 64) w->a[w->n++] = a;
+    if (w->a[i] == a) {
+      w->holds[i]++;
+      return;
+    }
+  w->a[w->n] = a;
+  w->holds[w->n++] = 1;
 }
 
 static void wake_all(wakes *w) {
-  for (int i = 0; i < w->n; i++) gpa__coll_wake(w->a[i]);
+  for (int i = 0; i < w->n; i++) gpa__coll_wake(w->a[i], w->holds[i]);
 }
 
 static void push(fifo *f, gpa__coll *op) {
@@ -74,9 +80,7 @@ static bool unlink_op(fifo *f, gpa__coll *op) {
 }
 
 static void finish(wakes *w, gpa__coll *op, gpa_status st, const char *why) {
-  gpa_actor *a = op->c->a;
-  gpa__coll_done(op, st, why);
-  wake_add(w, a);
+  wake_add(w, gpa__coll_done_held(op, st, why));
 }
 
 static const char *const names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "send", "recv"};
@@ -181,7 +185,9 @@ static void match_p2p(group *g, int32_t src, int32_t dst, wakes *w) {
 
 static gpa_status start(gpa_comm *c, gpa__coll *op, char *err, size_t cap) {
   group *g = c->es;
-  wakes w = {.n = 0};
+  gpa_actor *wa[g->size];
+  uint32_t wh[g->size];
+  wakes w = {wa, wh, 0};
   pthread_mutex_lock(&lock);
   if (op->kind == GPA__COLL_SEND || op->kind == GPA__COLL_RECV) {
     int32_t src = op->kind == GPA__COLL_SEND ? c->rank : op->peer, dst = op->kind == GPA__COLL_SEND ? op->peer : c->rank;
@@ -214,7 +220,9 @@ static void fail_fifo(fifo *f, gpa_status st, const char *why, wakes *w) {
 /* Every rank waits on the others: the whole group fails. */
 static void abort_group(gpa_comm *c, gpa_status st, const char *why) {
   group *g = c->es;
-  wakes w = {.n = 0};
+  gpa_actor *wa[g->size];
+  uint32_t wh[g->size];
+  wakes w = {wa, wh, 0};
   pthread_mutex_lock(&lock);
   for (int32_t r = 0; r < g->size; r++) {
     if (g->comm[r]) gpa__comm_fail(g->comm[r], st, why);

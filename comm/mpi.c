@@ -55,14 +55,9 @@ static void load(void) {
   }
 }
 
-static void *host_done(void *ctx, int st, const char *why) {
-  gpa__coll *op = ctx;
-  gpa_actor *a = op->c->a;
-  gpa__coll_done(op, st, why);
-  return a;
-}
+static void *host_done(void *ctx, int st, const char *why) { return gpa__coll_done_held(ctx, st, why); }
 
-static void host_wake(void *a) { gpa__coll_wake(a); }
+static void host_wake(void *a) { gpa__coll_wake(a, 1); }
 
 static const gpa__mpi_host host = {host_done, host_wake, gpa__comm_combine16};
 

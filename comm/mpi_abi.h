@@ -6,14 +6,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GPA__MPI_ABI 4
+#define GPA__MPI_ABI 5
 #define GPA__MPI_ENTRY "gpa_mpi_module_v1"
 
 /* What the library gives the module. */
 typedef struct gpa__mpi_host {
   /* op ctx finished: sets its result, never blocks; returns what to pass
-   * to wake once the module holds no lock. Called at most once per ctx, and
-   * never after cancel(ctx) returned. */
+   * to wake once the module holds no lock (every done is followed by
+   * exactly one wake: the actor's memory is kept for it). Called at most
+   * once per ctx, and never after cancel(ctx) returned. */
   void *(*done)(void *ctx, int status, const char *why);
   void (*wake)(void *actor);
   /* inout = op(inout, in), n elements of f16 or bf16 (gpa_dtype) */
@@ -47,8 +48,8 @@ typedef struct gpa__mpi_fns {
   void (*comm_free)(void *comm);
   /* starts op on comm; host->done(ctx) follows from the progress thread */
   int (*start)(void *comm, const gpa__mpi_op *op, void *ctx, char *err, size_t cap);
-  /* tests ctx's request once on the calling thread: 1 if it finished (then
-   * host->done ran, and wake is the caller's business), else 0 */
+  /* tests ctx's request once on the calling thread (the actor's): 1 if it
+   * finished (host->done and host->wake ran, here or at an abort), else 0 */
   int (*test)(void *ctx);
   /* abandons ctx: its request, if any, runs on to completion unwatched
    * (host->done is not called for it) */

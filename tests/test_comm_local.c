@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "comm/comm_internal.h"
 #include "util/comm_cases.h"
 
 static gpa_actor *actor1(void) {
@@ -207,6 +208,43 @@ static void init_errors(void) {
   CHECK_OK(gpa_actor_destroy(b));
 }
 
+/* A rank's actor finishes the peer's part of a collective too and wakes
+ * the peer's actor after dropping the engine's lock. The peer's actor may
+ * find its part done sooner (a pass of its loop, here for a message on
+ * another queue), its owner see the handle complete and destroy that
+ * actor before the wake-up comes: the actor must outlive the wake-up
+ * (actor_free waits for the holds). Staged with a pause before the wake. */
+static void wake_after_destroy_case(void) {
+  gpa_actor *a[2] = {actor1(), actor1()};
+  gpa_comm *c[2];
+  CHECK_OK(gpa_comm_init_all(a, 2, NULL, c));
+  gpa_tensor x = f32(a[0], 16), y = f32(a[1], 16);
+  gpa_handle *h0, *h1;
+  CHECK_OK(gpa_allreduce(gpa_actor_default_queue(a[0]), c[0], &x, &x, GPA_REDUCE_SUM, &h0));
+  CHECK_ST(gpa_await(h0, 20 * 1000000), GPA_ETIMEDOUT); /* parked: the peer has not come */
+  atomic_store(&gpa__coll_wake_pause_ns, 1000000000);
+  uint64_t wakes = atomic_load(&gpa__coll_wakes);
+  CHECK_OK(gpa_allreduce(gpa_actor_default_queue(a[1]), c[1], &y, &y, GPA_REDUCE_SUM, &h1));
+  /* a[1] finishes both parts, then pauses 1 s before waking a[0] */
+  while (atomic_load(&a[0]->holds) == 0) usleep(1000);
+  gpa_queue *q2;
+  CHECK_OK(gpa_queue_create(a[0], "other", &q2));
+  gpa_tensor z = f32(a[0], 4);
+  CHECK_OK(tu_fill(q2, &z, 1.0f, NULL));
+  CHECK_OK(gpa_sync_batch(q2, NULL));
+  CHECK_OK(gpa_await(h0, -1)); /* done before the wake-up */
+  CHECK(atomic_load(&gpa__coll_wakes) == wakes);
+  gpa_handle_release(h0);
+  CHECK_OK(gpa_comm_destroy(c[0]));
+  CHECK_OK(gpa_actor_destroy(a[0])); /* waits for the wake-up */
+  CHECK(atomic_load(&gpa__coll_wakes) > wakes);
+  atomic_store(&gpa__coll_wake_pause_ns, 0);
+  CHECK_OK(gpa_await(h1, -1));
+  gpa_handle_release(h1);
+  CHECK_OK(gpa_comm_destroy(c[1]));
+  CHECK_OK(gpa_actor_destroy(a[1]));
+}
+
 int main(void) {
   gpa_actor *probe = actor1();
   if (strcmp(gpa_actor_backend(probe), "cpu") != 0) {
@@ -233,6 +271,7 @@ int main(void) {
   abort_case();
   timeout_case();
   shutdown_case();
+  wake_after_destroy_case();
   printf("comm_local: ok\n");
   return 0;
 }

@@ -437,6 +437,7 @@ static int start(void *comm, const gpa__mpi_op *op, void *ctx, char *err, size_t
 
 static int test(void *ctx) {
   int fin = 0;
+  void *a = NULL;
   pthread_mutex_lock(&lock);
   for (entry **pp = &inflight; *pp; pp = &(*pp)->next) {
     entry *e = *pp;
@@ -451,7 +452,7 @@ static int test(void *ctx) {
     char why[256] = "";
     if (rc != MPI_SUCCESS) errtext(rc, "MPI", why, sizeof why);
     else if (e->copy_to) memcpy(e->copy_to, e->tmp, e->copy_bytes);
-    H.done(e->ctx, rc == MPI_SUCCESS ? GPA_OK : GPA_EDEVICE, why);
+    a = H.done(e->ctx, rc == MPI_SUCCESS ? GPA_OK : GPA_EDEVICE, why);
     retire(e);
     free_orphans();
     last = now_ns();
@@ -459,6 +460,7 @@ static int test(void *ctx) {
     break;
   }
   pthread_mutex_unlock(&lock);
+  if (a) H.wake(a); /* the caller's own actor: only its done's hold goes */
   return fin;
 }
 
@@ -500,17 +502,20 @@ static int detach(void *ctx, void *const *blocks, const size_t *bytes, int n) {
 }
 
 static void abort_comm(void *comm, int status, const char *why) {
-  void *wake[256];
-  int n = 0;
-  pthread_mutex_lock(&lock);
-  for (entry *e = inflight; e; e = e->next)
-    if (e->comm == comm && e->ctx && !e->abandoned) {
-      void *a = H.done(e->ctx, status, why);
-      e->abandoned = 1;
-      if (n < 256) wake[n++] = a;
-    }
-  pthread_mutex_unlock(&lock);
-  for (int i = 0; i < n; i++) H.wake(wake[i]);
+  /* in rounds of 256: every done gets its wake (the entries done are
+   * abandoned, so a round does not find them again) */
+  for (int n = 256; n == 256;) {
+    void *wake[256];
+    n = 0;
+    pthread_mutex_lock(&lock);
+    for (entry *e = inflight; e && n < 256; e = e->next)
+      if (e->comm == comm && e->ctx && !e->abandoned) {
+        wake[n++] = H.done(e->ctx, status, why);
+        e->abandoned = 1;
+      }
+    pthread_mutex_unlock(&lock);
+    for (int i = 0; i < n; i++) H.wake(wake[i]);
+  }
 }
 
 static const gpa__mpi_fns fns = {.abi = GPA__MPI_ABI,
