@@ -226,7 +226,8 @@ static void wake_after_destroy_case(void) {
   uint64_t wakes = atomic_load(&gpa__coll_wakes);
   CHECK_OK(gpa_allreduce(gpa_actor_default_queue(a[1]), c[1], &y, &y, GPA_REDUCE_SUM, &h1));
   /* a[1] finishes both parts, then pauses 1 s before waking a[0] */
-  while (atomic_load(&a[0]->holds) == 0) usleep(1000);
+  for (int i = 0; i < 10000 && atomic_load(&a[0]->holds) == 0; i++) usleep(1000);
+  CHECK(atomic_load(&a[0]->holds) == 1); /* held by a[1]'s pending wake-up */
   gpa_queue *q2;
   CHECK_OK(gpa_queue_create(a[0], "other", &q2));
   gpa_tensor z = f32(a[0], 4);
