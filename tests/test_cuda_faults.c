@@ -187,16 +187,17 @@ static void launch_refused(gpa_actor *a, tcu_sim *sim) {
 /* The host function that completes a group cannot be enqueued: the group's
  * messages fail with the driver's error, each once; later ones succeed. A
  * readback in the failed group must not leave its handle pending. The
- * stream is slowed (20 ms an operation) so that the work is still running
+ * stream is slowed (200 ms an operation) so that the work is still running
  * when the actor stops spinning: it would otherwise complete it by polling,
- * with no host function to refuse. */
+ * with no host function to refuse. 200, not 20: a loaded CI machine once
+ * kept an actor off the CPU for ~20 ms mid-spin (fault_delays, TSan). */
 static void host_fn_refused(gpa_actor *a, tcu_sim *sim) {
   gpa_queue *q = gpa_actor_default_queue(a);
   gpa_tensor x = tu_f32(a, 100), y = tu_f32(a, 100);
   CHECK_OK(tu_fill(q, &x, 2.0, NULL));
   CHECK_OK(gpa_sync_batch(q, NULL));
   sim->fault_host_fn(1);
-  sim->fault_stream_delay(NULL, 20000);
+  sim->fault_stream_delay(NULL, 200000);
   gpa_handle *h;
   CHECK_OK(add(q, &x, &x, &y, &h));
   gpa_status st = gpa_await(h, -1);
@@ -210,7 +211,7 @@ static void host_fn_refused(gpa_actor *a, tcu_sim *sim) {
   CHECK_OK(gpa_sync_batch(q, NULL));
   /* a readback alone in the refused group */
   sim->fault_host_fn(1);
-  sim->fault_stream_delay(NULL, 20000);
+  sim->fault_stream_delay(NULL, 200000);
   CHECK_OK(gpa_readback(q, &y, &h));
   CHECK(gpa_await(h, -1) == st && strstr(gpa_handle_error_message(h), "cuLaunchHostFunc"));
   sim->fault_stream_delay(NULL, 0);

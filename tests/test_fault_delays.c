@@ -2,9 +2,15 @@
  * right results, awaits that time out and then succeed, and a shutdown that
  * drains delayed work; a counting profiler checks that every message
  * finishes exactly once.
- *   - host functions delayed 1 s (the completion arrives late, the stream
- *     waits with it): await(5 ms) is GPA_ETIMEDOUT within bounds, the handle
- *     is still pending, a later await succeeds, the data is right;
+ *   - every stream operation 0.5 s slow and host functions another 0.5 s
+ *     late: await(5 ms) is GPA_ETIMEDOUT within bounds, the handle is still
+ *     pending, a later await succeeds no earlier than the device finished
+ *     (the kernel and its end event: 1 s), the data is right. The stream
+ *     delay is what makes "no earlier" hold: the actor completes work it
+ *     sees done while it spins (its event poll) without the host function,
+ *     so a host function delay alone held the handle back only when the
+ *     actor went to sleep first (a TSan run on a loaded machine once did
+ *     not: done after 24 ms);
  *   - every stream operation delayed 5 ms, two queues each running a chain
  *     of ops with readbacks and batch syncs: results right, device time
  *     reported at least the delay;
@@ -43,7 +49,9 @@ static void late_host_functions(gpa_actor *a, tcu_sim *sim) {
   CHECK_OK(tu_fill(q, &x, 1.25, NULL));
   CHECK_OK(gpa_sync_batch(q, NULL));
   submitted++;
-  sim->fault_host_fn_delay(1000000); /* long: a loaded machine oversleeps a 5 ms wait (235 ms seen) */
+  /* long: a loaded machine oversleeps a 5 ms wait (235 ms seen) */
+  sim->fault_stream_delay(NULL, 500000);
+  sim->fault_host_fn_delay(500000);
   gpa_handle *h;
   CHECK_OK(axpy_add(q, &x, &x, &y, &h));
   submitted++;
@@ -54,12 +62,13 @@ static void late_host_functions(gpa_actor *a, tcu_sim *sim) {
   CHECK_OK(gpa_await(h, 10 * 1000000000ll));
   int64_t total = now_ns() - t0;
   gpa_handle_release(h);
+  sim->fault_stream_delay(NULL, 0);
   sim->fault_host_fn_delay(0);
   float out[64];
   tu_get(q, &y, out, 64);
   submitted++;
   for (int i = 0; i < 64; i++) CHECK(out[i] == 2.5f);
-  printf("ok: host function 1 s late: await(5 ms) timed out after %.1f ms, done after %.1f ms, result right\n",
+  printf("ok: device 1 s late: await(5 ms) timed out after %.1f ms, done after %.1f ms, result right\n",
          waited / 1e6, total / 1e6);
   CHECK(total >= 950000000);
 }
