@@ -106,31 +106,60 @@ static void relayout(float *p, int64_t B, int64_t C, int64_t L, int to) {
   free(t);
 }
 
+/* A case's inputs (fixed seeds) and their reference, built once for every
+ * path it runs: the double reference is most of this test's time, under
+ * TSan ~15x a plain build's (89 s of ctest's 120 s limit in CI). */
+typedef struct cdata {
+  gpa__conv1d_geom g; /* channels first, every path its default */
+  int64_t nx, nw, ny;
+  float *x, *W, *b, *dy;
+  cref r;
+} cdata;
+
+static void case_data(const ccase *c, cdata *d) {
+  gpa__conv1d_geom g = {c->B, c->Cin, c->L, c->Cout, c->K, c->stride, c->pad_l, c->pad_r, c->dilation, c->groups, 0,
+                        0, 0, 0};
+  CHECK(gpa__conv1d_geom_init(&g));
+  d->g = g;
+  d->nx = g.B * g.Cin * g.L, d->nw = g.Cout * (g.Cin / g.groups) * g.K, d->ny = g.B * g.Cout * g.Lout;
+  d->x = malloc((size_t)d->nx * 4), d->W = malloc((size_t)d->nw * 4), d->b = malloc((size_t)g.Cout * 4);
+  d->dy = malloc((size_t)d->ny * 4);
+  CHECK(d->x && d->W && d->b && d->dy);
+  gpa_nt_fill(d->x, d->nx, -0.5, 0.5, &(uint64_t){1});
+  gpa_nt_fill(d->W, d->nw, -0.5, 0.5, &(uint64_t){2});
+  gpa_nt_fill(d->b, g.Cout, -0.5, 0.5, &(uint64_t){3});
+  gpa_nt_fill(d->dy, d->ny, -0.5, 0.5, &(uint64_t){4});
+  double **all[8] = {&d->r.y, &d->r.ym, &d->r.dx, &d->r.dxm, &d->r.dW, &d->r.dWm, &d->r.db, &d->r.dbm};
+  int64_t sizes[8] = {d->ny, d->ny, d->nx, d->nx, d->nw, d->nw, g.Cout, g.Cout};
+  for (int i = 0; i < 8; i++) CHECK((*all[i] = calloc((size_t)sizes[i], sizeof(double))) != NULL);
+  if (c->nobias) d->b[0] = NAN; /* must not be read */
+  reference(&g, d->x, d->W, c->nobias ? NULL : d->b, d->dy, &d->r);
+}
+
+static void case_data_free(cdata *d) {
+  double *all[8] = {d->r.y, d->r.ym, d->r.dx, d->r.dxm, d->r.dW, d->r.dWm, d->r.db, d->r.dbm};
+  for (int i = 0; i < 8; i++) free(all[i]);
+  free(d->x), free(d->W), free(d->b), free(d->dy);
+}
+
 /* mode 1: force the im2col path (stride 1 takes the direct forward and the
  * shift backward by default); mode 2: the shift path's forward instead of
  * the direct kernel. nlc: channels last (x, dy re-laid before, y, dx back
  * after). */
-static void run_case(const ccase *c, const gpa__par *pars[], int npar, int mode, int nlc) {
+static void run_case(const ccase *c, const cdata *d, const gpa__par *pars[], int npar, int mode, int nlc) {
   int im2col = mode == 1;
-  gpa__conv1d_geom g = {c->B, c->Cin, c->L, c->Cout, c->K, c->stride, c->pad_l, c->pad_r, c->dilation, c->groups, 0,
-                        im2col, mode == 2, nlc};
+  gpa__conv1d_geom g = d->g;
+  g.im2col = im2col, g.no_direct = mode == 2, g.nlc = nlc;
   CHECK(gpa__conv1d_geom_init(&g));
-  int64_t nx = g.B * g.Cin * g.L, nw = g.Cout * (g.Cin / g.groups) * g.K, ny = g.B * g.Cout * g.Lout;
-  float *x = malloc((size_t)nx * 4), *W = malloc((size_t)nw * 4), *b = malloc((size_t)g.Cout * 4);
-  float *dy = malloc((size_t)ny * 4), *y = malloc((size_t)ny * 4), *dx = malloc((size_t)nx * 4);
-  float *dW = malloc((size_t)nw * 4), *db = malloc((size_t)g.Cout * 4);
+  const int64_t nx = d->nx, nw = d->nw, ny = d->ny;
+  const cref r = d->r;
+  float *x = malloc((size_t)nx * 4), *dy = malloc((size_t)ny * 4), *y = malloc((size_t)ny * 4);
+  float *dx = malloc((size_t)nx * 4), *dW = malloc((size_t)nw * 4), *db = malloc((size_t)g.Cout * 4);
   float *y2 = malloc((size_t)ny * 4), *dx2 = malloc((size_t)nx * 4), *dW2 = malloc((size_t)nw * 4);
-  CHECK(x && W && b && dy && y && dx && dW && db && y2 && dx2 && dW2);
-  gpa_nt_fill(x, nx, -0.5, 0.5, &(uint64_t){1});
-  gpa_nt_fill(W, nw, -0.5, 0.5, &(uint64_t){2});
-  gpa_nt_fill(b, g.Cout, -0.5, 0.5, &(uint64_t){3});
-  gpa_nt_fill(dy, ny, -0.5, 0.5, &(uint64_t){4});
-  cref r;
-  double **all[8] = {&r.y, &r.ym, &r.dx, &r.dxm, &r.dW, &r.dWm, &r.db, &r.dbm};
-  int64_t sizes[8] = {ny, ny, nx, nx, nw, nw, g.Cout, g.Cout};
-  for (int i = 0; i < 8; i++) CHECK((*all[i] = calloc((size_t)sizes[i], sizeof(double))) != NULL);
-  if (c->nobias) b[0] = NAN; /* must not be read */
-  reference(&g, x, W, c->nobias ? NULL : b, dy, &r);
+  CHECK(x && dy && y && dx && dW && db && y2 && dx2 && dW2);
+  const float *W = d->W, *b = d->b;
+  memcpy(x, d->x, (size_t)nx * 4);
+  memcpy(dy, d->dy, (size_t)ny * 4);
   if (nlc) {
     relayout(x, g.B, g.Cin, g.L, 1);
     relayout(dy, g.B, g.Cout, g.Lout, 1);
@@ -161,8 +190,7 @@ static void run_case(const ccase *c, const gpa__par *pars[], int npar, int mode,
     if (!c->nobias) close_to(nlc ? "db (nlc)" : "db", c, im2col, th, db, r.db, r.dbm, g.Cout);
     CHECK(!memcmp(y, y2, (size_t)ny * 4) && !memcmp(dx, dx2, (size_t)nx * 4) && !memcmp(dW, dW2, (size_t)nw * 4));
   }
-  for (int i = 0; i < 8; i++) free(*all[i]);
-  free(x), free(W), free(b), free(dy), free(y), free(dx), free(dW), free(db), free(y2), free(dx2), free(dW2);
+  free(x), free(dy), free(y), free(dx), free(dW), free(db), free(y2), free(dx2), free(dW2);
 }
 
 /* The bound on inputs far too large to run: the whole column matrix would
@@ -227,21 +255,30 @@ int main(void) {
       {2, 8, 10, 12, 3, 1, 40, 0, 20, 1, 0},    /* causal, dilation past L: two taps never read x (dW 0) */
       {1, 20, 3000, 20, 2, 1, 0, 600, 700, 1, 1}, /* right padding only: dx chunks no tap covers whole */
   };
-  for (int nlc = 0; nlc < 2; nlc++) /* channels last: every case, the forced paths on the first five */
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-      run_case(&cases[i], pars, 3, 0, nlc);
-      if (i < 5) run_case(&cases[i], pars, 3, 1, nlc); /* the stride-1 cases through im2col too */
-      if (cases[i].stride == 1 && (!nlc || i < 5)) run_case(&cases[i], pars, 3, 2, nlc); /* and the shift forward */
+  /* Per case: channels first and last on its default path, the forced
+   * paths (im2col on the first five, the shift forward on stride 1 cases,
+   * channels last only for the first five), then the direct forward's AVX2
+   * kernel where the CPU also has AVX-512F (with tgemm capped at AVX2 too,
+   * the channels-last dW units of small channel counts take the BLAS, as
+   * every such unit does on an AVX2 CPU), half of the cases channels last. */
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const ccase *c = &cases[i];
+    cdata d;
+    case_data(c, &d);
+    for (int nlc = 0; nlc < 2; nlc++) {
+      run_case(c, &d, pars, 3, 0, nlc);
+      if (i < 5) run_case(c, &d, pars, 3, 1, nlc);
+      if (c->stride == 1 && (!nlc || i < 5)) run_case(c, &d, pars, 3, 2, nlc);
     }
-  /* The direct forward's AVX2 kernel where the CPU also has AVX-512F; with
-   * tgemm capped at AVX2 too, the channels-last dW units of small channel
-   * counts take the BLAS, as every such unit does on an AVX2 CPU. */
-  gpa__conv1d_direct_avx2_only(1);
-  gpa__tgemm_isa(1);
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-    if (cases[i].stride == 1) run_case(&cases[i], pars, 3, 0, i % 2); /* half of them channels last */
-  gpa__conv1d_direct_avx2_only(0);
-  gpa__tgemm_isa(0);
+    if (c->stride == 1) {
+      gpa__conv1d_direct_avx2_only(1);
+      gpa__tgemm_isa(1);
+      run_case(c, &d, pars, 3, 0, i % 2);
+      gpa__conv1d_direct_avx2_only(0);
+      gpa__tgemm_isa(0);
+    }
+    case_data_free(&d);
+  }
   bound(pars, 3);
   gpa__pool_destroy(p2);
   gpa__pool_destroy(p3);
