@@ -53,7 +53,10 @@ static int check(const gpa__rec_head *h, uint32_t want, uint32_t cap, const char
 /* A full or empty ring: look again at once for a while, then yield. Yield
  * alone handed the core to whatever else ran on it at every wait (four
  * records at most, in the 4-cell ring): beside two busy processes the test
- * took 38 s instead of 1.2, and 120 s (ctest's limit) in a -j4 sim suite. */
+ * took 38 s instead of 1.2, and 120 s (ctest's limit) in a -j4 sim suite.
+ * A count of pauses, not spin.h's time budget: with gpa__spin (its clock
+ * read once a wait begins) the test took 2.8-6.5 s at 20 us and 3.2-15 s
+ * at GPA__SPIN_IDLE_NS beside two busy processes, this 2.2-2.5 s. */
 static void backoff(unsigned *waits) {
   if (++*waits < 1000) gpa__cpu_relax();
   else sched_yield();
